@@ -1,0 +1,99 @@
+# Sanbox build. `make` builds build/sanboxd and build/sanbox; `make test` runs
+# the suite; `make bench` the benchmarks (BENCH=group for one group); `make asan`
+# builds and tests with AddressSanitizer and UBSan; `make deps` installs packages.
+
+CC      ?= cc
+BUILD   ?= build
+SAN     ?=
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow \
+           -Wstrict-prototypes -Wmissing-prototypes -D_GNU_SOURCE -I. \
+           -I/usr/include/x86_64-linux-gnu -pthread $(SAN)
+LDFLAGS += -pthread $(SAN)
+LIBS    := -llmdb -lmsgpackc -lxxhash -lev -lnng -lmbedtls -lmbedx509 -lmbedcrypto \
+           -ljansson -lsodium -lcurl -lmicrohttpd -lnftables -lm
+
+# Library code: every .c under these folders except program entry points.
+LIB_SRCS := $(filter-out engine/sanboxd.c, \
+            $(wildcard engine/*.c projections/*.c vmm/*.c netpolicy/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+CLI_SRCS := $(wildcard cli/*.c)
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
+BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
+TOOL_BINS := $(patsubst tools/%.c,$(BUILD)/sanbox-%,$(wildcard tools/*.c))
+
+PROGS := $(BUILD)/sanboxd $(BUILD)/sanbox $(TOOL_BINS) \
+         $(if $(wildcard vmm/guest/*.c),$(BUILD)/sanbox-agent)
+
+all: $(PROGS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libsanbox.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/sanboxd: $(BUILD)/obj/engine/sanboxd.o $(BUILD)/libsanbox.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/sanbox: $(CLI_OBJS) $(BUILD)/libsanbox.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/sanbox-%: $(BUILD)/obj/tools/%.o $(BUILD)/libsanbox.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# The guest agent is fully static: it is the guest's /init.
+GUEST_SRCS := $(wildcard vmm/guest/*.c) vmm/chan.c engine/error.c
+$(BUILD)/sanbox-agent: $(GUEST_SRCS) $(wildcard vmm/guest/*.h vmm/chan.h)
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE \
+	    -I. -static -o $@ $(GUEST_SRCS) -lmsgpackc -lxxhash
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libsanbox.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
+
+$(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(BUILD)/libsanbox.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# libFuzzer target for the record decoder (clang only).
+$(BUILD)/fuzz/fuzz_record: tests/fuzz/fuzz_record.c engine/record.c engine/error.c
+	@mkdir -p $(dir $@)
+	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
+	    -o $@ $^ -lmsgpackc -lxxhash
+
+deps:
+	@sh tools/deps.sh
+
+images: all
+	@sh tools/mkimage.sh
+
+test: deps-check all $(UNIT_BINS) $(if $(wildcard tests/fuzz/*.c),$(BUILD)/fuzz/fuzz_record)
+	@BUILD=$(BUILD) sh tests/run.sh
+
+deps-check:
+	@if [ "$$(id -u)" = 0 ]; then sh tools/deps.sh >/dev/null; fi
+
+bench: all $(BENCH_BINS)
+	@BUILD=$(BUILD) BENCH="$(BENCH)" sh tests/bench/run.sh
+
+asan:
+	$(MAKE) BUILD=build/asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" \
+	    CFLAGS="-O1 -g" test
+
+clean:
+	rm -rf $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+.PHONY: all deps images test deps-check bench asan clean format
+.SECONDARY:
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
