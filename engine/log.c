@@ -1,0 +1,589 @@
+/* log.c - the LMDB event log with group commit, and the blob table. */
+#include "engine/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "engine/error.h"
+#include "engine/record.h"
+#include "engine/schema.h"
+
+#define LOG_FORMAT 1
+#define RUNVAL_LEN 16 /* seq BE64, offset BE64 */
+
+/* One caller's batch waiting for a group commit. */
+struct pending {
+	struct sb_event *evs;
+	size_t n;
+	int rc;
+	int done;
+	struct pending *next;
+};
+
+struct sb_log {
+	MDB_env *env;
+	MDB_dbi events, runs, blobs, meta;
+	unsigned flags;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct pending *head, *tail; /* waiting for the next commit */
+	int committing;              /* a thread is committing for the group */
+	msgpack_sbuffer buf;         /* the committer's encode buffer */
+	sb_log_hook hook;
+	void *hook_ctx;
+};
+
+struct sb_log_iter {
+	sb_log *log;
+	MDB_txn *txn;
+	MDB_cursor *cur;  /* events */
+	MDB_cursor *rcur; /* runs, for per-run iteration */
+	char run[SB_RUN_MAX];
+	uint64_t from;
+	int started;
+};
+
+static void be64_put(uint8_t *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+static uint64_t be64_get(const void *vp)
+{
+	const uint8_t *p = vp;
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+int sb_log_mdb_err(int rc, const char *what)
+{
+	switch (rc) {
+	case 0: return SB_OK;
+	case MDB_MAP_FULL:
+	case ENOSPC: return sb_seterr(SB_ERR_FULL, "%s: %s", what, mdb_strerror(rc));
+	case MDB_NOTFOUND: return sb_seterr(SB_ERR_NOTFOUND, "%s: not found", what);
+	case ENOMEM: return SB_ERR_NOMEM;
+	case EACCES:
+	case EROFS: return sb_seterr(SB_ERR_DENIED, "%s: %s", what, mdb_strerror(rc));
+	case MDB_CORRUPTED:
+	case MDB_PAGE_NOTFOUND:
+	case MDB_INVALID:
+	case MDB_VERSION_MISMATCH: return sb_seterr(SB_ERR_CORRUPT, "%s: %s", what, mdb_strerror(rc));
+	}
+	return sb_seterr(SB_ERR_IO, "%s: %s", what, mdb_strerror(rc));
+}
+
+static size_t map_size(void)
+{
+	const char *s = getenv("SANBOX_MAP_MIB");
+	unsigned long long mib = s ? strtoull(s, NULL, 10) : 0;
+
+	return (size_t)(mib ? mib : 64ull << 10) << 20; /* default 64 GiB, sparse */
+}
+
+static int open_dbs(sb_log *log)
+{
+	unsigned create = log->flags & SB_LOG_RDONLY ? 0 : MDB_CREATE;
+	MDB_txn *txn;
+	MDB_val k = {7, "version"}, v;
+	uint8_t fmt[8];
+	int rc;
+
+	rc = mdb_txn_begin(log->env, NULL, log->flags & SB_LOG_RDONLY ? MDB_RDONLY : 0, &txn);
+	if (rc)
+		return sb_log_mdb_err(rc, "log: begin");
+	if ((rc = mdb_dbi_open(txn, "events", create, &log->events)) ||
+	    (rc = mdb_dbi_open(txn, "runs", create | MDB_DUPSORT | MDB_DUPFIXED, &log->runs)) ||
+	    (rc = mdb_dbi_open(txn, "blobs", create, &log->blobs)) ||
+	    (rc = mdb_dbi_open(txn, "meta", create, &log->meta)))
+		goto fail;
+	rc = mdb_get(txn, log->meta, &k, &v);
+	if (rc == MDB_NOTFOUND && create) {
+		be64_put(fmt, LOG_FORMAT);
+		v.mv_size = 8;
+		v.mv_data = fmt;
+		if ((rc = mdb_put(txn, log->meta, &k, &v, 0)))
+			goto fail;
+	} else if (rc) {
+		goto fail;
+	} else if (v.mv_size != 8 || be64_get(v.mv_data) != LOG_FORMAT) {
+		mdb_txn_abort(txn);
+		return sb_seterr(SB_ERR_CORRUPT, "log: unknown format version");
+	}
+	if ((rc = mdb_txn_commit(txn)))
+		return sb_log_mdb_err(rc, "log: commit");
+	return SB_OK;
+fail:
+	mdb_txn_abort(txn);
+	return sb_log_mdb_err(rc, "log: open databases");
+}
+
+int sb_log_open(const char *dir, unsigned flags, sb_log **out)
+{
+	unsigned envflags = MDB_NOTLS | MDB_NORDAHEAD;
+	sb_log *log;
+	int rc;
+
+	log = calloc(1, sizeof *log);
+	if (!log)
+		return SB_ERR_NOMEM;
+	log->flags = flags;
+	pthread_mutex_init(&log->mu, NULL);
+	pthread_cond_init(&log->cv, NULL);
+	msgpack_sbuffer_init(&log->buf);
+	if (flags & SB_LOG_RDONLY)
+		envflags |= MDB_RDONLY;
+	if (flags & SB_LOG_NOSYNC)
+		envflags |= MDB_NOSYNC;
+	if ((rc = mdb_env_create(&log->env))) {
+		log->env = NULL;
+		rc = sb_log_mdb_err(rc, "log: create environment");
+		goto fail;
+	}
+	mdb_env_set_maxdbs(log->env, 32);
+	mdb_env_set_maxreaders(log->env, 1024);
+	mdb_env_set_mapsize(log->env, map_size());
+	if ((rc = mdb_env_open(log->env, dir, envflags, 0600))) {
+		rc = sb_log_mdb_err(rc, dir);
+		goto fail;
+	}
+	if ((rc = open_dbs(log)))
+		goto fail;
+	*out = log;
+	return SB_OK;
+fail:
+	sb_log_close(log);
+	return rc;
+}
+
+void sb_log_close(sb_log *log)
+{
+	if (!log)
+		return;
+	if (log->env)
+		mdb_env_close(log->env);
+	msgpack_sbuffer_destroy(&log->buf);
+	pthread_cond_destroy(&log->cv);
+	pthread_mutex_destroy(&log->mu);
+	free(log);
+}
+
+void sb_log_set_hook(sb_log *log, sb_log_hook hook, void *ctx)
+{
+	log->hook = hook;
+	log->hook_ctx = ctx;
+}
+
+MDB_env *sb_log_env(sb_log *log)
+{
+	return log->env;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Returns the newest seq of run as seen by the cursor's transaction. */
+static uint64_t cursor_last_seq(MDB_cursor *rc, const char *run)
+{
+	MDB_val k = {strlen(run), (void *)run}, v;
+
+	if (mdb_cursor_get(rc, &k, &v, MDB_SET) || mdb_cursor_get(rc, &k, &v, MDB_LAST_DUP) ||
+	    v.mv_size != RUNVAL_LEN)
+		return 0;
+	return be64_get(v.mv_data);
+}
+
+/* Writes one group of batches in one transaction. Called by one thread at a
+ * time (the committer). */
+static int commit_group(sb_log *log, struct pending *group)
+{
+	MDB_txn *txn = NULL;
+	MDB_cursor *ec = NULL, *rcur = NULL;
+	MDB_val k, v;
+	uint8_t key[8], runval[RUNVAL_LEN];
+	uint64_t last = 0, ts = now_ns();
+	int rc;
+
+	if ((rc = mdb_txn_begin(log->env, NULL, 0, &txn))) {
+		txn = NULL;
+		goto fail;
+	}
+	if ((rc = mdb_cursor_open(txn, log->events, &ec)) ||
+	    (rc = mdb_cursor_open(txn, log->runs, &rcur)))
+		goto fail;
+	rc = mdb_cursor_get(ec, &k, &v, MDB_LAST);
+	if (rc == 0)
+		last = be64_get(k.mv_data);
+	else if (rc != MDB_NOTFOUND)
+		goto fail;
+	for (struct pending *p = group; p; p = p->next) {
+		for (size_t i = 0; i < p->n; i++) {
+			struct sb_event *ev = &p->evs[i];
+			ev->offset = ++last;
+			ev->seq = cursor_last_seq(rcur, ev->run) + 1;
+			if (!ev->ts_ns)
+				ev->ts_ns = ts;
+			log->buf.size = 0;
+			if ((rc = sb_record_encode(ev, &log->buf)))
+				goto fail_sb;
+			be64_put(key, ev->offset);
+			k.mv_size = 8;
+			k.mv_data = key;
+			v.mv_size = log->buf.size;
+			v.mv_data = log->buf.data;
+			if ((rc = mdb_cursor_put(ec, &k, &v, MDB_APPEND)))
+				goto fail;
+			be64_put(runval, ev->seq);
+			be64_put(runval + 8, ev->offset);
+			k.mv_size = strlen(ev->run);
+			k.mv_data = ev->run;
+			v.mv_size = RUNVAL_LEN;
+			v.mv_data = runval;
+			if ((rc = mdb_cursor_put(rcur, &k, &v, 0)))
+				goto fail;
+		}
+	}
+	mdb_cursor_close(ec);
+	mdb_cursor_close(rcur);
+	rc = mdb_txn_commit(txn);
+	if (rc)
+		return sb_log_mdb_err(rc, "log: commit");
+	if (log->hook)
+		for (struct pending *p = group; p; p = p->next)
+			log->hook(log->hook_ctx, p->evs, p->n);
+	return SB_OK;
+fail:
+	rc = sb_log_mdb_err(rc, "log: append");
+fail_sb:
+	if (txn)
+		mdb_txn_abort(txn); /* closes the cursors too */
+	return rc;
+}
+
+int sb_log_append(sb_log *log, struct sb_event *evs, size_t n)
+{
+	struct pending self = {evs, n, 0, 0, NULL};
+	int rc;
+
+	if (log->flags & SB_LOG_RDONLY)
+		return sb_seterr(SB_ERR_DENIED, "log opened read-only");
+	for (size_t i = 0; i < n; i++) {
+		if (!evs[i].run[0] || memchr(evs[i].run, 0, SB_RUN_MAX) == NULL)
+			return sb_seterr(SB_ERR_INVAL, "event %zu has no run id", i);
+		rc = sb_schema_check(evs[i].type, evs[i].source, evs[i].payload, evs[i].payload_len);
+		if (rc)
+			return rc;
+	}
+	if (n == 0)
+		return SB_OK;
+	pthread_mutex_lock(&log->mu);
+	if (log->tail)
+		log->tail->next = &self;
+	else
+		log->head = &self;
+	log->tail = &self;
+	while (!self.done) {
+		if (log->committing) {
+			pthread_cond_wait(&log->cv, &log->mu);
+			continue;
+		}
+		struct pending *group = log->head;
+		log->head = log->tail = NULL;
+		log->committing = 1;
+		pthread_mutex_unlock(&log->mu);
+		rc = commit_group(log, group);
+		pthread_mutex_lock(&log->mu);
+		for (struct pending *p = group, *next; p; p = next) {
+			next = p->next; /* p may be gone once done is seen */
+			p->rc = rc;
+			p->done = 1;
+		}
+		log->committing = 0;
+		pthread_cond_broadcast(&log->cv);
+	}
+	pthread_mutex_unlock(&log->mu);
+	if (self.rc)
+		for (size_t i = 0; i < n; i++)
+			evs[i].offset = evs[i].seq = 0;
+	return self.rc;
+}
+
+uint64_t sb_log_last_offset(sb_log *log)
+{
+	MDB_txn *txn;
+	MDB_cursor *c;
+	MDB_val k, v;
+	uint64_t last = 0;
+
+	if (mdb_txn_begin(log->env, NULL, MDB_RDONLY, &txn))
+		return 0;
+	if (!mdb_cursor_open(txn, log->events, &c)) {
+		if (!mdb_cursor_get(c, &k, &v, MDB_LAST) && k.mv_size == 8)
+			last = be64_get(k.mv_data);
+		mdb_cursor_close(c);
+	}
+	mdb_txn_abort(txn);
+	return last;
+}
+
+uint64_t sb_log_last_seq(sb_log *log, const char *run)
+{
+	MDB_txn *txn;
+	MDB_cursor *c;
+	uint64_t seq = 0;
+
+	if (mdb_txn_begin(log->env, NULL, MDB_RDONLY, &txn))
+		return 0;
+	if (!mdb_cursor_open(txn, log->runs, &c)) {
+		seq = cursor_last_seq(c, run);
+		mdb_cursor_close(c);
+	}
+	mdb_txn_abort(txn);
+	return seq;
+}
+
+static int iter_new(sb_log *log, uint64_t from, sb_log_iter **out)
+{
+	sb_log_iter *it = calloc(1, sizeof *it);
+	int rc;
+
+	if (!it)
+		return SB_ERR_NOMEM;
+	it->log = log;
+	it->from = from;
+	if ((rc = mdb_txn_begin(log->env, NULL, MDB_RDONLY, &it->txn))) {
+		free(it);
+		return sb_log_mdb_err(rc, "log: read");
+	}
+	if ((rc = mdb_cursor_open(it->txn, log->events, &it->cur))) {
+		mdb_txn_abort(it->txn);
+		free(it);
+		return sb_log_mdb_err(rc, "log: read");
+	}
+	*out = it;
+	return SB_OK;
+}
+
+int sb_log_iter_open(sb_log *log, uint64_t from, sb_log_iter **out)
+{
+	return iter_new(log, from, out);
+}
+
+int sb_log_iter_open_run(sb_log *log, const char *run, uint64_t from_seq, sb_log_iter **out)
+{
+	sb_log_iter *it;
+	size_t rl = strlen(run);
+	int rc;
+
+	if (!rl || rl >= SB_RUN_MAX)
+		return sb_seterr(SB_ERR_INVAL, "bad run id '%.40s'", run);
+	if ((rc = iter_new(log, from_seq, &it)))
+		return rc;
+	memcpy(it->run, run, rl + 1);
+	if ((rc = mdb_cursor_open(it->txn, log->runs, &it->rcur))) {
+		sb_log_iter_close(it);
+		return sb_log_mdb_err(rc, "log: read");
+	}
+	*out = it;
+	return SB_OK;
+}
+
+/* Decodes the record at (k, v) into ev; on failure ev->offset names it. */
+static int iter_decode(const MDB_val *k, const MDB_val *v, struct sb_event *ev)
+{
+	uint64_t off = k->mv_size == 8 ? be64_get(k->mv_data) : 0;
+	int rc = sb_record_decode(v->mv_data, v->mv_size, ev);
+
+	if (rc == SB_OK && ev->offset != off)
+		rc = sb_seterr(SB_ERR_CORRUPT, "record at offset %llu claims offset %llu",
+			       (unsigned long long)off, (unsigned long long)ev->offset);
+	if (rc) {
+		ev->offset = off;
+		return sb_seterr(SB_ERR_CORRUPT, "offset %llu: %s", (unsigned long long)off,
+				 sb_errmsg(rc));
+	}
+	return SB_OK;
+}
+
+static int iter_next_run(sb_log_iter *it, struct sb_event *ev)
+{
+	MDB_val k = {strlen(it->run), it->run}, v, ek, evv;
+	uint8_t want[RUNVAL_LEN] = {0};
+	uint8_t key[8];
+	uint64_t seq, off;
+	int rc;
+
+	if (!it->started) {
+		it->started = 1;
+		be64_put(want, it->from);
+		v.mv_size = RUNVAL_LEN;
+		v.mv_data = want;
+		rc = mdb_cursor_get(it->rcur, &k, &v, MDB_GET_BOTH_RANGE);
+	} else {
+		rc = mdb_cursor_get(it->rcur, &k, &v, MDB_NEXT_DUP);
+	}
+	if (rc == MDB_NOTFOUND)
+		return SB_END;
+	if (rc)
+		return sb_log_mdb_err(rc, "log: read run");
+	if (v.mv_size != RUNVAL_LEN)
+		return sb_seterr(SB_ERR_CORRUPT, "run index entry of run %s malformed", it->run);
+	seq = be64_get(v.mv_data);
+	off = be64_get((uint8_t *)v.mv_data + 8);
+	be64_put(key, off);
+	ek.mv_size = 8;
+	ek.mv_data = key;
+	rc = mdb_get(it->txn, it->log->events, &ek, &evv);
+	if (rc) {
+		ev->offset = off;
+		return rc == MDB_NOTFOUND
+			       ? sb_seterr(SB_ERR_CORRUPT, "offset %llu: indexed event missing",
+					   (unsigned long long)off)
+			       : sb_log_mdb_err(rc, "log: read");
+	}
+	if ((rc = iter_decode(&ek, &evv, ev)))
+		return rc;
+	if (ev->seq != seq || strcmp(ev->run, it->run)) {
+		ev->offset = off;
+		return sb_seterr(SB_ERR_CORRUPT, "offset %llu: index says run %s seq %llu",
+				 (unsigned long long)off, it->run, (unsigned long long)seq);
+	}
+	return SB_OK;
+}
+
+int sb_log_iter_next(sb_log_iter *it, struct sb_event *ev)
+{
+	MDB_val k, v;
+	uint8_t key[8];
+	int rc;
+
+	if (it->rcur)
+		return iter_next_run(it, ev);
+	if (!it->started) {
+		it->started = 1;
+		be64_put(key, it->from);
+		k.mv_size = 8;
+		k.mv_data = key;
+		rc = mdb_cursor_get(it->cur, &k, &v, MDB_SET_RANGE);
+	} else {
+		rc = mdb_cursor_get(it->cur, &k, &v, MDB_NEXT);
+	}
+	if (rc == MDB_NOTFOUND)
+		return SB_END;
+	if (rc)
+		return sb_log_mdb_err(rc, "log: read");
+	return iter_decode(&k, &v, ev);
+}
+
+void sb_log_iter_close(sb_log_iter *it)
+{
+	if (!it)
+		return;
+	if (it->txn)
+		mdb_txn_abort(it->txn); /* read-only: frees the cursors */
+	free(it);
+}
+
+void sb_hash_hex(const uint8_t hash[SB_HASH_LEN], char out[SB_HASH_HEX])
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (int i = 0; i < SB_HASH_LEN; i++) {
+		out[2 * i] = hex[hash[i] >> 4];
+		out[2 * i + 1] = hex[hash[i] & 15];
+	}
+	out[2 * SB_HASH_LEN] = 0;
+}
+
+int sb_hash_parse(const char *hex, uint8_t hash[SB_HASH_LEN])
+{
+	for (int i = 0; i < 2 * SB_HASH_LEN; i++) {
+		char c = hex[i];
+		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+		if (d < 0)
+			return sb_seterr(SB_ERR_INVAL, "'%.40s' is not a blob hash", hex);
+		hash[i / 2] = (uint8_t)(i % 2 ? hash[i / 2] << 4 | d : d);
+	}
+	if (hex[2 * SB_HASH_LEN])
+		return sb_seterr(SB_ERR_INVAL, "'%.40s' is not a blob hash", hex);
+	return SB_OK;
+}
+
+static void blob_hash(const void *data, size_t len, uint8_t hash[SB_HASH_LEN])
+{
+	XXH128_canonical_t c;
+
+	XXH128_canonicalFromHash(&c, XXH3_128bits(data, len));
+	memcpy(hash, c.digest, SB_HASH_LEN);
+}
+
+int sb_blob_put(sb_log *log, const void *data, size_t len, uint8_t hash[SB_HASH_LEN])
+{
+	MDB_txn *txn;
+	MDB_val k, v = {len, (void *)data};
+	int rc;
+
+	if (log->flags & SB_LOG_RDONLY)
+		return sb_seterr(SB_ERR_DENIED, "log opened read-only");
+	blob_hash(data, len, hash);
+	k.mv_size = SB_HASH_LEN;
+	k.mv_data = hash;
+	if ((rc = mdb_txn_begin(log->env, NULL, 0, &txn)))
+		return sb_log_mdb_err(rc, "blob: begin");
+	rc = mdb_put(txn, log->blobs, &k, &v, MDB_NOOVERWRITE);
+	if (rc == MDB_KEYEXIST) {
+		mdb_txn_abort(txn);
+		return SB_OK;
+	}
+	if (rc) {
+		mdb_txn_abort(txn);
+		return sb_log_mdb_err(rc, "blob: put");
+	}
+	return sb_log_mdb_err(mdb_txn_commit(txn), "blob: commit");
+}
+
+int sb_blob_get(sb_log *log, const uint8_t hash[SB_HASH_LEN], void **data, size_t *len)
+{
+	MDB_txn *txn;
+	MDB_val k = {SB_HASH_LEN, (void *)hash}, v;
+	uint8_t got[SB_HASH_LEN];
+	char hex[SB_HASH_HEX];
+	int rc;
+
+	sb_hash_hex(hash, hex);
+	if ((rc = mdb_txn_begin(log->env, NULL, MDB_RDONLY, &txn)))
+		return sb_log_mdb_err(rc, "blob: read");
+	rc = mdb_get(txn, log->blobs, &k, &v);
+	if (rc) {
+		mdb_txn_abort(txn);
+		return rc == MDB_NOTFOUND ? sb_seterr(SB_ERR_NOTFOUND, "blob %s not found", hex)
+					  : sb_log_mdb_err(rc, "blob: read");
+	}
+	blob_hash(v.mv_data, v.mv_size, got);
+	if (memcmp(got, hash, SB_HASH_LEN)) {
+		mdb_txn_abort(txn);
+		return sb_seterr(SB_ERR_CORRUPT, "blob %s fails its checksum", hex);
+	}
+	*data = malloc(v.mv_size ? v.mv_size : 1);
+	if (!*data) {
+		mdb_txn_abort(txn);
+		return SB_ERR_NOMEM;
+	}
+	memcpy(*data, v.mv_data, v.mv_size);
+	*len = v.mv_size;
+	mdb_txn_abort(txn);
+	return SB_OK;
+}

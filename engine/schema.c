@@ -1,0 +1,133 @@
+/* schema.c - the event schema table and payload validation. */
+#include "engine/schema.h"
+
+#include <msgpack.h>
+#include <string.h>
+
+#include "engine/error.h"
+#include "engine/payload.h"
+
+#define HOST SB_FROM_HOST
+#define GUEST SB_FROM_GUEST
+#define GATEWAY SB_FROM_GATEWAY
+
+static const struct sb_event_schema schema[] = {
+	{"run.created", HOST, {{"name", SB_F_STR}, {"template", SB_F_STR}, {"group", SB_F_STR}}},
+	{"run.policy.resolved", HOST,
+	 {{"template_hash", SB_F_STR}, {"cpus", SB_F_UINT}, {"memory_mib", SB_F_UINT},
+	  {"timeout_s", SB_F_UINT}, {"network", SB_F_STR}, {"budget_nusd", SB_F_UINT}}},
+	{"run.started", HOST, {{"accel", SB_F_STR}}},
+	{"harness.input.ready", HOST | GUEST, {{"files", SB_F_UINT}, {"bytes", SB_F_UINT}}},
+	{"agent.turn.started", HOST | GUEST, {{"turn", SB_F_UINT}}},
+	{"agent.turn.completed", HOST | GUEST, {{"turn", SB_F_UINT}}},
+	{"agent.message", HOST | GUEST | GATEWAY, {{"role", SB_F_STR}}},
+	{"agent.tool.started", HOST | GUEST, {{"tool", SB_F_STR}, {"args", SB_F_STR}}},
+	{"agent.tool.completed", HOST | GUEST,
+	 {{"tool", SB_F_STR}, {"args", SB_F_STR}, {"exit", SB_F_INT}, {"duration_ms", SB_F_UINT}}},
+	{"agent.file.changed", HOST | GUEST,
+	 {{"path", SB_F_STR}, {"kind", SB_F_STR}, {"size", SB_F_UINT}, {"xxh3", SB_F_STR}}},
+	{"agent.usage.updated", GATEWAY,
+	 {{"model", SB_F_STR}, {"input_tokens", SB_F_UINT}, {"output_tokens", SB_F_UINT},
+	  {"cost_nusd", SB_F_UINT}, {"total_nusd", SB_F_UINT}}},
+	{"agent.output", HOST | GUEST, {{"stream", SB_F_STR}, {"data", SB_F_STR}}},
+	{"snapshot.saved", HOST, {{"snapshot", SB_F_STR}, {"kind", SB_F_STR}}},
+	{"run.stopped", HOST, {{"reason", SB_F_STR}}},
+	{"run.exited", HOST | GUEST, {{"status", SB_F_INT}}},
+	{"run.failed", HOST, {{"reason", SB_F_STR}}},
+	{"run.resumed", HOST, {{"from_run", SB_F_STR}, {"from_offset", SB_F_UINT}}},
+	{"run.forked", HOST, {{"from_run", SB_F_STR}, {"snapshot", SB_F_STR}}},
+	{"run.warning", HOST | GATEWAY, {{"message", SB_F_STR}}},
+	{"budget.exceeded", HOST | GATEWAY, {{"budget_nusd", SB_F_UINT}, {"spent_nusd", SB_F_UINT}}},
+	{"net.denied", HOST, {{"dst", SB_F_STR}, {"count", SB_F_UINT}}},
+	{"secret.granted", HOST, {{"name", SB_F_STR}, {"scope", SB_F_STR}}},
+};
+
+const struct sb_event_schema *sb_schema_find(const char *type)
+{
+	for (size_t i = 0; i < sizeof schema / sizeof schema[0]; i++)
+		if (!strcmp(schema[i].type, type))
+			return &schema[i];
+	return NULL;
+}
+
+const struct sb_event_schema *sb_schema_all(size_t *n)
+{
+	*n = sizeof schema / sizeof schema[0];
+	return schema;
+}
+
+static int is_hash(const msgpack_object *o)
+{
+	if (o->type != MSGPACK_OBJECT_STR || o->via.str.size != 32)
+		return 0;
+	for (uint32_t i = 0; i < 32; i++) {
+		char c = o->via.str.ptr[i];
+		if (!(c >= '0' && c <= '9') && !(c >= 'a' && c <= 'f'))
+			return 0;
+	}
+	return 1;
+}
+
+static int type_ok(const msgpack_object *o, enum sb_ftype t)
+{
+	switch (t) {
+	case SB_F_STR: return o->type == MSGPACK_OBJECT_STR;
+	case SB_F_UINT: return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER;
+	case SB_F_INT:
+		return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
+		       o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
+	case SB_F_BOOL: return o->type == MSGPACK_OBJECT_BOOLEAN;
+	case SB_F_MAP: return o->type == MSGPACK_OBJECT_MAP;
+	case SB_F_ARRAY: return o->type == MSGPACK_OBJECT_ARRAY;
+	case SB_F_HASH: return is_hash(o);
+	}
+	return 0;
+}
+
+static const char *const ftype_names[] = {"str", "uint", "int", "bool", "map", "array", "hash"};
+
+int sb_schema_check(const char *type, enum sb_source src, const void *payload, size_t len)
+{
+	const struct sb_event_schema *s = sb_schema_find(type);
+	msgpack_zone zone;
+	msgpack_object map;
+	size_t off = 0;
+	int rc = SB_ERR_SCHEMA;
+
+	if (!s)
+		return sb_seterr(rc, "unknown event type '%.60s'", type);
+	if ((unsigned)src > SB_SRC_GATEWAY || !(s->sources & (1u << src)))
+		return sb_seterr(rc, "%s: source %s may not emit it", type, sb_source_name(src));
+	if (!payload || !len)
+		return sb_seterr(rc, "%s: payload missing", type);
+	if (len > SB_PAYLOAD_MAX)
+		return sb_seterr(rc, "%s: payload of %zu bytes exceeds %u", type, len, SB_PAYLOAD_MAX);
+	if (!msgpack_zone_init(&zone, 1024))
+		return SB_ERR_NOMEM;
+	if (msgpack_unpack(payload, len, &off, &zone, &map) != MSGPACK_UNPACK_SUCCESS ||
+	    map.type != MSGPACK_OBJECT_MAP) {
+		sb_seterr(rc, "%s: payload is not one msgpack map", type);
+		goto out;
+	}
+	for (uint32_t i = 0; i < map.via.map.size; i++) {
+		if (map.via.map.ptr[i].key.type != MSGPACK_OBJECT_STR) {
+			sb_seterr(rc, "%s: payload key %u is not a string", type, i);
+			goto out;
+		}
+	}
+	for (const struct sb_field *f = s->fields; f < s->fields + SB_FIELDS_MAX && f->name; f++) {
+		const msgpack_object *v = sb_map_get(&map, f->name);
+		if (!v) {
+			sb_seterr(rc, "%s: field '%s' missing", type, f->name);
+			goto out;
+		}
+		if (!type_ok(v, f->type)) {
+			sb_seterr(rc, "%s: field '%s' must be %s", type, f->name, ftype_names[f->type]);
+			goto out;
+		}
+	}
+	rc = SB_OK;
+out:
+	msgpack_zone_destroy(&zone);
+	return rc;
+}
