@@ -42,6 +42,7 @@ struct sb_log_iter {
 	MDB_txn *txn;
 	MDB_cursor *cur;  /* events */
 	MDB_cursor *rcur; /* runs, for per-run iteration */
+	int own_txn;      /* txn was begun here and ends with the iterator */
 	char run[SB_RUN_MAX];
 	uint64_t from;
 	int started;
@@ -355,7 +356,7 @@ uint64_t sb_log_last_seq(sb_log *log, const char *run)
 	return seq;
 }
 
-static int iter_new(sb_log *log, uint64_t from, sb_log_iter **out)
+static int iter_new(sb_log *log, MDB_txn *txn, uint64_t from, sb_log_iter **out)
 {
 	sb_log_iter *it = calloc(1, sizeof *it);
 	int rc;
@@ -364,13 +365,17 @@ static int iter_new(sb_log *log, uint64_t from, sb_log_iter **out)
 		return SB_ERR_NOMEM;
 	it->log = log;
 	it->from = from;
-	if ((rc = mdb_txn_begin(log->env, NULL, MDB_RDONLY, &it->txn))) {
-		free(it);
-		return sb_log_mdb_err(rc, "log: read");
+	it->txn = txn;
+	if (!txn) {
+		it->own_txn = 1;
+		if ((rc = mdb_txn_begin(log->env, NULL, MDB_RDONLY, &it->txn))) {
+			free(it);
+			return sb_log_mdb_err(rc, "log: read");
+		}
 	}
 	if ((rc = mdb_cursor_open(it->txn, log->events, &it->cur))) {
-		mdb_txn_abort(it->txn);
-		free(it);
+		it->cur = NULL;
+		sb_log_iter_close(it);
 		return sb_log_mdb_err(rc, "log: read");
 	}
 	*out = it;
@@ -379,7 +384,12 @@ static int iter_new(sb_log *log, uint64_t from, sb_log_iter **out)
 
 int sb_log_iter_open(sb_log *log, uint64_t from, sb_log_iter **out)
 {
-	return iter_new(log, from, out);
+	return iter_new(log, NULL, from, out);
+}
+
+int sb_log_iter_open_txn(sb_log *log, MDB_txn *txn, uint64_t from, sb_log_iter **out)
+{
+	return iter_new(log, txn, from, out);
 }
 
 int sb_log_iter_open_run(sb_log *log, const char *run, uint64_t from_seq, sb_log_iter **out)
@@ -390,10 +400,11 @@ int sb_log_iter_open_run(sb_log *log, const char *run, uint64_t from_seq, sb_log
 
 	if (!rl || rl >= SB_RUN_MAX)
 		return sb_seterr(SB_ERR_INVAL, "bad run id '%.40s'", run);
-	if ((rc = iter_new(log, from_seq, &it)))
+	if ((rc = iter_new(log, NULL, from_seq, &it)))
 		return rc;
 	memcpy(it->run, run, rl + 1);
 	if ((rc = mdb_cursor_open(it->txn, log->runs, &it->rcur))) {
+		it->rcur = NULL;
 		sb_log_iter_close(it);
 		return sb_log_mdb_err(rc, "log: read");
 	}
@@ -492,8 +503,12 @@ void sb_log_iter_close(sb_log_iter *it)
 {
 	if (!it)
 		return;
-	if (it->txn)
-		mdb_txn_abort(it->txn); /* read-only: frees the cursors */
+	if (it->cur)
+		mdb_cursor_close(it->cur);
+	if (it->rcur)
+		mdb_cursor_close(it->rcur);
+	if (it->own_txn)
+		mdb_txn_abort(it->txn);
 	free(it);
 }
 

@@ -64,6 +64,11 @@ uint64_t sb_log_last_seq(sb_log *log, const char *run);
  * consistent snapshot. The caller closes it. Errors: SB_ERR_IO, SB_ERR_NOMEM. */
 int sb_log_iter_open(sb_log *log, uint64_t from, sb_log_iter **out);
 
+/* Like sb_log_iter_open, but reads inside the caller's transaction txn (read
+ * or write; it must outlive the iterator), so a projection sees the log and
+ * its own state in one transaction. */
+int sb_log_iter_open_txn(sb_log *log, MDB_txn *txn, uint64_t from, sb_log_iter **out);
+
 /* Opens an iterator over one run's events from sequence from_seq
  * (inclusive). Errors: as sb_log_iter_open. */
 int sb_log_iter_open_run(sb_log *log, const char *run, uint64_t from_seq,

@@ -1,0 +1,77 @@
+/* projection.h - projections: pure folds over the event log.
+ *
+ * A projection is an ops table. Its state is a set of key/value pairs in its
+ * own LMDB database ("p.<name>") beside the log; the projector applies each
+ * event after the projection's checkpoint and writes the new checkpoint in
+ * the same transaction as the state, so every event is applied exactly once,
+ * also across a crash. State must depend on the events only (never on the
+ * clock or the host), so rebuilding from offset 0 gives identical bytes.
+ */
+#ifndef SB_PROJECTION_H
+#define SB_PROJECTION_H
+
+#include <lmdb.h>
+#include <msgpack.h>
+#include <stdint.h>
+
+#include "engine/event.h"
+#include "engine/log.h"
+
+/* A projection's view of one write transaction. */
+struct sb_proj_txn {
+	MDB_txn *txn;
+	MDB_dbi dbi;
+};
+
+struct sb_projection {
+	const char *name;
+	/* Called on empty state, before the first event (may be NULL). */
+	int (*init)(struct sb_proj_txn *t);
+	/* Folds one event into the state; payload is the parsed payload map.
+	 * An error aborts the whole batch; nothing of it is kept. */
+	int (*apply)(struct sb_proj_txn *t, const struct sb_event *ev,
+		     const msgpack_object *payload);
+};
+
+/* Reads key into *val (valid until the transaction ends).
+ * Errors: SB_ERR_NOTFOUND, SB_ERR_IO. */
+int sb_proj_get(struct sb_proj_txn *t, const void *key, size_t klen, MDB_val *val);
+
+/* Writes key = val. Errors: SB_ERR_FULL, SB_ERR_IO. */
+int sb_proj_put(struct sb_proj_txn *t, const void *key, size_t klen, const void *val,
+		size_t vlen);
+
+typedef struct sb_projector sb_projector;
+
+/* Opens the projector over log with the built-in projections (run state,
+ * costs, resume points). log must outlive it. Errors: SB_ERR_IO, SB_ERR_NOMEM. */
+int sb_projector_open(sb_log *log, sb_projector **out);
+
+/* Closes the projector (NULL is fine). */
+void sb_projector_close(sb_projector *p);
+
+/* Applies every event after each projection's checkpoint, in transactions of
+ * at most 10000 events. *applied (may be NULL) gets the number of events
+ * read. Safe against concurrent appends; not to be called concurrently with
+ * itself. Errors: SB_ERR_CORRUPT (a record fails its checksum; detail names
+ * its offset; the projections stop before it), SB_ERR_IO, SB_ERR_FULL. */
+int sb_projector_catch_up(sb_projector *p, uint64_t *applied);
+
+/* Empties every projection's state and checkpoint, then catches up from
+ * offset 0. Errors: as sb_projector_catch_up. */
+int sb_projector_rebuild(sb_projector *p);
+
+/* Returns the lowest checkpoint of all projections (the offset all of them
+ * have applied). */
+uint64_t sb_projector_checkpoint(sb_projector *p);
+
+/* Writes the SHA-256 of projection name's whole state (every key and value
+ * in order) into out. Errors: SB_ERR_NOTFOUND (no such projection), SB_ERR_IO. */
+int sb_projector_digest(sb_projector *p, const char *name, uint8_t out[32]);
+
+/* Opens a read transaction for the projection named name and fills *t.
+ * The caller ends it with mdb_txn_abort(t->txn). Errors: SB_ERR_NOTFOUND,
+ * SB_ERR_IO. */
+int sb_projector_read(sb_projector *p, const char *name, struct sb_proj_txn *t);
+
+#endif

@@ -1,0 +1,279 @@
+/* projector.c - runs the projections over the log, exactly once. */
+#include "projections/projection.h"
+
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/error.h"
+#include "engine/payload.h"
+#include "projections/views.h"
+
+#define BATCH 10000
+
+static const struct sb_projection *const builtin[] = {
+	&sb_proj_runstate,
+	&sb_proj_costs,
+	&sb_proj_resume,
+};
+#define NPROJ (sizeof builtin / sizeof builtin[0])
+
+struct sb_projector {
+	sb_log *log;
+	MDB_dbi dbi[NPROJ];
+	MDB_dbi ckpt; /* name -> checkpoint offset (8 bytes BE) */
+	msgpack_zone zone;
+};
+
+static void be64_put(uint8_t *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+static uint64_t be64_get(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+int sb_proj_get(struct sb_proj_txn *t, const void *key, size_t klen, MDB_val *val)
+{
+	MDB_val k = {klen, (void *)key};
+	int rc = mdb_get(t->txn, t->dbi, &k, val);
+
+	if (rc == MDB_NOTFOUND)
+		return SB_ERR_NOTFOUND;
+	return sb_log_mdb_err(rc, "projection: get");
+}
+
+int sb_proj_put(struct sb_proj_txn *t, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	MDB_val k = {klen, (void *)key}, v = {vlen, (void *)val};
+
+	return sb_log_mdb_err(mdb_put(t->txn, t->dbi, &k, &v, 0), "projection: put");
+}
+
+int sb_projector_open(sb_log *log, sb_projector **out)
+{
+	sb_projector *p = calloc(1, sizeof *p);
+	MDB_txn *txn = NULL;
+	char name[64];
+	int rc;
+
+	if (!p)
+		return SB_ERR_NOMEM;
+	p->log = log;
+	if (!msgpack_zone_init(&p->zone, 4096)) {
+		free(p);
+		return SB_ERR_NOMEM;
+	}
+	if ((rc = mdb_txn_begin(sb_log_env(log), NULL, 0, &txn)))
+		goto fail;
+	for (size_t i = 0; i < NPROJ; i++) {
+		snprintf(name, sizeof name, "p.%s", builtin[i]->name);
+		if ((rc = mdb_dbi_open(txn, name, MDB_CREATE, &p->dbi[i])))
+			goto fail;
+	}
+	if ((rc = mdb_dbi_open(txn, "p.checkpoints", MDB_CREATE, &p->ckpt)))
+		goto fail;
+	if ((rc = mdb_txn_commit(txn))) {
+		txn = NULL;
+		goto fail;
+	}
+	*out = p;
+	return SB_OK;
+fail:
+	if (txn)
+		mdb_txn_abort(txn);
+	msgpack_zone_destroy(&p->zone);
+	free(p);
+	return sb_log_mdb_err(rc, "projector: open");
+}
+
+void sb_projector_close(sb_projector *p)
+{
+	if (!p)
+		return;
+	msgpack_zone_destroy(&p->zone);
+	free(p);
+}
+
+static uint64_t ckpt_get(sb_projector *p, MDB_txn *txn, size_t i)
+{
+	MDB_val k = {strlen(builtin[i]->name), (void *)builtin[i]->name}, v;
+
+	if (mdb_get(txn, p->ckpt, &k, &v) || v.mv_size != 8)
+		return 0;
+	return be64_get(v.mv_data);
+}
+
+static int ckpt_put(sb_projector *p, MDB_txn *txn, size_t i, uint64_t off)
+{
+	MDB_val k = {strlen(builtin[i]->name), (void *)builtin[i]->name}, v;
+	uint8_t b[8];
+
+	be64_put(b, off);
+	v.mv_size = 8;
+	v.mv_data = b;
+	return sb_log_mdb_err(mdb_put(txn, p->ckpt, &k, &v, 0), "projector: checkpoint");
+}
+
+/* Applies up to BATCH events in one transaction. *n gets the number read. */
+static int catch_up_batch(sb_projector *p, uint64_t *n)
+{
+	MDB_txn *txn;
+	sb_log_iter *it = NULL;
+	uint64_t ck[NPROJ], from = UINT64_MAX, last = 0;
+	struct sb_event ev;
+	int rc;
+
+	*n = 0;
+	if ((rc = mdb_txn_begin(sb_log_env(p->log), NULL, 0, &txn)))
+		return sb_log_mdb_err(rc, "projector: begin");
+	for (size_t i = 0; i < NPROJ; i++) {
+		ck[i] = ckpt_get(p, txn, i);
+		if (ck[i] < from)
+			from = ck[i];
+	}
+	if ((rc = sb_log_iter_open_txn(p->log, txn, from + 1, &it)))
+		goto fail;
+	while (*n < BATCH && (rc = sb_log_iter_next(it, &ev)) == SB_OK) {
+		msgpack_object map;
+		msgpack_zone_clear(&p->zone);
+		if ((rc = sb_payload_parse(ev.payload, ev.payload_len, &p->zone, &map))) {
+			rc = sb_seterr(SB_ERR_CORRUPT, "offset %llu: %s", (unsigned long long)ev.offset,
+				       sb_errmsg(rc));
+			goto fail;
+		}
+		for (size_t i = 0; i < NPROJ; i++) {
+			struct sb_proj_txn t = {txn, p->dbi[i]};
+			if (ev.offset <= ck[i])
+				continue;
+			if ((rc = builtin[i]->apply(&t, &ev, &map)))
+				goto fail;
+		}
+		last = ev.offset;
+		(*n)++;
+	}
+	if (rc < 0)
+		goto fail;
+	sb_log_iter_close(it);
+	it = NULL;
+	for (size_t i = 0; i < NPROJ && *n; i++)
+		if (last > ck[i] && (rc = ckpt_put(p, txn, i, last)))
+			goto fail;
+	return sb_log_mdb_err(mdb_txn_commit(txn), "projector: commit");
+fail:
+	sb_log_iter_close(it);
+	mdb_txn_abort(txn);
+	*n = 0;
+	return rc;
+}
+
+int sb_projector_catch_up(sb_projector *p, uint64_t *applied)
+{
+	uint64_t n, total = 0;
+	int rc;
+
+	do {
+		rc = catch_up_batch(p, &n);
+		total += n;
+	} while (rc == SB_OK && n == BATCH);
+	if (applied)
+		*applied = total;
+	return rc;
+}
+
+int sb_projector_rebuild(sb_projector *p)
+{
+	MDB_txn *txn;
+	int rc;
+
+	if ((rc = mdb_txn_begin(sb_log_env(p->log), NULL, 0, &txn)))
+		return sb_log_mdb_err(rc, "projector: begin");
+	for (size_t i = 0; i < NPROJ; i++) {
+		struct sb_proj_txn t = {txn, p->dbi[i]};
+		if ((rc = sb_log_mdb_err(mdb_drop(txn, p->dbi[i], 0), "projector: drop")) ||
+		    (builtin[i]->init && (rc = builtin[i]->init(&t)))) {
+			mdb_txn_abort(txn);
+			return rc;
+		}
+	}
+	if ((rc = mdb_drop(txn, p->ckpt, 0))) {
+		mdb_txn_abort(txn);
+		return sb_log_mdb_err(rc, "projector: drop");
+	}
+	if ((rc = sb_log_mdb_err(mdb_txn_commit(txn), "projector: commit")))
+		return rc;
+	return sb_projector_catch_up(p, NULL);
+}
+
+uint64_t sb_projector_checkpoint(sb_projector *p)
+{
+	MDB_txn *txn;
+	uint64_t min = UINT64_MAX;
+
+	if (mdb_txn_begin(sb_log_env(p->log), NULL, MDB_RDONLY, &txn))
+		return 0;
+	for (size_t i = 0; i < NPROJ; i++) {
+		uint64_t c = ckpt_get(p, txn, i);
+		if (c < min)
+			min = c;
+	}
+	mdb_txn_abort(txn);
+	return min;
+}
+
+static int find(const char *name)
+{
+	for (size_t i = 0; i < NPROJ; i++)
+		if (!strcmp(builtin[i]->name, name))
+			return (int)i;
+	return sb_seterr(SB_ERR_NOTFOUND, "no projection named '%s'", name);
+}
+
+int sb_projector_read(sb_projector *p, const char *name, struct sb_proj_txn *t)
+{
+	int i = find(name), rc;
+
+	if (i < 0)
+		return i;
+	if ((rc = mdb_txn_begin(sb_log_env(p->log), NULL, MDB_RDONLY, &t->txn)))
+		return sb_log_mdb_err(rc, "projection: read");
+	t->dbi = p->dbi[i];
+	return SB_OK;
+}
+
+int sb_projector_digest(sb_projector *p, const char *name, uint8_t out[32])
+{
+	struct sb_proj_txn t;
+	crypto_hash_sha256_state st;
+	MDB_cursor *c;
+	MDB_val k, v;
+	uint8_t len[8];
+	int rc;
+
+	if ((rc = sb_projector_read(p, name, &t)))
+		return rc;
+	if ((rc = mdb_cursor_open(t.txn, t.dbi, &c))) {
+		mdb_txn_abort(t.txn);
+		return sb_log_mdb_err(rc, "projection: digest");
+	}
+	crypto_hash_sha256_init(&st);
+	while (!(rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))) {
+		be64_put(len, k.mv_size);
+		crypto_hash_sha256_update(&st, len, 8);
+		crypto_hash_sha256_update(&st, k.mv_data, k.mv_size);
+		be64_put(len, v.mv_size);
+		crypto_hash_sha256_update(&st, len, 8);
+		crypto_hash_sha256_update(&st, v.mv_data, v.mv_size);
+	}
+	crypto_hash_sha256_final(&st, out);
+	mdb_cursor_close(c);
+	mdb_txn_abort(t.txn);
+	return rc == MDB_NOTFOUND ? SB_OK : sb_log_mdb_err(rc, "projection: digest");
+}

@@ -1,0 +1,172 @@
+/* runstate.c - the run state projection: one record per run. */
+#include <string.h>
+
+#include "engine/error.h"
+#include "engine/payload.h"
+#include "projections/fields.h"
+#include "projections/views.h"
+
+#define RS struct sb_runstate
+static const struct sb_fdesc rs_fields[] = {
+	SB_FSTR(RS, run),         SB_FSTR(RS, name),        SB_FSTR(RS, group),
+	SB_FSTR(RS, tmpl),        SB_FSTR(RS, tmpl_hash),   SB_FSTR(RS, model),
+	SB_FSTR(RS, network),     SB_FSTR(RS, status),      SB_FSTR(RS, reason),
+	SB_FSTR(RS, parent),      SB_FSTR(RS, last_type),   SB_FU64(RS, parent_offset),
+	SB_FU64(RS, cpus),        SB_FU64(RS, memory_mib),  SB_FU64(RS, timeout_s),
+	SB_FU64(RS, budget_nusd), SB_FU64(RS, created_ns),  SB_FU64(RS, started_ns),
+	SB_FU64(RS, ended_ns),    SB_FI64(RS, exit_status), SB_FU64(RS, has_exit),
+	SB_FU64(RS, cost_nusd),   SB_FU64(RS, last_offset), SB_FU64(RS, last_seq),
+	SB_FU64(RS, events),
+};
+#define NF (sizeof rs_fields / sizeof rs_fields[0])
+
+void sb_runstate_pack(const struct sb_runstate *rs, msgpack_packer *pk)
+{
+	sb_fields_pack(rs_fields, NF, rs, pk);
+}
+
+int sb_runstate_unpack(const msgpack_object *map, struct sb_runstate *rs)
+{
+	memset(rs, 0, sizeof *rs);
+	return sb_fields_unpack(rs_fields, NF, map, rs);
+}
+
+static int is_terminal(const char *status)
+{
+	return !strcmp(status, "exited") || !strcmp(status, "stopped") ||
+	       !strcmp(status, "timeout") || !strcmp(status, "failed");
+}
+
+static void set_str(char *dst, size_t cap, const msgpack_object *map, const char *key)
+{
+	if (sb_map_str(map, key, dst, cap) < 0)
+		dst[0] = 0;
+}
+
+#define SET(field, key) set_str(rs.field, sizeof rs.field, map, key)
+
+static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgpack_object *map)
+{
+	struct sb_runstate rs;
+	size_t kl = strlen(ev->run);
+	const char *ty = ev->type;
+	char reason[32];
+	int rc;
+
+	rc = sb_fields_load(t, ev->run, kl, rs_fields, NF, &rs, sizeof rs);
+	if (rc == SB_ERR_NOTFOUND) {
+		memcpy(rs.run, ev->run, kl + 1);
+		strcpy(rs.status, "created");
+		rs.created_ns = ev->ts_ns;
+	} else if (rc) {
+		return rc;
+	}
+	if (!strcmp(ty, "run.created")) {
+		SET(name, "name");
+		SET(group, "group");
+		SET(tmpl, "template");
+		SET(model, "model");
+	} else if (!strcmp(ty, "run.policy.resolved")) {
+		SET(tmpl_hash, "template_hash");
+		SET(network, "network");
+		if (sb_map_get(map, "model"))
+			SET(model, "model");
+		rs.cpus = sb_map_u64(map, "cpus", 0);
+		rs.memory_mib = sb_map_u64(map, "memory_mib", 0);
+		rs.timeout_s = sb_map_u64(map, "timeout_s", 0);
+		rs.budget_nusd = sb_map_u64(map, "budget_nusd", 0);
+	} else if (!strcmp(ty, "run.started")) {
+		if (!is_terminal(rs.status))
+			strcpy(rs.status, "running");
+		rs.started_ns = ev->ts_ns;
+	} else if (!strcmp(ty, "run.exited")) {
+		rs.exit_status = sb_map_i64(map, "status", 0);
+		rs.has_exit = 1;
+	} else if (!strcmp(ty, "run.stopped")) {
+		sb_map_str(map, "reason", reason, sizeof reason);
+		if (!strcmp(rs.status, "failed")) {
+			/* a failure stays the verdict */
+		} else if (!strcmp(reason, "exited") || !strcmp(reason, "timeout") ||
+			   !strcmp(reason, "failed")) {
+			strcpy(rs.status, reason);
+		} else {
+			strcpy(rs.status, "stopped");
+			snprintf(rs.reason, sizeof rs.reason, "%s", reason);
+		}
+		rs.ended_ns = ev->ts_ns;
+	} else if (!strcmp(ty, "run.failed")) {
+		strcpy(rs.status, "failed");
+		SET(reason, "reason");
+		if (!rs.ended_ns)
+			rs.ended_ns = ev->ts_ns;
+	} else if (!strcmp(ty, "run.resumed")) {
+		SET(parent, "from_run");
+		rs.parent_offset = sb_map_u64(map, "from_offset", 0);
+	} else if (!strcmp(ty, "run.forked")) {
+		SET(parent, "from_run");
+	} else if (!strcmp(ty, "agent.usage.updated") && ev->source == SB_SRC_GATEWAY) {
+		rs.cost_nusd += sb_map_u64(map, "cost_nusd", 0);
+	} else if (!strcmp(ty, "budget.exceeded")) {
+		snprintf(rs.reason, sizeof rs.reason, "budget exceeded");
+	}
+	snprintf(rs.last_type, sizeof rs.last_type, "%s", ty);
+	rs.last_offset = ev->offset;
+	rs.last_seq = ev->seq;
+	rs.events++;
+	return sb_fields_store(t, ev->run, kl, rs_fields, NF, &rs);
+}
+
+const struct sb_projection sb_proj_runstate = {
+	.name = "runstate",
+	.init = NULL,
+	.apply = rs_apply,
+};
+
+int sb_runstate_get(sb_projector *p, const char *run, struct sb_runstate *rs)
+{
+	struct sb_proj_txn t;
+	int rc;
+
+	if ((rc = sb_projector_read(p, "runstate", &t)))
+		return rc;
+	rc = sb_fields_load(&t, run, strlen(run), rs_fields, NF, rs, sizeof *rs);
+	mdb_txn_abort(t.txn);
+	if (rc == SB_ERR_NOTFOUND)
+		return sb_seterr(rc, "no run '%s'", run);
+	return rc;
+}
+
+int sb_runstate_each(sb_projector *p, int (*fn)(void *ctx, const struct sb_runstate *rs), void *ctx)
+{
+	struct sb_proj_txn t;
+	struct sb_runstate rs;
+	MDB_cursor *c;
+	MDB_val k, v;
+	msgpack_zone zone;
+	msgpack_object map;
+	int rc;
+
+	if ((rc = sb_projector_read(p, "runstate", &t)))
+		return rc;
+	if (!msgpack_zone_init(&zone, 2048)) {
+		mdb_txn_abort(t.txn);
+		return SB_ERR_NOMEM;
+	}
+	if ((rc = mdb_cursor_open(t.txn, t.dbi, &c))) {
+		rc = sb_log_mdb_err(rc, "runstate: read");
+		goto out;
+	}
+	while ((rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) == 0) {
+		msgpack_zone_clear(&zone);
+		if ((rc = sb_payload_parse(v.mv_data, v.mv_size, &zone, &map)) ||
+		    (rc = sb_runstate_unpack(&map, &rs)) || (rc = fn(ctx, &rs)))
+			break;
+	}
+	if (rc == MDB_NOTFOUND)
+		rc = SB_OK;
+	mdb_cursor_close(c);
+out:
+	msgpack_zone_destroy(&zone);
+	mdb_txn_abort(t.txn);
+	return rc;
+}

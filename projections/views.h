@@ -1,0 +1,85 @@
+/* views.h - the built-in projections and how to read them.
+ *
+ *   runstate  one record per run: status, settings, times, exit, last event
+ *   costs     token and cost totals per run, per group and per model
+ *   resume    per run, the snapshots it saved, by offset: its resume points
+ *
+ * Costs are integers in nano-USD (1e-9 USD), so totals are exact.
+ */
+#ifndef SB_VIEWS_H
+#define SB_VIEWS_H
+
+#include <msgpack.h>
+#include <stdint.h>
+
+#include "projections/projection.h"
+
+extern const struct sb_projection sb_proj_runstate;
+extern const struct sb_projection sb_proj_costs;
+extern const struct sb_projection sb_proj_resume;
+
+struct sb_runstate {
+	char run[SB_RUN_MAX];
+	char name[64];
+	char group[64];
+	char tmpl[64];          /* template name */
+	char tmpl_hash[72];
+	char model[96];
+	char network[16];
+	char status[16];        /* created running exited stopped timeout failed */
+	char reason[128];       /* why it stopped or failed */
+	char parent[SB_RUN_MAX]; /* run it was resumed or forked from */
+	char last_type[SB_TYPE_MAX];
+	uint64_t parent_offset;
+	uint64_t cpus, memory_mib, timeout_s, budget_nusd;
+	uint64_t created_ns, started_ns, ended_ns;
+	int64_t exit_status;    /* valid when has_exit */
+	uint64_t has_exit;
+	uint64_t cost_nusd;     /* authoritative: from gateway usage events */
+	uint64_t last_offset, last_seq, events;
+};
+
+/* Packs rs as a msgpack map with a fixed key order. */
+void sb_runstate_pack(const struct sb_runstate *rs, msgpack_packer *pk);
+
+/* Fills rs from a map made by sb_runstate_pack (missing keys stay zero).
+ * Errors: SB_ERR_CORRUPT. */
+int sb_runstate_unpack(const msgpack_object *map, struct sb_runstate *rs);
+
+/* Reads run's state. Errors: SB_ERR_NOTFOUND, SB_ERR_CORRUPT, SB_ERR_IO. */
+int sb_runstate_get(sb_projector *p, const char *run, struct sb_runstate *rs);
+
+/* Calls fn for every run in id order until fn returns non-zero (which is
+ * returned). Errors: SB_ERR_CORRUPT, SB_ERR_IO. */
+int sb_runstate_each(sb_projector *p, int (*fn)(void *ctx, const struct sb_runstate *rs),
+		     void *ctx);
+
+struct sb_cost {
+	uint64_t input_tokens, output_tokens, cached_tokens, cost_nusd, calls;
+};
+
+/* Reads the totals of scope ("run", "group" or "model") id; an id with no
+ * usage gives zeros. Errors: SB_ERR_CORRUPT, SB_ERR_IO. */
+int sb_costs_get(sb_projector *p, const char *scope, const char *id, struct sb_cost *c);
+
+/* Calls fn for every id of scope, in order, until fn returns non-zero. */
+int sb_costs_each(sb_projector *p, const char *scope,
+		  int (*fn)(void *ctx, const char *id, const struct sb_cost *c), void *ctx);
+
+struct sb_resume_point {
+	uint64_t offset, seq, ts_ns;
+	char snapshot[72];
+	char kind[16];
+};
+
+/* Calls fn for each resume point of run, oldest first, until fn returns
+ * non-zero. Errors: SB_ERR_CORRUPT, SB_ERR_IO. */
+int sb_resume_each(sb_projector *p, const char *run,
+		   int (*fn)(void *ctx, const struct sb_resume_point *rp), void *ctx);
+
+/* Finds the newest resume point of run at or before offset.
+ * Errors: SB_ERR_NOTFOUND, SB_ERR_CORRUPT, SB_ERR_IO. */
+int sb_resume_find(sb_projector *p, const char *run, uint64_t offset,
+		   struct sb_resume_point *rp);
+
+#endif
