@@ -1,0 +1,447 @@
+/* api.c - the control API: one handler per request op (see SPEC.md). */
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/daemon.h"
+#include "engine/error.h"
+#include "engine/payload.h"
+#include "engine/runs.h"
+#include "engine/token.h"
+#include "engine/wire.h"
+#include "projections/views.h"
+
+#define SB_VERSION "0.1.0"
+#define READ_LIMIT_DEFAULT 1000
+#define READ_LIMIT_MAX 10000
+
+struct req {
+	struct sb_daemon *d;
+	const msgpack_object *args;
+	msgpack_sbuffer *out;
+	msgpack_packer pk;
+};
+
+/* Starts a success reply with n fields after "ok". */
+static void reply_begin(struct req *r, size_t n)
+{
+	msgpack_pack_map(&r->pk, n + 1);
+	sb_pack_kbool(&r->pk, "ok", 1);
+}
+
+/* Copies the string argument key into buf; errors name the argument. */
+static int arg_str(struct req *r, const char *key, char *buf, size_t cap, int required)
+{
+	int n = sb_map_str(r->args, key, buf, cap);
+
+	if (n < 0) {
+		buf[0] = 0;
+		if (sb_map_get(r->args, key))
+			return sb_seterr(SB_ERR_INVAL, "argument '%s' must be a string", key);
+		return required ? sb_seterr(SB_ERR_INVAL, "argument '%s' missing", key) : SB_OK;
+	}
+	if ((size_t)n >= cap)
+		return sb_seterr(SB_ERR_INVAL, "argument '%s' too long", key);
+	return SB_OK;
+}
+
+static int op_health(struct req *r)
+{
+	reply_begin(r, 5);
+	sb_pack_kstr(&r->pk, "version", SB_VERSION);
+	sb_pack_ku64(&r->pk, "pid", (uint64_t)getpid());
+	sb_pack_ku64(&r->pk, "last_offset", sb_log_last_offset(r->d->log));
+	sb_pack_ku64(&r->pk, "checkpoint", sb_projector_checkpoint(r->d->proj));
+	sb_pack_ku64(&r->pk, "uptime_s", (uint64_t)(sb_loop_now(r->d->loop) - r->d->started));
+	return SB_OK;
+}
+
+struct resolve_ctx {
+	const char *want;
+	size_t wl;
+	char found[SB_RUN_MAX];
+	uint64_t newest;
+	int matches;
+};
+
+static int resolve_cb(void *vctx, const struct sb_runstate *rs)
+{
+	struct resolve_ctx *c = vctx;
+
+	if (!strcmp(rs->run, c->want)) {
+		snprintf(c->found, sizeof c->found, "%s", rs->run);
+		c->matches = 1;
+		return 1;
+	}
+	if (!strcmp(rs->name, c->want)) {
+		/* a name names its newest run */
+		if (rs->created_ns >= c->newest) {
+			c->newest = rs->created_ns;
+			snprintf(c->found, sizeof c->found, "%s", rs->run);
+		}
+		c->matches = c->matches < 1 ? 1 : c->matches;
+		return 0;
+	}
+	if (c->wl >= 4 && !strncmp(rs->run, c->want, c->wl)) {
+		snprintf(c->found, sizeof c->found, "%s", rs->run);
+		c->matches++;
+	}
+	return 0;
+}
+
+/* Resolves a run id, a unique id prefix of 4+ characters, or a run name. */
+static int resolve_run(struct sb_daemon *d, const char *want, char out[SB_RUN_MAX])
+{
+	struct resolve_ctx c = {want, strlen(want), "", 0, 0};
+	int rc;
+
+	sb_daemon_catch_up(d);
+	if ((rc = sb_runstate_each(d->proj, resolve_cb, &c)) < 0)
+		return rc;
+	if (c.matches == 0)
+		return sb_seterr(SB_ERR_NOTFOUND, "no run '%s'", want);
+	if (c.matches > 1)
+		return sb_seterr(SB_ERR_AMBIGUOUS, "run '%s' is ambiguous: give more characters", want);
+	memcpy(out, c.found, SB_RUN_MAX);
+	return SB_OK;
+}
+
+static int arg_run(struct req *r, char run[SB_RUN_MAX])
+{
+	char want[96];
+	int rc;
+
+	if ((rc = arg_str(r, "run", want, sizeof want, 1)))
+		return rc;
+	return resolve_run(r->d, want, run);
+}
+
+static int op_run_resolve(struct req *r)
+{
+	char run[SB_RUN_MAX];
+	int rc = arg_run(r, run);
+
+	if (rc)
+		return rc;
+	reply_begin(r, 1);
+	sb_pack_kstr(&r->pk, "run", run);
+	return SB_OK;
+}
+
+static int type_wanted(const msgpack_object *types, const char *type)
+{
+	if (!types || types->type != MSGPACK_OBJECT_ARRAY || types->via.array.size == 0)
+		return 1;
+	for (uint32_t i = 0; i < types->via.array.size; i++) {
+		const msgpack_object *t = &types->via.array.ptr[i];
+		size_t n = t->type == MSGPACK_OBJECT_STR ? t->via.str.size : 0;
+		/* "agent.tool" matches agent.tool.started and agent.tool.completed */
+		if (n && !strncmp(type, t->via.str.ptr, n) && (type[n] == 0 || type[n] == '.'))
+			return 1;
+	}
+	return 0;
+}
+
+/* events.read {run?, from, limit, types?}: events with offset >= from. */
+static int op_events_read(struct req *r)
+{
+	char want[96], run[SB_RUN_MAX] = "";
+	uint64_t from = sb_map_u64(r->args, "from", 0), limit = sb_map_u64(r->args, "limit", 0);
+	uint64_t next = from, last = sb_log_last_offset(r->d->log), n = 0, scanned = 0;
+	const msgpack_object *types = sb_map_get(r->args, "types");
+	msgpack_sbuffer evbuf;
+	msgpack_packer epk;
+	sb_log_iter *it;
+	struct sb_event ev;
+	int rc;
+
+	if ((rc = arg_str(r, "run", want, sizeof want, 0)))
+		return rc;
+	if (want[0] && (rc = resolve_run(r->d, want, run)))
+		return rc;
+	if (!limit)
+		limit = READ_LIMIT_DEFAULT;
+	if (limit > READ_LIMIT_MAX)
+		limit = READ_LIMIT_MAX;
+	rc = run[0] ? sb_log_iter_open_run(r->d->log, run, 1, &it)
+		    : sb_log_iter_open(r->d->log, from, &it);
+	if (rc)
+		return rc;
+	msgpack_sbuffer_init(&evbuf);
+	msgpack_packer_init(&epk, &evbuf, msgpack_sbuffer_write);
+	while (n < limit && scanned < 16 * READ_LIMIT_MAX && (rc = sb_log_iter_next(it, &ev)) == SB_OK) {
+		if (ev.offset < from)
+			continue;
+		scanned++;
+		next = ev.offset + 1;
+		if (!type_wanted(types, ev.type))
+			continue;
+		if ((rc = sb_wire_pack_event(&evbuf, &epk, &ev)))
+			break;
+		n++;
+	}
+	sb_log_iter_close(it);
+	if (rc < 0) {
+		msgpack_sbuffer_destroy(&evbuf);
+		return rc;
+	}
+	reply_begin(r, 4);
+	sb_pack_ku64(&r->pk, "next", next);
+	sb_pack_ku64(&r->pk, "last_offset", last);
+	sb_pack_kbool(&r->pk, "end", rc == SB_END);
+	sb_pack_str(&r->pk, "events");
+	msgpack_pack_array(&r->pk, n);
+	if (n)
+		msgpack_sbuffer_write(r->out, evbuf.data, evbuf.size);
+	msgpack_sbuffer_destroy(&evbuf);
+	return SB_OK;
+}
+
+static void pack_cost(msgpack_packer *pk, const struct sb_cost *c)
+{
+	msgpack_pack_map(pk, 5);
+	sb_pack_ku64(pk, "input_tokens", c->input_tokens);
+	sb_pack_ku64(pk, "output_tokens", c->output_tokens);
+	sb_pack_ku64(pk, "cached_tokens", c->cached_tokens);
+	sb_pack_ku64(pk, "cost_nusd", c->cost_nusd);
+	sb_pack_ku64(pk, "calls", c->calls);
+}
+
+struct list_ctx {
+	char group[64];
+	size_t n;
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+};
+
+static int list_cb(void *vctx, const struct sb_runstate *rs)
+{
+	struct list_ctx *c = vctx;
+
+	if (c->group[0] && strcmp(c->group, rs->group))
+		return 0;
+	sb_runstate_pack(rs, &c->pk);
+	c->n++;
+	return 0;
+}
+
+static int op_runs_list(struct req *r)
+{
+	struct list_ctx c;
+	int rc;
+
+	memset(&c, 0, sizeof c);
+	if ((rc = arg_str(r, "group", c.group, sizeof c.group, 0)))
+		return rc;
+	sb_daemon_catch_up(r->d);
+	msgpack_sbuffer_init(&c.buf);
+	msgpack_packer_init(&c.pk, &c.buf, msgpack_sbuffer_write);
+	rc = sb_runstate_each(r->d->proj, list_cb, &c);
+	if (rc == SB_OK) {
+		reply_begin(r, 1);
+		sb_pack_str(&r->pk, "runs");
+		msgpack_pack_array(&r->pk, c.n);
+		if (c.n)
+			msgpack_sbuffer_write(r->out, c.buf.data, c.buf.size);
+	}
+	msgpack_sbuffer_destroy(&c.buf);
+	return rc;
+}
+
+/* Packs the payload of run's first event of type as key (nil if none). */
+static int pack_first_payload(struct req *r, const char *run, const char *type, const char *key)
+{
+	sb_log_iter *it;
+	struct sb_event ev;
+	int rc;
+
+	sb_pack_str(&r->pk, key);
+	if ((rc = sb_log_iter_open_run(r->d->log, run, 1, &it)))
+		return rc;
+	while ((rc = sb_log_iter_next(it, &ev)) == SB_OK && strcmp(ev.type, type))
+		;
+	if (rc == SB_OK)
+		msgpack_sbuffer_write(r->out, (const char *)ev.payload, ev.payload_len);
+	else
+		msgpack_pack_nil(&r->pk);
+	sb_log_iter_close(it);
+	return rc == SB_END ? SB_OK : rc;
+}
+
+static int op_run_get(struct req *r)
+{
+	char run[SB_RUN_MAX];
+	struct sb_runstate rs;
+	struct sb_cost cost;
+	int rc;
+
+	if ((rc = arg_run(r, run)) || (rc = sb_runstate_get(r->d->proj, run, &rs)) ||
+	    (rc = sb_costs_get(r->d->proj, "run", run, &cost)))
+		return rc;
+	reply_begin(r, 4);
+	sb_pack_str(&r->pk, "run");
+	sb_runstate_pack(&rs, &r->pk);
+	sb_pack_str(&r->pk, "cost");
+	pack_cost(&r->pk, &cost);
+	if ((rc = pack_first_payload(r, run, "run.created", "created")) ||
+	    (rc = pack_first_payload(r, run, "run.policy.resolved", "policy")))
+		return rc;
+	return SB_OK;
+}
+
+static int op_costs(struct req *r)
+{
+	char scope[16], id[96];
+	struct sb_cost c;
+	int rc;
+
+	if ((rc = arg_str(r, "scope", scope, sizeof scope, 1)) ||
+	    (rc = arg_str(r, "id", id, sizeof id, 1)))
+		return rc;
+	if (strcmp(scope, "run") && strcmp(scope, "group") && strcmp(scope, "model"))
+		return sb_seterr(SB_ERR_INVAL, "scope must be run, group or model");
+	sb_daemon_catch_up(r->d);
+	if ((rc = sb_costs_get(r->d->proj, scope, id, &c)))
+		return rc;
+	reply_begin(r, 1);
+	sb_pack_str(&r->pk, "cost");
+	pack_cost(&r->pk, &c);
+	return SB_OK;
+}
+
+/* events.append {run, type, payload}: a host event from an operator tool. */
+static int op_events_append(struct req *r)
+{
+	char run[SB_RUN_MAX], type[SB_TYPE_MAX];
+	const msgpack_object *payload = sb_map_get(r->args, "payload");
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	uint64_t off;
+	int rc;
+
+	if ((rc = arg_run(r, run)) || (rc = arg_str(r, "type", type, sizeof type, 1)))
+		return rc;
+	if (!payload || payload->type != MSGPACK_OBJECT_MAP)
+		return sb_seterr(SB_ERR_INVAL, "argument 'payload' must be a map");
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	msgpack_pack_object(&pk, *payload);
+	rc = buf.data ? sb_daemon_emit(r->d, run, type, SB_SRC_HOST, buf.data, buf.size, &off)
+		      : SB_ERR_NOMEM;
+	msgpack_sbuffer_destroy(&buf);
+	if (rc)
+		return rc;
+	reply_begin(r, 1);
+	sb_pack_ku64(&r->pk, "offset", off);
+	return SB_OK;
+}
+
+static int op_run_create(struct req *r)
+{
+	char run[SB_RUN_MAX];
+	const msgpack_object *spec = sb_map_get(r->args, "spec");
+	int rc;
+
+	if (!spec || spec->type != MSGPACK_OBJECT_MAP)
+		return sb_seterr(SB_ERR_INVAL, "argument 'spec' must be a map");
+	if ((rc = sb_runs_create(r->d->runs, spec, run)))
+		return rc;
+	reply_begin(r, 1);
+	sb_pack_kstr(&r->pk, "run", run);
+	return SB_OK;
+}
+
+static int op_run_stop(struct req *r)
+{
+	char run[SB_RUN_MAX];
+	int rc;
+
+	if ((rc = arg_run(r, run)) || (rc = sb_runs_stop(r->d->runs, run, "stopped")))
+		return rc;
+	reply_begin(r, 1);
+	sb_pack_kstr(&r->pk, "run", run);
+	return SB_OK;
+}
+
+static int op_daemon_stop(struct req *r)
+{
+	r->d->stopping = 1;
+	sb_loop_break(r->d->loop);
+	reply_begin(r, 0);
+	return SB_OK;
+}
+
+static int op_reproject(struct req *r)
+{
+	int rc = sb_projector_rebuild(r->d->proj);
+
+	if (rc)
+		return rc;
+	reply_begin(r, 1);
+	sb_pack_ku64(&r->pk, "checkpoint", sb_projector_checkpoint(r->d->proj));
+	return SB_OK;
+}
+
+#define LOCAL_ONLY 1
+
+static const struct {
+	const char *name;
+	int (*fn)(struct req *r);
+	unsigned flags;
+} ops[] = {
+	{"health", op_health, 0},
+	{"events.read", op_events_read, 0},
+	{"events.append", op_events_append, 0},
+	{"runs.list", op_runs_list, 0},
+	{"run.get", op_run_get, 0},
+	{"run.resolve", op_run_resolve, 0},
+	{"run.create", op_run_create, 0},
+	{"run.stop", op_run_stop, 0},
+	{"costs.get", op_costs, 0},
+	{"admin.reproject", op_reproject, LOCAL_ONLY},
+	{"daemon.stop", op_daemon_stop, LOCAL_ONLY},
+};
+
+void sb_api_handle(struct sb_daemon *d, const void *buf, size_t len, int remote,
+		   msgpack_sbuffer *out)
+{
+	struct req r = {d, NULL, out, {0}};
+	msgpack_zone zone;
+	msgpack_object args;
+	char op[32];
+	int rc = SB_ERR_INVAL;
+
+	msgpack_packer_init(&r.pk, out, msgpack_sbuffer_write);
+	if (!msgpack_zone_init(&zone, 4096)) {
+		sb_wire_error(out, SB_ERR_NOMEM, "out of memory");
+		return;
+	}
+	sb_clearerr();
+	if (sb_payload_parse(buf, len, &zone, &args)) {
+		rc = sb_seterr(SB_ERR_INVAL, "request is not a msgpack map");
+		goto fail;
+	}
+	r.args = &args;
+	if (sb_map_str(&args, "op", op, sizeof op) < 0) {
+		rc = sb_seterr(SB_ERR_INVAL, "request has no 'op'");
+		goto fail;
+	}
+	if (remote && (rc = sb_token_check(d->home, &args)))
+		goto fail;
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+		if (strcmp(ops[i].name, op))
+			continue;
+		if (remote && (ops[i].flags & LOCAL_ONLY)) {
+			rc = sb_seterr(SB_ERR_DENIED, "'%s' is only allowed on the local socket", op);
+			goto fail;
+		}
+		if ((rc = ops[i].fn(&r)))
+			goto fail;
+		msgpack_zone_destroy(&zone);
+		return;
+	}
+	rc = sb_seterr(SB_ERR_INVAL, "unknown request '%s'", op);
+fail:
+	out->size = 0;
+	sb_wire_error(out, rc, sb_errmsg(rc));
+	msgpack_zone_destroy(&zone);
+}

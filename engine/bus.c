@@ -1,0 +1,333 @@
+/* bus.c - nng sockets of the daemon and its clients. */
+#include "engine/bus.h"
+
+#include <nng/nng.h>
+#include <nng/protocol/pubsub0/pub.h>
+#include <nng/protocol/pubsub0/sub.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
+#include <nng/transport/ipc/ipc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/error.h"
+
+struct sb_bus {
+	nng_socket rep, pub;
+	nng_listener remote;
+	int has_remote;
+	int request_fd;
+};
+
+struct sb_client {
+	nng_socket req;
+};
+
+struct sb_sub {
+	nng_socket sub;
+};
+
+static int nng_err(int rv, const char *what)
+{
+	switch (rv) {
+	case 0: return SB_OK;
+	case NNG_ENOMEM: return SB_ERR_NOMEM;
+	case NNG_ETIMEDOUT: return sb_seterr(SB_ERR_TIMEOUT, "%s: timed out", what);
+	case NNG_ECONNREFUSED:
+	case NNG_ENOENT: return sb_seterr(SB_ERR_UNAVAIL, "%s: %s", what, nng_strerror(rv));
+	case NNG_EADDRINUSE: return sb_seterr(SB_ERR_EXISTS, "%s: %s", what, nng_strerror(rv));
+	case NNG_EMSGSIZE: return sb_seterr(SB_ERR_TOOBIG, "%s: %s", what, nng_strerror(rv));
+	case NNG_EAGAIN: return SB_END;
+	}
+	return sb_seterr(SB_ERR_IO, "%s: %s", what, nng_strerror(rv));
+}
+
+static void ipc_url(char *url, size_t cap, const char *dir, const char *name)
+{
+	snprintf(url, cap, "ipc://%s/%s", dir, name);
+}
+
+static int listen_ipc(nng_socket s, const char *dir, const char *name)
+{
+	nng_listener l;
+	char url[512];
+	int rv;
+
+	ipc_url(url, sizeof url, dir, name);
+	if ((rv = nng_listener_create(&l, s, url)))
+		return nng_err(rv, url);
+	nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
+	if ((rv = nng_listener_start(l, 0)))
+		return nng_err(rv, url);
+	return SB_OK;
+}
+
+int sb_bus_listen(const char *dir, sb_bus **out)
+{
+	sb_bus *b = calloc(1, sizeof *b);
+	int rv, rc;
+
+	if (!b)
+		return SB_ERR_NOMEM;
+	if ((rv = nng_rep0_open(&b->rep))) {
+		free(b);
+		return nng_err(rv, "api socket");
+	}
+	if ((rv = nng_pub0_open(&b->pub))) {
+		nng_close(b->rep);
+		free(b);
+		return nng_err(rv, "event socket");
+	}
+	nng_socket_set_size(b->rep, NNG_OPT_RECVMAXSZ, SB_REQ_MAX);
+	nng_socket_set_int(b->pub, NNG_OPT_SENDBUF, 8192);
+	if ((rc = listen_ipc(b->rep, dir, "api.sock")) || (rc = listen_ipc(b->pub, dir, "events.sock")) ||
+	    (rc = nng_err(nng_socket_get_int(b->rep, NNG_OPT_RECVFD, &b->request_fd), "api fd"))) {
+		sb_bus_close(b);
+		return rc;
+	}
+	*out = b;
+	return SB_OK;
+}
+
+int sb_bus_listen_remote(sb_bus *b, const char *url, const char *cert_pem, const char *key_pem)
+{
+	nng_tls_config *cfg = NULL;
+	int rv;
+
+	if (strncmp(url, "tls+tcp://", 10))
+		return sb_seterr(SB_ERR_INVAL, "remote listener must be tls+tcp://HOST:PORT, not %s", url);
+	if (!cert_pem || !key_pem)
+		return sb_seterr(SB_ERR_INVAL, "a remote listener needs a certificate and a key");
+	if ((rv = nng_listener_create(&b->remote, b->rep, url)))
+		return nng_err(rv, url);
+	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER)) ||
+	    (rv = nng_tls_config_cert_key_file(cfg, cert_pem, key_pem)) ||
+	    (rv = nng_listener_set_ptr(b->remote, NNG_OPT_TLS_CONFIG, cfg)) ||
+	    (rv = nng_listener_start(b->remote, 0))) {
+		if (cfg)
+			nng_tls_config_free(cfg);
+		nng_listener_close(b->remote);
+		return nng_err(rv, url);
+	}
+	nng_tls_config_free(cfg); /* the listener holds its own reference */
+	b->has_remote = 1;
+	return SB_OK;
+}
+
+int sb_bus_request_fd(sb_bus *b)
+{
+	return b->request_fd;
+}
+
+int sb_bus_request_next(sb_bus *b, void **req, size_t *len, int *remote)
+{
+	nng_msg *m;
+	int rv = nng_recvmsg(b->rep, &m, NNG_FLAG_NONBLOCK);
+
+	if (rv)
+		return nng_err(rv, "api receive");
+	*remote = 0;
+	if (b->has_remote) {
+		nng_pipe p = nng_msg_get_pipe(m);
+		*remote = nng_listener_id(nng_pipe_listener(p)) == nng_listener_id(b->remote);
+	}
+	*len = nng_msg_len(m);
+	*req = malloc(*len ? *len : 1);
+	if (!*req) {
+		nng_msg_free(m);
+		return SB_ERR_NOMEM;
+	}
+	memcpy(*req, nng_msg_body(m), *len);
+	nng_msg_free(m);
+	return SB_OK;
+}
+
+int sb_bus_reply(sb_bus *b, const void *rep, size_t len)
+{
+	return nng_err(nng_send(b->rep, (void *)rep, len, 0), "api reply");
+}
+
+int sb_bus_publish(sb_bus *b, const char *topic, const void *msg, size_t len)
+{
+	size_t tl = strlen(topic);
+	nng_msg *m;
+	int rv;
+
+	if ((rv = nng_msg_alloc(&m, 0)))
+		return nng_err(rv, "publish");
+	if ((rv = nng_msg_append(m, topic, tl)) || (rv = nng_msg_append(m, "\n", 1)) ||
+	    (rv = nng_msg_append(m, msg, len)) || (rv = nng_sendmsg(b->pub, m, NNG_FLAG_NONBLOCK))) {
+		nng_msg_free(m);
+		return nng_err(rv, "publish");
+	}
+	return SB_OK;
+}
+
+void sb_bus_close(sb_bus *b)
+{
+	if (!b)
+		return;
+	nng_close(b->rep);
+	nng_close(b->pub);
+	free(b);
+}
+
+void sb_bus_free(void *p)
+{
+	free(p);
+}
+
+static int dial(nng_socket s, const char *dir, const char *ca_pem, const char *name)
+{
+	nng_dialer d;
+	nng_tls_config *cfg = NULL;
+	char url[512];
+	int rv;
+
+	if (!strncmp(dir, "tls+tcp://", 10)) {
+		snprintf(url, sizeof url, "%s", dir);
+		if (!strcmp(name, "events.sock")) {
+			/* the event feed listens on the next port */
+			char *colon = strrchr(url, ':');
+			if (!colon)
+				return sb_seterr(SB_ERR_INVAL, "bad url %s", dir);
+			snprintf(colon + 1, sizeof url - (size_t)(colon + 1 - url), "%d",
+				 atoi(strrchr(dir, ':') + 1) + 1);
+		}
+	} else {
+		ipc_url(url, sizeof url, dir, name);
+	}
+	if ((rv = nng_dialer_create(&d, s, url)))
+		return nng_err(rv, url);
+	if (!strncmp(url, "tls+tcp://", 10)) {
+		if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT)) ||
+		    (ca_pem && (rv = nng_tls_config_ca_file(cfg, ca_pem))) ||
+		    (rv = nng_tls_config_auth_mode(cfg, ca_pem ? NNG_TLS_AUTH_MODE_REQUIRED
+								: NNG_TLS_AUTH_MODE_NONE)) ||
+		    (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg))) {
+			if (cfg)
+				nng_tls_config_free(cfg);
+			return nng_err(rv, url);
+		}
+		nng_tls_config_free(cfg);
+	}
+	return nng_err(nng_dialer_start(d, 0), url);
+}
+
+int sb_client_open(const char *dir, const char *ca_pem, sb_client **out)
+{
+	sb_client *c = calloc(1, sizeof *c);
+	int rv, rc;
+
+	if (!c)
+		return SB_ERR_NOMEM;
+	if ((rv = nng_req0_open(&c->req))) {
+		free(c);
+		return nng_err(rv, "api socket");
+	}
+	nng_socket_set_size(c->req, NNG_OPT_RECVMAXSZ, 0); /* replies may be large */
+	nng_socket_set_ms(c->req, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	if ((rc = dial(c->req, dir, ca_pem, "api.sock"))) {
+		sb_client_close(c);
+		return rc;
+	}
+	*out = c;
+	return SB_OK;
+}
+
+int sb_client_call(sb_client *c, const void *req, size_t len, int timeout_ms, void **rep,
+		   size_t *replen)
+{
+	nng_msg *m;
+	int rv;
+
+	nng_socket_set_ms(c->req, NNG_OPT_SENDTIMEO, timeout_ms);
+	nng_socket_set_ms(c->req, NNG_OPT_RECVTIMEO, timeout_ms);
+	if ((rv = nng_send(c->req, (void *)req, len, 0)))
+		return nng_err(rv, "request");
+	if ((rv = nng_recvmsg(c->req, &m, 0)))
+		return nng_err(rv, "reply");
+	*replen = nng_msg_len(m);
+	*rep = malloc(*replen ? *replen : 1);
+	if (!*rep) {
+		nng_msg_free(m);
+		return SB_ERR_NOMEM;
+	}
+	memcpy(*rep, nng_msg_body(m), *replen);
+	nng_msg_free(m);
+	return SB_OK;
+}
+
+void sb_client_close(sb_client *c)
+{
+	if (!c)
+		return;
+	nng_close(c->req);
+	free(c);
+}
+
+int sb_sub_open(const char *dir, const char *ca_pem, const char *topic, sb_sub **out)
+{
+	sb_sub *s = calloc(1, sizeof *s);
+	char t[64];
+	int rv, rc;
+
+	if (!s)
+		return SB_ERR_NOMEM;
+	if ((rv = nng_sub0_open(&s->sub))) {
+		free(s);
+		return nng_err(rv, "event socket");
+	}
+	nng_socket_set_size(s->sub, NNG_OPT_RECVMAXSZ, 0);
+	nng_socket_set_int(s->sub, NNG_OPT_RECVBUF, 8192);
+	snprintf(t, sizeof t, "%s%s", topic, topic[0] ? "\n" : "");
+	if ((rv = nng_socket_set(s->sub, NNG_OPT_SUB_SUBSCRIBE, t, strlen(t)))) {
+		sb_sub_close(s);
+		return nng_err(rv, "subscribe");
+	}
+	if ((rc = dial(s->sub, dir, ca_pem, "events.sock"))) {
+		sb_sub_close(s);
+		return rc;
+	}
+	*out = s;
+	return SB_OK;
+}
+
+int sb_sub_next(sb_sub *s, int timeout_ms, void **msg, size_t *len)
+{
+	nng_msg *m;
+	const char *body, *nl;
+	size_t n;
+	int rv;
+
+	nng_socket_set_ms(s->sub, NNG_OPT_RECVTIMEO, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+	if ((rv = nng_recvmsg(s->sub, &m, 0)))
+		return nng_err(rv, "event receive");
+	body = nng_msg_body(m);
+	n = nng_msg_len(m);
+	nl = memchr(body, '\n', n);
+	if (!nl) {
+		nng_msg_free(m);
+		return sb_seterr(SB_ERR_PROTO, "event message without topic");
+	}
+	n -= (size_t)(nl + 1 - body);
+	*msg = malloc(n ? n : 1);
+	if (!*msg) {
+		nng_msg_free(m);
+		return SB_ERR_NOMEM;
+	}
+	memcpy(*msg, nl + 1, n);
+	*len = n;
+	nng_msg_free(m);
+	return SB_OK;
+}
+
+void sb_sub_close(sb_sub *s)
+{
+	if (!s)
+		return;
+	nng_close(s->sub);
+	free(s);
+}

@@ -1,0 +1,61 @@
+/* daemon.h - sanboxd: the loop, the log, the projections, the sockets and
+ * the runs, wired together. One daemon per state directory.
+ */
+#ifndef SB_DAEMON_H
+#define SB_DAEMON_H
+
+#include <limits.h>
+#include <msgpack.h>
+#include <stdint.h>
+
+#include "engine/bus.h"
+#include "engine/log.h"
+#include "engine/loop.h"
+#include "projections/projection.h"
+
+struct sb_runs;
+
+struct sb_daemon_opts {
+	const char *home;        /* state directory (resolved) */
+	const char *listen;      /* NULL or tls+tcp://HOST:PORT */
+	const char *cert, *key;  /* PEM files for listen */
+};
+
+struct sb_daemon {
+	char home[PATH_MAX];
+	sb_loop *loop;
+	sb_log *log;
+	sb_projector *proj;
+	sb_bus *bus;
+	struct sb_runs *runs;
+	sb_watch *req_watch, *proj_wake, *sig_term, *sig_int;
+	int pid_fd;
+	double started;
+	int stopping;
+};
+
+/* Opens everything and reconciles state left by a previous daemon.
+ * Errors: SB_ERR_EXISTS (another daemon runs here; detail has its pid),
+ * SB_ERR_IO, SB_ERR_NOMEM, and the errors of the parts. */
+int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out);
+
+/* Runs the loop until a stop request or SIGTERM/SIGINT. */
+void sb_daemon_run(struct sb_daemon *d);
+
+/* Closes everything (NULL is fine). Running VMs are left running. */
+void sb_daemon_close(struct sb_daemon *d);
+
+/* Appends one host event for run and returns its offset in *offset (may be
+ * NULL). payload is one msgpack map. Errors: those of sb_log_append. */
+int sb_daemon_emit(struct sb_daemon *d, const char *run, const char *type,
+		   enum sb_source src, const void *payload, size_t len, uint64_t *offset);
+
+/* Brings the projections up to the newest event. */
+int sb_daemon_catch_up(struct sb_daemon *d);
+
+/* Handles one control request and writes the reply into out.
+ * remote: the request came over a remote listener (needs a token). */
+void sb_api_handle(struct sb_daemon *d, const void *req, size_t len, int remote,
+		   msgpack_sbuffer *out);
+
+#endif

@@ -1,0 +1,35 @@
+/* wire.h - events and replies as they travel between daemon and clients.
+ *
+ * A wire event is a msgpack map {offset, seq, ts, type, run, source,
+ * payload}; the payload is the stored map, copied byte for byte.
+ */
+#ifndef SB_WIRE_H
+#define SB_WIRE_H
+
+#include <jansson.h>
+#include <msgpack.h>
+
+#include "engine/event.h"
+
+/* Packs ev as a wire event into buf through pk (pk writes to buf).
+ * Errors: SB_ERR_NOMEM. */
+int sb_wire_pack_event(msgpack_sbuffer *buf, msgpack_packer *pk, const struct sb_event *ev);
+
+/* Reads a wire event map into ev (ev->payload is not set) and *payload
+ * (borrowed from o). Errors: SB_ERR_PROTO. */
+int sb_wire_unpack_event(const msgpack_object *o, struct sb_event *ev,
+			 const msgpack_object **payload);
+
+/* Returns the event as a JSON object {offset, seq, ts, type, run, source,
+ * payload} (the caller decrefs), or NULL when out of memory. */
+json_t *sb_event_json(const struct sb_event *ev, const msgpack_object *payload);
+
+/* Packs an error reply {ok: false, error, code} into buf. */
+void sb_wire_error(msgpack_sbuffer *buf, int code, const char *msg);
+
+/* Parses a reply: on {ok: true} sets *map to it (allocated in zone) and
+ * returns SB_OK; on {ok: false} returns its code (negative) with its error
+ * text as the thread's detail. Errors: SB_ERR_PROTO for a malformed reply. */
+int sb_wire_reply(const void *buf, size_t len, msgpack_zone *zone, msgpack_object *map);
+
+#endif
