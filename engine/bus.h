@@ -13,7 +13,7 @@
 
 #include <stddef.h>
 
-#define SB_REQ_MAX (4u << 20) /* larger requests are refused */
+#define SB_REQ_MAX (64u << 20) /* larger requests are refused */
 
 typedef struct sb_bus sb_bus;
 typedef struct sb_client sb_client;

@@ -1,0 +1,71 @@
+/* cmd_attach.c - sanbox attach: print a run's events, then follow live. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "engine/error.h"
+#include "engine/payload.h"
+
+static volatile sig_atomic_t detach;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	detach = 1;
+}
+
+struct attach_ctx {
+	int json;
+};
+
+static int attach_cb(void *ctx, const struct sb_event *ev, const msgpack_object *payload)
+{
+	cli_print_event(ev, payload, ((struct attach_ctx *)ctx)->json);
+	return !strcmp(ev->type, "run.stopped") ? 1 : 0; /* the run is over */
+}
+
+int cmd_attach(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"from", required_argument, NULL, 'f'},
+		{"json", no_argument, NULL, 'j'},
+		{NULL, 0, NULL, 0},
+	};
+	struct sb_follow_opts fo = {0};
+	struct attach_ctx ac = {0};
+	struct sigaction sa;
+	char run[SB_RUN_MAX];
+	sb_client *c;
+	int ch, rc;
+
+	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'f': fo.from = strtoull(optarg, NULL, 10); break;
+		case 'j': ac.json = 1; break;
+		default: return cli_usage("attach");
+		}
+	}
+	if (argc - optind != 1)
+		return cli_usage("attach");
+	if ((rc = cli_connect(1, &c)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	if ((rc = cli_resolve(c, argv[optind], run))) {
+		sb_client_close(c);
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	}
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_sigint;
+	sigaction(SIGINT, &sa, NULL);
+	fo.home = cli_home;
+	fo.run = run;
+	fo.follow = 1;
+	fo.stop = &detach;
+	rc = sb_follow(c, &fo, attach_cb, &ac);
+	sb_client_close(c);
+	if (detach && !ac.json)
+		fprintf(stderr, "sanbox: detached from run %s; it keeps running\n", run);
+	return rc < 0 ? cli_fail(rc, "%s", sb_errmsg(rc)) : 0;
+}

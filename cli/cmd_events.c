@@ -1,0 +1,61 @@
+/* cmd_events.c - sanbox events: print events without following. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "engine/error.h"
+#include "engine/payload.h"
+
+struct print_ctx {
+	int json;
+};
+
+static int print_cb(void *ctx, const struct sb_event *ev, const msgpack_object *payload)
+{
+	cli_print_event(ev, payload, ((struct print_ctx *)ctx)->json);
+	return 0;
+}
+
+int cmd_events(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"from", required_argument, NULL, 'f'}, {"type", required_argument, NULL, 't'},
+		{"json", no_argument, NULL, 'j'},       {"all", no_argument, NULL, 'a'},
+		{NULL, 0, NULL, 0},
+	};
+	struct sb_follow_opts fo = {0};
+	struct print_ctx pc = {0};
+	const char *types[33] = {0};
+	char run[SB_RUN_MAX] = "";
+	sb_client *c;
+	int ntypes = 0, all = 0, ch, rc;
+
+	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'f': fo.from = strtoull(optarg, NULL, 10); break;
+		case 't':
+			if (ntypes == 32)
+				return cli_fail(SB_ERR_INVAL, "at most 32 --type options");
+			types[ntypes++] = optarg;
+			break;
+		case 'j': pc.json = 1; break;
+		case 'a': all = 1; break;
+		default: return cli_usage("events");
+		}
+	}
+	if (all == (optind < argc) || argc - optind > 1)
+		return cli_usage("events");
+	if ((rc = cli_connect(1, &c)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	if (!all && (rc = cli_resolve(c, argv[optind], run))) {
+		sb_client_close(c);
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	}
+	fo.home = cli_home;
+	fo.run = run;
+	fo.types = ntypes ? types : NULL;
+	rc = sb_follow(c, &fo, print_cb, &pc);
+	sb_client_close(c);
+	return rc ? cli_fail(rc, "%s", sb_errmsg(rc)) : 0;
+}

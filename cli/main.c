@@ -1,0 +1,144 @@
+/* main.c - sanbox: the command table and global options. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "engine/error.h"
+#include "engine/home.h"
+
+char cli_home[4096];
+
+static const struct cli_cmd commands[] = {
+	{"run", cmd_run, "start a run in a new microVM",
+	 "usage: sanbox run [-t TEMPLATE] [--cpu N] [--memory SIZE] [--timeout DURATION]\n"
+	 "                  [--input PATH]... [--env K=V]... [--name NAME] [--group GROUP]\n"
+	 "                  [-m MODEL] [--budget USD] [--secret NAME[:env|:model]]...\n"
+	 "                  [--accel auto|kvm|tcg] [--detach] [--json] [-- COMMAND... | PROMPT]\n"
+	 "\n"
+	 "Resolves the run's template, limits, inputs, env, secrets, model and budget,\n"
+	 "then starts it in its own microVM. With a COMMAND after --, runs it as the\n"
+	 "harness; with a PROMPT (no --), runs the template's agent harness on it.\n"
+	 "Without --detach, prints the run's events until it ends and exits with the\n"
+	 "harness's status (124 on timeout, 125 if the run failed). With --detach,\n"
+	 "prints the run id and returns.\n"
+	 "  -t, --template NAME   template (default: shell)\n"
+	 "  --cpu N               vCPUs (default: the template's)\n"
+	 "  --memory SIZE         guest memory, e.g. 256M, 1G\n"
+	 "  --timeout DURATION    e.g. 90s, 10m, 8h; enforced by the host\n"
+	 "  --input PATH          copy a file into /workspace (repeatable)\n"
+	 "  --env K=V             environment for the harness (repeatable)\n"
+	 "  -m, --model MODEL     model the run may use (through the gateway)\n"
+	 "  --budget USD          hard LLM budget, e.g. 0.50\n"
+	 "  --secret NAME[:SCOPE] grant a secret: scope env (default) or model\n"
+	 "  --name NAME, --group GROUP   label the run\n"
+	 "  --detach              print the run id and return\n"},
+	{"attach", cmd_attach, "print a run's events and follow it live",
+	 "usage: sanbox attach RUN [--from OFFSET] [--json]\n"
+	 "\n"
+	 "Prints the run's events from OFFSET (default: the start), then follows\n"
+	 "live events with no gap and no duplicate. Ctrl-C detaches; the run goes\n"
+	 "on. Ends when the run stops.\n"},
+	{"events", cmd_events, "print events without following",
+	 "usage: sanbox events RUN [--from OFFSET] [--type TYPE]... [--json]\n"
+	 "       sanbox events --all [--from OFFSET] [--type TYPE]... [--json]\n"
+	 "\n"
+	 "Prints a run's events (or the whole log with --all) from OFFSET.\n"
+	 "--type takes a type or a prefix (agent.tool matches agent.tool.*).\n"},
+	{"ps", cmd_ps, "list runs",
+	 "usage: sanbox ps [--group GROUP] [--json]\n"
+	 "\n"
+	 "Lists runs: id, name, group, template, model, status, elapsed, cost,\n"
+	 "last event.\n"},
+	{"inspect", cmd_inspect, "show a run's resolved settings and state",
+	 "usage: sanbox inspect RUN [--json]\n"},
+	{"stop", cmd_stop, "stop a run",
+	 "usage: sanbox stop RUN...\n"
+	 "\n"
+	 "Asks the harness to end (SIGTERM), then ends the VM after a grace period.\n"},
+	{"daemon", cmd_daemon, "control the daemon",
+	 "usage: sanbox daemon start|stop|status [--json]\n"
+	 "\n"
+	 "The CLI starts an embedded daemon by itself when none runs; these\n"
+	 "commands control it explicitly. Its log is STATE_DIR/sanboxd.log.\n"},
+	{"admin", cmd_admin, "maintenance: reproject, tokens, append",
+	 "usage: sanbox admin reproject\n"
+	 "       sanbox admin token create\n"
+	 "       sanbox admin append RUN TYPE JSON\n"
+	 "\n"
+	 "reproject     rebuild every projection from offset 0\n"
+	 "token create  make a bearer token for remote clients (printed once)\n"
+	 "append        append a host event (operator annotation or import)\n"},
+	{"help", cmd_help, "show help for a command", "usage: sanbox help [COMMAND]\n"},
+	{"version", cmd_version, "print the version", "usage: sanbox version\n"},
+};
+
+const struct cli_cmd *cli_find(const char *name)
+{
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		if (!strcmp(commands[i].name, name))
+			return &commands[i];
+	return NULL;
+}
+
+int cmd_help(int argc, char **argv)
+{
+	const struct cli_cmd *c;
+
+	if (argc > 1) {
+		if (!(c = cli_find(argv[1])))
+			return cli_fail(SB_ERR_NOTFOUND, "no command '%s' (see 'sanbox help')", argv[1]);
+		fputs(c->usage, stdout);
+		return 0;
+	}
+	printf("usage: sanbox [--home DIR] COMMAND [ARGS]\n\n"
+	       "Runs AI agents in isolated microVMs with budgets, policies and a full\n"
+	       "event record. State lives in --home, $SANBOX_HOME or ~/.local/share/sanbox.\n\n"
+	       "Commands:\n");
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		printf("  %-10s %s\n", commands[i].name, commands[i].summary);
+	printf("\nExit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 daemon unavailable;\n"
+	       "'run' exits with the harness's status (124 timeout, 125 run failed).\n"
+	       "'sanbox help COMMAND' shows a command's options.\n");
+	return 0;
+}
+
+int cmd_version(int argc, char **argv)
+{
+	printf("sanbox 0.1.0\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *home = NULL;
+	const struct cli_cmd *c;
+	int i = 1, rc;
+
+	while (i < argc && argv[i][0] == '-') {
+		if (!strcmp(argv[i], "--home") && i + 1 < argc) {
+			home = argv[i + 1];
+			i += 2;
+		} else if (!strncmp(argv[i], "--home=", 7)) {
+			home = argv[i++] + 7;
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			return cmd_help(0, NULL);
+		} else if (!strcmp(argv[i], "--version")) {
+			return cmd_version(0, NULL);
+		} else {
+			fprintf(stderr, "sanbox: unknown option %s (see 'sanbox help')\n", argv[i]);
+			return EXIT_USAGE;
+		}
+	}
+	if (i >= argc)
+		return cmd_help(0, NULL) ? 1 : EXIT_USAGE;
+	if ((rc = sb_home_resolve(home, cli_home, sizeof cli_home)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	if (!(c = cli_find(argv[i]))) {
+		fprintf(stderr, "sanbox: no command '%s' (see 'sanbox help')\n", argv[i]);
+		return EXIT_USAGE;
+	}
+	if (cli_wants_help(argc - i, argv + i, c->name))
+		return 0;
+	return c->fn(argc - i, argv + i);
+}
