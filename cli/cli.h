@@ -89,6 +89,14 @@ int cli_parse_size_mib(const char *s, uint64_t *mib);
 /* Parses "$1.50" or "1.5" into nano-USD. Errors: SB_ERR_INVAL. */
 int cli_parse_usd(const char *s, uint64_t *nusd);
 
+/* Copies guest path (relative: under /workspace) of run want to dest
+ * ("-": stdout); returns an exit code. */
+int cli_copy_out(const char *want, const char *path, const char *dest);
+
+/* Writes the guest path of p into buf: absolute as given, else under
+ * /workspace. */
+void cli_guest_path(const char *p, char *buf, size_t cap);
+
 /* The commands, one per file cli/cmd_<name>.c. */
 int cmd_attach(int argc, char **argv);
 int cmd_events(int argc, char **argv);
@@ -99,6 +107,10 @@ int cmd_run(int argc, char **argv);
 int cmd_daemon(int argc, char **argv);
 int cmd_admin(int argc, char **argv);
 int cmd_help(int argc, char **argv);
+int cmd_template(int argc, char **argv);
+int cmd_fs(int argc, char **argv);
+int cmd_cp(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 
 #endif

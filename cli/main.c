@@ -69,6 +69,28 @@ static const struct cli_cmd commands[] = {
 	 "reproject     rebuild every projection from offset 0\n"
 	 "token create  make a bearer token for remote clients (printed once)\n"
 	 "append        append a host event (operator annotation or import)\n"},
+	{"template", cmd_template, "build and list templates",
+	 "usage: sanbox template build NAME\n"
+	 "       sanbox template ls [--json]\n"
+	 "\n"
+	 "build  makes the guest kernel, initramfs and root file system of\n"
+	 "       templates/NAME (fetching Debian's kernel into the cache once) and\n"
+	 "       puts them, read-only and hashed, into the template store\n"
+	 "       ($SANBOX_TEMPLATES or STATE_DIR/templates)\n"},
+	{"fs", cmd_fs, "list or read files of a run's disk",
+	 "usage: sanbox fs ls RUN [PATH] [--json]\n"
+	 "       sanbox fs cat RUN PATH\n"
+	 "\n"
+	 "Reads the run's persistent disk offline (never modifying it). PATH is\n"
+	 "absolute in the guest or relative to /workspace.\n"},
+	{"cp", cmd_cp, "copy a file out of a run's disk",
+	 "usage: sanbox cp RUN:PATH LOCAL\n"},
+	{"doctor", cmd_doctor, "check this host",
+	 "usage: sanbox doctor [--json]\n"
+	 "\n"
+	 "Checks QEMU, the guest kernel and templates, KVM (or the TCG fallback),\n"
+	 "nftables and CAP_NET_ADMIN, disk space and the state directory, and says\n"
+	 "in one line each what is wrong and how to fix it.\n"},
 	{"help", cmd_help, "show help for a command", "usage: sanbox help [COMMAND]\n"},
 	{"version", cmd_version, "print the version", "usage: sanbox version\n"},
 };

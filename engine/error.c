@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char err_detail[512];
 static _Thread_local int err_code;
@@ -34,11 +35,15 @@ const char *sb_strerror(int err)
 
 int sb_seterr(int err, const char *fmt, ...)
 {
+	char buf[sizeof err_detail];
 	va_list ap;
 
+	/* Formats aside first: an argument may be the detail itself, as in
+	 * sb_seterr(rc, "offset %llu: %s", off, sb_errmsg(rc)). */
 	va_start(ap, fmt);
-	vsnprintf(err_detail, sizeof err_detail, fmt, ap);
+	vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
+	memcpy(err_detail, buf, sizeof buf);
 	err_code = err;
 	return err;
 }

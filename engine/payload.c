@@ -6,11 +6,73 @@
 
 #include "engine/error.h"
 
+int sb_msgpack_check(const void *buf, size_t len, size_t *objlen)
+{
+	const uint8_t *p = buf;
+	size_t i = 0;
+
+	for (size_t todo = 1; todo > 0; todo--) {
+		uint64_t n = 0, body = 0, v = 0; /* elements it holds, bytes it skips */
+		unsigned w = 0, kind = 0;        /* length width; 1 str/bin 2 ext 3 array 4 map */
+		uint8_t c;
+
+		if (!p || i >= len)
+			goto bad;
+		c = p[i++];
+		if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3)
+			continue;
+		if (c <= 0x8f)
+			n = 2u * (c & 0x0f);
+		else if (c <= 0x9f)
+			n = c & 0x0f;
+		else if (c <= 0xbf)
+			body = c & 0x1f;
+		else if (c >= 0xc4 && c <= 0xc6) /* bin 8/16/32 */
+			kind = 1, w = 1u << (c - 0xc4);
+		else if (c >= 0xd9 && c <= 0xdb) /* str 8/16/32 */
+			kind = 1, w = 1u << (c - 0xd9);
+		else if (c >= 0xc7 && c <= 0xc9) /* ext 8/16/32 */
+			kind = 2, w = 1u << (c - 0xc7);
+		else if (c == 0xca || c == 0xcb) /* float 32/64 */
+			body = c == 0xca ? 4 : 8;
+		else if (c >= 0xcc && c <= 0xd3) /* uint, int 8..64 */
+			body = 1u << ((c - 0xcc) & 3);
+		else if (c >= 0xd4 && c <= 0xd8) /* fixext: type byte and 1..16 */
+			body = 1 + (1u << (c - 0xd4));
+		else if (c == 0xdc || c == 0xdd) /* array 16/32 */
+			kind = 3, w = c == 0xdc ? 2 : 4;
+		else if (c == 0xde || c == 0xdf) /* map 16/32 */
+			kind = 4, w = c == 0xde ? 2 : 4;
+		else
+			goto bad; /* 0xc1: never used */
+		if (w) {
+			if (len - i < w)
+				goto bad;
+			for (unsigned k = 0; k < w; k++)
+				v = v << 8 | p[i++];
+			if (kind <= 2)
+				body = v + (kind == 2);
+			else
+				n = kind == 3 ? v : 2 * v;
+		}
+		/* Each element still to come takes at least one byte. */
+		if (body > len - i || n > len - i - body || todo - 1 > len - i - body - n)
+			goto bad;
+		i += body;
+		todo += n;
+	}
+	*objlen = i;
+	return SB_OK;
+bad:
+	return sb_seterr(SB_ERR_CORRUPT, "msgpack data truncated or malformed");
+}
+
 int sb_payload_parse(const void *payload, size_t len, msgpack_zone *zone, msgpack_object *map)
 {
-	size_t off = 0;
+	size_t off = 0, n;
 
-	if (!payload || msgpack_unpack(payload, len, &off, zone, map) != MSGPACK_UNPACK_SUCCESS ||
+	if (!payload || sb_msgpack_check(payload, len, &n) || n != len ||
+	    msgpack_unpack(payload, len, &off, zone, map) != MSGPACK_UNPACK_SUCCESS ||
 	    map->type != MSGPACK_OBJECT_MAP)
 		return sb_seterr(SB_ERR_CORRUPT, "payload is not one msgpack map");
 	return SB_OK;
@@ -154,6 +216,20 @@ static json_t *str_to_json(const char *s, size_t n)
 	return j;
 }
 
+/* Returns a key that is not a string as a JSON string of its JSON text
+ * (1 -> "1"), since JSON keys are strings. */
+static json_t *key_to_json(const msgpack_object *k)
+{
+	json_t *j = sb_msgpack_to_json(k), *s = NULL;
+	char *text = j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+
+	if (text)
+		s = json_string(text);
+	free(text);
+	json_decref(j);
+	return s;
+}
+
 json_t *sb_msgpack_to_json(const msgpack_object *o)
 {
 	json_t *j = NULL;
@@ -198,9 +274,11 @@ json_t *sb_msgpack_to_json(const msgpack_object *o)
 			const msgpack_object *k = &o->via.map.ptr[i].key;
 			json_t *v = sb_msgpack_to_json(&o->via.map.ptr[i].val);
 			json_t *ks = k->type == MSGPACK_OBJECT_STR ? str_to_json(k->via.str.ptr, k->via.str.size)
-								   : NULL;
+								   : key_to_json(k);
+			/* json_object_set_new takes v even when it fails. */
 			if (!v || !ks || json_object_set_new(j, json_string_value(ks), v)) {
-				json_decref(v);
+				if (!ks)
+					json_decref(v);
 				json_decref(ks);
 				json_decref(j);
 				return NULL;
@@ -218,7 +296,8 @@ static int pack_json(const json_t *j, msgpack_packer *pk, int depth)
 	json_t *v;
 	size_t i;
 
-	if (depth > 32)
+	/* msgpack_unpack reads at most 32 nested arrays and maps. */
+	if (depth >= 32 && (json_is_object(j) || json_is_array(j)))
 		return sb_seterr(SB_ERR_INVAL, "JSON nested deeper than 32 levels");
 	switch (json_typeof(j)) {
 	case JSON_OBJECT:

@@ -8,6 +8,13 @@
 #include <msgpack.h>
 #include <stdint.h>
 
+/* Checks that buf starts with one whole msgpack object in which no string,
+ * array or map declares more than the bytes left could hold, and sets
+ * *objlen to its length. msgpack_unpack allocates for a declared array or
+ * map size before reading it, so untrusted bytes go through this first.
+ * Errors: SB_ERR_CORRUPT. */
+int sb_msgpack_check(const void *buf, size_t len, size_t *objlen);
+
 /* Parses payload bytes into *map, allocating from zone (the caller owns the
  * zone; *map is valid until the zone is cleared and while the bytes live).
  * Errors: SB_ERR_CORRUPT when the bytes are not exactly one msgpack map. */

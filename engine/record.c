@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include "engine/error.h"
+#include "engine/payload.h"
 
 #define HEADER_FIELDS 7
 
@@ -59,7 +60,7 @@ int sb_record_decode(const void *buf, size_t len, struct sb_event *ev)
 	msgpack_zone zone;
 	msgpack_object hdr;
 	const msgpack_object *f;
-	size_t off = 0, body;
+	size_t off = 0, hlen, body;
 	int rc = SB_ERR_CORRUPT;
 
 	if (len < 1 + 8)
@@ -69,7 +70,8 @@ int sb_record_decode(const void *buf, size_t len, struct sb_event *ev)
 		return sb_seterr(SB_ERR_CORRUPT, "record checksum mismatch");
 	if (!msgpack_zone_init(&zone, 256))
 		return SB_ERR_NOMEM;
-	if (msgpack_unpack((const char *)p, body, &off, &zone, &hdr) != MSGPACK_UNPACK_EXTRA_BYTES ||
+	if (sb_msgpack_check(p, body, &hlen) || hlen >= body ||
+	    msgpack_unpack((const char *)p, hlen, &off, &zone, &hdr) != MSGPACK_UNPACK_SUCCESS ||
 	    hdr.type != MSGPACK_OBJECT_ARRAY || hdr.via.array.size != HEADER_FIELDS) {
 		sb_seterr(rc, "record header malformed");
 		goto out;

@@ -91,7 +91,6 @@ int sb_schema_check(const char *type, enum sb_source src, const void *payload, s
 	const struct sb_event_schema *s = sb_schema_find(type);
 	msgpack_zone zone;
 	msgpack_object map;
-	size_t off = 0;
 	int rc = SB_ERR_SCHEMA;
 
 	if (!s)
@@ -104,8 +103,7 @@ int sb_schema_check(const char *type, enum sb_source src, const void *payload, s
 		return sb_seterr(rc, "%s: payload of %zu bytes exceeds %u", type, len, SB_PAYLOAD_MAX);
 	if (!msgpack_zone_init(&zone, 1024))
 		return SB_ERR_NOMEM;
-	if (msgpack_unpack(payload, len, &off, &zone, &map) != MSGPACK_UNPACK_SUCCESS ||
-	    map.type != MSGPACK_OBJECT_MAP) {
+	if (sb_payload_parse(payload, len, &zone, &map)) {
 		sb_seterr(rc, "%s: payload is not one msgpack map", type);
 		goto out;
 	}

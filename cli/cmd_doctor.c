@@ -1,0 +1,126 @@
+/* cmd_doctor.c - sanbox doctor: check the host, one line per check. */
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "engine/error.h"
+#include "engine/home.h"
+#include "engine/template.h"
+#include "vmm/accel.h"
+#include "vmm/qemu.h"
+
+struct report {
+	int json, failed;
+	json_t *arr;
+};
+
+static void check(struct report *r, const char *name, int ok, const char *detail)
+{
+	if (!ok)
+		r->failed++;
+	if (r->json)
+		json_array_append_new(r->arr, json_pack("{s:s,s:b,s:s}", "check", name, "ok", ok,
+							"detail", detail));
+	else
+		printf("%-5s %-10s %s\n", ok ? "ok" : "FAIL", name, detail);
+}
+
+/* Runs argv and puts the first line of its output into out; 0 if it ran. */
+static int first_line(char *const argv[], char *out, size_t cap)
+{
+	int status;
+
+	if (sb_proc_run(argv, 10000, out, cap, &status) || !WIFEXITED(status) || WEXITSTATUS(status))
+		return -1;
+	out[strcspn(out, "\n")] = 0;
+	return 0;
+}
+
+static int has_cap_net_admin(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	unsigned long long eff = 0;
+
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "CapEff: %llx", &eff) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (eff >> 12) & 1;
+}
+
+int cmd_doctor(int argc, char **argv)
+{
+	struct report r = {argc > 1 && !strcmp(argv[1], "--json"), 0, json_array()};
+	char out[512], msg[4300], cache[PATH_MAX + 16], why[256] = "";
+	char *qv[] = {"qemu-system-x86_64", "--version", NULL};
+	char *qi[] = {"qemu-img", "--version", NULL};
+	char *nv[] = {"nft", "--version", NULL};
+	char *dv[] = {"debugfs", "-V", NULL};
+	struct sb_template t;
+	struct statvfs vfs;
+	struct stat st;
+	sb_accel accel;
+	int fd, rc;
+
+	if (argc > 2 || (argc == 2 && !r.json)) {
+		json_decref(r.arr);
+		return cli_usage("doctor");
+	}
+	rc = first_line(qv, out, sizeof out);
+	check(&r, "qemu", rc == 0, rc == 0 ? out : "qemu-system-x86_64 not found: run 'make deps'");
+	rc = first_line(qi, out, sizeof out);
+	check(&r, "qemu-img", rc == 0, rc == 0 ? out : "qemu-img not found: run 'make deps'");
+	rc = first_line(dv, out, sizeof out);
+	check(&r, "debugfs", rc == 0,
+	      rc == 0 ? "e2fsprogs present" : "debugfs not found (sanbox fs needs it): run 'make deps'");
+	rc = sb_template_load(cli_home, "shell", &t);
+	snprintf(msg, sizeof msg, "template shell %.16s, kernel %s", t.hash, t.kernel_version);
+	check(&r, "template", rc == 0, rc == 0 ? msg : sb_errmsg(rc));
+	fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+	if (fd >= 0)
+		close(fd);
+	if (rc == 0) {
+		snprintf(cache, sizeof cache, "%s/cache", cli_home);
+		sb_mkdirs(cache, 0700);
+		if (sb_accel_resolve(SB_ACCEL_AUTO, t.kernel, t.initrd, cache, &accel, why, sizeof why) == 0)
+			snprintf(msg, sizeof msg, "%s%s%s", accel == SB_ACCEL_KVM ? "KVM works" : "TCG",
+				 why[0] ? ": " : "", why);
+		else
+			snprintf(msg, sizeof msg, "cannot start a probe VM: %s", sb_errmsg(SB_ERR_IO));
+		check(&r, "accel", 1, msg);
+	} else {
+		check(&r, "accel", 1, fd >= 0 ? "/dev/kvm opens (not probed: no template)"
+					      : "/dev/kvm unusable: runs use TCG (slower)");
+	}
+	rc = first_line(nv, out, sizeof out);
+	check(&r, "nftables", rc == 0, rc == 0 ? out : "nft not found: run 'make deps'");
+	check(&r, "net-admin", has_cap_net_admin(),
+	      has_cap_net_admin() ? "CAP_NET_ADMIN held"
+				  : "no CAP_NET_ADMIN: network mode acl needs root or the capability");
+	if (stat(cli_home, &st) == 0) {
+		snprintf(msg, sizeof msg, "%s mode %03o", cli_home, st.st_mode & 0777);
+		check(&r, "state-dir", (st.st_mode & 077) == 0 && st.st_uid == getuid(),
+		      (st.st_mode & 077) == 0 ? msg : "state directory is readable by others: chmod 700 it");
+		if (statvfs(cli_home, &vfs) == 0) {
+			unsigned long long free_mib = (unsigned long long)vfs.f_bavail * vfs.f_frsize >> 20;
+			snprintf(msg, sizeof msg, "%llu MiB free", free_mib);
+			check(&r, "disk", free_mib >= 2048,
+			      free_mib >= 2048 ? msg : "less than 2 GiB free in the state directory");
+		}
+	} else {
+		check(&r, "state-dir", 1, "not created yet (the first command creates it)");
+	}
+	if (r.json)
+		cli_print_json(r.arr);
+	else
+		json_decref(r.arr);
+	return r.failed ? 1 : 0;
+}

@@ -1,0 +1,148 @@
+/* cmd_template.c - sanbox template build|ls: build and list templates. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "engine/error.h"
+#include "engine/home.h"
+#include "engine/template.h"
+
+/* The directory this program lives in (the build directory). */
+static int self_dir(char *buf, size_t cap)
+{
+	ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+	char *slash;
+
+	if (n <= 0)
+		return sb_seterr(SB_ERR_IO, "cannot find this program's path");
+	buf[n] = 0;
+	if ((slash = strrchr(buf, '/')))
+		*slash = 0;
+	return SB_OK;
+}
+
+/* Finds the source tree (templates/ and tools/): $SANBOX_SRC, else the
+ * nearest parent of the build directory that has tools/mkimage.sh. */
+static int source_root(const char *bin, char *buf, size_t cap)
+{
+	char probe[PATH_MAX + 32];
+
+	if (getenv("SANBOX_SRC")) {
+		snprintf(buf, cap, "%s", getenv("SANBOX_SRC"));
+		return SB_OK;
+	}
+	snprintf(buf, cap, "%s", bin);
+	for (int up = 0; up < 4; up++) {
+		snprintf(probe, sizeof probe, "%s/tools/mkimage.sh", buf);
+		if (!access(probe, R_OK))
+			return SB_OK;
+		strncat(buf, "/..", cap - strlen(buf) - 1);
+	}
+	return sb_seterr(SB_ERR_NOTFOUND, "cannot find the Sanbox sources: set SANBOX_SRC");
+}
+
+/* Builds template name from SOURCE_ROOT/templates/NAME into the store, via
+ * a temporary directory renamed into place, so a failed build leaves the
+ * previous template intact. */
+static int build(const char *name)
+{
+	char bin[PATH_MAX], root[PATH_MAX], store[PATH_MAX], src[PATH_MAX + 32];
+	char tmp[PATH_MAX + 32], dst[PATH_MAX + 32], old[PATH_MAX + 32], script[PATH_MAX + 32];
+	struct sb_template t;
+	pid_t pid;
+	int status, rc;
+
+	if ((rc = self_dir(bin, sizeof bin)) || (rc = sb_template_store(cli_home, store, sizeof store)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	if ((rc = source_root(bin, root, sizeof root)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	snprintf(src, sizeof src, "%s/templates/%s", root, name);
+	snprintf(script, sizeof script, "%s/tools/mkimage.sh", root);
+	if (access(src, R_OK) || strchr(name, '/') || name[0] == '.')
+		return cli_fail(SB_ERR_NOTFOUND, "no template source %s", src);
+	if ((rc = sb_mkdirs(store, 0700)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	snprintf(tmp, sizeof tmp, "%s/.%s.new", store, name);
+	snprintf(dst, sizeof dst, "%s/%s", store, name);
+	snprintf(old, sizeof old, "%s/.%s.old", store, name);
+	pid = fork();
+	if (pid < 0)
+		return cli_fail(SB_ERR_IO, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		setenv("BUILD", bin, 1);
+		execlp("sh", "sh", "-c", "rm -rf \"$2\" && exec sh \"$1\" \"$3\" \"$2\" >&2", "sh", script,
+		       tmp, src, (char *)NULL);
+		_exit(127);
+	}
+	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status))
+		return cli_fail(SB_ERR_IO, "template %s: build failed (see the messages above)", name);
+	/* swap in the new build */
+	if (rename(dst, old) && errno != ENOENT)
+		return cli_fail(SB_ERR_IO, "rename %s: %s", dst, strerror(errno));
+	if (rename(tmp, dst))
+		return cli_fail(SB_ERR_IO, "rename %s: %s", tmp, strerror(errno));
+	pid = fork();
+	if (pid == 0) {
+		execlp("rm", "rm", "-rf", old, (char *)NULL);
+		_exit(127);
+	}
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	if ((rc = sb_template_load(cli_home, name, &t)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	printf("template %s built: %s\n", name, t.hash);
+	return 0;
+}
+
+static int list(int json)
+{
+	char store[PATH_MAX], cmd[PATH_MAX + 64];
+	FILE *p;
+	char name[256];
+	json_t *arr = json_array();
+	int rc;
+
+	if ((rc = sb_template_store(cli_home, store, sizeof store)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	snprintf(cmd, sizeof cmd, "ls -1 '%s' 2>/dev/null", store);
+	if (!json)
+		printf("%-16s %-10s %-8s %-8s %s\n", "TEMPLATE", "CPUS", "MEMORY", "TIMEOUT", "HASH");
+	if ((p = popen(cmd, "r"))) {
+		while (fgets(name, sizeof name, p)) {
+			struct sb_template t;
+			name[strcspn(name, "\n")] = 0;
+			if (sb_template_load(cli_home, name, &t))
+				continue;
+			if (json)
+				json_array_append_new(arr, json_pack("{s:s,s:s,s:I,s:I,s:I,s:s}", "name", t.name,
+								     "hash", t.hash, "cpus", (json_int_t)t.cpus,
+								     "memory_mib", (json_int_t)t.memory_mib,
+								     "timeout_s", (json_int_t)t.timeout_s,
+								     "harness", t.harness));
+			else
+				printf("%-16s %-10llu %-8llu %-8llu %.16s\n", t.name,
+				       (unsigned long long)t.cpus, (unsigned long long)t.memory_mib,
+				       (unsigned long long)t.timeout_s, t.hash);
+		}
+		pclose(p);
+	}
+	if (json)
+		cli_print_json(arr);
+	else
+		json_decref(arr);
+	return 0;
+}
+
+int cmd_template(int argc, char **argv)
+{
+	if (argc == 3 && !strcmp(argv[1], "build"))
+		return build(argv[2]);
+	if (argc >= 2 && !strcmp(argv[1], "ls"))
+		return list(argc == 3 && !strcmp(argv[2], "--json"));
+	return cli_usage("template");
+}
