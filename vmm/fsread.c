@@ -85,13 +85,17 @@ int sb_fsread_ls(sb_fsread *f, const char *path, char *out, size_t cap)
 	/* ls -p lines: /inode/mode/uid/gid/name/size/ */
 	out[0] = 0;
 	for (char *line = strtok(raw, "\n"); line; line = strtok(NULL, "\n")) {
-		char mode[16], name[512], size[32];
-		unsigned long ino;
-		if (sscanf(line, "/%lu/%15[0-7]/%*[0-9]/%*[0-9]/%511[^/]/%31[0-9]/", &ino, mode, name,
-			   size) != 4 ||
-		    !strcmp(name, ".") || !strcmp(name, ".."))
+		/* ls -p: /inode/mode/uid/gid/name/size/ (size empty for dirs) */
+		char *fl[7] = {0};
+		int nf = 0;
+		for (char *p = line; *p && nf < 7; p++)
+			if (*p == '/') {
+				*p = 0;
+				fl[nf++] = p + 1;
+			}
+		if (nf < 7 || !*fl[4] || !strcmp(fl[4], ".") || !strcmp(fl[4], ".."))
 			continue;
-		int n = snprintf(out + o, cap - o, "%s %s %s\n", mode, size, name);
+		int n = snprintf(out + o, cap - o, "%s %s %s\n", fl[1], *fl[5] ? fl[5] : "0", fl[4]);
 		if (n < 0 || (size_t)n >= cap - o)
 			break;
 		o += (size_t)n;
