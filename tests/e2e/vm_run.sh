@@ -1,0 +1,32 @@
+#!/bin/sh
+# A run in a real microVM: events, exit status, persistent files, console.
+. "$(dirname "$0")/vmlib.sh"
+
+out=$("$SB" run --name files --timeout 120s -- /bin/sh -c \
+	'echo hello; mkdir -p d; printf abc > d/f.txt; echo other > g.txt; rm g.txt; exit 3' 2>&1)
+rc=$?
+[ "$rc" = 3 ] && ok "exit status of the harness" || bad "exit status" "got $rc: $out"
+R=$("$SB" ps --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["run"])')
+has_event "$R" "e['type']=='agent.output' and 'hello' in e['payload']['data']" &&
+	ok "stdout as agent.output" || bad "agent.output" "no hello"
+# xxh3 of "abc" (XXH3_64bits) is 78af5f94892f3950
+has_event "$R" "e['type']=='agent.file.changed' and e['payload']['path']=='/workspace/d/f.txt' and e['payload']['size']==3 and e['payload']['xxh3']=='78af5f94892f3950' and e['source']=='guest'" &&
+	ok "agent.file.changed with size and xxh3" || bad "file.changed" "$(events_json "$R" | grep file.changed)"
+has_event "$R" "e['type']=='agent.file.changed' and e['payload']['path']=='/workspace/g.txt' and e['payload']['kind']=='deleted'" &&
+	ok "deletion seen" || bad "deleted" "no deleted event for g.txt"
+order=$(events_json "$R" | python3 -c '
+import json,sys
+want=["run.created","run.policy.resolved","run.started","harness.input.ready","run.exited","run.stopped"]
+got=[json.loads(l)["type"] for l in sys.stdin]
+got=[t for t in got if t in want]
+print("ok" if got==want else got)')
+[ "$order" = ok ] && ok "lifecycle events in order" || bad "lifecycle order" "$order"
+[ "$("$SB" fs cat "$R" d/f.txt)" = abc ] && ok "fs cat after the run" || bad "fs cat" "content differs"
+"$SB" cp "$R:/workspace/d/f.txt" "$SANBOX_HOME/copy.txt" && [ "$(cat "$SANBOX_HOME/copy.txt")" = abc ] &&
+	ok "cp out of the disk" || bad "cp" "copy failed"
+"$SB" fs ls "$R" d | grep -q 'f.txt' && ok "fs ls" || bad "fs ls" "f.txt not listed"
+"$SB" fs cat "$R" nope.txt 2>/dev/null; [ $? = 3 ] && ok "missing file: exit 3" || bad "missing file" "wrong exit"
+[ -s "$SANBOX_HOME/runs/$R/console.log" ] && ok "console log kept" || bad "console" "empty"
+st=$("$SB" inspect "$R" --json | python3 -c 'import json,sys; r=json.load(sys.stdin)["run"]; print(r["status"], r["exit_status"])')
+[ "$st" = "exited 3" ] && ok "projection: exited 3" || bad "projection" "$st"
+exit $((failures > 0))
