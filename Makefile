@@ -71,8 +71,9 @@ $(BUILD)/fuzz/fuzz_record: tests/fuzz/fuzz_record.c engine/record.c engine/error
 deps:
 	@sh tools/deps.sh
 
+# Builds the built-in templates into the store the tests share.
 images: all
-	@sh tools/mkimage.sh
+	SANBOX_TEMPLATES=$(abspath $(BUILD))/templates $(BUILD)/sanbox template build shell
 
 test: deps-check all $(UNIT_BINS) $(if $(wildcard tests/fuzz/*.c),$(BUILD)/fuzz/fuzz_record)
 	@BUILD=$(BUILD) sh tests/run.sh
