@@ -20,7 +20,7 @@ start_stub() {
 	"$STUB" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
 	pids="$pids $!"
 	i=0
-	until grep -q '^listening ' "$tmp/$name.out"; do
+	until grep -qs '^listening ' "$tmp/$name.out"; do
 		i=$((i + 1))
 		[ $i -lt 100 ] || fail "stub $name did not start: $(cat "$tmp/$name.err")"
 		sleep 0.05

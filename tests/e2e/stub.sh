@@ -13,7 +13,7 @@ fail() { echo "FAIL stub: $*"; exit 1; }
 "$STUB" --script-dir tools/stub --log "$tmp/log" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
 i=0
-until grep -q '^listening ' "$tmp/out"; do
+until grep -qs '^listening ' "$tmp/out"; do
 	i=$((i + 1))
 	[ $i -lt 100 ] || fail "stub did not start: $(cat "$tmp/err")"
 	sleep 0.05
