@@ -6,10 +6,10 @@ CC      ?= cc
 BUILD   ?= build
 SAN     ?=
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow \
+override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow \
            -Wstrict-prototypes -Wmissing-prototypes -D_GNU_SOURCE -I. \
            -I/usr/include/x86_64-linux-gnu -pthread $(SAN)
-LDFLAGS += -pthread $(SAN)
+override LDFLAGS += -pthread $(SAN)
 LIBS    := -llmdb -lmsgpackc -lxxhash -lev -lnng -lmbedtls -lmbedx509 -lmbedcrypto \
            -ljansson -lsodium -lcurl -lmicrohttpd -lnftables -lm
 
@@ -63,10 +63,10 @@ $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(BUILD)/libsanbox.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # libFuzzer target for the record decoder (clang only).
-$(BUILD)/fuzz/fuzz_record: tests/fuzz/fuzz_record.c engine/record.c engine/error.c
+$(BUILD)/fuzz/fuzz_record: tests/fuzz/fuzz_record.c engine/record.c engine/error.c engine/payload.c
 	@mkdir -p $(dir $@)
 	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
-	    -o $@ $^ -lmsgpackc -lxxhash
+	    -o $@ $^ -lmsgpackc -lxxhash -ljansson -lsodium -lm
 
 deps:
 	@sh tools/deps.sh
