@@ -1,0 +1,98 @@
+/* chan.h - frames of the host <-> guest channel (virtio-serial port sanbox.0).
+ *
+ * A frame is a 4-byte big-endian length L (1 <= L <= SB_CHAN_MAX) followed by
+ * L bytes holding one msgpack array [kind, stream, body]. The codec is shared
+ * by the static guest agent and the host daemon, so it depends only on
+ * msgpack-c and engine/error.h. See SPEC.md for the bodies of each kind.
+ */
+#ifndef SB_CHAN_H
+#define SB_CHAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <msgpack.h>
+
+#define SB_CHAN_MAX (1u << 20)          /* largest frame payload (L) */
+#define SB_CHAN_DATA_MAX (64u * 1024)   /* largest DATA body */
+#define SB_CHAN_OUTPUT_MAX 4096         /* largest agent.output data */
+
+enum sb_chan_kind {
+	SB_CHAN_HELLO = 1,      /* guest->host {version, kernel} */
+	SB_CHAN_SPEC = 2,       /* host->guest {argv, env, cwd, inputs, tunnel_port} */
+	SB_CHAN_EVENT = 3,      /* guest->host {type, payload} */
+	SB_CHAN_EVENT_JSON = 4, /* guest->host bin: one line from $SANBOX_EVENTS */
+	SB_CHAN_OPEN = 5,       /* guest->host, stream = odd id, {port} */
+	SB_CHAN_DATA = 6,       /* both ways, stream = id, bin <= SB_CHAN_DATA_MAX */
+	SB_CHAN_CLOSE = 7,      /* both ways, stream = id, nil: sender is done */
+	SB_CHAN_SIGNAL = 8,     /* host->guest {signal}: signal the harness group */
+	SB_CHAN_DONE = 9,       /* guest->host {}: run over, disk synced */
+	SB_CHAN_LOG = 10,       /* guest->host {message}: agent diagnostics */
+	SB_CHAN_KIND_MAX = SB_CHAN_LOG,
+};
+
+/* Returns the name of a frame kind ("HELLO"), or "?" when unknown. */
+const char *sb_chan_kind_name(int kind);
+
+/* Appends one frame to out: kind, stream and body, where body holds exactly
+ * one msgpack object already encoded (len >= 1 bytes; 0xc0 for nil).
+ * Errors: SB_ERR_INVAL (kind out of range, empty body), SB_ERR_TOOBIG (the
+ * frame would exceed SB_CHAN_MAX), SB_ERR_NOMEM. On error out is unchanged. */
+int sb_chan_encode(int kind, uint64_t stream, const void *body, size_t len,
+		   msgpack_sbuffer *out);
+
+/* Starts a frame in out and packs [kind, stream, then the caller packs the
+ * body with pk (which must write to out). Returns the frame's start offset
+ * in *start, to be passed to sb_chan_end(). Errors: SB_ERR_INVAL, SB_ERR_NOMEM. */
+int sb_chan_begin(msgpack_sbuffer *out, msgpack_packer *pk, int kind,
+		  uint64_t stream, size_t *start);
+
+/* Finishes the frame started at start: writes its length. Errors:
+ * SB_ERR_PROTO (no body was packed), SB_ERR_TOOBIG (longer than SB_CHAN_MAX);
+ * on error the partial frame is removed from out. */
+int sb_chan_end(msgpack_sbuffer *out, size_t start);
+
+/* One decoded frame. body points into the reader's buffer: valid until the
+ * next call on the reader (feed, next or free). */
+struct sb_chan_frame {
+	int kind;
+	uint64_t stream;
+	msgpack_object body;
+};
+
+/* Incremental frame decoder: feed it bytes as they come, pull whole frames. */
+typedef struct sb_chan_reader sb_chan_reader;
+
+/* Creates a reader in *out; the caller frees it with sb_chan_reader_free().
+ * Errors: SB_ERR_NOMEM. */
+int sb_chan_reader_new(sb_chan_reader **out);
+
+/* Frees r and its buffer (NULL is ignored). */
+void sb_chan_reader_free(sb_chan_reader *r);
+
+/* Appends len bytes to r's buffer (copied). Errors: SB_ERR_NOMEM; the sticky
+ * error of a broken stream (see next). */
+int sb_chan_reader_feed(sb_chan_reader *r, const void *buf, size_t len);
+
+/* Takes the next whole frame into *f. Returns 0 with a frame, SB_END when
+ * more bytes are needed, SB_ERR_PROTO for a frame with a bad content (not a
+ * msgpack array [uint kind 1..SB_CHAN_KIND_MAX, uint stream, body], or bytes
+ * after it): that frame is skipped and the reader stays usable. A length of 0
+ * (SB_ERR_PROTO) or above SB_CHAN_MAX (SB_ERR_TOOBIG) means the stream lost
+ * its framing: the error is sticky and every later call returns it. */
+int sb_chan_reader_next(sb_chan_reader *r, struct sb_chan_frame *f);
+
+/* Bytes held in r that are not yet returned as frames; 0 once the stream
+ * lost its framing (nothing more will come out of r). */
+size_t sb_chan_reader_pending(const sb_chan_reader *r);
+
+/* 0 while r's stream is sound, else its sticky framing error (SB_ERR_PROTO
+ * for a length of 0, SB_ERR_TOOBIG for one above SB_CHAN_MAX): then the
+ * caller should drop the connection or start a new reader. */
+int sb_chan_reader_error(const sb_chan_reader *r);
+
+/* Returns the value of key in the msgpack map m, or NULL when m is not a
+ * map or has no such string key. The result points into m. */
+const msgpack_object *sb_chan_map_get(const msgpack_object *m, const char *key);
+
+#endif

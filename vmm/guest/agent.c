@@ -1,0 +1,799 @@
+/* agent.c - the guest agent: the microVM's /init.
+ *
+ * Boot: mount proc/sys/dev, load the initramfs's modules, bring lo up, open
+ * the virtio port named sanbox.0, send HELLO and wait for SPEC. Run: mount
+ * /dev/vda at /newroot, chroot there, write the inputs into /workspace,
+ * create the events FIFO, start the harness, then one poll loop forwards its
+ * output, the workspace changes, its event lines and the tunnel until it
+ * exits. End: run.exited, kill what is left, sync, unmount, DONE, power off.
+ * A setup failure is a LOG frame and DONE without run.exited.
+ * Kernel command line `sanbox.probe=1`: print sanbox-probe-ok and power off.
+ */
+#include "vmm/guest/agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine/error.h"
+#include "vmm/chan.h"
+
+#define OUTPUT_RATE 64          /* agent.output events per second */
+#define LINE_MAX_BYTES 65536    /* longest line forwarded from the FIFO */
+#define DRAIN_MS 1000           /* wait for the pipes after the harness exits */
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+struct spec {
+	char **argv;      /* NULL-terminated */
+	char **env;       /* NULL-terminated, the harness's whole environment */
+	size_t nenv;
+	char *cwd;
+	uint16_t tunnel_port;
+};
+
+struct outpipe {
+	int fd;            /* -1 once at end of file */
+	const char *name;  /* "stdout" or "stderr" */
+	char carry[4];     /* an incomplete UTF-8 sequence kept for the next event */
+	size_t ncarry;
+};
+
+struct agent {
+	struct agent_port port;
+	sb_chan_reader *rd;
+	int port_hup;             /* host not connected: retry later */
+	int64_t port_retry;
+	struct spec spec;
+	pid_t harness;            /* also its process group; 0 before start */
+	int exited, status, sig;  /* harness wait status, once exited */
+	struct outpipe out[2];
+	double tokens;            /* output rate limit bucket */
+	int64_t tokens_at;
+	int fifo_rd, fifo_wr;
+	char *line;
+	size_t line_len;
+	int line_drop;
+	struct watch *watch;
+	struct tunnel *tunnel;
+	int sigfd;
+	int oldroot;              /* the initramfs root, to leave the chroot */
+	int mounted;              /* how many of run_mounts[] are mounted */
+};
+
+/* Mounts made in /newroot, in order; unmounted in reverse. */
+static const struct {
+	const char *src, *dir, *type;
+	unsigned long flags;
+	const char *opts;
+} run_mounts[] = {
+	{ "/dev/vda", AGENT_ROOT, "ext4", MS_NOATIME, NULL },
+	{ "proc", AGENT_ROOT "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL },
+	{ "sysfs", AGENT_ROOT "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL },
+	{ "devtmpfs", AGENT_ROOT "/dev", "devtmpfs", MS_NOSUID, NULL },
+	{ "devpts", AGENT_ROOT "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "ptmxmode=0666" },
+	{ "tmpfs", AGENT_ROOT "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777" },
+	{ "tmpfs", AGENT_ROOT "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755" },
+};
+#define NRUN_MOUNTS (sizeof run_mounts / sizeof run_mounts[0])
+
+/* ---- frames in ---- */
+
+/* Reads what the port has into the reader. Returns 0, or -1 when the host
+ * is not connected (read gives end of file). */
+static int port_read(struct agent *ag)
+{
+	static char buf[65536];
+	ssize_t n = read(ag->port.fd, buf, sizeof buf);
+
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return 0;
+	if (n <= 0)
+		return -1;
+	if (sb_chan_reader_feed(ag->rd, buf, (size_t)n))
+		agent_log(&ag->port, "channel: %s", sb_errmsg(SB_ERR_NOMEM));
+	return 0;
+}
+
+/* Takes the next frame; logs and skips bad ones. Returns 0 or SB_END. */
+static int next_frame(struct agent *ag, struct sb_chan_frame *f)
+{
+	int ret;
+
+	for (;;) {
+		ret = sb_chan_reader_next(ag->rd, f);
+		if (ret == 0 || ret == SB_END)
+			return ret;
+		agent_log(&ag->port, "bad frame from host: %s", sb_errmsg(ret));
+		if (!sb_chan_reader_error(ag->rd))
+			continue; /* that frame was skipped */
+		/* Framing lost (bad length): start over on the next bytes. */
+		sb_chan_reader_free(ag->rd);
+		ag->rd = NULL;
+		if (sb_chan_reader_new(&ag->rd))
+			agent_poweroff();
+		return SB_END;
+	}
+}
+
+/* ---- the spec ---- */
+
+static char *dup_str(const msgpack_object *o)
+{
+	if (!o || o->type != MSGPACK_OBJECT_STR || memchr(o->via.str.ptr, 0, o->via.str.size))
+		return NULL;
+	return strndup(o->via.str.ptr, o->via.str.size);
+}
+
+/* Copies an array of strings into a NULL-terminated vector with room for
+ * extra more entries. */
+static char **dup_strv(const msgpack_object *o, size_t extra, size_t *count)
+{
+	char **v;
+	uint32_t i;
+
+	if (!o || o->type != MSGPACK_OBJECT_ARRAY)
+		return NULL;
+	v = calloc(o->via.array.size + extra + 1, sizeof *v);
+	if (!v)
+		return NULL;
+	for (i = 0; i < o->via.array.size; i++) {
+		v[i] = dup_str(&o->via.array.ptr[i]);
+		if (!v[i]) {
+			while (i--)
+				free(v[i]);
+			free(v);
+			return NULL;
+		}
+	}
+	*count = o->via.array.size;
+	return v;
+}
+
+/* Sets key=value in the environment unless key is there (or always when
+ * force is set). */
+static void env_set(struct spec *s, const char *key, const char *value, int force)
+{
+	size_t i, klen = strlen(key);
+	char *kv;
+
+	if (asprintf(&kv, "%s=%s", key, value) < 0)
+		return;
+	for (i = 0; i < s->nenv; i++) {
+		if (strncmp(s->env[i], key, klen) == 0 && s->env[i][klen] == '=') {
+			if (force) {
+				free(s->env[i]);
+				s->env[i] = kv;
+			} else {
+				free(kv);
+			}
+			return;
+		}
+	}
+	s->env[s->nenv++] = kv; /* room was reserved by dup_strv */
+}
+
+/* Fills s from the SPEC body; returns an error message or NULL. */
+static const char *spec_parse(const msgpack_object *body, struct spec *s)
+{
+	const msgpack_object *argv = sb_chan_map_get(body, "argv");
+	const msgpack_object *cwd = sb_chan_map_get(body, "cwd");
+	const msgpack_object *port = sb_chan_map_get(body, "tunnel_port");
+	const msgpack_object *env = sb_chan_map_get(body, "env");
+	msgpack_object none = { .type = MSGPACK_OBJECT_ARRAY };
+	size_t n = 0, i;
+	char buf[64];
+
+	if (body->type != MSGPACK_OBJECT_MAP)
+		return "SPEC body is not a map";
+	s->argv = dup_strv(argv, 0, &n);
+	if (!s->argv || n == 0)
+		return "SPEC argv must be a non-empty array of strings";
+	if (env && env->type == MSGPACK_OBJECT_NIL)
+		env = NULL;
+	s->env = dup_strv(env ? env : &none, 5, &s->nenv);
+	if (!s->env)
+		return "SPEC env must be an array of strings";
+	for (i = 0; i < s->nenv; i++)
+		if (!strchr(s->env[i], '=') || s->env[i][0] == '=')
+			return "SPEC env entries must be KEY=VALUE";
+	s->cwd = cwd ? dup_str(cwd) : strdup(AGENT_WORKSPACE);
+	if (!s->cwd || s->cwd[0] != '/')
+		return "SPEC cwd must be an absolute path";
+	if (port && (port->type != MSGPACK_OBJECT_POSITIVE_INTEGER || port->via.u64 > 65535))
+		return "SPEC tunnel_port must be 0..65535";
+	s->tunnel_port = port ? (uint16_t)port->via.u64 : 0;
+
+	env_set(s, "PATH", DEFAULT_PATH, 0);
+	env_set(s, "HOME", "/root", 0);
+	env_set(s, "SANBOX_EVENTS", AGENT_EVENTS, 1);
+	if (s->tunnel_port) {
+		snprintf(buf, sizeof buf, "http://127.0.0.1:%u/v1", s->tunnel_port);
+		env_set(s, "OPENAI_BASE_URL", buf, 0);
+		snprintf(buf, sizeof buf, "http://127.0.0.1:%u", s->tunnel_port);
+		env_set(s, "ANTHROPIC_BASE_URL", buf, 0);
+	}
+	return NULL;
+}
+
+/* A relative path of plain components: no "", "." or "..", no NUL. */
+static int path_ok(const char *p, size_t n)
+{
+	size_t i = 0, start;
+
+	if (n == 0 || n > 3000 || p[0] == '/' || memchr(p, 0, n))
+		return 0;
+	while (i < n) {
+		start = i;
+		while (i < n && p[i] != '/')
+			i++;
+		if (i == start || (i - start == 1 && p[start] == '.') ||
+		    (i - start == 2 && p[start] == '.' && p[start + 1] == '.'))
+			return 0;
+		i++;
+		if (i == n) /* trailing slash */
+			return 0;
+	}
+	return 1;
+}
+
+/* Writes the SPEC's inputs under the workspace (the agent is chrooted in
+ * the new root, so links cannot lead outside it). */
+static const char *write_inputs(const msgpack_object *inputs,
+				uint64_t *files, uint64_t *bytes)
+{
+	static char err[512];
+	char path[4096];
+	uint32_t i;
+
+	if (!inputs || inputs->type == MSGPACK_OBJECT_NIL)
+		return NULL;
+	if (inputs->type != MSGPACK_OBJECT_ARRAY)
+		return "SPEC inputs must be an array";
+	for (i = 0; i < inputs->via.array.size; i++) {
+		const msgpack_object *in = &inputs->via.array.ptr[i];
+		const msgpack_object *p = sb_chan_map_get(in, "path");
+		const msgpack_object *d = sb_chan_map_get(in, "data");
+		const msgpack_object *m = sb_chan_map_get(in, "mode");
+		const char *data;
+		size_t len, off = 0;
+		mode_t mode = 0644;
+		ssize_t n;
+		int fd;
+
+		if (!p || p->type != MSGPACK_OBJECT_STR || !path_ok(p->via.str.ptr, p->via.str.size))
+			return "SPEC input path must be relative, without '.' or '..'";
+		if (!d || (d->type != MSGPACK_OBJECT_BIN && d->type != MSGPACK_OBJECT_STR))
+			return "SPEC input data must be bin";
+		if (m && m->type == MSGPACK_OBJECT_POSITIVE_INTEGER && (m->via.u64 & 07777))
+			mode = m->via.u64 & 07777;
+		data = d->type == MSGPACK_OBJECT_BIN ? d->via.bin.ptr : d->via.str.ptr;
+		len = d->type == MSGPACK_OBJECT_BIN ? d->via.bin.size : d->via.str.size;
+		snprintf(path, sizeof path, AGENT_WORKSPACE "/%.*s", (int)p->via.str.size,
+			 p->via.str.ptr);
+		fd = -1;
+		if (agent_mkdirs(path) == 0)
+			fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
+		while (fd >= 0 && off < len) {
+			n = write(fd, data + off, len - off);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break;
+			off += (size_t)n;
+		}
+		if (fd < 0 || off < len || fchmod(fd, mode)) {
+			snprintf(err, sizeof err, "input %.400s: %s", path, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			return err;
+		}
+		close(fd);
+		(*files)++;
+		*bytes += len;
+	}
+	return NULL;
+}
+
+/* Mounts the root disk and the file systems inside it, then chroots there. */
+static const char *enter_root(struct agent *ag)
+{
+	static char err[256];
+	size_t i;
+
+	if (agent_wait_path("/dev/vda", 3000))
+		return "no /dev/vda (root disk missing?)";
+	for (i = 0; i < NRUN_MOUNTS; i++) {
+		mkdir(run_mounts[i].dir, 0755);
+		if (mount(run_mounts[i].src, run_mounts[i].dir, run_mounts[i].type,
+			  run_mounts[i].flags, run_mounts[i].opts)) {
+			snprintf(err, sizeof err, "mount %s: %s", run_mounts[i].dir,
+				 strerror(errno));
+			return err;
+		}
+		ag->mounted = (int)i + 1;
+	}
+	ag->oldroot = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (ag->oldroot < 0 || chdir(AGENT_ROOT) || chroot(".") || chdir("/"))
+		return "chroot into the root disk failed";
+	if (mkdir(AGENT_WORKSPACE, 0755) && errno != EEXIST)
+		return "cannot create /workspace";
+	return NULL;
+}
+
+/* Creates the events FIFO and opens both its ends (our writer keeps the
+ * reader from seeing end of file when the harness closes it). */
+static const char *open_fifo(struct agent *ag)
+{
+	if (agent_mkdirs(AGENT_EVENTS) || (mkfifo(AGENT_EVENTS, 0666) && errno != EEXIST) ||
+	    chmod(AGENT_EVENTS, 0666))
+		return "cannot create " AGENT_EVENTS;
+	ag->fifo_rd = open(AGENT_EVENTS, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	ag->fifo_wr = open(AGENT_EVENTS, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	ag->line = malloc(LINE_MAX_BYTES);
+	if (ag->fifo_rd < 0 || ag->fifo_wr < 0 || !ag->line)
+		return "cannot open " AGENT_EVENTS;
+	return NULL;
+}
+
+/* Forks the harness: its own session and process group, chdir, pipes. */
+static const char *start_harness(struct agent *ag)
+{
+	int out[2] = { -1, -1 }, errp[2] = { -1, -1 }, null;
+	sigset_t none;
+	size_t i;
+	pid_t pid;
+
+	if (pipe2(out, O_CLOEXEC) || pipe2(errp, O_CLOEXEC))
+		return "pipe failed";
+	pid = fork();
+	if (pid < 0)
+		return "fork failed";
+	if (pid == 0) {
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		setsid();
+		null = open("/dev/null", O_RDWR);
+		if (null >= 0)
+			dup2(null, 0);
+		dup2(out[1], 1);
+		dup2(errp[1], 2);
+		if (chdir(ag->spec.cwd)) {
+			dprintf(2, "sanbox-agent: chdir %s: %s\n", ag->spec.cwd, strerror(errno));
+			_exit(127);
+		}
+		environ = ag->spec.env;
+		execvp(ag->spec.argv[0], ag->spec.argv);
+		dprintf(2, "sanbox-agent: exec %s: %s\n", ag->spec.argv[0], strerror(errno));
+		_exit(127);
+	}
+	ag->harness = pid;
+	close(out[1]);
+	close(errp[1]);
+	ag->out[0] = (struct outpipe){ .fd = out[0], .name = "stdout" };
+	ag->out[1] = (struct outpipe){ .fd = errp[0], .name = "stderr" };
+	for (i = 0; i < 2; i++)
+		fcntl(ag->out[i].fd, F_SETFL, O_NONBLOCK);
+	return NULL;
+}
+
+static void send_hello(struct agent *ag)
+{
+	struct agent_frame f;
+	struct utsname u;
+
+	if (uname(&u))
+		strcpy(u.release, "?");
+	agent_frame_begin(&f, SB_CHAN_HELLO, 0);
+	msgpack_pack_map(&f.pk, 2);
+	agent_pack_kv_str(&f, "version", AGENT_VERSION);
+	agent_pack_kv_str(&f, "kernel", u.release);
+	agent_frame_send(&ag->port, &f);
+}
+
+/* Waits for SPEC and sets the run up; returns an error message or NULL. */
+static const char *run_setup(struct agent *ag)
+{
+	struct sb_chan_frame f;
+	struct agent_frame ev;
+	uint64_t files = 0, bytes = 0;
+	const char *err;
+
+	for (;;) {
+		if (next_frame(ag, &f) == SB_END) {
+			if (port_read(ag)) /* host not connected yet */
+				usleep(100 * 1000);
+			continue;
+		}
+		if (f.kind == SB_CHAN_SPEC)
+			break;
+		agent_log(&ag->port, "ignored %s frame before SPEC", sb_chan_kind_name(f.kind));
+	}
+	err = spec_parse(&f.body, &ag->spec);
+	if (!err)
+		err = enter_root(ag);
+	if (!err)
+		err = write_inputs(sb_chan_map_get(&f.body, "inputs"), &files, &bytes);
+	if (err)
+		return err;
+	if ((err = open_fifo(ag)))
+		return err;
+	if (watch_open(AGENT_WORKSPACE, &ag->port, &ag->watch))
+		agent_log(&ag->port, "cannot watch " AGENT_WORKSPACE ": %s", strerror(errno));
+	if (ag->spec.tunnel_port && tunnel_open(ag->spec.tunnel_port, &ag->port, &ag->tunnel))
+		return "cannot listen on the tunnel port";
+	agent_event_begin(&ev, "harness.input.ready", 2);
+	agent_pack_kv_uint(&ev, "files", files);
+	agent_pack_kv_uint(&ev, "bytes", bytes);
+	agent_frame_send(&ag->port, &ev);
+	return start_harness(ag);
+}
+
+/* ---- the loop ---- */
+
+/* Bytes at the end of buf[0..len) that begin an unfinished UTF-8 sequence. */
+static size_t utf8_tail(const unsigned char *buf, size_t len)
+{
+	size_t i, back, need;
+
+	for (back = 1; back <= 4 && back <= len; back++) {
+		i = len - back;
+		if ((buf[i] & 0xc0) == 0x80)
+			continue;
+		if (buf[i] < 0xc0)
+			return 0;
+		need = buf[i] >= 0xf0 ? 4 : buf[i] >= 0xe0 ? 3 : 2;
+		return back < need ? back : 0;
+	}
+	return 0;
+}
+
+static void send_output(struct agent *ag, struct outpipe *o, const char *data, size_t len)
+{
+	struct agent_frame f;
+
+	agent_event_begin(&f, "agent.output", 2);
+	agent_pack_kv_str(&f, "stream", o->name);
+	agent_pack_kv_strn(&f, "data", data, len);
+	agent_frame_send(&ag->port, &f);
+	ag->tokens -= 1;
+}
+
+/* Reads one event's worth of a harness pipe. */
+static void out_read(struct agent *ag, struct outpipe *o)
+{
+	char buf[SB_CHAN_OUTPUT_MAX];
+	size_t total, keep;
+	ssize_t n;
+
+	memcpy(buf, o->carry, o->ncarry);
+	n = read(o->fd, buf + o->ncarry, sizeof buf - o->ncarry);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		if (o->ncarry)
+			send_output(ag, o, buf, o->ncarry);
+		o->ncarry = 0;
+		close(o->fd);
+		o->fd = -1;
+		return;
+	}
+	total = o->ncarry + (size_t)n;
+	keep = utf8_tail((unsigned char *)buf, total);
+	if (total > keep)
+		send_output(ag, o, buf, total - keep);
+	memcpy(o->carry, buf + total - keep, keep);
+	o->ncarry = keep;
+}
+
+static void send_event_json(struct agent *ag, const char *line, size_t len)
+{
+	struct agent_frame f;
+
+	agent_frame_begin(&f, SB_CHAN_EVENT_JSON, 0);
+	msgpack_pack_bin(&f.pk, len);
+	msgpack_pack_bin_body(&f.pk, line, len);
+	agent_frame_send(&ag->port, &f);
+}
+
+/* Forwards each whole line the FIFO holds; drops lines over the limit. */
+static void fifo_read(struct agent *ag)
+{
+	char buf[16384], *p, *nl, *end;
+	size_t seg;
+	ssize_t n;
+
+	for (;;) {
+		n = read(ag->fifo_rd, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return;
+		for (p = buf, end = buf + n; p < end; p = nl ? nl + 1 : end) {
+			nl = memchr(p, '\n', (size_t)(end - p));
+			seg = (size_t)((nl ? nl : end) - p);
+			if (!ag->line_drop && ag->line_len + seg > LINE_MAX_BYTES) {
+				agent_log(&ag->port, "events: line longer than %d bytes dropped",
+					  LINE_MAX_BYTES);
+				ag->line_drop = 1;
+				ag->line_len = 0;
+			}
+			if (!ag->line_drop) {
+				memcpy(ag->line + ag->line_len, p, seg);
+				ag->line_len += seg;
+			}
+			if (!nl)
+				continue;
+			if (!ag->line_drop && ag->line_len)
+				send_event_json(ag, ag->line, ag->line_len);
+			ag->line_drop = 0;
+			ag->line_len = 0;
+		}
+	}
+}
+
+static void reap(struct agent *ag)
+{
+	struct signalfd_siginfo si;
+	pid_t pid;
+	int st;
+
+	while (read(ag->sigfd, &si, sizeof si) == sizeof si)
+		;
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+		if (pid != ag->harness || ag->exited)
+			continue;
+		ag->exited = 1;
+		if (WIFSIGNALED(st)) {
+			ag->sig = WTERMSIG(st);
+			ag->status = 128 + ag->sig;
+		} else {
+			ag->status = WEXITSTATUS(st);
+		}
+	}
+}
+
+static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
+{
+	const msgpack_object *sig;
+
+	switch (f->kind) {
+	case SB_CHAN_SIGNAL:
+		sig = sb_chan_map_get(&f->body, "signal");
+		if (!sig || sig->type != MSGPACK_OBJECT_POSITIVE_INTEGER || sig->via.u64 < 1 ||
+		    sig->via.u64 > 64) {
+			agent_log(&ag->port, "SIGNAL without a valid signal number");
+			break;
+		}
+		if (ag->harness && !ag->exited && kill(-ag->harness, (int)sig->via.u64))
+			agent_log(&ag->port, "kill: %s", strerror(errno));
+		break;
+	case SB_CHAN_DATA:
+	case SB_CHAN_CLOSE:
+		if (ag->tunnel)
+			tunnel_frame(ag->tunnel, f->kind, f->stream, &f->body);
+		break;
+	default:
+		agent_log(&ag->port, "ignored %s frame while running", sb_chan_kind_name(f->kind));
+	}
+}
+
+static void refill_tokens(struct agent *ag, int64_t now)
+{
+	ag->tokens += (double)(now - ag->tokens_at) * OUTPUT_RATE / 1000.0;
+	if (ag->tokens > OUTPUT_RATE)
+		ag->tokens = OUTPUT_RATE;
+	ag->tokens_at = now;
+}
+
+enum { P_PORT, P_OUT0, P_OUT1, P_FIFO, P_WATCH, P_SIG, P_TUNNEL };
+
+/* Runs until the harness has exited and its pipes are drained. */
+static void run_loop(struct agent *ag)
+{
+	struct pollfd *pfd = NULL;
+	struct sb_chan_frame f;
+	int64_t now, deadline = 0, wait;
+	size_t n, cap = 0, ntun, i;
+	int timeout, killed = 0;
+
+	ag->tokens = OUTPUT_RATE;
+	ag->tokens_at = agent_now_ms();
+	for (;;) {
+		now = agent_now_ms();
+		refill_tokens(ag, now);
+		if (ag->exited && !deadline)
+			deadline = now + DRAIN_MS;
+		if (ag->exited && ag->out[0].fd < 0 && ag->out[1].fd < 0)
+			break;
+		if (deadline && now >= deadline) {
+			if (killed)
+				break;
+			/* Something the harness left behind holds its pipes. */
+			kill(-ag->harness, SIGKILL);
+			killed = 1;
+			deadline = now + DRAIN_MS;
+		}
+		n = P_TUNNEL + (ag->tunnel ? tunnel_poll_count(ag->tunnel) : 0);
+		if (n > cap) {
+			free(pfd);
+			cap = n + 16;
+			pfd = calloc(cap, sizeof *pfd);
+			if (!pfd)
+				break;
+		}
+		if (ag->port_hup && now >= ag->port_retry)
+			ag->port_hup = 0;
+		pfd[P_PORT] = (struct pollfd){ .fd = ag->port_hup ? -1 : ag->port.fd, .events = POLLIN };
+		for (i = 0; i < 2; i++)
+			pfd[P_OUT0 + i] = (struct pollfd){
+				.fd = ag->tokens >= 1 ? ag->out[i].fd : -1, .events = POLLIN };
+		pfd[P_FIFO] = (struct pollfd){ .fd = ag->fifo_rd, .events = POLLIN };
+		pfd[P_WATCH] = (struct pollfd){ .fd = ag->watch ? watch_fd(ag->watch) : -1,
+						 .events = POLLIN };
+		pfd[P_SIG] = (struct pollfd){ .fd = ag->sigfd, .events = POLLIN };
+		ntun = ag->tunnel ? tunnel_poll_fill(ag->tunnel, pfd + P_TUNNEL) : 0;
+
+		wait = -1;
+		if (ag->tokens < 1)
+			wait = (int64_t)((1 - ag->tokens) * 1000 / OUTPUT_RATE) + 1;
+		if (deadline && (wait < 0 || deadline - now < wait))
+			wait = deadline - now;
+		if (ag->port_hup && (wait < 0 || ag->port_retry - now < wait))
+			wait = ag->port_retry - now;
+		timeout = wait < 0 ? -1 : (int)wait;
+		if (poll(pfd, P_TUNNEL + ntun, timeout) < 0) {
+			if (errno != EINTR)
+				agent_log(&ag->port, "poll: %s", strerror(errno));
+			continue;
+		}
+		if (pfd[P_PORT].revents) {
+			if (port_read(ag)) {
+				ag->port_hup = 1;
+				ag->port_retry = agent_now_ms() + 200;
+			}
+			while (next_frame(ag, &f) == 0)
+				handle_frame(ag, &f);
+		}
+		for (i = 0; i < 2; i++)
+			if (pfd[P_OUT0 + i].revents && ag->out[i].fd >= 0)
+				out_read(ag, &ag->out[i]);
+		if (pfd[P_FIFO].revents)
+			fifo_read(ag);
+		if (pfd[P_WATCH].revents && watch_read(ag->watch)) {
+			watch_close(ag->watch);
+			ag->watch = NULL;
+		}
+		if (ag->tunnel && ntun)
+			tunnel_poll_handle(ag->tunnel, pfd + P_TUNNEL, ntun);
+		if (pfd[P_SIG].revents)
+			reap(ag);
+	}
+	free(pfd);
+}
+
+/* ---- the end ---- */
+
+/* Kills every process but us and reaps them (up to 1 s). */
+static void kill_all(struct agent *ag)
+{
+	int64_t end = agent_now_ms() + 1000;
+
+	if (ag->harness)
+		kill(-ag->harness, SIGKILL);
+	kill(-1, SIGKILL);
+	while (waitpid(-1, NULL, WNOHANG) >= 0 && agent_now_ms() < end)
+		usleep(5000);
+}
+
+/* Leaves the chroot and unmounts the new root: lazily when still busy,
+ * after a read-only remount so the disk is consistent. */
+static void leave_root(struct agent *ag)
+{
+	int i;
+
+	if (ag->oldroot >= 0) {
+		if (fchdir(ag->oldroot) || chroot(".") || chdir("/"))
+			agent_log(&ag->port, "cannot leave the chroot: %s", strerror(errno));
+		close(ag->oldroot);
+		ag->oldroot = -1;
+	}
+	sync();
+	for (i = ag->mounted - 1; i >= 0; i--) {
+		if (umount2(run_mounts[i].dir, 0) == 0)
+			continue;
+		if (i == 0) {
+			agent_log(&ag->port, "umount %s: %s; unmounting lazily",
+				  run_mounts[i].dir, strerror(errno));
+			if (mount(NULL, run_mounts[i].dir, NULL, MS_REMOUNT | MS_RDONLY, NULL))
+				agent_log(&ag->port, "remount read-only: %s", strerror(errno));
+		}
+		umount2(run_mounts[i].dir, MNT_DETACH);
+	}
+	ag->mounted = 0;
+	sync();
+}
+
+/* Ends the run: run.exited (when the harness ran), cleanup, DONE, power off. */
+static void finish(struct agent *ag, const char *err)
+{
+	struct agent_frame f;
+
+	if (err)
+		agent_log(&ag->port, "run setup failed: %s", err);
+	if (ag->fifo_rd >= 0)
+		fifo_read(ag);
+	if (ag->watch)
+		watch_read(ag->watch);
+	if (ag->harness && ag->exited) {
+		agent_event_begin(&f, "run.exited", 2);
+		agent_pack_kv_int(&f, "status", ag->status);
+		agent_pack_kv_uint(&f, "signal", (uint64_t)ag->sig);
+		agent_frame_send(&ag->port, &f);
+	}
+	tunnel_close(ag->tunnel);
+	ag->tunnel = NULL;
+	watch_close(ag->watch);
+	ag->watch = NULL;
+	if (ag->fifo_rd >= 0)
+		close(ag->fifo_rd);
+	if (ag->fifo_wr >= 0)
+		close(ag->fifo_wr);
+	kill_all(ag);
+	leave_root(ag);
+	agent_frame_begin(&f, SB_CHAN_DONE, 0);
+	msgpack_pack_map(&f.pk, 0);
+	agent_frame_send(&ag->port, &f);
+	agent_poweroff();
+}
+
+int main(void)
+{
+	static struct agent ag;
+	const char *err;
+	sigset_t chld;
+
+	ag.port.fd = ag.port.console = -1;
+	ag.fifo_rd = ag.fifo_wr = ag.sigfd = ag.oldroot = -1;
+	ag.out[0].fd = ag.out[1].fd = -1;
+	umask(022);
+	signal(SIGPIPE, SIG_IGN);
+	if (agent_mount_early())
+		agent_log(&ag.port, "early mounts: %s", strerror(errno));
+	ag.port.console = open("/dev/console", O_WRONLY | O_NOCTTY | O_CLOEXEC);
+	if (agent_cmdline_has("sanbox.probe=1")) {
+		if (ag.port.console >= 0)
+			dprintf(ag.port.console, "sanbox-probe-ok\n");
+		agent_poweroff();
+	}
+	agent_load_modules(&ag.port, "/etc/sanbox/modules");
+	if (agent_lo_up())
+		agent_log(&ag.port, "lo: %s", strerror(errno));
+	if (sethostname("sanbox", 6))
+		agent_log(&ag.port, "hostname: %s", strerror(errno));
+	if (agent_port_open("sanbox.0", 5000, &ag.port.fd)) {
+		agent_log(&ag.port, "no virtio port named sanbox.0: %s", strerror(errno));
+		agent_poweroff();
+	}
+	if (sb_chan_reader_new(&ag.rd))
+		agent_poweroff();
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, NULL);
+	ag.sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+	send_hello(&ag);
+	err = run_setup(&ag);
+	if (!err)
+		run_loop(&ag);
+	finish(&ag, err);
+	return 0;
+}

@@ -1,0 +1,135 @@
+/* agent.h - the guest agent (the microVM's /init): shared declarations.
+ *
+ * The agent is one static, single-threaded program. agent.c runs the boot,
+ * the run spec, the harness and the poll loop; send.c writes frames to the
+ * host; sys.c does the system set-up (mounts, modules, the port); watch.c
+ * reports workspace changes; tunnel.c carries TCP streams over the channel.
+ * Functions return 0 or -1 (errno set) unless stated; they never exit.
+ */
+#ifndef SB_GUEST_AGENT_H
+#define SB_GUEST_AGENT_H
+
+#include <poll.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <msgpack.h>
+
+#define AGENT_VERSION "0.1.0"
+#define AGENT_ROOT "/newroot"        /* where /dev/vda is mounted */
+#define AGENT_WORKSPACE "/workspace" /* inside the new root */
+#define AGENT_EVENTS "/run/sanbox/events"
+
+/* The channel to the host. */
+struct agent_port {
+	int fd;          /* /dev/vportNpM, -1 until found */
+	int console;     /* /dev/console for diagnostics, -1 if none */
+};
+
+/* A frame being built: begin, pack the body with .pk, then send. */
+struct agent_frame {
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	size_t start;
+};
+
+/* send.c */
+
+/* Starts a frame of kind on stream; the caller packs exactly one body
+ * object with f->pk, then calls agent_frame_send(), which frees f. */
+void agent_frame_begin(struct agent_frame *f, int kind, uint64_t stream);
+
+/* Sends f to the host (blocking) and frees its buffer. Returns 0 or -1. */
+int agent_frame_send(struct agent_port *p, struct agent_frame *f);
+
+/* Starts an EVENT frame {type, payload: map of nfields}; the caller packs
+ * the nfields key/value pairs, then calls agent_frame_send(). */
+void agent_event_begin(struct agent_frame *f, const char *type, uint32_t nfields);
+
+/* Packs a string, or a key and a value, into f's body. */
+void agent_pack_str(struct agent_frame *f, const char *s);
+void agent_pack_kv_str(struct agent_frame *f, const char *k, const char *v);
+void agent_pack_kv_strn(struct agent_frame *f, const char *k, const char *v,
+			size_t n);
+void agent_pack_kv_uint(struct agent_frame *f, const char *k, uint64_t v);
+void agent_pack_kv_int(struct agent_frame *f, const char *k, int64_t v);
+
+/* Writes a diagnostic line to the console and, when the port is open, as a
+ * LOG frame. Never fails. */
+void agent_log(struct agent_port *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* sys.c */
+
+/* Mounts proc, sysfs and devtmpfs on /proc, /sys and /dev. */
+int agent_mount_early(void);
+
+/* Returns 1 when the kernel command line holds word (e.g. "sanbox.probe=1"). */
+int agent_cmdline_has(const char *word);
+
+/* Loads the modules listed one path a line in list (missing list: nothing
+ * to do). Logs each failure to p and goes on. Returns how many failed. */
+int agent_load_modules(struct agent_port *p, const char *list);
+
+/* Brings the loopback interface up. */
+int agent_lo_up(void);
+
+/* Finds the virtio port named name in /sys/class/virtio-ports (waiting up to
+ * wait_ms for it and its /dev node) and opens it read-write into *fd. */
+int agent_port_open(const char *name, int wait_ms, int *fd);
+
+/* Waits up to wait_ms for path to exist. */
+int agent_wait_path(const char *path, int wait_ms);
+
+/* Powers the machine off; never returns. */
+void agent_poweroff(void) __attribute__((noreturn));
+
+/* Milliseconds of a monotonic clock. */
+int64_t agent_now_ms(void);
+
+/* Creates the directories of path's prefix up to its last '/' (mode 0755),
+ * without following symbolic links in the last component. */
+int agent_mkdirs(const char *path);
+
+/* watch.c: recursive inotify watch of a directory tree. */
+struct watch;
+
+/* Watches the tree at root (existing files are known, not reported) into
+ * *out; the caller closes it with watch_close(). */
+int watch_open(const char *root, struct agent_port *p, struct watch **out);
+
+/* The inotify descriptor to poll for input. */
+int watch_fd(const struct watch *w);
+
+/* Reads the pending inotify events and sends agent.file.changed events.
+ * Returns 0, or -1 when the descriptor failed (the error is logged). */
+int watch_read(struct watch *w);
+
+/* Closes w and frees it (NULL is ignored). */
+void watch_close(struct watch *w);
+
+/* tunnel.c: 127.0.0.1:port in the guest, carried as streams to the host. */
+struct tunnel;
+
+/* Listens on 127.0.0.1:port into *out; the caller closes it with
+ * tunnel_close(). */
+int tunnel_open(uint16_t port, struct agent_port *p, struct tunnel **out);
+
+/* How many pollfds tunnel_poll_fill() may fill at most. */
+size_t tunnel_poll_count(const struct tunnel *t);
+
+/* Fills pfd with the listener and the connections to poll; returns how
+ * many it filled. */
+size_t tunnel_poll_fill(struct tunnel *t, struct pollfd *pfd);
+
+/* Handles the results of the n pollfds filled last by tunnel_poll_fill(). */
+void tunnel_poll_handle(struct tunnel *t, const struct pollfd *pfd, size_t n);
+
+/* Handles a DATA or CLOSE frame from the host for stream. */
+void tunnel_frame(struct tunnel *t, int kind, uint64_t stream,
+		  const msgpack_object *body);
+
+/* Closes every connection and the listener, and frees t (NULL ignored). */
+void tunnel_close(struct tunnel *t);
+
+#endif
