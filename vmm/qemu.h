@@ -1,0 +1,97 @@
+/* qemu.h - the QEMU microvm command line, spawning and reaping QEMU, and the
+ * unix sockets QEMU connects to.
+ *
+ * The daemon is the server of both unix sockets of a VM (QMP and the
+ * sanbox.0 channel): it listens with sb_unix_listen() before sb_vm_spawn(),
+ * and QEMU connects to them as a client at start-up, and again within a
+ * second whenever the connection drops (reconnect=1), so a restarted daemon
+ * that listens on the same paths gets both back. QEMU runs in its own
+ * session and process group and outlives the daemon.
+ */
+#ifndef SB_VMM_QEMU_H
+#define SB_VMM_QEMU_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef enum { SB_ACCEL_AUTO, SB_ACCEL_KVM, SB_ACCEL_TCG } sb_accel;
+
+#define SB_VM_QEMU_DEFAULT   "qemu-system-x86_64"
+#define SB_VM_DISK_FILE_NODE "file0"	      /* QMP node-name of the disk's file node */
+#define SB_VM_DISK_NODE	     "root0"	      /* QMP node-name of the disk's qcow2 node */
+#define SB_VM_CHAN_NAME	     "sanbox.0"	      /* virtserialport name of the channel */
+#define SB_VM_PROBE_ARG	     "sanbox.probe=1" /* kernel argument of the KVM probe */
+#define SB_VM_PROBE_OK	     "sanbox-probe-ok" /* what the guest prints on it */
+
+struct sb_vm_config {
+	const char *qemu;	  /* binary, NULL = SB_VM_QEMU_DEFAULT (PATH) */
+	const char *kernel;	  /* required: PVH vmlinux or bzImage */
+	const char *initrd;	  /* NULL = none */
+	const char *append_extra; /* added to the kernel command line, or NULL */
+	const char *disk;	  /* qcow2 root layer (virtio-blk), or NULL */
+	const char *chan_socket;  /* socket the daemon listens on, or NULL */
+	const char *qmp_socket;	  /* socket the daemon listens on, or NULL */
+	const char *console_log;  /* required: serial output, appended to;
+				   * QEMU's own output goes to qemu.log beside it */
+	const char *incoming;	  /* NULL, or a memory state file written by
+				   * QMP migrate "exec:cat > FILE": the VM loads it
+				   * and stays paused (-S) until QMP "cont" */
+	unsigned cpus;		  /* 1..64 */
+	unsigned memory_mib;	  /* 64..1048576 */
+	sb_accel accel;		  /* SB_ACCEL_KVM or SB_ACCEL_TCG (resolved) */
+	unsigned tsc_khz;	  /* TCG only: guest TSC rate for tsc_early_khz=,
+				   * 0 = the host's (sb_host_tsc_khz) */
+};
+
+/* Builds QEMU's argv for c into *out, a NULL-terminated array; the caller
+ * frees it with sb_argv_free(). Under TCG the kernel gets tsc_early_khz= so
+ * it does not calibrate the TSC against the emulated PIT (which fails under
+ * host load and hangs the boot).
+ * Errors: SB_ERR_INVAL (missing kernel or console_log, accel not resolved,
+ * cpus or memory out of range, a newline in a string), SB_ERR_NOMEM. */
+int sb_vm_argv(const struct sb_vm_config *c, char ***out);
+
+/* Frees an argv from sb_vm_argv(); NULL is allowed. */
+void sb_argv_free(char **argv);
+
+/* Starts QEMU for c: stdin from /dev/null, stdout and stderr appended to
+ * qemu.log in the console log's directory, a new session and process group
+ * (pgid = *pid), no other descriptors, default signal state. Returns once
+ * QEMU has been exec'd; *pid is a child of the caller, reap it with
+ * sb_vm_wait(). Errors: SB_ERR_UNAVAIL (QEMU binary missing), SB_ERR_NOTFOUND
+ * (kernel, initrd, disk or incoming file missing), SB_ERR_INVAL,
+ * SB_ERR_IO (fork, exec, log file; errno kept), SB_ERR_NOMEM. */
+int sb_vm_spawn(const struct sb_vm_config *c, pid_t *pid);
+
+/* Waits up to timeout_ms (-1 = forever) for process pid to exit and reaps
+ * it if it is the caller's child. *status (may be NULL) gets the waitpid()
+ * status, or -1 when pid is not the caller's child (e.g. a VM started by a
+ * daemon before its restart). Errors: SB_ERR_TIMEOUT (still running),
+ * SB_ERR_INVAL (pid <= 1), SB_ERR_IO. */
+int sb_vm_wait(pid_t pid, int timeout_ms, int *status);
+
+/* Sends sig to the process group of a VM started by sb_vm_spawn (QEMU and
+ * any helper it forked, e.g. the "exec:" of a migration). A group that is
+ * already gone is not an error. Errors: SB_ERR_INVAL (pid <= 1), SB_ERR_IO. */
+int sb_vm_kill(pid_t pid, int sig);
+
+/* Listens on a unix stream socket at path (mode 0600, close-on-exec,
+ * non-blocking), replacing a stale socket left there. *fd is the caller's
+ * to close. Errors: SB_ERR_INVAL (path too long), SB_ERR_EXISTS (path is
+ * not a socket), SB_ERR_IO. */
+int sb_unix_listen(const char *path, int *fd);
+
+/* Accepts one connection on lfd, waiting up to timeout_ms (-1 = forever).
+ * *fd is blocking and close-on-exec; the caller closes it.
+ * Errors: SB_ERR_TIMEOUT, SB_ERR_IO. */
+int sb_unix_accept(int lfd, int timeout_ms, int *fd);
+
+/* Runs argv[0] (searched in PATH) with argv, stdin from /dev/null, and
+ * collects its stdout and stderr (NUL-terminated, truncated to outlen - 1)
+ * into out (may be NULL when outlen is 0). Kills it after timeout_ms.
+ * *status gets the waitpid() status. Errors: SB_ERR_UNAVAIL (program
+ * missing), SB_ERR_TIMEOUT, SB_ERR_IO. */
+int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen,
+		int *status);
+
+#endif
