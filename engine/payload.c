@@ -1,6 +1,7 @@
 /* payload.c - payload field access and msgpack <-> JSON conversion. */
 #include "engine/payload.h"
 
+#include <math.h>
 #include <sodium.h>
 #include <string.h>
 
@@ -242,7 +243,8 @@ json_t *sb_msgpack_to_json(const msgpack_object *o)
 					      : json_integer((json_int_t)o->via.u64);
 	case MSGPACK_OBJECT_NEGATIVE_INTEGER: return json_integer(o->via.i64);
 	case MSGPACK_OBJECT_FLOAT32:
-	case MSGPACK_OBJECT_FLOAT64: return json_real(o->via.f64);
+	case MSGPACK_OBJECT_FLOAT64: /* JSON has no NaN or infinity */
+		return isfinite(o->via.f64) ? json_real(o->via.f64) : json_null();
 	case MSGPACK_OBJECT_STR: return str_to_json(o->via.str.ptr, o->via.str.size);
 	case MSGPACK_OBJECT_BIN:
 	case MSGPACK_OBJECT_EXT: {

@@ -47,7 +47,8 @@ int sb_record_encode(const struct sb_event *ev, msgpack_sbuffer *out)
 
 static int copy_str(const msgpack_object *o, char *dst, size_t cap)
 {
-	if (o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 || o->via.str.size >= cap)
+	if (o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 || o->via.str.size >= cap ||
+	    memchr(o->via.str.ptr, 0, o->via.str.size)) /* C strings: no NUL inside */
 		return -1;
 	memcpy(dst, o->via.str.ptr, o->via.str.size);
 	dst[o->via.str.size] = 0;

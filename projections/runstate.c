@@ -50,7 +50,7 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 	struct sb_runstate rs;
 	size_t kl = strlen(ev->run);
 	const char *ty = ev->type;
-	char reason[32];
+	char reason[sizeof rs.reason] = "";
 	int rc;
 
 	rc = sb_fields_load(t, ev->run, kl, rs_fields, NF, &rs, sizeof rs);
