@@ -1,0 +1,792 @@
+/* test_log.c - the LMDB event log: appends, iteration, durability, refusal,
+ * corruption, group commit, blobs. Each test works in its own directory
+ * under /tmp and removes it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "engine/log.h"
+#include "engine/record.h"
+#include "tests/unit/testutil.h"
+
+struct fix {
+	char *dir;
+	sb_log *log;
+};
+
+static int setup(void **state)
+{
+	struct fix *f = calloc(1, sizeof *f);
+
+	assert_non_null(f);
+	f->dir = tu_tmpdir();
+	assert_int_equal(sb_log_open(f->dir, 0, &f->log), SB_OK);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+
+	sb_log_close(f->log);
+	tu_rmrf(f->dir);
+	free(f);
+	return 0;
+}
+
+static void reopen(struct fix *f, unsigned flags)
+{
+	sb_log_close(f->log);
+	f->log = NULL;
+	assert_int_equal(sb_log_open(f->dir, flags, &f->log), SB_OK);
+}
+
+/* A batch of events with owned payloads: event i of the batch belongs to
+ * run runs[(base + i) % nruns] and carries {"turn": base + i, "tag": tag};
+ * so with base = the number of events before it, event k of the log is of
+ * run runs[k % nruns]. */
+struct batch {
+	struct sb_event *evs;
+	msgpack_sbuffer *pl;
+	size_t n;
+};
+
+static void batch_make(struct batch *b, size_t n, const char *const *runs, size_t nruns,
+		       uint64_t base, const char *tag)
+{
+	b->n = n;
+	b->evs = calloc(n, sizeof *b->evs);
+	b->pl = calloc(n, sizeof *b->pl);
+	assert_true(b->evs && b->pl);
+	for (size_t i = 0; i < n; i++) {
+		msgpack_packer pk;
+		msgpack_sbuffer_init(&b->pl[i]);
+		msgpack_packer_init(&pk, &b->pl[i], msgpack_sbuffer_write);
+		msgpack_pack_map(&pk, 2);
+		sb_pack_ku64(&pk, "turn", base + i);
+		sb_pack_kstr(&pk, "tag", tag);
+		assert_int_equal(sb_event_init(&b->evs[i], "agent.turn.started", runs[(base + i) % nruns],
+					       (base + i) % 2 ? SB_SRC_GUEST : SB_SRC_HOST, b->pl[i].data,
+					       b->pl[i].size),
+				 SB_OK);
+	}
+}
+
+static void batch_free(struct batch *b)
+{
+	for (size_t i = 0; i < b->n; i++)
+		msgpack_sbuffer_destroy(&b->pl[i]);
+	free(b->pl);
+	free(b->evs);
+}
+
+/* Reads "turn" from an event's payload. */
+static uint64_t turn_of(const struct sb_event *ev)
+{
+	msgpack_zone z;
+	msgpack_object o;
+	uint64_t t;
+
+	msgpack_zone_init(&z, 256);
+	assert_int_equal(sb_payload_parse(ev->payload, ev->payload_len, &z, &o), SB_OK);
+	t = sb_map_u64(&o, "turn", UINT64_MAX);
+	msgpack_zone_destroy(&z);
+	return t;
+}
+
+static const char *const runs3[] = {"run-a", "run-b", "run-c"};
+
+/* Appends 50 events over 3 runs in batches of 1, 7 and 42. */
+static void append_50(struct fix *f, struct batch *b)
+{
+	static const size_t sizes[] = {1, 7, 42};
+	uint64_t base = 0;
+
+	for (int i = 0; i < 3; i++) {
+		batch_make(&b[i], sizes[i], runs3, 3, base, "x");
+		assert_int_equal(sb_log_append(f->log, b[i].evs, b[i].n), SB_OK);
+		base += sizes[i];
+	}
+}
+
+/* Offsets are 1..N in order, seqs count per run from 1, the events read
+ * back are the ones written; reading starts where asked. */
+static void test_append_read(void **state)
+{
+	struct fix *f = *state;
+	struct batch b[3];
+	struct sb_event ev;
+	sb_log_iter *it;
+	uint64_t off = 1, seq[3] = {0};
+	int rc;
+
+	assert_true(sb_log_last_offset(f->log) == 0);
+	assert_int_equal(sb_log_append(f->log, NULL, 0), SB_OK);
+	append_50(f, b);
+	for (int i = 0, k = 0; i < 3; i++)
+		for (size_t j = 0; j < b[i].n; j++, k++) {
+			assert_true(b[i].evs[j].offset == (uint64_t)k + 1);
+			assert_true(b[i].evs[j].seq == (uint64_t)k / 3 + 1);
+			assert_true(b[i].evs[j].ts_ns > 0);
+		}
+	assert_true(sb_log_last_offset(f->log) == 50);
+	assert_true(sb_log_last_seq(f->log, "run-a") == 17);
+	assert_true(sb_log_last_seq(f->log, "run-c") == 16);
+	assert_true(sb_log_last_seq(f->log, "run-") == 0);
+	assert_true(sb_log_last_seq(f->log, "nope") == 0);
+
+	assert_int_equal(sb_log_iter_open(f->log, 1, &it), SB_OK);
+	while ((rc = sb_log_iter_next(it, &ev)) == SB_OK) {
+		int r = (int)((off - 1) % 3);
+		assert_true(ev.offset == off);
+		assert_true(ev.seq == ++seq[r]);
+		assert_string_equal(ev.run, runs3[r]);
+		assert_string_equal(ev.type, "agent.turn.started");
+		assert_int_equal(ev.source, (off - 1) % 2 ? SB_SRC_GUEST : SB_SRC_HOST);
+		assert_true(turn_of(&ev) == off - 1);
+		off++;
+	}
+	assert_int_equal(rc, SB_END);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_END);
+	assert_true(off == 51);
+	sb_log_iter_close(it);
+
+	/* From the middle, from 0, past the end. */
+	assert_int_equal(sb_log_iter_open(f->log, 26, &it), SB_OK);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	assert_true(ev.offset == 26 && turn_of(&ev) == 25);
+	for (off = 27; sb_log_iter_next(it, &ev) == SB_OK; off++)
+		assert_true(ev.offset == off);
+	assert_true(off == 51);
+	sb_log_iter_close(it);
+	assert_int_equal(sb_log_iter_open(f->log, 0, &it), SB_OK);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	assert_true(ev.offset == 1);
+	sb_log_iter_close(it);
+	assert_int_equal(sb_log_iter_open(f->log, 51, &it), SB_OK);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_END);
+	sb_log_iter_close(it);
+	sb_log_iter_close(NULL);
+	for (int i = 0; i < 3; i++)
+		batch_free(&b[i]);
+}
+
+/* One run's events from seq k, in seq order, with their global offsets. */
+static void test_run_iter(void **state)
+{
+	struct fix *f = *state;
+	struct batch b[3];
+	struct sb_event ev;
+	sb_log_iter *it;
+	uint64_t seq;
+	int rc;
+
+	append_50(f, b);
+	for (uint64_t from = 0; from <= 18; from++) {
+		assert_int_equal(sb_log_iter_open_run(f->log, "run-b", from, &it), SB_OK);
+		seq = from ? from : 1;
+		while ((rc = sb_log_iter_next(it, &ev)) == SB_OK) {
+			assert_string_equal(ev.run, "run-b");
+			assert_true(ev.seq == seq);
+			assert_true(ev.offset == 3 * (seq - 1) + 2);
+			seq++;
+		}
+		assert_int_equal(rc, SB_END);
+		assert_true(seq == 18); /* run-b has 17 events */
+		sb_log_iter_close(it);
+	}
+	/* A run whose id is a prefix of others has no events. */
+	assert_int_equal(sb_log_iter_open_run(f->log, "run-", 1, &it), SB_OK);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_END);
+	sb_log_iter_close(it);
+	assert_int_equal(sb_log_iter_open_run(f->log, "", 1, &it), SB_ERR_INVAL);
+	assert_int_equal(sb_log_iter_open_run(f->log, "0123456789abcdef01234567", 1, &it),
+			 SB_ERR_INVAL);
+	for (int i = 0; i < 3; i++)
+		batch_free(&b[i]);
+}
+
+/* An iterator reads a snapshot: later appends do not show in it. */
+static void test_iter_snapshot(void **state)
+{
+	struct fix *f = *state;
+	struct batch b[3], more;
+	struct sb_event ev;
+	sb_log_iter *it, *rit;
+	int n = 0, rn = 0;
+
+	append_50(f, b);
+	assert_int_equal(sb_log_iter_open(f->log, 1, &it), SB_OK);
+	assert_int_equal(sb_log_iter_open_run(f->log, "run-a", 1, &rit), SB_OK);
+	batch_make(&more, 10, runs3, 1, 100, "later");
+	assert_int_equal(sb_log_append(f->log, more.evs, more.n), SB_OK);
+	while (sb_log_iter_next(it, &ev) == SB_OK)
+		n++;
+	while (sb_log_iter_next(rit, &ev) == SB_OK)
+		rn++;
+	assert_int_equal(n, 50);
+	assert_int_equal(rn, 17);
+	sb_log_iter_close(it);
+	sb_log_iter_close(rit);
+	assert_true(sb_log_last_offset(f->log) == 60);
+	assert_true(sb_log_last_seq(f->log, "run-a") == 27);
+	batch_free(&more);
+	for (int i = 0; i < 3; i++)
+		batch_free(&b[i]);
+}
+
+/* What was appended is there after close and reopen; offsets and seqs go
+ * on from where they were. */
+static void test_durable_reopen(void **state)
+{
+	struct fix *f = *state;
+	struct batch b[3], more;
+	struct sb_event ev;
+	sb_log_iter *it;
+	uint64_t off = 1;
+
+	append_50(f, b);
+	reopen(f, 0);
+	assert_true(sb_log_last_offset(f->log) == 50);
+	assert_true(sb_log_last_seq(f->log, "run-b") == 17);
+	batch_make(&more, 4, runs3 + 1, 1, 50, "after");
+	assert_int_equal(sb_log_append(f->log, more.evs, more.n), SB_OK);
+	assert_true(more.evs[0].offset == 51 && more.evs[3].offset == 54);
+	assert_true(more.evs[0].seq == 18 && more.evs[3].seq == 21);
+	reopen(f, SB_LOG_RDONLY);
+	assert_int_equal(sb_log_iter_open(f->log, 1, &it), SB_OK);
+	for (; sb_log_iter_next(it, &ev) == SB_OK; off++) {
+		assert_true(ev.offset == off);
+		assert_true(turn_of(&ev) == off - 1);
+	}
+	assert_true(off == 55);
+	sb_log_iter_close(it);
+	batch_free(&more);
+	for (int i = 0; i < 3; i++)
+		batch_free(&b[i]);
+}
+
+static void count_hook(void *ctx, const struct sb_event *evs, size_t n)
+{
+	*(size_t *)ctx += n;
+}
+
+/* A batch with one event the schema refuses writes nothing at all. */
+static void test_refused_batch(void **state)
+{
+	struct fix *f = *state;
+	struct batch b;
+	msgpack_sbuffer bad, usage;
+	size_t hooked = 0;
+	int rc;
+
+	sb_log_set_hook(f->log, count_hook, &hooked);
+	batch_make(&b, 5, runs3, 3, 0, "ok");
+	assert_int_equal(sb_log_append(f->log, b.evs, 2), SB_OK);
+	assert_int_equal(hooked, 2);
+
+	tu_json(&bad, "{'turn':'three'}");
+	b.evs[3].payload = (const uint8_t *)bad.data;
+	b.evs[3].payload_len = bad.size;
+	rc = sb_log_append(f->log, b.evs + 2, 3);
+	assert_int_equal(rc, SB_ERR_SCHEMA);
+	tu_errmsg_has(rc, "agent.turn.started", "turn");
+
+	tu_json(&usage, "{'model':'m','input_tokens':1,'output_tokens':1,'cost_nusd':1,"
+			"'total_nusd':1}");
+	assert_int_equal(sb_event_init(&b.evs[3], "agent.usage.updated", "run-a", SB_SRC_GUEST,
+				       usage.data, usage.size),
+			 0);
+	rc = sb_log_append(f->log, b.evs + 2, 3);
+	assert_int_equal(rc, SB_ERR_SCHEMA);
+	tu_errmsg_has(rc, "agent.usage.updated", "guest");
+
+	b.evs[3].source = SB_SRC_GATEWAY;
+	b.evs[3].run[0] = 0;
+	assert_int_equal(sb_log_append(f->log, b.evs + 2, 3), SB_ERR_INVAL);
+
+	assert_true(sb_log_last_offset(f->log) == 2);
+	assert_true(sb_log_last_seq(f->log, "run-a") == 1);
+	assert_true(sb_log_last_seq(f->log, "run-c") == 0);
+	assert_int_equal(hooked, 2);
+	assert_true(b.evs[2].offset == 0 && b.evs[4].offset == 0);
+
+	/* Fixed, the same batch goes in whole. */
+	strcpy(b.evs[3].run, "run-a");
+	assert_int_equal(sb_log_append(f->log, b.evs + 2, 3), SB_OK);
+	assert_true(b.evs[2].offset == 3 && b.evs[3].offset == 4 && b.evs[4].offset == 5);
+	assert_true(b.evs[3].seq == 2);
+	assert_int_equal(hooked, 5);
+	msgpack_sbuffer_destroy(&bad);
+	msgpack_sbuffer_destroy(&usage);
+	batch_free(&b);
+}
+
+/* A read-only log reads but refuses appends and blobs. */
+static void test_rdonly(void **state)
+{
+	struct fix *f = *state;
+	struct batch b;
+	uint8_t h[SB_HASH_LEN];
+	sb_log_iter *it;
+	struct sb_event ev;
+	sb_log *ro;
+	char *empty;
+
+	batch_make(&b, 3, runs3, 3, 0, "x");
+	assert_int_equal(sb_log_append(f->log, b.evs, 3), SB_OK);
+	reopen(f, SB_LOG_RDONLY);
+	assert_int_equal(sb_log_append(f->log, b.evs, 1), SB_ERR_DENIED);
+	assert_int_equal(sb_blob_put(f->log, "x", 1, h), SB_ERR_DENIED);
+	assert_true(sb_log_last_offset(f->log) == 3);
+	assert_int_equal(sb_log_iter_open(f->log, 1, &it), SB_OK);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	sb_log_iter_close(it);
+
+	/* A directory with no log, read-only or missing, fails cleanly. */
+	empty = tu_tmpdir();
+	assert_true(sb_log_open(empty, SB_LOG_RDONLY, &ro) < 0);
+	tu_rmrf(empty);
+	assert_true(sb_log_open("/tmp/sb-test-does-not-exist/x", 0, &ro) < 0);
+	batch_free(&b);
+}
+
+/* Timestamps: 0 means now; a given timestamp is kept. */
+static void test_timestamps(void **state)
+{
+	struct fix *f = *state;
+	struct batch b;
+	struct timespec t0, t1;
+	struct sb_event ev;
+	sb_log_iter *it;
+
+	batch_make(&b, 2, runs3, 1, 0, "x");
+	b.evs[1].ts_ns = 42;
+	clock_gettime(CLOCK_REALTIME, &t0);
+	assert_int_equal(sb_log_append(f->log, b.evs, 2), SB_OK);
+	clock_gettime(CLOCK_REALTIME, &t1);
+	assert_true(b.evs[0].ts_ns >= (uint64_t)t0.tv_sec * 1000000000u + (uint64_t)t0.tv_nsec);
+	assert_true(b.evs[0].ts_ns <= (uint64_t)t1.tv_sec * 1000000000u + (uint64_t)t1.tv_nsec);
+	assert_int_equal(sb_log_iter_open(f->log, 1, &it), SB_OK);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	assert_true(ev.ts_ns == b.evs[0].ts_ns);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	assert_true(ev.ts_ns == 42);
+	sb_log_iter_close(it);
+	batch_free(&b);
+}
+
+/* Flips one byte in every copy of marker inside the file; returns how many
+ * copies there were. */
+static int flip_in_file(const char *path, const char *marker)
+{
+	FILE *fp = fopen(path, "r+b");
+	size_t ml = strlen(marker), len;
+	char *data;
+	int n = 0;
+
+	assert_non_null(fp);
+	fseek(fp, 0, SEEK_END);
+	len = (size_t)ftell(fp);
+	rewind(fp);
+	data = malloc(len);
+	assert_non_null(data);
+	assert_int_equal(fread(data, 1, len, fp), len);
+	for (char *p = data; (p = memmem(p, len - (size_t)(p - data), marker, ml)); p += ml) {
+		p[ml / 2] ^= 0x20;
+		n++;
+	}
+	rewind(fp);
+	assert_int_equal(fwrite(data, 1, len, fp), len);
+	fclose(fp);
+	free(data);
+	return n;
+}
+
+/* A record damaged on disk is reported with its offset, and reading goes
+ * on with the next record; the per-run iterator does the same. */
+static void test_corrupt_record_on_disk(void **state)
+{
+	struct fix *f = *state;
+	struct batch b[3], tagged;
+	struct sb_event ev;
+	sb_log_iter *it;
+	char path[512];
+	uint64_t off = 1;
+	int rc, corrupt = 0;
+
+	append_50(f, b);
+	batch_make(&tagged, 1, runs3 + 1, 1, 50, "MARKER-OF-EVENT-51");
+	assert_int_equal(sb_log_append(f->log, tagged.evs, 1), SB_OK);
+	assert_true(tagged.evs[0].offset == 51);
+	batch_free(&tagged);
+	batch_make(&tagged, 9, runs3, 3, 51, "y");
+	assert_int_equal(sb_log_append(f->log, tagged.evs, 9), SB_OK);
+
+	sb_log_close(f->log);
+	f->log = NULL;
+	snprintf(path, sizeof path, "%s/data.mdb", f->dir);
+	assert_true(flip_in_file(path, "MARKER-OF-EVENT-51") >= 1);
+	assert_int_equal(sb_log_open(f->dir, 0, &f->log), SB_OK);
+
+	assert_int_equal(sb_log_iter_open(f->log, 1, &it), SB_OK);
+	for (;;) {
+		memset(&ev, 0, sizeof ev);
+		rc = sb_log_iter_next(it, &ev);
+		if (rc == SB_END)
+			break;
+		if (rc == SB_ERR_CORRUPT) {
+			assert_true(ev.offset == 51);
+			tu_errmsg_has(rc, "offset 51", "checksum");
+			corrupt++;
+		} else {
+			assert_int_equal(rc, SB_OK);
+			assert_true(ev.offset != 51);
+		}
+		assert_true(ev.offset == off);
+		off++;
+	}
+	assert_true(off == 61);
+	assert_int_equal(corrupt, 1);
+	sb_log_iter_close(it);
+
+	/* run-b's 18th event is offset 51. */
+	assert_int_equal(sb_log_iter_open_run(f->log, "run-b", 17, &it), SB_OK);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	assert_true(ev.seq == 17 && ev.offset == 50);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_ERR_CORRUPT);
+	assert_true(ev.offset == 51);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	assert_true(ev.seq == 19 && ev.offset == 53);
+	sb_log_iter_close(it);
+	batch_free(&tagged);
+	for (int i = 0; i < 3; i++)
+		batch_free(&b[i]);
+}
+
+/* Replaces the stored value of key in database name. */
+static void mdb_overwrite(sb_log *log, const char *name, const void *key, size_t klen,
+			  const void *val, size_t vlen)
+{
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_val k = {klen, (void *)key}, v = {vlen, (void *)val};
+
+	assert_int_equal(mdb_txn_begin(sb_log_env(log), NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, name, 0, &dbi), 0);
+	assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+}
+
+/* A valid record stored under another offset's key is corrupt too; a
+ * garbage value is reported with its offset. */
+static void test_corrupt_record_misplaced(void **state)
+{
+	struct fix *f = *state;
+	struct batch b[3];
+	struct sb_event ev;
+	msgpack_sbuffer rec;
+	sb_log_iter *it;
+	uint8_t key[8] = {0, 0, 0, 0, 0, 0, 0, 7};
+	uint8_t key9[8] = {0, 0, 0, 0, 0, 0, 0, 9};
+
+	append_50(f, b);
+	assert_true(b[2].evs[0].offset == 9); /* stored again at 7 */
+	msgpack_sbuffer_init(&rec);
+	assert_int_equal(sb_record_encode(&b[2].evs[0], &rec), 0);
+	mdb_overwrite(f->log, "events", key, 8, rec.data, rec.size);
+	mdb_overwrite(f->log, "events", key9, 8, "garbage", 7);
+	assert_int_equal(sb_log_iter_open(f->log, 6, &it), SB_OK);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	assert_true(ev.offset == 6);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_ERR_CORRUPT);
+	assert_true(ev.offset == 7);
+	tu_errmsg_has(SB_ERR_CORRUPT, "offset 7");
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	assert_true(ev.offset == 8);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_ERR_CORRUPT);
+	assert_true(ev.offset == 9);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	assert_true(ev.offset == 10);
+	sb_log_iter_close(it);
+	msgpack_sbuffer_destroy(&rec);
+	for (int i = 0; i < 3; i++)
+		batch_free(&b[i]);
+}
+
+/* A log of an unknown format version is refused on open. */
+static void test_format_version(void **state)
+{
+	struct fix *f = *state;
+
+	mdb_overwrite(f->log, "meta", "version", 7, "\0\0\0\0\0\0\0\2", 8);
+	sb_log_close(f->log);
+	f->log = NULL;
+	assert_int_equal(sb_log_open(f->dir, 0, &f->log), SB_ERR_CORRUPT);
+	f->log = NULL;
+	assert_int_equal(sb_log_open(f->dir, SB_LOG_RDONLY, &f->log), SB_ERR_CORRUPT);
+	f->log = NULL;
+}
+
+/* Blobs: round trip of several sizes, the key is the XXH3-128 of the
+ * content, equal content is stored once, hex keys parse and print. */
+static void test_blobs(void **state)
+{
+	static const size_t sizes[] = {0, 1, 4095, 4096, 100000, 3 << 20};
+	struct fix *f = *state;
+	uint8_t h[SB_HASH_LEN], h2[SB_HASH_LEN], back[SB_HASH_LEN];
+	char hex[SB_HASH_HEX];
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_stat st;
+
+	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+		uint8_t *data = malloc(sizes[i] + 1);
+		XXH128_canonical_t c;
+		void *got;
+		size_t len;
+
+		assert_non_null(data);
+		for (size_t j = 0; j < sizes[i]; j++)
+			data[j] = (uint8_t)(j * 7 + i);
+		assert_int_equal(sb_blob_put(f->log, data, sizes[i], h), SB_OK);
+		XXH128_canonicalFromHash(&c, XXH3_128bits(data, sizes[i]));
+		assert_memory_equal(h, c.digest, SB_HASH_LEN);
+		assert_int_equal(sb_blob_put(f->log, data, sizes[i], h2), SB_OK);
+		assert_memory_equal(h, h2, SB_HASH_LEN);
+		assert_int_equal(sb_blob_get(f->log, h, &got, &len), SB_OK);
+		assert_int_equal(len, sizes[i]);
+		if (len)
+			assert_memory_equal(got, data, len);
+		free(got);
+
+		sb_hash_hex(h, hex);
+		assert_int_equal(strlen(hex), 32);
+		assert_int_equal(sb_hash_parse(hex, back), SB_OK);
+		assert_memory_equal(back, h, SB_HASH_LEN);
+		free(data);
+	}
+	assert_int_equal(mdb_txn_begin(sb_log_env(f->log), NULL, MDB_RDONLY, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "blobs", 0, &dbi), 0);
+	assert_int_equal(mdb_stat(txn, dbi, &st), 0);
+	assert_int_equal(st.ms_entries, sizeof sizes / sizeof sizes[0]);
+	mdb_txn_abort(txn);
+
+	/* A hash nobody stored. */
+	h[0] ^= 1;
+	{
+		void *got = NULL;
+		size_t len;
+		assert_int_equal(sb_blob_get(f->log, h, &got, &len), SB_ERR_NOTFOUND);
+		assert_null(got);
+	}
+	/* Hex parsing. */
+	assert_int_equal(sb_hash_parse("00112233445566778899aabbccddeeff", back), SB_OK);
+	assert_true(back[0] == 0x00 && back[1] == 0x11 && back[15] == 0xff);
+	assert_int_equal(sb_hash_parse("00112233445566778899aabbccddeef", back), SB_ERR_INVAL);
+	assert_int_equal(sb_hash_parse("00112233445566778899aabbccddeeff0", back), SB_ERR_INVAL);
+	assert_int_equal(sb_hash_parse("00112233445566778899AABBCCDDEEFF", back), SB_ERR_INVAL);
+	assert_int_equal(sb_hash_parse("0011223344556677889gaabbccddeeff", back), SB_ERR_INVAL);
+	assert_int_equal(sb_hash_parse("", back), SB_ERR_INVAL);
+}
+
+/* A blob damaged on disk, or replaced in the database, fails its check. */
+static void test_blob_corrupt(void **state)
+{
+	struct fix *f = *state;
+	uint8_t h[SB_HASH_LEN], h2[SB_HASH_LEN];
+	char path[512], *data = malloc(20000);
+	void *got = NULL;
+	size_t len;
+	int rc;
+
+	assert_non_null(data);
+	for (int i = 0; i < 20000; i++)
+		data[i] = (char)('a' + i % 26);
+	memcpy(data + 10000, "BLOB-MARKER-XYZZY", 17);
+	assert_int_equal(sb_blob_put(f->log, data, 20000, h), SB_OK);
+	assert_int_equal(sb_blob_put(f->log, "small one", 9, h2), SB_OK);
+	sb_log_close(f->log);
+	f->log = NULL;
+	snprintf(path, sizeof path, "%s/data.mdb", f->dir);
+	assert_int_equal(flip_in_file(path, "BLOB-MARKER-XYZZY"), 1);
+	assert_int_equal(sb_log_open(f->dir, 0, &f->log), SB_OK);
+	rc = sb_blob_get(f->log, h, &got, &len);
+	assert_int_equal(rc, SB_ERR_CORRUPT);
+	assert_null(got);
+	tu_errmsg_has(rc, "checksum");
+
+	mdb_overwrite(f->log, "blobs", h2, SB_HASH_LEN, "small One", 9);
+	assert_int_equal(sb_blob_get(f->log, h2, &got, &len), SB_ERR_CORRUPT);
+	free(data);
+}
+
+/* Group commit: many threads appending single durable events. */
+#define GC_THREADS 8
+#define GC_EACH 2000
+#define GC_RUNS 4
+
+struct gc_hook {
+	atomic_int inside;
+	int overlaps;
+	uint64_t next;   /* next offset the hook expects */
+	uint64_t events; /* events seen */
+	uint64_t calls;
+	int bad_order;
+};
+
+static void gc_hook_fn(void *ctx, const struct sb_event *evs, size_t n)
+{
+	struct gc_hook *h = ctx;
+
+	if (atomic_exchange(&h->inside, 1))
+		h->overlaps++;
+	for (size_t i = 0; i < n; i++) {
+		if (evs[i].offset != h->next)
+			h->bad_order++;
+		h->next = evs[i].offset + 1;
+	}
+	h->events += n;
+	h->calls++;
+	atomic_store(&h->inside, 0);
+}
+
+struct gc_thread {
+	sb_log *log;
+	int id;
+	int failed;
+	uint64_t offs[GC_EACH];
+};
+
+static void *gc_worker(void *arg)
+{
+	struct gc_thread *t = arg;
+	char run[SB_RUN_MAX];
+
+	snprintf(run, sizeof run, "gc-run-%d", t->id % GC_RUNS);
+	for (int i = 0; i < GC_EACH; i++) {
+		msgpack_sbuffer sb;
+		msgpack_packer pk;
+		struct sb_event ev;
+
+		msgpack_sbuffer_init(&sb);
+		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+		msgpack_pack_map(&pk, 2);
+		sb_pack_ku64(&pk, "turn", (uint64_t)i);
+		sb_pack_ku64(&pk, "thread", (uint64_t)t->id);
+		sb_event_init(&ev, "agent.turn.completed", run, SB_SRC_GUEST, sb.data, sb.size);
+		if (sb_log_append(t->log, &ev, 1) != SB_OK)
+			t->failed++;
+		t->offs[i] = ev.offset;
+		msgpack_sbuffer_destroy(&sb);
+	}
+	return NULL;
+}
+
+/* Every offset 1..N exists once; each thread's events are all there in its
+ * order; each run's seqs are 1..k without gaps; the hook saw every offset
+ * once, in order, never two calls at once; commits were grouped. */
+static void test_group_commit(void **state)
+{
+	struct fix *f = *state;
+	struct gc_hook hook = {.next = 1};
+	struct gc_thread *th = calloc(GC_THREADS, sizeof *th);
+	pthread_t tid[GC_THREADS];
+	uint64_t runseq[GC_RUNS] = {0}, off = 1;
+	uint8_t *seen = calloc((size_t)GC_THREADS * GC_EACH, 1);
+	struct sb_event ev;
+	sb_log_iter *it;
+	MDB_envinfo info;
+	size_t txn0, commits;
+	int rc;
+
+	assert_true(th && seen);
+	assert_int_equal(mdb_env_info(sb_log_env(f->log), &info), 0);
+	txn0 = info.me_last_txnid;
+	sb_log_set_hook(f->log, gc_hook_fn, &hook);
+	for (int i = 0; i < GC_THREADS; i++) {
+		th[i].log = f->log;
+		th[i].id = i;
+		assert_int_equal(pthread_create(&tid[i], NULL, gc_worker, &th[i]), 0);
+	}
+	for (int i = 0; i < GC_THREADS; i++)
+		pthread_join(tid[i], NULL);
+	assert_int_equal(mdb_env_info(sb_log_env(f->log), &info), 0);
+	commits = info.me_last_txnid - txn0;
+	for (int i = 0; i < GC_THREADS; i++) {
+		assert_int_equal(th[i].failed, 0);
+		for (int j = 1; j < GC_EACH; j++)
+			assert_true(th[i].offs[j] > th[i].offs[j - 1]);
+	}
+
+	assert_int_equal(sb_log_iter_open(f->log, 1, &it), SB_OK);
+	while ((rc = sb_log_iter_next(it, &ev)) == SB_OK) {
+		msgpack_zone z;
+		msgpack_object o;
+		uint64_t t, i;
+		int r;
+
+		assert_true(ev.offset == off);
+		msgpack_zone_init(&z, 128);
+		assert_int_equal(sb_payload_parse(ev.payload, ev.payload_len, &z, &o), 0);
+		t = sb_map_u64(&o, "thread", 999);
+		i = sb_map_u64(&o, "turn", 99999);
+		msgpack_zone_destroy(&z);
+		assert_true(t < GC_THREADS && i < GC_EACH);
+		assert_int_equal(seen[t * GC_EACH + i], 0);
+		seen[t * GC_EACH + i] = 1;
+		assert_true(th[t].offs[i] == off);
+		r = ev.run[7] - '0';
+		assert_true(r >= 0 && r < GC_RUNS && (uint64_t)r == t % GC_RUNS);
+		assert_true(ev.seq == ++runseq[r]);
+		off++;
+	}
+	assert_int_equal(rc, SB_END);
+	sb_log_iter_close(it);
+	assert_true(off - 1 == (uint64_t)GC_THREADS * GC_EACH);
+	for (int r = 0; r < GC_RUNS; r++) {
+		char run[SB_RUN_MAX];
+		snprintf(run, sizeof run, "gc-run-%d", r);
+		assert_true(runseq[r] == (uint64_t)GC_THREADS / GC_RUNS * GC_EACH);
+		assert_true(sb_log_last_seq(f->log, run) == runseq[r]);
+	}
+	assert_int_equal(hook.overlaps, 0);
+	assert_int_equal(hook.bad_order, 0);
+	assert_true(hook.events == (uint64_t)GC_THREADS * GC_EACH);
+	assert_true(hook.next == off);
+	assert_true(hook.calls == (uint64_t)GC_THREADS * GC_EACH); /* one per append */
+	/* Appenders were grouped: far fewer commits than appends. */
+	print_message("group commit: %llu appends in %llu commits\n",
+		      (unsigned long long)hook.events, (unsigned long long)commits);
+	assert_true(commits > 0 && commits < hook.events / 2);
+	free(seen);
+	free(th);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_append_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_run_iter, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_iter_snapshot, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_durable_reopen, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_batch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rdonly, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_timestamps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_corrupt_record_on_disk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_corrupt_record_misplaced, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_format_version, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_blobs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_blob_corrupt, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
