@@ -28,6 +28,7 @@
 #include "projections/views.h"
 #include "vmm/accel.h"
 #include "vmm/chan.h"
+#include "vmm/disk.h"
 #include "vmm/qemu.h"
 
 #define BOOT_DEADLINE_S 120.0 /* HELLO from the agent, under TCG */
@@ -875,12 +876,10 @@ static int run_start(struct run *r, const struct sb_template *t, const struct sp
 {
 	struct sb_daemon *d = r->owner->d;
 	char disk[PATH_MAX + 16], chan[PATH_MAX + 16], qmp[PATH_MAX + 16], console[PATH_MAX + 16];
-	char cache[PATH_MAX + 16], why[256] = "", out[1024], pidbuf[32];
-	char *qargv[] = {"qemu-img", "create", "-q", "-f", "qcow2", "-b", (char *)t->rootfs, "-F", "raw",
-			 disk, NULL};
+	char cache[PATH_MAX + 16], why[256] = "", pidbuf[32];
 	struct sb_vm_config vc = {0};
 	sb_accel want, accel;
-	int status, rc, fd;
+	int rc, fd;
 
 	snprintf(disk, sizeof disk, "%s/disk.qcow2", r->dir);
 	snprintf(chan, sizeof chan, "%s/chan.sock", r->dir);
@@ -889,10 +888,7 @@ static int run_start(struct run *r, const struct sb_template *t, const struct sp
 	snprintf(cache, sizeof cache, "%s/cache", d->home);
 	if ((rc = sb_mkdirs(r->dir, 0700)) || (rc = sb_mkdirs(cache, 0700)))
 		return rc;
-	rc = sb_proc_run(qargv, 30000, out, sizeof out, &status);
-	if (rc == SB_OK && (!WIFEXITED(status) || WEXITSTATUS(status)))
-		rc = sb_seterr(SB_ERR_IO, "qemu-img create failed: %.200s", out);
-	if (rc)
+	if ((rc = sb_disk_layer_create(t->rootfs, "raw", disk)))
 		return rc;
 	want = !strcmp(s->accel, "kvm") ? SB_ACCEL_KVM : !strcmp(s->accel, "tcg") ? SB_ACCEL_TCG
 										    : SB_ACCEL_AUTO;
