@@ -9,7 +9,8 @@
 #     in the qcow2 layer.
 #   2 events + tunnel: a JSON line on $SANBOX_EVENTS -> EVENT_JSON, a line
 #     over 64 KiB is dropped with a LOG, an input file and env arrive, busybox
-#     wget through 127.0.0.1:4000 gets the driver's answer.
+#     wget through 127.0.0.1:4000 gets the driver's answer; workspace
+#     changes: modified, created in a new tree, moved, deleted.
 #   3 signal + output + bad frames: garbage frames before the SPEC and a
 #     frame of length 0 after it are logged and skipped; 400 kB of output
 #     all arrive, no faster than the rate limit allows; SIGNAL 15 (sent
@@ -131,7 +132,8 @@ script='echo "{\"type\":\"agent.turn.started\",\"payload\":{\"turn\":1}}" > $SAN
 head -c 70000 /dev/zero | tr "\0" a > $SANBOX_EVENTS; echo >> $SANBOX_EVENTS
 echo "{\"type\":\"agent.turn.completed\",\"payload\":{\"turn\":1}}" > $SANBOX_EVENTS
 echo "in=$(cat in/a.txt) foo=$FOO base=$OPENAI_BASE_URL"
-wget -qO- http://127.0.0.1:4000/x; echo "wget=$?"'
+wget -qO- http://127.0.0.1:4000/x; echo "wget=$?"
+echo more >> in/a.txt; mkdir -p a/b/c; echo deep > a/b/c/f; mv a/b/c/f a/g; rm a/g'
 boot events -t 4000 -e FOO=bar -i 'in/a.txt=input-data' -a /bin/sh -a -c -a "$script"
 expect events 'EVENT harness.input.ready {"files"=>1, "bytes"=>10}' "inputs not counted"
 expect events 'EVENT_JSON {"type":"agent.turn.started","payload":{"turn":1}}' "no EVENT_JSON"
@@ -145,6 +147,11 @@ expect events 'REQUEST 1 GET /x HTTP/1.1' "no tunnelled request"
 expect events 'tunnel-ok GET /x HTTP/1.1' "tunnel answer not seen by wget"
 expect events 'wget=0' "wget failed"
 expect events 'CLOSE 1' "no CLOSE from the guest"
+expect events '{"path"=>"/workspace/in/a.txt", "kind"=>"modified", "size"=>15' "no modified input"
+expect events '{"path"=>"/workspace/a/b/c/f", "kind"=>"created", "size"=>5' "no created in a new tree"
+expect events '{"path"=>"/workspace/a/b/c/f", "kind"=>"deleted"' "moved file not deleted"
+expect events '{"path"=>"/workspace/a/g", "kind"=>"created", "size"=>5' "moved file not created"
+expect events '{"path"=>"/workspace/a/g", "kind"=>"deleted"' "removed file not deleted"
 expect events 'EVENT run.exited {"status"=>0, "signal"=>0}' "no run.exited 0"
 
 # ---- 3: bad frames, output volume and rate, SIGNAL ----

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Timeout, stop, two runs at once, a hostile harness.
-. "$(dirname "$0")/vmlib.sh"
+. "$(dirname "$0")/lib/vm.sh"
 
 reason() { "$SB" inspect "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["status"])'; }
 

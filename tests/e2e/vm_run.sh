@@ -1,6 +1,6 @@
 #!/bin/sh
 # A run in a real microVM: events, exit status, persistent files, console.
-. "$(dirname "$0")/vmlib.sh"
+. "$(dirname "$0")/lib/vm.sh"
 
 out=$("$SB" run --name files --timeout 120s -- /bin/sh -c \
 	'echo hello; mkdir -p d; printf abc > d/f.txt; echo other > g.txt; rm g.txt; exit 3' 2>&1)

@@ -1,4 +1,4 @@
-# vmlib.sh - shared set-up of the microVM end-to-end tests (sourced).
+# lib/vm.sh - shared set-up of the microVM end-to-end tests (sourced).
 # Gives: $SB (the CLI), a fresh SANBOX_HOME, the shell template built once
 # into $BUILD/templates (shared by the tests), and a trap that stops the
 # daemon and every QEMU of this home, by pid.
