@@ -12,12 +12,22 @@ set -eu
 export LC_ALL=C
 
 meta=${1:-linux-image-amd64}
+explicit=$#
 cache=${SANBOX_CACHE:-$HOME/.cache/sanbox}/kernel
 die() { echo "kernel.sh: $*" >&2; exit 1; }
 
 # The metapackage depends on exactly one versioned image package.
 pkg=$(apt-cache depends "$meta" 2>/dev/null |
 	sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*\).*/\1/p' | head -n 1)
+if [ -z "$pkg" ] && [ "$explicit" = 0 ]; then
+	# No package lists (e.g. before apt-get update): the cached kernel will do.
+	dir=$(ls -1d "$cache"/*/vmlinux 2>/dev/null | sort -V | tail -n 1)
+	if [ -n "$dir" ]; then
+		echo "kernel.sh: cannot resolve $meta; using the cached $(dirname "$dir")" >&2
+		dirname "$dir"
+		exit 0
+	fi
+fi
 [ -n "$pkg" ] || die "cannot resolve $meta to a kernel package (apt-cache depends failed; run 'apt-get update')"
 version=${pkg#linux-image-}
 dir=$cache/$version
@@ -53,6 +63,6 @@ mkdir -p "$work/out"
 mv "$work/vmlinux" "$work/out/vmlinux"
 mv "$work/root/lib/modules/$version" "$work/out/modules"
 echo "$version" >"$work/out/version"
-rm -rf "$dir"
-mv "$work/out" "$dir"
+# Atomic: a concurrent run that got there first keeps its copy.
+mv -T "$work/out" "$dir" 2>/dev/null || [ -f "$dir/vmlinux" ] || die "cannot create $dir"
 echo "$dir"

@@ -3,7 +3,8 @@
 # guest agent over the virtio-serial channel with tests/guest/driver.c.
 #
 # Builds the template (with a dummy harness when $BUILD/sanbox-harness is
-# absent) into a temp dir, then boots it four times on qcow2 layers:
+# absent) into a temp dir, twice (the bytes must be the same), checks the
+# error without a harness binary, then boots it on qcow2 layers:
 #   1 run: HELLO, harness.input.ready, agent.output "hello", file change of
 #     d/f.txt with its xxh3, run.exited 3, DONE, QEMU exits; d/f.txt persists
 #     in the qcow2 layer.
@@ -57,6 +58,21 @@ agent=$BUILD/sanbox-agent
 BUILD=$hbuild SANBOX_AGENT=$agent sh "$repo/tools/mkimage.sh" \
 	"$repo/templates/shell" "$tmp/img" >"$tmp/mkimage.log" 2>&1 ||
 	fail "mkimage: $(tail -n 1 "$tmp/mkimage.log")"
+# Same inputs, same bytes; a missing harness is a one-line error.
+BUILD=$hbuild SANBOX_AGENT=$agent sh "$repo/tools/mkimage.sh" \
+	"$repo/templates/shell" "$tmp/img2" >"$tmp/mkimage2.log" 2>&1 ||
+	fail "mkimage (second build): $(tail -n 1 "$tmp/mkimage2.log")"
+cmp -s "$tmp/img/template.json" "$tmp/img2/template.json" ||
+	fail "mkimage is not reproducible: $(diff "$tmp/img/template.json" "$tmp/img2/template.json" | head -n 4)"
+rm -rf "$tmp/img2"
+mkdir -p "$tmp/nobuild"
+if BUILD=$tmp/nobuild SANBOX_AGENT=$agent sh "$repo/tools/mkimage.sh" \
+	"$repo/templates/shell" "$tmp/img3" >"$tmp/mkimage3.log" 2>&1; then
+	fail "mkimage succeeded without the harness binary"
+fi
+[ "$(wc -l <"$tmp/mkimage3.log")" = 1 ] && grep -q 'sanbox-harness not found' "$tmp/mkimage3.log" ||
+	fail "mkimage without the harness: unclear error: $(head -n 2 "$tmp/mkimage3.log")"
+rm -rf "$tmp/img3"
 cc -std=gnu11 -O1 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE -I"$repo" \
 	-o "$tmp/driver" "$repo/tests/guest/driver.c" "$repo/vmm/chan.c" "$repo/engine/error.c" \
 	-lmsgpackc -lxxhash 2>"$tmp/cc.log" || fail "driver: $(head -n 1 "$tmp/cc.log")"
@@ -133,7 +149,7 @@ head -c 70000 /dev/zero | tr "\0" a > $SANBOX_EVENTS; echo >> $SANBOX_EVENTS
 echo "{\"type\":\"agent.turn.completed\",\"payload\":{\"turn\":1}}" > $SANBOX_EVENTS
 echo "in=$(cat in/a.txt) foo=$FOO base=$OPENAI_BASE_URL"
 wget -qO- http://127.0.0.1:4000/x; echo "wget=$?"
-echo more >> in/a.txt; mkdir -p a/b/c; echo deep > a/b/c/f; mv a/b/c/f a/g; rm a/g'
+echo more >> in/a.txt; mkdir -p a/b/c; sleep 1; echo deep > a/b/c/f; mv a/b/c/f a/g; rm a/g'
 boot events -t 4000 -e FOO=bar -i 'in/a.txt=input-data' -a /bin/sh -a -c -a "$script"
 expect events 'EVENT harness.input.ready {"files"=>1, "bytes"=>10}' "inputs not counted"
 expect events 'EVENT_JSON {"type":"agent.turn.started","payload":{"turn":1}}' "no EVENT_JSON"

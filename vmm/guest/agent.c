@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/error.h"
@@ -756,11 +757,25 @@ static void finish(struct agent *ag, const char *err)
 	agent_poweroff();
 }
 
+/* With `sanbox.debug=1` on the kernel command line, prints the time since
+ * boot of each start-up step on the console. */
+static void stage(const struct agent *ag, int debug, const char *what)
+{
+	struct timespec ts;
+
+	if (!debug || ag->port.console < 0)
+		return;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	dprintf(ag->port.console, "sanbox-agent: %s at %lld ms\n", what,
+		(long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
 int main(void)
 {
 	static struct agent ag;
 	const char *err;
 	sigset_t chld;
+	int debug;
 
 	ag.port.fd = ag.port.console = -1;
 	ag.fifo_rd = ag.fifo_wr = ag.sigfd = ag.oldroot = -1;
@@ -770,12 +785,15 @@ int main(void)
 	if (agent_mount_early())
 		agent_log(&ag.port, "early mounts: %s", strerror(errno));
 	ag.port.console = open("/dev/console", O_WRONLY | O_NOCTTY | O_CLOEXEC);
+	debug = agent_cmdline_has("sanbox.debug=1");
+	stage(&ag, debug, "init");
 	if (agent_cmdline_has("sanbox.probe=1")) {
 		if (ag.port.console >= 0)
 			dprintf(ag.port.console, "sanbox-probe-ok\n");
 		agent_poweroff();
 	}
 	agent_load_modules(&ag.port, "/etc/sanbox/modules");
+	stage(&ag, debug, "modules loaded");
 	if (agent_lo_up())
 		agent_log(&ag.port, "lo: %s", strerror(errno));
 	if (sethostname("sanbox", 6))
@@ -790,8 +808,10 @@ int main(void)
 	sigaddset(&chld, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &chld, NULL);
 	ag.sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+	stage(&ag, debug, "port open");
 	send_hello(&ag);
 	err = run_setup(&ag);
+	stage(&ag, debug, "harness started");
 	if (!err)
 		run_loop(&ag);
 	finish(&ag, err);

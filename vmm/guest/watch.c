@@ -6,6 +6,9 @@
  * known. Directories created or moved in are watched and their files
  * reported; a directory moved away is one "deleted" for its own path.
  * Known paths are a set of XXH3 hashes of the path (8 bytes a file).
+ * A new directory is watched once its IN_CREATE is read: what happened in it
+ * before is found by scanning it, so its files' last states are reported but
+ * changes in between (a file written then moved away) may not be.
  */
 #include "vmm/guest/agent.h"
 
