@@ -8,20 +8,17 @@
 
 struct sb_chan_reader {
 	char *buf;
-	size_t cap;  /* bytes allocated */
-	size_t off;  /* first byte not yet returned as a frame */
-	size_t len;  /* bytes held */
-	int err;     /* sticky framing error, 0 while the stream is sound */
+	size_t cap; /* bytes allocated */
+	size_t off; /* first byte not yet returned as a frame */
+	size_t len; /* bytes held */
+	int err;    /* sticky framing error, 0 while the stream is sound */
 	msgpack_unpacked unp;
 };
 
-static const char *const kind_names[] = {
-	[SB_CHAN_HELLO] = "HELLO", [SB_CHAN_SPEC] = "SPEC",
-	[SB_CHAN_EVENT] = "EVENT", [SB_CHAN_EVENT_JSON] = "EVENT_JSON",
-	[SB_CHAN_OPEN] = "OPEN",   [SB_CHAN_DATA] = "DATA",
-	[SB_CHAN_CLOSE] = "CLOSE", [SB_CHAN_SIGNAL] = "SIGNAL",
-	[SB_CHAN_DONE] = "DONE",   [SB_CHAN_LOG] = "LOG",
-};
+/* Indexed by enum sb_chan_kind. */
+static const char *const kind_names[] = {"?",	       "HELLO", "SPEC", "EVENT",
+					 "EVENT_JSON", "OPEN",	"DATA", "CLOSE",
+					 "SIGNAL",     "DONE",	"LOG"};
 
 const char *sb_chan_kind_name(int kind)
 {
@@ -30,17 +27,16 @@ const char *sb_chan_kind_name(int kind)
 	return kind_names[kind];
 }
 
-int sb_chan_begin(msgpack_sbuffer *out, msgpack_packer *pk, int kind,
-		  uint64_t stream, size_t *start)
+int sb_chan_begin(msgpack_sbuffer *out, msgpack_packer *pk, int kind, uint64_t stream,
+		  size_t *start)
 {
 	static const char zero[4];
 	size_t at = out->size;
 
 	if (kind < SB_CHAN_HELLO || kind > SB_CHAN_KIND_MAX)
 		return sb_seterr(SB_ERR_INVAL, "chan: unknown frame kind %d", kind);
-	if (msgpack_sbuffer_write(out, zero, sizeof zero) ||
-	    msgpack_pack_array(pk, 3) || msgpack_pack_uint64(pk, kind) ||
-	    msgpack_pack_uint64(pk, stream))
+	if (msgpack_sbuffer_write(out, zero, sizeof zero) || msgpack_pack_array(pk, 3) ||
+	    msgpack_pack_uint64(pk, kind) || msgpack_pack_uint64(pk, stream))
 		goto fail;
 	*start = at;
 	return 0;
@@ -73,8 +69,8 @@ int sb_chan_end(msgpack_sbuffer *out, size_t start)
 		goto fail;
 	}
 	if (len > SB_CHAN_MAX) {
-		err = sb_seterr(SB_ERR_TOOBIG, "chan: frame of %zu bytes exceeds %u",
-				len, SB_CHAN_MAX);
+		err = sb_seterr(SB_ERR_TOOBIG, "chan: frame of %zu bytes exceeds %u", len,
+				SB_CHAN_MAX);
 		goto fail;
 	}
 	p[0] = len >> 24;
@@ -91,7 +87,7 @@ int sb_chan_encode(int kind, uint64_t stream, const void *body, size_t len,
 		   msgpack_sbuffer *out)
 {
 	msgpack_packer pk;
-	size_t start;
+	size_t start = 0;
 	int err;
 
 	if (len == 0)
@@ -177,7 +173,7 @@ int sb_chan_reader_feed(sb_chan_reader *r, const void *buf, size_t len)
 static size_t mp_head(const unsigned char *p, size_t avail, uint64_t *items,
 		      uint64_t *payload)
 {
-	static const unsigned char widths[] = { 1, 2, 4, 8 };
+	static const unsigned char widths[] = {1, 2, 4, 8};
 	unsigned char b = p[0];
 	size_t n = 0, w, i;
 
@@ -194,29 +190,38 @@ static size_t mp_head(const unsigned char *p, size_t avail, uint64_t *items,
 		return 1;
 	}
 	switch (b) {
-	case 0xc4: case 0xc5: case 0xc6: /* bin 8/16/32 */
-	case 0xd9: case 0xda: case 0xdb: /* str 8/16/32 */
-		w = widths[b >= 0xd9 ? b - 0xd9 : b - 0xc4];
-		break;
-	case 0xc7: case 0xc8: case 0xc9: /* ext 8/16/32: size, then type */
+	case 0xc4:
+	case 0xc5:
+	case 0xc6: /* bin 8/16/32 */
+	case 0xd9:
+	case 0xda:
+	case 0xdb: /* str 8/16/32 */ w = widths[b >= 0xd9 ? b - 0xd9 : b - 0xc4]; break;
+	case 0xc7:
+	case 0xc8:
+	case 0xc9: /* ext 8/16/32: size, then type */
 		w = widths[b - 0xc7];
 		*payload = 1;
 		break;
-	case 0xdc: case 0xdd: /* array 16/32 */
-	case 0xde: case 0xdf: /* map 16/32 */
-		w = (b & 1) ? 4 : 2;
-		break;
-	case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8: /* fixext */
-		*payload = 1 + ((size_t)1 << (b - 0xd4));
-		return 1;
-	case 0xcc: case 0xcd: case 0xce: case 0xcf: /* uint */
-	case 0xd0: case 0xd1: case 0xd2: case 0xd3: /* int */
-		*payload = (size_t)1 << (b & 3);
-		return 1;
+	case 0xdc:
+	case 0xdd: /* array 16/32 */
+	case 0xde:
+	case 0xdf: /* map 16/32 */ w = (b & 1) ? 4 : 2; break;
+	case 0xd4:
+	case 0xd5:
+	case 0xd6:
+	case 0xd7:
+	case 0xd8: /* fixext */ *payload = 1 + ((size_t)1 << (b - 0xd4)); return 1;
+	case 0xcc:
+	case 0xcd:
+	case 0xce:
+	case 0xcf: /* uint */
+	case 0xd0:
+	case 0xd1:
+	case 0xd2:
+	case 0xd3: /* int */ *payload = (size_t)1 << (b & 3); return 1;
 	case 0xca: *payload = 4; return 1;
 	case 0xcb: *payload = 8; return 1;
-	default: /* 0xc1 is never used */
-		return 0;
+	default: /* 0xc1 is never used */ return 0;
 	}
 	if (avail < 1 + w)
 		return 0;
@@ -272,8 +277,8 @@ int sb_chan_reader_next(sb_chan_reader *r, struct sb_chan_frame *f)
 	}
 	if (len > SB_CHAN_MAX) {
 		r->err = SB_ERR_TOOBIG;
-		return sb_seterr(r->err, "chan: frame of %u bytes exceeds %u",
-				 len, SB_CHAN_MAX);
+		return sb_seterr(r->err, "chan: frame of %u bytes exceeds %u", len,
+				 SB_CHAN_MAX);
 	}
 	if (avail - 4 < len)
 		return SB_END;

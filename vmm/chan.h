@@ -13,21 +13,21 @@
 
 #include <msgpack.h>
 
-#define SB_CHAN_MAX (1u << 20)          /* largest frame payload (L) */
-#define SB_CHAN_DATA_MAX (64u * 1024)   /* largest DATA body */
-#define SB_CHAN_OUTPUT_MAX 4096         /* largest agent.output data */
+#define SB_CHAN_MAX	   (1u << 20)	/* largest frame payload (L) */
+#define SB_CHAN_DATA_MAX   (64u * 1024) /* largest DATA body */
+#define SB_CHAN_OUTPUT_MAX 4096		/* largest agent.output data */
 
 enum sb_chan_kind {
-	SB_CHAN_HELLO = 1,      /* guest->host {version, kernel} */
-	SB_CHAN_SPEC = 2,       /* host->guest {argv, env, cwd, inputs, tunnel_port} */
-	SB_CHAN_EVENT = 3,      /* guest->host {type, payload} */
+	SB_CHAN_HELLO = 1,	/* guest->host {version, kernel} */
+	SB_CHAN_SPEC = 2,	/* host->guest {argv, env, cwd, inputs, tunnel_port} */
+	SB_CHAN_EVENT = 3,	/* guest->host {type, payload} */
 	SB_CHAN_EVENT_JSON = 4, /* guest->host bin: one line from $SANBOX_EVENTS */
-	SB_CHAN_OPEN = 5,       /* guest->host, stream = odd id, {port} */
-	SB_CHAN_DATA = 6,       /* both ways, stream = id, bin <= SB_CHAN_DATA_MAX */
-	SB_CHAN_CLOSE = 7,      /* both ways, stream = id, nil: sender is done */
-	SB_CHAN_SIGNAL = 8,     /* host->guest {signal}: signal the harness group */
-	SB_CHAN_DONE = 9,       /* guest->host {}: run over, disk synced */
-	SB_CHAN_LOG = 10,       /* guest->host {message}: agent diagnostics */
+	SB_CHAN_OPEN = 5,	/* guest->host, stream = odd id, {port} */
+	SB_CHAN_DATA = 6,	/* both ways, stream = id, bin <= SB_CHAN_DATA_MAX */
+	SB_CHAN_CLOSE = 7,	/* both ways, stream = id, nil: sender is done */
+	SB_CHAN_SIGNAL = 8,	/* host->guest {signal}: signal the harness group */
+	SB_CHAN_DONE = 9,	/* guest->host {}: run over, disk synced */
+	SB_CHAN_LOG = 10,	/* guest->host {message}: agent diagnostics */
 	SB_CHAN_KIND_MAX = SB_CHAN_LOG,
 };
 
@@ -44,8 +44,8 @@ int sb_chan_encode(int kind, uint64_t stream, const void *body, size_t len,
 /* Starts a frame in out and packs [kind, stream, then the caller packs the
  * body with pk (which must write to out). Returns the frame's start offset
  * in *start, to be passed to sb_chan_end(). Errors: SB_ERR_INVAL, SB_ERR_NOMEM. */
-int sb_chan_begin(msgpack_sbuffer *out, msgpack_packer *pk, int kind,
-		  uint64_t stream, size_t *start);
+int sb_chan_begin(msgpack_sbuffer *out, msgpack_packer *pk, int kind, uint64_t stream,
+		  size_t *start);
 
 /* Finishes the frame started at start: writes its length. Errors:
  * SB_ERR_PROTO (no body was packed), SB_ERR_TOOBIG (longer than SB_CHAN_MAX);

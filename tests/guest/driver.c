@@ -31,7 +31,7 @@
 #include "engine/error.h"
 #include "vmm/chan.h"
 
-#define MAX_ITEMS 64
+#define MAX_ITEMS   64
 #define MAX_STREAMS 64
 
 struct stream {
@@ -84,7 +84,7 @@ static void pack_str(msgpack_packer *pk, const char *s)
 
 static void send_raw(const void *data, size_t len)
 {
-	msgpack_sbuffer sb = { .size = len, .data = (char *)data };
+	msgpack_sbuffer sb = {.size = len, .data = (char *)data};
 
 	send_sb(&sb);
 }
@@ -92,12 +92,13 @@ static void send_raw(const void *data, size_t len)
 /* Frames a hostile or broken host could send: each must be skipped. */
 static void send_garbage(void)
 {
-	static const char bad_payload[] = "\0\0\0\5\x93\x0b\x00\xc0\xc1"; /* kind 11 + junk */
+	static const char bad_payload[] =
+	    "\0\0\0\5\x93\x0b\x00\xc0\xc1"; /* kind 11 + junk */
 	static const char not_msgpack[] = "\0\0\0\3\xc1\xc1\xc1";
 	static const char huge_array[] = "\0\0\0\5\xdd\xff\xff\xff\xff";
-	static const char sig_nil[] = "\0\0\0\4\x93\x08\x00\xc0";      /* SIGNAL nil */
+	static const char sig_nil[] = "\0\0\0\4\x93\x08\x00\xc0"; /* SIGNAL nil */
 	static const char data_unknown[] = "\0\0\0\6\x93\x06\x63\xc4\x01x"; /* DATA 99 */
-	static const char close_unknown[] = "\0\0\0\4\x93\x07\x4d\xc0";  /* CLOSE 77 */
+	static const char close_unknown[] = "\0\0\0\4\x93\x07\x4d\xc0";	    /* CLOSE 77 */
 
 	send_raw(bad_payload, 9);
 	send_raw(not_msgpack, 7);
@@ -202,9 +203,11 @@ static void on_data(uint64_t id, const msgpack_object *body)
 		return;
 	snprintf(line, sizeof line, "%.*s", (int)strcspn(s->req, "\r\n"), s->req);
 	printf("REQUEST %llu %s\n", (unsigned long long)id, line);
-	n = snprintf(resp, sizeof resp,
-		     "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n\r\n"
-		     "tunnel-ok %s\n", strlen(line) + 11, line);
+	n = snprintf(
+	    resp, sizeof resp,
+	    "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n\r\n"
+	    "tunnel-ok %s\n",
+	    strlen(line) + 11, line);
 	send_simple(SB_CHAN_DATA, id, resp, (size_t)n);
 	send_simple(SB_CHAN_CLOSE, id, NULL, 0);
 	s->answered = 1;
@@ -216,10 +219,11 @@ static void count_output(const msgpack_object *payload)
 	const msgpack_object *st = sb_chan_map_get(payload, "stream");
 	const msgpack_object *data = sb_chan_map_get(payload, "data");
 
-	if (!st || !data || st->type != MSGPACK_OBJECT_STR || data->type != MSGPACK_OBJECT_STR)
+	if (!st || !data || st->type != MSGPACK_OBJECT_STR ||
+	    data->type != MSGPACK_OBJECT_STR)
 		return;
 	d.out_bytes[st->via.str.size == 6 && !memcmp(st->via.str.ptr, "stderr", 6)] +=
-		data->via.str.size;
+	    data->via.str.size;
 	if (!d.out_events++)
 		d.out_first = now_ms();
 	d.out_last = now_ms();
@@ -242,12 +246,16 @@ static int on_frame(const struct sb_chan_frame *f, int64_t t0, int64_t *kill_at)
 	case SB_CHAN_EVENT:
 		type = sb_chan_map_get(&f->body, "type");
 		o = sb_chan_map_get(&f->body, "payload");
-		printf("EVENT %.*s ", type && type->type == MSGPACK_OBJECT_STR ? (int)type->via.str.size : 1,
-		       type && type->type == MSGPACK_OBJECT_STR ? type->via.str.ptr : "?");
+		printf("EVENT %.*s ",
+		       type && type->type == MSGPACK_OBJECT_STR ? (int)type->via.str.size
+								: 1,
+		       type && type->type == MSGPACK_OBJECT_STR ? type->via.str.ptr
+								: "?");
 		if (o)
 			print_obj(o);
 		putchar('\n');
-		if (type && type->via.str.size == 12 && !memcmp(type->via.str.ptr, "agent.output", 12))
+		if (type && type->via.str.size == 12 &&
+		    !memcmp(type->via.str.ptr, "agent.output", 12))
 			count_output(o);
 		if (type && type->via.str.size == 19 &&
 		    !memcmp(type->via.str.ptr, "harness.input.ready", 19)) {
@@ -259,33 +267,30 @@ static int on_frame(const struct sb_chan_frame *f, int64_t t0, int64_t *kill_at)
 		break;
 	case SB_CHAN_EVENT_JSON:
 		if (f->body.type == MSGPACK_OBJECT_BIN)
-			printf("EVENT_JSON %.*s\n", (int)f->body.via.bin.size, f->body.via.bin.ptr);
+			printf("EVENT_JSON %.*s\n", (int)f->body.via.bin.size,
+			       f->body.via.bin.ptr);
 		break;
 	case SB_CHAN_OPEN:
 		printf("OPEN %llu ", (unsigned long long)f->stream);
 		print_obj(&f->body);
 		putchar('\n');
 		if (d.nstreams < MAX_STREAMS)
-			d.streams[d.nstreams++] = (struct stream){ .id = f->stream };
+			d.streams[d.nstreams++] = (struct stream){.id = f->stream};
 		break;
 	case SB_CHAN_DATA:
 		printf("DATA %llu %u\n", (unsigned long long)f->stream,
 		       f->body.type == MSGPACK_OBJECT_BIN ? f->body.via.bin.size : 0);
 		on_data(f->stream, &f->body);
 		break;
-	case SB_CHAN_CLOSE:
-		printf("CLOSE %llu\n", (unsigned long long)f->stream);
-		break;
+	case SB_CHAN_CLOSE: printf("CLOSE %llu\n", (unsigned long long)f->stream); break;
 	case SB_CHAN_LOG:
 		o = sb_chan_map_get(&f->body, "message");
-		printf("LOG %.*s\n", o && o->type == MSGPACK_OBJECT_STR ? (int)o->via.str.size : 0,
+		printf("LOG %.*s\n",
+		       o && o->type == MSGPACK_OBJECT_STR ? (int)o->via.str.size : 0,
 		       o && o->type == MSGPACK_OBJECT_STR ? o->via.str.ptr : "");
 		break;
-	case SB_CHAN_DONE:
-		printf("DONE ms=%lld\n", (long long)(now_ms() - t0));
-		return 1;
-	default:
-		printf("UNEXPECTED %s\n", sb_chan_kind_name(f->kind));
+	case SB_CHAN_DONE: printf("DONE ms=%lld\n", (long long)(now_ms() - t0)); return 1;
+	default: printf("UNEXPECTED %s\n", sb_chan_kind_name(f->kind));
 	}
 	fflush(stdout);
 	return 0;
@@ -307,7 +312,7 @@ static int xxh3_file(const char *path)
 
 int main(int argc, char **argv)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	const char *sock = NULL;
 	int64_t t0, end, kill_at = 0, done_at = 0;
 	int lfd, opt, timeout_s = 60, done = 0, status = -1, ret = 1;
@@ -322,8 +327,14 @@ int main(int argc, char **argv)
 	while ((opt = getopt(argc, argv, "s:a:e:i:t:k:T:G")) != -1) {
 		switch (opt) {
 		case 's': sock = optarg; break;
-		case 'a': if (d.nargv < MAX_ITEMS) d.argv[d.nargv++] = optarg; break;
-		case 'e': if (d.nenv < MAX_ITEMS) d.env[d.nenv++] = optarg; break;
+		case 'a':
+			if (d.nargv < MAX_ITEMS)
+				d.argv[d.nargv++] = optarg;
+			break;
+		case 'e':
+			if (d.nenv < MAX_ITEMS)
+				d.env[d.nenv++] = optarg;
+			break;
 		case 'i':
 			if (!strchr(optarg, '=') || d.ninputs >= MAX_ITEMS)
 				return 2;
@@ -362,7 +373,7 @@ int main(int argc, char **argv)
 	}
 	printf("QEMU_START pid=%d\n", (int)qemu);
 	fflush(stdout);
-	struct pollfd p = { .fd = lfd, .events = POLLIN };
+	struct pollfd p = {.fd = lfd, .events = POLLIN};
 	if (poll(&p, 1, timeout_s * 1000) <= 0) {
 		printf("FAIL no connection from QEMU\n");
 		goto out;
@@ -378,7 +389,7 @@ int main(int argc, char **argv)
 			send_simple(SB_CHAN_SIGNAL, 0, NULL, 0);
 			kill_at = 0;
 		}
-		p = (struct pollfd){ .fd = d.fd, .events = POLLIN };
+		p = (struct pollfd){.fd = d.fd, .events = POLLIN};
 		if (poll(&p, 1, wait) <= 0)
 			continue;
 		n = read(d.fd, buf, sizeof buf);
@@ -410,8 +421,10 @@ int main(int argc, char **argv)
 	while (now_ms() < done_at + 15000 && now_ms() < end + 15000) {
 		if (waitpid(qemu, &status, WNOHANG) == qemu) {
 			printf("QEMU_EXIT code=%d after_done_ms=%lld total_ms=%lld\n",
-			       WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
-			       (long long)(now_ms() - done_at), (long long)(now_ms() - t0));
+			       WIFEXITED(status) ? WEXITSTATUS(status)
+						 : 128 + WTERMSIG(status),
+			       (long long)(now_ms() - done_at),
+			       (long long)(now_ms() - t0));
 			qemu = 0;
 			ret = done ? 0 : 1;
 			break;

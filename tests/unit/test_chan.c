@@ -55,7 +55,7 @@ static void check_frame(const struct sb_chan_frame *f, int kind, uint64_t stream
 /* Every kind round-trips; streams of every msgpack width survive. */
 static void test_roundtrip(void **state)
 {
-	static const uint64_t streams[] = { 0, 1, 255, 65537, UINT64_MAX };
+	static const uint64_t streams[] = {0, 1, 255, 65537, UINT64_MAX};
 	msgpack_sbuffer sb;
 	sb_chan_reader *r;
 	struct sb_chan_frame f;
@@ -122,7 +122,7 @@ static void test_oversize(void **state)
 	sb_chan_reader *r;
 	struct sb_chan_frame f;
 	char *big = calloc(1, SB_CHAN_MAX);
-	unsigned char hdr[4] = { 0, 0x10, 0, 1 }; /* SB_CHAN_MAX + 1 */
+	unsigned char hdr[4] = {0, 0x10, 0, 1}; /* SB_CHAN_MAX + 1 */
 
 	assert_non_null(big);
 	msgpack_sbuffer_init(&sb);
@@ -155,7 +155,7 @@ static void test_oversize(void **state)
 
 static void test_zero_length(void **state)
 {
-	static const unsigned char zero[8] = { 0 };
+	static const unsigned char zero[8] = {0};
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
 	sb_chan_reader *r;
@@ -186,7 +186,7 @@ static void test_zero_length(void **state)
  * that frame, then a good frame after it. */
 static void expect_bad_frame(const void *payload, uint32_t len)
 {
-	unsigned char hdr[4] = { len >> 24, len >> 16, len >> 8, len };
+	unsigned char hdr[4] = {len >> 24, len >> 16, len >> 8, len};
 	msgpack_sbuffer sb;
 	sb_chan_reader *r;
 	struct sb_chan_frame f;
@@ -209,18 +209,19 @@ static void expect_bad_frame(const void *payload, uint32_t len)
 /* Well-framed garbage is skipped frame by frame. */
 static void test_garbage(void **state)
 {
-	expect_bad_frame("\x92\x01\x00", 3);               /* array of 2 */
-	expect_bad_frame("\x93\x00\x00\xc0", 4);           /* kind 0 */
-	expect_bad_frame("\x93\x0b\x00\xc0", 4);           /* kind 11 */
-	expect_bad_frame("\x93\xff\x00\xc0", 4);           /* kind -1 */
-	expect_bad_frame("\x93\x01\xa1x\xc0", 5);          /* stream is a str */
-	expect_bad_frame("\x93\x01\x00\xc0\xc0", 5);       /* trailing byte */
-	expect_bad_frame("\xc1", 1);                       /* never-used byte */
+	expect_bad_frame("\x92\x01\x00", 3);			 /* array of 2 */
+	expect_bad_frame("\x93\x00\x00\xc0", 4);		 /* kind 0 */
+	expect_bad_frame("\x93\x0b\x00\xc0", 4);		 /* kind 11 */
+	expect_bad_frame("\x93\xff\x00\xc0", 4);		 /* kind -1 */
+	expect_bad_frame("\x93\x01\xa1x\xc0", 5);		 /* stream is a str */
+	expect_bad_frame("\x93\x01\x00\xc0\xc0", 5);		 /* trailing byte */
+	expect_bad_frame("\xc1", 1);				 /* never-used byte */
 	expect_bad_frame("\x93\x01\x00\xdb\xff\xff\xff\xff", 8); /* str of 4 GiB */
-	expect_bad_frame("\xdd\xff\xff\xff\xff", 5);       /* array of 4 G items */
+	expect_bad_frame("\xdd\xff\xff\xff\xff", 5);		 /* array of 4 G items */
 	expect_bad_frame("\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91"
 			 "\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91"
-			 "\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\xc0", 37); /* deep */
+			 "\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\xc0",
+			 37); /* deep */
 }
 
 /* Random bytes never crash the reader nor make it read past its input. */
@@ -289,12 +290,12 @@ static void test_types(void **state)
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
 	assert_int_equal(sb_chan_begin(&sb, &pk, SB_CHAN_EVENT, 0, &start), 0);
 	msgpack_pack_array(&pk, 16);
-	msgpack_pack_str_with_body(&pk, big, 40);     /* str8 */
-	msgpack_pack_str_with_body(&pk, big, 300);    /* str16 */
-	msgpack_pack_str_with_body(&pk, big, 70000);  /* str32 */
-	msgpack_pack_bin_with_body(&pk, big, 200);    /* bin8 */
-	msgpack_pack_bin_with_body(&pk, big, 300);    /* bin16 */
-	msgpack_pack_bin_with_body(&pk, big, 70000);  /* bin32 */
+	msgpack_pack_str_with_body(&pk, big, 40);    /* str8 */
+	msgpack_pack_str_with_body(&pk, big, 300);   /* str16 */
+	msgpack_pack_str_with_body(&pk, big, 70000); /* str32 */
+	msgpack_pack_bin_with_body(&pk, big, 200);   /* bin8 */
+	msgpack_pack_bin_with_body(&pk, big, 300);   /* bin16 */
+	msgpack_pack_bin_with_body(&pk, big, 70000); /* bin32 */
 	msgpack_pack_int64(&pk, -5000000000LL);
 	msgpack_pack_uint64(&pk, 5000000000ULL);
 	msgpack_pack_int8(&pk, -100);
@@ -303,10 +304,10 @@ static void test_types(void **state)
 	msgpack_pack_true(&pk);
 	msgpack_pack_ext_with_body(&pk, "abcd", 4, 7); /* fixext4 */
 	msgpack_pack_ext_with_body(&pk, big, 300, 7);  /* ext16 */
-	msgpack_pack_array(&pk, 20);                   /* array16 */
+	msgpack_pack_array(&pk, 20);		       /* array16 */
 	for (i = 0; i < 20; i++)
 		msgpack_pack_nil(&pk);
-	msgpack_pack_map(&pk, 17);                     /* map16 */
+	msgpack_pack_map(&pk, 17); /* map16 */
 	for (i = 0; i < 17; i++) {
 		msgpack_pack_int(&pk, i);
 		msgpack_pack_int(&pk, -i);
@@ -334,7 +335,7 @@ static void test_types(void **state)
 /* sb_chan_map_get only matches string keys of maps. */
 static void test_map_get(void **state)
 {
-	msgpack_object o = { .type = MSGPACK_OBJECT_NIL };
+	msgpack_object o = {.type = MSGPACK_OBJECT_NIL};
 
 	assert_null(sb_chan_map_get(&o, "x"));
 	assert_null(sb_chan_map_get(NULL, "x"));
@@ -343,15 +344,11 @@ static void test_map_get(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_roundtrip),
-		cmocka_unit_test(test_split_feed),
-		cmocka_unit_test(test_oversize),
-		cmocka_unit_test(test_zero_length),
-		cmocka_unit_test(test_garbage),
-		cmocka_unit_test(test_random),
-		cmocka_unit_test(test_truncated),
-		cmocka_unit_test(test_types),
-		cmocka_unit_test(test_map_get),
+	    cmocka_unit_test(test_roundtrip), cmocka_unit_test(test_split_feed),
+	    cmocka_unit_test(test_oversize),  cmocka_unit_test(test_zero_length),
+	    cmocka_unit_test(test_garbage),   cmocka_unit_test(test_random),
+	    cmocka_unit_test(test_truncated), cmocka_unit_test(test_types),
+	    cmocka_unit_test(test_map_get),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

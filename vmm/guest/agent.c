@@ -28,36 +28,36 @@
 #include "engine/error.h"
 #include "vmm/chan.h"
 
-#define OUTPUT_RATE 64          /* agent.output events per second */
-#define LINE_MAX_BYTES 65536    /* longest line forwarded from the FIFO */
-#define DRAIN_MS 1000           /* wait for the pipes after the harness exits */
-#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define OUTPUT_RATE    64    /* agent.output events per second */
+#define LINE_MAX_BYTES 65536 /* longest line forwarded from the FIFO */
+#define DRAIN_MS       1000  /* wait for the pipes after the harness exits */
+#define DEFAULT_PATH   "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 struct spec {
-	char **argv;      /* NULL-terminated */
-	char **env;       /* NULL-terminated, the harness's whole environment */
+	char **argv; /* NULL-terminated */
+	char **env;  /* NULL-terminated, the harness's whole environment */
 	size_t nenv;
 	char *cwd;
 	uint16_t tunnel_port;
 };
 
 struct outpipe {
-	int fd;            /* -1 once at end of file */
-	const char *name;  /* "stdout" or "stderr" */
-	char carry[4];     /* an incomplete UTF-8 sequence kept for the next event */
+	int fd;		  /* -1 once at end of file */
+	const char *name; /* "stdout" or "stderr" */
+	char carry[4];	  /* an incomplete UTF-8 sequence kept for the next event */
 	size_t ncarry;
 };
 
 struct agent {
 	struct agent_port port;
 	sb_chan_reader *rd;
-	int port_hup;             /* host not connected: retry later */
+	int port_hup; /* host not connected: retry later */
 	int64_t port_retry;
 	struct spec spec;
-	pid_t harness;            /* also its process group; 0 before start */
-	int exited, status, sig;  /* harness wait status, once exited */
+	pid_t harness;		 /* also its process group; 0 before start */
+	int exited, status, sig; /* harness wait status, once exited */
 	struct outpipe out[2];
-	double tokens;            /* output rate limit bucket */
+	double tokens; /* output rate limit bucket */
 	int64_t tokens_at;
 	int fifo_rd, fifo_wr;
 	char *line;
@@ -66,8 +66,8 @@ struct agent {
 	struct watch *watch;
 	struct tunnel *tunnel;
 	int sigfd;
-	int oldroot;              /* the initramfs root, to leave the chroot */
-	int mounted;              /* how many of run_mounts[] are mounted */
+	int oldroot; /* the initramfs root, to leave the chroot */
+	int mounted; /* how many of run_mounts[] are mounted */
 };
 
 /* Mounts made in /newroot, in order; unmounted in reverse. */
@@ -76,13 +76,13 @@ static const struct {
 	unsigned long flags;
 	const char *opts;
 } run_mounts[] = {
-	{ "/dev/vda", AGENT_ROOT, "ext4", MS_NOATIME, NULL },
-	{ "proc", AGENT_ROOT "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL },
-	{ "sysfs", AGENT_ROOT "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL },
-	{ "devtmpfs", AGENT_ROOT "/dev", "devtmpfs", MS_NOSUID, NULL },
-	{ "devpts", AGENT_ROOT "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "ptmxmode=0666" },
-	{ "tmpfs", AGENT_ROOT "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777" },
-	{ "tmpfs", AGENT_ROOT "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755" },
+    {"/dev/vda", AGENT_ROOT, "ext4", MS_NOATIME, NULL},
+    {"proc", AGENT_ROOT "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL},
+    {"sysfs", AGENT_ROOT "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL},
+    {"devtmpfs", AGENT_ROOT "/dev", "devtmpfs", MS_NOSUID, NULL},
+    {"devpts", AGENT_ROOT "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "ptmxmode=0666"},
+    {"tmpfs", AGENT_ROOT "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777"},
+    {"tmpfs", AGENT_ROOT "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755"},
 };
 #define NRUN_MOUNTS (sizeof run_mounts / sizeof run_mounts[0])
 
@@ -129,7 +129,8 @@ static int next_frame(struct agent *ag, struct sb_chan_frame *f)
 
 static char *dup_str(const msgpack_object *o)
 {
-	if (!o || o->type != MSGPACK_OBJECT_STR || memchr(o->via.str.ptr, 0, o->via.str.size))
+	if (!o || o->type != MSGPACK_OBJECT_STR ||
+	    memchr(o->via.str.ptr, 0, o->via.str.size))
 		return NULL;
 	return strndup(o->via.str.ptr, o->via.str.size);
 }
@@ -189,7 +190,7 @@ static const char *spec_parse(const msgpack_object *body, struct spec *s)
 	const msgpack_object *cwd = sb_chan_map_get(body, "cwd");
 	const msgpack_object *port = sb_chan_map_get(body, "tunnel_port");
 	const msgpack_object *env = sb_chan_map_get(body, "env");
-	msgpack_object none = { .type = MSGPACK_OBJECT_ARRAY };
+	msgpack_object none = {.type = MSGPACK_OBJECT_ARRAY};
 	size_t n = 0, i;
 	char buf[64];
 
@@ -209,7 +210,8 @@ static const char *spec_parse(const msgpack_object *body, struct spec *s)
 	s->cwd = cwd ? dup_str(cwd) : strdup(AGENT_WORKSPACE);
 	if (!s->cwd || s->cwd[0] != '/')
 		return "SPEC cwd must be an absolute path";
-	if (port && (port->type != MSGPACK_OBJECT_POSITIVE_INTEGER || port->via.u64 > 65535))
+	if (port &&
+	    (port->type != MSGPACK_OBJECT_POSITIVE_INTEGER || port->via.u64 > 65535))
 		return "SPEC tunnel_port must be 0..65535";
 	s->tunnel_port = port ? (uint16_t)port->via.u64 : 0;
 
@@ -248,8 +250,8 @@ static int path_ok(const char *p, size_t n)
 
 /* Writes the SPEC's inputs under the workspace (the agent is chrooted in
  * the new root, so links cannot lead outside it). */
-static const char *write_inputs(const msgpack_object *inputs,
-				uint64_t *files, uint64_t *bytes)
+static const char *write_inputs(const msgpack_object *inputs, uint64_t *files,
+				uint64_t *bytes)
 {
 	static char err[512];
 	char path[4096];
@@ -270,11 +272,14 @@ static const char *write_inputs(const msgpack_object *inputs,
 		ssize_t n;
 		int fd;
 
-		if (!p || p->type != MSGPACK_OBJECT_STR || !path_ok(p->via.str.ptr, p->via.str.size))
+		if (!p || p->type != MSGPACK_OBJECT_STR ||
+		    !path_ok(p->via.str.ptr, p->via.str.size))
 			return "SPEC input path must be relative, without '.' or '..'";
-		if (!d || (d->type != MSGPACK_OBJECT_BIN && d->type != MSGPACK_OBJECT_STR))
+		if (!d ||
+		    (d->type != MSGPACK_OBJECT_BIN && d->type != MSGPACK_OBJECT_STR))
 			return "SPEC input data must be bin";
-		if (m && m->type == MSGPACK_OBJECT_POSITIVE_INTEGER && (m->via.u64 & 07777))
+		if (m && m->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+		    (m->via.u64 & 07777))
 			mode = m->via.u64 & 07777;
 		data = d->type == MSGPACK_OBJECT_BIN ? d->via.bin.ptr : d->via.str.ptr;
 		len = d->type == MSGPACK_OBJECT_BIN ? d->via.bin.size : d->via.str.size;
@@ -282,7 +287,9 @@ static const char *write_inputs(const msgpack_object *inputs,
 			 p->via.str.ptr);
 		fd = -1;
 		if (agent_mkdirs(path) == 0)
-			fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
+			fd = open(path,
+				  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+				  mode);
 		while (fd >= 0 && off < len) {
 			n = write(fd, data + off, len - off);
 			if (n < 0 && errno == EINTR)
@@ -292,7 +299,8 @@ static const char *write_inputs(const msgpack_object *inputs,
 			off += (size_t)n;
 		}
 		if (fd < 0 || off < len || fchmod(fd, mode)) {
-			snprintf(err, sizeof err, "input %.400s: %s", path, strerror(errno));
+			snprintf(err, sizeof err, "input %.400s: %s", path,
+				 strerror(errno));
 			if (fd >= 0)
 				close(fd);
 			return err;
@@ -334,8 +342,8 @@ static const char *enter_root(struct agent *ag)
  * reader from seeing end of file when the harness closes it). */
 static const char *open_fifo(struct agent *ag)
 {
-	if (agent_mkdirs(AGENT_EVENTS) || (mkfifo(AGENT_EVENTS, 0666) && errno != EEXIST) ||
-	    chmod(AGENT_EVENTS, 0666))
+	if (agent_mkdirs(AGENT_EVENTS) ||
+	    (mkfifo(AGENT_EVENTS, 0666) && errno != EEXIST) || chmod(AGENT_EVENTS, 0666))
 		return "cannot create " AGENT_EVENTS;
 	ag->fifo_rd = open(AGENT_EVENTS, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	ag->fifo_wr = open(AGENT_EVENTS, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
@@ -348,7 +356,7 @@ static const char *open_fifo(struct agent *ag)
 /* Forks the harness: its own session and process group, chdir, pipes. */
 static const char *start_harness(struct agent *ag)
 {
-	int out[2] = { -1, -1 }, errp[2] = { -1, -1 }, null;
+	int out[2] = {-1, -1}, errp[2] = {-1, -1}, null;
 	sigset_t none;
 	size_t i;
 	pid_t pid;
@@ -369,19 +377,21 @@ static const char *start_harness(struct agent *ag)
 		dup2(out[1], 1);
 		dup2(errp[1], 2);
 		if (chdir(ag->spec.cwd)) {
-			dprintf(2, "sanbox-agent: chdir %s: %s\n", ag->spec.cwd, strerror(errno));
+			dprintf(2, "sanbox-agent: chdir %s: %s\n", ag->spec.cwd,
+				strerror(errno));
 			_exit(127);
 		}
 		environ = ag->spec.env;
 		execvp(ag->spec.argv[0], ag->spec.argv);
-		dprintf(2, "sanbox-agent: exec %s: %s\n", ag->spec.argv[0], strerror(errno));
+		dprintf(2, "sanbox-agent: exec %s: %s\n", ag->spec.argv[0],
+			strerror(errno));
 		_exit(127);
 	}
 	ag->harness = pid;
 	close(out[1]);
 	close(errp[1]);
-	ag->out[0] = (struct outpipe){ .fd = out[0], .name = "stdout" };
-	ag->out[1] = (struct outpipe){ .fd = errp[0], .name = "stderr" };
+	ag->out[0] = (struct outpipe){.fd = out[0], .name = "stdout"};
+	ag->out[1] = (struct outpipe){.fd = errp[0], .name = "stderr"};
 	for (i = 0; i < 2; i++)
 		fcntl(ag->out[i].fd, F_SETFL, O_NONBLOCK);
 	return NULL;
@@ -417,7 +427,8 @@ static const char *run_setup(struct agent *ag)
 		}
 		if (f.kind == SB_CHAN_SPEC)
 			break;
-		agent_log(&ag->port, "ignored %s frame before SPEC", sb_chan_kind_name(f.kind));
+		agent_log(&ag->port, "ignored %s frame before SPEC",
+			  sb_chan_kind_name(f.kind));
 	}
 	err = spec_parse(&f.body, &ag->spec);
 	if (!err)
@@ -429,8 +440,10 @@ static const char *run_setup(struct agent *ag)
 	if ((err = open_fifo(ag)))
 		return err;
 	if (watch_open(AGENT_WORKSPACE, &ag->port, &ag->watch))
-		agent_log(&ag->port, "cannot watch " AGENT_WORKSPACE ": %s", strerror(errno));
-	if (ag->spec.tunnel_port && tunnel_open(ag->spec.tunnel_port, &ag->port, &ag->tunnel))
+		agent_log(&ag->port, "cannot watch " AGENT_WORKSPACE ": %s",
+			  strerror(errno));
+	if (ag->spec.tunnel_port &&
+	    tunnel_open(ag->spec.tunnel_port, &ag->port, &ag->tunnel))
 		return "cannot listen on the tunnel port";
 	agent_event_begin(&ev, "harness.input.ready", 2);
 	agent_pack_kv_uint(&ev, "files", files);
@@ -523,7 +536,8 @@ static void fifo_read(struct agent *ag)
 			nl = memchr(p, '\n', (size_t)(end - p));
 			seg = (size_t)((nl ? nl : end) - p);
 			if (!ag->line_drop && ag->line_len + seg > LINE_MAX_BYTES) {
-				agent_log(&ag->port, "events: line longer than %d bytes dropped",
+				agent_log(&ag->port,
+					  "events: line longer than %d bytes dropped",
 					  LINE_MAX_BYTES);
 				ag->line_drop = 1;
 				ag->line_len = 0;
@@ -570,8 +584,8 @@ static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 	switch (f->kind) {
 	case SB_CHAN_SIGNAL:
 		sig = sb_chan_map_get(&f->body, "signal");
-		if (!sig || sig->type != MSGPACK_OBJECT_POSITIVE_INTEGER || sig->via.u64 < 1 ||
-		    sig->via.u64 > 64) {
+		if (!sig || sig->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+		    sig->via.u64 < 1 || sig->via.u64 > 64) {
 			agent_log(&ag->port, "SIGNAL without a valid signal number");
 			break;
 		}
@@ -584,7 +598,8 @@ static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 			tunnel_frame(ag->tunnel, f->kind, f->stream, &f->body);
 		break;
 	default:
-		agent_log(&ag->port, "ignored %s frame while running", sb_chan_kind_name(f->kind));
+		agent_log(&ag->port, "ignored %s frame while running",
+			  sb_chan_kind_name(f->kind));
 	}
 }
 
@@ -634,14 +649,15 @@ static void run_loop(struct agent *ag)
 		}
 		if (ag->port_hup && now >= ag->port_retry)
 			ag->port_hup = 0;
-		pfd[P_PORT] = (struct pollfd){ .fd = ag->port_hup ? -1 : ag->port.fd, .events = POLLIN };
+		pfd[P_PORT] = (struct pollfd){.fd = ag->port_hup ? -1 : ag->port.fd,
+					      .events = POLLIN};
 		for (i = 0; i < 2; i++)
 			pfd[P_OUT0 + i] = (struct pollfd){
-				.fd = ag->tokens >= 1 ? ag->out[i].fd : -1, .events = POLLIN };
-		pfd[P_FIFO] = (struct pollfd){ .fd = ag->fifo_rd, .events = POLLIN };
-		pfd[P_WATCH] = (struct pollfd){ .fd = ag->watch ? watch_fd(ag->watch) : -1,
-						 .events = POLLIN };
-		pfd[P_SIG] = (struct pollfd){ .fd = ag->sigfd, .events = POLLIN };
+			    .fd = ag->tokens >= 1 ? ag->out[i].fd : -1, .events = POLLIN};
+		pfd[P_FIFO] = (struct pollfd){.fd = ag->fifo_rd, .events = POLLIN};
+		pfd[P_WATCH] = (struct pollfd){.fd = ag->watch ? watch_fd(ag->watch) : -1,
+					       .events = POLLIN};
+		pfd[P_SIG] = (struct pollfd){.fd = ag->sigfd, .events = POLLIN};
 		ntun = ag->tunnel ? tunnel_poll_fill(ag->tunnel, pfd + P_TUNNEL) : 0;
 
 		wait = -1;
@@ -704,7 +720,8 @@ static void leave_root(struct agent *ag)
 
 	if (ag->oldroot >= 0) {
 		if (fchdir(ag->oldroot) || chroot(".") || chdir("/"))
-			agent_log(&ag->port, "cannot leave the chroot: %s", strerror(errno));
+			agent_log(&ag->port, "cannot leave the chroot: %s",
+				  strerror(errno));
 		close(ag->oldroot);
 		ag->oldroot = -1;
 	}
@@ -715,8 +732,10 @@ static void leave_root(struct agent *ag)
 		if (i == 0) {
 			agent_log(&ag->port, "umount %s: %s; unmounting lazily",
 				  run_mounts[i].dir, strerror(errno));
-			if (mount(NULL, run_mounts[i].dir, NULL, MS_REMOUNT | MS_RDONLY, NULL))
-				agent_log(&ag->port, "remount read-only: %s", strerror(errno));
+			if (mount(NULL, run_mounts[i].dir, NULL, MS_REMOUNT | MS_RDONLY,
+				  NULL))
+				agent_log(&ag->port, "remount read-only: %s",
+					  strerror(errno));
 		}
 		umount2(run_mounts[i].dir, MNT_DETACH);
 	}

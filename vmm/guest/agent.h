@@ -15,15 +15,15 @@
 
 #include <msgpack.h>
 
-#define AGENT_VERSION "0.1.0"
-#define AGENT_ROOT "/newroot"        /* where /dev/vda is mounted */
+#define AGENT_VERSION	"0.1.0"
+#define AGENT_ROOT	"/newroot"   /* where /dev/vda is mounted */
 #define AGENT_WORKSPACE "/workspace" /* inside the new root */
-#define AGENT_EVENTS "/run/sanbox/events"
+#define AGENT_EVENTS	"/run/sanbox/events"
 
 /* The channel to the host. */
 struct agent_port {
-	int fd;          /* /dev/vportNpM, -1 until found */
-	int console;     /* /dev/console for diagnostics, -1 if none */
+	int fd;	     /* /dev/vportNpM, -1 until found */
+	int console; /* /dev/console for diagnostics, -1 if none */
 };
 
 /* A frame being built: begin, pack the body with .pk, then send. */
@@ -49,15 +49,14 @@ void agent_event_begin(struct agent_frame *f, const char *type, uint32_t nfields
 /* Packs a string, or a key and a value, into f's body. */
 void agent_pack_str(struct agent_frame *f, const char *s);
 void agent_pack_kv_str(struct agent_frame *f, const char *k, const char *v);
-void agent_pack_kv_strn(struct agent_frame *f, const char *k, const char *v,
-			size_t n);
+void agent_pack_kv_strn(struct agent_frame *f, const char *k, const char *v, size_t n);
 void agent_pack_kv_uint(struct agent_frame *f, const char *k, uint64_t v);
 void agent_pack_kv_int(struct agent_frame *f, const char *k, int64_t v);
 
 /* Writes a diagnostic line to the console and, when the port is open, as a
  * LOG frame. Never fails. */
 void agent_log(struct agent_port *p, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 /* sys.c */
 

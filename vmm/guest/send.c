@@ -54,8 +54,7 @@ void agent_pack_str(struct agent_frame *f, const char *s)
 	msgpack_pack_str_with_body(&f->pk, s, strlen(s));
 }
 
-void agent_pack_kv_strn(struct agent_frame *f, const char *k, const char *v,
-			size_t n)
+void agent_pack_kv_strn(struct agent_frame *f, const char *k, const char *v, size_t n)
 {
 	agent_pack_str(f, k);
 	msgpack_pack_str_with_body(&f->pk, v, n);

@@ -56,7 +56,8 @@ int agent_cmdline_has(const char *word)
 	if (n <= 0)
 		return 0;
 	buf[n] = 0;
-	for (tok = strtok_r(buf, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save))
+	for (tok = strtok_r(buf, " \t\n", &save); tok;
+	     tok = strtok_r(NULL, " \t\n", &save))
 		if (strcmp(tok, word) == 0)
 			return 1;
 	return 0;
@@ -90,7 +91,7 @@ int agent_load_modules(struct agent_port *p, const char *list)
 
 int agent_lo_up(void)
 {
-	struct ifreq ifr = { 0 };
+	struct ifreq ifr = {0};
 	int ret = -1, fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
@@ -110,7 +111,7 @@ out:
 int agent_wait_path(const char *path, int wait_ms)
 {
 	int64_t end = agent_now_ms() + wait_ms;
-	struct timespec ts = { 0, 5 * 1000000 };
+	struct timespec ts = {0, 5 * 1000000};
 
 	while (access(path, F_OK)) {
 		if (agent_now_ms() >= end)
@@ -134,7 +135,8 @@ static int port_find(const char *name, char *dev, size_t devlen)
 	while (found && (de = readdir(d))) {
 		if (de->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof path, "/sys/class/virtio-ports/%s/name", de->d_name);
+		snprintf(path, sizeof path, "/sys/class/virtio-ports/%s/name",
+			 de->d_name);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue;
@@ -156,7 +158,7 @@ static int port_find(const char *name, char *dev, size_t devlen)
 int agent_port_open(const char *name, int wait_ms, int *fd)
 {
 	int64_t end = agent_now_ms() + wait_ms;
-	struct timespec ts = { 0, 5 * 1000000 };
+	struct timespec ts = {0, 5 * 1000000};
 	char dev[64], path[80];
 
 	while (port_find(name, dev, sizeof dev)) {
@@ -193,7 +195,7 @@ int agent_mkdirs(const char *path)
 
 void agent_poweroff(void)
 {
-	struct timespec ts = { 1, 0 };
+	struct timespec ts = {1, 0};
 
 	sync();
 	reboot(RB_POWER_OFF);

@@ -20,14 +20,14 @@
 
 #include "vmm/chan.h"
 
-#define TUNNEL_MAX_CONNS 256
+#define TUNNEL_MAX_CONNS  256
 #define TUNNEL_MAX_BUFFER (64u << 20) /* host data not yet taken by the client */
 
 struct tconn {
 	int fd;
 	uint64_t id;
-	int rd_done;   /* we sent CLOSE: no more reading */
-	int wr_done;   /* host sent CLOSE: shut write side when flushed */
+	int rd_done; /* we sent CLOSE: no more reading */
+	int wr_done; /* host sent CLOSE: shut write side when flushed */
 	char *out;
 	size_t out_len, out_off, out_cap;
 };
@@ -108,7 +108,7 @@ static int conn_finished(const struct tconn *c)
 
 int tunnel_open(uint16_t port, struct agent_port *p, struct tunnel **out)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
 	struct tunnel *t = calloc(1, sizeof *t);
 	int one = 1;
 
@@ -143,7 +143,7 @@ size_t tunnel_poll_fill(struct tunnel *t, struct pollfd *pfd)
 	size_t i, n = 0;
 
 	if (t->nconns < TUNNEL_MAX_CONNS) {
-		pfd[n] = (struct pollfd){ .fd = t->lfd, .events = POLLIN };
+		pfd[n] = (struct pollfd){.fd = t->lfd, .events = POLLIN};
 		t->polled[n++] = 0;
 	}
 	for (i = 0; i < t->nconns; i++) {
@@ -154,7 +154,7 @@ size_t tunnel_poll_fill(struct tunnel *t, struct pollfd *pfd)
 			ev |= POLLIN;
 		if (c->out_len)
 			ev |= POLLOUT;
-		pfd[n] = (struct pollfd){ .fd = c->fd, .events = ev };
+		pfd[n] = (struct pollfd){.fd = c->fd, .events = ev};
 		t->polled[n++] = c->id;
 	}
 	return n;
@@ -241,8 +241,7 @@ void tunnel_poll_handle(struct tunnel *t, const struct pollfd *pfd, size_t n)
 		conn_accept(t);
 }
 
-void tunnel_frame(struct tunnel *t, int kind, uint64_t stream,
-		  const msgpack_object *body)
+void tunnel_frame(struct tunnel *t, int kind, uint64_t stream, const msgpack_object *body)
 {
 	size_t i = conn_find(t, stream), len, cap;
 	struct tconn *c;

@@ -24,8 +24,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define WATCH_MASK (IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | \
-		    IN_CREATE | IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
+#define WATCH_MASK                                                                       \
+	(IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE |          \
+	 IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
 
 struct wdir {
 	int wd;
@@ -37,7 +38,7 @@ struct watch {
 	struct agent_port *port;
 	struct wdir *dirs;
 	size_t ndirs, capdirs;
-	uint64_t *known;   /* open addressing; 0 empty, 1 deleted */
+	uint64_t *known;		/* open addressing; 0 empty, 1 deleted */
 	size_t nknown, nused, capknown; /* live keys, live + deleted, slots */
 };
 
@@ -206,7 +207,9 @@ static const char *dir_path(const struct watch *w, int wd)
 static void dir_drop(struct watch *w, size_t i)
 {
 	free(w->dirs[i].path);
-	w->dirs[i] = w->dirs[--w->ndirs];
+	w->ndirs--;
+	if (i < w->ndirs)
+		w->dirs[i] = w->dirs[w->ndirs];
 }
 
 /* Stops watching path and every directory below it. */
@@ -351,7 +354,8 @@ int watch_read(struct watch *w)
 		if (n < 0 && errno == EAGAIN)
 			return 0;
 		if (n <= 0) {
-			agent_log(w->port, "watch: read: %s", n ? strerror(errno) : "EOF");
+			agent_log(w->port, "watch: read: %s",
+				  n ? strerror(errno) : "EOF");
 			return -1;
 		}
 		for (p = buf; p < buf + n; p += sizeof *ev + ev->len) {
