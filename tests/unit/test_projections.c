@@ -377,8 +377,20 @@ static void test_costs_only_gateway(void **state)
 	}
 	assert_int_equal(mdb_txn_begin(sb_log_env(f->log), NULL, MDB_RDONLY, &txn), 0);
 	assert_int_equal(mdb_stat(txn, dbi, &st), 0);
-	assert_int_equal(st.ms_entries, 2); /* run/r9 and model/m1, from the gateway only */
+	assert_int_equal(st.ms_entries, 2); /* run/r9 and model/m1 */
 	t.txn = txn;
+	t.dbi = dbi;
+	for (int i = 0; i < 2; i++) {
+		struct sb_cost c;
+		const char *key = i ? "model/m1" : "run/r9";
+		assert_int_equal(sb_proj_get(&t, key, strlen(key), &v), 0);
+		msgpack_zone_init(&z, 1024);
+		assert_int_equal(sb_payload_parse(v.mv_data, v.mv_size, &z, &o), 0);
+		c.cost_nusd = sb_map_u64(&o, "cost_nusd", 0);
+		c.calls = sb_map_u64(&o, "calls", 0);
+		assert_true(c.cost_nusd == 500 && c.calls == 1); /* the gateway's event only */
+		msgpack_zone_destroy(&z);
+	}
 	t.dbi = dbi2;
 	assert_int_equal(sb_proj_get(&t, "r9", 2, &v), 0);
 	msgpack_zone_init(&z, 1024);

@@ -1,0 +1,405 @@
+/* bench_log.c - benchmarks of the event log and projections.
+ *
+ * On 1,000,000 events of realistic size (agent.tool.completed with a
+ * 150-character args string, about 190 bytes of payload, over 100 runs):
+ * durable batched appends against raw LMDB puts of the same record bytes,
+ * durable single-event appends from 1, 4 and 16 threads, replay (iterate and
+ * decode) against a raw LMDB cursor walk, and a projection rebuild. Works in
+ * a temporary directory under /tmp and removes it. Prints only lines
+ * "bench NAME VALUE UNIT"; errors go to stderr with exit status 1.
+ */
+#include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/error.h"
+#include "engine/log.h"
+#include "engine/payload.h"
+#include "projections/projection.h"
+
+#define EVENTS 1000000
+#define BATCH 1000
+#define RUNS 100
+#define ARGS_LEN 150
+#define COMMIT_SECONDS 2.0
+
+static char tmpdir[] = "/tmp/sb-bench-XXXXXX";
+static char run_ids[RUNS][SB_RUN_MAX];
+static msgpack_sbuffer payloads[BATCH]; /* payload of event i is payloads[i % BATCH] */
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+	return remove(path);
+}
+
+static void cleanup(void)
+{
+	nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void die(const char *what, int rc)
+{
+	fprintf(stderr, "bench_log: %s: %s\n", what, rc ? sb_errmsg(rc) : "failed");
+	cleanup();
+	exit(1);
+}
+
+static void die_mdb(const char *what, int rc)
+{
+	fprintf(stderr, "bench_log: %s: %s\n", what, mdb_strerror(rc));
+	cleanup();
+	exit(1);
+}
+
+static void report(const char *name, double value, const char *unit)
+{
+	printf("bench %s %.*f %s\n", name, value < 100 ? 2 : 0, value, unit);
+	fflush(stdout);
+}
+
+/* Makes a subdirectory of the temporary directory; returns its path. */
+static char *subdir(const char *name)
+{
+	static char paths[4][512];
+	static int n;
+	char *p = paths[n++ % 4];
+
+	snprintf(p, sizeof paths[0], "%s/%s", tmpdir, name);
+	if (mkdir(p, 0700))
+		die(p, SB_ERR_IO);
+	return p;
+}
+
+static void make_payloads(void)
+{
+	char args[ARGS_LEN + 1];
+
+	for (int i = 0; i < RUNS; i++)
+		snprintf(run_ids[i], sizeof run_ids[i], "%012x", 0xa0b0c0u + (unsigned)i * 7919u);
+	for (int i = 0; i < BATCH; i++) {
+		msgpack_packer pk;
+		int n = snprintf(args, sizeof args, "rg -n --hidden 'TODO|FIXME' src/module_%04d ", i);
+		for (int k = n; k < ARGS_LEN; k++)
+			args[k] = (char)('a' + (k * 7 + i) % 26);
+		args[ARGS_LEN] = 0;
+		msgpack_sbuffer_init(&payloads[i]);
+		msgpack_packer_init(&pk, &payloads[i], msgpack_sbuffer_write);
+		msgpack_pack_map(&pk, 4);
+		sb_pack_kstr(&pk, "tool", "bash");
+		sb_pack_kstr(&pk, "args", args);
+		sb_pack_ki64(&pk, "exit", i % 3 - 1);
+		sb_pack_ku64(&pk, "duration_ms", 1000u + (unsigned)i * 37u);
+	}
+}
+
+static void event_fill(struct sb_event *ev, uint64_t i)
+{
+	const msgpack_sbuffer *pl = &payloads[i % BATCH];
+	int rc = sb_event_init(ev, "agent.tool.completed", run_ids[i % RUNS], SB_SRC_GUEST,
+			       pl->data, pl->size);
+
+	if (rc)
+		die("event", rc);
+}
+
+/* bench log.append_batched: 1000 batches of 1000 durable events. */
+static double bench_append_batched(sb_log *log)
+{
+	struct sb_event *evs = calloc(BATCH, sizeof *evs);
+	double t0, t;
+	int rc;
+
+	if (!evs)
+		die("memory", SB_ERR_NOMEM);
+	t0 = now();
+	for (uint64_t b = 0; b < EVENTS / BATCH; b++) {
+		for (uint64_t i = 0; i < BATCH; i++)
+			event_fill(&evs[i], b * BATCH + i);
+		if ((rc = sb_log_append(log, evs, BATCH)))
+			die("append", rc);
+	}
+	t = now() - t0;
+	free(evs);
+	if (sb_log_last_offset(log) != EVENTS)
+		die("append: wrong number of events", 0);
+	return EVENTS / t;
+}
+
+/* The stored records of the log, copied out for the raw LMDB baseline. */
+struct records {
+	uint8_t key[EVENTS][8];
+	size_t *off, *len;
+	uint8_t *data;
+};
+
+static struct records *copy_records(MDB_env *env)
+{
+	struct records *r = malloc(sizeof *r);
+	size_t cap = (size_t)EVENTS * 256, used = 0, n = 0;
+	MDB_txn *txn;
+	MDB_cursor *c;
+	MDB_dbi dbi;
+	MDB_val k, v;
+	int rc;
+
+	if (!r || !(r->off = malloc(EVENTS * sizeof *r->off)) ||
+	    !(r->len = malloc(EVENTS * sizeof *r->len)) || !(r->data = malloc(cap)))
+		die("memory", SB_ERR_NOMEM);
+	if ((rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) ||
+	    (rc = mdb_dbi_open(txn, "events", 0, &dbi)) || (rc = mdb_cursor_open(txn, dbi, &c)))
+		die_mdb("copy records", rc);
+	while (!(rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) && n < EVENTS) {
+		if (used + v.mv_size > cap)
+			die("records larger than expected", 0);
+		memcpy(r->key[n], k.mv_data, 8);
+		memcpy(r->data + used, v.mv_data, v.mv_size);
+		r->off[n] = used;
+		r->len[n] = v.mv_size;
+		used += v.mv_size;
+		n++;
+	}
+	mdb_cursor_close(c);
+	mdb_txn_abort(txn);
+	if (n != EVENTS)
+		die("copy records: wrong count", 0);
+	return r;
+}
+
+static void free_records(struct records *r)
+{
+	free(r->off);
+	free(r->len);
+	free(r->data);
+	free(r);
+}
+
+static MDB_env *raw_env(const char *dir, unsigned flags)
+{
+	MDB_env *env;
+	int rc;
+
+	if ((rc = mdb_env_create(&env)))
+		die_mdb("raw env", rc);
+	mdb_env_set_maxdbs(env, 4);
+	mdb_env_set_mapsize(env, (size_t)16 << 30);
+	if ((rc = mdb_env_open(env, dir, MDB_NOTLS | MDB_NORDAHEAD | flags, 0600)))
+		die_mdb("raw env open", rc);
+	return env;
+}
+
+/* bench lmdb.put_batched: the same record bytes, 1000 MDB_APPEND puts per
+ * synced transaction, no run index. */
+static double bench_lmdb_put(const struct records *r, const char *dir)
+{
+	MDB_env *env = raw_env(dir, 0);
+	MDB_dbi dbi;
+	MDB_txn *txn;
+	double t0, t;
+	int rc;
+
+	if ((rc = mdb_txn_begin(env, NULL, 0, &txn)) ||
+	    (rc = mdb_dbi_open(txn, "events", MDB_CREATE, &dbi)) || (rc = mdb_txn_commit(txn)))
+		die_mdb("raw put", rc);
+	t0 = now();
+	for (size_t b = 0; b < EVENTS / BATCH; b++) {
+		MDB_cursor *c;
+		if ((rc = mdb_txn_begin(env, NULL, 0, &txn)) || (rc = mdb_cursor_open(txn, dbi, &c)))
+			die_mdb("raw put", rc);
+		for (size_t i = b * BATCH; i < (b + 1) * BATCH; i++) {
+			MDB_val k = {8, (void *)r->key[i]}, v = {r->len[i], r->data + r->off[i]};
+			if ((rc = mdb_cursor_put(c, &k, &v, MDB_APPEND)))
+				die_mdb("raw put", rc);
+		}
+		mdb_cursor_close(c);
+		if ((rc = mdb_txn_commit(txn)))
+			die_mdb("raw commit", rc);
+	}
+	t = now() - t0;
+	mdb_env_close(env);
+	return EVENTS / t;
+}
+
+/* Durable single-event appends from several threads for a fixed time. */
+struct committer {
+	sb_log *log;
+	int id;
+	atomic_int *stop;
+	uint64_t appends;
+};
+
+static void *commit_loop(void *arg)
+{
+	struct committer *c = arg;
+	struct sb_event ev;
+	uint64_t i = (uint64_t)c->id;
+	int rc;
+
+	while (!atomic_load(c->stop)) {
+		event_fill(&ev, i);
+		if ((rc = sb_log_append(c->log, &ev, 1)))
+			die("commit", rc);
+		c->appends++;
+		i += 16;
+	}
+	return NULL;
+}
+
+/* Returns appends per second; *per_commit gets appends per LMDB commit. */
+static double bench_commits(sb_log *log, int threads, double *per_commit)
+{
+	struct committer c[16];
+	pthread_t tid[16];
+	atomic_int stop = 0;
+	MDB_envinfo info;
+	uint64_t total = 0;
+	size_t txn0;
+	double t0, t;
+
+	mdb_env_info(sb_log_env(log), &info);
+	txn0 = info.me_last_txnid;
+	t0 = now();
+	for (int i = 0; i < threads; i++) {
+		c[i] = (struct committer){log, i, &stop, 0};
+		if (pthread_create(&tid[i], NULL, commit_loop, &c[i]))
+			die("thread", SB_ERR_NOMEM);
+	}
+	while (now() - t0 < COMMIT_SECONDS)
+		usleep(10000);
+	atomic_store(&stop, 1);
+	for (int i = 0; i < threads; i++) {
+		pthread_join(tid[i], NULL);
+		total += c[i].appends;
+	}
+	t = now() - t0;
+	mdb_env_info(sb_log_env(log), &info);
+	*per_commit = (double)total / (double)(info.me_last_txnid - txn0);
+	return (double)total / t;
+}
+
+/* bench log.replay: iterate and decode (checksum included) every event. */
+static double bench_replay(sb_log *log)
+{
+	sb_log_iter *it;
+	struct sb_event ev;
+	uint64_t n = 0, bytes = 0;
+	double t0, t;
+	int rc;
+
+	t0 = now();
+	if ((rc = sb_log_iter_open(log, 1, &it)))
+		die("replay", rc);
+	while ((rc = sb_log_iter_next(it, &ev)) == SB_OK) {
+		bytes += ev.payload_len + ev.seq;
+		n++;
+	}
+	sb_log_iter_close(it);
+	t = now() - t0;
+	if (rc != SB_END || n != EVENTS || !bytes)
+		die("replay: wrong count", rc < 0 ? rc : 0);
+	return EVENTS / t;
+}
+
+/* bench lmdb.replay: a raw cursor walk over the same records. */
+static double bench_lmdb_replay(MDB_env *env)
+{
+	MDB_txn *txn;
+	MDB_cursor *c;
+	MDB_dbi dbi;
+	MDB_val k, v;
+	uint64_t n = 0, bytes = 0;
+	double t0, t;
+	int rc;
+
+	t0 = now();
+	if ((rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) ||
+	    (rc = mdb_dbi_open(txn, "events", 0, &dbi)) || (rc = mdb_cursor_open(txn, dbi, &c)))
+		die_mdb("raw replay", rc);
+	while (!mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		bytes += v.mv_size + ((const uint8_t *)v.mv_data)[0];
+		n++;
+	}
+	mdb_cursor_close(c);
+	mdb_txn_abort(txn);
+	t = now() - t0;
+	if (n != EVENTS || !bytes)
+		die("raw replay: wrong count", 0);
+	return EVENTS / t;
+}
+
+int main(void)
+{
+	sb_log *log, *clog;
+	sb_projector *p;
+	struct records *recs;
+	double append, put, w1, w4, w16, g1, g4, g16, replay, raw_replay, t0, rebuild;
+	char *logdir, *rawdir, *commitdir;
+	int rc;
+
+	if (!mkdtemp(tmpdir))
+		die("mkdtemp", SB_ERR_IO);
+	make_payloads();
+	logdir = subdir("log");
+	rawdir = subdir("raw");
+	commitdir = subdir("commit");
+
+	if ((rc = sb_log_open(logdir, 0, &log)))
+		die("open", rc);
+	append = bench_append_batched(log);
+	report("log.append_batched", append, "events/s");
+	recs = copy_records(sb_log_env(log));
+	put = bench_lmdb_put(recs, rawdir);
+	free_records(recs);
+	report("lmdb.put_batched", put, "events/s");
+	report("log.append_batched_vs_lmdb", append / put, "ratio");
+
+	if ((rc = sb_log_open(commitdir, 0, &clog)))
+		die("open", rc);
+	w1 = bench_commits(clog, 1, &g1);
+	report("log.commit_durable_w1", w1, "commits/s");
+	w4 = bench_commits(clog, 4, &g4);
+	report("log.commit_durable_w4", w4, "commits/s");
+	w16 = bench_commits(clog, 16, &g16);
+	report("log.commit_durable_w16", w16, "commits/s");
+	report("log.commit_w16_vs_w1", w16 / w1, "ratio");
+	report("log.commit_group_w1", g1, "appends/commit");
+	report("log.commit_group_w4", g4, "appends/commit");
+	report("log.commit_group_w16", g16, "appends/commit");
+	sb_log_close(clog);
+
+	/* Reads run on a warm page cache: walk once untimed. */
+	bench_lmdb_replay(sb_log_env(log));
+	raw_replay = bench_lmdb_replay(sb_log_env(log));
+	replay = bench_replay(log);
+	report("log.replay", replay, "events/s");
+	report("lmdb.replay", raw_replay, "events/s");
+	report("log.replay_vs_lmdb", replay / raw_replay, "ratio");
+
+	if ((rc = sb_projector_open(log, &p)))
+		die("projector", rc);
+	t0 = now();
+	if ((rc = sb_projector_rebuild(p)))
+		die("rebuild", rc);
+	rebuild = EVENTS / (now() - t0);
+	if (sb_projector_checkpoint(p) != EVENTS)
+		die("rebuild: wrong checkpoint", 0);
+	report("projections.rebuild", rebuild, "events/s");
+	sb_projector_close(p);
+	sb_log_close(log);
+	for (int i = 0; i < BATCH; i++)
+		msgpack_sbuffer_destroy(&payloads[i]);
+	cleanup();
+	return 0;
+}
