@@ -41,6 +41,22 @@ static int arg_str(struct req *r, const char *key, char *buf, size_t cap, int re
 	}
 	if ((size_t)n >= cap)
 		return sb_seterr(SB_ERR_INVAL, "argument '%s' too long", key);
+	if (strlen(buf) != (size_t)n)
+		return sb_seterr(SB_ERR_INVAL, "argument '%s' contains a NUL byte", key);
+	return SB_OK;
+}
+
+/* Reads the optional unsigned argument key into *out (dflt when absent). */
+static int arg_u64(struct req *r, const char *key, uint64_t dflt, uint64_t *out)
+{
+	const msgpack_object *v = sb_map_get(r->args, key);
+
+	*out = dflt;
+	if (!v)
+		return SB_OK;
+	if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+		return sb_seterr(SB_ERR_INVAL, "argument '%s' must be a non-negative integer", key);
+	*out = v->via.u64;
 	return SB_OK;
 }
 
@@ -141,12 +157,38 @@ static int type_wanted(const msgpack_object *types, const char *type)
 	return 0;
 }
 
+/* Finds the first sequence number of run whose event has an offset >= from.
+ * A run's offsets grow with its sequence numbers, so a binary search over
+ * the sequence finds it without reading the run from its start. */
+static int run_seq_at(sb_log *log, const char *run, uint64_t from, uint64_t *seq)
+{
+	uint64_t lo = 1, hi = sb_log_last_seq(log, run) + 1;
+	sb_log_iter *it;
+	struct sb_event ev;
+	int rc;
+
+	while (from > 1 && lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if ((rc = sb_log_iter_open_run(log, run, mid, &it)))
+			return rc;
+		rc = sb_log_iter_next(it, &ev);
+		sb_log_iter_close(it);
+		if (rc < 0)
+			return rc;
+		if (rc == SB_END || ev.offset >= from)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	*seq = lo;
+	return SB_OK;
+}
+
 /* events.read {run?, from, limit, types?}: events with offset >= from. */
 static int op_events_read(struct req *r)
 {
 	char want[96], run[SB_RUN_MAX] = "";
-	uint64_t from = sb_map_u64(r->args, "from", 0), limit = sb_map_u64(r->args, "limit", 0);
-	uint64_t next = from, last = sb_log_last_offset(r->d->log), n = 0, scanned = 0;
+	uint64_t from, limit, seq, next, last = sb_log_last_offset(r->d->log), n = 0, scanned = 0;
 	const msgpack_object *types = sb_map_get(r->args, "types");
 	msgpack_sbuffer evbuf;
 	msgpack_packer epk;
@@ -154,15 +196,24 @@ static int op_events_read(struct req *r)
 	struct sb_event ev;
 	int rc;
 
-	if ((rc = arg_str(r, "run", want, sizeof want, 0)))
+	if ((rc = arg_str(r, "run", want, sizeof want, 0)) || (rc = arg_u64(r, "from", 0, &from)) ||
+	    (rc = arg_u64(r, "limit", READ_LIMIT_DEFAULT, &limit)))
 		return rc;
+	if (types && types->type != MSGPACK_OBJECT_ARRAY)
+		return sb_seterr(SB_ERR_INVAL, "argument 'types' must be an array of strings");
+	for (uint32_t i = 0; types && i < types->via.array.size; i++)
+		if (types->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
+			return sb_seterr(SB_ERR_INVAL, "argument 'types' must be an array of strings");
 	if (want[0] && (rc = resolve_run(r->d, want, run)))
 		return rc;
 	if (!limit)
 		limit = READ_LIMIT_DEFAULT;
 	if (limit > READ_LIMIT_MAX)
 		limit = READ_LIMIT_MAX;
-	rc = run[0] ? sb_log_iter_open_run(r->d->log, run, 1, &it)
+	next = from;
+	if (run[0] && (rc = run_seq_at(r->d->log, run, from, &seq)))
+		return rc;
+	rc = run[0] ? sb_log_iter_open_run(r->d->log, run, seq, &it)
 		    : sb_log_iter_open(r->d->log, from, &it);
 	if (rc)
 		return rc;
@@ -408,7 +459,7 @@ void sb_api_handle(struct sb_daemon *d, const void *buf, size_t len, int remote,
 	msgpack_zone zone;
 	msgpack_object args;
 	char op[32];
-	int rc = SB_ERR_INVAL;
+	int n, rc = SB_ERR_INVAL;
 
 	msgpack_packer_init(&r.pk, out, msgpack_sbuffer_write);
 	if (!msgpack_zone_init(&zone, 4096)) {
@@ -421,8 +472,12 @@ void sb_api_handle(struct sb_daemon *d, const void *buf, size_t len, int remote,
 		goto fail;
 	}
 	r.args = &args;
-	if (sb_map_str(&args, "op", op, sizeof op) < 0) {
+	if ((n = sb_map_str(&args, "op", op, sizeof op)) < 0) {
 		rc = sb_seterr(SB_ERR_INVAL, "request has no 'op'");
+		goto fail;
+	}
+	if ((size_t)n >= sizeof op || strlen(op) != (size_t)n) {
+		rc = sb_seterr(SB_ERR_INVAL, "unknown request '%s'", op);
 		goto fail;
 	}
 	if (remote && (rc = sb_token_check(d->home, &args)))
