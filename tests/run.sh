@@ -16,7 +16,7 @@ for t in "$BUILD"/tests/test_*; do
 	name=$(basename "$t")
 	want "$name" || continue
 	echo "== $name"
-	CMOCKA_MESSAGE_OUTPUT=stdout "$t" >"$log" 2>&1
+	CMOCKA_MESSAGE_OUTPUT=stdout timeout 900 "$t" >"$log" 2>&1
 	rc=$?
 	cat "$log"
 	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
@@ -49,7 +49,7 @@ for t in tests/e2e/*.sh; do
 	name=$(basename "$t" .sh)
 	want "$name" || continue
 	echo "== $name"
-	if sh "$t"; then
+	if timeout 900 sh "$t"; then
 		pass=$((pass + 1))
 	else
 		fail=$((fail + 1))
