@@ -74,6 +74,8 @@ static int read_backlog(sb_client *c, struct follow_state *s)
 	msgpack_sbuffer_init(&req);
 	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
 	while (!end && rc == SB_OK && !(s->o->stop && *s->o->stop)) {
+		uint64_t from = s->next;
+
 		req.size = 0;
 		msgpack_pack_map(&pk, 4 + !!s->o->token);
 		sb_pack_kstr(&pk, "op", "events.read");
@@ -98,11 +100,13 @@ static int read_backlog(sb_client *c, struct follow_state *s)
 			}
 		}
 		if (rc == SB_OK) {
-			uint64_t next = sb_map_u64(&rep.map, "next", s->next);
+			/* deliver() has moved s->next past the events; "next"
+			 * also covers events the daemon skipped (types) */
+			uint64_t next = sb_map_u64(&rep.map, "next", from);
 			if (next > s->next)
 				s->next = next;
-			else
-				end = 1;
+			if (s->next <= from)
+				end = 1; /* no progress: do not ask again */
 		}
 		sb_reply_free(&rep);
 	}
