@@ -127,7 +127,7 @@ int sb_follow(sb_client *c, struct sb_follow_opts *o, sb_follow_fn fn, void *ctx
 	struct follow_state s = {o, fn, ctx, o->from ? o->from : 1, 0, 0};
 	sb_sub *sub = NULL;
 	msgpack_zone zone;
-	int rc;
+	int quiet_checked = 0, rc;
 
 	if (o->follow && (rc = sb_sub_open(o->home, o->ca_pem, o->run, &sub)))
 		return rc;
@@ -150,11 +150,17 @@ int sb_follow(sb_client *c, struct sb_follow_opts *o, sb_follow_fn fn, void *ctx
 
 		rc = sb_sub_next(sub, 250, &msg, &len);
 		if (rc == SB_ERR_TIMEOUT) {
-			rc = SB_OK;
+			/* The feed went quiet: read the log once for what it may
+			 * not have carried, such as an event published before the
+			 * daemon had attached this subscriber (a gap only shows
+			 * when a later event arrives, and none may come). */
+			rc = quiet_checked ? SB_OK : read_backlog(c, &s);
+			quiet_checked = 1;
 			continue;
 		}
 		if (rc)
 			break;
+		quiet_checked = 0;
 		msgpack_zone_clear(&zone);
 		if (sb_payload_parse(msg, len, &zone, &map) ||
 		    sb_wire_unpack_event(&map, &ev, &payload)) {
