@@ -9,14 +9,18 @@
 
 int sb_request(sb_client *c, const msgpack_sbuffer *req, int timeout_ms, struct sb_reply *rep)
 {
-	size_t len;
+	size_t len, chunk;
 	int rc;
 
 	memset(rep, 0, sizeof *rep);
-	if (!msgpack_zone_init(&rep->zone, 4096))
-		return SB_ERR_NOMEM;
 	if ((rc = sb_client_call(c, req->data, req->size, timeout_ms, &rep->raw, &len)))
 		return rc;
+	/* Unpacked, a reply takes several times its size (an object is 24
+	 * bytes); one chunk of that size spares thousands of 4 KiB chunks
+	 * (and their page faults) for a large events.read reply. */
+	chunk = len < 512 ? 4096 : len < (4u << 20) ? 8 * len : 32u << 20;
+	if (!msgpack_zone_init(&rep->zone, chunk))
+		return SB_ERR_NOMEM;
 	return sb_wire_reply(rep->raw, len, &rep->zone, &rep->map);
 }
 
