@@ -8,6 +8,7 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
 #include <nng/transport/ipc/ipc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +26,26 @@ struct sb_client {
 	nng_socket req;
 };
 
+/* A subscription is a context on the process's one sub socket for its
+ * daemon. nng 1.5.2 can hang for good in nng_close() when a message
+ * arrives on an ipc pipe as the pipe closes: ipc_pipe_recv_cb() resubmits
+ * its read on the closed pipe, the read is refused without a callback, the
+ * protocol's receive never finishes, and the process's single reaper thread
+ * waits for it forever (every later close then hangs too). A subscriber is
+ * always receiving, so closing sub sockets while the daemon publishes hit it
+ * within a few hundred closes. Closing a context closes no pipe; the shared
+ * sockets stay open until the process ends. */
+struct sub_socket {
+	char dir[512];
+	nng_socket sock;
+	struct sub_socket *next;
+};
+static pthread_mutex_t sub_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sub_socket *sub_sockets;
+
 struct sb_sub {
-	nng_socket sub;
+	nng_ctx ctx;
+	nng_aio *aio;
 };
 
 static int nng_err(int rv, const char *what)
@@ -268,28 +287,65 @@ void sb_client_close(sb_client *c)
 	free(c);
 }
 
+/* Finds or makes the process's sub socket for the daemon at dir (see
+ * struct sub_socket). Errors: as sb_client_open. */
+static int sub_socket(const char *dir, const char *ca_pem, nng_socket *out)
+{
+	struct sub_socket *ss;
+	int rv, rc = SB_OK;
+
+	pthread_mutex_lock(&sub_mu);
+	for (ss = sub_sockets; ss && strcmp(ss->dir, dir); ss = ss->next)
+		;
+	if (!ss) {
+		if (!(ss = calloc(1, sizeof *ss))) {
+			rc = SB_ERR_NOMEM;
+			goto out;
+		}
+		snprintf(ss->dir, sizeof ss->dir, "%s", dir);
+		if ((rv = nng_sub0_open(&ss->sock))) {
+			free(ss);
+			rc = nng_err(rv, "event socket");
+			goto out;
+		}
+		nng_socket_set_size(ss->sock, NNG_OPT_RECVMAXSZ, 0);
+		if ((rc = dial(ss->sock, dir, ca_pem, "events.sock"))) {
+			nng_close(ss->sock); /* not connected: no pipe to hang on */
+			free(ss);
+			goto out;
+		}
+		ss->next = sub_sockets;
+		sub_sockets = ss;
+	}
+	*out = ss->sock;
+out:
+	pthread_mutex_unlock(&sub_mu);
+	return rc;
+}
+
 int sb_sub_open(const char *dir, const char *ca_pem, const char *topic, sb_sub **out)
 {
 	sb_sub *s = calloc(1, sizeof *s);
+	nng_socket sock;
 	char t[64];
 	int rv, rc;
 
 	if (!s)
 		return SB_ERR_NOMEM;
-	if ((rv = nng_sub0_open(&s->sub))) {
+	if ((rc = sub_socket(dir, ca_pem, &sock))) {
 		free(s);
-		return nng_err(rv, "event socket");
+		return rc;
 	}
-	nng_socket_set_size(s->sub, NNG_OPT_RECVMAXSZ, 0);
-	nng_socket_set_int(s->sub, NNG_OPT_RECVBUF, 8192);
+	if ((rv = nng_ctx_open(&s->ctx, sock))) {
+		free(s);
+		return nng_err(rv, "event context");
+	}
 	snprintf(t, sizeof t, "%s%s", topic, topic[0] ? "\n" : "");
-	if ((rv = nng_socket_set(s->sub, NNG_OPT_SUB_SUBSCRIBE, t, strlen(t)))) {
+	if ((rv = nng_aio_alloc(&s->aio, NULL, NULL)) ||
+	    (rv = nng_ctx_set_int(s->ctx, NNG_OPT_RECVBUF, 8192)) ||
+	    (rv = nng_ctx_set(s->ctx, NNG_OPT_SUB_SUBSCRIBE, t, strlen(t)))) {
 		sb_sub_close(s);
 		return nng_err(rv, "subscribe");
-	}
-	if ((rc = dial(s->sub, dir, ca_pem, "events.sock"))) {
-		sb_sub_close(s);
-		return rc;
 	}
 	*out = s;
 	return SB_OK;
@@ -302,9 +358,12 @@ int sb_sub_next(sb_sub *s, int timeout_ms, void **msg, size_t *len)
 	size_t n;
 	int rv;
 
-	nng_socket_set_ms(s->sub, NNG_OPT_RECVTIMEO, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
-	if ((rv = nng_recvmsg(s->sub, &m, 0)))
+	nng_aio_set_timeout(s->aio, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+	nng_ctx_recv(s->ctx, s->aio);
+	nng_aio_wait(s->aio);
+	if ((rv = nng_aio_result(s->aio)))
 		return nng_err(rv, "event receive");
+	m = nng_aio_get_msg(s->aio);
 	body = nng_msg_body(m);
 	n = nng_msg_len(m);
 	nl = memchr(body, '\n', n);
@@ -328,6 +387,8 @@ void sb_sub_close(sb_sub *s)
 {
 	if (!s)
 		return;
-	nng_close(s->sub);
+	if (s->aio)
+		nng_aio_free(s->aio);
+	nng_ctx_close(s->ctx);
 	free(s);
 }

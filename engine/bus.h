@@ -70,8 +70,9 @@ int sb_client_call(sb_client *c, const void *req, size_t len, int timeout_ms,
 void sb_client_close(sb_client *c);
 
 /* Subscribes to topic (a run id, or "" for every run) on the daemon in dir.
- * Messages published after this returns are received. Errors: as
- * sb_client_open. */
+ * Messages published after this returns are received. The subscriptions of
+ * a process to one daemon share one connection, opened by the first and
+ * kept until the process ends (see bus.c). Errors: as sb_client_open. */
 int sb_sub_open(const char *dir, const char *ca_pem, const char *topic, sb_sub **out);
 
 /* Waits at most timeout_ms (-1: forever) for the next message (*msg, the
