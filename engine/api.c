@@ -190,10 +190,10 @@ static int op_events_read(struct req *r)
 	char want[96], run[SB_RUN_MAX] = "";
 	uint64_t from, limit, seq, next, last = sb_log_last_offset(r->d->log), n = 0, scanned = 0;
 	const msgpack_object *types = sb_map_get(r->args, "types");
-	msgpack_sbuffer evbuf;
-	msgpack_packer epk;
 	sb_log_iter *it;
 	struct sb_event ev;
+	uint8_t *count;
+	size_t at;
 	int rc;
 
 	if ((rc = arg_str(r, "run", want, sizeof want, 0)) || (rc = arg_u64(r, "from", 0, &from)) ||
@@ -217,8 +217,15 @@ static int op_events_read(struct req *r)
 		    : sb_log_iter_open(r->d->log, from, &it);
 	if (rc)
 		return rc;
-	msgpack_sbuffer_init(&evbuf);
-	msgpack_packer_init(&epk, &evbuf, msgpack_sbuffer_write);
+	/* The events go straight into the reply, after an array32 header
+	 * whose count is filled in at the end; the other fields follow. */
+	reply_begin(r, 4);
+	sb_pack_str(&r->pk, "events");
+	at = r->out->size;
+	if (msgpack_sbuffer_write(r->out, "\xdd\0\0\0\0", 5)) {
+		sb_log_iter_close(it);
+		return SB_ERR_NOMEM;
+	}
 	while (n < limit && scanned < 16 * READ_LIMIT_MAX && (rc = sb_log_iter_next(it, &ev)) == SB_OK) {
 		if (ev.offset < from)
 			continue;
@@ -226,24 +233,19 @@ static int op_events_read(struct req *r)
 		next = ev.offset + 1;
 		if (!type_wanted(types, ev.type))
 			continue;
-		if ((rc = sb_wire_pack_event(&evbuf, &epk, &ev)))
+		if ((rc = sb_wire_pack_event(r->out, &r->pk, &ev)))
 			break;
 		n++;
 	}
 	sb_log_iter_close(it);
-	if (rc < 0) {
-		msgpack_sbuffer_destroy(&evbuf);
+	if (rc < 0)
 		return rc;
-	}
-	reply_begin(r, 4);
+	count = (uint8_t *)r->out->data + at + 1;
+	for (int i = 3; i >= 0; i--, n >>= 8)
+		count[i] = (uint8_t)n;
 	sb_pack_ku64(&r->pk, "next", next);
 	sb_pack_ku64(&r->pk, "last_offset", last);
 	sb_pack_kbool(&r->pk, "end", rc == SB_END);
-	sb_pack_str(&r->pk, "events");
-	msgpack_pack_array(&r->pk, n);
-	if (n)
-		msgpack_sbuffer_write(r->out, evbuf.data, evbuf.size);
-	msgpack_sbuffer_destroy(&evbuf);
 	return SB_OK;
 }
 
