@@ -256,18 +256,66 @@ int sb_client_open(const char *dir, const char *ca_pem, sb_client **out)
 	return SB_OK;
 }
 
-int sb_client_call(sb_client *c, const void *req, size_t len, int timeout_ms, void **rep,
-		   size_t *replen)
+struct sb_call {
+	nng_ctx ctx;
+	nng_aio *aio;
+};
+
+void sb_client_cancel(sb_call *call)
+{
+	if (!call)
+		return;
+	if (call->aio)
+		nng_aio_free(call->aio); /* cancels a pending receive */
+	nng_ctx_close(call->ctx);
+	free(call);
+}
+
+int sb_client_send(sb_client *c, const void *req, size_t len, int timeout_ms, sb_call **out)
+{
+	sb_call *call = calloc(1, sizeof *call);
+	nng_msg *m = NULL;
+	int rv;
+
+	if (!call)
+		return SB_ERR_NOMEM;
+	if ((rv = nng_ctx_open(&call->ctx, c->req))) {
+		free(call);
+		return nng_err(rv, "request");
+	}
+	if ((rv = nng_aio_alloc(&call->aio, NULL, NULL)) || (rv = nng_msg_alloc(&m, 0)) ||
+	    (rv = nng_msg_append(m, req, len)))
+		goto fail;
+	nng_ctx_set_ms(call->ctx, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	nng_aio_set_timeout(call->aio, timeout_ms);
+	nng_aio_set_msg(call->aio, m);
+	nng_ctx_send(call->ctx, call->aio);
+	nng_aio_wait(call->aio);
+	if ((rv = nng_aio_result(call->aio)))
+		goto fail; /* the message is still ours */
+	m = NULL;
+	nng_ctx_recv(call->ctx, call->aio);
+	*out = call;
+	return SB_OK;
+fail:
+	if (m)
+		nng_msg_free(m);
+	sb_client_cancel(call);
+	return nng_err(rv, "request");
+}
+
+int sb_client_wait(sb_call *call, void **rep, size_t *replen)
 {
 	nng_msg *m;
 	int rv;
 
-	nng_socket_set_ms(c->req, NNG_OPT_SENDTIMEO, timeout_ms);
-	nng_socket_set_ms(c->req, NNG_OPT_RECVTIMEO, timeout_ms);
-	if ((rv = nng_send(c->req, (void *)req, len, 0)))
-		return nng_err(rv, "request");
-	if ((rv = nng_recvmsg(c->req, &m, 0)))
+	nng_aio_wait(call->aio);
+	if ((rv = nng_aio_result(call->aio))) {
+		sb_client_cancel(call);
 		return nng_err(rv, "reply");
+	}
+	m = nng_aio_get_msg(call->aio);
+	sb_client_cancel(call);
 	*replen = nng_msg_len(m);
 	*rep = malloc(*replen ? *replen : 1);
 	if (!*rep) {
@@ -277,6 +325,15 @@ int sb_client_call(sb_client *c, const void *req, size_t len, int timeout_ms, vo
 	memcpy(*rep, nng_msg_body(m), *replen);
 	nng_msg_free(m);
 	return SB_OK;
+}
+
+int sb_client_call(sb_client *c, const void *req, size_t len, int timeout_ms, void **rep,
+		   size_t *replen)
+{
+	sb_call *call;
+	int rc = sb_client_send(c, req, len, timeout_ms, &call);
+
+	return rc ? rc : sb_client_wait(call, rep, replen);
 }
 
 void sb_client_close(sb_client *c)

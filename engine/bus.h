@@ -17,6 +17,7 @@
 
 typedef struct sb_bus sb_bus;
 typedef struct sb_client sb_client;
+typedef struct sb_call sb_call;
 typedef struct sb_sub sb_sub;
 
 /* --- daemon side --- */
@@ -65,6 +66,19 @@ int sb_client_open(const char *dir, const char *ca_pem, sb_client **out);
  * frees with sb_bus_free). Errors: SB_ERR_TIMEOUT, SB_ERR_UNAVAIL, SB_ERR_IO. */
 int sb_client_call(sb_client *c, const void *req, size_t len, int timeout_ms,
 		   void **rep, size_t *replen);
+
+/* Sends req and returns at once with *call, to be waited for with
+ * sb_client_wait (or dropped with sb_client_cancel); several calls may be
+ * in flight on one client, answered in order. Errors: SB_ERR_TIMEOUT,
+ * SB_ERR_UNAVAIL, SB_ERR_IO, SB_ERR_NOMEM. */
+int sb_client_send(sb_client *c, const void *req, size_t len, int timeout_ms, sb_call **call);
+
+/* Waits for the reply of call (*rep, the caller frees with sb_bus_free) and
+ * frees call. Errors: as sb_client_call. */
+int sb_client_wait(sb_call *call, void **rep, size_t *replen);
+
+/* Drops a call without its reply (NULL is fine). */
+void sb_client_cancel(sb_call *call);
 
 /* Closes the connection (NULL is fine). */
 void sb_client_close(sb_client *c);

@@ -7,14 +7,12 @@
 #include "engine/payload.h"
 #include "engine/wire.h"
 
-int sb_request(sb_client *c, const msgpack_sbuffer *req, int timeout_ms, struct sb_reply *rep)
+/* Parses the reply bytes raw (taken over by rep) into rep. */
+static int reply_parse(void *raw, size_t len, struct sb_reply *rep)
 {
-	size_t len, chunk;
-	int rc;
+	size_t chunk;
 
-	memset(rep, 0, sizeof *rep);
-	if ((rc = sb_client_call(c, req->data, req->size, timeout_ms, &rep->raw, &len)))
-		return rc;
+	rep->raw = raw;
 	/* Unpacked, a reply takes several times its size (an object is 24
 	 * bytes); one chunk of that size spares thousands of 4 KiB chunks
 	 * (and their page faults) for a large events.read reply. */
@@ -22,6 +20,18 @@ int sb_request(sb_client *c, const msgpack_sbuffer *req, int timeout_ms, struct 
 	if (!msgpack_zone_init(&rep->zone, chunk))
 		return SB_ERR_NOMEM;
 	return sb_wire_reply(rep->raw, len, &rep->zone, &rep->map);
+}
+
+int sb_request(sb_client *c, const msgpack_sbuffer *req, int timeout_ms, struct sb_reply *rep)
+{
+	void *raw;
+	size_t len;
+	int rc;
+
+	memset(rep, 0, sizeof *rep);
+	if ((rc = sb_client_call(c, req->data, req->size, timeout_ms, &raw, &len)))
+		return rc;
+	return reply_parse(raw, len, rep);
 }
 
 void sb_reply_free(struct sb_reply *rep)
@@ -64,57 +74,71 @@ static int deliver(struct follow_state *s, const struct sb_event *ev, const msgp
 	return wanted(s->o, ev->type) ? s->fn(s->ctx, ev, p) : SB_OK;
 }
 
-/* Reads the log from s->next to its end and delivers what it finds. */
-static int read_backlog(sb_client *c, struct follow_state *s)
+/* Asks for the events from offset from (an events.read request). */
+static int backlog_send(sb_client *c, const struct follow_state *s, uint64_t from,
+			sb_call **call)
 {
 	msgpack_sbuffer req;
 	msgpack_packer pk;
-	struct sb_reply rep;
-	const msgpack_object *evs;
-	struct sb_event ev;
-	const msgpack_object *payload;
-	int rc = SB_OK, end = 0;
+	int rc;
 
 	msgpack_sbuffer_init(&req);
 	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
-	while (!end && rc == SB_OK && !(s->o->stop && *s->o->stop)) {
-		uint64_t from = s->next;
+	msgpack_pack_map(&pk, 4 + !!s->o->token);
+	sb_pack_kstr(&pk, "op", "events.read");
+	sb_pack_kstr(&pk, "run", s->o->run);
+	sb_pack_ku64(&pk, "from", from);
+	sb_pack_ku64(&pk, "limit", 10000);
+	if (s->o->token)
+		sb_pack_kstr(&pk, "token", s->o->token);
+	rc = req.data ? sb_client_send(c, req.data, req.size, 30000, call) : SB_ERR_NOMEM;
+	msgpack_sbuffer_destroy(&req);
+	return rc;
+}
 
-		req.size = 0;
-		msgpack_pack_map(&pk, 4 + !!s->o->token);
-		sb_pack_kstr(&pk, "op", "events.read");
-		sb_pack_kstr(&pk, "run", s->o->run);
-		sb_pack_ku64(&pk, "from", s->next);
-		sb_pack_ku64(&pk, "limit", 10000);
-		if (s->o->token)
-			sb_pack_kstr(&pk, "token", s->o->token);
-		if ((rc = sb_request(c, &req, 30000, &rep))) {
-			sb_reply_free(&rep);
-			break;
-		}
+/* Reads the log from s->next to its end and delivers what it finds. The
+ * request for the next part goes out before this part is delivered, so the
+ * daemon reads while the client unpacks and delivers. */
+static int read_backlog(sb_client *c, struct follow_state *s)
+{
+	const msgpack_object *evs, *payload;
+	struct sb_event ev;
+	uint64_t from = s->next;
+	sb_call *call = NULL;
+	int rc = backlog_send(c, s, from, &call);
+
+	while (rc == SB_OK && call && !(s->o->stop && *s->o->stop)) {
+		struct sb_reply rep;
+		const msgpack_object *end;
+		uint64_t next;
+		void *raw;
+		size_t len;
+
+		memset(&rep, 0, sizeof rep);
+		rc = sb_client_wait(call, &raw, &len);
+		call = NULL;
+		if (rc == SB_OK)
+			rc = reply_parse(raw, len, &rep);
 		evs = sb_map_get(&rep.map, "events");
-		end = sb_map_get(&rep.map, "end") && sb_map_get(&rep.map, "end")->via.boolean;
-		if (!evs || evs->type != MSGPACK_OBJECT_ARRAY) {
+		end = sb_map_get(&rep.map, "end");
+		next = sb_map_u64(&rep.map, "next", from);
+		if (rc == SB_OK && (!evs || evs->type != MSGPACK_OBJECT_ARRAY))
 			rc = sb_seterr(SB_ERR_PROTO, "malformed events reply");
-		} else {
-			for (uint32_t i = 0; rc == SB_OK && i < evs->via.array.size; i++) {
-				rc = sb_wire_unpack_event(&evs->via.array.ptr[i], &ev, &payload);
-				if (rc == SB_OK)
-					rc = deliver(s, &ev, payload);
-			}
+		/* "next" also covers events the daemon skipped (types); no
+		 * progress means nothing more to ask for */
+		if (rc == SB_OK && !(end && end->via.boolean) && next > from)
+			rc = backlog_send(c, s, next, &call);
+		for (uint32_t i = 0; rc == SB_OK && i < evs->via.array.size; i++) {
+			rc = sb_wire_unpack_event(&evs->via.array.ptr[i], &ev, &payload);
+			if (rc == SB_OK)
+				rc = deliver(s, &ev, payload);
 		}
-		if (rc == SB_OK) {
-			/* deliver() has moved s->next past the events; "next"
-			 * also covers events the daemon skipped (types) */
-			uint64_t next = sb_map_u64(&rep.map, "next", from);
-			if (next > s->next)
-				s->next = next;
-			if (s->next <= from)
-				end = 1; /* no progress: do not ask again */
-		}
+		if (rc == SB_OK && next > s->next)
+			s->next = next;
+		from = next;
 		sb_reply_free(&rep);
 	}
-	msgpack_sbuffer_destroy(&req);
+	sb_client_cancel(call);
 	return rc;
 }
 
