@@ -1,0 +1,202 @@
+#!/bin/sh
+# The CLI against its daemon: autostart, status, run records, events (JSON,
+# type filters), errors and exit codes, help, attach to a run stopped
+# mid-way, detach with SIGINT, daemon stop. Runs use a template whose files
+# are empty: QEMU cannot boot it, so each run fails at once and leaves its
+# record (created, policy, failed, stopped) without a microVM.
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD=$(pwd)/$BUILD ;; esac
+SB=$BUILD/sanbox
+export SANBOX_HOME=$(mktemp -d /tmp/sbcli.XXXXXX)
+export SANBOX_TEMPLATES=$SANBOX_HOME/tpl
+tmp=$SANBOX_HOME/t
+mkdir -p "$tmp" "$SANBOX_TEMPLATES/shell"
+bg=""
+
+cleanup() {
+	for p in $bg; do kill -9 "$p" 2>/dev/null; done
+	if [ -f "$SANBOX_HOME/sanboxd.pid" ]; then
+		p=$(cat "$SANBOX_HOME/sanboxd.pid")
+		[ -n "$p" ] && kill "$p" 2>/dev/null && sleep 0.3 && kill -9 "$p" 2>/dev/null
+	fi
+	rm -rf "$SANBOX_HOME"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+fail() { echo "FAIL cli_basic: $*"; exit 1; }
+[ -x "$SB" ] || fail "$SB not built"
+
+# json_lines FILE PYTHON-EXPR: every line of FILE parses as JSON and the
+# expression (over the list `evs`) holds
+json_lines() {
+	python3 -c "
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+sys.exit(0 if ($2) else 1)" "$1"
+}
+# wait_for FILE TEXT: until FILE contains TEXT (at most 10 s)
+wait_for() {
+	i=0
+	until grep -q "$2" "$1" 2>/dev/null; do
+		i=$((i + 1))
+		[ $i -lt 200 ] || return 1
+		sleep 0.05
+	done
+}
+daemon_pid() { cat "$SANBOX_HOME/sanboxd.pid" 2>/dev/null; }
+# wait_stopped RUN: until the run has its run.stopped (its VM failed to boot)
+wait_stopped() {
+	i=0
+	until "$SB" events "$1" --json --type run.stopped | grep -q stopped; do
+		i=$((i + 1))
+		[ $i -lt 200 ] || return 1
+		sleep 0.05
+	done
+}
+
+printf '{"name":"shell","hash":"00","harness":"/bin/sh","cpus":1,"memory_mib":128,"timeout_s":30}' \
+	>"$SANBOX_TEMPLATES/shell/template.json"
+: >"$SANBOX_TEMPLATES/shell/vmlinux"
+: >"$SANBOX_TEMPLATES/shell/initrd.img"
+: >"$SANBOX_TEMPLATES/shell/rootfs.img"
+
+# -- ps in a fresh home starts the daemon
+"$SB" ps >"$tmp/ps" 2>"$tmp/err" || fail "ps in a fresh home: $(cat "$tmp/err")"
+grep -q '^RUN ' "$tmp/ps" || fail "ps prints no header: $(cat "$tmp/ps")"
+pid=$(daemon_pid)
+[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || fail "no daemon after ps"
+"$SB" daemon status --json >"$tmp/st" || fail "daemon status exit $?"
+json_lines "$tmp/st" "evs[0]['running'] is True and evs[0]['pid'] == $pid" ||
+	fail "daemon status --json: $(cat "$tmp/st")"
+
+# -- run records
+R=$("$SB" run --detach --name first -- true) || fail "run --detach exit $?"
+echo "$R" | grep -Eq '^[0-9a-f]{12}$' || fail "run --detach printed '$R'"
+R2=$("$SB" run --detach --json --name second -- true) || fail "run --detach --json"
+R2=$(echo "$R2" | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"])') ||
+	fail "run --detach --json is not JSON"
+wait_stopped "$R" && wait_stopped "$R2" || fail "the runs did not stop"
+"$SB" ps --json >"$tmp/ps.json" || fail "ps --json"
+python3 -c "
+import json, sys
+runs = {r['run']: r for r in json.load(open(sys.argv[1]))}
+sys.exit(0 if runs['$R']['name'] == 'first' and runs['$R2']['name'] == 'second' else 1)" \
+	"$tmp/ps.json" || fail "ps --json lacks the runs: $(cat "$tmp/ps.json")"
+
+# -- events --json: every line parses, one run, offsets and seqs in order
+"$SB" events "$R" --json >"$tmp/ev" || fail "events exit $?"
+json_lines "$tmp/ev" "len(evs) >= 2 and evs[0]['type'] == 'run.created' and
+	all(e['run'] == '$R' and set(e) >= {'offset','seq','ts','type','source','payload'} for e in evs) and
+	[e['seq'] for e in evs] == list(range(1, len(evs) + 1)) and
+	all(a['offset'] < b['offset'] for a, b in zip(evs, evs[1:]))" ||
+	fail "events --json: $(head -c 600 "$tmp/ev")"
+"$SB" events "$R" --json --type run.created >"$tmp/ev1" || fail "events --type"
+json_lines "$tmp/ev1" "len(evs) == 1 and evs[0]['type'] == 'run.created' and
+	evs[0]['payload']['name'] == 'first'" || fail "--type run.created: $(cat "$tmp/ev1")"
+"$SB" events "$R" --json --type run >"$tmp/ev2" || fail "events --type run"
+n_all=$(wc -l <"$tmp/ev")
+[ "$(wc -l <"$tmp/ev2")" = "$n_all" ] || fail "--type run (a prefix) should match all $n_all run.* events"
+"$SB" events "$R" --json --type agent >"$tmp/ev3" || fail "events --type agent"
+[ ! -s "$tmp/ev3" ] || fail "--type agent matched: $(cat "$tmp/ev3")"
+"$SB" events --all --json >"$tmp/all" || fail "events --all"
+json_lines "$tmp/all" "{e['run'] for e in evs} == {'$R', '$R2'} and
+	[e['offset'] for e in evs] == list(range(1, len(evs) + 1))" || fail "events --all"
+"$SB" events "$R" >"$tmp/human" || fail "events (text)"
+[ "$(wc -l <"$tmp/human")" = "$n_all" ] || fail "text events: $(cat "$tmp/human")"
+
+# -- errors: unknown run exits 3 with one line; bad options exit 2
+"$SB" events ffffffffffff >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[ $rc = 3 ] || fail "unknown run: exit $rc, want 3"
+[ "$(wc -l <"$tmp/err")" = 1 ] && grep -q '^sanbox: ' "$tmp/err" ||
+	fail "unknown run: stderr is not one 'sanbox: ' line: $(cat "$tmp/err")"
+[ ! -s "$tmp/out" ] || fail "unknown run printed on stdout"
+"$SB" attach ffffffffffff 2>/dev/null
+[ $? = 3 ] || fail "attach to an unknown run: exit $?"
+"$SB" inspect ffffffffffff 2>/dev/null
+[ $? = 3 ] || fail "inspect an unknown run: exit $?"
+"$SB" events "$R" --bogus 2>"$tmp/err"
+[ $? = 2 ] || fail "events --bogus: exit $?, want 2"
+grep -q 'usage: sanbox events' "$tmp/err" || fail "events --bogus prints no usage"
+"$SB" ps --nope 2>/dev/null
+[ $? = 2 ] || fail "ps --nope: exit $?"
+"$SB" --nope ps 2>/dev/null
+[ $? = 2 ] || fail "sanbox --nope: exit $?"
+"$SB" nosuchcommand 2>/dev/null
+[ $? = 2 ] || fail "unknown command: exit $?"
+"$SB" admin append "$R" run.warning 'not json' 2>/dev/null
+[ $? != 0 ] || fail "admin append with bad JSON succeeded"
+
+# -- help
+"$SB" help attach >"$tmp/help" || fail "help attach exit $?"
+grep -q '^usage: sanbox attach RUN' "$tmp/help" || fail "help attach: $(cat "$tmp/help")"
+"$SB" attach --help | grep -q '^usage: sanbox attach' || fail "attach --help"
+"$SB" help >"$tmp/help" && grep -q 'attach' "$tmp/help" || fail "help lists no commands"
+
+# -- attach from an offset to a run that is stopped mid-way: exits 0 after run.stopped
+last=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])['offset'])" "$tmp/all")
+from=$((last + 1))
+"$SB" attach "$R" --from "$from" --json >"$tmp/att" 2>"$tmp/att.err" &
+apid=$!
+bg="$bg $apid"
+o1=$("$SB" admin append "$R" run.warning '{"message":"one"}') || fail "admin append"
+[ "$o1" = "$from" ] || fail "admin append printed offset $o1, want $from"
+wait_for "$tmp/att" '"one"' || fail "attach did not print a live event"
+"$SB" admin append "$R2" run.warning '{"message":"other run"}' >/dev/null || fail "append R2"
+"$SB" admin append "$R" run.warning '{"message":"two"}' >/dev/null || fail "append two"
+"$SB" admin append "$R" run.stopped '{"reason":"test"}' >/dev/null || fail "append run.stopped"
+i=0
+while kill -0 "$apid" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -lt 200 ] || fail "attach did not end after run.stopped"
+	sleep 0.05
+done
+wait "$apid"
+rc=$?
+[ $rc = 0 ] || fail "attach exit $rc after run.stopped: $(cat "$tmp/att.err")"
+json_lines "$tmp/att" "[(e['type'], e['payload'].get('message') or e['payload'].get('reason'))
+	for e in evs] == [('run.warning','one'), ('run.warning','two'), ('run.stopped','test')] and
+	evs[0]['offset'] == $from and all(e['run'] == '$R' for e in evs)" ||
+	fail "attach printed: $(cat "$tmp/att")"
+# attach from the start replays the backlog first, then stops at the first run.stopped
+"$SB" attach "$R" --json >"$tmp/att0" || fail "attach from the start"
+json_lines "$tmp/att0" "evs[-1]['type'] == 'run.stopped' and evs[0]['type'] == 'run.created'" ||
+	fail "attach from the start: $(cat "$tmp/att0")"
+
+# -- SIGINT detaches; the daemon keeps running
+o=$("$SB" admin append "$R2" run.warning '{"message":"before"}') || fail "append before"
+"$SB" attach "$R2" --from $((o + 1)) >"$tmp/att2" 2>"$tmp/att2.err" &
+apid=$!
+bg="$bg $apid"
+"$SB" admin append "$R2" run.warning '{"message":"live"}' >/dev/null
+wait_for "$tmp/att2" 'live' || fail "attach did not follow R2: $(cat "$tmp/att2.err")"
+kill -INT "$apid"
+i=0
+while kill -0 "$apid" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -lt 100 ] || fail "attach ignored SIGINT"
+	sleep 0.05
+done
+wait "$apid"
+rc=$?
+[ $rc = 0 ] || fail "attach detached with exit $rc"
+grep -q 'detached' "$tmp/att2.err" || fail "no detach message: $(cat "$tmp/att2.err")"
+! grep -q 'before' "$tmp/att2" || fail "attach --from printed an earlier event"
+[ "$(daemon_pid)" = "$pid" ] && kill -0 "$pid" 2>/dev/null || fail "daemon gone after detach"
+"$SB" daemon status >/dev/null || fail "daemon status after detach"
+
+# -- daemon stop
+"$SB" daemon stop >"$tmp/stop" || fail "daemon stop exit $?"
+i=0
+while kill -0 "$pid" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -lt 100 ] || fail "daemon still runs after daemon stop"
+	sleep 0.05
+done
+"$SB" daemon status --json >"$tmp/st" 2>/dev/null
+rc=$?
+[ $rc = 4 ] || fail "status of a stopped daemon: exit $rc, want 4"
+json_lines "$tmp/st" "evs[0]['running'] is False" || fail "status --json: $(cat "$tmp/st")"
+"$SB" daemon stop >/dev/null || fail "daemon stop with none running"
+
+echo "PASS cli_basic"

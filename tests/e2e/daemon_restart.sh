@@ -1,0 +1,158 @@
+#!/bin/sh
+# kill -9 of the daemon while the CLI appends events and an attach follows
+# the run: the next command starts a new daemon (over the stale pid file and
+# sockets), every acknowledged append is in the log, the attach carries on
+# across the restart and prints every event from its offset exactly once,
+# and the projections equal a rebuild. Runs use a template whose files are
+# empty (see cli_basic.sh): their records exist, no microVM boots.
+# KEEP=1 keeps the state directory (and stacks of stuck processes).
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD=$(pwd)/$BUILD ;; esac
+SB=$BUILD/sanbox
+export SANBOX_HOME=$(mktemp -d /tmp/sbrst.XXXXXX)
+export SANBOX_TEMPLATES=$SANBOX_HOME/tpl
+tmp=$SANBOX_HOME/t
+mkdir -p "$tmp" "$SANBOX_TEMPLATES/shell"
+bg=""
+
+cleanup() {
+	if [ -n "${KEEP:-}" ]; then # keep the stacks of what is still running
+		for p in $bg; do
+			kill -0 "$p" 2>/dev/null && gdb -p "$p" -batch -ex "thread apply all bt 12" \
+				>"$tmp/gdb.$p" 2>&1
+		done
+	fi
+	for p in $bg; do kill -9 "$p" 2>/dev/null; done
+	if [ -f "$SANBOX_HOME/sanboxd.pid" ]; then
+		p=$(cat "$SANBOX_HOME/sanboxd.pid")
+		[ -n "$p" ] && kill "$p" 2>/dev/null && sleep 0.3 && kill -9 "$p" 2>/dev/null
+	fi
+	[ -n "${KEEP:-}" ] && echo "kept $SANBOX_HOME" || rm -rf "$SANBOX_HOME"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+fail() { echo "FAIL daemon_restart: $*"; exit 1; }
+[ -x "$SB" ] || fail "$SB not built"
+daemon_pid() { cat "$SANBOX_HOME/sanboxd.pid" 2>/dev/null; }
+# wait_stopped RUN: until the run has its run.stopped (its VM failed to boot)
+wait_stopped() {
+	i=0
+	until "$SB" events "$1" --json --type run.stopped | grep -q stopped; do
+		i=$((i + 1))
+		[ $i -lt 200 ] || return 1
+		sleep 0.05
+	done
+}
+# wait_gone PID: until the process has ended (at most 10 s)
+wait_gone() {
+	i=0
+	while kill -0 "$1" 2>/dev/null; do
+		i=$((i + 1))
+		[ $i -lt 200 ] || return 1
+		sleep 0.05
+	done
+}
+
+printf '{"name":"shell","hash":"00","harness":"/bin/sh","cpus":1,"memory_mib":128,"timeout_s":30}' \
+	>"$SANBOX_TEMPLATES/shell/template.json"
+: >"$SANBOX_TEMPLATES/shell/vmlinux"
+: >"$SANBOX_TEMPLATES/shell/initrd.img"
+: >"$SANBOX_TEMPLATES/shell/rootfs.img"
+
+R=$("$SB" run --detach --name victim -- true) || fail "run --detach exit $?"
+wait_stopped "$R" || fail "run $R did not stop"
+pid1=$(daemon_pid)
+[ -n "$pid1" ] || fail "no daemon pid"
+last=$("$SB" events --all --json | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["offset"])') ||
+	fail "events --all"
+from=$((last + 1))
+
+# an attach that follows the run across the restart
+"$SB" attach "$R" --from "$from" --json >"$tmp/att" 2>"$tmp/att.err" &
+apid=$!
+bg="$bg $apid"
+
+# appends, one CLI process each; "i offset" for each acknowledged one
+N=150
+: >"$tmp/acked"
+(
+	i=1
+	while [ $i -le $N ]; do
+		if o=$("$SB" admin append "$R" run.warning "{\"message\":\"m$i\"}" 2>>"$tmp/app.err"); then
+			echo "$i $o" >>"$tmp/acked"
+		fi
+		i=$((i + 1))
+	done
+) &
+wpid=$!
+bg="$bg $wpid"
+
+i=0
+until [ "$(wc -l <"$tmp/acked")" -ge 50 ]; do
+	i=$((i + 1))
+	[ $i -lt 600 ] || fail "appends too slow: $(cat "$tmp/app.err")"
+	sleep 0.05
+done
+kill -9 "$pid1"
+wait_gone "$pid1" || fail "kill -9 did not end the daemon"
+[ -S "$SANBOX_HOME/api.sock" ] || fail "expected a stale api.sock after kill -9"
+# the next command starts a new daemon (the appends may beat it to it)
+"$SB" daemon start >/dev/null || fail "daemon start after kill -9: $(tail -3 "$SANBOX_HOME/sanboxd.log")"
+pid2=$(daemon_pid)
+[ -n "$pid2" ] && [ "$pid2" != "$pid1" ] && kill -0 "$pid2" || fail "no new daemon ($pid1 -> $pid2)"
+
+i=0
+while kill -0 "$wpid" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -lt 1200 ] || fail "appends did not finish after the restart"
+	sleep 0.05
+done
+acked=$(wc -l <"$tmp/acked")
+[ "$acked" -ge $((N - 2)) ] || fail "only $acked of $N appends acknowledged: $(tail -3 "$tmp/app.err")"
+"$SB" admin append "$R" run.stopped '{"reason":"test"}' >/dev/null || fail "append run.stopped"
+i=0
+while kill -0 "$apid" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -lt 600 ] || fail "attach did not end after run.stopped: $(cat "$tmp/att.err")"
+	sleep 0.05
+done
+wait "$apid"
+rc=$?
+[ $rc = 0 ] || fail "attach exit $rc across the restart: $(cat "$tmp/att.err")"
+
+# every acknowledged append is in the log, at its offset
+"$SB" events "$R" --json >"$tmp/ev" || fail "events after restart"
+python3 - "$tmp/ev" "$tmp/acked" <<'EOF' || fail "$(cat "$tmp/check")"
+import json, sys
+evs = {e["offset"]: e for e in map(json.loads, open(sys.argv[1]))}
+for line in open(sys.argv[2]):
+    i, off = line.split()
+    e = evs.get(int(off))
+    if not e or e["type"] != "run.warning" or e["payload"]["message"] != "m" + i:
+        print("acknowledged append m%s at offset %s is not in the log" % (i, off))
+        sys.exit(1)
+EOF
+# the attach printed exactly the log from its offset, once each, in order
+python3 - "$tmp/ev" "$tmp/att" "$from" <<'EOF' >"$tmp/check" || fail "$(cat "$tmp/check")"
+import json, sys
+log = [e["offset"] for e in map(json.loads, open(sys.argv[1])) if e["offset"] >= int(sys.argv[3])]
+got = [e["offset"] for e in map(json.loads, open(sys.argv[2]))]
+if got != log:
+    print("attach got %d events, the log has %d from %s; first difference at %s" % (
+        len(got), len(log), sys.argv[3],
+        next((i for i, (a, b) in enumerate(zip(got, log)) if a != b), min(len(got), len(log)))))
+    sys.exit(1)
+EOF
+
+# projections equal a rebuild from offset 0
+"$SB" ps --json >"$tmp/ps1" && "$SB" inspect "$R" --json >"$tmp/in1" || fail "ps/inspect"
+"$SB" admin reproject >/dev/null || fail "admin reproject"
+"$SB" ps --json >"$tmp/ps2" && "$SB" inspect "$R" --json >"$tmp/in2" || fail "ps/inspect after reproject"
+cmp -s "$tmp/ps1" "$tmp/ps2" || fail "ps --json differs after reproject"
+cmp -s "$tmp/in1" "$tmp/in2" || fail "inspect --json differs after reproject"
+python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))['run']
+sys.exit(0 if r['last_type'] == 'run.stopped' and r['events'] == r['last_seq'] else 1)" "$tmp/in2" ||
+	fail "run state after the restart: $(cat "$tmp/in2")"
+echo "PASS daemon_restart"
