@@ -261,14 +261,34 @@ struct sb_call {
 	nng_aio *aio;
 };
 
-void sb_client_cancel(sb_call *call)
+/* Ends call: waits until its operation is over (the reply came, or it
+ * failed or timed out), then frees it. Returns the reply (NULL if none; the
+ * caller frees it) and the error in *rv. The wait matters: nng 1.5.2 can
+ * also hang closing a req socket while a reply arrives (see struct
+ * sub_socket), so a dropped call must not leave its reply on the way. */
+static nng_msg *call_end(sb_call *call, int *rv)
 {
-	if (!call)
-		return;
-	if (call->aio)
-		nng_aio_free(call->aio); /* cancels a pending receive */
+	nng_msg *m = NULL;
+
+	*rv = NNG_ENOMEM;
+	if (call->aio) {
+		nng_aio_wait(call->aio);
+		if (!(*rv = nng_aio_result(call->aio)))
+			m = nng_aio_get_msg(call->aio);
+		nng_aio_free(call->aio);
+	}
 	nng_ctx_close(call->ctx);
 	free(call);
+	return m;
+}
+
+void sb_client_cancel(sb_call *call)
+{
+	nng_msg *m;
+	int rv;
+
+	if (call && (m = call_end(call, &rv)))
+		nng_msg_free(m);
 }
 
 int sb_client_send(sb_client *c, const void *req, size_t len, int timeout_ms, sb_call **out)
@@ -306,16 +326,11 @@ fail:
 
 int sb_client_wait(sb_call *call, void **rep, size_t *replen)
 {
-	nng_msg *m;
 	int rv;
+	nng_msg *m = call_end(call, &rv);
 
-	nng_aio_wait(call->aio);
-	if ((rv = nng_aio_result(call->aio))) {
-		sb_client_cancel(call);
-		return nng_err(rv, "reply");
-	}
-	m = nng_aio_get_msg(call->aio);
-	sb_client_cancel(call);
+	if (!m)
+		return nng_err(rv ? rv : NNG_EPROTO, "reply");
 	*replen = nng_msg_len(m);
 	*rep = malloc(*replen ? *replen : 1);
 	if (!*rep) {

@@ -77,7 +77,8 @@ int sb_client_send(sb_client *c, const void *req, size_t len, int timeout_ms, sb
  * frees call. Errors: as sb_client_call. */
 int sb_client_wait(sb_call *call, void **rep, size_t *replen);
 
-/* Drops a call without its reply (NULL is fine). */
+/* Drops a call: waits for its reply (or its error or timeout) and throws
+ * it away (NULL is fine). */
 void sb_client_cancel(sb_call *call);
 
 /* Closes the connection (NULL is fine). */
