@@ -630,7 +630,7 @@ static void on_child(void *ctx, int status)
 	struct sb_daemon *d = r->owner->d;
 	char reason[256];
 
-	r->child_w = NULL; /* the loop stopped it */
+	/* child_w is stopped; run_free frees it (safe inside its callback) */
 	/* drain what the guest sent before it went away */
 	if (r->chan_fd >= 0)
 		on_chan_io(r, SB_READ);
