@@ -12,8 +12,9 @@
 #include "engine/record.h"
 #include "engine/schema.h"
 
-#define LOG_FORMAT 1
-#define RUNVAL_LEN 16 /* seq BE64, offset BE64 */
+#define LOG_FORMAT 2
+#define BLOCK 64 /* offsets per run index block */
+#define TAIL_MAX (8 + 8 * BLOCK)
 
 /* One caller's batch waiting for a group commit. */
 struct pending {
@@ -26,7 +27,7 @@ struct pending {
 
 struct sb_log {
 	MDB_env *env;
-	MDB_dbi events, runs, blobs, meta;
+	MDB_dbi events, runtail, runidx, blobs, meta;
 	unsigned flags;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -41,9 +42,12 @@ struct sb_log_iter {
 	sb_log *log;
 	MDB_txn *txn;
 	MDB_cursor *cur;  /* events */
-	MDB_cursor *rcur; /* runs, for per-run iteration */
+	int by_run;       /* iterating one run through its index */
 	int own_txn;      /* txn was begun here and ends with the iterator */
 	char run[SB_RUN_MAX];
+	uint64_t block;   /* by_run: the loaded index block, its offsets, */
+	uint64_t offs[BLOCK]; /* how many it holds, and the next one to read */
+	unsigned nblock, pos;
 	uint64_t from;
 	int started;
 };
@@ -102,7 +106,8 @@ static int open_dbs(sb_log *log)
 	if (rc)
 		return sb_log_mdb_err(rc, "log: begin");
 	if ((rc = mdb_dbi_open(txn, "events", create, &log->events)) ||
-	    (rc = mdb_dbi_open(txn, "runs", create | MDB_DUPSORT | MDB_DUPFIXED, &log->runs)) ||
+	    (rc = mdb_dbi_open(txn, "runtail", create, &log->runtail)) ||
+	    (rc = mdb_dbi_open(txn, "runidx", create, &log->runidx)) ||
 	    (rc = mdb_dbi_open(txn, "blobs", create, &log->blobs)) ||
 	    (rc = mdb_dbi_open(txn, "meta", create, &log->meta)))
 		goto fail;
@@ -196,15 +201,84 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Returns the newest seq of run as seen by the cursor's transaction. */
-static uint64_t cursor_last_seq(MDB_cursor *rc, const char *run)
+/* The run index. Each run's offsets are kept in blocks of BLOCK, in seq
+ * order: the open block in "runtail" (run -> block number BE64, then up to
+ * BLOCK offsets BE64), full blocks in "runidx" (run, NUL, block number BE64
+ * -> BLOCK offsets). A commit touches the small runtail table and adds a
+ * full block now and then, so its cost does not grow with the number of
+ * runs written at once. Seq s lives in block (s-1)/BLOCK at (s-1)%BLOCK. */
+
+/* Reads run's open block into *block and offs (n of them). A run with no
+ * events has block 0 and n 0. */
+static int tail_get(MDB_txn *txn, MDB_dbi dbi, const char *run, uint64_t *block, uint64_t *offs,
+		    unsigned *n)
 {
 	MDB_val k = {strlen(run), (void *)run}, v;
+	int rc = mdb_get(txn, dbi, &k, &v);
 
-	if (mdb_cursor_get(rc, &k, &v, MDB_SET) || mdb_cursor_get(rc, &k, &v, MDB_LAST_DUP) ||
-	    v.mv_size != RUNVAL_LEN)
-		return 0;
-	return be64_get(v.mv_data);
+	*block = 0;
+	*n = 0;
+	if (rc == MDB_NOTFOUND)
+		return SB_OK;
+	if (rc)
+		return sb_log_mdb_err(rc, "log: run index");
+	if (v.mv_size < 8 || v.mv_size > TAIL_MAX || (v.mv_size - 8) % 8)
+		return sb_seterr(SB_ERR_CORRUPT, "run index of run %s malformed", run);
+	*block = be64_get(v.mv_data);
+	*n = (unsigned)((v.mv_size - 8) / 8);
+	for (unsigned i = 0; offs && i < *n; i++)
+		offs[i] = be64_get((uint8_t *)v.mv_data + 8 + 8 * i);
+	return SB_OK;
+}
+
+static size_t idx_key(uint8_t *key, const char *run, uint64_t block)
+{
+	size_t rl = strlen(run);
+
+	memcpy(key, run, rl);
+	key[rl] = 0;
+	be64_put(key + rl + 1, block);
+	return rl + 9;
+}
+
+/* Adds offset as run's next seq; returns that seq in *seq. */
+static int runindex_add(sb_log *log, MDB_txn *txn, const char *run, uint64_t offset,
+			uint64_t *seq)
+{
+	uint8_t val[TAIL_MAX], key[SB_RUN_MAX + 9];
+	MDB_val k = {strlen(run), (void *)run}, v, ik;
+	uint64_t block;
+	unsigned n;
+	int rc;
+
+	if ((rc = mdb_get(txn, log->runtail, &k, &v)) == MDB_NOTFOUND) {
+		v.mv_size = 8;
+		v.mv_data = memset(val, 0, 8);
+	} else if (rc) {
+		return sb_log_mdb_err(rc, "log: run index");
+	}
+	if (v.mv_size < 8 || v.mv_size > TAIL_MAX || (v.mv_size - 8) % 8)
+		return sb_seterr(SB_ERR_CORRUPT, "run index of run %s malformed", run);
+	memcpy(val, v.mv_data, v.mv_size);
+	block = be64_get(val);
+	n = (unsigned)((v.mv_size - 8) / 8);
+	be64_put(val + 8 + 8 * n, offset);
+	n++;
+	*seq = block * BLOCK + n;
+	if (n == BLOCK) {
+		/* the block is full: file it and open the next */
+		ik.mv_size = idx_key(key, run, block);
+		ik.mv_data = key;
+		v.mv_size = 8 * BLOCK;
+		v.mv_data = val + 8;
+		if ((rc = mdb_put(txn, log->runidx, &ik, &v, MDB_NOOVERWRITE)))
+			return sb_log_mdb_err(rc, "log: run index");
+		be64_put(val, block + 1);
+		n = 0;
+	}
+	v.mv_size = 8 + 8 * (size_t)n;
+	v.mv_data = val;
+	return sb_log_mdb_err(mdb_put(txn, log->runtail, &k, &v, 0), "log: run index");
 }
 
 /* Writes one group of batches in one transaction. Called by one thread at a
@@ -212,9 +286,9 @@ static uint64_t cursor_last_seq(MDB_cursor *rc, const char *run)
 static int commit_group(sb_log *log, struct pending *group)
 {
 	MDB_txn *txn = NULL;
-	MDB_cursor *ec = NULL, *rcur = NULL;
+	MDB_cursor *ec = NULL;
 	MDB_val k, v;
-	uint8_t key[8], runval[RUNVAL_LEN];
+	uint8_t key[8];
 	uint64_t last = 0, ts = now_ns();
 	int rc;
 
@@ -222,8 +296,7 @@ static int commit_group(sb_log *log, struct pending *group)
 		txn = NULL;
 		goto fail;
 	}
-	if ((rc = mdb_cursor_open(txn, log->events, &ec)) ||
-	    (rc = mdb_cursor_open(txn, log->runs, &rcur)))
+	if ((rc = mdb_cursor_open(txn, log->events, &ec)))
 		goto fail;
 	rc = mdb_cursor_get(ec, &k, &v, MDB_LAST);
 	if (rc == 0)
@@ -234,7 +307,8 @@ static int commit_group(sb_log *log, struct pending *group)
 		for (size_t i = 0; i < p->n; i++) {
 			struct sb_event *ev = &p->evs[i];
 			ev->offset = ++last;
-			ev->seq = cursor_last_seq(rcur, ev->run) + 1;
+			if ((rc = runindex_add(log, txn, ev->run, ev->offset, &ev->seq)))
+				goto fail_sb;
 			if (!ev->ts_ns)
 				ev->ts_ns = ts;
 			log->buf.size = 0;
@@ -247,18 +321,9 @@ static int commit_group(sb_log *log, struct pending *group)
 			v.mv_data = log->buf.data;
 			if ((rc = mdb_cursor_put(ec, &k, &v, MDB_APPEND)))
 				goto fail;
-			be64_put(runval, ev->seq);
-			be64_put(runval + 8, ev->offset);
-			k.mv_size = strlen(ev->run);
-			k.mv_data = ev->run;
-			v.mv_size = RUNVAL_LEN;
-			v.mv_data = runval;
-			if ((rc = mdb_cursor_put(rcur, &k, &v, 0)))
-				goto fail;
 		}
 	}
 	mdb_cursor_close(ec);
-	mdb_cursor_close(rcur);
 	rc = mdb_txn_commit(txn);
 	if (rc)
 		return sb_log_mdb_err(rc, "log: commit");
@@ -343,17 +408,15 @@ uint64_t sb_log_last_offset(sb_log *log)
 uint64_t sb_log_last_seq(sb_log *log, const char *run)
 {
 	MDB_txn *txn;
-	MDB_cursor *c;
-	uint64_t seq = 0;
+	uint64_t block;
+	unsigned n;
 
 	if (mdb_txn_begin(log->env, NULL, MDB_RDONLY, &txn))
 		return 0;
-	if (!mdb_cursor_open(txn, log->runs, &c)) {
-		seq = cursor_last_seq(c, run);
-		mdb_cursor_close(c);
-	}
+	if (tail_get(txn, log->runtail, run, &block, NULL, &n))
+		block = n = 0;
 	mdb_txn_abort(txn);
-	return seq;
+	return block * BLOCK + n;
 }
 
 static int iter_new(sb_log *log, MDB_txn *txn, uint64_t from, sb_log_iter **out)
@@ -403,11 +466,7 @@ int sb_log_iter_open_run(sb_log *log, const char *run, uint64_t from_seq, sb_log
 	if ((rc = iter_new(log, NULL, from_seq, &it)))
 		return rc;
 	memcpy(it->run, run, rl + 1);
-	if ((rc = mdb_cursor_open(it->txn, log->runs, &it->rcur))) {
-		it->rcur = NULL;
-		sb_log_iter_close(it);
-		return sb_log_mdb_err(rc, "log: read");
-	}
+	it->by_run = 1;
 	*out = it;
 	return SB_OK;
 }
@@ -429,35 +488,65 @@ static int iter_decode(const MDB_val *k, const MDB_val *v, struct sb_event *ev)
 	return SB_OK;
 }
 
+/* Loads index block b of the iterator's run; nblock 0 when it has none. */
+static int load_block(sb_log_iter *it, uint64_t b)
+{
+	uint8_t key[SB_RUN_MAX + 9];
+	uint64_t tb;
+	MDB_val k, v;
+	unsigned n;
+	int rc;
+
+	it->block = b;
+	it->nblock = 0;
+	if ((rc = tail_get(it->txn, it->log->runtail, it->run, &tb, it->offs, &n)))
+		return rc;
+	if (b == tb) {
+		it->nblock = n;
+		return SB_OK;
+	}
+	if (b > tb)
+		return SB_OK;
+	k.mv_size = idx_key(key, it->run, b);
+	k.mv_data = key;
+	rc = mdb_get(it->txn, it->log->runidx, &k, &v);
+	if (rc == MDB_NOTFOUND || (rc == 0 && v.mv_size != 8 * BLOCK))
+		return sb_seterr(SB_ERR_CORRUPT, "run %s: index block %llu missing or malformed",
+				 it->run, (unsigned long long)b);
+	if (rc)
+		return sb_log_mdb_err(rc, "log: read run");
+	for (unsigned i = 0; i < BLOCK; i++)
+		it->offs[i] = be64_get((uint8_t *)v.mv_data + 8 * i);
+	it->nblock = BLOCK;
+	return SB_OK;
+}
+
 static int iter_next_run(sb_log_iter *it, struct sb_event *ev)
 {
-	MDB_val k = {strlen(it->run), it->run}, v, ek, evv;
-	uint8_t want[RUNVAL_LEN] = {0};
+	MDB_val ek, evv;
 	uint8_t key[8];
 	uint64_t seq, off;
 	int rc;
 
 	if (!it->started) {
 		it->started = 1;
-		be64_put(want, it->from);
-		v.mv_size = RUNVAL_LEN;
-		v.mv_data = want;
-		rc = mdb_cursor_get(it->rcur, &k, &v, MDB_GET_BOTH_RANGE);
-	} else {
-		rc = mdb_cursor_get(it->rcur, &k, &v, MDB_NEXT_DUP);
+		seq = it->from ? it->from - 1 : 0;
+		if ((rc = load_block(it, seq / BLOCK)))
+			return rc;
+		it->pos = (unsigned)(seq % BLOCK);
+	} else if (it->pos == BLOCK && it->nblock == BLOCK) {
+		if ((rc = load_block(it, it->block + 1)))
+			return rc;
+		it->pos = 0;
 	}
-	if (rc == MDB_NOTFOUND)
+	if (it->pos >= it->nblock)
 		return SB_END;
-	if (rc)
-		return sb_log_mdb_err(rc, "log: read run");
-	if (v.mv_size != RUNVAL_LEN)
-		return sb_seterr(SB_ERR_CORRUPT, "run index entry of run %s malformed", it->run);
-	seq = be64_get(v.mv_data);
-	off = be64_get((uint8_t *)v.mv_data + 8);
+	seq = it->block * BLOCK + it->pos + 1;
+	off = it->offs[it->pos++];
 	be64_put(key, off);
 	ek.mv_size = 8;
 	ek.mv_data = key;
-	rc = mdb_get(it->txn, it->log->events, &ek, &evv);
+	rc = mdb_cursor_get(it->cur, &ek, &evv, MDB_SET_KEY);
 	if (rc) {
 		ev->offset = off;
 		return rc == MDB_NOTFOUND
@@ -481,7 +570,7 @@ int sb_log_iter_next(sb_log_iter *it, struct sb_event *ev)
 	uint8_t key[8];
 	int rc;
 
-	if (it->rcur)
+	if (it->by_run)
 		return iter_next_run(it, ev);
 	if (!it->started) {
 		it->started = 1;
@@ -505,8 +594,6 @@ void sb_log_iter_close(sb_log_iter *it)
 		return;
 	if (it->cur)
 		mdb_cursor_close(it->cur);
-	if (it->rcur)
-		mdb_cursor_close(it->rcur);
 	if (it->own_txn)
 		mdb_txn_abort(it->txn);
 	free(it);

@@ -2,7 +2,8 @@
  *
  * One LMDB environment in the state directory holds:
  *   events   key: 8-byte big-endian global offset -> record (engine/record.h)
- *   runs     key: run id -> sorted fixed 16-byte values (seq BE, offset BE)
+ *   runtail  key: run id -> its open index block (block no., offsets)
+ *   runidx   key: run id, NUL, block no. -> 64 offsets (full blocks)
  *   blobs    key: 16-byte XXH3-128 of the content -> content
  *   meta     small named values (format version)
  * Projections keep their own databases in the same environment

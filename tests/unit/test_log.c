@@ -215,6 +215,46 @@ static void test_run_iter(void **state)
 }
 
 /* An iterator reads a snapshot: later appends do not show in it. */
+/* A run's index is kept in blocks of 64: reading from every position
+ * around the block edges gives the right events, in and across commits. */
+static void test_run_iter_blocks(void **state)
+{
+	static const uint64_t froms[] = {1, 2, 63, 64, 65, 66, 127, 128, 129, 192, 193, 200, 201, 500};
+	static const char *const two[] = {"run-x", "run-y"};
+	struct fix *f = *state;
+	struct batch b[4];
+	struct sb_event ev;
+	sb_log_iter *it;
+	uint64_t seq, base = 0;
+	int rc;
+
+	/* 400 events, alternating runs, in commits of 1, 99, 100 and 200 */
+	for (int i = 0; i < 4; i++) {
+		size_t n = i == 0 ? 1 : i == 1 ? 99 : i == 2 ? 100 : 200;
+		batch_make(&b[i], n, two, 2, base, "blk");
+		assert_int_equal(sb_log_append(f->log, b[i].evs, b[i].n), SB_OK);
+		base += n;
+	}
+	assert_true(sb_log_last_seq(f->log, "run-x") == 200);
+	assert_true(sb_log_last_seq(f->log, "run-y") == 200);
+	for (size_t i = 0; i < sizeof froms / sizeof froms[0]; i++) {
+		assert_int_equal(sb_log_iter_open_run(f->log, "run-y", froms[i], &it), SB_OK);
+		seq = froms[i];
+		while ((rc = sb_log_iter_next(it, &ev)) == SB_OK) {
+			assert_string_equal(ev.run, "run-y");
+			assert_true(ev.seq == seq);
+			assert_true(ev.offset == 2 * seq); /* run-y has the even offsets */
+			assert_true(turn_of(&ev) == 2 * seq - 1);
+			seq++;
+		}
+		assert_int_equal(rc, SB_END);
+		assert_true(seq == (froms[i] > 201 ? froms[i] : 201));
+		sb_log_iter_close(it);
+	}
+	for (int i = 0; i < 4; i++)
+		batch_free(&b[i]);
+}
+
 static void test_iter_snapshot(void **state)
 {
 	struct fix *f = *state;
@@ -527,7 +567,7 @@ static void test_format_version(void **state)
 {
 	struct fix *f = *state;
 
-	mdb_overwrite(f->log, "meta", "version", 7, "\0\0\0\0\0\0\0\2", 8);
+	mdb_overwrite(f->log, "meta", "version", 7, "\0\0\0\0\0\0\0\x63", 8);
 	sb_log_close(f->log);
 	f->log = NULL;
 	assert_int_equal(sb_log_open(f->dir, 0, &f->log), SB_ERR_CORRUPT);
@@ -784,6 +824,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_corrupt_record_on_disk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_record_misplaced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_format_version, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_run_iter_blocks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blobs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob_corrupt, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),
