@@ -22,7 +22,8 @@ CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
-BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%)
+BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%) \
+              $(patsubst tests/bench/%.sh,$(BUILD)/bench/%,$(wildcard tests/bench/bench_*.sh))
 TOOL_BINS := $(patsubst tools/%.c,$(BUILD)/sanbox-%,$(wildcard tools/*.c))
 
 PROGS := $(BUILD)/sanboxd $(BUILD)/sanbox $(TOOL_BINS) \
@@ -61,6 +62,11 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libsanbox.a
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(BUILD)/libsanbox.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# Benchmarks written as scripts are installed beside the compiled ones.
+$(BUILD)/bench/%: tests/bench/%.sh
+	@mkdir -p $(dir $@)
+	cp $< $@ && chmod +x $@
 
 # libFuzzer target for the record decoder (clang only).
 $(BUILD)/fuzz/fuzz_record: tests/fuzz/fuzz_record.c engine/record.c engine/error.c engine/payload.c

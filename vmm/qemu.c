@@ -203,7 +203,7 @@ int sb_vm_argv(const struct sb_vm_config *c, char ***out)
 		av_add2(&a, "-accel", "kvm");
 		av_add2(&a, "-cpu", "host,-arch-capabilities");
 	} else {
-		av_add2(&a, "-accel", "tcg");
+		av_add2(&a, "-accel", "tcg,tb-size=64"); /* the 1 GiB default fills RSS */
 		av_add2(&a, "-cpu", "max");
 	}
 	av_addf(&a, "-m");

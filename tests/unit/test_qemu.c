@@ -98,7 +98,7 @@ static void test_argv_tcg_full(void **state)
 	    "-M",
 	    "microvm,x-option-roms=off,rtc=on",
 	    "-accel",
-	    "tcg",
+	    "tcg,tb-size=64",
 	    "-cpu",
 	    "max",
 	    "-m",
@@ -256,7 +256,7 @@ static void test_argv_tcg_host_tsc(void **state)
 	assert_int_equal(sb_vm_argv(&c, &argv), 0);
 	snprintf(want, sizeof want, "console=ttyS0 quiet panic=-1 tsc_early_khz=%u", khz);
 	assert_string_equal(opt_val(argv, "-append"), want);
-	assert_string_equal(opt_val(argv, "-accel"), "tcg");
+	assert_string_equal(opt_val(argv, "-accel"), "tcg,tb-size=64");
 	assert_string_equal(opt_val(argv, "-cpu"), "max");
 	sb_argv_free(argv);
 }
