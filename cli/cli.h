@@ -32,8 +32,13 @@ struct cli_cmd {
 /* The command table (cli/main.c). */
 const struct cli_cmd *cli_find(const char *name);
 
-/* Global options, set by main before a command runs. */
+/* Global options, set by main before a command runs: the state directory,
+ * and for a remote daemon its tls+tcp:// url, token and CA file (else NULL). */
 extern char cli_home[4096];
+extern const char *cli_remote, *cli_token, *cli_ca;
+
+/* Points fo at the daemon in use (local or remote) with its token. */
+void cli_follow_init(struct sb_follow_opts *fo);
 
 /* Prints "sanbox: <msg>" on stderr and returns the exit code for err. */
 int cli_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

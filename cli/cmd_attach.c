@@ -59,7 +59,7 @@ int cmd_attach(int argc, char **argv)
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_sigint;
 	sigaction(SIGINT, &sa, NULL);
-	fo.home = cli_home;
+	cli_follow_init(&fo);
 	fo.run = run;
 	fo.follow = 1;
 	fo.stop = &detach;

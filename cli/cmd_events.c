@@ -52,7 +52,7 @@ int cmd_events(int argc, char **argv)
 		sb_client_close(c);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	}
-	fo.home = cli_home;
+	cli_follow_init(&fo);
 	fo.run = run;
 	fo.types = ntypes ? types : NULL;
 	rc = sb_follow(c, &fo, print_cb, &pc);

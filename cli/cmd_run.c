@@ -234,7 +234,7 @@ int cmd_run(int argc, char **argv)
 		return 0;
 	}
 	signal(SIGINT, on_sigint);
-	fo.home = cli_home;
+	cli_follow_init(&fo);
 	fo.run = run;
 	fo.follow = 1;
 	fo.stop = &detach;

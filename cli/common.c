@@ -60,8 +60,17 @@ void cli_req_begin(struct cli_req *r, const char *op, size_t nargs)
 {
 	msgpack_sbuffer_init(&r->buf);
 	msgpack_packer_init(&r->pk, &r->buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&r->pk, nargs + 1);
+	msgpack_pack_map(&r->pk, nargs + 1 + (cli_token ? 1 : 0));
 	sb_pack_kstr(&r->pk, "op", op);
+	if (cli_token)
+		sb_pack_kstr(&r->pk, "token", cli_token);
+}
+
+void cli_follow_init(struct sb_follow_opts *fo)
+{
+	fo->home = cli_remote ? cli_remote : cli_home;
+	fo->ca_pem = cli_ca;
+	fo->token = cli_token;
 }
 
 int cli_call(sb_client *c, struct cli_req *r, struct sb_reply *rep)
@@ -144,6 +153,16 @@ int cli_connect(int autostart, sb_client **out)
 	sb_client *c = NULL;
 	int rc;
 
+	if (cli_remote) {
+		/* a remote daemon is never started from here */
+		if ((rc = sb_client_open(cli_remote, cli_ca, &c)) || (rc = health(c, 10000))) {
+			sb_client_close(c);
+			return sb_seterr(rc == SB_ERR_DENIED ? rc : SB_ERR_UNAVAIL, "%s: %s", cli_remote,
+					 sb_errmsg(rc));
+		}
+		*out = c;
+		return SB_OK;
+	}
 	if (sb_client_open(cli_home, NULL, &c) == SB_OK && health(c, 3000) == SB_OK) {
 		*out = c;
 		return SB_OK;

@@ -8,6 +8,7 @@
 #include "engine/home.h"
 
 char cli_home[4096];
+const char *cli_remote, *cli_token, *cli_ca;
 
 static const struct cli_cmd commands[] = {
 	{"run", cmd_run, "start a run in a new microVM",
@@ -113,7 +114,8 @@ int cmd_help(int argc, char **argv)
 		fputs(c->usage, stdout);
 		return 0;
 	}
-	printf("usage: sanbox [--home DIR] COMMAND [ARGS]\n\n"
+	printf("usage: sanbox [--home DIR] [--remote tls+tcp://HOST:PORT --token T --ca PEM]\n"
+	       "              COMMAND [ARGS]\n\n"
 	       "Runs AI agents in isolated microVMs with budgets, policies and a full\n"
 	       "event record. State lives in --home, $SANBOX_HOME or ~/.local/share/sanbox.\n\n"
 	       "Commands:\n");
@@ -121,6 +123,9 @@ int cmd_help(int argc, char **argv)
 		printf("  %-10s %s\n", commands[i].name, commands[i].summary);
 	printf("\nExit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 daemon unavailable;\n"
 	       "'run' exits with the harness's status (124 timeout, 125 run failed).\n"
+	       "--remote talks to a daemon started with --listen (token from 'sanbox admin\n"
+	       "token create' there; env SANBOX_REMOTE, SANBOX_TOKEN, SANBOX_CA); run, attach,\n"
+	       "events, ps, inspect, stop and daemon status work remotely.\n"
 	       "'sanbox help COMMAND' shows a command's options.\n");
 	return 0;
 }
@@ -143,6 +148,15 @@ int main(int argc, char **argv)
 			i += 2;
 		} else if (!strncmp(argv[i], "--home=", 7)) {
 			home = argv[i++] + 7;
+		} else if (!strcmp(argv[i], "--remote") && i + 1 < argc) {
+			cli_remote = argv[i + 1];
+			i += 2;
+		} else if (!strcmp(argv[i], "--token") && i + 1 < argc) {
+			cli_token = argv[i + 1];
+			i += 2;
+		} else if (!strcmp(argv[i], "--ca") && i + 1 < argc) {
+			cli_ca = argv[i + 1];
+			i += 2;
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			return cmd_help(0, NULL);
 		} else if (!strcmp(argv[i], "--version")) {
@@ -151,6 +165,16 @@ int main(int argc, char **argv)
 			fprintf(stderr, "sanbox: unknown option %s (see 'sanbox help')\n", argv[i]);
 			return EXIT_USAGE;
 		}
+	}
+	if (!cli_remote && getenv("SANBOX_REMOTE") && *getenv("SANBOX_REMOTE"))
+		cli_remote = getenv("SANBOX_REMOTE");
+	if (!cli_token && getenv("SANBOX_TOKEN") && *getenv("SANBOX_TOKEN"))
+		cli_token = getenv("SANBOX_TOKEN");
+	if (!cli_ca && getenv("SANBOX_CA") && *getenv("SANBOX_CA"))
+		cli_ca = getenv("SANBOX_CA");
+	if (cli_remote && (!cli_token || !cli_ca)) {
+		fprintf(stderr, "sanbox: --remote needs --token and --ca (or SANBOX_TOKEN, SANBOX_CA)\n");
+		return EXIT_USAGE;
 	}
 	if (i >= argc)
 		return cmd_help(0, NULL) ? 1 : EXIT_USAGE;

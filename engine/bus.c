@@ -110,26 +110,62 @@ int sb_bus_listen(const char *dir, sb_bus **out)
 	return SB_OK;
 }
 
+/* Reads a whole (small) PEM file into a new NUL-terminated string. */
+static char *read_pem(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	char *buf = NULL;
+	long n;
+
+	if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && n < (1 << 20) &&
+	    fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
+	    fread(buf, 1, (size_t)n, f) == (size_t)n) {
+		buf[n] = 0;
+	} else {
+		free(buf);
+		buf = NULL;
+	}
+	if (f)
+		fclose(f);
+	return buf;
+}
+
 int sb_bus_listen_remote(sb_bus *b, const char *url, const char *cert_pem, const char *key_pem)
 {
 	nng_tls_config *cfg = NULL;
+	char *cert, *key;
 	int rv;
 
 	if (strncmp(url, "tls+tcp://", 10))
 		return sb_seterr(SB_ERR_INVAL, "remote listener must be tls+tcp://HOST:PORT, not %s", url);
 	if (!cert_pem || !key_pem)
 		return sb_seterr(SB_ERR_INVAL, "a remote listener needs a certificate and a key");
-	if ((rv = nng_listener_create(&b->remote, b->rep, url)))
+	cert = read_pem(cert_pem);
+	key = read_pem(key_pem);
+	if (!cert || !key) {
+		free(cert);
+		free(key);
+		return sb_seterr(SB_ERR_INVAL, "cannot read %s", cert ? key_pem : cert_pem);
+	}
+	rv = nng_listener_create(&b->remote, b->rep, url);
+	if (rv) {
+		free(cert);
+		free(key);
 		return nng_err(rv, url);
+	}
 	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER)) ||
-	    (rv = nng_tls_config_cert_key_file(cfg, cert_pem, key_pem)) ||
+	    (rv = nng_tls_config_own_cert(cfg, cert, key, NULL)) ||
 	    (rv = nng_listener_set_ptr(b->remote, NNG_OPT_TLS_CONFIG, cfg)) ||
 	    (rv = nng_listener_start(b->remote, 0))) {
 		if (cfg)
 			nng_tls_config_free(cfg);
 		nng_listener_close(b->remote);
+		free(cert);
+		free(key);
 		return nng_err(rv, url);
 	}
+	free(cert);
+	free(key);
 	nng_tls_config_free(cfg); /* the listener holds its own reference */
 	b->has_remote = 1;
 	return SB_OK;
@@ -206,25 +242,26 @@ static int dial(nng_socket s, const char *dir, const char *ca_pem, const char *n
 	int rv;
 
 	if (!strncmp(dir, "tls+tcp://", 10)) {
+		/* Remote clients get the control API only: the event feed has
+		 * no way to check a token, so they poll events.read. */
+		if (strcmp(name, "api.sock"))
+			return sb_seterr(SB_ERR_INVAL, "the live event feed is local only");
+		if (!ca_pem)
+			return sb_seterr(SB_ERR_INVAL, "a remote daemon needs a CA certificate");
 		snprintf(url, sizeof url, "%s", dir);
-		if (!strcmp(name, "events.sock")) {
-			/* the event feed listens on the next port */
-			char *colon = strrchr(url, ':');
-			if (!colon)
-				return sb_seterr(SB_ERR_INVAL, "bad url %s", dir);
-			snprintf(colon + 1, sizeof url - (size_t)(colon + 1 - url), "%d",
-				 atoi(strrchr(dir, ':') + 1) + 1);
-		}
 	} else {
 		ipc_url(url, sizeof url, dir, name);
 	}
 	if ((rv = nng_dialer_create(&d, s, url)))
 		return nng_err(rv, url);
 	if (!strncmp(url, "tls+tcp://", 10)) {
+		char host[256];
+		size_t hl = strcspn(url + 10, ":/");
+		snprintf(host, sizeof host, "%.*s", (int)hl, url + 10);
 		if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT)) ||
-		    (ca_pem && (rv = nng_tls_config_ca_file(cfg, ca_pem))) ||
-		    (rv = nng_tls_config_auth_mode(cfg, ca_pem ? NNG_TLS_AUTH_MODE_REQUIRED
-								: NNG_TLS_AUTH_MODE_NONE)) ||
+		    (rv = nng_tls_config_ca_file(cfg, ca_pem)) ||
+		    (rv = nng_tls_config_server_name(cfg, host)) ||
+		    (rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED)) ||
 		    (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg))) {
 			if (cfg)
 				nng_tls_config_free(cfg);

@@ -2,6 +2,7 @@
 #include "engine/client.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "engine/error.h"
 #include "engine/payload.h"
@@ -150,6 +151,18 @@ static int in_order(const struct follow_state *s, const struct sb_event *ev)
 	return s->o->run[0] ? ev->seq == s->last_seq + 1 : ev->offset == s->last_off + 1;
 }
 
+/* A remote daemon has no event feed for us (it could not check a token):
+ * read the log, then poll it every 200 ms. */
+static int follow_remote(sb_client *c, struct follow_state *s)
+{
+	const struct timespec tick = {0, 200000000};
+	int rc;
+
+	while ((rc = read_backlog(c, s)) == SB_OK && !(s->o->stop && *s->o->stop))
+		nanosleep(&tick, NULL);
+	return rc;
+}
+
 int sb_follow(sb_client *c, struct sb_follow_opts *o, sb_follow_fn fn, void *ctx)
 {
 	struct follow_state s = {o, fn, ctx, o->from ? o->from : 1, 0, 0};
@@ -157,6 +170,8 @@ int sb_follow(sb_client *c, struct sb_follow_opts *o, sb_follow_fn fn, void *ctx
 	msgpack_zone zone;
 	int quiet_checked = 0, rc;
 
+	if (o->follow && !strncmp(o->home, "tls+tcp://", 10))
+		return follow_remote(c, &s);
 	if (o->follow && (rc = sb_sub_open(o->home, o->ca_pem, o->run, &sub)))
 		return rc;
 	/* Subscribed first, read the log second: whatever is committed after
