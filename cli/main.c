@@ -55,8 +55,10 @@ static const struct cli_cmd commands[] = {
 	 "usage: sanbox inspect RUN [--json]\n"},
 	{"stop", cmd_stop, "stop a run",
 	 "usage: sanbox stop RUN...\n"
+	 "       sanbox stop --group GROUP\n"
 	 "\n"
-	 "Asks the harness to end (SIGTERM), then ends the VM after a grace period.\n"},
+	 "Asks the harness to end (SIGTERM), then ends the VM after a grace period.\n"
+	 "--group stops every live run of the group.\n"},
 	{"daemon", cmd_daemon, "control the daemon",
 	 "usage: sanbox daemon start|stop|status [--json]\n"
 	 "\n"

@@ -1,4 +1,5 @@
 /* api.c - the control API: one handler per request op (see SPEC.md). */
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -415,6 +416,61 @@ static int op_run_stop(struct req *r)
 	return SB_OK;
 }
 
+/* The live runs of one group, collected before any is stopped. */
+struct group_ctx {
+	const char *group;
+	char (*runs)[SB_RUN_MAX];
+	size_t n, cap;
+};
+
+static int group_live_cb(void *vctx, const struct sb_runstate *rs)
+{
+	struct group_ctx *c = vctx;
+
+	if (strcmp(rs->group, c->group) || (strcmp(rs->status, "created") && strcmp(rs->status, "running")))
+		return 0;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 16;
+		void *p = realloc(c->runs, cap * sizeof *c->runs);
+		if (!p)
+			return SB_ERR_NOMEM;
+		c->runs = p;
+		c->cap = cap;
+	}
+	memcpy(c->runs[c->n++], rs->run, SB_RUN_MAX);
+	return 0;
+}
+
+/* group.stop {group}: stops every live run of the group. */
+static int op_group_stop(struct req *r)
+{
+	char group[64];
+	struct group_ctx c = {group, NULL, 0, 0};
+	int rc;
+
+	if ((rc = arg_str(r, "group", group, sizeof group, 1)))
+		return rc;
+	if (!group[0])
+		return sb_seterr(SB_ERR_INVAL, "argument 'group' is empty");
+	sb_daemon_catch_up(r->d);
+	rc = sb_runstate_each(r->d->proj, group_live_cb, &c);
+	for (size_t i = 0; rc == SB_OK && i < c.n; i++) {
+		int one = sb_runs_stop(r->d->runs, c.runs[i], "stopped");
+		if (one != SB_OK && one != SB_ERR_STATE) /* one that just ended is fine */
+			rc = one;
+	}
+	if (rc == SB_OK) {
+		reply_begin(r, 2);
+		sb_pack_kstr(&r->pk, "group", group);
+		sb_pack_str(&r->pk, "runs");
+		msgpack_pack_array(&r->pk, c.n);
+		for (size_t i = 0; i < c.n; i++)
+			sb_pack_str(&r->pk, c.runs[i]);
+	}
+	free(c.runs);
+	return rc;
+}
+
 static int op_daemon_stop(struct req *r)
 {
 	r->d->stopping = 1;
@@ -449,6 +505,7 @@ static const struct {
 	{"run.resolve", op_run_resolve, 0},
 	{"run.create", op_run_create, 0},
 	{"run.stop", op_run_stop, 0},
+	{"group.stop", op_group_stop, 0},
 	{"costs.get", op_costs, 0},
 	{"admin.reproject", op_reproject, LOCAL_ONLY},
 	{"daemon.stop", op_daemon_stop, LOCAL_ONLY},
