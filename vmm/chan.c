@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/error.h"
+#include "engine/mpack.h"
 
 struct sb_chan_reader {
 	char *buf;
@@ -167,98 +168,11 @@ int sb_chan_reader_feed(sb_chan_reader *r, const void *buf, size_t len)
 	return 0;
 }
 
-/* Bytes of the header and payload of the msgpack object starting at p[0]
- * (avail bytes readable), and in *items how many objects it contains.
- * Returns 0 when the header is cut short. */
-static size_t mp_head(const unsigned char *p, size_t avail, uint64_t *items,
-		      uint64_t *payload)
-{
-	static const unsigned char widths[] = {1, 2, 4, 8};
-	unsigned char b = p[0];
-	size_t n = 0, w, i;
-
-	*items = 0;
-	*payload = 0;
-	if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
-		return 1;
-	if ((b & 0xf0) == 0x80 || (b & 0xf0) == 0x90) {
-		*items = (uint64_t)(b & 0x0f) << ((b & 0xf0) == 0x80);
-		return 1;
-	}
-	if ((b & 0xe0) == 0xa0) {
-		*payload = b & 0x1f;
-		return 1;
-	}
-	switch (b) {
-	case 0xc4:
-	case 0xc5:
-	case 0xc6: /* bin 8/16/32 */
-	case 0xd9:
-	case 0xda:
-	case 0xdb: /* str 8/16/32 */ w = widths[b >= 0xd9 ? b - 0xd9 : b - 0xc4]; break;
-	case 0xc7:
-	case 0xc8:
-	case 0xc9: /* ext 8/16/32: size, then type */
-		w = widths[b - 0xc7];
-		*payload = 1;
-		break;
-	case 0xdc:
-	case 0xdd: /* array 16/32 */
-	case 0xde:
-	case 0xdf: /* map 16/32 */ w = (b & 1) ? 4 : 2; break;
-	case 0xd4:
-	case 0xd5:
-	case 0xd6:
-	case 0xd7:
-	case 0xd8: /* fixext */ *payload = 1 + ((size_t)1 << (b - 0xd4)); return 1;
-	case 0xcc:
-	case 0xcd:
-	case 0xce:
-	case 0xcf: /* uint */
-	case 0xd0:
-	case 0xd1:
-	case 0xd2:
-	case 0xd3: /* int */ *payload = (size_t)1 << (b & 3); return 1;
-	case 0xca: *payload = 4; return 1;
-	case 0xcb: *payload = 8; return 1;
-	default: /* 0xc1 is never used */ return 0;
-	}
-	if (avail < 1 + w)
-		return 0;
-	for (i = 0; i < w; i++)
-		n = n << 8 | p[1 + i];
-	if (b >= 0xdc)
-		*items = (uint64_t)n << (b >= 0xde);
-	else
-		*payload += n;
-	return 1 + w;
-}
-
-/* Checks that p[0..len) is exactly one msgpack object whose every length and
- * count fits in the bytes there, so that unpacking it never allocates more
- * than a small multiple of len (msgpack-c sizes arrays by their claim). */
-static int mp_check(const unsigned char *p, size_t len)
-{
-	uint64_t todo = 1, items, payload;
-	size_t pos = 0, head;
-
-	while (todo) {
-		if (pos >= len)
-			return -1;
-		head = mp_head(p + pos, len - pos, &items, &payload);
-		if (!head || payload > len - pos - head || items > len - pos - head)
-			return -1;
-		pos += head + payload;
-		todo += items - 1;
-	}
-	return pos == len ? 0 : -1;
-}
-
 int sb_chan_reader_next(sb_chan_reader *r, struct sb_chan_frame *f)
 {
 	const unsigned char *p;
 	const msgpack_object *a;
-	size_t avail, used = 0;
+	size_t avail, used = 0, objlen;
 	uint32_t len;
 	int ret;
 
@@ -283,7 +197,7 @@ int sb_chan_reader_next(sb_chan_reader *r, struct sb_chan_frame *f)
 	if (avail - 4 < len)
 		return SB_END;
 	r->off += 4 + (size_t)len;
-	if (mp_check(p + 4, len))
+	if (sb_msgpack_check(p + 4, len, &objlen) || objlen != len)
 		return sb_seterr(SB_ERR_PROTO, "chan: frame is not one msgpack object");
 	ret = msgpack_unpack_next(&r->unp, (const char *)p + 4, len, &used);
 	if (ret != MSGPACK_UNPACK_SUCCESS || used != len)
@@ -300,21 +214,4 @@ int sb_chan_reader_next(sb_chan_reader *r, struct sb_chan_frame *f)
 	f->stream = a[1].via.u64;
 	f->body = a[2];
 	return 0;
-}
-
-const msgpack_object *sb_chan_map_get(const msgpack_object *m, const char *key)
-{
-	size_t klen = strlen(key);
-	uint32_t i;
-
-	if (!m || m->type != MSGPACK_OBJECT_MAP)
-		return NULL;
-	for (i = 0; i < m->via.map.size; i++) {
-		const msgpack_object *k = &m->via.map.ptr[i].key;
-
-		if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
-		    memcmp(k->via.str.ptr, key, klen) == 0)
-			return &m->via.map.ptr[i].val;
-	}
-	return NULL;
 }

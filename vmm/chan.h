@@ -91,8 +91,4 @@ size_t sb_chan_reader_pending(const sb_chan_reader *r);
  * caller should drop the connection or start a new reader. */
 int sb_chan_reader_error(const sb_chan_reader *r);
 
-/* Returns the value of key in the msgpack map m, or NULL when m is not a
- * map or has no such string key. The result points into m. */
-const msgpack_object *sb_chan_map_get(const msgpack_object *m, const char *key);
-
 #endif

@@ -37,7 +37,7 @@ now() { date +%s%N; }
 	die "cannot build the shell template"
 img=$SANBOX_TEMPLATES/shell
 cc -std=gnu11 -O2 -D_GNU_SOURCE -I"$repo" -o "$tmp/driver" "$repo/tests/guest/driver.c" \
-	"$repo/vmm/chan.c" "$repo/engine/error.c" -lmsgpackc -lxxhash || die "driver build"
+	"$repo/vmm/chan.c" "$repo/engine/mpack.c" "$repo/engine/error.c" -lmsgpackc -lxxhash || die "driver build"
 
 # ts of an event type of run, in ns
 event_ts() {

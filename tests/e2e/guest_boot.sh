@@ -74,7 +74,7 @@ fi
 	fail "mkimage without the harness: unclear error: $(head -n 2 "$tmp/mkimage3.log")"
 rm -rf "$tmp/img3"
 cc -std=gnu11 -O1 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE -I"$repo" \
-	-o "$tmp/driver" "$repo/tests/guest/driver.c" "$repo/vmm/chan.c" "$repo/engine/error.c" \
+	-o "$tmp/driver" "$repo/tests/guest/driver.c" "$repo/vmm/chan.c" "$repo/engine/mpack.c" "$repo/engine/error.c" \
 	-lmsgpackc -lxxhash 2>"$tmp/cc.log" || fail "driver: $(head -n 1 "$tmp/cc.log")"
 
 # Under TCG the guest TSC runs at the host's rate; telling the kernel skips

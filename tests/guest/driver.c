@@ -29,6 +29,7 @@
 #include <xxhash.h>
 
 #include "engine/error.h"
+#include "engine/mpack.h"
 #include "vmm/chan.h"
 
 #define MAX_ITEMS   64
@@ -216,8 +217,8 @@ static void on_data(uint64_t id, const msgpack_object *body)
 /* Adds an agent.output payload to the totals printed at the end. */
 static void count_output(const msgpack_object *payload)
 {
-	const msgpack_object *st = sb_chan_map_get(payload, "stream");
-	const msgpack_object *data = sb_chan_map_get(payload, "data");
+	const msgpack_object *st = sb_map_get(payload, "stream");
+	const msgpack_object *data = sb_map_get(payload, "data");
 
 	if (!st || !data || st->type != MSGPACK_OBJECT_STR ||
 	    data->type != MSGPACK_OBJECT_STR)
@@ -244,8 +245,8 @@ static int on_frame(const struct sb_chan_frame *f, int64_t t0, int64_t *kill_at)
 		send_spec();
 		break;
 	case SB_CHAN_EVENT:
-		type = sb_chan_map_get(&f->body, "type");
-		o = sb_chan_map_get(&f->body, "payload");
+		type = sb_map_get(&f->body, "type");
+		o = sb_map_get(&f->body, "payload");
 		printf("EVENT %.*s ",
 		       type && type->type == MSGPACK_OBJECT_STR ? (int)type->via.str.size
 								: 1,
@@ -284,7 +285,7 @@ static int on_frame(const struct sb_chan_frame *f, int64_t t0, int64_t *kill_at)
 		break;
 	case SB_CHAN_CLOSE: printf("CLOSE %llu\n", (unsigned long long)f->stream); break;
 	case SB_CHAN_LOG:
-		o = sb_chan_map_get(&f->body, "message");
+		o = sb_map_get(&f->body, "message");
 		printf("LOG %.*s\n",
 		       o && o->type == MSGPACK_OBJECT_STR ? (int)o->via.str.size : 0,
 		       o && o->type == MSGPACK_OBJECT_STR ? o->via.str.ptr : "");

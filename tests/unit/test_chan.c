@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "engine/error.h"
+#include "engine/mpack.h"
 #include "vmm/chan.h"
 
 /* Packs {"n": kind} (or nil / bin for CLOSE / DATA) as the body of a frame. */
@@ -45,10 +46,10 @@ static void check_frame(const struct sb_chan_frame *f, int kind, uint64_t stream
 		assert_int_equal(f->body.via.bin.size, 3);
 		assert_memory_equal(f->body.via.bin.ptr, "a\0b", 3);
 	} else {
-		n = sb_chan_map_get(&f->body, "n");
+		n = sb_map_get(&f->body, "n");
 		assert_non_null(n);
 		assert_int_equal(n->via.u64, (uint64_t)kind);
-		assert_null(sb_chan_map_get(&f->body, "m"));
+		assert_null(sb_map_get(&f->body, "m"));
 	}
 }
 
@@ -332,13 +333,13 @@ static void test_types(void **state)
 	msgpack_sbuffer_destroy(&sb);
 }
 
-/* sb_chan_map_get only matches string keys of maps. */
+/* sb_map_get only matches string keys of maps. */
 static void test_map_get(void **state)
 {
 	msgpack_object o = {.type = MSGPACK_OBJECT_NIL};
 
-	assert_null(sb_chan_map_get(&o, "x"));
-	assert_null(sb_chan_map_get(NULL, "x"));
+	assert_null(sb_map_get(&o, "x"));
+	assert_null(sb_map_get(NULL, "x"));
 }
 
 int main(void)

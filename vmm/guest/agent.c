@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "engine/error.h"
+#include "engine/mpack.h"
 #include "vmm/chan.h"
 
 #define OUTPUT_RATE    64    /* agent.output events per second */
@@ -186,10 +187,10 @@ static void env_set(struct spec *s, const char *key, const char *value, int forc
 /* Fills s from the SPEC body; returns an error message or NULL. */
 static const char *spec_parse(const msgpack_object *body, struct spec *s)
 {
-	const msgpack_object *argv = sb_chan_map_get(body, "argv");
-	const msgpack_object *cwd = sb_chan_map_get(body, "cwd");
-	const msgpack_object *port = sb_chan_map_get(body, "tunnel_port");
-	const msgpack_object *env = sb_chan_map_get(body, "env");
+	const msgpack_object *argv = sb_map_get(body, "argv");
+	const msgpack_object *cwd = sb_map_get(body, "cwd");
+	const msgpack_object *port = sb_map_get(body, "tunnel_port");
+	const msgpack_object *env = sb_map_get(body, "env");
 	msgpack_object none = {.type = MSGPACK_OBJECT_ARRAY};
 	size_t n = 0, i;
 	char buf[64];
@@ -263,9 +264,9 @@ static const char *write_inputs(const msgpack_object *inputs, uint64_t *files,
 		return "SPEC inputs must be an array";
 	for (i = 0; i < inputs->via.array.size; i++) {
 		const msgpack_object *in = &inputs->via.array.ptr[i];
-		const msgpack_object *p = sb_chan_map_get(in, "path");
-		const msgpack_object *d = sb_chan_map_get(in, "data");
-		const msgpack_object *m = sb_chan_map_get(in, "mode");
+		const msgpack_object *p = sb_map_get(in, "path");
+		const msgpack_object *d = sb_map_get(in, "data");
+		const msgpack_object *m = sb_map_get(in, "mode");
 		const char *data;
 		size_t len, off = 0;
 		mode_t mode = 0644;
@@ -434,7 +435,7 @@ static const char *run_setup(struct agent *ag)
 	if (!err)
 		err = enter_root(ag);
 	if (!err)
-		err = write_inputs(sb_chan_map_get(&f.body, "inputs"), &files, &bytes);
+		err = write_inputs(sb_map_get(&f.body, "inputs"), &files, &bytes);
 	if (err)
 		return err;
 	if ((err = open_fifo(ag)))
@@ -583,7 +584,7 @@ static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 
 	switch (f->kind) {
 	case SB_CHAN_SIGNAL:
-		sig = sb_chan_map_get(&f->body, "signal");
+		sig = sb_map_get(&f->body, "signal");
 		if (!sig || sig->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
 		    sig->via.u64 < 1 || sig->via.u64 > 64) {
 			agent_log(&ag->port, "SIGNAL without a valid signal number");
