@@ -416,36 +416,11 @@ static int op_run_stop(struct req *r)
 	return SB_OK;
 }
 
-/* The live runs of one group, collected before any is stopped. */
-struct group_ctx {
-	const char *group;
-	char (*runs)[SB_RUN_MAX];
-	size_t n, cap;
-};
-
-static int group_live_cb(void *vctx, const struct sb_runstate *rs)
-{
-	struct group_ctx *c = vctx;
-
-	if (strcmp(rs->group, c->group) || (strcmp(rs->status, "created") && strcmp(rs->status, "running")))
-		return 0;
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? 2 * c->cap : 16;
-		void *p = realloc(c->runs, cap * sizeof *c->runs);
-		if (!p)
-			return SB_ERR_NOMEM;
-		c->runs = p;
-		c->cap = cap;
-	}
-	memcpy(c->runs[c->n++], rs->run, SB_RUN_MAX);
-	return 0;
-}
-
 /* group.stop {group}: stops every live run of the group. */
 static int op_group_stop(struct req *r)
 {
-	char group[64];
-	struct group_ctx c = {group, NULL, 0, 0};
+	char group[64], (*runs)[SB_RUN_MAX] = NULL;
+	size_t n = 0;
 	int rc;
 
 	if ((rc = arg_str(r, "group", group, sizeof group, 1)))
@@ -453,9 +428,10 @@ static int op_group_stop(struct req *r)
 	if (!group[0])
 		return sb_seterr(SB_ERR_INVAL, "argument 'group' is empty");
 	sb_daemon_catch_up(r->d);
-	rc = sb_runstate_each(r->d->proj, group_live_cb, &c);
-	for (size_t i = 0; rc == SB_OK && i < c.n; i++) {
-		int one = sb_runs_stop(r->d->runs, c.runs[i], "stopped");
+	/* collected before any is stopped, as stopping changes the state */
+	rc = sb_runstate_live(r->d->proj, group, &runs, &n);
+	for (size_t i = 0; rc == SB_OK && i < n; i++) {
+		int one = sb_runs_stop(r->d->runs, runs[i], "stopped");
 		if (one != SB_OK && one != SB_ERR_STATE) /* one that just ended is fine */
 			rc = one;
 	}
@@ -463,11 +439,11 @@ static int op_group_stop(struct req *r)
 		reply_begin(r, 2);
 		sb_pack_kstr(&r->pk, "group", group);
 		sb_pack_str(&r->pk, "runs");
-		msgpack_pack_array(&r->pk, c.n);
-		for (size_t i = 0; i < c.n; i++)
-			sb_pack_str(&r->pk, c.runs[i]);
+		msgpack_pack_array(&r->pk, n);
+		for (size_t i = 0; i < n; i++)
+			sb_pack_str(&r->pk, runs[i]);
 	}
-	free(c.runs);
+	free(runs);
 	return rc;
 }
 

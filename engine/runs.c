@@ -113,29 +113,6 @@ static void warn(struct run *r, const char *fmt, ...)
 
 /* --- reconciliation at start-up --- */
 
-struct orphan_ctx {
-	char (*runs)[SB_RUN_MAX];
-	size_t n, cap;
-};
-
-static int orphan_cb(void *vctx, const struct sb_runstate *rs)
-{
-	struct orphan_ctx *c = vctx;
-
-	if (strcmp(rs->status, "created") && strcmp(rs->status, "running"))
-		return 0;
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? 2 * c->cap : 16;
-		void *p = realloc(c->runs, cap * sizeof *c->runs);
-		if (!p)
-			return SB_ERR_NOMEM;
-		c->runs = p;
-		c->cap = cap;
-	}
-	memcpy(c->runs[c->n++], rs->run, SB_RUN_MAX);
-	return 0;
-}
-
 /* Ends the QEMU a previous daemon left for run, if its pid file names a
  * process that is really that run's QEMU. */
 static void kill_orphan_vm(struct sb_runs *rs, const char *run)
@@ -175,16 +152,17 @@ static void kill_orphan_vm(struct sb_runs *rs, const char *run)
 
 static int reconcile(struct sb_runs *rs)
 {
-	struct orphan_ctx c = {NULL, 0, 0};
-	int rc = sb_runstate_each(rs->d->proj, orphan_cb, &c);
+	char(*runs)[SB_RUN_MAX];
+	size_t n;
+	int rc = sb_runstate_live(rs->d->proj, NULL, &runs, &n);
 
-	for (size_t i = 0; rc == SB_OK && i < c.n; i++) {
-		kill_orphan_vm(rs, c.runs[i]);
-		rc = emit_strs(rs->d, c.runs[i], "run.failed", "reason", "daemon-restart", NULL);
+	for (size_t i = 0; rc == SB_OK && i < n; i++) {
+		kill_orphan_vm(rs, runs[i]);
+		rc = emit_strs(rs->d, runs[i], "run.failed", "reason", "daemon-restart", NULL);
 		if (rc == SB_OK)
-			rc = emit_strs(rs->d, c.runs[i], "run.stopped", "reason", "failed", NULL);
+			rc = emit_strs(rs->d, runs[i], "run.stopped", "reason", "failed", NULL);
 	}
-	free(c.runs);
+	free(runs);
 	if (rc == SB_OK)
 		rc = sb_daemon_catch_up(rs->d);
 	return rc;
@@ -991,7 +969,7 @@ int sb_runs_stop(struct sb_runs *rs, const char *id, const char *reason)
 	sb_daemon_catch_up(rs->d);
 	if ((rc = sb_runstate_get(rs->d->proj, id, &st)))
 		return rc;
-	if (strcmp(st.status, "created") && strcmp(st.status, "running"))
+	if (!sb_runstate_is_live(&st))
 		return sb_seterr(SB_ERR_STATE, "run %s is not running (%s)", id, st.status);
 	/* a record without a VM (e.g. it never started): close it */
 	return emit_strs(rs->d, id, "run.stopped", "reason", reason, NULL);

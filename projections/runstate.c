@@ -1,4 +1,5 @@
 /* runstate.c - the run state projection: one record per run. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/error.h"
@@ -29,12 +30,6 @@ int sb_runstate_unpack(const msgpack_object *map, struct sb_runstate *rs)
 {
 	memset(rs, 0, sizeof *rs);
 	return sb_fields_unpack(rs_fields, NF, map, rs);
-}
-
-static int is_terminal(const char *status)
-{
-	return !strcmp(status, "exited") || !strcmp(status, "stopped") ||
-	       !strcmp(status, "timeout") || !strcmp(status, "failed");
 }
 
 static void set_str(char *dst, size_t cap, const msgpack_object *map, const char *key)
@@ -76,7 +71,7 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 		rs.timeout_s = sb_map_u64(map, "timeout_s", 0);
 		rs.budget_nusd = sb_map_u64(map, "budget_nusd", 0);
 	} else if (!strcmp(ty, "run.started")) {
-		if (!is_terminal(rs.status))
+		if (sb_runstate_is_live(&rs))
 			strcpy(rs.status, "running");
 		rs.started_ns = ev->ts_ns;
 	} else if (!strcmp(ty, "run.exited")) {
@@ -168,5 +163,49 @@ int sb_runstate_each(sb_projector *p, int (*fn)(void *ctx, const struct sb_runst
 out:
 	msgpack_zone_destroy(&zone);
 	mdb_txn_abort(t.txn);
+	return rc;
+}
+
+int sb_runstate_is_live(const struct sb_runstate *rs)
+{
+	return !strcmp(rs->status, "created") || !strcmp(rs->status, "running");
+}
+
+struct live_ctx {
+	const char *group;
+	char (*runs)[SB_RUN_MAX];
+	size_t n, cap;
+};
+
+static int live_cb(void *vctx, const struct sb_runstate *rs)
+{
+	struct live_ctx *c = vctx;
+
+	if (!sb_runstate_is_live(rs) || (c->group && strcmp(rs->group, c->group)))
+		return 0;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 16;
+		void *p = realloc(c->runs, cap * sizeof *c->runs);
+		if (!p)
+			return SB_ERR_NOMEM;
+		c->runs = p;
+		c->cap = cap;
+	}
+	memcpy(c->runs[c->n++], rs->run, SB_RUN_MAX);
+	return 0;
+}
+
+int sb_runstate_live(sb_projector *p, const char *group, char (**runs)[SB_RUN_MAX], size_t *n)
+{
+	struct live_ctx c = {group, NULL, 0, 0};
+	int rc = sb_runstate_each(p, live_cb, &c);
+
+	if (rc) {
+		free(c.runs);
+		c.runs = NULL;
+		c.n = 0;
+	}
+	*runs = c.runs;
+	*n = c.n;
 	return rc;
 }

@@ -54,6 +54,15 @@ int sb_runstate_get(sb_projector *p, const char *run, struct sb_runstate *rs);
 int sb_runstate_each(sb_projector *p, int (*fn)(void *ctx, const struct sb_runstate *rs),
 		     void *ctx);
 
+/* Returns 1 when the run is created or running (not yet ended). */
+int sb_runstate_is_live(const struct sb_runstate *rs);
+
+/* Lists the ids of live runs, of group only when group is not NULL, into a
+ * new array *runs of *n ids (the caller frees it; NULL when none).
+ * Errors: SB_ERR_NOMEM, SB_ERR_CORRUPT, SB_ERR_IO. */
+int sb_runstate_live(sb_projector *p, const char *group, char (**runs)[SB_RUN_MAX],
+		     size_t *n);
+
 struct sb_cost {
 	uint64_t input_tokens, output_tokens, cached_tokens, cost_nusd, calls;
 };
