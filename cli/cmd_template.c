@@ -1,4 +1,5 @@
 /* cmd_template.c - sanbox template build|ls: build and list templates. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -101,23 +102,19 @@ static int build(const char *name)
 
 static int list(int json)
 {
-	char store[PATH_MAX], cmd[PATH_MAX + 64];
-	FILE *p;
-	char name[256];
+	char store[PATH_MAX];
+	struct dirent **ents = NULL;
 	json_t *arr = json_array();
-	int rc;
+	int n, rc;
 
 	if ((rc = sb_template_store(cli_home, store, sizeof store)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	snprintf(cmd, sizeof cmd, "ls -1 '%s' 2>/dev/null", store);
 	if (!json)
 		printf("%-16s %-10s %-8s %-8s %s\n", "TEMPLATE", "CPUS", "MEMORY", "TIMEOUT", "HASH");
-	if ((p = popen(cmd, "r"))) {
-		while (fgets(name, sizeof name, p)) {
-			struct sb_template t;
-			name[strcspn(name, "\n")] = 0;
-			if (sb_template_load(cli_home, name, &t))
-				continue;
+	n = scandir(store, &ents, NULL, alphasort); /* a missing store lists nothing */
+	for (int i = 0; i < n; i++) {
+		struct sb_template t;
+		if (ents[i]->d_name[0] != '.' && sb_template_load(cli_home, ents[i]->d_name, &t) == SB_OK) {
 			if (json)
 				json_array_append_new(arr, json_pack("{s:s,s:s,s:I,s:I,s:I,s:s}", "name", t.name,
 								     "hash", t.hash, "cpus", (json_int_t)t.cpus,
@@ -129,8 +126,9 @@ static int list(int json)
 				       (unsigned long long)t.cpus, (unsigned long long)t.memory_mib,
 				       (unsigned long long)t.timeout_s, t.hash);
 		}
-		pclose(p);
+		free(ents[i]);
 	}
+	free(ents);
 	if (json)
 		cli_print_json(arr);
 	else
