@@ -19,16 +19,17 @@
  *
  * A script is {"turns": [turn...]}; a turn has the optional fields text,
  * tool_calls [{name, arguments}], usage {input_tokens, output_tokens},
- * delay_ms, chunk_delay_ms, chunks, status, error. The reply to a request is
+ * delay_ms, chunk_delay_ms, chunks, status, error, ignore_max_tokens. The reply to a request is
  * turns[k], k = the number of assistant messages in the request (the last
  * turn repeats), so the answer is stateless and any number of runs can share
  * one stub. Tokens not given by the turn are counted as ceil(bytes / 4): the
  * input from the string contents of the messages, the output from the answer
  * text plus the tool arguments as compact JSON. When the output exceeds the
  * request's max_tokens it is cut to max_tokens (text cut to 4 bytes a token,
- * tool calls dropped) and the finish reason is length / max_tokens.
+ * tool calls dropped) and the finish reason is length / max_tokens, unless
+ * the turn sets ignore_max_tokens (a provider that runs past the limit).
  *
- * --log FILE appends one JSON line per request: {path, model, auth, stream,
+ * --log FILE (else $SANBOX_STUB_LOG) appends one JSON line per request: {path, model, auth, stream,
  * input_tokens, output_tokens, status}; auth is the Authorization header, or
  * x-api-key when there is none, so tests can see which key arrived.
  */
@@ -297,7 +298,8 @@ static int answer_fill(struct answer *a, json_t *turn, size_t in_bytes,
 	a->in_tok = json_is_integer(v) ? json_integer_value(v) : ceil4(in_bytes);
 	v = json_object_get(usage, "output_tokens");
 	a->out_tok = json_is_integer(v) ? json_integer_value(v) : ceil4(out_bytes);
-	if (max_tokens > 0 && a->out_tok > max_tokens) {
+	if (max_tokens > 0 && a->out_tok > max_tokens &&
+	    !json_is_true(json_object_get(turn, "ignore_max_tokens"))) {
 		a->out_tok = max_tokens;
 		a->truncated = 1;
 		a->text_len = utf8_cut(a->text, a->text_len, (size_t)max_tokens * 4);
@@ -1013,6 +1015,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	find_script_dir(dir);
+	if (!log && getenv("SANBOX_STUB_LOG") && *getenv("SANBOX_STUB_LOG"))
+		log = getenv("SANBOX_STUB_LOG");
 	if (log) {
 		stub.log_fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 		if (stub.log_fd < 0) {

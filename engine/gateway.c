@@ -1,0 +1,1114 @@
+/* gateway.c - the model gateway (see gateway.h).
+ *
+ * Threads: libmicrohttpd runs a thread per client connection; a request's
+ * whole life (reading, forwarding with libcurl, streaming back, recording)
+ * runs on it. Shared state (runs, budgets, port ties) is under gw->mu,
+ * held only for short bookkeeping, never across I/O. A run entry is
+ * reference counted: a call in flight keeps it alive after its removal.
+ */
+#include "engine/gateway.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <msgpack.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/error.h"
+#include "engine/mpack.h"
+
+#define BODY_MAX (16u << 20)     /* largest request body */
+#define ANSWER_MAX (64u << 20)   /* largest answer held or recorded */
+#define CONN_LIMIT 512
+#define IDLE_TIMEOUT_S 900
+#define CONNECT_TIMEOUT_MS 10000
+#define STALL_TIMEOUT_S 300      /* an answer that sends nothing for this long */
+#define CUT_SLACK(t) ((t) / 4 + 8) /* estimate above the grant before a cut */
+
+struct gw_model {
+	struct sb_model m;
+	char base_url[SB_URL_MAX];
+	unsigned apis;
+	char *key; /* sodium_malloc, or NULL */
+};
+
+struct gw_run {
+	char id[SB_RUN_MAX];
+	char key[SB_VKEY_MAX];
+	struct sb_budget budget;
+	int stop_on_budget, exceeded;
+	struct gw_model *models;
+	size_t nmodels;
+	unsigned refs;
+	int removed;
+	struct gw_run *next;
+};
+
+struct gw_tie {
+	uint16_t port;
+	char run[SB_RUN_MAX];
+};
+
+struct sb_gateway {
+	struct MHD_Daemon *mhd;
+	sb_log *log;
+	uint16_t port;
+	void (*on_budget)(void *ctx, const char *run);
+	void *ctx;
+	pthread_mutex_t mu;
+	struct gw_run *runs;
+	struct gw_tie *ties;
+	size_t nties, capties;
+};
+
+enum route { R_NONE, R_CHAT, R_MESSAGES, R_MODELS };
+
+/* A growing byte buffer with a cap. */
+struct gbuf {
+	char *p;
+	size_t len, cap, max;
+	int over; /* bytes past max were dropped */
+};
+
+/* One HTTP request. */
+struct gw_req {
+	enum route route;
+	struct gbuf body;
+};
+
+/* One connection's upstream handles, reused by its requests. */
+struct gw_conn {
+	CURL *curl;
+	CURLM *multi;
+};
+
+/* One forwarded call, from reservation to record. */
+struct gw_call {
+	sb_gateway *gw;
+	struct gw_run *run; /* a reference is held */
+	const struct gw_model *model;
+	struct gw_conn *conn;
+	unsigned api;
+	int stream;
+	char *req;          /* the body as sent upstream */
+	size_t req_len;
+	struct curl_slist *headers;
+	uint64_t granted, reservation;
+	struct gbuf answer; /* the answer as received */
+	struct gbuf pend;   /* stream bytes not yet given to the client */
+	struct sb_sse_meter meter;
+	long status;
+	int up_done, cut, settled, in_multi;
+	CURLcode result;
+	char error[CURL_ERROR_SIZE];
+	struct timespec t0;
+};
+
+/* --- small helpers --- */
+
+static int gbuf_add(struct gbuf *b, const void *data, size_t n)
+{
+	if (b->len + n > b->max) {
+		b->over = 1;
+		n = b->max - b->len;
+	}
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		char *p;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		if (!(p = realloc(b->p, cap)))
+			return SB_ERR_NOMEM;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, data, n);
+	b->len += n;
+	b->p[b->len] = 0;
+	return SB_OK;
+}
+
+static void gbuf_free(struct gbuf *b)
+{
+	free(b->p);
+	memset(b, 0, sizeof *b);
+}
+
+static uint64_t ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)((t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000);
+}
+
+static void run_unref(sb_gateway *gw, struct gw_run *r)
+{
+	int last;
+
+	pthread_mutex_lock(&gw->mu);
+	last = --r->refs == 0 && r->removed;
+	pthread_mutex_unlock(&gw->mu);
+	if (!last)
+		return;
+	for (size_t i = 0; i < r->nmodels; i++)
+		sodium_free(r->models[i].key);
+	free(r->models);
+	sodium_memzero(r->key, sizeof r->key);
+	free(r);
+}
+
+/* --- answers of the gateway itself --- */
+
+static enum MHD_Result send_body(struct MHD_Connection *c, unsigned status, const char *ctype,
+				 char *body, size_t len)
+{
+	struct MHD_Response *resp =
+		MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	enum MHD_Result ret;
+
+	if (!resp) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+	if (status == 429)
+		MHD_add_response_header(resp, "Retry-After", "1");
+	ret = MHD_queue_response(c, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static const char *error_type(unsigned status)
+{
+	switch (status) {
+	case 400: return "invalid_request_error";
+	case 401: return "authentication_error";
+	case 402: return "budget_exceeded";
+	case 403: return "permission_error";
+	case 404: return "not_found_error";
+	case 413: return "request_too_large";
+	case 429: return "rate_limit_error";
+	default: return "api_error";
+	}
+}
+
+/* An error in the dialect of the route: OpenAI {"error": {...}} or
+ * Anthropic {"type": "error", "error": {...}}. */
+static enum MHD_Result send_error(struct MHD_Connection *c, enum route route, unsigned status,
+				  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static enum MHD_Result send_error(struct MHD_Connection *c, enum route route, unsigned status,
+				  const char *fmt, ...)
+{
+	char msg[512];
+	json_t *j;
+	char *s;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (route == R_MESSAGES)
+		j = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
+			      error_type(status), "message", msg);
+	else
+		j = json_pack("{s:{s:s, s:s, s:i}}", "error", "message", msg, "type",
+			      error_type(status), "code", (int)status);
+	s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!s)
+		return MHD_NO;
+	return send_body(c, status, "application/json", s, strlen(s));
+}
+
+/* --- recording --- */
+
+static int put_blob(sb_gateway *gw, const char *data, size_t len, char hex[SB_HASH_HEX])
+{
+	uint8_t h[SB_HASH_LEN];
+	int rc = sb_blob_put(gw->log, data ? data : "", len, h);
+
+	if (rc == SB_OK)
+		sb_hash_hex(h, hex);
+	return rc;
+}
+
+/* Writes an event of source gateway for run with a map of n pairs packed
+ * by fill. */
+static int append_events(sb_gateway *gw, struct sb_event *evs, size_t n)
+{
+	int rc = sb_log_append(gw->log, evs, n);
+
+	if (rc)
+		fprintf(stderr, "sanboxd: gateway: run %s: cannot record %s: %s\n", evs[0].run,
+			evs[0].type, sb_errmsg(rc));
+	return rc;
+}
+
+static void pack_call_message(msgpack_packer *pk, const struct gw_call *k, const char *rq_hex,
+			      const char *an_hex, const struct sb_usage *u)
+{
+	msgpack_pack_map(pk, 11 + (k->cut ? 1 : 0) + (k->answer.over ? 1 : 0));
+	sb_pack_kstr(pk, "role", "assistant");
+	sb_pack_kstr(pk, "model", k->model->m.name);
+	sb_pack_kstr(pk, "api", k->api == SB_API_ANTHROPIC ? "anthropic" : "openai");
+	sb_pack_ku64(pk, "status", (uint64_t)k->status);
+	sb_pack_kbool(pk, "stream", k->stream);
+	sb_pack_kstr(pk, "request", rq_hex);
+	sb_pack_kstr(pk, "response", an_hex);
+	sb_pack_ku64(pk, "max_tokens", k->granted);
+	sb_pack_ku64(pk, "duration_ms", ms_since(&k->t0));
+	sb_pack_ku64(pk, "input_tokens", u->input);
+	sb_pack_ku64(pk, "output_tokens", u->output);
+	if (k->cut)
+		sb_pack_kbool(pk, "cut", 1);
+	if (k->answer.over)
+		sb_pack_kbool(pk, "response_truncated", 1);
+}
+
+/* Settles the call's reservation and records it: bodies as blobs, then
+ * agent.message and (when it cost anything or reported usage)
+ * agent.usage.updated, in one append. */
+static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t cost, int estimated)
+{
+	sb_gateway *gw = k->gw;
+	struct gw_run *r = k->run;
+	char rq_hex[SB_HASH_HEX], an_hex[SB_HASH_HEX];
+	msgpack_sbuffer b1, b2;
+	msgpack_packer p1, p2;
+	struct sb_event evs[2];
+	uint64_t total;
+	size_t n = 1;
+
+	if (k->settled)
+		return;
+	k->settled = 1;
+	pthread_mutex_lock(&gw->mu);
+	sb_budget_settle(&r->budget, k->reservation, cost);
+	total = r->budget.spent;
+	pthread_mutex_unlock(&gw->mu);
+
+	if (put_blob(gw, k->req, k->req_len, rq_hex) || put_blob(gw, k->answer.p, k->answer.len, an_hex)) {
+		fprintf(stderr, "sanboxd: gateway: run %s: cannot store a call's bodies: %s\n", r->id,
+			sb_errmsg(SB_ERR_IO));
+		rq_hex[0] = an_hex[0] = 0;
+	}
+	msgpack_sbuffer_init(&b1);
+	msgpack_sbuffer_init(&b2);
+	msgpack_packer_init(&p1, &b1, msgpack_sbuffer_write);
+	msgpack_packer_init(&p2, &b2, msgpack_sbuffer_write);
+	pack_call_message(&p1, k, rq_hex, an_hex, u);
+	sb_event_init(&evs[0], "agent.message", r->id, SB_SRC_GATEWAY, b1.data, b1.size);
+	if (cost || u->known) {
+		msgpack_pack_map(&p2, 6 + (estimated ? 1 : 0));
+		sb_pack_kstr(&p2, "model", k->model->m.name);
+		sb_pack_ku64(&p2, "input_tokens", u->input);
+		sb_pack_ku64(&p2, "output_tokens", u->output);
+		sb_pack_ku64(&p2, "cached_tokens", u->cached);
+		sb_pack_ku64(&p2, "cost_nusd", cost);
+		sb_pack_ku64(&p2, "total_nusd", total);
+		if (estimated)
+			sb_pack_kbool(&p2, "estimated", 1);
+		sb_event_init(&evs[1], "agent.usage.updated", r->id, SB_SRC_GATEWAY, b2.data, b2.size);
+		n = 2;
+	}
+	if (b1.data && (n == 1 || b2.data))
+		append_events(gw, evs, n);
+	msgpack_sbuffer_destroy(&b1);
+	msgpack_sbuffer_destroy(&b2);
+}
+
+/* The run cannot pay for calls any more: budget.exceeded once, then the
+ * run's policy. */
+static void budget_spent(sb_gateway *gw, struct gw_run *r)
+{
+	msgpack_sbuffer b;
+	msgpack_packer pk;
+	struct sb_event ev;
+	uint64_t limit, spent;
+	int first;
+
+	pthread_mutex_lock(&gw->mu);
+	first = !r->exceeded;
+	r->exceeded = 1;
+	limit = r->budget.limit;
+	spent = r->budget.spent;
+	pthread_mutex_unlock(&gw->mu);
+	if (!first)
+		return;
+	msgpack_sbuffer_init(&b);
+	msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2);
+	sb_pack_ku64(&pk, "budget_nusd", limit);
+	sb_pack_ku64(&pk, "spent_nusd", spent);
+	if (b.data && sb_event_init(&ev, "budget.exceeded", r->id, SB_SRC_GATEWAY, b.data, b.size) == SB_OK)
+		append_events(gw, &ev, 1);
+	msgpack_sbuffer_destroy(&b);
+	if (r->stop_on_budget && gw->on_budget)
+		gw->on_budget(gw->ctx, r->id);
+}
+
+/* --- forwarding --- */
+
+static size_t on_header(char *p, size_t size, size_t n, void *ctx)
+{
+	(void)p;
+	(void)ctx;
+	return size * n;
+}
+
+/* Non-stream answers: held whole. */
+static size_t on_answer(char *p, size_t size, size_t n, void *ctx)
+{
+	struct gw_call *k = ctx;
+
+	if (gbuf_add(&k->answer, p, size * n) || k->answer.over)
+		return 0; /* too large: abort */
+	return size * n;
+}
+
+static void cut_notice(struct gw_call *k)
+{
+	static const char openai[] =
+		"data: {\"error\":{\"message\":\"the run's LLM budget is spent: the answer was "
+		"cut\",\"type\":\"budget_exceeded\",\"code\":402}}\n\ndata: [DONE]\n\n";
+	static const char anthropic[] =
+		"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"budget_exceeded\","
+		"\"message\":\"the run's LLM budget is spent: the answer was cut\"}}\n\n";
+
+	if (k->api == SB_API_ANTHROPIC)
+		gbuf_add(&k->pend, anthropic, sizeof anthropic - 1);
+	else
+		gbuf_add(&k->pend, openai, sizeof openai - 1);
+}
+
+/* Stream answers: passed on as they come, metered, cut when they run past
+ * what was granted. */
+static size_t on_stream(char *p, size_t size, size_t n, void *ctx)
+{
+	struct gw_call *k = ctx;
+	size_t len = size * n;
+
+	if (!k->status)
+		curl_easy_getinfo(k->conn->curl, CURLINFO_RESPONSE_CODE, &k->status);
+	gbuf_add(&k->answer, p, len);
+	if (gbuf_add(&k->pend, p, len))
+		return 0;
+	if (k->status == 200) {
+		if (sb_sse_meter_feed(&k->meter, p, len))
+			return 0;
+		if (sb_sse_meter_output(&k->meter) > k->granted + CUT_SLACK(k->granted)) {
+			k->cut = 1;
+			cut_notice(k);
+			return 0; /* aborts the transfer */
+		}
+	}
+	return len;
+}
+
+static int conn_handles(struct gw_conn *cn)
+{
+	if (!cn->curl && !(cn->curl = curl_easy_init()))
+		return SB_ERR_NOMEM;
+	if (!cn->multi && !(cn->multi = curl_multi_init()))
+		return SB_ERR_NOMEM;
+	curl_easy_reset(cn->curl);
+	return SB_OK;
+}
+
+/* Sets up the upstream request of k on its connection's handle. */
+static int call_prepare(struct gw_call *k, struct MHD_Connection *c)
+{
+	const struct gw_model *m = k->model;
+	CURL *h = k->conn->curl;
+	char url[SB_URL_MAX + 32], hdr[SB_SECRET_VALUE_MAX + 64];
+	const char *v;
+	int rc;
+
+	if ((rc = conn_handles(k->conn)))
+		return rc;
+	h = k->conn->curl;
+	snprintf(url, sizeof url, "%s%s", m->base_url,
+		 k->api == SB_API_ANTHROPIC ? "/messages" : "/chat/completions");
+	k->headers = curl_slist_append(k->headers, "Content-Type: application/json");
+	k->headers = curl_slist_append(k->headers, "Expect:");
+	if (k->api == SB_API_ANTHROPIC) {
+		v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version");
+		snprintf(hdr, sizeof hdr, "anthropic-version: %.64s", v ? v : "2023-06-01");
+		k->headers = curl_slist_append(k->headers, hdr);
+		if ((v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-beta"))) {
+			snprintf(hdr, sizeof hdr, "anthropic-beta: %.256s", v);
+			k->headers = curl_slist_append(k->headers, hdr);
+		}
+		if (m->key) {
+			snprintf(hdr, sizeof hdr, "x-api-key: %s", m->key);
+			k->headers = curl_slist_append(k->headers, hdr);
+		}
+	} else if (m->key) {
+		snprintf(hdr, sizeof hdr, "Authorization: Bearer %s", m->key);
+		k->headers = curl_slist_append(k->headers, hdr);
+	}
+	sodium_memzero(hdr, sizeof hdr);
+	if (!k->headers)
+		return SB_ERR_NOMEM;
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, k->headers);
+	curl_easy_setopt(h, CURLOPT_POSTFIELDS, k->req);
+	curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)k->req_len);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)STALL_TIMEOUT_S);
+	curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, k->error);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, k->stream ? on_stream : on_answer);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, k);
+	return SB_OK;
+}
+
+static const char *answer_type(struct gw_call *k)
+{
+	char *ct = NULL;
+
+	curl_easy_getinfo(k->conn->curl, CURLINFO_CONTENT_TYPE, &ct);
+	return ct ? ct : k->stream ? "text/event-stream" : "application/json";
+}
+
+static void call_free(struct gw_call *k)
+{
+	if (!k)
+		return;
+	if (k->in_multi)
+		curl_multi_remove_handle(k->conn->multi, k->conn->curl);
+	curl_slist_free_all(k->headers);
+	if (k->conn && k->conn->curl) /* the handle must not keep pointers into k */
+		curl_easy_reset(k->conn->curl);
+	free(k->req);
+	gbuf_free(&k->answer);
+	gbuf_free(&k->pend);
+	sb_sse_meter_free(&k->meter);
+	run_unref(k->gw, k->run);
+	free(k);
+}
+
+/* A call that ended without usage we can trust is charged its whole
+ * reservation. */
+static void call_end_unmetered(struct gw_call *k)
+{
+	struct sb_usage u = {0};
+
+	u.output = sb_sse_meter_output(&k->meter);
+	call_record(k, &u, k->reservation, 1);
+}
+
+/* Forwards a non-stream call and answers with what the provider said. */
+static enum MHD_Result call_whole(struct gw_call *k, struct MHD_Connection *c, enum route route)
+{
+	struct sb_usage u = {0};
+	enum MHD_Result ret;
+	CURLcode cc = curl_easy_perform(k->conn->curl);
+	char *body;
+
+	curl_easy_getinfo(k->conn->curl, CURLINFO_RESPONSE_CODE, &k->status);
+	if (cc != CURLE_OK) {
+		k->status = 502;
+		call_record(k, &u, 0, 0);
+		ret = send_error(c, route, 502, "provider for %s unreachable: %s", k->model->m.name,
+				 k->answer.over ? "answer above 64 MiB" : k->error[0] ? k->error : curl_easy_strerror(cc));
+		call_free(k);
+		return ret;
+	}
+	if (k->status == 200) {
+		sb_usage_from_body(k->api, k->answer.p ? k->answer.p : "", k->answer.len, &u);
+		if (u.known)
+			call_record(k, &u, sb_model_cost(&k->model->m, u.input, u.cached, u.output), 0);
+		else
+			call_end_unmetered(k);
+	} else {
+		call_record(k, &u, 0, 0); /* refused by the provider: not billed */
+	}
+	body = k->answer.p ? k->answer.p : strdup("");
+	ret = send_body(c, (unsigned)k->status, answer_type(k), body, k->answer.len);
+	k->answer.p = NULL;
+	k->answer.len = k->answer.cap = 0;
+	call_free(k);
+	return ret;
+}
+
+/* Drives the streamed transfer until it has bytes for the client or ends. */
+static void stream_pump(struct gw_call *k)
+{
+	CURLM *mh = k->conn->multi;
+	CURLMsg *msg;
+	int running = 1, left;
+
+	while (!k->up_done && k->pend.len == 0) {
+		curl_multi_perform(mh, &running);
+		while ((msg = curl_multi_info_read(mh, &left)))
+			if (msg->msg == CURLMSG_DONE)
+				k->result = msg->data.result;
+		if (!running) {
+			k->up_done = 1;
+			break;
+		}
+		if (k->pend.len)
+			break;
+		curl_multi_poll(mh, NULL, 0, 1000, NULL);
+	}
+}
+
+/* At the end of a stream: settle from the usage the stream reported. */
+static void stream_finish(struct gw_call *k)
+{
+	struct sb_usage u = k->meter.usage;
+
+	if (k->cut) {
+		call_end_unmetered(k);
+		budget_spent(k->gw, k->run);
+	} else if (k->status == 200 && k->result == CURLE_OK && u.known) {
+		call_record(k, &u, sb_model_cost(&k->model->m, u.input, u.cached, u.output), 0);
+	} else if (k->status == 200) {
+		call_end_unmetered(k);
+	} else {
+		call_record(k, &u, 0, 0);
+	}
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct gw_call *k = cls;
+	size_t n;
+
+	(void)pos;
+	for (;;) {
+		if (k->pend.len) {
+			n = k->pend.len < max ? k->pend.len : max;
+			memcpy(buf, k->pend.p, n);
+			memmove(k->pend.p, k->pend.p + n, k->pend.len - n);
+			k->pend.len -= n;
+			return (ssize_t)n;
+		}
+		if (k->up_done) {
+			stream_finish(k);
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		}
+		stream_pump(k);
+	}
+}
+
+static void stream_free(void *cls)
+{
+	struct gw_call *k = cls;
+
+	if (!k->settled) { /* the client went away mid-stream */
+		k->status = k->status ? k->status : 499;
+		call_end_unmetered(k);
+	}
+	call_free(k);
+}
+
+/* Forwards a stream call: waits for the provider's status, then streams. */
+static enum MHD_Result call_stream(struct gw_call *k, struct MHD_Connection *c, enum route route)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	sb_sse_meter_init(&k->meter, k->api);
+	if (curl_multi_add_handle(k->conn->multi, k->conn->curl) != CURLM_OK) {
+		call_free(k);
+		return send_error(c, route, 500, "gateway: cannot start the call");
+	}
+	k->in_multi = 1;
+	stream_pump(k);
+	if (!k->status)
+		curl_easy_getinfo(k->conn->curl, CURLINFO_RESPONSE_CODE, &k->status);
+	if (k->up_done && k->result != CURLE_OK && !k->cut && k->answer.len == 0) {
+		struct sb_usage u = {0};
+		k->status = 502;
+		call_record(k, &u, 0, 0);
+		ret = send_error(c, route, 502, "provider for %s unreachable: %s", k->model->m.name,
+				 k->error[0] ? k->error : curl_easy_strerror(k->result));
+		call_free(k);
+		return ret;
+	}
+	if (k->status != 200) { /* an error answer: pass it on whole */
+		while (!k->up_done) {
+			k->pend.len = 0;
+			stream_pump(k);
+		}
+		stream_finish(k);
+		char *body = malloc(k->answer.len + 1);
+		if (body)
+			memcpy(body, k->answer.p ? k->answer.p : "", k->answer.len);
+		ret = body ? send_body(c, (unsigned)k->status, answer_type(k), body, k->answer.len) : MHD_NO;
+		call_free(k);
+		return ret;
+	}
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_read, k,
+						 stream_free);
+	if (!resp) {
+		stream_free(k);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, answer_type(k));
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+	ret = MHD_queue_response(c, 200, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+/* --- requests --- */
+
+/* Finds the run of key and takes a reference, or NULL. */
+static struct gw_run *run_by_key(sb_gateway *gw, const char *key)
+{
+	size_t n = key ? strlen(key) : 0;
+	struct gw_run *found = NULL;
+
+	if (n == 0 || n >= SB_VKEY_MAX)
+		return NULL;
+	pthread_mutex_lock(&gw->mu);
+	for (struct gw_run *r = gw->runs; r; r = r->next)
+		if (strlen(r->key) == n && sodium_memcmp(r->key, key, n) == 0)
+			found = r;
+	if (found)
+		found->refs++;
+	pthread_mutex_unlock(&gw->mu);
+	return found;
+}
+
+/* The key of a request: "Authorization: Bearer K", else "x-api-key: K". */
+static const char *request_key(struct MHD_Connection *c)
+{
+	const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+
+	if (a && !strncasecmp(a, "Bearer ", 7))
+		return a + 7;
+	return MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+}
+
+/* 1 when the connection is tied to a run other than r. */
+static int tied_elsewhere(sb_gateway *gw, struct MHD_Connection *c, const struct gw_run *r)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr_in *sa = ci ? (const struct sockaddr_in *)ci->client_addr : NULL;
+	uint16_t port;
+	int other = 0;
+
+	if (!sa || sa->sin_family != AF_INET)
+		return 0;
+	port = ntohs(sa->sin_port);
+	pthread_mutex_lock(&gw->mu);
+	for (size_t i = 0; i < gw->nties; i++)
+		if (gw->ties[i].port == port)
+			other = strcmp(gw->ties[i].run, r->id) != 0;
+	pthread_mutex_unlock(&gw->mu);
+	return other;
+}
+
+static enum MHD_Result send_models(struct MHD_Connection *c, const struct gw_run *r)
+{
+	json_t *data = json_array(), *j;
+	char *s;
+
+	for (size_t i = 0; data && i < r->nmodels; i++)
+		json_array_append_new(data, json_pack("{s:s, s:s, s:i, s:s}", "id", r->models[i].m.name,
+						      "object", "model", "created", 0, "owned_by",
+						      r->models[i].m.provider));
+	j = json_pack("{s:s, s:o}", "object", "list", "data", data);
+	s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	return s ? send_body(c, 200, "application/json", s, strlen(s)) : MHD_NO;
+}
+
+static const struct gw_model *model_of(const struct gw_run *r, const char *name)
+{
+	for (size_t i = 0; i < r->nmodels; i++)
+		if (!strcmp(r->models[i].m.name, name))
+			return &r->models[i];
+	return NULL;
+}
+
+static void allowed_list(const struct gw_run *r, char *buf, size_t cap)
+{
+	size_t at = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < r->nmodels && at < cap; i++)
+		at += (size_t)snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", r->models[i].m.name);
+}
+
+/* A model call of run r (a reference the call takes over). */
+static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c, struct gw_conn *cn,
+				   struct gw_req *rq, struct gw_run *r)
+{
+	unsigned api = rq->route == R_MESSAGES ? SB_API_ANTHROPIC : SB_API_OPENAI;
+	struct gw_call *k = NULL;
+	const struct gw_model *m;
+	struct sb_mreq mr;
+	enum sb_grant g;
+	char allowed[512];
+	enum MHD_Result ret;
+	int rc;
+
+	if (rq->body.over) {
+		ret = send_error(c, rq->route, 413, "request body above %u MiB", BODY_MAX >> 20);
+		goto out;
+	}
+	if ((rc = sb_mreq_parse(api, rq->body.p ? rq->body.p : "", rq->body.len, &mr))) {
+		ret = send_error(c, rq->route, 400, "%s", sb_errmsg(rc));
+		goto out;
+	}
+	if (!(m = model_of(r, mr.model))) {
+		allowed_list(r, allowed, sizeof allowed);
+		ret = send_error(c, rq->route, 403, "model '%s' is not allowed for this run (allowed: %s)",
+				 mr.model, allowed);
+		goto out_mreq;
+	}
+	if (!(m->apis & api)) {
+		ret = send_error(c, rq->route, 400, "model '%s' is not served by the %s API here: use %s",
+				 mr.model, api == SB_API_ANTHROPIC ? "Anthropic" : "OpenAI",
+				 api == SB_API_ANTHROPIC ? "/v1/chat/completions" : "/v1/messages");
+		goto out_mreq;
+	}
+	if (!(k = calloc(1, sizeof *k))) {
+		ret = MHD_NO;
+		goto out_mreq;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &k->t0);
+	k->gw = gw;
+	k->model = m;
+	k->conn = cn;
+	k->api = api;
+	k->stream = mr.stream;
+	k->answer.max = ANSWER_MAX;
+	k->pend.max = SIZE_MAX;
+	pthread_mutex_lock(&gw->mu);
+	g = sb_budget_reserve(&r->budget, &m->m, rq->body.len, mr.max_tokens, &k->granted,
+			      &k->reservation);
+	pthread_mutex_unlock(&gw->mu);
+	if (g == SB_GRANT_SPENT) {
+		budget_spent(gw, r);
+		ret = send_error(c, rq->route, 402, "the run's LLM budget is spent");
+		goto out_call;
+	}
+	if (g == SB_GRANT_BUSY) {
+		ret = send_error(c, rq->route, 429,
+				 "the rest of the run's budget is held by calls in flight: retry");
+		goto out_call;
+	}
+	k->run = r; /* the call owns the reference now */
+	r = NULL;
+	if ((rc = sb_mreq_finish(api, &mr, m->m.upstream, k->granted, &k->req, &k->req_len)) ||
+	    (rc = call_prepare(k, c))) {
+		struct sb_usage u = {0};
+		k->status = 500;
+		call_record(k, &u, 0, 0);
+		ret = send_error(c, rq->route, 500, "gateway: %s", sb_errmsg(rc));
+		call_free(k);
+		goto out_mreq;
+	}
+	sb_mreq_free(&mr);
+	return k->stream ? call_stream(k, c, rq->route) : call_whole(k, c, rq->route);
+out_call:
+	free(k);
+out_mreq:
+	sb_mreq_free(&mr);
+out:
+	if (r)
+		run_unref(gw, r);
+	return ret;
+}
+
+static enum route route_of(const char *method, const char *url)
+{
+	int post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
+
+	if (post && !strcmp(url, "/v1/chat/completions"))
+		return R_CHAT;
+	if (post && !strcmp(url, "/v1/messages"))
+		return R_MESSAGES;
+	if (get && !strcmp(url, "/v1/models"))
+		return R_MODELS;
+	return R_NONE;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
+				 const char *method, const char *version, const char *upload,
+				 size_t *upload_size, void **con_cls)
+{
+	sb_gateway *gw = cls;
+	struct gw_req *rq = *con_cls;
+	const union MHD_ConnectionInfo *ci;
+	struct gw_conn *cn;
+	struct gw_run *r;
+
+	(void)version;
+	if (!rq) {
+		if (!(rq = calloc(1, sizeof *rq)))
+			return MHD_NO;
+		rq->route = route_of(method, url);
+		rq->body.max = BODY_MAX;
+		*con_cls = rq;
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		if (gbuf_add(&rq->body, upload, *upload_size))
+			return MHD_NO;
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	if (rq->route == R_NONE)
+		return send_error(c, strncmp(url, "/v1/messages", 12) ? R_CHAT : R_MESSAGES, 404,
+				  "no such endpoint: %s %s", method, url);
+	if (!(r = run_by_key(gw, request_key(c))))
+		return send_error(c, rq->route, 401, "unknown API key: use the key Sanbox gave this run");
+	if (tied_elsewhere(gw, c, r)) {
+		run_unref(gw, r);
+		return send_error(c, rq->route, 403, "this key belongs to another run");
+	}
+	if (rq->route == R_MODELS) {
+		enum MHD_Result ret = send_models(c, r);
+		run_unref(gw, r);
+		return ret;
+	}
+	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	cn = ci ? ci->socket_context : NULL;
+	if (!cn) {
+		run_unref(gw, r);
+		return send_error(c, rq->route, 500, "gateway: connection state missing");
+	}
+	return handle_call(gw, c, cn, rq, r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct gw_req *rq = *con_cls;
+
+	(void)cls;
+	(void)c;
+	(void)toe;
+	if (!rq)
+		return;
+	gbuf_free(&rq->body);
+	free(rq);
+	*con_cls = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct gw_conn *cn = *socket_context;
+
+	(void)cls;
+	(void)c;
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		*socket_context = calloc(1, sizeof(struct gw_conn));
+		return;
+	}
+	if (!cn)
+		return;
+	if (cn->multi)
+		curl_multi_cleanup(cn->multi);
+	if (cn->curl)
+		curl_easy_cleanup(cn->curl);
+	free(cn);
+	*socket_context = NULL;
+}
+
+/* --- the gateway's life --- */
+
+int sb_gateway_open(const struct sb_gateway_opts *o, sb_gateway **out)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(o->port)};
+	const union MHD_DaemonInfo *di;
+	sb_gateway *gw;
+
+	if (sodium_init() < 0)
+		return sb_seterr(SB_ERR_IO, "libsodium failed to initialise");
+	if (curl_global_init(CURL_GLOBAL_DEFAULT))
+		return sb_seterr(SB_ERR_IO, "libcurl failed to initialise");
+	if (!(gw = calloc(1, sizeof *gw)))
+		return SB_ERR_NOMEM;
+	gw->log = o->log;
+	gw->on_budget = o->on_budget;
+	gw->ctx = o->ctx;
+	pthread_mutex_init(&gw->mu, NULL);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	gw->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+					   MHD_USE_ERROR_LOG,
+				   0, NULL, NULL, on_access, gw, MHD_OPTION_SOCK_ADDR, &sa,
+				   MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_LIMIT,
+				   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
+				   MHD_OPTION_NOTIFY_COMPLETED, on_completed, gw,
+				   MHD_OPTION_NOTIFY_CONNECTION, on_connection, gw, MHD_OPTION_END);
+	if (!gw->mhd) {
+		int e = errno;
+		pthread_mutex_destroy(&gw->mu);
+		free(gw);
+		return sb_seterr(SB_ERR_IO, "gateway: cannot listen on 127.0.0.1:%u: %s",
+				 (unsigned)o->port, strerror(e));
+	}
+	di = MHD_get_daemon_info(gw->mhd, MHD_DAEMON_INFO_BIND_PORT);
+	gw->port = di ? di->port : o->port;
+	*out = gw;
+	return SB_OK;
+}
+
+uint16_t sb_gateway_port(const sb_gateway *gw)
+{
+	return gw->port;
+}
+
+void sb_gateway_close(sb_gateway *gw)
+{
+	if (!gw)
+		return;
+	MHD_stop_daemon(gw->mhd); /* joins the connection threads */
+	while (gw->runs) {
+		struct gw_run *r = gw->runs;
+		gw->runs = r->next;
+		r->removed = 1;
+		r->refs++;
+		run_unref(gw, r);
+	}
+	free(gw->ties);
+	pthread_mutex_destroy(&gw->mu);
+	free(gw);
+}
+
+int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec, char key[SB_VKEY_MAX])
+{
+	unsigned char raw[20];
+	struct gw_run *r;
+	int rc = SB_ERR_NOMEM;
+
+	if (!spec->nmodels)
+		return sb_seterr(SB_ERR_INVAL, "a run needs at least one model");
+	if (!(r = calloc(1, sizeof *r)) || !(r->models = calloc(spec->nmodels, sizeof *r->models)))
+		goto fail;
+	snprintf(r->id, sizeof r->id, "%s", spec->run);
+	r->budget.limit = spec->budget_nusd;
+	r->stop_on_budget = spec->stop_on_budget;
+	r->nmodels = spec->nmodels;
+	for (size_t i = 0; i < spec->nmodels; i++) {
+		const struct sb_gateway_model *sm = &spec->models[i];
+		r->models[i].m = sm->model;
+		snprintf(r->models[i].base_url, sizeof r->models[i].base_url, "%s", sm->base_url);
+		r->models[i].apis = sm->apis;
+		if (sm->key) {
+			size_t n = strlen(sm->key);
+			if (!(r->models[i].key = sodium_malloc(n + 1)))
+				goto fail;
+			memcpy(r->models[i].key, sm->key, n + 1);
+		}
+	}
+	randombytes_buf(raw, sizeof raw);
+	memcpy(r->key, "sk-sb-", 6);
+	sodium_bin2hex(r->key + 6, sizeof r->key - 6, raw, sizeof raw);
+	sodium_memzero(raw, sizeof raw);
+	pthread_mutex_lock(&gw->mu);
+	for (struct gw_run *o = gw->runs; o; o = o->next) {
+		if (!strcmp(o->id, r->id)) {
+			pthread_mutex_unlock(&gw->mu);
+			rc = sb_seterr(SB_ERR_EXISTS, "run %s is already registered", r->id);
+			goto fail;
+		}
+	}
+	r->refs = 1; /* the list's reference */
+	r->next = gw->runs;
+	gw->runs = r;
+	pthread_mutex_unlock(&gw->mu);
+	memcpy(key, r->key, SB_VKEY_MAX);
+	return SB_OK;
+fail:
+	if (r) {
+		for (size_t i = 0; r->models && i < r->nmodels; i++)
+			sodium_free(r->models[i].key);
+		free(r->models);
+		free(r);
+	}
+	return rc;
+}
+
+void sb_gateway_run_remove(sb_gateway *gw, const char *run)
+{
+	struct gw_run *r = NULL;
+
+	pthread_mutex_lock(&gw->mu);
+	for (struct gw_run **p = &gw->runs; *p; p = &(*p)->next) {
+		if (!strcmp((*p)->id, run)) {
+			r = *p;
+			*p = r->next;
+			r->removed = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&gw->mu);
+	if (r)
+		run_unref(gw, r);
+}
+
+int sb_gateway_run_budget(sb_gateway *gw, const char *run, struct sb_budget *b)
+{
+	int rc = SB_ERR_NOTFOUND;
+
+	pthread_mutex_lock(&gw->mu);
+	for (struct gw_run *r = gw->runs; r; r = r->next) {
+		if (!strcmp(r->id, run)) {
+			*b = r->budget;
+			rc = SB_OK;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&gw->mu);
+	return rc == SB_OK ? rc : sb_seterr(rc, "run %s is not registered with the gateway", run);
+}
+
+int sb_gateway_bind(sb_gateway *gw, uint16_t client_port, const char *run)
+{
+	int rc = SB_OK;
+
+	pthread_mutex_lock(&gw->mu);
+	if (gw->nties == gw->capties) {
+		size_t cap = gw->capties ? 2 * gw->capties : 16;
+		struct gw_tie *t = realloc(gw->ties, cap * sizeof *t);
+		if (!t)
+			rc = SB_ERR_NOMEM;
+		else {
+			gw->ties = t;
+			gw->capties = cap;
+		}
+	}
+	if (rc == SB_OK) {
+		gw->ties[gw->nties].port = client_port;
+		snprintf(gw->ties[gw->nties].run, SB_RUN_MAX, "%s", run);
+		gw->nties++;
+	}
+	pthread_mutex_unlock(&gw->mu);
+	return rc;
+}
+
+void sb_gateway_unbind(sb_gateway *gw, uint16_t client_port)
+{
+	pthread_mutex_lock(&gw->mu);
+	for (size_t i = 0; i < gw->nties; i++) {
+		if (gw->ties[i].port == client_port) {
+			gw->ties[i] = gw->ties[--gw->nties];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&gw->mu);
+}

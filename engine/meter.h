@@ -1,0 +1,106 @@
+/* meter.h - the model gateway's pure parts: reading and capping requests,
+ * reading usage from answers (whole or streamed), and the budget ledger.
+ * No I/O here, so each piece is tested on its own (tests/unit/test_meter.c).
+ *
+ * Two dialects: SB_API_OPENAI (chat completions: usage.prompt_tokens,
+ * completion_tokens, prompt_tokens_details.cached_tokens) and
+ * SB_API_ANTHROPIC (messages: usage.input_tokens, output_tokens,
+ * cache_read_input_tokens, cache_creation_input_tokens). Usage is kept as
+ * input tokens in all (cached ones among them), cached input tokens, and
+ * output tokens.
+ */
+#ifndef SB_METER_H
+#define SB_METER_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/models.h"
+
+struct sb_usage {
+	uint64_t input, cached, output;
+	int known; /* the answer reported its usage */
+};
+
+/* A model request read from its JSON body. */
+struct sb_mreq {
+	json_t *json;                 /* the parsed body (owned) */
+	char model[SB_MODEL_NAME_MAX];
+	int stream;
+	uint64_t max_tokens;          /* asked for; 0 = none given */
+};
+
+/* Parses a request body of dialect api into rq (free with sb_mreq_free).
+ * Errors: SB_ERR_INVAL with a detail fit for the HTTP 400 answer. */
+int sb_mreq_parse(unsigned api, const char *body, size_t len, struct sb_mreq *rq);
+
+/* Rewrites rq for the provider: the upstream model name, max_tokens (the
+ * OpenAI field the client used, max_completion_tokens or max_tokens), and
+ * for OpenAI streams stream_options.include_usage, so the answer reports
+ * its usage; then serialises it into *out (the caller frees). Errors:
+ * SB_ERR_NOMEM. */
+int sb_mreq_finish(unsigned api, struct sb_mreq *rq, const char *upstream, uint64_t max_tokens,
+		   char **out, size_t *len);
+
+/* Frees what rq holds. */
+void sb_mreq_free(struct sb_mreq *rq);
+
+/* Reads the usage of a whole (non-stream) answer body into u (u->known
+ * stays 0 when the body reports none). */
+void sb_usage_from_body(unsigned api, const char *body, size_t len, struct sb_usage *u);
+
+/* Follows a streamed answer (server-sent events) as its bytes pass: usage
+ * reported by the stream, and the bytes of generated text and tool
+ * arguments, from which output tokens are estimated while it runs. */
+struct sb_sse_meter {
+	unsigned api;
+	char *line;        /* the incomplete last line */
+	size_t len, cap;
+	struct sb_usage usage;
+	uint64_t out_bytes; /* generated text and tool-argument bytes so far */
+	int finished;       /* the stream said it is complete */
+};
+
+/* Starts a meter for dialect api. */
+void sb_sse_meter_init(struct sb_sse_meter *m, unsigned api);
+
+/* Feeds len bytes of the stream. Errors: SB_ERR_NOMEM, SB_ERR_TOOBIG (a
+ * line above 1 MiB). */
+int sb_sse_meter_feed(struct sb_sse_meter *m, const char *data, size_t len);
+
+/* Output tokens so far: the reported count, else bytes / 4 rounded up. */
+uint64_t sb_sse_meter_output(const struct sb_sse_meter *m);
+
+/* Frees the meter's buffer. */
+void sb_sse_meter_free(struct sb_sse_meter *m);
+
+/* One run's budget. All amounts are nano-USD. The caller serialises access
+ * (the gateway holds its lock). */
+struct sb_budget {
+	uint64_t limit, spent, reserved;
+};
+
+#define SB_MIN_OUTPUT 16 /* fewest output tokens a call is granted */
+
+enum sb_grant {
+	SB_GRANT_OK = 0,    /* reserved; forward the call */
+	SB_GRANT_BUSY = 1,  /* calls in flight hold the rest: retry later (429) */
+	SB_GRANT_SPENT = 2, /* the budget cannot pay for this call (402) */
+};
+
+/* Reserves the worst case of one call to model m before it is forwarded:
+ * input counted as one token per byte of the request body (in_bytes: no
+ * tokenizer makes more tokens than bytes), and output at want_out tokens
+ * (0: the model's max_output), lowered to what the budget left can pay.
+ * On SB_GRANT_OK, *out_tokens is the max_tokens to send and *reservation
+ * what was reserved (to give back to sb_budget_settle). A call is refused
+ * when the budget cannot pay its input and SB_MIN_OUTPUT output tokens
+ * (or want_out, when smaller). */
+enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m, uint64_t in_bytes,
+				uint64_t want_out, uint64_t *out_tokens, uint64_t *reservation);
+
+/* Ends a call: gives its reservation back and adds its cost. */
+void sb_budget_settle(struct sb_budget *b, uint64_t reservation, uint64_t cost);
+
+#endif
