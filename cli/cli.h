@@ -116,6 +116,7 @@ int cmd_template(int argc, char **argv);
 int cmd_fs(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_secret(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 
 #endif

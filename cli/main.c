@@ -94,6 +94,18 @@ static const struct cli_cmd commands[] = {
 	 "Checks QEMU, the guest kernel and templates, KVM (or the TCG fallback),\n"
 	 "nftables and CAP_NET_ADMIN, disk space and the state directory, and says\n"
 	 "in one line each what is wrong and how to fix it.\n"},
+	{"secret", cmd_secret, "store secrets for runs (encrypted at rest)",
+	 "usage: sanbox secret set NAME     (the value on standard input)\n"
+	 "       sanbox secret ls [--json]\n"
+	 "       sanbox secret rm NAME\n"
+	 "\n"
+	 "Secrets are kept encrypted in STATE_DIR/secrets; their values are never\n"
+	 "printed, logged or written into a run's record, only their names. A run\n"
+	 "gets a secret only when it names it: 'sanbox run --secret NAME' gives it to\n"
+	 "the harness as the environment variable NAME (scope env); NAME:model lets\n"
+	 "only the model gateway use it, as a provider key (it never enters the\n"
+	 "guest). A provider's key (key_secret in models.json) is granted with scope\n"
+	 "model to every run of its models. Names: letters, digits and _.\n"},
 	{"help", cmd_help, "show help for a command", "usage: sanbox help [COMMAND]\n"},
 	{"version", cmd_version, "print the version", "usage: sanbox version\n"},
 };

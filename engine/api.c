@@ -1,4 +1,5 @@
 /* api.c - the control API: one handler per request op (see SPEC.md). */
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include "engine/error.h"
 #include "engine/payload.h"
 #include "engine/runs.h"
+#include "engine/secrets.h"
 #include "engine/token.h"
 #include "engine/wire.h"
 #include "projections/views.h"
@@ -63,8 +65,9 @@ static int arg_u64(struct req *r, const char *key, uint64_t dflt, uint64_t *out)
 
 static int op_health(struct req *r)
 {
-	reply_begin(r, 5);
+	reply_begin(r, 6);
 	sb_pack_kstr(&r->pk, "version", SB_VERSION);
+	sb_pack_ku64(&r->pk, "gateway_port", sb_gateway_port(r->d->gateway));
 	sb_pack_ku64(&r->pk, "pid", (uint64_t)getpid());
 	sb_pack_ku64(&r->pk, "last_offset", sb_log_last_offset(r->d->log));
 	sb_pack_ku64(&r->pk, "checkpoint", sb_projector_checkpoint(r->d->proj));
@@ -466,6 +469,75 @@ static int op_reproject(struct req *r)
 	return SB_OK;
 }
 
+/* secret.set {name, value (bin)}: the value is wiped from the request. */
+static int op_secret_set(struct req *r)
+{
+	char name[SB_SECRET_NAME_MAX];
+	const msgpack_object *v = sb_map_get(r->args, "value");
+	int rc;
+
+	if ((rc = arg_str(r, "name", name, sizeof name, 1)))
+		return rc;
+	if (!v || (v->type != MSGPACK_OBJECT_BIN && v->type != MSGPACK_OBJECT_STR))
+		return sb_seterr(SB_ERR_INVAL, "argument 'value' must be bytes");
+	rc = sb_secret_set(r->d->home, name, v->via.bin.ptr, v->via.bin.size);
+	sodium_memzero((void *)v->via.bin.ptr, v->via.bin.size);
+	if (rc)
+		return rc;
+	reply_begin(r, 1);
+	sb_pack_kstr(&r->pk, "name", name);
+	return SB_OK;
+}
+
+static int op_secret_rm(struct req *r)
+{
+	char name[SB_SECRET_NAME_MAX];
+	int rc;
+
+	if ((rc = arg_str(r, "name", name, sizeof name, 1)) || (rc = sb_secret_rm(r->d->home, name)))
+		return rc;
+	reply_begin(r, 1);
+	sb_pack_kstr(&r->pk, "name", name);
+	return SB_OK;
+}
+
+struct secret_list {
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	size_t n;
+};
+
+static int secret_cb(void *ctx, const char *name, uint64_t set_s)
+{
+	struct secret_list *l = ctx;
+
+	msgpack_pack_map(&l->pk, 2);
+	sb_pack_kstr(&l->pk, "name", name);
+	sb_pack_ku64(&l->pk, "set_s", set_s);
+	l->n++;
+	return 0;
+}
+
+/* secret.list: names and when each was set, never values. */
+static int op_secret_list(struct req *r)
+{
+	struct secret_list l = {.n = 0};
+	int rc;
+
+	msgpack_sbuffer_init(&l.buf);
+	msgpack_packer_init(&l.pk, &l.buf, msgpack_sbuffer_write);
+	rc = sb_secret_each(r->d->home, secret_cb, &l);
+	if (rc == SB_OK) {
+		reply_begin(r, 1);
+		sb_pack_str(&r->pk, "secrets");
+		msgpack_pack_array(&r->pk, l.n);
+		if (l.n)
+			msgpack_sbuffer_write(r->out, l.buf.data, l.buf.size);
+	}
+	msgpack_sbuffer_destroy(&l.buf);
+	return rc;
+}
+
 #define LOCAL_ONLY 1
 
 static const struct {
@@ -483,6 +555,9 @@ static const struct {
 	{"run.stop", op_run_stop, 0},
 	{"group.stop", op_group_stop, 0},
 	{"costs.get", op_costs, 0},
+	{"secret.set", op_secret_set, 0},
+	{"secret.rm", op_secret_rm, 0},
+	{"secret.list", op_secret_list, 0},
 	{"admin.reproject", op_reproject, LOCAL_ONLY},
 	{"daemon.stop", op_daemon_stop, LOCAL_ONLY},
 };

@@ -86,6 +86,65 @@ static void on_request(void *ctx, int revents)
 	msgpack_sbuffer_destroy(&out);
 }
 
+/* Gateway thread: a run whose policy is to stop has spent its budget. The
+ * run manager lives on the loop, so the run is queued and the loop woken. */
+static void on_budget(void *ctx, const char *run)
+{
+	struct sb_daemon *d = ctx;
+	char(*q)[SB_RUN_MAX];
+
+	pthread_mutex_lock(&d->budget_mu);
+	q = realloc(d->budget_runs, (d->nbudget + 1) * sizeof *q);
+	if (q) {
+		d->budget_runs = q;
+		snprintf(q[d->nbudget++], SB_RUN_MAX, "%s", run);
+	}
+	pthread_mutex_unlock(&d->budget_mu);
+	sb_watch_wake(d->budget_wake);
+}
+
+static void on_budget_wake(void *ctx)
+{
+	struct sb_daemon *d = ctx;
+	char(*q)[SB_RUN_MAX];
+	size_t n;
+
+	pthread_mutex_lock(&d->budget_mu);
+	q = d->budget_runs;
+	n = d->nbudget;
+	d->budget_runs = NULL;
+	d->nbudget = 0;
+	pthread_mutex_unlock(&d->budget_mu);
+	for (size_t i = 0; i < n; i++)
+		sb_runs_stop(d->runs, q[i], "budget"); /* one that ended already is fine */
+	free(q);
+}
+
+static void on_stub_child(void *ctx, int status)
+{
+	struct sb_daemon *d = ctx;
+
+	fprintf(stderr, "sanboxd: the model stub (pid %d) ended with status %d\n", (int)d->stub_pid,
+		status);
+	d->stub_pid = 0;
+	d->stub_url[0] = 0;
+	sb_watch_stop(d->stub_child);
+	d->stub_child = NULL;
+}
+
+int sb_daemon_stub_url(struct sb_daemon *d, const char *script_dir, char url[SB_URL_MAX])
+{
+	int rc;
+
+	if (!d->stub_pid) {
+		if ((rc = sb_stub_start(script_dir, &d->stub_pid, d->stub_url)))
+			return rc;
+		d->stub_child = sb_loop_child(d->loop, d->stub_pid, on_stub_child, d);
+	}
+	memcpy(url, d->stub_url, SB_URL_MAX);
+	return SB_OK;
+}
+
 static void on_signal(void *ctx)
 {
 	struct sb_daemon *d = ctx;
@@ -124,12 +183,14 @@ static int lock_pidfile(struct sb_daemon *d)
 int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 {
 	struct sb_daemon *d = calloc(1, sizeof *d);
+	struct sb_gateway_opts gw = {0};
 	char path[PATH_MAX];
 	int rc;
 
 	if (!d)
 		return SB_ERR_NOMEM;
 	d->pid_fd = -1;
+	pthread_mutex_init(&d->budget_mu, NULL);
 	snprintf(d->home, sizeof d->home, "%s", o->home);
 	signal(SIGPIPE, SIG_IGN);
 	if ((rc = sb_home_init(d->home)) || (rc = lock_pidfile(d)))
@@ -149,10 +210,17 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	d->req_watch = sb_loop_io(d->loop, sb_bus_request_fd(d->bus), SB_READ, on_request, d);
 	d->sig_term = sb_loop_signal(d->loop, SIGTERM, on_signal, d);
 	d->sig_int = sb_loop_signal(d->loop, SIGINT, on_signal, d);
-	if (!d->proj_wake || !d->req_watch || !d->sig_term || !d->sig_int) {
+	d->budget_wake = sb_loop_async(d->loop, on_budget_wake, d);
+	if (!d->proj_wake || !d->req_watch || !d->sig_term || !d->sig_int || !d->budget_wake) {
 		rc = SB_ERR_NOMEM;
 		goto fail;
 	}
+	gw.log = d->log;
+	gw.port = o->gateway_port;
+	gw.on_budget = on_budget;
+	gw.ctx = d;
+	if ((rc = sb_gateway_open(&gw, &d->gateway)))
+		goto fail;
 	if ((rc = sb_daemon_catch_up(d)) || (rc = sb_runs_open(d, &d->runs)))
 		goto fail;
 	*out = d;
@@ -172,6 +240,12 @@ void sb_daemon_close(struct sb_daemon *d)
 	if (!d)
 		return;
 	sb_runs_close(d->runs);
+	sb_gateway_close(d->gateway); /* waits for calls in flight */
+	sb_watch_stop(d->stub_child);
+	sb_stub_stop(d->stub_pid);
+	sb_watch_stop(d->budget_wake);
+	free(d->budget_runs);
+	pthread_mutex_destroy(&d->budget_mu);
 	sb_watch_stop(d->req_watch);
 	sb_watch_stop(d->proj_wake);
 	sb_watch_stop(d->sig_term);

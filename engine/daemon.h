@@ -8,7 +8,11 @@
 #include <msgpack.h>
 #include <stdint.h>
 
+#include <pthread.h>
+#include <sys/types.h>
+
 #include "engine/bus.h"
+#include "engine/gateway.h"
 #include "engine/log.h"
 #include "engine/loop.h"
 #include "projections/projection.h"
@@ -19,6 +23,7 @@ struct sb_daemon_opts {
 	const char *home;        /* state directory (resolved) */
 	const char *listen;      /* NULL or tls+tcp://HOST:PORT */
 	const char *cert, *key;  /* PEM files for listen */
+	uint16_t gateway_port;   /* 0: an ephemeral port on 127.0.0.1 */
 };
 
 struct sb_daemon {
@@ -28,7 +33,13 @@ struct sb_daemon {
 	sb_projector *proj;
 	sb_bus *bus;
 	struct sb_runs *runs;
-	sb_watch *req_watch, *proj_wake, *sig_term, *sig_int;
+	sb_gateway *gateway;
+	sb_watch *req_watch, *proj_wake, *sig_term, *sig_int, *budget_wake, *stub_child;
+	pthread_mutex_t budget_mu; /* guards budget_runs, filled by gateway threads */
+	char (*budget_runs)[SB_RUN_MAX];
+	size_t nbudget;
+	pid_t stub_pid;            /* the built-in model stub, 0 when not running */
+	char stub_url[SB_URL_MAX];
 	int pid_fd;
 	double started;
 	int stopping;
@@ -49,6 +60,11 @@ void sb_daemon_close(struct sb_daemon *d);
  * NULL). payload is one msgpack map. Errors: those of sb_log_append. */
 int sb_daemon_emit(struct sb_daemon *d, const char *run, const char *type,
 		   enum sb_source src, const void *payload, size_t len, uint64_t *offset);
+
+/* Writes the base URL of the built-in model stub into url, starting the
+ * stub (with scripts from script_dir, "" for its own) when it does not run.
+ * Errors: SB_ERR_UNAVAIL (it cannot start: the detail says why). */
+int sb_daemon_stub_url(struct sb_daemon *d, const char *script_dir, char url[SB_URL_MAX]);
 
 /* Brings the projections up to the newest event. */
 int sb_daemon_catch_up(struct sb_daemon *d);
