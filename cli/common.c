@@ -278,6 +278,23 @@ void cli_event_summary(const struct sb_event *ev, const msgpack_object *p, char 
 		cli_usd(sb_map_u64(p, "cost_nusd", 0), a, sizeof a);
 		sb_map_str(p, "model", b, sizeof b);
 		snprintf(buf, cap, "%s input · %s output · %s (%s)", c, d, a, b);
+	} else if (!strcmp(t, "agent.message") && ev->source == SB_SRC_GATEWAY) {
+		sb_map_str(p, "model", a, sizeof a);
+		thousands(sb_map_u64(p, "input_tokens", 0), c, sizeof c);
+		thousands(sb_map_u64(p, "output_tokens", 0), d, sizeof d);
+		snprintf(buf, cap, "%s %s: HTTP %llu, %s input · %s output, %llums%s", a,
+			 sb_map_get(p, "stream") && sb_map_get(p, "stream")->via.boolean ? "stream" : "call",
+			 (unsigned long long)sb_map_u64(p, "status", 0), c, d,
+			 (unsigned long long)sb_map_u64(p, "duration_ms", 0),
+			 sb_map_get(p, "cut") ? " (cut: past the budget)" : "");
+	} else if (!strcmp(t, "budget.exceeded")) {
+		cli_usd(sb_map_u64(p, "spent_nusd", 0), a, sizeof a);
+		cli_usd(sb_map_u64(p, "budget_nusd", 0), b, sizeof b);
+		snprintf(buf, cap, "spent %s of %s", a, b);
+	} else if (!strcmp(t, "secret.granted")) {
+		sb_map_str(p, "name", a, sizeof a);
+		sb_map_str(p, "scope", b, sizeof b);
+		snprintf(buf, cap, "%s (scope %s)", a, b);
 	} else if (!strcmp(t, "agent.output")) {
 		const msgpack_object *data = sb_map_get(p, "data");
 		sb_map_str(p, "stream", a, sizeof a);
@@ -292,10 +309,11 @@ void cli_event_summary(const struct sb_event *ev, const msgpack_object *p, char 
 	} else if (!strcmp(t, "run.policy.resolved")) {
 		sb_map_str(p, "network", a, sizeof a);
 		cli_usd(sb_map_u64(p, "budget_nusd", 0), b, sizeof b);
-		snprintf(buf, cap, "%llu cpu, %llu MiB, timeout %llus, network %s, budget %s",
+		sb_map_str(p, "model", c, sizeof c);
+		snprintf(buf, cap, "%llu cpu, %llu MiB, timeout %llus, network %s, model %s, budget %s",
 			 (unsigned long long)sb_map_u64(p, "cpus", 0),
 			 (unsigned long long)sb_map_u64(p, "memory_mib", 0),
-			 (unsigned long long)sb_map_u64(p, "timeout_s", 0), a,
+			 (unsigned long long)sb_map_u64(p, "timeout_s", 0), a, c,
 			 sb_map_u64(p, "budget_nusd", 0) ? b : "none");
 	} else if (!strcmp(t, "run.exited")) {
 		snprintf(buf, cap, "status %lld", (long long)sb_map_i64(p, "status", 0));
