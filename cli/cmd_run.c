@@ -10,9 +10,10 @@
 #include "cli/cli.h"
 #include "engine/error.h"
 #include "engine/payload.h"
+#include "vmm/chan.h" /* SB_CHAN_INPUTS_MAX: the daemon and the agent check it too */
 
 #define MAX_LIST 64
-#define INPUTS_MAX (48u << 20)
+#define INPUTS_MAX SB_CHAN_INPUTS_MAX
 
 struct list {
 	const char *v[MAX_LIST];

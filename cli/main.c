@@ -27,7 +27,7 @@ static const struct cli_cmd commands[] = {
 	 "  --cpu N               vCPUs (default: the template's)\n"
 	 "  --memory SIZE         guest memory, e.g. 256M, 1G\n"
 	 "  --timeout DURATION    e.g. 90s, 10m, 8h; enforced by the host\n"
-	 "  --input PATH          copy a file into /workspace (repeatable)\n"
+	 "  --input PATH          copy a file into /workspace (repeatable; 48 MiB in all)\n"
 	 "  --env K=V             environment for the harness (repeatable)\n"
 	 "  -m, --model MODEL     model the run may use (through the gateway)\n"
 	 "  --budget USD          hard LLM budget, e.g. 0.50\n"

@@ -31,13 +31,12 @@
 #include "vmm/disk.h"
 #include "vmm/qemu.h"
 
-#define BOOT_DEADLINE_S 120.0 /* HELLO from the agent, under TCG */
+#define BOOT_DEADLINE_S 120.0 /* HELLO from the agent, under TCG; SANBOX_BOOT_TIMEOUT */
 #define STOP_GRACE_S 5.0      /* SIGTERM to the harness, then the VM ends */
 #define KILL_GRACE_S 5.0      /* SIGTERM to QEMU, then SIGKILL */
 #define READ_BUDGET (256u << 10) /* bytes read from one guest per wake-up */
 #define GUEST_RATE 200.0      /* guest events per second, sustained */
 #define GUEST_BURST 2000.0
-#define INPUTS_MAX (768u << 10)
 
 struct run {
 	struct sb_runs *owner;
@@ -52,6 +51,7 @@ struct run {
 	msgpack_sbuffer spec; /* the SPEC frame, sent on HELLO */
 	int hello, done, exited, killing;
 	char stop_reason[32];
+	char setup_error[256];	  /* why the agent could not set the run up (DONE) */
 	double tokens, tokens_ts; /* guest event rate limiter */
 	uint64_t dropped;
 	double warned_ts;
@@ -62,6 +62,7 @@ struct sb_runs {
 	struct sb_daemon *d;
 	struct run *live;
 	unsigned active;
+	double boot_deadline; /* seconds from QEMU start to the agent's HELLO */
 };
 
 static int emit_map(struct sb_daemon *d, const char *run, const char *type, enum sb_source src,
@@ -168,6 +169,32 @@ static int reconcile(struct sb_runs *rs)
 	return rc;
 }
 
+/* The boot deadline: $SANBOX_BOOT_TIMEOUT (seconds, or with s or m), else
+ * BOOT_DEADLINE_S. */
+static int boot_deadline(double *out)
+{
+	const char *s = getenv("SANBOX_BOOT_TIMEOUT");
+	char *end;
+	double v;
+
+	*out = BOOT_DEADLINE_S;
+	if (!s || !*s)
+		return SB_OK;
+	v = strtod(s, &end);
+	if (end != s && !strcmp(end, "m"))
+		v *= 60, end++;
+	else if (end != s && !strcmp(end, "s"))
+		end++;
+	if (end == s || *end || !(v >= 1 && v <= 86400))
+		return sb_seterr(
+		    SB_ERR_INVAL,
+		    "SANBOX_BOOT_TIMEOUT must be 1 to 86400 seconds (e.g. 120, 90s, 3m), "
+		    "not '%.40s'",
+		    s);
+	*out = v;
+	return SB_OK;
+}
+
 int sb_runs_open(struct sb_daemon *d, struct sb_runs **out)
 {
 	struct sb_runs *rs = calloc(1, sizeof *rs);
@@ -176,7 +203,7 @@ int sb_runs_open(struct sb_daemon *d, struct sb_runs **out)
 	if (!rs)
 		return SB_ERR_NOMEM;
 	rs->d = d;
-	if ((rc = reconcile(rs))) {
+	if ((rc = boot_deadline(&rs->boot_deadline)) || (rc = reconcile(rs))) {
 		free(rs);
 		return rc;
 	}
@@ -407,6 +434,8 @@ static void on_frame(struct run *r, const struct sb_chan_frame *f)
 			sb_watch_stop(r->boot_w);
 			r->boot_w = NULL;
 			chan_send(r, r->spec.data, r->spec.size);
+			msgpack_sbuffer_destroy(&r->spec); /* the inputs: keep one copy */
+			msgpack_sbuffer_init(&r->spec);
 		}
 		break;
 	case SB_CHAN_EVENT:
@@ -430,6 +459,10 @@ static void on_frame(struct run *r, const struct sb_chan_frame *f)
 		break;
 	case SB_CHAN_DONE:
 		r->done = 1;
+		sb_map_str(&f->body, "error", r->setup_error, sizeof r->setup_error);
+		for (char *p = r->setup_error; *p; p++)
+			if ((unsigned char)*p < 0x20)
+				*p = ' '; /* guest text: keep the reason one line */
 		break;
 	default:
 		break; /* DATA/CLOSE of refused streams, LOG: ignored */
@@ -569,25 +602,64 @@ static void on_timeout(void *ctx)
 static void on_boot_deadline(void *ctx)
 {
 	struct run *r = ctx;
+	char reason[160];
 
 	sb_watch_stop(r->boot_w);
 	r->boot_w = NULL;
 	if (r->hello)
 		return;
-	emit_strs(r->owner->d, r->id, "run.failed", "reason",
-		  "the guest agent did not answer within its boot deadline (see console.log)", NULL);
+	snprintf(reason, sizeof reason,
+		 "the guest agent did not answer within its %g s boot deadline "
+		 "(SANBOX_BOOT_TIMEOUT; see console.log)",
+		 r->owner->boot_deadline);
+	emit_strs(r->owner->d, r->id, "run.failed", "reason", reason, NULL);
 	snprintf(r->stop_reason, sizeof r->stop_reason, "failed");
 	vm_end(r);
 }
 
-/* Explains a VM that ended by itself without a report, from its console. */
+/* Copies the last non-empty line of file into buf ("" when none). */
+static void last_line(const char *file, char *buf, size_t cap)
+{
+	char line[512];
+	FILE *f = fopen(file, "re");
+
+	buf[0] = 0;
+	while (f && fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\r\n")] = 0;
+		if (line[0])
+			snprintf(buf, cap, "%s", line);
+	}
+	if (f)
+		fclose(f);
+}
+
+/* Explains a VM that ended without a report from the harness: the agent's
+ * setup error, a kernel panic on the console, or how QEMU ended. */
 static void crash_reason(struct run *r, int status, char *buf, size_t cap)
 {
 	char path[PATH_MAX + 16], line[512];
 	FILE *f;
 
-	snprintf(buf, cap, "the VM ended before the harness reported (QEMU status %d)",
-		 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+	if (r->setup_error[0]) {
+		snprintf(buf, cap, "the guest agent could not set the run up: %s",
+			 r->setup_error);
+		return;
+	}
+	if (WIFSIGNALED(status)) {
+		snprintf(buf, cap,
+			 "QEMU was killed by signal %d (%s) before the harness reported",
+			 WTERMSIG(status), strsignal(WTERMSIG(status)));
+	} else if (WIFEXITED(status) && WEXITSTATUS(status)) {
+		snprintf(path, sizeof path, "%s/qemu.log", r->dir);
+		last_line(path, line, sizeof line);
+		snprintf(buf, cap,
+			 "QEMU exited with status %d before the harness reported%s%.300s",
+			 WEXITSTATUS(status), line[0] ? ": " : "", line);
+	} else {
+		snprintf(
+		    buf, cap,
+		    "the VM powered off before the harness reported (see console.log)");
+	}
 	snprintf(path, sizeof path, "%s/console.log", r->dir);
 	if (!(f = fopen(path, "re")))
 		return;
@@ -606,7 +678,7 @@ static void on_child(void *ctx, int status)
 {
 	struct run *r = ctx;
 	struct sb_daemon *d = r->owner->d;
-	char reason[256];
+	char reason[512];
 
 	/* child_w is stopped; run_free frees it (safe inside its callback) */
 	/* drain what the guest sent before it went away */
@@ -726,6 +798,9 @@ static int spec_parse(const msgpack_object *m, struct spec *s)
 	s->inputs = sb_map_get(m, "inputs");
 	if (s->inputs && s->inputs->type != MSGPACK_OBJECT_ARRAY)
 		return sb_seterr(SB_ERR_INVAL, "spec: inputs must be a list");
+	if (s->inputs && s->inputs->via.array.size > SB_CHAN_INPUT_FILES)
+		return sb_seterr(SB_ERR_TOOBIG, "spec: more than %u input files",
+				 SB_CHAN_INPUT_FILES);
 	for (uint32_t i = 0; s->inputs && i < s->inputs->via.array.size; i++) {
 		const msgpack_object *in = &s->inputs->via.array.ptr[i];
 		const msgpack_object *p = sb_map_get(in, "path"), *d = sb_map_get(in, "data");
@@ -733,9 +808,10 @@ static int spec_parse(const msgpack_object *m, struct spec *s)
 			return sb_seterr(SB_ERR_INVAL, "spec: input %u needs a relative path and data", i);
 		s->input_bytes += d->via.bin.size;
 	}
-	if (s->input_bytes > INPUTS_MAX)
-		return sb_seterr(SB_ERR_TOOBIG, "inputs total %zu bytes, above the %u KiB limit",
-				 s->input_bytes, INPUTS_MAX >> 10);
+	if (s->input_bytes > SB_CHAN_INPUTS_MAX)
+		return sb_seterr(SB_ERR_TOOBIG,
+				 "inputs total %zu bytes, above the %u MiB limit",
+				 s->input_bytes, SB_CHAN_INPUTS_MAX >> 20);
 	return SB_OK;
 }
 
@@ -752,12 +828,14 @@ static void pack_env_names(msgpack_packer *pk, const msgpack_object *env)
 	}
 }
 
-/* Packs the SPEC frame the guest agent receives on HELLO. */
+/* Packs the SPEC frame the guest agent receives on HELLO, then the INPUT
+ * frames of the inputs. */
 static int pack_guest_spec(struct run *r, const struct spec *s, const struct sb_template *t)
 {
 	msgpack_packer pk;
 	size_t start;
 	uint32_t nenv = s->env ? s->env->via.array.size : 0;
+	uint32_t nin = s->inputs ? s->inputs->via.array.size : 0;
 	int rc;
 
 	msgpack_packer_init(&pk, &r->spec, msgpack_sbuffer_write);
@@ -786,12 +864,29 @@ static int pack_guest_spec(struct run *r, const struct spec *s, const struct sb_
 	}
 	sb_pack_kstr(&pk, "cwd", "/workspace");
 	sb_pack_str(&pk, "inputs");
-	if (s->inputs)
-		msgpack_pack_object(&pk, *s->inputs);
-	else
-		msgpack_pack_array(&pk, 0);
+	msgpack_pack_array(&pk, nin);
+	for (uint32_t i = 0; i < nin; i++) {
+		const msgpack_object *in = &s->inputs->via.array.ptr[i];
+		const msgpack_object *mode = sb_map_get(in, "mode");
+		msgpack_pack_map(&pk, 3);
+		sb_pack_str(&pk, "path");
+		msgpack_pack_object(&pk, *sb_map_get(in, "path"));
+		sb_pack_ku64(&pk, "size", sb_map_get(in, "data")->via.bin.size);
+		sb_pack_ku64(&pk, "mode",
+			     mode && mode->type == MSGPACK_OBJECT_POSITIVE_INTEGER
+				 ? mode->via.u64 & 07777
+				 : 0644);
+	}
 	sb_pack_ku64(&pk, "tunnel_port", 0);
-	return sb_chan_end(&r->spec, start);
+	if ((rc = sb_chan_end(&r->spec, start)))
+		return rc;
+	/* the contents follow the SPEC in INPUT frames (vmm/chan.h) */
+	for (uint32_t i = 0; i < nin && rc == SB_OK; i++) {
+		const msgpack_object *d =
+		    sb_map_get(&s->inputs->via.array.ptr[i], "data");
+		rc = sb_chan_pack_input(&r->spec, i, d->via.bin.ptr, d->via.bin.size);
+	}
+	return rc;
 }
 
 /* Writes run.created and run.policy.resolved in one atomic append. */
@@ -895,7 +990,8 @@ static int run_start(struct run *r, const struct sb_template *t, const struct sp
 	r->child_w = sb_loop_child(d->loop, r->pid, on_child, r);
 	r->chan_lw = sb_loop_io(d->loop, r->chan_lfd, SB_READ, on_chan_accept, r);
 	r->qmp_lw = sb_loop_io(d->loop, r->qmp_lfd, SB_READ, on_qmp_accept, r);
-	r->boot_w = sb_loop_timer(d->loop, BOOT_DEADLINE_S, 0, on_boot_deadline, r);
+	r->boot_w =
+	    sb_loop_timer(d->loop, r->owner->boot_deadline, 0, on_boot_deadline, r);
 	r->timeout_w = sb_loop_timer(d->loop, (double)timeout, 0, on_timeout, r);
 	if (why[0])
 		warn(r, "%s", why);
@@ -935,25 +1031,34 @@ int sb_runs_create(struct sb_runs *rs, const msgpack_object *specmap, char id[SB
 	new_run_id(r->id);
 	if (snprintf(r->dir, sizeof r->dir, "%s/runs/%s", rs->d->home, r->id) >= (int)sizeof r->dir)
 		rc = sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
-	if (rc || (rc = sb_chan_reader_new(&r->reader)) || (rc = pack_guest_spec(r, &s, &t)) ||
-	    (rc = emit_resolved(rs, r->id, &s, &t, cpus, mem, timeout))) {
-		run_free(r);
-		return rc;
-	}
+	if (rc || (rc = sb_chan_reader_new(&r->reader)) ||
+	    (rc = pack_guest_spec(r, &s, &t)) ||
+	    (rc = emit_resolved(rs, r->id, &s, &t, cpus, mem, timeout)))
+		goto out;
 	memcpy(id, r->id, SB_RUN_MAX);
 	if ((rc = run_start(r, &t, &s, cpus, mem, timeout))) {
 		/* resolved but could not start: the record says why */
-		emit_strs(rs->d, r->id, "run.failed", "reason", sb_errmsg(rc), NULL);
-		emit_strs(rs->d, r->id, "run.stopped", "reason", "failed", NULL);
+		char reason[600];
+
+		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
 		if (r->pid > 0)
 			sb_vm_kill(r->pid, SIGKILL);
-		run_free(r);
-		return SB_OK; /* the run exists; its events tell the story */
+		if ((rc = emit_strs(rs->d, r->id, "run.failed", "reason", reason,
+				    NULL)) == SB_OK)
+			rc = emit_strs(rs->d, r->id, "run.stopped", "reason", "failed",
+				       NULL);
+		goto out; /* SB_OK: the run exists; its events tell the story */
 	}
 	r->next = rs->live;
 	rs->live = r;
 	rs->active++;
 	return SB_OK;
+out:
+	run_free(r);
+	if (rc == SB_ERR_FULL)
+		rc = sb_seterr(rc, "cannot record the run in %s: %s", rs->d->home,
+			       sb_errmsg(rc));
+	return rc;
 }
 
 int sb_runs_stop(struct sb_runs *rs, const char *id, const char *reason)

@@ -130,7 +130,7 @@ static void accel_slurp(const char *path, char *buf, size_t len)
 /* The cache key: this host boot and this QEMU. */
 static int accel_key(char *boot, size_t blen, char *qver, size_t qlen)
 {
-	char *argv[] = {SB_VM_QEMU_DEFAULT, "-version", NULL};
+	char *argv[] = {(char *)sb_vm_qemu(), "-version", NULL};
 	int rc, st;
 
 	accel_slurp("/proc/sys/kernel/random/boot_id", boot, blen);
@@ -140,8 +140,7 @@ static int accel_key(char *boot, size_t blen, char *qver, size_t qlen)
 		return rc;
 	qver[strcspn(qver, "\n")] = 0;
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !qver[0])
-		return sb_seterr(SB_ERR_UNAVAIL, "%s -version failed",
-				 SB_VM_QEMU_DEFAULT);
+		return sb_seterr(SB_ERR_UNAVAIL, "%s -version failed", argv[0]);
 	return 0;
 }
 

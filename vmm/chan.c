@@ -19,7 +19,7 @@ struct sb_chan_reader {
 /* Indexed by enum sb_chan_kind. */
 static const char *const kind_names[] = {"?",	       "HELLO", "SPEC", "EVENT",
 					 "EVENT_JSON", "OPEN",	"DATA", "CLOSE",
-					 "SIGNAL",     "DONE",	"LOG"};
+					 "SIGNAL",     "DONE",	"LOG",	"INPUT"};
 
 const char *sb_chan_kind_name(int kind)
 {
@@ -104,6 +104,32 @@ int sb_chan_encode(int kind, uint64_t stream, const void *body, size_t len,
 		return sb_seterr(SB_ERR_NOMEM, "chan: out of memory packing a frame");
 	}
 	return sb_chan_end(out, start);
+}
+
+int sb_chan_pack_input(msgpack_sbuffer *out, uint32_t index, const void *data, size_t len)
+{
+	const char *p = data;
+	size_t at = out->size, off, n, start;
+	msgpack_packer pk;
+	int err;
+
+	msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+	for (off = 0; off < len; off += n) {
+		n = len - off < SB_CHAN_DATA_MAX ? len - off : SB_CHAN_DATA_MAX;
+		if ((err = sb_chan_begin(out, &pk, SB_CHAN_INPUT, index, &start)))
+			goto fail;
+		if (msgpack_pack_bin_with_body(&pk, p + off, n)) {
+			err = sb_seterr(SB_ERR_NOMEM,
+					"chan: out of memory packing a frame");
+			goto fail;
+		}
+		if ((err = sb_chan_end(out, start)))
+			goto fail;
+	}
+	return 0;
+fail:
+	out->size = at;
+	return err;
 }
 
 int sb_chan_reader_new(sb_chan_reader **out)

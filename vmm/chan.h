@@ -4,6 +4,16 @@
  * L bytes holding one msgpack array [kind, stream, body]. The codec is shared
  * by the static guest agent and the host daemon, so it depends only on
  * msgpack-c and engine/error.h. See SPEC.md for the bodies of each kind.
+ *
+ * Input files do not ride in the SPEC (a frame is at most 1 MiB): the SPEC
+ * lists them as inputs: [{path, size, mode}] (path relative, no "", "." or
+ * ".." component; at most SB_CHAN_INPUT_FILES files and SB_CHAN_INPUTS_MAX
+ * bytes in all), and right after it the host sends their contents, file
+ * after file in list order, as INPUT frames: stream = the file's index in
+ * the list, body = bin of 1..SB_CHAN_DATA_MAX bytes (a file of size 0 has
+ * none). The agent writes each chunk as it comes, refuses a chunk of
+ * another file than the one being written or past its declared size, and
+ * reports harness.input.ready {files, bytes} once every file is complete.
  */
 #ifndef SB_CHAN_H
 #define SB_CHAN_H
@@ -13,9 +23,11 @@
 
 #include <msgpack.h>
 
-#define SB_CHAN_MAX	   (1u << 20)	/* largest frame payload (L) */
-#define SB_CHAN_DATA_MAX   (64u * 1024) /* largest DATA body */
-#define SB_CHAN_OUTPUT_MAX 4096		/* largest agent.output data */
+#define SB_CHAN_MAX	    (1u << 20)	 /* largest frame payload (L) */
+#define SB_CHAN_DATA_MAX    (64u * 1024) /* largest DATA body */
+#define SB_CHAN_OUTPUT_MAX  4096	 /* largest agent.output data */
+#define SB_CHAN_INPUTS_MAX  (48u << 20)	 /* input bytes of a run, in all */
+#define SB_CHAN_INPUT_FILES 1024	 /* input files of a run */
 
 enum sb_chan_kind {
 	SB_CHAN_HELLO = 1,	/* guest->host {version, kernel} */
@@ -26,9 +38,13 @@ enum sb_chan_kind {
 	SB_CHAN_DATA = 6,	/* both ways, stream = id, bin <= SB_CHAN_DATA_MAX */
 	SB_CHAN_CLOSE = 7,	/* both ways, stream = id, nil: sender is done */
 	SB_CHAN_SIGNAL = 8,	/* host->guest {signal}: signal the harness group */
-	SB_CHAN_DONE = 9,	/* guest->host {}: run over, disk synced */
+	SB_CHAN_DONE = 9,	/* guest->host {} or {error}: run over, disk
+				 * synced; error: why the setup failed */
 	SB_CHAN_LOG = 10,	/* guest->host {message}: agent diagnostics */
-	SB_CHAN_KIND_MAX = SB_CHAN_LOG,
+	SB_CHAN_INPUT = 11,	/* host->guest, stream = input index, bin of
+				 * 1..SB_CHAN_DATA_MAX bytes: a chunk of an
+				 * input file, after the SPEC (see above) */
+	SB_CHAN_KIND_MAX = SB_CHAN_INPUT,
 };
 
 /* Returns the name of a frame kind ("HELLO"), or "?" when unknown. */
@@ -40,6 +56,13 @@ const char *sb_chan_kind_name(int kind);
  * frame would exceed SB_CHAN_MAX), SB_ERR_NOMEM. On error out is unchanged. */
 int sb_chan_encode(int kind, uint64_t stream, const void *body, size_t len,
 		   msgpack_sbuffer *out);
+
+/* Appends to out the INPUT frames that carry len bytes of data as input
+ * file index: len / SB_CHAN_DATA_MAX frames, rounded up (none when len is
+ * 0), each SB_CHAN_DATA_MAX bytes but the last. Errors: SB_ERR_NOMEM; on
+ * error out is unchanged. */
+int sb_chan_pack_input(msgpack_sbuffer *out, uint32_t index, const void *data,
+		       size_t len);
 
 /* Starts a frame in out and packs [kind, stream, then the caller packs the
  * body with pk (which must write to out). Returns the frame's start offset

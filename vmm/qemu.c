@@ -183,6 +183,13 @@ static int qemu_check(const struct sb_vm_config *c)
 	return 0;
 }
 
+const char *sb_vm_qemu(void)
+{
+	const char *q = getenv("SANBOX_QEMU");
+
+	return q && *q ? q : SB_VM_QEMU_DEFAULT;
+}
+
 int sb_vm_argv(const struct sb_vm_config *c, char ***out)
 {
 	struct qemu_av a = {0};
@@ -197,7 +204,7 @@ int sb_vm_argv(const struct sb_vm_config *c, char ***out)
 	if (c->accel == SB_ACCEL_TCG && !khz && sb_host_tsc_khz(&khz))
 		khz = 0;
 
-	av_addf(&a, "%s", c->qemu ? c->qemu : SB_VM_QEMU_DEFAULT);
+	av_addf(&a, "%s", c->qemu ? c->qemu : sb_vm_qemu());
 	av_add2(&a, "-M", "microvm,x-option-roms=off,rtc=on");
 	if (c->accel == SB_ACCEL_KVM) {
 		av_add2(&a, "-accel", "kvm");
@@ -347,7 +354,8 @@ fail:
 }
 
 /* Forks and execs path with argv in a new session; stdin from in, stdout
- * and stderr to out. Returns once exec has succeeded or failed. */
+ * and stderr to out. Returns once exec has succeeded or failed (then
+ * SB_ERR_UNAVAIL, with the child reaped). */
 static int qemu_fork_exec(const char *path, char *const argv[], int in, int out,
 			  pid_t *pid)
 {
@@ -377,7 +385,8 @@ static int qemu_fork_exec(const char *path, char *const argv[], int in, int out,
 	while (n < 0 && errno == EINTR);
 	if (n == sizeof e) {
 		waitpid(p, NULL, 0);
-		rc = sb_seterr(SB_ERR_IO, "exec %s: %s", path, strerror(e));
+		rc =
+		    sb_seterr(SB_ERR_UNAVAIL, "cannot execute %s: %s", path, strerror(e));
 		goto fail;
 	}
 	*pid = p;
@@ -409,9 +418,12 @@ int sb_vm_spawn(const struct sb_vm_config *c, pid_t *pid)
 		return rc;
 	rc = qemu_find_exe(argv[0], exe, sizeof exe);
 	if (rc) {
-		rc = sb_seterr(SB_ERR_UNAVAIL,
-			       "QEMU binary %s not found (install qemu-system-x86)",
-			       argv[0]);
+		rc = strchr(argv[0], '/')
+			 ? sb_seterr(SB_ERR_UNAVAIL, "QEMU binary %s", sb_errmsg(rc))
+			 : sb_seterr(SB_ERR_UNAVAIL,
+				     "QEMU binary %s not found in PATH (install "
+				     "qemu-system-x86, or set SANBOX_QEMU)",
+				     argv[0]);
 		goto fail;
 	}
 	if ((rc = qemu_need_file("kernel", c->kernel)) ||

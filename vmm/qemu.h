@@ -24,7 +24,7 @@ typedef enum { SB_ACCEL_AUTO, SB_ACCEL_KVM, SB_ACCEL_TCG } sb_accel;
 #define SB_VM_PROBE_OK	     "sanbox-probe-ok" /* what the guest prints on it */
 
 struct sb_vm_config {
-	const char *qemu;	  /* binary, NULL = SB_VM_QEMU_DEFAULT (PATH) */
+	const char *qemu;	  /* binary, NULL = sb_vm_qemu() */
 	const char *kernel;	  /* required: PVH vmlinux or bzImage */
 	const char *initrd;	  /* NULL = none */
 	const char *append_extra; /* added to the kernel command line, or NULL */
@@ -43,6 +43,11 @@ struct sb_vm_config {
 				   * 0 = the host's (sb_host_tsc_khz) */
 };
 
+/* The QEMU binary of a config without one: $SANBOX_QEMU when set and not
+ * empty (a path, or a name searched in PATH), else SB_VM_QEMU_DEFAULT.
+ * The string is static or the environment's. */
+const char *sb_vm_qemu(void);
+
 /* Builds QEMU's argv for c into *out, a NULL-terminated array; the caller
  * frees it with sb_argv_free(). Under TCG the kernel gets tsc_early_khz= so
  * it does not calibrate the TSC against the emulated PIT (which fails under
@@ -58,9 +63,10 @@ void sb_argv_free(char **argv);
  * qemu.log in the console log's directory, a new session and process group
  * (pgid = *pid), no other descriptors, default signal state. Returns once
  * QEMU has been exec'd; *pid is a child of the caller, reap it with
- * sb_vm_wait(). Errors: SB_ERR_UNAVAIL (QEMU binary missing), SB_ERR_NOTFOUND
- * (kernel, initrd, disk or incoming file missing), SB_ERR_INVAL,
- * SB_ERR_IO (fork, exec, log file; errno kept), SB_ERR_NOMEM. */
+ * sb_vm_wait(). Errors: SB_ERR_UNAVAIL (QEMU binary missing, or exec of it
+ * failed; the detail names it), SB_ERR_NOTFOUND (kernel, initrd, disk or
+ * incoming file missing), SB_ERR_INVAL, SB_ERR_IO (fork, log file; errno
+ * kept), SB_ERR_NOMEM. */
 int sb_vm_spawn(const struct sb_vm_config *c, pid_t *pid);
 
 /* Waits up to timeout_ms (-1 = forever) for process pid to exit and reaps
@@ -90,7 +96,7 @@ int sb_unix_accept(int lfd, int timeout_ms, int *fd);
  * collects its stdout and stderr (NUL-terminated, truncated to outlen - 1)
  * into out (may be NULL when outlen is 0). Kills it after timeout_ms.
  * *status gets the waitpid() status. Errors: SB_ERR_UNAVAIL (program
- * missing), SB_ERR_TIMEOUT, SB_ERR_IO. */
+ * missing, or exec of it failed), SB_ERR_TIMEOUT, SB_ERR_IO. */
 int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen,
 		int *status);
 

@@ -1,9 +1,11 @@
 /* driver.c - host side of the guest channel, for tests/e2e/guest_boot.sh.
  *
- * driver -s SOCK [-a ARG]... [-e K=V]... [-i PATH=TEXT]... [-t PORT]
+ * driver -s SOCK [-a ARG]... [-e K=V]... [-i PATH[:SIZE]=TEXT]... [-t PORT]
  *        [-k SIG:MS] [-T SECONDS] [-G] -- QEMU-COMMAND...
  *   Listens on the unix socket SOCK, starts QEMU (which connects to it),
- *   answers HELLO with a SPEC (argv, env, inputs, tunnel_port), prints every
+ *   answers HELLO with a SPEC (argv, env, inputs, tunnel_port) and the
+ *   inputs' INPUT frames (-i PATH[:SIZE]=TEXT: SIZE, when given, is the size
+ *   the SPEC declares, a lie when it is not TEXT's length), prints every
  *   frame it gets as one line on stdout, answers tunnel streams with an
  *   HTTP/1.0 response "tunnel-ok <request line>", and (-k) sends SIGNAL SIG
  *   MS milliseconds after harness.input.ready. -G sends bad frames: garbage
@@ -94,7 +96,7 @@ static void send_raw(const void *data, size_t len)
 static void send_garbage(void)
 {
 	static const char bad_payload[] =
-	    "\0\0\0\5\x93\x0b\x00\xc0\xc1"; /* kind 11 + junk */
+	    "\0\0\0\5\x93\x0c\x00\xc0\xc1"; /* kind 12 + junk */
 	static const char not_msgpack[] = "\0\0\0\3\xc1\xc1\xc1";
 	static const char huge_array[] = "\0\0\0\5\xdd\xff\xff\xff\xff";
 	static const char sig_nil[] = "\0\0\0\4\x93\x08\x00\xc0"; /* SIGNAL nil */
@@ -109,11 +111,28 @@ static void send_garbage(void)
 	send_raw(close_unknown, 8);
 }
 
+/* Splits input i ("PATH[:SIZE]=TEXT") into its path, declared size and text. */
+static void input_parts(int i, size_t *plen, unsigned long long *size, const char **text)
+{
+	const char *eq = strchr(d.inputs[i], '='), *colon;
+
+	*text = eq + 1;
+	*size = strlen(eq + 1);
+	*plen = (size_t)(eq - d.inputs[i]);
+	colon = memchr(d.inputs[i], ':', *plen);
+	if (colon) {
+		*size = strtoull(colon + 1, NULL, 10);
+		*plen = (size_t)(colon - d.inputs[i]);
+	}
+}
+
 static void send_spec(void)
 {
+	unsigned long long size;
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
-	size_t start;
+	const char *text;
+	size_t start, plen;
 	int i;
 
 	msgpack_sbuffer_init(&sb);
@@ -133,13 +152,12 @@ static void send_spec(void)
 	pack_str(&pk, "inputs");
 	msgpack_pack_array(&pk, d.ninputs);
 	for (i = 0; i < d.ninputs; i++) {
-		const char *eq = strchr(d.inputs[i], '=');
-
+		input_parts(i, &plen, &size, &text);
 		msgpack_pack_map(&pk, 3);
 		pack_str(&pk, "path");
-		msgpack_pack_str_with_body(&pk, d.inputs[i], (size_t)(eq - d.inputs[i]));
-		pack_str(&pk, "data");
-		msgpack_pack_bin_with_body(&pk, eq + 1, strlen(eq + 1));
+		msgpack_pack_str_with_body(&pk, d.inputs[i], plen);
+		pack_str(&pk, "size");
+		msgpack_pack_uint64(&pk, size);
 		pack_str(&pk, "mode");
 		msgpack_pack_uint32(&pk, 0644);
 	}
@@ -147,6 +165,11 @@ static void send_spec(void)
 	msgpack_pack_uint32(&pk, d.tunnel_port);
 	if (sb_chan_end(&sb, start))
 		fprintf(stderr, "driver: spec: %s\n", sb_errmsg(SB_ERR_PROTO));
+	for (i = 0; i < d.ninputs; i++) {
+		input_parts(i, &plen, &size, &text);
+		if (sb_chan_pack_input(&sb, (uint32_t)i, text, strlen(text)))
+			fprintf(stderr, "driver: input: %s\n", sb_errmsg(SB_ERR_NOMEM));
+	}
 	send_sb(&sb);
 	msgpack_sbuffer_destroy(&sb);
 }
@@ -290,7 +313,12 @@ static int on_frame(const struct sb_chan_frame *f, int64_t t0, int64_t *kill_at)
 		       o && o->type == MSGPACK_OBJECT_STR ? (int)o->via.str.size : 0,
 		       o && o->type == MSGPACK_OBJECT_STR ? o->via.str.ptr : "");
 		break;
-	case SB_CHAN_DONE: printf("DONE ms=%lld\n", (long long)(now_ms() - t0)); return 1;
+	case SB_CHAN_DONE:
+		printf("DONE ms=%lld ", (long long)(now_ms() - t0));
+		print_obj(&f->body);
+		putchar('\n');
+		fflush(stdout);
+		return 1;
 	default: printf("UNEXPECTED %s\n", sb_chan_kind_name(f->kind));
 	}
 	fflush(stdout);

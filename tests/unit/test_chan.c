@@ -166,7 +166,8 @@ static void test_zero_length(void **state)
 	msgpack_sbuffer_init(&sb);
 	assert_int_equal(sb_chan_encode(SB_CHAN_DONE, 0, "", 0, &sb), SB_ERR_INVAL);
 	assert_int_equal(sb_chan_encode(0, 0, "\xc0", 1, &sb), SB_ERR_INVAL);
-	assert_int_equal(sb_chan_encode(11, 0, "\xc0", 1, &sb), SB_ERR_INVAL);
+	assert_int_equal(sb_chan_encode(SB_CHAN_KIND_MAX + 1, 0, "\xc0", 1, &sb),
+			 SB_ERR_INVAL);
 	/* begin + end with no body packed is refused and leaves nothing */
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
 	assert_int_equal(sb_chan_begin(&sb, &pk, SB_CHAN_DONE, 300, &start), 0);
@@ -212,7 +213,7 @@ static void test_garbage(void **state)
 {
 	expect_bad_frame("\x92\x01\x00", 3);			 /* array of 2 */
 	expect_bad_frame("\x93\x00\x00\xc0", 4);		 /* kind 0 */
-	expect_bad_frame("\x93\x0b\x00\xc0", 4);		 /* kind 11 */
+	expect_bad_frame("\x93\x0c\x00\xc0", 4);		 /* kind 12 */
 	expect_bad_frame("\x93\xff\x00\xc0", 4);		 /* kind -1 */
 	expect_bad_frame("\x93\x01\xa1x\xc0", 5);		 /* stream is a str */
 	expect_bad_frame("\x93\x01\x00\xc0\xc0", 5);		 /* trailing byte */
@@ -333,6 +334,58 @@ static void test_types(void **state)
 	msgpack_sbuffer_destroy(&sb);
 }
 
+/* An input file becomes INPUT frames of at most SB_CHAN_DATA_MAX bytes on
+ * its index, in order, that add up to its content; an empty file gives none;
+ * a frame the reader accepts is never above the limit the agent checks. */
+static void test_input_chunks(void **state)
+{
+	static const size_t sizes[] = {0, 1, SB_CHAN_DATA_MAX, SB_CHAN_DATA_MAX + 1,
+				       3 * SB_CHAN_DATA_MAX + 17};
+	size_t max = 3 * SB_CHAN_DATA_MAX + 17, i, got, frames;
+	unsigned char *data = malloc(max), *back = malloc(max);
+	msgpack_sbuffer sb;
+	sb_chan_reader *r;
+	struct sb_chan_frame f;
+
+	assert_non_null(data);
+	assert_non_null(back);
+	for (i = 0; i < max; i++)
+		data[i] = (unsigned char)(i * 131 + i / 977);
+	for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+		msgpack_sbuffer_init(&sb);
+		pack_frame(&sb, SB_CHAN_SPEC, 0);
+		assert_int_equal(sb_chan_pack_input(&sb, 7, data, sizes[k]), 0);
+		pack_frame(&sb, SB_CHAN_LOG, 0);
+		assert_int_equal(sb_chan_reader_new(&r), 0);
+		assert_int_equal(sb_chan_reader_feed(r, sb.data, sb.size), 0);
+		assert_int_equal(sb_chan_reader_next(r, &f), 0);
+		check_frame(&f, SB_CHAN_SPEC, 0);
+		got = frames = 0;
+		while (sb_chan_reader_next(r, &f) == 0 && f.kind == SB_CHAN_INPUT) {
+			assert_true(f.stream == 7);
+			assert_int_equal(f.body.type, MSGPACK_OBJECT_BIN);
+			assert_true(f.body.via.bin.size >= 1);
+			assert_true(f.body.via.bin.size <= SB_CHAN_DATA_MAX);
+			assert_true(got + f.body.via.bin.size <= sizes[k]);
+			memcpy(back + got, f.body.via.bin.ptr, f.body.via.bin.size);
+			got += f.body.via.bin.size;
+			frames++;
+		}
+		check_frame(&f, SB_CHAN_LOG, 0); /* the frame after the input */
+		assert_int_equal(got, sizes[k]);
+		assert_int_equal(frames,
+				 (sizes[k] + SB_CHAN_DATA_MAX - 1) / SB_CHAN_DATA_MAX);
+		if (got)
+			assert_memory_equal(back, data, got);
+		assert_int_equal(sb_chan_reader_next(r, &f), SB_END);
+		sb_chan_reader_free(r);
+		msgpack_sbuffer_destroy(&sb);
+	}
+	assert_string_equal(sb_chan_kind_name(SB_CHAN_INPUT), "INPUT");
+	free(data);
+	free(back);
+}
+
 /* sb_map_get only matches string keys of maps. */
 static void test_map_get(void **state)
 {
@@ -349,7 +402,7 @@ int main(void)
 	    cmocka_unit_test(test_oversize),  cmocka_unit_test(test_zero_length),
 	    cmocka_unit_test(test_garbage),   cmocka_unit_test(test_random),
 	    cmocka_unit_test(test_truncated), cmocka_unit_test(test_types),
-	    cmocka_unit_test(test_map_get),
+	    cmocka_unit_test(test_map_get),   cmocka_unit_test(test_input_chunks),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

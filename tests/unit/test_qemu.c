@@ -186,6 +186,15 @@ static void test_argv_kvm_minimal(void **state)
 	assert_null(opt_after(argv, "-chardev", &from));
 	assert_true(argc_of(argv) > 20);
 	sb_argv_free(argv);
+	/* SANBOX_QEMU names the binary of a config without one. */
+	setenv("SANBOX_QEMU", "/opt/q/qemu", 1);
+	assert_string_equal(sb_vm_qemu(), "/opt/q/qemu");
+	assert_int_equal(sb_vm_argv(&c, &argv), 0);
+	assert_string_equal(argv[0], "/opt/q/qemu");
+	sb_argv_free(argv);
+	setenv("SANBOX_QEMU", "", 1);
+	assert_string_equal(sb_vm_qemu(), SB_VM_QEMU_DEFAULT);
+	unsetenv("SANBOX_QEMU");
 }
 
 /* Commas in values are doubled for QEMU; the incoming path is quoted for
@@ -429,6 +438,15 @@ static void test_spawn_errors(void **state)
 	c.qemu = "/nonexistent/qemu";
 	assert_int_equal(sb_vm_spawn(&c, &pid), SB_ERR_UNAVAIL);
 	tu_errmsg_has(SB_ERR_UNAVAIL, "/nonexistent/qemu");
+	/* Executable but not a program: exec fails, nothing is left running. */
+	char garbage[PATH_MAX];
+	touch(dir, "garbage-qemu", garbage, sizeof garbage);
+	assert_int_equal(truncate(garbage, 64), 0);
+	assert_int_equal(chmod(garbage, 0755), 0);
+	c.qemu = garbage;
+	assert_int_equal(sb_vm_spawn(&c, &pid), SB_ERR_UNAVAIL);
+	tu_errmsg_has(SB_ERR_UNAVAIL, "cannot execute", "garbage-qemu");
+	assert_int_equal(pid, 0);
 
 	c.qemu = "/bin/true";
 	c.initrd = "/nonexistent/initrd";

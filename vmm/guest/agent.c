@@ -2,11 +2,12 @@
  *
  * Boot: mount proc/sys/dev, load the initramfs's modules, bring lo up, open
  * the virtio port named sanbox.0, send HELLO and wait for SPEC. Run: mount
- * /dev/vda at /newroot, chroot there, write the inputs into /workspace,
- * create the events FIFO, start the harness, then one poll loop forwards its
- * output, the workspace changes, its event lines and the tunnel until it
- * exits. End: run.exited, kill what is left, sync, unmount, DONE, power off.
- * A setup failure is a LOG frame and DONE without run.exited.
+ * /dev/vda at /newroot, chroot there, write the inputs (INPUT frames after
+ * the SPEC, see vmm/chan.h) into /workspace, create the events FIFO, start
+ * the harness, then one poll loop forwards its output, the workspace
+ * changes, its event lines and the tunnel until it exits. End: run.exited,
+ * kill what is left, sync, unmount, DONE, power off. A setup failure is a
+ * LOG frame and DONE {error} without run.exited.
  * Kernel command line `sanbox.probe=1`: print sanbox-probe-ok and power off.
  */
 #include "vmm/guest/agent.h"
@@ -34,12 +35,21 @@
 #define DRAIN_MS       1000  /* wait for the pipes after the harness exits */
 #define DEFAULT_PATH   "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+/* An input file the SPEC announced; its content comes in INPUT frames. */
+struct input {
+	char *path; /* relative to the workspace, checked by path_ok */
+	uint64_t size;
+	mode_t mode;
+};
+
 struct spec {
 	char **argv; /* NULL-terminated */
 	char **env;  /* NULL-terminated, the harness's whole environment */
 	size_t nenv;
 	char *cwd;
 	uint16_t tunnel_port;
+	struct input *inputs;
+	size_t ninputs;
 };
 
 struct outpipe {
@@ -126,6 +136,14 @@ static int next_frame(struct agent *ag, struct sb_chan_frame *f)
 	}
 }
 
+/* Waits for the next frame from the host (it may not be connected yet). */
+static void wait_frame(struct agent *ag, struct sb_chan_frame *f)
+{
+	while (next_frame(ag, f) == SB_END)
+		if (port_read(ag)) /* host not connected yet */
+			usleep(100 * 1000);
+}
+
 /* ---- the spec ---- */
 
 static char *dup_str(const msgpack_object *o)
@@ -184,6 +202,69 @@ static void env_set(struct spec *s, const char *key, const char *value, int forc
 	s->env[s->nenv++] = kv; /* room was reserved by dup_strv */
 }
 
+/* A relative path of plain components: no "", "." or "..", no NUL. */
+static int path_ok(const char *p, size_t n)
+{
+	size_t i = 0, start;
+
+	if (n == 0 || n > 3000 || p[0] == '/' || memchr(p, 0, n))
+		return 0;
+	while (i < n) {
+		start = i;
+		while (i < n && p[i] != '/')
+			i++;
+		if (i == start || (i - start == 1 && p[start] == '.') ||
+		    (i - start == 2 && p[start] == '.' && p[start + 1] == '.'))
+			return 0;
+		i++;
+		if (i == n) /* trailing slash */
+			return 0;
+	}
+	return 1;
+}
+
+/* Fills s->inputs from the SPEC's [{path, size, mode}], checking the paths
+ * and the limits of vmm/chan.h; returns an error message or NULL. */
+static const char *inputs_parse(const msgpack_object *list, struct spec *s)
+{
+	uint64_t total = 0;
+	uint32_t i;
+
+	if (!list || list->type == MSGPACK_OBJECT_NIL)
+		return NULL;
+	if (list->type != MSGPACK_OBJECT_ARRAY)
+		return "SPEC inputs must be an array";
+	if (list->via.array.size > SB_CHAN_INPUT_FILES)
+		return "SPEC has too many input files";
+	s->inputs = calloc(list->via.array.size + 1, sizeof *s->inputs);
+	if (!s->inputs)
+		return "out of memory";
+	for (i = 0; i < list->via.array.size; i++) {
+		const msgpack_object *in = &list->via.array.ptr[i];
+		const msgpack_object *p = sb_map_get(in, "path");
+		const msgpack_object *z = sb_map_get(in, "size");
+		const msgpack_object *m = sb_map_get(in, "mode");
+		struct input *x = &s->inputs[s->ninputs];
+
+		if (!p || p->type != MSGPACK_OBJECT_STR ||
+		    !path_ok(p->via.str.ptr, p->via.str.size))
+			return "SPEC input path must be relative, without '.' or '..'";
+		if (!z || z->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+		    z->via.u64 > SB_CHAN_INPUTS_MAX - total)
+			return "SPEC input sizes are missing or above the inputs limit";
+		total += z->via.u64;
+		x->size = z->via.u64;
+		x->mode = 0644;
+		if (m && m->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+		    (m->via.u64 & 07777))
+			x->mode = m->via.u64 & 07777;
+		if (!(x->path = dup_str(p)))
+			return "out of memory";
+		s->ninputs++;
+	}
+	return NULL;
+}
+
 /* Fills s from the SPEC body; returns an error message or NULL. */
 static const char *spec_parse(const msgpack_object *body, struct spec *s)
 {
@@ -192,6 +273,7 @@ static const char *spec_parse(const msgpack_object *body, struct spec *s)
 	const msgpack_object *port = sb_map_get(body, "tunnel_port");
 	const msgpack_object *env = sb_map_get(body, "env");
 	msgpack_object none = {.type = MSGPACK_OBJECT_ARRAY};
+	const char *err;
 	size_t n = 0, i;
 	char buf[64];
 
@@ -215,6 +297,8 @@ static const char *spec_parse(const msgpack_object *body, struct spec *s)
 	    (port->type != MSGPACK_OBJECT_POSITIVE_INTEGER || port->via.u64 > 65535))
 		return "SPEC tunnel_port must be 0..65535";
 	s->tunnel_port = port ? (uint16_t)port->via.u64 : 0;
+	if ((err = inputs_parse(sb_map_get(body, "inputs"), s)))
+		return err;
 
 	env_set(s, "PATH", DEFAULT_PATH, 0);
 	env_set(s, "HOME", "/root", 0);
@@ -228,87 +312,71 @@ static const char *spec_parse(const msgpack_object *body, struct spec *s)
 	return NULL;
 }
 
-/* A relative path of plain components: no "", "." or "..", no NUL. */
-static int path_ok(const char *p, size_t n)
+/* Receives the content of input file i (INPUT frames on stream i) into
+ * fd; returns an error message or NULL. */
+static const char *input_receive(struct agent *ag, uint32_t i, int fd)
 {
-	size_t i = 0, start;
+	const struct input *in = &ag->spec.inputs[i];
+	struct sb_chan_frame f;
+	uint64_t got = 0;
 
-	if (n == 0 || n > 3000 || p[0] == '/' || memchr(p, 0, n))
-		return 0;
-	while (i < n) {
-		start = i;
-		while (i < n && p[i] != '/')
-			i++;
-		if (i == start || (i - start == 1 && p[start] == '.') ||
-		    (i - start == 2 && p[start] == '.' && p[start + 1] == '.'))
-			return 0;
-		i++;
-		if (i == n) /* trailing slash */
-			return 0;
+	while (got < in->size) {
+		wait_frame(ag, &f);
+		if (f.kind == SB_CHAN_SIGNAL)
+			return "stopped by the host before the harness started";
+		if (f.kind != SB_CHAN_INPUT) {
+			agent_log(&ag->port,
+				  "ignored %s frame while receiving the inputs",
+				  sb_chan_kind_name(f.kind));
+			continue;
+		}
+		if (f.stream != i || f.body.type != MSGPACK_OBJECT_BIN ||
+		    f.body.via.bin.size == 0 || f.body.via.bin.size > SB_CHAN_DATA_MAX ||
+		    f.body.via.bin.size > in->size - got)
+			return "INPUT frame out of order, empty, too big or past the "
+			       "file's size";
+		if (agent_write_all(fd, f.body.via.bin.ptr, f.body.via.bin.size))
+			return strerror(errno);
+		got += f.body.via.bin.size;
 	}
-	return 1;
+	return NULL;
 }
 
-/* Writes the SPEC's inputs under the workspace (the agent is chrooted in
- * the new root, so links cannot lead outside it). */
-static const char *write_inputs(const msgpack_object *inputs, uint64_t *files,
-				uint64_t *bytes)
+/* Writes the inputs the SPEC announced under the workspace, each from its
+ * INPUT frames (the agent is chrooted in the new root, so links cannot
+ * lead outside it). */
+static const char *write_inputs(struct agent *ag, uint64_t *files, uint64_t *bytes)
 {
 	static char err[512];
 	char path[4096];
 	uint32_t i;
+	int fd;
 
-	if (!inputs || inputs->type == MSGPACK_OBJECT_NIL)
-		return NULL;
-	if (inputs->type != MSGPACK_OBJECT_ARRAY)
-		return "SPEC inputs must be an array";
-	for (i = 0; i < inputs->via.array.size; i++) {
-		const msgpack_object *in = &inputs->via.array.ptr[i];
-		const msgpack_object *p = sb_map_get(in, "path");
-		const msgpack_object *d = sb_map_get(in, "data");
-		const msgpack_object *m = sb_map_get(in, "mode");
-		const char *data;
-		size_t len, off = 0;
-		mode_t mode = 0644;
-		ssize_t n;
-		int fd;
+	for (i = 0; i < ag->spec.ninputs; i++) {
+		const struct input *in = &ag->spec.inputs[i];
+		const char *why = NULL;
 
-		if (!p || p->type != MSGPACK_OBJECT_STR ||
-		    !path_ok(p->via.str.ptr, p->via.str.size))
-			return "SPEC input path must be relative, without '.' or '..'";
-		if (!d ||
-		    (d->type != MSGPACK_OBJECT_BIN && d->type != MSGPACK_OBJECT_STR))
-			return "SPEC input data must be bin";
-		if (m && m->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
-		    (m->via.u64 & 07777))
-			mode = m->via.u64 & 07777;
-		data = d->type == MSGPACK_OBJECT_BIN ? d->via.bin.ptr : d->via.str.ptr;
-		len = d->type == MSGPACK_OBJECT_BIN ? d->via.bin.size : d->via.str.size;
-		snprintf(path, sizeof path, AGENT_WORKSPACE "/%.*s", (int)p->via.str.size,
-			 p->via.str.ptr);
-		fd = -1;
-		if (agent_mkdirs(path) == 0)
-			fd = open(path,
-				  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-				  mode);
-		while (fd >= 0 && off < len) {
-			n = write(fd, data + off, len - off);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0)
-				break;
-			off += (size_t)n;
+		snprintf(path, sizeof path, AGENT_WORKSPACE "/%s", in->path);
+		fd = agent_mkdirs(path)
+			 ? -1
+			 : open(path,
+				O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+				in->mode);
+		if (fd < 0) {
+			why = strerror(errno);
+		} else {
+			why = input_receive(ag, i, fd);
+			if (!why && fchmod(fd, in->mode))
+				why = strerror(errno);
+			if (close(fd) && !why)
+				why = strerror(errno);
 		}
-		if (fd < 0 || off < len || fchmod(fd, mode)) {
-			snprintf(err, sizeof err, "input %.400s: %s", path,
-				 strerror(errno));
-			if (fd >= 0)
-				close(fd);
+		if (why) {
+			snprintf(err, sizeof err, "input %.400s: %s", path, why);
 			return err;
 		}
-		close(fd);
 		(*files)++;
-		*bytes += len;
+		*bytes += in->size;
 	}
 	return NULL;
 }
@@ -421,11 +489,7 @@ static const char *run_setup(struct agent *ag)
 	const char *err;
 
 	for (;;) {
-		if (next_frame(ag, &f) == SB_END) {
-			if (port_read(ag)) /* host not connected yet */
-				usleep(100 * 1000);
-			continue;
-		}
+		wait_frame(ag, &f);
 		if (f.kind == SB_CHAN_SPEC)
 			break;
 		agent_log(&ag->port, "ignored %s frame before SPEC",
@@ -435,7 +499,7 @@ static const char *run_setup(struct agent *ag)
 	if (!err)
 		err = enter_root(ag);
 	if (!err)
-		err = write_inputs(sb_map_get(&f.body, "inputs"), &files, &bytes);
+		err = write_inputs(ag, &files, &bytes);
 	if (err)
 		return err;
 	if ((err = open_fifo(ag)))
@@ -744,7 +808,8 @@ static void leave_root(struct agent *ag)
 	sync();
 }
 
-/* Ends the run: run.exited (when the harness ran), cleanup, DONE, power off. */
+/* Ends the run: run.exited (when the harness ran), cleanup, DONE (with err
+ * when the setup failed), power off. */
 static void finish(struct agent *ag, const char *err)
 {
 	struct agent_frame f;
@@ -772,7 +837,9 @@ static void finish(struct agent *ag, const char *err)
 	kill_all(ag);
 	leave_root(ag);
 	agent_frame_begin(&f, SB_CHAN_DONE, 0);
-	msgpack_pack_map(&f.pk, 0);
+	msgpack_pack_map(&f.pk, err ? 1 : 0);
+	if (err)
+		agent_pack_kv_str(&f, "error", err);
 	agent_frame_send(&ag->port, &f);
 	agent_poweroff();
 }

@@ -15,7 +15,7 @@
 
 #include <msgpack.h>
 
-#define AGENT_VERSION	"0.1.0"
+#define AGENT_VERSION	"0.2.0"
 #define AGENT_ROOT	"/newroot"   /* where /dev/vda is mounted */
 #define AGENT_WORKSPACE "/workspace" /* inside the new root */
 #define AGENT_EVENTS	"/run/sanbox/events"
@@ -52,6 +52,10 @@ void agent_pack_kv_str(struct agent_frame *f, const char *k, const char *v);
 void agent_pack_kv_strn(struct agent_frame *f, const char *k, const char *v, size_t n);
 void agent_pack_kv_uint(struct agent_frame *f, const char *k, uint64_t v);
 void agent_pack_kv_int(struct agent_frame *f, const char *k, int64_t v);
+
+/* Writes len bytes of buf to fd, going on after short writes and EINTR.
+ * Returns 0, or -1 with errno set. */
+int agent_write_all(int fd, const char *buf, size_t len);
 
 /* Writes a diagnostic line to the console and, when the port is open, as a
  * LOG frame. Never fails. */

@@ -19,7 +19,7 @@ void agent_frame_begin(struct agent_frame *f, int kind, uint64_t stream)
 		f->start = SIZE_MAX; /* out of memory: agent_frame_send fails */
 }
 
-static int write_all(int fd, const char *buf, size_t len)
+int agent_write_all(int fd, const char *buf, size_t len)
 {
 	ssize_t n;
 
@@ -43,7 +43,7 @@ int agent_frame_send(struct agent_port *p, struct agent_frame *f)
 		goto out;
 	if (p->fd < 0)
 		goto out;
-	ret = write_all(p->fd, f->sb.data, f->sb.size);
+	ret = agent_write_all(p->fd, f->sb.data, f->sb.size);
 out:
 	msgpack_sbuffer_destroy(&f->sb);
 	return ret;

@@ -1,29 +1,47 @@
 # lib/vm.sh - shared set-up of the microVM end-to-end tests (sourced).
-# Gives: $SB (the CLI), a fresh SANBOX_HOME, the shell template built once
-# into $BUILD/templates (shared by the tests), and a trap that stops the
-# daemon and every QEMU of this home, by pid.
+# Gives: $SB (the CLI), $REPO, a fresh SANBOX_HOME, the shell template built
+# into $BUILD/templates (shared by the tests; rebuilt when the agent, the
+# harness, its template.conf or mkimage.sh is newer than it), and a trap
+# that stops the daemon and every QEMU of this home, by pid. A test that
+# needs more cleanup sets vm_extra_cleanup to a function name.
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-build}
-case $BUILD in /*) ;; *) BUILD=$(pwd)/$BUILD ;; esac
+case $BUILD in /*) ;; *) BUILD=$REPO/$BUILD ;; esac
 SB=$BUILD/sanbox
 export SANBOX_TEMPLATES=$BUILD/templates
 export SANBOX_HOME=$(mktemp -d /tmp/sbvm.XXXXXX)
 failures=0
+vm_extra_cleanup=
 
-vm_cleanup() {
-	for p in "$SANBOX_HOME"/runs/*/qemu.pid; do
+# vm_stop_home HOME: ends every QEMU of HOME and its daemon, by pid.
+vm_stop_home() {
+	for p in "$1"/runs/*/qemu.pid; do
 		[ -f "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null
 	done
-	if [ -f "$SANBOX_HOME/sanboxd.pid" ]; then
-		kill "$(cat "$SANBOX_HOME/sanboxd.pid")" 2>/dev/null
+	if [ -f "$1/sanboxd.pid" ]; then
+		kill "$(cat "$1/sanboxd.pid")" 2>/dev/null
 		sleep 0.3
-		kill -9 "$(cat "$SANBOX_HOME/sanboxd.pid")" 2>/dev/null
+		kill -9 "$(cat "$1/sanboxd.pid")" 2>/dev/null
 	fi
+}
+
+vm_cleanup() {
+	[ -z "$vm_extra_cleanup" ] || "$vm_extra_cleanup"
+	vm_stop_home "$SANBOX_HOME"
 	rm -rf "$SANBOX_HOME"
 }
-trap vm_cleanup EXIT INT TERM
+trap vm_cleanup EXIT
+trap 'exit 130' INT TERM
 
-if [ ! -f "$SANBOX_TEMPLATES/shell/template.json" ]; then
-	"$SB" template build shell >/dev/null || { echo "FAIL setup: template build"; exit 1; }
+vm_tpl=$SANBOX_TEMPLATES/shell/template.json
+vm_stale=
+for f in "$BUILD/sanbox-agent" "$BUILD/sanbox-harness" "$REPO/templates/shell/template.conf" \
+	"$REPO/tools/mkimage.sh"; do
+	[ -f "$vm_tpl" ] && [ "$f" -nt "$vm_tpl" ] && vm_stale=1
+done
+if [ ! -f "$vm_tpl" ] || [ -n "$vm_stale" ]; then
+	"$SB" template build shell >"$SANBOX_HOME/template-build.log" 2>&1 ||
+		{ echo "FAIL setup: template build: $(tail -n 3 "$SANBOX_HOME/template-build.log")"; exit 1; }
 fi
 
 ok() { echo "PASS $1"; }
@@ -38,4 +56,15 @@ has_event() {
 import json, sys
 evs = [json.loads(l) for l in sys.stdin if l.strip()]
 sys.exit(0 if any($2 for e in evs) else 1)"
+}
+
+# wait_event RUN PYTHON-EXPR [SECONDS]: waits (default 60 s) for such an event
+wait_event() {
+	i=0
+	while [ $i -lt "${3:-60}" ]; do
+		has_event "$1" "$2" && return 0
+		sleep 1
+		i=$((i + 1))
+	done
+	return 1
 }
