@@ -8,10 +8,12 @@
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
 #include <nng/transport/ipc/ipc.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/error.h"
 
@@ -26,26 +28,54 @@ struct sb_client {
 	nng_socket req;
 };
 
-/* A subscription is a context on the process's one sub socket for its
- * daemon. nng 1.5.2 can hang for good in nng_close() when a message
+/* The subscriptions of a process to one daemon share one sub socket and one
+ * context on it. nng 1.5.2 can hang for good in nng_close() when a message
  * arrives on an ipc pipe as the pipe closes: ipc_pipe_recv_cb() resubmits
  * its read on the closed pipe, the read is refused without a callback, the
  * protocol's receive never finishes, and the process's single reaper thread
  * waits for it forever (every later close then hangs too). A subscriber is
  * always receiving, so closing sub sockets while the daemon publishes hit it
- * within a few hundred closes. Closing a context closes no pipe; the shared
- * sockets stay open until the process ends. */
+ * within a few hundred closes: the shared socket stays open until the
+ * process ends, and a subscription is closed in user space only.
+ *
+ * The context is subscribed to each topic some subscription wants, and a
+ * receiver (an nng callback) files every message it gets in a ring of the
+ * last RING messages and wakes all subscriptions with one broadcast. Each
+ * subscription keeps its own position in the ring and skips messages of
+ * other topics; one that falls more than RING behind loses the oldest (a gap
+ * its follower fills from the log). nng's own way, a context per
+ * subscription, has its receiving thread duplicate the message and wake each
+ * subscriber in turn while it holds the socket: with 64 subscribers in a
+ * process the last one waited for 63 wake-ups. */
+#define RING 8192
+
+struct sub_topic {
+	char t[64];
+	size_t len;
+	unsigned refs; /* subscriptions to it */
+	struct sub_topic *next;
+};
+
 struct sub_socket {
 	char dir[512];
 	nng_socket sock;
+	nng_ctx ctx;
+	nng_aio *aio;           /* the receiver's */
+	pthread_mutex_t mu;     /* the ring and the topics */
+	pthread_cond_t cv;      /* broadcast for each message */
+	nng_msg *ring[RING];    /* message i is ring[i % RING] */
+	uint64_t head;          /* messages received */
+	struct sub_topic *topics;
 	struct sub_socket *next;
 };
 static pthread_mutex_t sub_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sub_socket *sub_sockets;
 
 struct sb_sub {
-	nng_ctx ctx;
-	nng_aio *aio;
+	struct sub_socket *ss;
+	char topic[64];         /* "RUN\n", or "" for every run */
+	size_t len;
+	uint64_t pos;           /* the next message of the ring to look at */
 };
 
 static int nng_err(int rv, const char *what)
@@ -396,65 +426,147 @@ void sb_client_close(sb_client *c)
 	free(c);
 }
 
-/* Finds or makes the process's sub socket for the daemon at dir (see
- * struct sub_socket). Errors: as sb_client_open. */
-static int sub_socket(const char *dir, const char *ca_pem, nng_socket *out)
+static void sub_recv_cb(void *arg);
+
+/* Finds or makes the process's sub socket for the daemon at dir and starts
+ * its receiver (see struct sub_socket). Called with sub_mu held. Errors: as
+ * sb_client_open. */
+static int sub_socket(const char *dir, const char *ca_pem, struct sub_socket **out)
 {
 	struct sub_socket *ss;
-	int rv, rc = SB_OK;
+	pthread_condattr_t ca;
+	int rv, rc;
 
-	pthread_mutex_lock(&sub_mu);
 	for (ss = sub_sockets; ss && strcmp(ss->dir, dir); ss = ss->next)
 		;
-	if (!ss) {
-		if (!(ss = calloc(1, sizeof *ss))) {
-			rc = SB_ERR_NOMEM;
-			goto out;
-		}
-		snprintf(ss->dir, sizeof ss->dir, "%s", dir);
-		if ((rv = nng_sub0_open(&ss->sock))) {
-			free(ss);
-			rc = nng_err(rv, "event socket");
-			goto out;
-		}
-		nng_socket_set_size(ss->sock, NNG_OPT_RECVMAXSZ, 0);
-		if ((rc = dial(ss->sock, dir, ca_pem, "events.sock"))) {
-			nng_close(ss->sock); /* not connected: no pipe to hang on */
-			free(ss);
-			goto out;
-		}
-		ss->next = sub_sockets;
-		sub_sockets = ss;
+	if (ss) {
+		*out = ss;
+		return SB_OK;
 	}
-	*out = ss->sock;
-out:
-	pthread_mutex_unlock(&sub_mu);
-	return rc;
+	if (!(ss = calloc(1, sizeof *ss)))
+		return SB_ERR_NOMEM;
+	snprintf(ss->dir, sizeof ss->dir, "%s", dir);
+	if ((rv = nng_sub0_open(&ss->sock))) {
+		free(ss);
+		return nng_err(rv, "event socket");
+	}
+	nng_socket_set_size(ss->sock, NNG_OPT_RECVMAXSZ, 0);
+	if ((rv = nng_ctx_open(&ss->ctx, ss->sock)) ||
+	    (rv = nng_ctx_set_int(ss->ctx, NNG_OPT_RECVBUF, RING)) ||
+	    (rv = nng_aio_alloc(&ss->aio, sub_recv_cb, ss))) {
+		nng_close(ss->sock); /* not connected: no pipe to hang on */
+		free(ss);
+		return nng_err(rv, "event context");
+	}
+	if ((rc = dial(ss->sock, dir, ca_pem, "events.sock"))) {
+		nng_aio_free(ss->aio);
+		nng_close(ss->sock);
+		free(ss);
+		return rc;
+	}
+	pthread_mutex_init(&ss->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&ss->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	nng_ctx_recv(ss->ctx, ss->aio);
+	ss->next = sub_sockets;
+	sub_sockets = ss;
+	*out = ss;
+	return SB_OK;
+}
+
+/* Does message m belong to topic t (tl bytes, "RUN\n", or "" for all)? */
+static int topic_match(nng_msg *m, const char *t, size_t tl)
+{
+	return nng_msg_len(m) >= tl && !memcmp(nng_msg_body(m), t, tl);
+}
+
+/* The receiver, on an nng thread: files each message in the ring and wakes
+ * the subscriptions. */
+static void sub_recv_cb(void *arg)
+{
+	struct sub_socket *ss = arg;
+	nng_msg *m, *old;
+	int rv = nng_aio_result(ss->aio);
+
+	if (rv == NNG_ECLOSED)
+		return; /* the process is ending */
+	if (rv == 0) {
+		m = nng_aio_get_msg(ss->aio);
+		pthread_mutex_lock(&ss->mu);
+		old = ss->ring[ss->head % RING];
+		ss->ring[ss->head % RING] = m;
+		ss->head++;
+		pthread_mutex_unlock(&ss->mu);
+		/* after the unlock, so the woken do not queue on the mutex;
+		 * ss->cv lives as long as the process */
+		pthread_cond_broadcast(&ss->cv);
+		if (old)
+			nng_msg_free(old);
+	}
+	nng_ctx_recv(ss->ctx, ss->aio);
+}
+
+/* Adds (delta 1) or drops (-1) one subscription to topic on ss's context,
+ * which is subscribed to each topic some subscription wants. Called with
+ * ss->mu held. */
+static int topic_ref(struct sub_socket *ss, const char *t, size_t tl, int delta)
+{
+	struct sub_topic **pp, *st;
+	int rv = 0;
+
+	for (pp = &ss->topics; *pp && ((*pp)->len != tl || memcmp((*pp)->t, t, tl)); pp = &(*pp)->next)
+		;
+	if (delta > 0) {
+		if (!*pp) {
+			if (!(st = calloc(1, sizeof *st)))
+				return SB_ERR_NOMEM;
+			memcpy(st->t, t, tl);
+			st->len = tl;
+			if ((rv = nng_ctx_set(ss->ctx, NNG_OPT_SUB_SUBSCRIBE, t, tl))) {
+				free(st);
+				return nng_err(rv, "subscribe");
+			}
+			*pp = st;
+		}
+		(*pp)->refs++;
+	} else if (*pp && --(*pp)->refs == 0) {
+		st = *pp;
+		*pp = st->next;
+		nng_ctx_set(ss->ctx, NNG_OPT_SUB_UNSUBSCRIBE, t, tl);
+		free(st);
+	}
+	return SB_OK;
 }
 
 int sb_sub_open(const char *dir, const char *ca_pem, const char *topic, sb_sub **out)
 {
 	sb_sub *s = calloc(1, sizeof *s);
-	nng_socket sock;
-	char t[64];
-	int rv, rc;
+	int n, rc;
 
 	if (!s)
 		return SB_ERR_NOMEM;
-	if ((rc = sub_socket(dir, ca_pem, &sock))) {
+	n = snprintf(s->topic, sizeof s->topic, "%s%s", topic, topic[0] ? "\n" : "");
+	if (n < 0 || (size_t)n >= sizeof s->topic) {
+		free(s);
+		return sb_seterr(SB_ERR_INVAL, "topic '%.40s' too long", topic);
+	}
+	s->len = (size_t)n;
+	pthread_mutex_lock(&sub_mu);
+	rc = sub_socket(dir, ca_pem, &s->ss);
+	pthread_mutex_unlock(&sub_mu);
+	if (rc) {
 		free(s);
 		return rc;
 	}
-	if ((rv = nng_ctx_open(&s->ctx, sock))) {
+	pthread_mutex_lock(&s->ss->mu);
+	rc = topic_ref(s->ss, s->topic, s->len, 1);
+	s->pos = s->ss->head; /* what arrives from now on */
+	pthread_mutex_unlock(&s->ss->mu);
+	if (rc) {
 		free(s);
-		return nng_err(rv, "event context");
-	}
-	snprintf(t, sizeof t, "%s%s", topic, topic[0] ? "\n" : "");
-	if ((rv = nng_aio_alloc(&s->aio, NULL, NULL)) ||
-	    (rv = nng_ctx_set_int(s->ctx, NNG_OPT_RECVBUF, 8192)) ||
-	    (rv = nng_ctx_set(s->ctx, NNG_OPT_SUB_SUBSCRIBE, t, strlen(t)))) {
-		sb_sub_close(s);
-		return nng_err(rv, "subscribe");
+		return rc;
 	}
 	*out = s;
 	return SB_OK;
@@ -462,42 +574,62 @@ int sb_sub_open(const char *dir, const char *ca_pem, const char *topic, sb_sub *
 
 int sb_sub_next(sb_sub *s, int timeout_ms, void **msg, size_t *len)
 {
-	nng_msg *m;
-	const char *body, *nl;
-	size_t n;
-	int rv;
+	struct sub_socket *ss = s->ss;
+	struct timespec dl;
+	nng_msg *m = NULL;
+	int rc = SB_OK;
 
-	nng_aio_set_timeout(s->aio, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
-	nng_ctx_recv(s->ctx, s->aio);
-	nng_aio_wait(s->aio);
-	if ((rv = nng_aio_result(s->aio)))
-		return nng_err(rv, "event receive");
-	m = nng_aio_get_msg(s->aio);
-	body = nng_msg_body(m);
-	n = nng_msg_len(m);
-	nl = memchr(body, '\n', n);
-	if (!nl) {
-		nng_msg_free(m);
-		return sb_seterr(SB_ERR_PROTO, "event message without topic");
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	if (timeout_ms > 0) {
+		dl.tv_sec += timeout_ms / 1000;
+		dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+		if (dl.tv_nsec >= 1000000000) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000;
+		}
 	}
-	n -= (size_t)(nl + 1 - body);
-	*msg = malloc(n ? n : 1);
-	if (!*msg) {
-		nng_msg_free(m);
-		return SB_ERR_NOMEM;
+	pthread_mutex_lock(&ss->mu);
+	for (;;) {
+		if (ss->head - s->pos > RING)
+			s->pos = ss->head - RING; /* fell behind: those are lost */
+		while (s->pos < ss->head && !m) {
+			m = ss->ring[s->pos++ % RING];
+			if (!topic_match(m, s->topic, s->len))
+				m = NULL;
+		}
+		if (m)
+			break;
+		if (timeout_ms == 0 ||
+		    (timeout_ms < 0 ? pthread_cond_wait(&ss->cv, &ss->mu)
+				    : pthread_cond_timedwait(&ss->cv, &ss->mu, &dl)) == ETIMEDOUT) {
+			rc = sb_seterr(SB_ERR_TIMEOUT, "event receive: timed out");
+			break;
+		}
 	}
-	memcpy(*msg, nl + 1, n);
-	*len = n;
-	nng_msg_free(m);
-	return SB_OK;
+	if (m) {
+		/* the body without the topic ("RUN\n"; a subscription to all
+		 * finds the end of the topic itself) */
+		const char *body = nng_msg_body(m), *nl = memchr(body, '\n', nng_msg_len(m));
+		size_t n = nl ? nng_msg_len(m) - (size_t)(nl + 1 - body) : 0;
+		if (!nl)
+			rc = sb_seterr(SB_ERR_PROTO, "event message without topic");
+		else if (!(*msg = malloc(n ? n : 1)))
+			rc = SB_ERR_NOMEM;
+		else {
+			memcpy(*msg, nl + 1, n);
+			*len = n;
+		}
+	}
+	pthread_mutex_unlock(&ss->mu);
+	return rc;
 }
 
 void sb_sub_close(sb_sub *s)
 {
 	if (!s)
 		return;
-	if (s->aio)
-		nng_aio_free(s->aio);
-	nng_ctx_close(s->ctx);
+	pthread_mutex_lock(&s->ss->mu);
+	topic_ref(s->ss, s->topic, s->len, -1);
+	pthread_mutex_unlock(&s->ss->mu);
 	free(s);
 }

@@ -87,12 +87,16 @@ void sb_client_close(sb_client *c);
 /* Subscribes to topic (a run id, or "" for every run) on the daemon in dir.
  * Messages published after this returns are received. The subscriptions of
  * a process to one daemon share one connection, opened by the first and
- * kept until the process ends (see bus.c). Errors: as sb_client_open. */
+ * kept until the process ends, and one receiver that hands each message to
+ * all of them (see bus.c); one that falls more than 8192 messages behind
+ * loses the oldest. Errors: as sb_client_open, SB_ERR_INVAL (topic too
+ * long). */
 int sb_sub_open(const char *dir, const char *ca_pem, const char *topic, sb_sub **out);
 
-/* Waits at most timeout_ms (-1: forever) for the next message (*msg, the
- * caller frees with sb_bus_free), without the topic prefix. Errors:
- * SB_ERR_TIMEOUT, SB_ERR_PROTO, SB_ERR_IO. */
+/* Waits at most timeout_ms (-1: forever, 0: not at all) for the next
+ * message of the subscription's topic (*msg, the caller frees with
+ * sb_bus_free), without the topic prefix. Errors: SB_ERR_TIMEOUT,
+ * SB_ERR_PROTO, SB_ERR_NOMEM. */
 int sb_sub_next(sb_sub *s, int timeout_ms, void **msg, size_t *len);
 
 /* Closes the subscription (NULL is fine). */

@@ -85,11 +85,12 @@ static int backlog_send(sb_client *c, const struct follow_state *s, uint64_t fro
 
 	msgpack_sbuffer_init(&req);
 	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 4 + !!s->o->token);
+	msgpack_pack_map(&pk, 5 + !!s->o->token);
 	sb_pack_kstr(&pk, "op", "events.read");
 	sb_pack_kstr(&pk, "run", s->o->run);
 	sb_pack_ku64(&pk, "from", from);
 	sb_pack_ku64(&pk, "limit", 10000);
+	sb_pack_kbool(&pk, "records", 1); /* stored records, not repacked */
 	if (s->o->token)
 		sb_pack_kstr(&pk, "token", s->o->token);
 	rc = req.data ? sb_client_send(c, req.data, req.size, 30000, call) : SB_ERR_NOMEM;
@@ -97,17 +98,46 @@ static int backlog_send(sb_client *c, const struct follow_state *s, uint64_t fro
 	return rc;
 }
 
+/* Delivers the events of one events.read reply: stored records (what this
+ * client asks for) or wire event maps (what a daemon that does not know
+ * records sends). Payloads are parsed into zone, cleared for each. */
+static int deliver_reply(struct follow_state *s, const msgpack_object *map, msgpack_zone *zone)
+{
+	const msgpack_object *recs = sb_map_get(map, "records"), *evs = sb_map_get(map, "events");
+	const msgpack_object *list = recs ? recs : evs, *p;
+	msgpack_object payload;
+	struct sb_event ev;
+	int rc = SB_OK;
+
+	if (!list || list->type != MSGPACK_OBJECT_ARRAY)
+		return sb_seterr(SB_ERR_PROTO, "malformed events reply");
+	for (uint32_t i = 0; rc == SB_OK && i < list->via.array.size; i++) {
+		if (!recs) {
+			rc = sb_wire_unpack_event(&list->via.array.ptr[i], &ev, &p);
+		} else {
+			msgpack_zone_clear(zone);
+			rc = sb_wire_unpack_record(&list->via.array.ptr[i], &ev, zone, &payload);
+			p = &payload;
+		}
+		if (rc == SB_OK)
+			rc = deliver(s, &ev, p);
+	}
+	return rc;
+}
+
 /* Reads the log from s->next to its end and delivers what it finds. The
  * request for the next part goes out before this part is delivered, so the
- * daemon reads while the client unpacks and delivers. */
+ * daemon reads while the client decodes and delivers. */
 static int read_backlog(sb_client *c, struct follow_state *s)
 {
-	const msgpack_object *evs, *payload;
-	struct sb_event ev;
 	uint64_t from = s->next;
 	sb_call *call = NULL;
-	int rc = backlog_send(c, s, from, &call);
+	msgpack_zone zone;
+	int rc;
 
+	if (!msgpack_zone_init(&zone, 8192))
+		return SB_ERR_NOMEM;
+	rc = backlog_send(c, s, from, &call);
 	while (rc == SB_OK && call && !(s->o->stop && *s->o->stop)) {
 		struct sb_reply rep;
 		const msgpack_object *end;
@@ -120,26 +150,21 @@ static int read_backlog(sb_client *c, struct follow_state *s)
 		call = NULL;
 		if (rc == SB_OK)
 			rc = reply_parse(raw, len, &rep);
-		evs = sb_map_get(&rep.map, "events");
 		end = sb_map_get(&rep.map, "end");
 		next = sb_map_u64(&rep.map, "next", from);
-		if (rc == SB_OK && (!evs || evs->type != MSGPACK_OBJECT_ARRAY))
-			rc = sb_seterr(SB_ERR_PROTO, "malformed events reply");
 		/* "next" also covers events the daemon skipped (types); no
 		 * progress means nothing more to ask for */
 		if (rc == SB_OK && !(end && end->via.boolean) && next > from)
 			rc = backlog_send(c, s, next, &call);
-		for (uint32_t i = 0; rc == SB_OK && i < evs->via.array.size; i++) {
-			rc = sb_wire_unpack_event(&evs->via.array.ptr[i], &ev, &payload);
-			if (rc == SB_OK)
-				rc = deliver(s, &ev, payload);
-		}
+		if (rc == SB_OK)
+			rc = deliver_reply(s, &rep.map, &zone);
 		if (rc == SB_OK && next > s->next)
 			s->next = next;
 		from = next;
 		sb_reply_free(&rep);
 	}
 	sb_client_cancel(call);
+	msgpack_zone_destroy(&zone);
 	return rc;
 }
 

@@ -15,25 +15,49 @@
 #define LOG_FORMAT 2
 #define BLOCK 64 /* offsets per run index block */
 #define TAIL_MAX (8 + 8 * BLOCK)
+#define TAILS_MAX 256              /* runs a commit keeps in memory at once */
+#define SLOTS (2 * TAILS_MAX)      /* their hash table */
+#define GATHER_MAX_NS 2000000ull   /* the longest a leader waits for writers */
 
-/* One caller's batch waiting for a group commit. */
+/* One caller's batch waiting for a group commit. Its state moves from
+ * WAITING to DONE (committed, or failed with rc) or LEAD (commit the next
+ * group); the leader sets it under done_mu and wakes all waiters at once. */
+enum { WAITING, DONE, LEAD };
+
 struct pending {
 	struct sb_event *evs;
 	size_t n;
 	int rc;
-	int done;
+	int state;
 	struct pending *next;
+};
+
+/* A run's open index block while a group commits: the runtail value
+ * (block number, then n offsets, all BE64), written back once per group. */
+struct tail {
+	char run[SB_RUN_MAX];
+	unsigned n;
+	uint8_t val[TAIL_MAX];
 };
 
 struct sb_log {
 	MDB_env *env;
 	MDB_dbi events, runtail, runidx, blobs, meta;
 	unsigned flags;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	pthread_mutex_t mu;          /* the queue and the leader's role */
+	pthread_mutex_t done_mu;     /* the states of queued batches */
+	pthread_cond_t done_cv;      /* broadcast when states change */
 	struct pending *head, *tail; /* waiting for the next commit */
-	int committing;              /* a thread is committing for the group */
-	msgpack_sbuffer buf;         /* the committer's encode buffer */
+	size_t queued;               /* batches in the queue */
+	int committing;              /* a leader gathers, commits or has the role */
+	int gathering;               /* it waits until queued reaches expect */
+	uint64_t gathers;            /* gathers begun (which one is on) */
+	size_t expect;               /* writers active at the end of the last commit */
+	uint64_t commit_ns;          /* moving average of a commit's duration */
+	uint64_t last_end;           /* when the last commit ended (monotonic) */
+	struct tail *tails;          /* the leader's run tails (TAILS_MAX) */
+	int16_t *slots;              /* hash of run -> tails index, -1 free */
+	unsigned ntails;
 	sb_log_hook hook;
 	void *hook_ctx;
 };
@@ -48,6 +72,7 @@ struct sb_log_iter {
 	uint64_t block;   /* by_run: the loaded index block, its offsets, */
 	uint64_t offs[BLOCK]; /* how many it holds, and the next one to read */
 	unsigned nblock, pos;
+	uint64_t at;      /* by_run: offset under the cursor (0: none) */
 	uint64_t from;
 	int started;
 };
@@ -135,6 +160,8 @@ fail:
 int sb_log_open(const char *dir, unsigned flags, sb_log **out)
 {
 	unsigned envflags = MDB_NOTLS | MDB_NORDAHEAD;
+	pthread_mutexattr_t ma;
+	pthread_condattr_t ca;
 	sb_log *log;
 	int rc;
 
@@ -142,9 +169,25 @@ int sb_log_open(const char *dir, unsigned flags, sb_log **out)
 	if (!log)
 		return SB_ERR_NOMEM;
 	log->flags = flags;
-	pthread_mutex_init(&log->mu, NULL);
-	pthread_cond_init(&log->cv, NULL);
-	msgpack_sbuffer_init(&log->buf);
+	/* Both mutexes are held for a few instructions, by many threads at
+	 * once when a group is released: a waiter spins briefly instead of
+	 * sleeping at once (and costing the holder a wake-up). */
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+	pthread_mutex_init(&log->mu, &ma);
+	pthread_mutex_init(&log->done_mu, &ma);
+	pthread_mutexattr_destroy(&ma);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* gather deadlines */
+	pthread_cond_init(&log->done_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	log->expect = 1;
+	if (!(flags & SB_LOG_RDONLY) &&
+	    (!(log->tails = malloc(TAILS_MAX * sizeof *log->tails)) ||
+	     !(log->slots = malloc(SLOTS * sizeof *log->slots)))) {
+		rc = SB_ERR_NOMEM;
+		goto fail;
+	}
 	if (flags & SB_LOG_RDONLY)
 		envflags |= MDB_RDONLY;
 	if (flags & SB_LOG_NOSYNC)
@@ -176,8 +219,10 @@ void sb_log_close(sb_log *log)
 		return;
 	if (log->env)
 		mdb_env_close(log->env);
-	msgpack_sbuffer_destroy(&log->buf);
-	pthread_cond_destroy(&log->cv);
+	free(log->tails);
+	free(log->slots);
+	pthread_cond_destroy(&log->done_cv);
+	pthread_mutex_destroy(&log->done_mu);
 	pthread_mutex_destroy(&log->mu);
 	free(log);
 }
@@ -241,48 +286,108 @@ static size_t idx_key(uint8_t *key, const char *run, uint64_t block)
 	return rl + 9;
 }
 
+/* The leader's run tails: each run a group touches is read from runtail
+ * once, grown in memory (full blocks filed to runidx as they fill) and
+ * written back once when the group is done, so a group of many events
+ * costs one runtail update per run instead of one per event. */
+
+static unsigned run_hash(const char *run)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	for (; *run; run++)
+		h = (h ^ (uint8_t)*run) * 16777619u;
+	return h & (SLOTS - 1);
+}
+
+/* Writes every cached tail back to runtail and empties the cache. */
+static int tails_flush(sb_log *log, MDB_txn *txn)
+{
+	int rc = SB_OK;
+
+	for (unsigned i = 0; i < log->ntails && rc == SB_OK; i++) {
+		struct tail *t = &log->tails[i];
+		MDB_val k = {strlen(t->run), t->run}, v = {8 + 8 * (size_t)t->n, t->val};
+		rc = sb_log_mdb_err(mdb_put(txn, log->runtail, &k, &v, 0), "log: run index");
+	}
+	log->ntails = 0;
+	memset(log->slots, 0xff, SLOTS * sizeof *log->slots);
+	return rc;
+}
+
+/* Finds run's tail in the cache, loading it from runtail if needed. */
+static int tail_find(sb_log *log, MDB_txn *txn, const char *run, struct tail **out)
+{
+	unsigned h = run_hash(run);
+	struct tail *t;
+	MDB_val k, v;
+	size_t rl;
+	int rc;
+
+	for (; log->slots[h] >= 0; h = (h + 1) & (SLOTS - 1)) {
+		t = &log->tails[log->slots[h]];
+		if (!strcmp(t->run, run)) {
+			*out = t;
+			return SB_OK;
+		}
+	}
+	if (log->ntails == TAILS_MAX) {
+		if ((rc = tails_flush(log, txn)))
+			return rc;
+		h = run_hash(run);
+	}
+	rl = strlen(run);
+	k.mv_size = rl;
+	k.mv_data = (void *)run;
+	t = &log->tails[log->ntails];
+	if ((rc = mdb_get(txn, log->runtail, &k, &v)) == MDB_NOTFOUND) {
+		v.mv_size = 8;
+		v.mv_data = memset(t->val, 0, 8);
+	} else if (rc) {
+		return sb_log_mdb_err(rc, "log: run index");
+	}
+	/* a full block is never left open: it is filed at once */
+	if (v.mv_size < 8 || v.mv_size >= TAIL_MAX || (v.mv_size - 8) % 8)
+		return sb_seterr(SB_ERR_CORRUPT, "run index of run %s malformed", run);
+	memmove(t->val, v.mv_data, v.mv_size);
+	memcpy(t->run, run, rl + 1);
+	t->n = (unsigned)((v.mv_size - 8) / 8);
+	log->slots[h] = (int16_t)log->ntails++;
+	*out = t;
+	return SB_OK;
+}
+
 /* Adds offset as run's next seq; returns that seq in *seq. */
 static int runindex_add(sb_log *log, MDB_txn *txn, const char *run, uint64_t offset,
 			uint64_t *seq)
 {
-	uint8_t val[TAIL_MAX], key[SB_RUN_MAX + 9];
-	MDB_val k = {strlen(run), (void *)run}, v, ik;
+	uint8_t key[SB_RUN_MAX + 9];
+	struct tail *t = NULL;
 	uint64_t block;
-	unsigned n;
+	MDB_val k, v;
 	int rc;
 
-	if ((rc = mdb_get(txn, log->runtail, &k, &v)) == MDB_NOTFOUND) {
-		v.mv_size = 8;
-		v.mv_data = memset(val, 0, 8);
-	} else if (rc) {
+	if ((rc = tail_find(log, txn, run, &t)))
+		return rc;
+	block = be64_get(t->val);
+	be64_put(t->val + 8 + 8 * t->n, offset);
+	*seq = block * BLOCK + ++t->n;
+	if (t->n < BLOCK)
+		return SB_OK;
+	/* the block is full: file it and open the next */
+	k.mv_size = idx_key(key, run, block);
+	k.mv_data = key;
+	v.mv_size = 8 * BLOCK;
+	v.mv_data = t->val + 8;
+	if ((rc = mdb_put(txn, log->runidx, &k, &v, MDB_NOOVERWRITE)))
 		return sb_log_mdb_err(rc, "log: run index");
-	}
-	if (v.mv_size < 8 || v.mv_size > TAIL_MAX || (v.mv_size - 8) % 8)
-		return sb_seterr(SB_ERR_CORRUPT, "run index of run %s malformed", run);
-	memcpy(val, v.mv_data, v.mv_size);
-	block = be64_get(val);
-	n = (unsigned)((v.mv_size - 8) / 8);
-	be64_put(val + 8 + 8 * n, offset);
-	n++;
-	*seq = block * BLOCK + n;
-	if (n == BLOCK) {
-		/* the block is full: file it and open the next */
-		ik.mv_size = idx_key(key, run, block);
-		ik.mv_data = key;
-		v.mv_size = 8 * BLOCK;
-		v.mv_data = val + 8;
-		if ((rc = mdb_put(txn, log->runidx, &ik, &v, MDB_NOOVERWRITE)))
-			return sb_log_mdb_err(rc, "log: run index");
-		be64_put(val, block + 1);
-		n = 0;
-	}
-	v.mv_size = 8 + 8 * (size_t)n;
-	v.mv_data = val;
-	return sb_log_mdb_err(mdb_put(txn, log->runtail, &k, &v, 0), "log: run index");
+	be64_put(t->val, block + 1);
+	t->n = 0;
+	return SB_OK;
 }
 
 /* Writes one group of batches in one transaction. Called by one thread at a
- * time (the committer). */
+ * time (the leader). Each record is written straight into its LMDB page. */
 static int commit_group(sb_log *log, struct pending *group)
 {
 	MDB_txn *txn = NULL;
@@ -292,6 +397,8 @@ static int commit_group(sb_log *log, struct pending *group)
 	uint64_t last = 0, ts = now_ns();
 	int rc;
 
+	log->ntails = 0;
+	memset(log->slots, 0xff, SLOTS * sizeof *log->slots);
 	if ((rc = mdb_txn_begin(log->env, NULL, 0, &txn))) {
 		txn = NULL;
 		goto fail;
@@ -311,18 +418,21 @@ static int commit_group(sb_log *log, struct pending *group)
 				goto fail_sb;
 			if (!ev->ts_ns)
 				ev->ts_ns = ts;
-			log->buf.size = 0;
-			if ((rc = sb_record_encode(ev, &log->buf)))
-				goto fail_sb;
 			be64_put(key, ev->offset);
 			k.mv_size = 8;
 			k.mv_data = key;
-			v.mv_size = log->buf.size;
-			v.mv_data = log->buf.data;
-			if ((rc = mdb_cursor_put(ec, &k, &v, MDB_APPEND)))
+			v.mv_size = sb_record_size(ev);
+			if (!v.mv_size) {
+				rc = sb_seterr(SB_ERR_INVAL, "event %s has no payload", ev->type);
+				goto fail_sb;
+			}
+			if ((rc = mdb_cursor_put(ec, &k, &v, MDB_APPEND | MDB_RESERVE)))
 				goto fail;
+			sb_record_write(ev, v.mv_data);
 		}
 	}
+	if ((rc = tails_flush(log, txn)))
+		goto fail_sb;
 	mdb_cursor_close(ec);
 	rc = mdb_txn_commit(txn);
 	if (rc)
@@ -339,10 +449,112 @@ fail_sb:
 	return rc;
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Waits until self's state leaves WAITING. */
+static void wait_state(sb_log *log, struct pending *self)
+{
+	pthread_mutex_lock(&log->done_mu);
+	while (self->state == WAITING)
+		pthread_cond_wait(&log->done_cv, &log->done_mu);
+	pthread_mutex_unlock(&log->done_mu);
+}
+
+/* Group commit. Appenders queue their batches; one of them, the leader,
+ * commits the whole queue in one transaction while the next ones queue, and
+ * hands the role to the first of those. Writers released by a commit need a
+ * moment to come back with their next batch: a leader that starts soon after
+ * a commit waits for them (the writers active at its end: that group and
+ * those queued during it), at most one commit's time (GATHER_MAX_NS), so the
+ * groups do not split in two halves that alternate. The writer whose batch
+ * completes the group commits it at once, in the waiting leader's place
+ * (it is running; the leader would first have to be woken), and the leader
+ * is released with the others. A lone writer never waits: it is the only
+ * one expected. Called with mu held; returns with it held: 1 when self is
+ * to commit the queue, 0 when another writer took the group over. */
+static int gather(sb_log *log, struct pending *self)
+{
+	uint64_t wait = log->commit_ns < GATHER_MAX_NS ? log->commit_ns : GATHER_MAX_NS;
+	uint64_t deadline = log->last_end + wait;
+	struct timespec ts;
+	uint64_t mine;
+
+	if (log->queued >= log->expect || mono_ns() >= deadline)
+		return 1;
+	ts.tv_sec = (time_t)(deadline / 1000000000u);
+	ts.tv_nsec = (long)(deadline % 1000000000u);
+	log->gathering = 1;
+	mine = ++log->gathers;
+	pthread_mutex_unlock(&log->mu);
+	pthread_mutex_lock(&log->done_mu);
+	while (self->state == WAITING &&
+	       pthread_cond_timedwait(&log->done_cv, &log->done_mu, &ts) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&log->done_mu);
+	pthread_mutex_lock(&log->mu);
+	if (!log->gathering || log->gathers != mine)
+		return 0; /* taken over (and maybe a later gather is on) */
+	log->gathering = 0; /* the deadline passed: commit who came */
+	return 1;
+}
+
+/* Leads one group commit for self: gathers (unless the group is complete),
+ * takes the queue, commits it, releases each batch and passes the role on
+ * (or gives it up when nobody waits). Returns 0 when the group was taken
+ * over (self is in it and will be released with it), 1 when committed. */
+static int lead(sb_log *log, struct pending *self, int complete)
+{
+	struct pending *group, *next;
+	uint64_t t0, t1;
+	size_t n;
+	int rc;
+
+	pthread_mutex_lock(&log->mu);
+	if (!complete && !gather(log, self)) {
+		pthread_mutex_unlock(&log->mu);
+		return 0;
+	}
+	group = log->head;
+	n = log->queued;
+	log->head = log->tail = NULL;
+	log->queued = 0;
+	pthread_mutex_unlock(&log->mu);
+	t0 = mono_ns();
+	rc = commit_group(log, group);
+	t1 = mono_ns();
+	pthread_mutex_lock(&log->mu);
+	log->commit_ns = log->commit_ns ? (3 * log->commit_ns + (t1 - t0)) / 4 : t1 - t0;
+	log->last_end = t1;
+	log->expect = n + log->queued;
+	next = log->head; /* it stays queued: it takes the queue when it leads */
+	if (!next)
+		log->committing = 0;
+	pthread_mutex_unlock(&log->mu);
+	/* One broadcast wakes the whole group (a signal per batch would
+	 * cost the leader a system call each). A batch may be gone once
+	 * done_mu is free; nobody else may lead until next does. */
+	pthread_mutex_lock(&log->done_mu);
+	for (struct pending *p = group; p; p = p->next) {
+		p->rc = rc;
+		p->state = DONE;
+	}
+	if (next)
+		next->state = LEAD;
+	pthread_mutex_unlock(&log->done_mu);
+	pthread_cond_broadcast(&log->done_cv);
+	return 1;
+}
+
 int sb_log_append(sb_log *log, struct sb_event *evs, size_t n)
 {
-	struct pending self = {evs, n, 0, 0, NULL};
-	int rc;
+	struct pending self = {evs, n, 0, WAITING, NULL};
+	int rc, leader, complete = 0;
 
 	if (log->flags & SB_LOG_RDONLY)
 		return sb_seterr(SB_ERR_DENIED, "log opened read-only");
@@ -361,26 +573,27 @@ int sb_log_append(sb_log *log, struct sb_event *evs, size_t n)
 	else
 		log->head = &self;
 	log->tail = &self;
-	while (!self.done) {
-		if (log->committing) {
-			pthread_cond_wait(&log->cv, &log->mu);
-			continue;
-		}
-		struct pending *group = log->head;
-		log->head = log->tail = NULL;
-		log->committing = 1;
-		pthread_mutex_unlock(&log->mu);
-		rc = commit_group(log, group);
-		pthread_mutex_lock(&log->mu);
-		for (struct pending *p = group, *next; p; p = next) {
-			next = p->next; /* p may be gone once done is seen */
-			p->rc = rc;
-			p->done = 1;
-		}
-		log->committing = 0;
-		pthread_cond_broadcast(&log->cv);
+	log->queued++;
+	leader = !log->committing;
+	log->committing = 1;
+	if (log->gathering && log->queued >= log->expect) {
+		log->gathering = 0; /* this batch completes the group: take it over */
+		leader = complete = 1;
 	}
 	pthread_mutex_unlock(&log->mu);
+	for (;;) {
+		if (leader && lead(log, &self, complete))
+			break;
+		wait_state(log, &self);
+		if (self.state == DONE)
+			break;
+		/* handed the role: waiting again, for what a gather needs */
+		pthread_mutex_lock(&log->done_mu);
+		self.state = WAITING;
+		pthread_mutex_unlock(&log->done_mu);
+		leader = 1;
+		complete = 0;
+	}
 	if (self.rc)
 		for (size_t i = 0; i < n; i++)
 			evs[i].offset = evs[i].seq = 0;
@@ -521,9 +734,34 @@ static int load_block(sb_log_iter *it, uint64_t b)
 	return SB_OK;
 }
 
-static int iter_next_run(sb_log_iter *it, struct sb_event *ev)
+/* Positions the cursor on offset off, stepping when it is the next one (a
+ * run written in a row), seeking otherwise. */
+static int seek_offset(sb_log_iter *it, uint64_t off, MDB_val *v)
 {
-	MDB_val ek, evv;
+	MDB_val k;
+	uint8_t key[8];
+	int rc;
+
+	if (it->at && off == it->at + 1) {
+		rc = mdb_cursor_get(it->cur, &k, v, MDB_NEXT);
+		if (rc == 0 && k.mv_size == 8 && be64_get(k.mv_data) == off) {
+			it->at = off;
+			return 0;
+		}
+	}
+	it->at = 0;
+	be64_put(key, off);
+	k.mv_size = 8;
+	k.mv_data = key;
+	rc = mdb_cursor_get(it->cur, &k, v, MDB_SET_KEY);
+	if (rc == 0)
+		it->at = off;
+	return rc;
+}
+
+static int iter_next_run(sb_log_iter *it, struct sb_event *ev, MDB_val *evv)
+{
+	MDB_val ek;
 	uint8_t key[8];
 	uint64_t seq, off;
 	int rc;
@@ -543,10 +781,7 @@ static int iter_next_run(sb_log_iter *it, struct sb_event *ev)
 		return SB_END;
 	seq = it->block * BLOCK + it->pos + 1;
 	off = it->offs[it->pos++];
-	be64_put(key, off);
-	ek.mv_size = 8;
-	ek.mv_data = key;
-	rc = mdb_cursor_get(it->cur, &ek, &evv, MDB_SET_KEY);
+	rc = seek_offset(it, off, evv);
 	if (rc) {
 		ev->offset = off;
 		return rc == MDB_NOTFOUND
@@ -554,7 +789,10 @@ static int iter_next_run(sb_log_iter *it, struct sb_event *ev)
 					   (unsigned long long)off)
 			       : sb_log_mdb_err(rc, "log: read");
 	}
-	if ((rc = iter_decode(&ek, &evv, ev)))
+	be64_put(key, off);
+	ek.mv_size = 8;
+	ek.mv_data = key;
+	if ((rc = iter_decode(&ek, evv, ev)))
 		return rc;
 	if (ev->seq != seq || strcmp(ev->run, it->run)) {
 		ev->offset = off;
@@ -564,28 +802,46 @@ static int iter_next_run(sb_log_iter *it, struct sb_event *ev)
 	return SB_OK;
 }
 
-int sb_log_iter_next(sb_log_iter *it, struct sb_event *ev)
+/* Reads the next event into ev and its stored record into *v. */
+static int iter_step(sb_log_iter *it, struct sb_event *ev, MDB_val *v)
 {
-	MDB_val k, v;
+	MDB_val k;
 	uint8_t key[8];
 	int rc;
 
 	if (it->by_run)
-		return iter_next_run(it, ev);
+		return iter_next_run(it, ev, v);
 	if (!it->started) {
 		it->started = 1;
 		be64_put(key, it->from);
 		k.mv_size = 8;
 		k.mv_data = key;
-		rc = mdb_cursor_get(it->cur, &k, &v, MDB_SET_RANGE);
+		rc = mdb_cursor_get(it->cur, &k, v, MDB_SET_RANGE);
 	} else {
-		rc = mdb_cursor_get(it->cur, &k, &v, MDB_NEXT);
+		rc = mdb_cursor_get(it->cur, &k, v, MDB_NEXT);
 	}
 	if (rc == MDB_NOTFOUND)
 		return SB_END;
 	if (rc)
 		return sb_log_mdb_err(rc, "log: read");
-	return iter_decode(&k, &v, ev);
+	return iter_decode(&k, v, ev);
+}
+
+int sb_log_iter_next(sb_log_iter *it, struct sb_event *ev)
+{
+	MDB_val v;
+
+	return iter_step(it, ev, &v);
+}
+
+int sb_log_iter_next_record(sb_log_iter *it, struct sb_event *ev, const void **rec, size_t *len)
+{
+	MDB_val v = {0, NULL};
+	int rc = iter_step(it, ev, &v);
+
+	*rec = rc == SB_OK ? v.mv_data : NULL;
+	*len = rc == SB_OK ? v.mv_size : 0;
+	return rc;
 }
 
 void sb_log_iter_close(sb_log_iter *it)

@@ -11,8 +11,11 @@
  * the same guarantees.
  *
  * Appends are durable when they return: each commit is synced. Appenders in
- * several threads are grouped into one commit (group commit): one thread
- * commits for everyone waiting, so durable throughput grows with writers.
+ * several threads are grouped into one commit (group commit): one thread,
+ * the leader, commits for everyone waiting, so durable throughput grows
+ * with writers. A leader that starts right after a commit waits briefly (at
+ * most about one commit's time) for the writers that commit just released,
+ * so groups stay whole; a lone writer never waits.
  * Offsets start at 1 and grow by one per event; per-run sequences start at 1.
  */
 #ifndef SB_LOG_H
@@ -81,6 +84,12 @@ int sb_log_iter_open_run(sb_log *log, const char *run, uint64_t from_seq,
  * ev->offset holds the bad record's offset and the next call goes on past
  * it. */
 int sb_log_iter_next(sb_log_iter *it, struct sb_event *ev);
+
+/* Like sb_log_iter_next, and also points *rec at the event's stored record
+ * (*len bytes, the format of engine/record.h), already verified; it stays
+ * valid as ev->payload does. On an error or SB_END *rec is NULL. */
+int sb_log_iter_next_record(sb_log_iter *it, struct sb_event *ev, const void **rec,
+			    size_t *len);
 
 /* Closes an iterator (NULL is fine). */
 void sb_log_iter_close(sb_log_iter *it);

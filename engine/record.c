@@ -2,10 +2,14 @@
 #include "engine/record.h"
 
 #include <string.h>
+
+/* Inlined (the header carries the implementation): a record's checksum is
+ * computed on every read, and a call into the shared library costs as much
+ * as hashing a small record. */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "engine/error.h"
-#include "engine/payload.h"
 
 #define HEADER_FIELDS 7
 
@@ -15,28 +19,115 @@ static void put_be64(uint8_t *p, uint64_t v)
 		p[i] = (uint8_t)v;
 }
 
-static uint64_t get_be64(const uint8_t *p)
+static uint64_t get_be(const uint8_t *p, unsigned w)
 {
 	uint64_t v = 0;
 
-	for (int i = 0; i < 8; i++)
+	for (unsigned i = 0; i < w; i++)
 		v = v << 8 | p[i];
 	return v;
 }
 
+/* --- writing: the encodings msgpack-c's packer chooses --- */
+
+static size_t uint_size(uint64_t v)
+{
+	return v < 0x80 ? 1 : v < 0x100 ? 2 : v < 0x10000 ? 3 : v <= UINT32_MAX ? 5 : 9;
+}
+
+static size_t str_size(size_t n)
+{
+	return n < 32 ? 1 + n : n < 0x100 ? 2 + n : n < 0x10000 ? 3 + n : 5 + n;
+}
+
+/* Writes v in w big-endian bytes after the tag byte; returns the end. */
+static uint8_t *put_tagged(uint8_t *p, uint8_t tag, uint64_t v, unsigned w)
+{
+	*p++ = tag;
+	for (unsigned i = w; i > 0; i--, v >>= 8)
+		p[i - 1] = (uint8_t)v;
+	return p + w;
+}
+
+static uint8_t *put_uint(uint8_t *p, uint64_t v)
+{
+	if (v < 0x80) {
+		*p = (uint8_t)v;
+		return p + 1;
+	}
+	if (v < 0x100)
+		return put_tagged(p, 0xcc, v, 1);
+	if (v < 0x10000)
+		return put_tagged(p, 0xcd, v, 2);
+	if (v <= UINT32_MAX)
+		return put_tagged(p, 0xce, v, 4);
+	return put_tagged(p, 0xcf, v, 8);
+}
+
+static uint8_t *put_str(uint8_t *p, const char *s, size_t n)
+{
+	if (n < 32) {
+		*p++ = (uint8_t)(0xa0 | n);
+	} else if (n < 0x100) {
+		p = put_tagged(p, 0xd9, n, 1);
+	} else if (n < 0x10000) {
+		p = put_tagged(p, 0xda, n, 2);
+	} else {
+		p = put_tagged(p, 0xdb, n, 4);
+	}
+	memcpy(p, s, n);
+	return p + n;
+}
+
+/* The longest header: array and version bytes, three integers of 9 bytes,
+ * the longest type (str8) and run (fixstr), the source. */
+#define HEADER_MAX (2 + 3 * 9 + 2 + SB_TYPE_MAX + 1 + SB_RUN_MAX + 1)
+
+/* Writes ev's header to out (HEADER_MAX bytes); returns its length. */
+static size_t header_write(const struct sb_event *ev, uint8_t *out)
+{
+	uint8_t *p = out;
+
+	*p++ = 0x90 | HEADER_FIELDS;
+	*p++ = SB_RECORD_VERSION;
+	p = put_uint(p, ev->offset);
+	p = put_str(p, ev->type, strnlen(ev->type, sizeof ev->type - 1));
+	p = put_str(p, ev->run, strnlen(ev->run, sizeof ev->run - 1));
+	p = put_uint(p, ev->seq);
+	p = put_uint(p, ev->ts_ns);
+	p = put_uint(p, (uint8_t)ev->source);
+	return (size_t)(p - out);
+}
+
+size_t sb_record_size(const struct sb_event *ev)
+{
+	size_t tl = strnlen(ev->type, sizeof ev->type - 1),
+	       rl = strnlen(ev->run, sizeof ev->run - 1);
+
+	if (!ev->payload || !ev->payload_len)
+		return 0;
+	return 2 + uint_size(ev->offset) + str_size(tl) + str_size(rl) +
+	       uint_size(ev->seq) + uint_size(ev->ts_ns) +
+	       uint_size((uint8_t)ev->source) + ev->payload_len + 8;
+}
+
+void sb_record_write(const struct sb_event *ev, uint8_t *out)
+{
+	size_t hl = header_write(ev, out);
+
+	memcpy(out + hl, ev->payload, ev->payload_len);
+	put_be64(out + hl + ev->payload_len, XXH3_64bits(out, hl + ev->payload_len));
+}
+
 int sb_record_encode(const struct sb_event *ev, msgpack_sbuffer *out)
 {
-	msgpack_packer pk;
-	size_t start = out->size, tl = strlen(ev->type), rl = strlen(ev->run);
-	uint8_t sum[8];
+	uint8_t hdr[HEADER_MAX], sum[8];
+	size_t start = out->size, hl;
 
 	if (!ev->payload || !ev->payload_len)
 		return sb_seterr(SB_ERR_INVAL, "event %s has no payload", ev->type);
-	msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
-	if (msgpack_pack_array(&pk, HEADER_FIELDS) || msgpack_pack_uint8(&pk, SB_RECORD_VERSION) ||
-	    msgpack_pack_uint64(&pk, ev->offset) || msgpack_pack_str_with_body(&pk, ev->type, tl) ||
-	    msgpack_pack_str_with_body(&pk, ev->run, rl) || msgpack_pack_uint64(&pk, ev->seq) ||
-	    msgpack_pack_uint64(&pk, ev->ts_ns) || msgpack_pack_uint8(&pk, (uint8_t)ev->source) ||
+	hl = header_write(ev, hdr);
+	if (msgpack_sbuffer_write(out, (const char *)hdr, hl) ||
 	    msgpack_sbuffer_write(out, (const char *)ev->payload, ev->payload_len))
 		return SB_ERR_NOMEM;
 	put_be64(sum, XXH3_64bits(out->data + start, out->size - start));
@@ -45,63 +136,112 @@ int sb_record_encode(const struct sb_event *ev, msgpack_sbuffer *out)
 	return SB_OK;
 }
 
-static int copy_str(const msgpack_object *o, char *dst, size_t cap)
+/* --- reading --- */
+
+struct reader {
+	const uint8_t *p;
+	size_t at, end;
+};
+
+/* Reads the w-byte big-endian length or value after a tag byte. */
+static int rd_be(struct reader *r, unsigned w, uint64_t *v)
 {
-	if (o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 || o->via.str.size >= cap ||
-	    memchr(o->via.str.ptr, 0, o->via.str.size)) /* C strings: no NUL inside */
+	if (r->end - r->at < w)
 		return -1;
-	memcpy(dst, o->via.str.ptr, o->via.str.size);
-	dst[o->via.str.size] = 0;
+	*v = get_be(r->p + r->at, w);
+	r->at += w;
 	return 0;
+}
+
+/* Reads a non-negative integer of any msgpack encoding. */
+static int rd_uint(struct reader *r, uint64_t *v)
+{
+	uint8_t t;
+	unsigned w;
+
+	if (r->at >= r->end)
+		return -1;
+	t = r->p[r->at++];
+	if (t <= 0x7f) {
+		*v = t;
+		return 0;
+	}
+	if (t >= 0xcc && t <= 0xcf) /* uint 8..64 */
+		return rd_be(r, 1u << (t - 0xcc), v);
+	if (t < 0xd0 || t > 0xd3) /* int 8..64: only when not negative */
+		return -1;
+	w = 1u << (t - 0xd0);
+	if (rd_be(r, w, v))
+		return -1;
+	return *v >> (8 * w - 1) ? -1 : 0;
+}
+
+/* Reads a string into dst (cap bytes with its NUL): not empty, shorter than
+ * cap, no NUL inside (they are C strings). */
+static int rd_str(struct reader *r, char *dst, size_t cap)
+{
+	uint64_t n;
+	uint8_t t;
+
+	if (r->at >= r->end)
+		return -1;
+	t = r->p[r->at++];
+	if ((t & 0xe0) == 0xa0)
+		n = t & 0x1f;
+	else if (t < 0xd9 || t > 0xdb || rd_be(r, 1u << (t - 0xd9), &n))
+		return -1;
+	if (n == 0 || n >= cap || n > r->end - r->at || memchr(r->p + r->at, 0, n))
+		return -1;
+	memcpy(dst, r->p + r->at, n);
+	dst[n] = 0;
+	r->at += n;
+	return 0;
+}
+
+/* Reads an array header holding exactly n elements. */
+static int rd_array(struct reader *r, uint64_t n)
+{
+	uint64_t got;
+	uint8_t t;
+
+	if (r->at >= r->end)
+		return -1;
+	t = r->p[r->at++];
+	if ((t & 0xf0) == 0x90)
+		got = t & 0x0f;
+	else if (t < 0xdc || t > 0xdd || rd_be(r, t == 0xdc ? 2 : 4, &got))
+		return -1;
+	return got == n ? 0 : -1;
 }
 
 int sb_record_decode(const void *buf, size_t len, struct sb_event *ev)
 {
 	const uint8_t *p = buf;
-	msgpack_zone zone;
-	msgpack_object hdr;
-	const msgpack_object *f;
-	size_t off = 0, hlen, body;
-	int rc = SB_ERR_CORRUPT;
+	struct reader r = {p, 0, 0};
+	uint64_t version, src;
+	uint8_t t;
 
 	if (len < 1 + 8)
 		return sb_seterr(SB_ERR_CORRUPT, "record truncated (%zu bytes)", len);
-	body = len - 8;
-	if (XXH3_64bits(p, body) != get_be64(p + body))
+	r.end = len - 8;
+	if (XXH3_64bits(p, r.end) != get_be(p + r.end, 8))
 		return sb_seterr(SB_ERR_CORRUPT, "record checksum mismatch");
-	if (!msgpack_zone_init(&zone, 256))
-		return SB_ERR_NOMEM;
-	if (sb_msgpack_check(p, body, &hlen) || hlen >= body ||
-	    msgpack_unpack((const char *)p, hlen, &off, &zone, &hdr) != MSGPACK_UNPACK_SUCCESS ||
-	    hdr.type != MSGPACK_OBJECT_ARRAY || hdr.via.array.size != HEADER_FIELDS) {
-		sb_seterr(rc, "record header malformed");
-		goto out;
-	}
-	f = hdr.via.array.ptr;
-	if (f[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[0].via.u64 != SB_RECORD_VERSION) {
-		sb_seterr(rc, "record version unknown");
-		goto out;
-	}
-	if (f[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[4].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-	    f[5].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[6].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-	    f[6].via.u64 > SB_SRC_GATEWAY || copy_str(&f[2], ev->type, sizeof ev->type) ||
-	    copy_str(&f[3], ev->run, sizeof ev->run)) {
-		sb_seterr(rc, "record header fields malformed");
-		goto out;
-	}
+	if (rd_array(&r, HEADER_FIELDS))
+		return sb_seterr(SB_ERR_CORRUPT, "record header malformed");
+	if (rd_uint(&r, &version) || version != SB_RECORD_VERSION)
+		return sb_seterr(SB_ERR_CORRUPT, "record version unknown");
+	if (rd_uint(&r, &ev->offset) || rd_str(&r, ev->type, sizeof ev->type) ||
+	    rd_str(&r, ev->run, sizeof ev->run) || rd_uint(&r, &ev->seq) ||
+	    rd_uint(&r, &ev->ts_ns) || rd_uint(&r, &src) || src > SB_SRC_GATEWAY)
+		return sb_seterr(SB_ERR_CORRUPT, "record header fields malformed");
+	if (r.at >= r.end)
+		return sb_seterr(SB_ERR_CORRUPT, "record header malformed: no payload");
 	/* The payload is what follows the header: a map, checked when parsed. */
-	if (off >= body || ((p[off] & 0xf0) != 0x80 && p[off] != 0xde && p[off] != 0xdf)) {
-		sb_seterr(rc, "record payload is not a map");
-		goto out;
-	}
-	ev->offset = f[1].via.u64;
-	ev->seq = f[4].via.u64;
-	ev->ts_ns = f[5].via.u64;
-	ev->source = (enum sb_source)f[6].via.u64;
-	ev->payload = p + off;
-	ev->payload_len = body - off;
-	rc = SB_OK;
-out:
-	msgpack_zone_destroy(&zone);
-	return rc;
+	t = p[r.at];
+	if ((t & 0xf0) != 0x80 && t != 0xde && t != 0xdf)
+		return sb_seterr(SB_ERR_CORRUPT, "record payload is not a map");
+	ev->source = (enum sb_source)src;
+	ev->payload = p + r.at;
+	ev->payload_len = r.end - r.at;
+	return SB_OK;
 }

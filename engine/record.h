@@ -4,6 +4,12 @@
  * source], then the payload map as it was appended, then the XXH3-64 of all
  * preceding bytes as 8 big-endian bytes. The checksum is verified on every
  * decode; the payload is exposed as bytes and parsed only on demand.
+ *
+ * The header is written and read by hand (not through msgpack-c): it is a
+ * fixed shape of seven scalars, and reading it is the hot path of replay and
+ * catch-up. The bytes are the ones msgpack-c's packer gives (smallest
+ * encodings); the reader also takes any other valid encoding of the same
+ * values (array16/32, wider or signed non-negative integers, str8/16/32).
  */
 #ifndef SB_RECORD_H
 #define SB_RECORD_H
@@ -13,6 +19,14 @@
 #include "engine/event.h"
 
 #define SB_RECORD_VERSION 1
+
+/* Returns the length of ev's record (ev->type, ev->run and the payload set),
+ * or 0 when ev has no payload and so cannot be encoded. */
+size_t sb_record_size(const struct sb_event *ev);
+
+/* Writes ev's record, exactly sb_record_size(ev) (non-zero) bytes, to out:
+ * header, payload and checksum. */
+void sb_record_write(const struct sb_event *ev, uint8_t *out);
 
 /* Appends the record of ev to out (ev->offset and ev->seq must be set).
  * Errors: SB_ERR_INVAL (no payload), SB_ERR_NOMEM. */

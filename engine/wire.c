@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "engine/payload.h"
+#include "engine/record.h"
 
 int sb_wire_pack_event(msgpack_sbuffer *buf, msgpack_packer *pk, const struct sb_event *ev)
 {
@@ -35,6 +36,26 @@ int sb_wire_unpack_event(const msgpack_object *o, struct sb_event *ev, const msg
 	ev->offset = sb_map_u64(o, "offset", 0);
 	ev->seq = sb_map_u64(o, "seq", 0);
 	ev->ts_ns = sb_map_u64(o, "ts", 0);
+	return SB_OK;
+}
+
+int sb_wire_pack_record(msgpack_packer *pk, const void *rec, size_t len)
+{
+	if (msgpack_pack_bin(pk, len) || msgpack_pack_bin_body(pk, rec, len))
+		return SB_ERR_NOMEM;
+	return SB_OK;
+}
+
+int sb_wire_unpack_record(const msgpack_object *o, struct sb_event *ev, msgpack_zone *zone,
+			  msgpack_object *payload)
+{
+	int rc;
+
+	if (o->type != MSGPACK_OBJECT_BIN)
+		return sb_seterr(SB_ERR_PROTO, "malformed record from the daemon");
+	if ((rc = sb_record_decode(o->via.bin.ptr, o->via.bin.size, ev)) ||
+	    (rc = sb_payload_parse(ev->payload, ev->payload_len, zone, payload)))
+		return sb_seterr(SB_ERR_PROTO, "record from the daemon: %s", sb_errmsg(rc));
 	return SB_OK;
 }
 

@@ -937,6 +937,159 @@ static void assert_run_status(sb_client *c, const char *run, const char *status,
 	sb_reply_free(&rep);
 }
 
+/* events.read with records: true gives, for the same arguments, the same
+ * events as the event maps (the run's and the whole log's, with a type
+ * filter and from an offset in the middle), each as its stored record,
+ * which decodes and passes its checksum; a damaged one is refused. */
+static void test_read_records(void **state)
+{
+	static const char *const reqs[] = {
+		"{'op':'events.read','run':'" RUN_A "','from':%llu,'limit':700%s}",
+		"{'op':'events.read','from':%llu,'limit':900%s}",
+		"{'op':'events.read','from':%llu,'limit':50,'types':['run']%s}",
+	};
+	struct daemon *d = *state;
+	sb_client *c = client(d->home);
+	msgpack_zone zone;
+
+	assert_true(msgpack_zone_init(&zone, 4096));
+	for (size_t q = 0; q < sizeof reqs / sizeof reqs[0]; q++) {
+		for (uint64_t from = 1; from < 30000; from += 9973) {
+			struct sb_reply a, b;
+			const msgpack_object *evs, *recs;
+			assert_int_equal(call(c, &a, reqs[q], (unsigned long long)from, ""), SB_OK);
+			assert_int_equal(call(c, &b, reqs[q], (unsigned long long)from, ",'records':true"),
+					 SB_OK);
+			evs = sb_map_get(&a.map, "events");
+			recs = sb_map_get(&b.map, "records");
+			assert_true(evs && recs && !sb_map_get(&b.map, "events"));
+			assert_int_equal(recs->type, MSGPACK_OBJECT_ARRAY);
+			assert_int_equal(evs->via.array.size, recs->via.array.size);
+			assert_true(sb_map_u64(&a.map, "next", 0) == sb_map_u64(&b.map, "next", 1));
+			assert_int_equal(sb_map_get(&a.map, "end")->via.boolean,
+					 sb_map_get(&b.map, "end")->via.boolean);
+			for (uint32_t i = 0; i < evs->via.array.size; i++) {
+				struct sb_event e1, e2;
+				const msgpack_object *p1, *r = &recs->via.array.ptr[i];
+				msgpack_object p2;
+				msgpack_sbuffer s1, s2;
+				msgpack_packer pk1, pk2;
+
+				msgpack_zone_clear(&zone);
+				assert_int_equal(sb_wire_unpack_event(&evs->via.array.ptr[i], &e1, &p1), SB_OK);
+				assert_int_equal(r->type, MSGPACK_OBJECT_BIN);
+				assert_int_equal(sb_wire_unpack_record(r, &e2, &zone, &p2), SB_OK);
+				assert_true(e1.offset == e2.offset && e1.seq == e2.seq && e1.ts_ns == e2.ts_ns);
+				assert_true(e1.offset >= from);
+				assert_string_equal(e1.type, e2.type);
+				assert_string_equal(e1.run, e2.run);
+				assert_int_equal(e1.source, e2.source);
+				msgpack_sbuffer_init(&s1);
+				msgpack_sbuffer_init(&s2);
+				msgpack_packer_init(&pk1, &s1, msgpack_sbuffer_write);
+				msgpack_packer_init(&pk2, &s2, msgpack_sbuffer_write);
+				msgpack_pack_object(&pk1, *p1);
+				msgpack_pack_object(&pk2, p2);
+				assert_int_equal(s1.size, s2.size);
+				assert_memory_equal(s1.data, s2.data, s1.size);
+				assert_int_equal(s2.size, e2.payload_len);
+				msgpack_sbuffer_destroy(&s1);
+				msgpack_sbuffer_destroy(&s2);
+			}
+			/* a flipped byte in a record: the client refuses it */
+			if (recs->via.array.size) {
+				const msgpack_object *r = &recs->via.array.ptr[0];
+				struct sb_event ev;
+				msgpack_object p;
+				((char *)r->via.bin.ptr)[r->via.bin.size / 2] ^= 0x10;
+				assert_int_equal(sb_wire_unpack_record(r, &ev, &zone, &p), SB_ERR_PROTO);
+				assert_int_equal(sb_wire_unpack_record(evs->via.array.ptr, &ev, &zone, &p),
+						 SB_ERR_PROTO); /* not a bin */
+			}
+			sb_reply_free(&a);
+			sb_reply_free(&b);
+		}
+	}
+	msgpack_zone_destroy(&zone);
+	sb_client_close(c);
+}
+
+/* Subscriptions of one process share its connection: each sees the
+ * messages of its own topic only, in order, from when it was opened; one
+ * to "" sees all; closing one leaves the others (also of the same topic)
+ * as they were, and a later one starts with what comes after it. */
+static void test_sub_topics(void **state)
+{
+	enum { N = 300 };
+	struct daemon *d = *state;
+	sb_client *c = client(d->home);
+	sb_sub *sa1, *sa2, *sb1, *sall, *late = NULL;
+	uint64_t offs[2 * N], off;
+	msgpack_zone zone;
+
+	assert_true(msgpack_zone_init(&zone, 4096));
+	assert_int_equal(sb_sub_open(d->home, NULL, RUN_A, &sa1), SB_OK);
+	assert_int_equal(sb_sub_open(d->home, NULL, RUN_A, &sa2), SB_OK);
+	assert_int_equal(sb_sub_open(d->home, NULL, RUN_B, &sb1), SB_OK);
+	assert_int_equal(sb_sub_open(d->home, NULL, "", &sall), SB_OK);
+	/* the daemon attaches the connection in its own time: ping until the
+	 * feed carries something (pings are skipped below, by offset) */
+	for (int got = 0, i = 0; !got; i++) {
+		void *msg;
+		size_t len;
+		assert_true(i < 300);
+		assert_int_equal(append_turn(c, RUN_A, 0, CALL_MS, &off), SB_OK);
+		if (sb_sub_next(sall, 100, &msg, &len) == SB_OK) {
+			sb_bus_free(msg);
+			got = 1;
+		}
+	}
+	for (int i = 0; i < 2 * N; i++) {
+		assert_int_equal(append_turn(c, i % 2 ? RUN_B : RUN_A, (uint64_t)i, CALL_MS, &offs[i]),
+				 SB_OK);
+		if (i == N)
+			assert_int_equal(sb_sub_open(d->home, NULL, RUN_A, &late), SB_OK);
+	}
+	sb_sub_close(sa2);
+	struct {
+		sb_sub *s;
+		int parity; /* 0: A only, 1: B only, 2: both */
+		int first;  /* the first append it sees */
+	} subs[] = {{sa1, 0, 0}, {sb1, 1, 1}, {sall, 2, 0}, {late, 0, N + 1}};
+	for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) {
+		for (int i = subs[k].first; i < 2 * N; i++) {
+			void *msg;
+			size_t len;
+			msgpack_object map;
+			const msgpack_object *p;
+			struct sb_event ev;
+
+			if (subs[k].parity != 2 && i % 2 != subs[k].parity)
+				continue;
+			do {
+				assert_int_equal(sb_sub_next(subs[k].s, 5000, &msg, &len), SB_OK);
+				msgpack_zone_clear(&zone);
+				assert_int_equal(sb_payload_parse(msg, len, &zone, &map), SB_OK);
+				assert_int_equal(sb_wire_unpack_event(&map, &ev, &p), SB_OK);
+				if (ev.offset < offs[0])
+					sb_bus_free(msg); /* a ping */
+			} while (ev.offset < offs[0]);
+			assert_string_equal(ev.run, i % 2 ? RUN_B : RUN_A);
+			assert_true(ev.offset == offs[i]);
+			sb_bus_free(msg);
+		}
+		/* nothing more: not the other topic's, not twice */
+		{
+			void *msg;
+			size_t len;
+			assert_int_equal(sb_sub_next(subs[k].s, 100, &msg, &len), SB_ERR_TIMEOUT);
+		}
+		sb_sub_close(subs[k].s);
+	}
+	msgpack_zone_destroy(&zone);
+	sb_client_close(c);
+}
+
 #define RUN_C "c2c2c2c2c2c2"
 #define RUN_D "d3d3d3d3d3d3"
 #define USAGE "{'model':'m1','input_tokens':1000,'output_tokens':50,'cost_nusd':1234567,'total_nusd':1234567}"
@@ -1203,6 +1356,7 @@ static void test_malformed(void **state)
 	refused(c, SB_ERR_INVAL, "{'op':'events.read','run':'" RUN_A "','limit':'all'}");
 	refused(c, SB_ERR_INVAL, "{'op':'events.read','run':'" RUN_A "','types':'run'}");
 	refused(c, SB_ERR_INVAL, "{'op':'events.read','run':'" RUN_A "','types':[1]}");
+	refused(c, SB_ERR_INVAL, "{'op':'events.read','run':'" RUN_A "','records':1}");
 	refused(c, SB_ERR_INVAL, "{'op':'run.get','run':['" RUN_A "']}");
 	refused(c, SB_ERR_INVAL, "{'op':'run.get'}");
 	refused(c, SB_ERR_INVAL, "{'op':'runs.list','group':7}");
@@ -1252,6 +1406,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_many_subscribers, setup_two_runs, teardown),
 		cmocka_unit_test_setup_teardown(test_reattach_from_offset, setup_two_runs, teardown),
 		cmocka_unit_test_setup_teardown(test_backlog_pages, setup_long_runs, teardown),
+		cmocka_unit_test_setup_teardown(test_read_records, setup_long_runs, teardown),
+		cmocka_unit_test_setup_teardown(test_sub_topics, setup_two_runs, teardown),
 		cmocka_unit_test_setup_teardown(test_slow_subscriber, setup_two_runs, teardown),
 		cmocka_unit_test_setup_teardown(test_attach_at_the_edge, setup_two_runs, teardown),
 		cmocka_unit_test_setup_teardown(test_subscribe_churn, setup_two_runs, teardown),

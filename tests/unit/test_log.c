@@ -214,6 +214,107 @@ static void test_run_iter(void **state)
 		batch_free(&b[i]);
 }
 
+/* More runs in one commit than the committer keeps in memory at once
+ * (256), some crossing a block edge within the commit, one written in a row
+ * and then interleaved: every run's seqs are 1..k in offset order, read
+ * whole or from any sequence, also after a reopen. */
+static void test_many_runs_one_commit(void **state)
+{
+	enum { RUNS = 600, N = 2000 };
+	struct fix *f = *state;
+	struct sb_event *evs = calloc(N, sizeof *evs);
+	static char runs[RUNS][SB_RUN_MAX];
+	uint64_t *count = calloc(RUNS, sizeof *count), *run_of = calloc(2 * N, sizeof *run_of);
+	msgpack_sbuffer pl;
+
+	assert_true(evs && count && run_of);
+	tu_json(&pl, "{'turn':1}");
+	for (int r = 0; r < RUNS; r++)
+		snprintf(runs[r], sizeof runs[r], "many-%04d", r);
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < N; i++) {
+			/* the first 150 of round 0 are run 0 in a row; then run 0
+			 * every third event, the rest spread over all runs */
+			size_t r = round == 0 && i < 150 ? 0 : i % 3 == 0 ? 0 : (i * 7 + round) % RUNS;
+			assert_int_equal(sb_event_init(&evs[i], "agent.turn.started", runs[r], SB_SRC_HOST,
+						       pl.data, pl.size),
+					 SB_OK);
+			run_of[round * N + i] = r;
+		}
+		assert_int_equal(sb_log_append(f->log, evs, N), SB_OK);
+		for (size_t i = 0; i < N; i++) {
+			size_t r = run_of[round * N + i];
+			assert_true(evs[i].offset == (uint64_t)(round * N + i + 1));
+			assert_true(evs[i].seq == ++count[r]);
+		}
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		for (int r = 0; r < RUNS; r += r < 10 ? 1 : 37) {
+			static const uint64_t froms[] = {1, 2, 64, 65, 129, 700, 1399};
+			assert_true(sb_log_last_seq(f->log, runs[r]) == count[r]);
+			for (size_t k = 0; k < sizeof froms / sizeof froms[0]; k++) {
+				sb_log_iter *it;
+				struct sb_event ev;
+				uint64_t seq = froms[k], prev = 0;
+				int rc;
+				assert_int_equal(sb_log_iter_open_run(f->log, runs[r], froms[k], &it), SB_OK);
+				while ((rc = sb_log_iter_next(it, &ev)) == SB_OK) {
+					assert_string_equal(ev.run, runs[r]);
+					assert_true(ev.seq == seq++);
+					assert_true(ev.offset > prev && run_of[ev.offset - 1] == (uint64_t)r);
+					prev = ev.offset;
+				}
+				assert_int_equal(rc, SB_END);
+				assert_true(seq == (froms[k] > count[r] ? froms[k] : count[r] + 1));
+				sb_log_iter_close(it);
+			}
+		}
+		reopen(f, 0);
+	}
+	msgpack_sbuffer_destroy(&pl);
+	free(run_of);
+	free(count);
+	free(evs);
+}
+
+/* sb_log_iter_next_record gives each event's stored record: it decodes to
+ * the event the iterator returned, and ends with NULL. */
+static void test_iter_records(void **state)
+{
+	struct fix *f = *state;
+	struct batch b[3];
+	struct sb_event ev, dec;
+	sb_log_iter *it;
+	const void *rec;
+	size_t len, n = 0;
+	int rc;
+
+	append_50(f, b);
+	for (int by_run = 0; by_run < 2; by_run++) {
+		if (by_run)
+			assert_int_equal(sb_log_iter_open_run(f->log, "run-c", 2, &it), SB_OK);
+		else
+			assert_int_equal(sb_log_iter_open(f->log, 5, &it), SB_OK);
+		while ((rc = sb_log_iter_next_record(it, &ev, &rec, &len)) == SB_OK) {
+			assert_non_null(rec);
+			assert_int_equal(sb_record_decode(rec, len, &dec), SB_OK);
+			assert_true(dec.offset == ev.offset && dec.seq == ev.seq && dec.ts_ns == ev.ts_ns);
+			assert_string_equal(dec.run, ev.run);
+			assert_string_equal(dec.type, ev.type);
+			assert_true(dec.payload == ev.payload && dec.payload_len == ev.payload_len);
+			assert_true(by_run ? !strcmp(ev.run, "run-c") : ev.offset >= 5);
+			n++;
+		}
+		assert_int_equal(rc, SB_END);
+		assert_null(rec);
+		assert_int_equal(len, 0);
+		sb_log_iter_close(it);
+	}
+	assert_int_equal(n, 46 + 15); /* offsets 5..50, run-c's seqs 2..16 */
+	for (int i = 0; i < 3; i++)
+		batch_free(&b[i]);
+}
+
 /* An iterator reads a snapshot: later appends do not show in it. */
 /* A run's index is kept in blocks of 64: reading from every position
  * around the block edges gives the right events, in and across commits. */
@@ -811,6 +912,169 @@ static void test_group_commit(void **state)
 	free(th);
 }
 
+/* Writers that come and go: eight threads that stop one after another
+ * (each leader expects the writers of the last commit back, and some never
+ * come), then one writer alone: every append succeeds, once, in each
+ * writer's order, and the hook saw every batch once, in offset order. */
+struct straggler {
+	sb_log *log;
+	int id, each, failed;
+	uint64_t last;
+	int bad_order;
+};
+
+static void *straggler_main(void *arg)
+{
+	struct straggler *t = arg;
+	msgpack_sbuffer sb;
+	char run[SB_RUN_MAX];
+
+	snprintf(run, sizeof run, "str-%d", t->id);
+	tu_json(&sb, "{'turn':3}");
+	for (int i = 0; i < t->each; i++) {
+		struct sb_event ev;
+		sb_event_init(&ev, "agent.turn.completed", run, SB_SRC_HOST, sb.data, sb.size);
+		if (sb_log_append(t->log, &ev, 1) != SB_OK)
+			t->failed++;
+		if (ev.offset <= t->last || ev.seq != (uint64_t)i + 1)
+			t->bad_order++;
+		t->last = ev.offset;
+	}
+	msgpack_sbuffer_destroy(&sb);
+	return NULL;
+}
+
+static void test_group_commit_stragglers(void **state)
+{
+	enum { T = 8 };
+	struct fix *f = *state;
+	struct gc_hook hook = {.next = 1};
+	struct straggler th[T + 1];
+	pthread_t tid[T];
+	uint64_t total = 0;
+
+	sb_log_set_hook(f->log, gc_hook_fn, &hook);
+	for (int i = 0; i < T; i++) {
+		th[i] = (struct straggler){f->log, i, 40 * (i + 1), 0, 0, 0};
+		total += (uint64_t)th[i].each;
+		assert_int_equal(pthread_create(&tid[i], NULL, straggler_main, &th[i]), 0);
+	}
+	for (int i = 0; i < T; i++)
+		pthread_join(tid[i], NULL);
+	th[T] = (struct straggler){f->log, T, 100, 0, 0, 0};
+	straggler_main(&th[T]); /* alone: nobody else is expected */
+	total += 100;
+	for (int i = 0; i <= T; i++) {
+		assert_int_equal(th[i].failed, 0);
+		assert_int_equal(th[i].bad_order, 0);
+	}
+	assert_true(sb_log_last_offset(f->log) == total);
+	assert_int_equal(hook.overlaps, 0);
+	assert_int_equal(hook.bad_order, 0);
+	assert_true(hook.events == total && hook.calls == total);
+	sb_log_set_hook(f->log, NULL, NULL);
+}
+
+/* A full map refuses a group whole (SB_ERR_FULL for each of its batches,
+ * offsets and seqs cleared), from one writer and from several; what was
+ * acknowledged is all there is; reopened with room, the log and its run
+ * index go on where they stopped. */
+struct filler {
+	sb_log *log;
+	int id;
+	uint64_t acked, full, other;
+};
+
+static void *filler_main(void *arg)
+{
+	struct filler *t = arg;
+	static char body[2000];
+	struct sb_event ev;
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	int rc = SB_OK;
+
+	memset(body, 'x', sizeof body - 1);
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2);
+	sb_pack_kstr(&pk, "stream", "stdout");
+	sb_pack_kstr(&pk, "data", body);
+	while (rc != SB_ERR_FULL) {
+		sb_event_init(&ev, "agent.output", t->id % 2 ? "fill-b" : "fill-a", SB_SRC_HOST, sb.data,
+			      sb.size);
+		rc = sb_log_append(t->log, &ev, 1);
+		if (rc == SB_OK)
+			t->acked++;
+		else if (rc == SB_ERR_FULL && ev.offset == 0 && ev.seq == 0)
+			t->full++;
+		else
+			t->other++;
+	}
+	msgpack_sbuffer_destroy(&sb);
+	return NULL;
+}
+
+static void test_full_map(void **state)
+{
+	struct fix *f = *state;
+	struct filler th[4];
+	pthread_t tid[4];
+	uint64_t acked = 0, seen = 0, seq[2] = {0, 0};
+	struct batch more;
+	sb_log_iter *it;
+	struct sb_event ev;
+	const char *old = getenv("SANBOX_MAP_MIB");
+	int rc;
+
+	sb_log_close(f->log);
+	tu_rmrf(f->dir);
+	f->dir = tu_tmpdir();
+	setenv("SANBOX_MAP_MIB", "2", 1);
+	assert_int_equal(sb_log_open(f->dir, SB_LOG_NOSYNC, &f->log), SB_OK);
+	th[0] = (struct filler){f->log, 0, 0, 0, 0};
+	filler_main(&th[0]); /* one writer until full */
+	for (int i = 1; i < 4; i++) {
+		th[i] = (struct filler){f->log, i, 0, 0, 0};
+		assert_int_equal(pthread_create(&tid[i - 1], NULL, filler_main, &th[i]), 0);
+	}
+	for (int i = 1; i < 4; i++)
+		pthread_join(tid[i - 1], NULL);
+	for (int i = 0; i < 4; i++) {
+		assert_true(th[i].full >= 1);
+		assert_true(th[i].other == 0);
+		acked += th[i].acked;
+	}
+	assert_true(th[0].acked > 100);
+	assert_true(sb_log_last_offset(f->log) == acked);
+	setenv("SANBOX_MAP_MIB", "64", 1);
+	reopen(f, 0);
+	if (old)
+		setenv("SANBOX_MAP_MIB", old, 1);
+	else
+		unsetenv("SANBOX_MAP_MIB");
+	assert_int_equal(sb_log_iter_open(f->log, 1, &it), SB_OK);
+	while ((rc = sb_log_iter_next(it, &ev)) == SB_OK) {
+		int r = ev.run[5] == 'b';
+		assert_true(ev.offset == ++seen);
+		assert_true(ev.seq == ++seq[r]);
+	}
+	assert_int_equal(rc, SB_END);
+	sb_log_iter_close(it);
+	assert_true(seen == acked);
+	assert_true(sb_log_last_seq(f->log, "fill-a") == seq[0]);
+	assert_true(sb_log_last_seq(f->log, "fill-b") == seq[1]);
+	{
+		static const char *const fa[] = {"fill-a"};
+		batch_make(&more, 70, fa, 1, 0, "room");
+	}
+	assert_int_equal(sb_log_append(f->log, more.evs, more.n), SB_OK);
+	assert_true(more.evs[0].offset == acked + 1 && more.evs[0].seq == seq[0] + 1);
+	assert_true(more.evs[69].seq == seq[0] + 70);
+	assert_true(sb_log_last_seq(f->log, "fill-a") == seq[0] + 70);
+	batch_free(&more);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -825,9 +1089,13 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_corrupt_record_misplaced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_format_version, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_run_iter_blocks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many_runs_one_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_iter_records, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blobs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob_corrupt, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_group_commit_stragglers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_full_map, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

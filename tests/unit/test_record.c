@@ -109,6 +109,123 @@ static void test_roundtrip_big(void **state)
 	}
 }
 
+/* The record as msgpack-c's packer writes it (the format as it always
+ * was): the hand-written encoder must give the same bytes. */
+static void packer_record(const struct sb_event *ev, msgpack_sbuffer *sb)
+{
+	msgpack_packer pk;
+	uint64_t h;
+	uint8_t sum[8];
+
+	msgpack_sbuffer_init(sb);
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 7);
+	msgpack_pack_uint8(&pk, 1);
+	msgpack_pack_uint64(&pk, ev->offset);
+	msgpack_pack_str_with_body(&pk, ev->type, strlen(ev->type));
+	msgpack_pack_str_with_body(&pk, ev->run, strlen(ev->run));
+	msgpack_pack_uint64(&pk, ev->seq);
+	msgpack_pack_uint64(&pk, ev->ts_ns);
+	msgpack_pack_uint8(&pk, (uint8_t)ev->source);
+	msgpack_sbuffer_write(sb, (const char *)ev->payload, ev->payload_len);
+	h = XXH3_64bits(sb->data, sb->size);
+	for (int i = 7; i >= 0; i--, h >>= 8)
+		sum[i] = (uint8_t)h;
+	msgpack_sbuffer_write(sb, (const char *)sum, 8);
+}
+
+/* Header numbers of every width and type and run ids of every length give
+ * the bytes msgpack-c gives, through sb_record_encode and through
+ * sb_record_size and sb_record_write. */
+static void test_same_bytes_as_packer(void **state)
+{
+	static const uint64_t nums[] = {0,          1,           127,        128,         255,
+					256,        65535,       65536,      UINT32_MAX, 1ull << 32,
+					UINT64_MAX};
+	char type[SB_TYPE_MAX], run[SB_RUN_MAX];
+	size_t k = 0;
+
+	for (size_t tl = 1; tl < SB_TYPE_MAX; tl += 3) {
+		for (size_t rl = 1; rl < SB_RUN_MAX; rl += 2, k++) {
+			struct sb_event ev;
+			msgpack_sbuffer want, got;
+			uint8_t *buf;
+			size_t len;
+
+			memset(type, 'a' + (int)(k % 26), tl);
+			type[tl] = 0;
+			memset(run, '0' + (int)(k % 10), rl);
+			run[rl] = 0;
+			assert_int_equal(sb_event_init(&ev, type, run, (enum sb_source)(k % 3),
+						       "\x81\xa1k\x05", 4),
+					 SB_OK);
+			ev.offset = nums[k % 11];
+			ev.seq = nums[(k + 4) % 11];
+			ev.ts_ns = nums[(k + 7) % 11];
+			packer_record(&ev, &want);
+			encode(&ev, &got);
+			assert_int_equal(got.size, want.size);
+			assert_memory_equal(got.data, want.data, want.size);
+			len = sb_record_size(&ev);
+			assert_int_equal(len, want.size);
+			buf = malloc(len);
+			assert_non_null(buf);
+			sb_record_write(&ev, buf);
+			assert_memory_equal(buf, want.data, len);
+			free(buf);
+			msgpack_sbuffer_destroy(&want);
+			msgpack_sbuffer_destroy(&got);
+		}
+	}
+}
+
+/* The reader takes any msgpack encoding of the header's values, as
+ * msgpack-c did: array16, integers wider than needed or signed but not
+ * negative, str8 for a short string; a negative signed one is refused. */
+#define H(s, ok) {s, sizeof s - 1, ok}
+static void test_other_encodings(void **state)
+{
+	static const struct {
+		const char *b;
+		size_t n;
+		int ok;
+	} hdrs[] = {
+		H("\x97\x01\x0c\xa3" "r.s\xa1r\x03\x63\x02", 1),                          /* canonical */
+		H("\xdc\x00\x07\x01\x0c\xa3" "r.s\xa1r\x03\x63\x02", 1),                  /* array16 */
+		H("\xdd\x00\x00\x00\x07\x01\x0c\xa3" "r.s\xa1r\x03\x63\x02", 1),          /* array32 */
+		H("\x97\xcc\x01\xcf\0\0\0\0\0\0\0\x0c\xa3" "r.s\xa1r\x03\x63\x02", 1),    /* wide */
+		H("\x97\xd0\x01\xd3\0\0\0\0\0\0\0\x0c\xa3" "r.s\xa1r\xd1\0\x03\x63\x02", 1), /* signed */
+		H("\x97\x01\x0c\xd9\x03r.s\xda\x00\x01r\x03\x63\x02", 1),                 /* str8/16 */
+		H("\x97\x01\x0c\xdb\0\0\0\x03r.s\xa1r\x03\x63\x02", 1),                   /* str32 */
+		H("\x97\x01\x0c\xa3" "r.s\xa1r\xd0\xfd\x63\x02", 0),                      /* seq -3 */
+		H("\x97\x01\xd3\xff\xff\xff\xff\xff\xff\xff\xf4\xa3" "r.s\xa1r\x03\x63\x02", 0),
+		H("\x96\x01\x0c\xa3" "r.s\xa1r\x03\x63", 0),                              /* 6 fields */
+		H("\xdc\x00\x08\x01\x0c\xa3" "r.s\xa1r\x03\x63\x02\xc0", 0),              /* 8 */
+	};
+	uint8_t buf[64];
+	struct sb_event ev;
+
+	for (size_t i = 0; i < sizeof hdrs / sizeof hdrs[0]; i++) {
+		size_t n = hdrs[i].n;
+		memcpy(buf, hdrs[i].b, n);
+		memcpy(buf + n, "\x81\xa1k\x05", 4);
+		tu_reseal(buf, n + 4 + 8);
+		memset(&ev, 0, sizeof ev);
+		if (!hdrs[i].ok) {
+			assert_int_equal(sb_record_decode(buf, n + 12, &ev), SB_ERR_CORRUPT);
+			continue;
+		}
+		if (sb_record_decode(buf, n + 12, &ev) != SB_OK)
+			fail_msg("header %zu refused: %s", i, sb_errmsg(SB_ERR_CORRUPT));
+		assert_true(ev.offset == 12 && ev.seq == 3 && ev.ts_ns == 99);
+		assert_string_equal(ev.type, "r.s");
+		assert_string_equal(ev.run, "r");
+		assert_int_equal(ev.source, SB_SRC_GATEWAY);
+		assert_true(ev.payload == buf + n && ev.payload_len == 4);
+	}
+}
+#undef H
+
 /* An event without a payload cannot be encoded. */
 static void test_encode_needs_payload(void **state)
 {
@@ -406,6 +523,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_roundtrip_all_types),
 		cmocka_unit_test(test_roundtrip_big),
+		cmocka_unit_test(test_same_bytes_as_packer),
+		cmocka_unit_test(test_other_encodings),
 		cmocka_unit_test(test_encode_needs_payload),
 		cmocka_unit_test(test_every_flip_detected),
 		cmocka_unit_test(test_truncation),
