@@ -21,6 +21,7 @@
 #define EXIT_UNAVAIL 4
 #define EXIT_TIMEOUT 124
 #define EXIT_RUNFAIL 125
+#define EXIT_BUDGET 123
 
 struct cli_cmd {
 	const char *name;

@@ -82,6 +82,7 @@ struct run_ctx {
 	int64_t exit_status;
 	int has_exit;
 	char reason[32];
+	char failure[512]; /* run.failed's reason */
 };
 
 static int run_cb(void *vctx, const struct sb_event *ev, const msgpack_object *p)
@@ -89,7 +90,9 @@ static int run_cb(void *vctx, const struct sb_event *ev, const msgpack_object *p
 	struct run_ctx *c = vctx;
 
 	cli_print_event(ev, p, c->json);
-	if (!strcmp(ev->type, "run.exited")) {
+	if (!strcmp(ev->type, "run.failed")) {
+		sb_map_str(p, "reason", c->failure, sizeof c->failure);
+	} else if (!strcmp(ev->type, "run.exited")) {
 		c->exit_status = sb_map_i64(p, "status", 1);
 		c->has_exit = 1;
 	} else if (!strcmp(ev->type, "run.stopped")) {
@@ -116,12 +119,13 @@ int cmd_run(int argc, char **argv)
 		{"name", required_argument, NULL, 'n'},     {"group", required_argument, NULL, 'g'},
 		{"model", required_argument, NULL, 'm'},    {"budget", required_argument, NULL, 'b'},
 		{"secret", required_argument, NULL, 's'},   {"accel", required_argument, NULL, 'a'},
+		{"on-budget", required_argument, NULL, 'o'},
 		{"detach", no_argument, NULL, 'd'},         {"json", no_argument, NULL, 'j'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *tmpl = "shell", *name = NULL, *group = NULL, *model = NULL, *accel = NULL;
+	const char *tmpl = "shell", *name = NULL, *group = NULL, *accel = NULL, *on_budget = NULL;
 	uint64_t cpus = 0, mem = 0, timeout = 0, budget = 0;
-	struct list inputs = {0}, env = {0}, secrets = {0};
+	struct list inputs = {0}, env = {0}, secrets = {0}, models = {0};
 	struct run_ctx rc_ctx = {0};
 	struct sb_follow_opts fo = {0};
 	struct cli_req r;
@@ -150,6 +154,13 @@ int cmd_run(int argc, char **argv)
 		case 'b':
 			if ((rc = cli_parse_usd(optarg, &budget)))
 				return cli_fail(rc, "%s", sb_errmsg(rc));
+			if (!budget)
+				return cli_fail(SB_ERR_INVAL, "--budget must be positive");
+			break;
+		case 'o':
+			if (strcmp(optarg, "stop") && strcmp(optarg, "continue"))
+				return cli_fail(SB_ERR_INVAL, "--on-budget takes stop or continue");
+			on_budget = optarg;
 			break;
 		case 'i': if (list_add(&inputs, optarg, "--input")) return 1; break;
 		case 'e':
@@ -161,7 +172,7 @@ int cmd_run(int argc, char **argv)
 		case 's': if (list_add(&secrets, optarg, "--secret")) return 1; break;
 		case 'n': name = optarg; break;
 		case 'g': group = optarg; break;
-		case 'm': model = optarg; break;
+		case 'm': if (list_add(&models, optarg, "--model")) return 1; break;
 		case 'a': accel = optarg; break;
 		case 'd': detach_opt = 1; break;
 		case 'j': rc_ctx.json = 1; break;
@@ -174,7 +185,7 @@ int cmd_run(int argc, char **argv)
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 
-	nspec = 10 + !!name + !!group + !!model + !!accel;
+	nspec = 10 + !!name + !!group + !!models.n * 2 + !!accel + !!on_budget;
 	cli_req_begin(&r, "run.create", 1);
 	sb_pack_str(&r.pk, "spec");
 	msgpack_pack_map(&r.pk, nspec);
@@ -183,8 +194,13 @@ int cmd_run(int argc, char **argv)
 		sb_pack_kstr(&r.pk, "name", name);
 	if (group)
 		sb_pack_kstr(&r.pk, "group", group);
-	if (model)
-		sb_pack_kstr(&r.pk, "model", model);
+	if (models.n) {
+		/* the first is the run's model; the others it may use too */
+		sb_pack_kstr(&r.pk, "model", models.v[0]);
+		pack_strs(&r.pk, "models", models.v + 1, models.n - 1);
+	}
+	if (on_budget)
+		sb_pack_kstr(&r.pk, "on_budget", on_budget);
 	if (accel)
 		sb_pack_kstr(&r.pk, "accel", accel);
 	if (has_cmd) {
@@ -250,8 +266,15 @@ int cmd_run(int argc, char **argv)
 	}
 	if (!strcmp(rc_ctx.reason, "timeout"))
 		return EXIT_TIMEOUT;
-	if (!strcmp(rc_ctx.reason, "failed"))
+	if (!strcmp(rc_ctx.reason, "failed")) {
+		fprintf(stderr, "sanbox: run %s failed: %s\n", run,
+			rc_ctx.failure[0] ? rc_ctx.failure : "see its events");
 		return EXIT_RUNFAIL;
+	}
+	if (!strcmp(rc_ctx.reason, "budget")) {
+		fprintf(stderr, "sanbox: run %s stopped: its LLM budget is spent\n", run);
+		return EXIT_BUDGET;
+	}
 	if (rc_ctx.has_exit)
 		return (int)(rc_ctx.exit_status & 0xff);
 	return 143; /* stopped before the harness exited */

@@ -20,11 +20,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine/access.h"
 #include "engine/daemon.h"
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/payload.h"
 #include "engine/template.h"
+#include "engine/tunnel.h"
 #include "projections/views.h"
 #include "vmm/accel.h"
 #include "vmm/chan.h"
@@ -37,6 +39,7 @@
 #define READ_BUDGET (256u << 10) /* bytes read from one guest per wake-up */
 #define GUEST_RATE 200.0      /* guest events per second, sustained */
 #define GUEST_BURST 2000.0
+#define GUEST_TUNNEL_PORT 4000 /* the gateway, as the harness sees it */
 
 struct run {
 	struct sb_runs *owner;
@@ -55,6 +58,10 @@ struct run {
 	double tokens, tokens_ts; /* guest event rate limiter */
 	uint64_t dropped;
 	double warned_ts;
+	struct sb_access acc;     /* models, budget, secrets: resolved */
+	char vkey[SB_VKEY_MAX];   /* the run's virtual key at the gateway */
+	int registered;           /* known to the gateway */
+	sb_tunnel *tunnel;        /* guest streams to the gateway */
 	struct run *next;
 };
 
@@ -235,6 +242,15 @@ static void run_close_fds(struct run *r)
 	r->chan_lfd = r->chan_fd = r->qmp_lfd = r->qmp_fd = -1;
 }
 
+/* Drops the SPEC frame, wiping it first: it holds env-scoped secrets. */
+static void spec_wipe(struct run *r)
+{
+	if (r->spec.data)
+		sodium_memzero(r->spec.data, r->spec.alloc);
+	msgpack_sbuffer_destroy(&r->spec);
+	msgpack_sbuffer_init(&r->spec);
+}
+
 static void run_free(struct run *r)
 {
 	if (!r)
@@ -245,8 +261,13 @@ static void run_free(struct run *r)
 	sb_watch_stop(r->boot_w);
 	sb_watch_stop(r->grace_w);
 	sb_chan_reader_free(r->reader);
+	sb_tunnel_close(r->tunnel); /* unties its connections */
+	if (r->registered)
+		sb_gateway_run_remove(r->owner->d->gateway, r->id);
+	sb_access_free(&r->acc);
+	spec_wipe(r);
 	msgpack_sbuffer_destroy(&r->out);
-	msgpack_sbuffer_destroy(&r->spec);
+	sodium_memzero(r->vkey, sizeof r->vkey);
 	free(r);
 }
 
@@ -298,6 +319,8 @@ static void chan_flush(struct run *r)
 	}
 	if (r->chan_w)
 		sb_watch_io_set(r->chan_w, SB_READ | (r->out.size ? SB_WRITE : 0));
+	if (r->tunnel && r->out.size - r->out_off < SB_TUNNEL_BACKLOG)
+		sb_tunnel_drained(r->tunnel);
 }
 
 static void chan_send(struct run *r, const void *frame, size_t len)
@@ -422,6 +445,52 @@ static void send_close(struct run *r, uint64_t stream)
 	msgpack_sbuffer_destroy(&buf);
 }
 
+/* --- the tunnel's view of the run (engine/tunnel.h) --- */
+
+static void tun_send(void *ctx, int kind, uint64_t stream, const void *data, size_t len)
+{
+	struct run *r = ctx;
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	size_t start;
+
+	if (kind == SB_CHAN_CLOSE) {
+		send_close(r, stream);
+		return;
+	}
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	if (sb_chan_begin(&buf, &pk, SB_CHAN_DATA, stream, &start) == SB_OK) {
+		msgpack_pack_bin_with_body(&pk, data, len);
+		if (sb_chan_end(&buf, start) == SB_OK)
+			chan_send(r, buf.data, buf.size);
+	}
+	msgpack_sbuffer_destroy(&buf);
+}
+
+static size_t tun_backlog(void *ctx)
+{
+	struct run *r = ctx;
+
+	return r->out.size - r->out_off;
+}
+
+static void tun_tie(void *ctx, uint16_t port, int open)
+{
+	struct run *r = ctx;
+
+	if (!open)
+		sb_gateway_unbind(r->owner->d->gateway, port);
+	else if (sb_gateway_bind(r->owner->d->gateway, port, r->id))
+		warn(r, "gateway: cannot tie a tunnel connection to the run");
+}
+
+static const struct sb_tunnel_ops tunnel_ops = {
+	.send = tun_send,
+	.backlog = tun_backlog,
+	.tie = tun_tie,
+};
+
 static void on_frame(struct run *r, const struct sb_chan_frame *f)
 {
 	const msgpack_object *type, *payload;
@@ -434,8 +503,7 @@ static void on_frame(struct run *r, const struct sb_chan_frame *f)
 			sb_watch_stop(r->boot_w);
 			r->boot_w = NULL;
 			chan_send(r, r->spec.data, r->spec.size);
-			msgpack_sbuffer_destroy(&r->spec); /* the inputs: keep one copy */
-			msgpack_sbuffer_init(&r->spec);
+			spec_wipe(r); /* the inputs: keep one copy */
 		}
 		break;
 	case SB_CHAN_EVENT:
@@ -455,7 +523,12 @@ static void on_frame(struct run *r, const struct sb_chan_frame *f)
 		guest_event_json(r, &f->body);
 		break;
 	case SB_CHAN_OPEN:
-		send_close(r, f->stream); /* no gateway for this run */
+	case SB_CHAN_DATA:
+	case SB_CHAN_CLOSE:
+		if (r->tunnel)
+			sb_tunnel_frame(r->tunnel, f->kind, f->stream, &f->body);
+		else if (f->kind == SB_CHAN_OPEN)
+			send_close(r, f->stream);
 		break;
 	case SB_CHAN_DONE:
 		r->done = 1;
@@ -465,7 +538,7 @@ static void on_frame(struct run *r, const struct sb_chan_frame *f)
 				*p = ' '; /* guest text: keep the reason one line */
 		break;
 	default:
-		break; /* DATA/CLOSE of refused streams, LOG: ignored */
+		break; /* LOG: ignored */
 	}
 }
 
@@ -700,8 +773,8 @@ static void on_child(void *ctx, int status)
 /* --- creating and starting --- */
 
 struct spec {
-	char name[64], group[64], tmpl[64], model[96], accel[8], prompt[8192];
-	uint64_t cpus, memory_mib, timeout_s, budget_nusd;
+	char name[64], group[64], tmpl[64], accel[8], prompt[8192];
+	uint64_t cpus, memory_mib, timeout_s;
 	const msgpack_object *argv, *env, *inputs;
 	size_t input_bytes;
 };
@@ -774,14 +847,12 @@ static int spec_parse(const msgpack_object *m, struct spec *s)
 	if ((rc = spec_str(m, "name", s->name, sizeof s->name)) ||
 	    (rc = spec_str(m, "group", s->group, sizeof s->group)) ||
 	    (rc = spec_str(m, "template", s->tmpl, sizeof s->tmpl)) ||
-	    (rc = spec_str(m, "model", s->model, sizeof s->model)) ||
 	    (rc = spec_str(m, "accel", s->accel, sizeof s->accel)) ||
 	    (rc = spec_str(m, "prompt", s->prompt, sizeof s->prompt)) ||
 	    (rc = spec_strs(m, "argv", &s->argv)) || (rc = spec_strs(m, "env", &s->env)) ||
 	    (rc = spec_u64(m, "cpus", 64, &s->cpus)) ||
 	    (rc = spec_u64(m, "memory_mib", 1u << 20, &s->memory_mib)) ||
-	    (rc = spec_u64(m, "timeout_s", 366ull * 86400, &s->timeout_s)) ||
-	    (rc = spec_u64(m, "budget_nusd", UINT64_MAX / 2, &s->budget_nusd)))
+	    (rc = spec_u64(m, "timeout_s", 366ull * 86400, &s->timeout_s)))
 		return rc;
 	if (strcmp(s->accel, "auto") && strcmp(s->accel, "kvm") && strcmp(s->accel, "tcg"))
 		return sb_seterr(SB_ERR_INVAL, "spec: accel must be auto, kvm or tcg");
@@ -851,17 +922,14 @@ static int pack_guest_spec(struct run *r, const struct spec *s, const struct sb_
 		sb_pack_str(&pk, s->prompt);
 	}
 	sb_pack_str(&pk, "env");
-	msgpack_pack_array(&pk, nenv + 2 + (s->model[0] ? 1 : 0));
+	msgpack_pack_array(&pk, nenv + 2 + sb_access_env_count(&r->acc));
 	for (uint32_t i = 0; i < nenv; i++)
 		msgpack_pack_object(&pk, s->env->via.array.ptr[i]);
 	char kv[256];
 	snprintf(kv, sizeof kv, "SANBOX_RUN=%s", r->id);
 	sb_pack_str(&pk, kv);
 	sb_pack_str(&pk, "HOME=/root");
-	if (s->model[0]) {
-		snprintf(kv, sizeof kv, "SANBOX_MODEL=%s", s->model);
-		sb_pack_str(&pk, kv);
-	}
+	sb_access_pack_env(&r->acc, r->vkey, &pk);
 	sb_pack_kstr(&pk, "cwd", "/workspace");
 	sb_pack_str(&pk, "inputs");
 	msgpack_pack_array(&pk, nin);
@@ -877,7 +945,7 @@ static int pack_guest_spec(struct run *r, const struct spec *s, const struct sb_
 				 ? mode->via.u64 & 07777
 				 : 0644);
 	}
-	sb_pack_ku64(&pk, "tunnel_port", 0);
+	sb_pack_ku64(&pk, "tunnel_port", GUEST_TUNNEL_PORT);
 	if ((rc = sb_chan_end(&r->spec, start)))
 		return rc;
 	/* the contents follow the SPEC in INPUT frames (vmm/chan.h) */
@@ -889,34 +957,38 @@ static int pack_guest_spec(struct run *r, const struct spec *s, const struct sb_
 	return rc;
 }
 
-/* Writes run.created and run.policy.resolved in one atomic append. */
+/* Writes run.created, run.policy.resolved and a secret.granted per grant
+ * in one atomic append. */
 static int emit_resolved(struct sb_runs *rs, const char *id, const struct spec *s,
-			 const struct sb_template *t, uint64_t cpus, uint64_t mem, uint64_t timeout)
+			 const struct sb_template *t, const struct sb_access *acc, uint64_t cpus,
+			 uint64_t mem, uint64_t timeout)
 {
-	msgpack_sbuffer a, b;
-	msgpack_packer pa, pb;
-	struct sb_event evs[2];
+	msgpack_sbuffer a, b, g;
+	msgpack_packer pa, pb, pg;
+	struct sb_event evs[2 + SB_ACCESS_SECRETS];
+	size_t gat[SB_ACCESS_SECRETS + 1];
 	uint32_t nin = s->inputs ? s->inputs->via.array.size : 0;
 	int rc;
 
 	msgpack_sbuffer_init(&a);
 	msgpack_sbuffer_init(&b);
+	msgpack_sbuffer_init(&g);
 	msgpack_packer_init(&pa, &a, msgpack_sbuffer_write);
 	msgpack_packer_init(&pb, &b, msgpack_sbuffer_write);
+	msgpack_packer_init(&pg, &g, msgpack_sbuffer_write);
 	msgpack_pack_map(&pa, 4);
 	sb_pack_kstr(&pa, "name", s->name[0] ? s->name : id);
 	sb_pack_kstr(&pa, "group", s->group);
 	sb_pack_kstr(&pa, "template", s->tmpl);
-	sb_pack_kstr(&pa, "model", s->model);
-	msgpack_pack_map(&pb, 12);
+	sb_pack_kstr(&pa, "model", acc->model);
+	msgpack_pack_map(&pb, 16);
 	sb_pack_kstr(&pb, "template_hash", t->hash);
 	sb_pack_kstr(&pb, "kernel", t->kernel_version);
 	sb_pack_ku64(&pb, "cpus", cpus);
 	sb_pack_ku64(&pb, "memory_mib", mem);
 	sb_pack_ku64(&pb, "timeout_s", timeout);
 	sb_pack_kstr(&pb, "network", "none");
-	sb_pack_ku64(&pb, "budget_nusd", s->budget_nusd);
-	sb_pack_kstr(&pb, "model", s->model);
+	sb_access_pack_policy(acc, &pb); /* 6 pairs */
 	sb_pack_kstr(&pb, "accel", s->accel);
 	sb_pack_str(&pb, "argv");
 	if (s->argv && s->argv->via.array.size)
@@ -935,12 +1007,22 @@ static int emit_resolved(struct sb_runs *rs, const char *id, const struct spec *
 		msgpack_pack_object(&pb, *sb_map_get(in, "path"));
 		sb_pack_ku64(&pb, "size", sb_map_get(in, "data")->via.bin.size);
 	}
-	rc = !a.data || !b.data ? SB_ERR_NOMEM : SB_OK;
-	if (rc == SB_OK && (rc = sb_event_init(&evs[0], "run.created", id, SB_SRC_HOST, a.data, a.size)) == SB_OK &&
-	    (rc = sb_event_init(&evs[1], "run.policy.resolved", id, SB_SRC_HOST, b.data, b.size)) == SB_OK)
-		rc = sb_log_append(rs->d->log, evs, 2);
+	for (size_t i = 0; i < acc->ngrants; i++) {
+		gat[i] = g.size;
+		sb_access_pack_grant(acc, i, &pg);
+	}
+	gat[acc->ngrants] = g.size;
+	rc = !a.data || !b.data || (acc->ngrants && !g.data) ? SB_ERR_NOMEM : SB_OK;
+	if (rc == SB_OK && (rc = sb_event_init(&evs[0], "run.created", id, SB_SRC_HOST, a.data, a.size)) == SB_OK)
+		rc = sb_event_init(&evs[1], "run.policy.resolved", id, SB_SRC_HOST, b.data, b.size);
+	for (size_t i = 0; rc == SB_OK && i < acc->ngrants; i++)
+		rc = sb_event_init(&evs[2 + i], "secret.granted", id, SB_SRC_HOST, g.data + gat[i],
+				   gat[i + 1] - gat[i]);
+	if (rc == SB_OK)
+		rc = sb_log_append(rs->d->log, evs, 2 + acc->ngrants);
 	msgpack_sbuffer_destroy(&a);
 	msgpack_sbuffer_destroy(&b);
+	msgpack_sbuffer_destroy(&g);
 	return rc;
 }
 
@@ -999,6 +1081,27 @@ static int run_start(struct run *r, const struct sb_template *t, const struct sp
 	return SB_OK;
 }
 
+/* Resolves the run's model access, registers it with the gateway and
+ * opens its tunnel. */
+static int run_access(struct run *r, const msgpack_object *specmap)
+{
+	struct sb_daemon *d = r->owner->d;
+	struct sb_gateway_run gr;
+	int rc;
+
+	if ((rc = sb_access_resolve(d, specmap, &r->acc)))
+		return rc;
+	gr.run = r->id;
+	gr.budget_nusd = r->acc.budget_nusd;
+	gr.stop_on_budget = r->acc.stop_on_budget;
+	gr.models = r->acc.models;
+	gr.nmodels = r->acc.nmodels;
+	if ((rc = sb_gateway_run_add(d->gateway, &gr, r->vkey)))
+		return rc;
+	r->registered = 1;
+	return sb_tunnel_open(d->loop, sb_gateway_port(d->gateway), &tunnel_ops, r, &r->tunnel);
+}
+
 static void new_run_id(char run[SB_RUN_MAX])
 {
 	unsigned char raw[SB_RUN_ID_LEN / 2];
@@ -1031,9 +1134,9 @@ int sb_runs_create(struct sb_runs *rs, const msgpack_object *specmap, char id[SB
 	new_run_id(r->id);
 	if (snprintf(r->dir, sizeof r->dir, "%s/runs/%s", rs->d->home, r->id) >= (int)sizeof r->dir)
 		rc = sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
-	if (rc || (rc = sb_chan_reader_new(&r->reader)) ||
+	if (rc || (rc = sb_chan_reader_new(&r->reader)) || (rc = run_access(r, specmap)) ||
 	    (rc = pack_guest_spec(r, &s, &t)) ||
-	    (rc = emit_resolved(rs, r->id, &s, &t, cpus, mem, timeout)))
+	    (rc = emit_resolved(rs, r->id, &s, &t, &r->acc, cpus, mem, timeout)))
 		goto out;
 	memcpy(id, r->id, SB_RUN_MAX);
 	if ((rc = run_start(r, &t, &s, cpus, mem, timeout))) {

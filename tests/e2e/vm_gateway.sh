@@ -1,0 +1,188 @@
+#!/bin/sh
+# Model access end to end, in real microVMs: the reference harness talks to
+# a configured provider (a model stub this test starts) through the guest's
+# tunnel and the gateway; the provider key is swapped in and never enters
+# the guest or the record; usage and cost are metered exactly; budgets stop
+# a run on its third call, hold under 8 concurrent calls, and cut a stream.
+. "$(dirname "$0")/lib/vm.sh"
+
+work=$(mktemp -d /tmp/sbgw.XXXXXX)
+stub_pid=""
+gw_cleanup() {
+	[ -n "$stub_pid" ] && kill "$stub_pid" 2>/dev/null
+	rm -rf "$work"
+}
+vm_extra_cleanup=gw_cleanup
+
+# --- a provider: the model stub with this test's scripts
+mkdir "$work/scripts"
+cp "$REPO/tools/stub/scripted.json" "$work/scripts/"
+cat >"$work/scripts/budget.json" <<'EOF'
+{"turns": [{"text": "one more look", "tool_calls": [{"name": "shell", "arguments": {"command": "echo turn >> turns.txt"}}],
+            "usage": {"input_tokens": 100, "output_tokens": 80}}]}
+EOF
+cat >"$work/scripts/long.json" <<'EOF'
+{"turns": [{"ignore_max_tokens": true, "chunks": 20, "chunk_delay_ms": 20,
+ "text": "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"}]}
+EOF
+"$BUILD/sanbox-model-stub" --script-dir "$work/scripts" --log "$work/stub.log" >"$work/stub.out" 2>&1 &
+stub_pid=$!
+i=0
+until grep -qs '^listening ' "$work/stub.out"; do
+	i=$((i + 1))
+	[ $i -lt 100 ] || { bad "setup" "stub did not start"; exit 1; }
+	sleep 0.05
+done
+URL=http://$(sed -n 's/^listening //p' "$work/stub.out")/v1
+cat >"$SANBOX_HOME/models.json" <<EOF
+{"providers": {"acme": {"base_url": "$URL", "api": ["openai", "anthropic"], "key_secret": "ACME_KEY"}},
+ "models": {
+  "acme/scripted": {"provider": "acme", "upstream": "scripted", "input": 1, "output": 2},
+  "acme/budget": {"provider": "acme", "upstream": "budget", "input": 0.01, "output": 100, "max_output": 100},
+  "acme/long": {"provider": "acme", "upstream": "long", "input": 0.01, "output": 100, "max_output": 10}}}
+EOF
+rnd() { head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+KEY_A=sk-acme-$(rnd)
+KEY_B=$(rnd)
+KEY="$KEY_A$KEY_B" # the provider key; the guest only ever sees it split
+TEAM=team-$(rnd)
+printf '%s' "$KEY" | "$SB" secret set ACME_KEY 2>/dev/null || bad "secret set" "failed"
+printf '%s\n' "$TEAM" | "$SB" secret set TEAM_TOKEN 2>/dev/null || bad "secret set" "failed"
+"$SB" secret ls | grep -q '^ACME_KEY ' && ok "secret ls names the secret" || bad "secret ls" "$("$SB" secret ls)"
+
+py() { python3 -c "$1" "$@"; }
+evjson() { "$SB" events "$1" --json >"$work/$1.ev"; }
+
+# --- 1. a scripted conversation with tool calls, metered exactly
+"$SB" run --name conv -m acme/scripted "fix the failing test" >"$work/conv.out" 2>&1
+rc=$?
+[ $rc = 0 ] && ok "harness run through the gateway" || bad "conversation" "exit $rc: $(tail -n 5 "$work/conv.out")"
+C=$("$SB" inspect conv --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["run"])')
+evjson "$C"
+python3 - "$work/$C.ev" "$work/stub.log" "$KEY" <<'EOF' && ok "events, files and exact cost of the conversation" || bad "conversation" "see above"
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+calls = [json.loads(l) for l in open(sys.argv[2]) if l.strip() and '"scripted"' in l]
+types = [e["type"] for e in evs]
+def need(c, what):
+    if not c:
+        print("conversation:", what); sys.exit(1)
+use = [e for e in evs if e["type"] == "agent.usage.updated"]
+need(len(use) == 3 and all(e["source"] == "gateway" for e in use), "three gateway usage events")
+need(len([e for e in evs if e["type"] == "agent.message" and e["source"] == "gateway"]) == 3, "three recorded calls")
+tools = [e["payload"]["tool"] for e in evs if e["type"] == "agent.tool.completed"]
+need(tools == ["shell", "write_file"], "tool calls %r" % tools)
+need(types.count("agent.turn.started") == 3, "three turns")
+files = {e["payload"]["path"].replace("/workspace/", "", 1) for e in evs if e["type"] == "agent.file.changed"}
+need({"hello.txt", "notes/result.md"} <= files, "files %r" % files)
+need(len(calls) == 3 and all(c["auth"] == "Bearer " + sys.argv[3] for c in calls), "provider got its own key")
+want = sum(c["input_tokens"] * 1000 + c["output_tokens"] * 2000 for c in calls)
+got = sum(e["payload"]["cost_nusd"] for e in use)
+need(got == want and use[-1]["payload"]["total_nusd"] == want, "cost %d, stub counts say %d" % (got, want))
+need([e["payload"]["input_tokens"] for e in use] == [c["input_tokens"] for c in calls], "input tokens")
+EOF
+cost=$("$SB" inspect conv --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["cost"]["cost_nusd"], d["cost"]["calls"])')
+want=$(python3 -c "
+import json
+print(sum(c['input_tokens']*1000 + c['output_tokens']*2000 for c in map(json.loads, open('$work/stub.log')) if 'scripted' in c['model']), 3)")
+[ "$cost" = "$want" ] && ok "cost projection matches the provider's counts" || bad "cost projection" "$cost vs $want"
+"$SB" fs cat conv notes/result.md | grep -q 'scripted agent' && ok "the agent's file is on the disk" ||
+	bad "files" "notes/result.md missing"
+
+# --- 2. a budget that covers two calls: the third is refused, the run stops
+"$SB" run --name bud -m acme/budget --budget 0.017 "keep looking" >"$work/bud.out" 2>&1
+rc=$?
+B=$("$SB" inspect bud --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["run"])')
+evjson "$B"
+[ $rc = 123 ] && ok "run exits 123 when its budget stops it" || bad "budget exit" "exit $rc: $(tail -n 3 "$work/bud.out")"
+python3 - "$work/$B.ev" <<'EOF' && ok "third call refused: budget.exceeded, run stopped" || bad "budget" "see above"
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+use = [e for e in evs if e["type"] == "agent.usage.updated"]
+ex = [e for e in evs if e["type"] == "budget.exceeded"]
+stop = [e for e in evs if e["type"] == "run.stopped"]
+ok = len(use) == 2 and len(ex) == 1 and ex[0]["source"] == "gateway" and stop and stop[-1]["payload"]["reason"] == "budget"
+spent = use[-1]["payload"]["total_nusd"] if use else -1
+ok = ok and spent == 2 * 8001000 and spent <= 17000000 and ex[0]["payload"]["budget_nusd"] == 17000000
+pol = [e for e in evs if e["type"] == "run.policy.resolved"][0]["payload"]
+ok = ok and pol["budget_nusd"] == 17000000 and pol["on_budget"] == "stop" and pol["prices"]["acme/budget"]["output"] == 100 * 10**9
+if not ok:
+    print("budget: usage %d, exceeded %r, stopped %r, spent %d" % (len(use), ex, stop, spent))
+sys.exit(0 if ok else 1)
+EOF
+
+# --- 3. secrets: the model key never enters the guest, an env secret does
+"$SB" run --name sec -m acme/scripted --secret ACME_KEY:model --secret TEAM_TOKEN -- /bin/sh -c "
+	a='$KEY_A'; b='$KEY_B'; k=\"\$a\$b\"; n=0
+	for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do grep -qF \"\$k\" \"\$f\" 2>/dev/null && n=\$((n+1)); done
+	env | grep -qF \"\$k\" && n=\$((n+1))
+	for f in \$(find / -xdev -type f 2>/dev/null); do
+		grep -qF \"\$k\" \"\$f\" 2>/dev/null && n=\$((n+1))
+	done
+	echo model-secret-hits=\$n
+	echo team=\$TEAM_TOKEN
+	echo key=\${OPENAI_API_KEY%%-*}-\${#OPENAI_API_KEY} base=\$OPENAI_BASE_URL
+	wget -q -O- --header \"Authorization: Bearer \$OPENAI_API_KEY\" \$OPENAI_BASE_URL/models
+	echo
+	wget -q -O- --header 'Authorization: Bearer sk-sb-not-a-key' \$OPENAI_BASE_URL/models 2>&1 | head -c 300
+	echo" >"$work/sec.out" 2>&1
+grep -q 'model-secret-hits=0' "$work/sec.out" && ok "model-scoped secret absent from the guest" ||
+	bad "model secret" "$(grep model-secret "$work/sec.out")"
+grep -q "team=$TEAM\$" "$work/sec.out" && ok "env-scoped secret given to the harness" ||
+	bad "env secret" "$(grep team= "$work/sec.out")"
+grep -q 'key=sk-46 base=http://127.0.0.1:4000/v1' "$work/sec.out" && ok "harness has a virtual key and the tunnel" ||
+	bad "virtual key" "$(grep key= "$work/sec.out")"
+grep -q '"acme/scripted"' "$work/sec.out" && ok "models listed through the tunnel" || bad "models" "$(cat "$work/sec.out")"
+grep -q '401' "$work/sec.out" && ok "unknown virtual key gets 401" || bad "401" "$(cat "$work/sec.out")"
+S=$("$SB" inspect sec --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["run"])')
+python3 - "$SB" "$S" <<'EOF' && ok "grants recorded by name and scope" || bad "grants" "see above"
+import json, subprocess, sys
+evs = [json.loads(l) for l in subprocess.run([sys.argv[1], "events", sys.argv[2], "--json"], capture_output=True, text=True).stdout.splitlines()]
+g = sorted((e["payload"]["name"], e["payload"]["scope"]) for e in evs if e["type"] == "secret.granted")
+ok = g == [("ACME_KEY", "model"), ("TEAM_TOKEN", "env")]
+if not ok: print("grants:", g)
+sys.exit(0 if ok else 1)
+EOF
+if "$SB" events --all --json | grep -qF "$KEY"; then bad "record" "the provider key is in an event"; else ok "provider key in no event"; fi
+if grep -rqaF "$KEY" "$SANBOX_HOME"; then
+	bad "state" "the provider key is in $(grep -rlaF "$KEY" "$SANBOX_HOME" | head -3)"
+else
+	ok "provider key nowhere in the state directory (encrypted at rest)"
+fi
+"$SB" run --name nosec -m acme/scripted --secret MISSING -- true >"$work/nosec.out" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -q 'MISSING' "$work/nosec.out" && ok "a secret that is not set refuses the run" ||
+	bad "missing secret" "exit $rc: $(cat "$work/nosec.out")"
+"$SB" run -m acme/none -- true >"$work/nomodel.out" 2>&1
+rc=$?
+[ $rc != 0 ] && grep -q 'no price' "$work/nomodel.out" && ok "a model without a price refuses the run" ||
+	bad "unknown model" "exit $rc: $(cat "$work/nomodel.out")"
+
+# --- 4. 8 concurrent calls against a budget for 3, and a stream cut, in a guest
+body='{"model":"acme/budget","messages":[{"role":"user","content":"go"}]}'
+sbody='{"model":"acme/long","stream":true,"messages":[{"role":"user","content":"go"}]}'
+"$SB" run --name race -m acme/budget -m acme/long --budget 0.024003 --on-budget continue -- /bin/sh -c "
+	h=\"Authorization: Bearer \$OPENAI_API_KEY\"
+	wget -q -O- --header \"\$h\" --post-data '$sbody' \$OPENAI_BASE_URL/chat/completions > cut.txt 2>&1
+	for i in 1 2 3 4 5 6 7 8; do
+		( wget -q -O r\$i.json --header \"\$h\" --post-data '$body' \$OPENAI_BASE_URL/chat/completions && echo ok >> res.txt || echo no >> res.txt ) &
+	done
+	wait
+	echo calls-ok=\$(grep -c ok res.txt)
+	grep -c budget_exceeded cut.txt | sed 's/^/cut=/'" >"$work/race.out" 2>&1
+R=$("$SB" inspect race --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["run"])')
+evjson "$R"
+grep -q 'cut=1' "$work/race.out" && ok "a stream past the budget is cut" || bad "cut" "$(cat "$work/race.out")"
+nok=$(sed -n 's/.*calls-ok=\([0-9]*\).*/\1/p' "$work/race.out")
+python3 - "$work/$R.ev" "${nok:-0}" <<'EOF' && ok "8 concurrent calls never overspend" || bad "concurrency" "see above"
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+use = [e["payload"] for e in evs if e["type"] == "agent.usage.updated"]
+budget_calls = [u for u in use if u["model"] == "acme/budget"]
+spent = max(u["total_nusd"] for u in use) if use else 0
+ok = spent <= 24003000 and sum(u["cost_nusd"] for u in use) == spent and len(budget_calls) == int(sys.argv[2]) and 1 <= len(budget_calls) < 8
+if not ok: print("race: spent %d, %d budget calls, %s ok in the guest" % (spent, len(budget_calls), sys.argv[2]))
+sys.exit(0 if ok else 1)
+EOF
+"$SB" daemon status >/dev/null && ok "daemon healthy afterwards" || bad "daemon" "not answering"
+exit $((failures > 0))
