@@ -232,21 +232,23 @@ static enum MHD_Result send_error(struct MHD_Connection *c, enum route route, un
 
 /* --- recording --- */
 
-static int put_blob(sb_gateway *gw, const char *data, size_t len, char hex[SB_HASH_HEX])
+/* Fills blob b with data and writes its key in hex. */
+static void blob_of(struct sb_blob *b, const char *data, size_t len, char hex[SB_HASH_HEX])
 {
 	uint8_t h[SB_HASH_LEN];
-	int rc = sb_blob_put(gw->log, data ? data : "", len, h);
 
-	if (rc == SB_OK)
-		sb_hash_hex(h, hex);
-	return rc;
+	b->data = data ? data : "";
+	b->len = len;
+	sb_blob_hash(b->data, len, h);
+	sb_hash_hex(h, hex);
 }
 
-/* Writes an event of source gateway for run with a map of n pairs packed
- * by fill. */
-static int append_events(sb_gateway *gw, struct sb_event *evs, size_t n)
+/* Appends the gateway's events (and blobs) in one unit; a failure is
+ * reported in the daemon's log: the call itself already happened. */
+static int append_events(sb_gateway *gw, const struct sb_blob *blobs, size_t nblobs,
+			 struct sb_event *evs, size_t n)
 {
-	int rc = sb_log_append(gw->log, evs, n);
+	int rc = sb_log_append_blobs(gw->log, blobs, nblobs, evs, n);
 
 	if (rc)
 		fprintf(stderr, "sanboxd: gateway: run %s: cannot record %s: %s\n", evs[0].run,
@@ -275,14 +277,15 @@ static void pack_call_message(msgpack_packer *pk, const struct gw_call *k, const
 		sb_pack_kbool(pk, "response_truncated", 1);
 }
 
-/* Settles the call's reservation and records it: bodies as blobs, then
+/* Settles the call's reservation and records it: the bodies as blobs,
  * agent.message and (when it cost anything or reported usage)
- * agent.usage.updated, in one append. */
+ * agent.usage.updated, all in one commit. */
 static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t cost, int estimated)
 {
 	sb_gateway *gw = k->gw;
 	struct gw_run *r = k->run;
 	char rq_hex[SB_HASH_HEX], an_hex[SB_HASH_HEX];
+	struct sb_blob blobs[2];
 	msgpack_sbuffer b1, b2;
 	msgpack_packer p1, p2;
 	struct sb_event evs[2];
@@ -297,11 +300,8 @@ static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t co
 	total = r->budget.spent;
 	pthread_mutex_unlock(&gw->mu);
 
-	if (put_blob(gw, k->req, k->req_len, rq_hex) || put_blob(gw, k->answer.p, k->answer.len, an_hex)) {
-		fprintf(stderr, "sanboxd: gateway: run %s: cannot store a call's bodies: %s\n", r->id,
-			sb_errmsg(SB_ERR_IO));
-		rq_hex[0] = an_hex[0] = 0;
-	}
+	blob_of(&blobs[0], k->req, k->req_len, rq_hex);
+	blob_of(&blobs[1], k->answer.p, k->answer.len, an_hex);
 	msgpack_sbuffer_init(&b1);
 	msgpack_sbuffer_init(&b2);
 	msgpack_packer_init(&p1, &b1, msgpack_sbuffer_write);
@@ -322,7 +322,7 @@ static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t co
 		n = 2;
 	}
 	if (b1.data && (n == 1 || b2.data))
-		append_events(gw, evs, n);
+		append_events(gw, blobs, 2, evs, n);
 	msgpack_sbuffer_destroy(&b1);
 	msgpack_sbuffer_destroy(&b2);
 }
@@ -351,7 +351,7 @@ static void budget_spent(sb_gateway *gw, struct gw_run *r)
 	sb_pack_ku64(&pk, "budget_nusd", limit);
 	sb_pack_ku64(&pk, "spent_nusd", spent);
 	if (b.data && sb_event_init(&ev, "budget.exceeded", r->id, SB_SRC_GATEWAY, b.data, b.size) == SB_OK)
-		append_events(gw, &ev, 1);
+		append_events(gw, NULL, 0, &ev, 1);
 	msgpack_sbuffer_destroy(&b);
 	if (r->stop_on_budget && gw->on_budget)
 		gw->on_budget(gw->ctx, r->id);

@@ -27,6 +27,8 @@ enum { WAITING, DONE, LEAD };
 struct pending {
 	struct sb_event *evs;
 	size_t n;
+	const struct sb_blob *blobs; /* stored in the same commit */
+	size_t nblobs;
 	int rc;
 	int state;
 	struct pending *next;
@@ -411,6 +413,17 @@ static int commit_group(sb_log *log, struct pending *group)
 	else if (rc != MDB_NOTFOUND)
 		goto fail;
 	for (struct pending *p = group; p; p = p->next) {
+		for (size_t i = 0; i < p->nblobs; i++) {
+			uint8_t h[SB_HASH_LEN];
+			sb_blob_hash(p->blobs[i].data, p->blobs[i].len, h);
+			k.mv_size = SB_HASH_LEN;
+			k.mv_data = h;
+			v.mv_size = p->blobs[i].len;
+			v.mv_data = (void *)p->blobs[i].data;
+			rc = mdb_put(txn, log->blobs, &k, &v, MDB_NOOVERWRITE);
+			if (rc && rc != MDB_KEYEXIST)
+				goto fail;
+		}
 		for (size_t i = 0; i < p->n; i++) {
 			struct sb_event *ev = &p->evs[i];
 			ev->offset = ++last;
@@ -439,7 +452,8 @@ static int commit_group(sb_log *log, struct pending *group)
 		return sb_log_mdb_err(rc, "log: commit");
 	if (log->hook)
 		for (struct pending *p = group; p; p = p->next)
-			log->hook(log->hook_ctx, p->evs, p->n);
+			if (p->n)
+				log->hook(log->hook_ctx, p->evs, p->n);
 	return SB_OK;
 fail:
 	rc = sb_log_mdb_err(rc, "log: append");
@@ -553,7 +567,13 @@ static int lead(sb_log *log, struct pending *self, int complete)
 
 int sb_log_append(sb_log *log, struct sb_event *evs, size_t n)
 {
-	struct pending self = {evs, n, 0, WAITING, NULL};
+	return sb_log_append_blobs(log, NULL, 0, evs, n);
+}
+
+int sb_log_append_blobs(sb_log *log, const struct sb_blob *blobs, size_t nblobs,
+			struct sb_event *evs, size_t n)
+{
+	struct pending self = {evs, n, blobs, nblobs, 0, WAITING, NULL};
 	int rc, leader, complete = 0;
 
 	if (log->flags & SB_LOG_RDONLY)
@@ -565,7 +585,7 @@ int sb_log_append(sb_log *log, struct sb_event *evs, size_t n)
 		if (rc)
 			return rc;
 	}
-	if (n == 0)
+	if (n == 0 && nblobs == 0)
 		return SB_OK;
 	pthread_mutex_lock(&log->mu);
 	if (log->tail)
@@ -880,7 +900,7 @@ int sb_hash_parse(const char *hex, uint8_t hash[SB_HASH_LEN])
 	return SB_OK;
 }
 
-static void blob_hash(const void *data, size_t len, uint8_t hash[SB_HASH_LEN])
+void sb_blob_hash(const void *data, size_t len, uint8_t hash[SB_HASH_LEN])
 {
 	XXH128_canonical_t c;
 
@@ -896,7 +916,7 @@ int sb_blob_put(sb_log *log, const void *data, size_t len, uint8_t hash[SB_HASH_
 
 	if (log->flags & SB_LOG_RDONLY)
 		return sb_seterr(SB_ERR_DENIED, "log opened read-only");
-	blob_hash(data, len, hash);
+	sb_blob_hash(data, len, hash);
 	k.mv_size = SB_HASH_LEN;
 	k.mv_data = hash;
 	if ((rc = mdb_txn_begin(log->env, NULL, 0, &txn)))
@@ -930,7 +950,7 @@ int sb_blob_get(sb_log *log, const uint8_t hash[SB_HASH_LEN], void **data, size_
 		return rc == MDB_NOTFOUND ? sb_seterr(SB_ERR_NOTFOUND, "blob %s not found", hex)
 					  : sb_log_mdb_err(rc, "blob: read");
 	}
-	blob_hash(v.mv_data, v.mv_size, got);
+	sb_blob_hash(v.mv_data, v.mv_size, got);
 	if (memcmp(got, hash, SB_HASH_LEN)) {
 		mdb_txn_abort(txn);
 		return sb_seterr(SB_ERR_CORRUPT, "blob %s fails its checksum", hex);

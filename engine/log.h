@@ -108,6 +108,21 @@ int sb_blob_put(sb_log *log, const void *data, size_t len, uint8_t hash[SB_HASH_
  * SB_ERR_NOMEM, SB_ERR_IO. */
 int sb_blob_get(sb_log *log, const uint8_t hash[SB_HASH_LEN], void **data, size_t *len);
 
+/* A body for the blob table, stored with events by sb_log_append_blobs. */
+struct sb_blob {
+	const void *data;
+	size_t len;
+};
+
+/* Writes the blob key of len bytes of data (XXH3-128) into hash. */
+void sb_blob_hash(const void *data, size_t len, uint8_t hash[SB_HASH_LEN]);
+
+/* Like sb_log_append, and stores the nblobs blobs (keyed by sb_blob_hash;
+ * one already there is kept) in the same commit: durable together, or
+ * nothing is written. n may be 0. Errors: as sb_log_append. */
+int sb_log_append_blobs(sb_log *log, const struct sb_blob *blobs, size_t nblobs,
+			struct sb_event *evs, size_t n);
+
 /* Formats a hash as hex into out (SB_HASH_HEX bytes). */
 void sb_hash_hex(const uint8_t hash[SB_HASH_LEN], char out[SB_HASH_HEX]);
 

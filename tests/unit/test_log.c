@@ -471,6 +471,50 @@ static void test_refused_batch(void **state)
 	batch_free(&b);
 }
 
+/* Blobs appended with events are stored in the same commit: a refused
+ * batch stores neither; blobs alone are fine; keys are sb_blob_hash's. */
+static void test_append_blobs(void **state)
+{
+	struct fix *f = *state;
+	struct sb_blob bl[2] = {{"the request body", 16}, {"the answer body", 15}};
+	uint8_t h[SB_HASH_LEN];
+	struct batch b;
+	msgpack_sbuffer bad;
+	void *got;
+	size_t len;
+
+	batch_make(&b, 2, runs3, 3, 0, "ok");
+	tu_json(&bad, "{'turn':'three'}");
+	b.evs[1].payload = (const uint8_t *)bad.data;
+	b.evs[1].payload_len = bad.size;
+	assert_int_equal(sb_log_append_blobs(f->log, bl, 2, b.evs, 2), SB_ERR_SCHEMA);
+	sb_blob_hash(bl[0].data, bl[0].len, h);
+	assert_int_equal(sb_blob_get(f->log, h, &got, &len), SB_ERR_NOTFOUND);
+	assert_true(sb_log_last_offset(f->log) == 0);
+	/* the good event with both blobs */
+	assert_int_equal(sb_log_append_blobs(f->log, bl, 2, b.evs, 1), SB_OK);
+	assert_true(b.evs[0].offset == 1);
+	for (int i = 0; i < 2; i++) {
+		sb_blob_hash(bl[i].data, bl[i].len, h);
+		assert_int_equal(sb_blob_get(f->log, h, &got, &len), SB_OK);
+		assert_int_equal(len, bl[i].len);
+		assert_memory_equal(got, bl[i].data, len);
+		free(got);
+	}
+	/* the same blob again, and blobs without events */
+	assert_int_equal(sb_log_append_blobs(f->log, bl, 1, NULL, 0), SB_OK);
+	bl[0].data = "another";
+	bl[0].len = 7;
+	assert_int_equal(sb_log_append_blobs(f->log, bl, 1, NULL, 0), SB_OK);
+	sb_blob_hash("another", 7, h);
+	reopen(f, 0);
+	assert_int_equal(sb_blob_get(f->log, h, &got, &len), SB_OK);
+	free(got);
+	assert_true(sb_log_last_offset(f->log) == 1);
+	msgpack_sbuffer_destroy(&bad);
+	batch_free(&b);
+}
+
 /* A read-only log reads but refuses appends and blobs. */
 static void test_rdonly(void **state)
 {
@@ -1092,6 +1136,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_many_runs_one_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_iter_records, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blobs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_append_blobs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob_corrupt, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_group_commit_stragglers, setup, teardown),
