@@ -7,42 +7,7 @@
 #include "engine/daemon.h"
 #include "engine/error.h"
 #include "engine/mpack.h"
-
-/* Copies string field key of spec into buf ("" when absent). */
-static int spec_str(const msgpack_object *spec, const char *key, char *buf, size_t cap)
-{
-	const msgpack_object *v = sb_map_get(spec, key);
-
-	buf[0] = 0;
-	if (!v)
-		return SB_OK;
-	if (v->type != MSGPACK_OBJECT_STR || v->via.str.size >= cap || memchr(v->via.str.ptr, 0, v->via.str.size))
-		return sb_seterr(SB_ERR_INVAL, "spec: '%s' must be a string of at most %zu bytes", key,
-				 cap - 1);
-	memcpy(buf, v->via.str.ptr, v->via.str.size);
-	buf[v->via.str.size] = 0;
-	return SB_OK;
-}
-
-/* Returns the array field key of spec (NULL when absent). */
-static int spec_list(const msgpack_object *spec, const char *key, size_t max,
-		     const msgpack_object **out)
-{
-	const msgpack_object *v = sb_map_get(spec, key);
-
-	*out = NULL;
-	if (!v || v->type == MSGPACK_OBJECT_NIL)
-		return SB_OK;
-	if (v->type != MSGPACK_OBJECT_ARRAY)
-		return sb_seterr(SB_ERR_INVAL, "spec: '%s' must be a list of strings", key);
-	for (uint32_t i = 0; i < v->via.array.size; i++)
-		if (v->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
-			return sb_seterr(SB_ERR_INVAL, "spec: '%s' must be a list of strings", key);
-	if (v->via.array.size > max)
-		return sb_seterr(SB_ERR_INVAL, "spec: at most %zu entries in '%s'", max, key);
-	*out = v;
-	return SB_OK;
-}
+#include "engine/spec.h"
 
 static struct sb_access_grant *grant_find(struct sb_access *a, const char *name)
 {
@@ -73,16 +38,18 @@ static int grant_add(struct sb_access *a, struct sb_daemon *d, const char *name,
 	return SB_OK;
 }
 
-/* Parses "NAME", "NAME:env" or "NAME:model". */
-static int grant_parse(struct sb_access *a, struct sb_daemon *d, const msgpack_object *s)
+/* Parses "NAME", "NAME:env" or "NAME:model" of len bytes; from_template:
+ * skipped when the spec granted it already. */
+static int grant_parse(struct sb_access *a, struct sb_daemon *d, const char *s, size_t len,
+		       int from_template)
 {
 	char buf[SB_SECRET_NAME_MAX + 8], *colon;
 	int model_scope = 0;
 
-	if (s->via.str.size >= sizeof buf)
-		return sb_seterr(SB_ERR_INVAL, "spec: secret '%.*s...' is too long", 20, s->via.str.ptr);
-	memcpy(buf, s->via.str.ptr, s->via.str.size);
-	buf[s->via.str.size] = 0;
+	if (len >= sizeof buf)
+		return sb_seterr(SB_ERR_INVAL, "spec: secret '%.*s...' is too long", 20, s);
+	memcpy(buf, s, len);
+	buf[len] = 0;
 	if ((colon = strchr(buf, ':'))) {
 		*colon++ = 0;
 		if (!strcmp(colon, "model"))
@@ -91,6 +58,8 @@ static int grant_parse(struct sb_access *a, struct sb_daemon *d, const msgpack_o
 			return sb_seterr(SB_ERR_INVAL, "spec: secret %s: scope must be env or model, not '%s'",
 					 buf, colon);
 	}
+	if (from_template && grant_find(a, buf))
+		return SB_OK;
 	return grant_add(a, d, buf, model_scope);
 }
 
@@ -136,18 +105,19 @@ static int model_add(struct sb_access *a, struct sb_daemon *d, const struct sb_m
 	return SB_OK;
 }
 
-int sb_access_resolve(struct sb_daemon *d, const msgpack_object *spec, struct sb_access *a)
+int sb_access_resolve(struct sb_daemon *d, const msgpack_object *spec, const struct sb_template *t,
+		      struct sb_access *a)
 {
 	const msgpack_object *models, *secrets, *budget = sb_map_get(spec, "budget_nusd");
 	struct sb_models *ms = NULL;
-	char policy[16];
+	char policy[16] = "";
 	int rc;
 
 	memset(a, 0, sizeof *a);
-	if ((rc = spec_str(spec, "model", a->model, sizeof a->model)) ||
-	    (rc = spec_str(spec, "on_budget", policy, sizeof policy)) ||
-	    (rc = spec_list(spec, "models", SB_ACCESS_MODELS, &models)) ||
-	    (rc = spec_list(spec, "secrets", SB_ACCESS_SECRETS, &secrets)))
+	if ((rc = sb_spec_str(spec, "model", a->model, sizeof a->model)) ||
+	    (rc = sb_spec_str(spec, "on_budget", policy, sizeof policy)) ||
+	    (rc = sb_spec_strs(spec, "models", SB_ACCESS_MODELS, &models)) ||
+	    (rc = sb_spec_strs(spec, "secrets", SB_ACCESS_SECRETS, &secrets)))
 		return rc;
 	if (policy[0] && strcmp(policy, "stop") && strcmp(policy, "continue"))
 		return sb_seterr(SB_ERR_INVAL, "spec: on_budget must be stop or continue");
@@ -158,9 +128,12 @@ int sb_access_resolve(struct sb_daemon *d, const msgpack_object *spec, struct sb
 		return rc;
 	a->budget_nusd = budget && budget->via.u64 ? budget->via.u64 : ms->default_budget_nusd;
 	if (!a->model[0])
-		snprintf(a->model, sizeof a->model, "%s", ms->default_model);
+		snprintf(a->model, sizeof a->model, "%s", t->model[0] ? t->model : ms->default_model);
 	for (uint32_t i = 0; rc == SB_OK && secrets && i < secrets->via.array.size; i++)
-		rc = grant_parse(a, d, &secrets->via.array.ptr[i]);
+		rc = grant_parse(a, d, secrets->via.array.ptr[i].via.str.ptr,
+				 secrets->via.array.ptr[i].via.str.size, 0);
+	for (size_t i = 0; rc == SB_OK && i < t->nsecrets; i++)
+		rc = grant_parse(a, d, t->secrets[i], strlen(t->secrets[i]), 1);
 	if (rc == SB_OK)
 		rc = model_add(a, d, ms, a->model);
 	for (uint32_t i = 0; rc == SB_OK && models && i < models->via.array.size; i++) {

@@ -20,6 +20,7 @@
 #include "engine/gateway.h"
 #include "engine/models.h"
 #include "engine/secrets.h"
+#include "engine/template.h"
 
 struct sb_daemon;
 
@@ -42,12 +43,15 @@ struct sb_access {
 	size_t ngrants;
 };
 
-/* Resolves spec into a (free it with sb_access_free, also on error).
+/* Resolves spec into a (free it with sb_access_free, also on error), with
+ * the template t's default model and secrets (a secret the spec names too
+ * takes the spec's scope).
  * Errors: SB_ERR_INVAL (a bad field, an unknown model or one without a
  * price, a secret named twice: the detail says which), SB_ERR_NOTFOUND (a
  * secret that is not set), SB_ERR_CORRUPT (a secret that does not open),
  * SB_ERR_UNAVAIL (a provider that cannot be started), SB_ERR_NOMEM. */
-int sb_access_resolve(struct sb_daemon *d, const msgpack_object *spec, struct sb_access *a);
+int sb_access_resolve(struct sb_daemon *d, const msgpack_object *spec, const struct sb_template *t,
+		      struct sb_access *a);
 
 /* Packs the policy fields of a: "model", "models", "prices" ({model:
  * {input, output, cached}} in nano-USD per million tokens), "budget_nusd",

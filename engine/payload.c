@@ -62,13 +62,23 @@ static json_t *str_to_json(const char *s, size_t n)
 	return j;
 }
 
+#define KEY_TEXT_MAX 256 /* a non-string key's text is cut here */
+
 /* Returns a key that is not a string as a JSON string of its JSON text
- * (1 -> "1"), since JSON keys are strings. */
+ * (1 -> "1"), since JSON keys are strings. The text is cut at KEY_TEXT_MAX
+ * bytes (on a UTF-8 boundary), so keys nested in keys cannot grow it: each
+ * level would escape the quotes of the one inside. */
 static json_t *key_to_json(const msgpack_object *k)
 {
 	json_t *j = sb_msgpack_to_json(k), *s = NULL;
 	char *text = j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
 
+	if (text && strlen(text) > KEY_TEXT_MAX) {
+		size_t n = KEY_TEXT_MAX - 4;
+		while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80)
+			n--;
+		memcpy(text + n, "...", 4);
+	}
 	if (text)
 		s = json_string(text);
 	free(text);

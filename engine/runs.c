@@ -25,6 +25,7 @@
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/payload.h"
+#include "engine/spec.h"
 #include "engine/template.h"
 #include "engine/tunnel.h"
 #include "projections/views.h"
@@ -779,50 +780,6 @@ struct spec {
 	size_t input_bytes;
 };
 
-static int spec_str(const msgpack_object *m, const char *key, char *buf, size_t cap)
-{
-	const msgpack_object *v = sb_map_get(m, key);
-
-	if (!v)
-		return SB_OK;
-	if (v->type != MSGPACK_OBJECT_STR || v->via.str.size >= cap)
-		return sb_seterr(SB_ERR_INVAL, "spec: '%s' must be a string of at most %zu bytes", key,
-				 cap - 1);
-	memcpy(buf, v->via.str.ptr, v->via.str.size);
-	buf[v->via.str.size] = 0;
-	return SB_OK;
-}
-
-static int spec_strs(const msgpack_object *m, const char *key, const msgpack_object **out)
-{
-	const msgpack_object *v = sb_map_get(m, key);
-
-	*out = NULL;
-	if (!v)
-		return SB_OK;
-	if (v->type != MSGPACK_OBJECT_ARRAY)
-		return sb_seterr(SB_ERR_INVAL, "spec: '%s' must be a list of strings", key);
-	for (uint32_t i = 0; i < v->via.array.size; i++)
-		if (v->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
-			return sb_seterr(SB_ERR_INVAL, "spec: '%s' must be a list of strings", key);
-	*out = v;
-	return SB_OK;
-}
-
-static int spec_u64(const msgpack_object *m, const char *key, uint64_t max, uint64_t *out)
-{
-	const msgpack_object *v = sb_map_get(m, key);
-
-	*out = 0;
-	if (!v)
-		return SB_OK;
-	if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 > max)
-		return sb_seterr(SB_ERR_INVAL, "spec: '%s' must be an integer from 0 to %llu", key,
-				 (unsigned long long)max);
-	*out = v->via.u64;
-	return SB_OK;
-}
-
 /* Checks an input file path: relative, no "..", no empty parts. */
 static int input_path_ok(const msgpack_object *p)
 {
@@ -844,15 +801,16 @@ static int spec_parse(const msgpack_object *m, struct spec *s)
 	memset(s, 0, sizeof *s);
 	strcpy(s->tmpl, "shell");
 	strcpy(s->accel, "auto");
-	if ((rc = spec_str(m, "name", s->name, sizeof s->name)) ||
-	    (rc = spec_str(m, "group", s->group, sizeof s->group)) ||
-	    (rc = spec_str(m, "template", s->tmpl, sizeof s->tmpl)) ||
-	    (rc = spec_str(m, "accel", s->accel, sizeof s->accel)) ||
-	    (rc = spec_str(m, "prompt", s->prompt, sizeof s->prompt)) ||
-	    (rc = spec_strs(m, "argv", &s->argv)) || (rc = spec_strs(m, "env", &s->env)) ||
-	    (rc = spec_u64(m, "cpus", 64, &s->cpus)) ||
-	    (rc = spec_u64(m, "memory_mib", 1u << 20, &s->memory_mib)) ||
-	    (rc = spec_u64(m, "timeout_s", 366ull * 86400, &s->timeout_s)))
+	if ((rc = sb_spec_str(m, "name", s->name, sizeof s->name)) ||
+	    (rc = sb_spec_str(m, "group", s->group, sizeof s->group)) ||
+	    (rc = sb_spec_str(m, "template", s->tmpl, sizeof s->tmpl)) ||
+	    (rc = sb_spec_str(m, "accel", s->accel, sizeof s->accel)) ||
+	    (rc = sb_spec_str(m, "prompt", s->prompt, sizeof s->prompt)) ||
+	    (rc = sb_spec_strs(m, "argv", 4096, &s->argv)) ||
+	    (rc = sb_spec_strs(m, "env", 4096, &s->env)) ||
+	    (rc = sb_spec_u64(m, "cpus", 64, &s->cpus)) ||
+	    (rc = sb_spec_u64(m, "memory_mib", 1u << 20, &s->memory_mib)) ||
+	    (rc = sb_spec_u64(m, "timeout_s", 366ull * 86400, &s->timeout_s)))
 		return rc;
 	if (strcmp(s->accel, "auto") && strcmp(s->accel, "kvm") && strcmp(s->accel, "tcg"))
 		return sb_seterr(SB_ERR_INVAL, "spec: accel must be auto, kvm or tcg");
@@ -1083,13 +1041,13 @@ static int run_start(struct run *r, const struct sb_template *t, const struct sp
 
 /* Resolves the run's model access, registers it with the gateway and
  * opens its tunnel. */
-static int run_access(struct run *r, const msgpack_object *specmap)
+static int run_access(struct run *r, const msgpack_object *specmap, const struct sb_template *t)
 {
 	struct sb_daemon *d = r->owner->d;
 	struct sb_gateway_run gr;
 	int rc;
 
-	if ((rc = sb_access_resolve(d, specmap, &r->acc)))
+	if ((rc = sb_access_resolve(d, specmap, t, &r->acc)))
 		return rc;
 	gr.run = r->id;
 	gr.budget_nusd = r->acc.budget_nusd;
@@ -1134,7 +1092,7 @@ int sb_runs_create(struct sb_runs *rs, const msgpack_object *specmap, char id[SB
 	new_run_id(r->id);
 	if (snprintf(r->dir, sizeof r->dir, "%s/runs/%s", rs->d->home, r->id) >= (int)sizeof r->dir)
 		rc = sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
-	if (rc || (rc = sb_chan_reader_new(&r->reader)) || (rc = run_access(r, specmap)) ||
+	if (rc || (rc = sb_chan_reader_new(&r->reader)) || (rc = run_access(r, specmap, &t)) ||
 	    (rc = pack_guest_spec(r, &s, &t)) ||
 	    (rc = emit_resolved(rs, r->id, &s, &t, &r->acc, cpus, mem, timeout)))
 		goto out;

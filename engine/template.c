@@ -68,6 +68,19 @@ int sb_template_load(const char *home, const char *name, struct sb_template *t)
 		return sb_seterr(SB_ERR_CORRUPT, "%s: hash or harness missing", path);
 	}
 	copy_json_str(j, "kernel_version", t->kernel_version, sizeof t->kernel_version);
+	copy_json_str(j, "model", t->model, sizeof t->model);
+	json_t *secrets = json_object_get(j, "secrets"), *one;
+	size_t i;
+	json_array_foreach(secrets, i, one)
+	{
+		const char *v = json_string_value(one);
+		if (!v || strlen(v) >= sizeof t->secrets[0] || t->nsecrets == SB_TEMPLATE_SECRETS) {
+			json_decref(j);
+			return sb_seterr(SB_ERR_CORRUPT, "%s: bad secrets (at most %d names)", path,
+					 SB_TEMPLATE_SECRETS);
+		}
+		memcpy(t->secrets[t->nsecrets++], v, strlen(v) + 1);
+	}
 	t->cpus = (uint64_t)json_integer_value(json_object_get(j, "cpus"));
 	t->memory_mib = (uint64_t)json_integer_value(json_object_get(j, "memory_mib"));
 	t->timeout_s = (uint64_t)json_integer_value(json_object_get(j, "timeout_s"));

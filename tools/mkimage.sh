@@ -8,7 +8,9 @@
 #   name, description, harness, cpus (1), memory (256M), timeout (10m),
 #   disk (512M, size of the sparse rootfs), module = NAME (extra kernel
 #   modules), bin = HOST:GUEST (an executable plus its shared libraries and
-#   loader found by ldd), file = HOST:GUEST (one file). HOST may use $BUILD
+#   loader found by ldd), file = HOST:GUEST (one file), model = NAME (the
+#   runs' default model), secret = NAME[:env|:model] (a secret every run of
+#   the template is granted; repeatable). HOST may use $BUILD
 #   and is relative to the repository root. TEMPLATE_DIR/root/, if present,
 #   is copied into the root file system as it is.
 # Writes into OUT_DIR (read-only, 0444):
@@ -18,7 +20,8 @@
 #   rootfs.img  ext4 from busybox-static with its applets, /workspace, /tmp,
 #               /etc/passwd, /etc/group and the template's files
 #   template.json {name, description, kernel_version, files: {name: sha256},
-#               hash, cpus, memory_mib, timeout_s, harness}; hash is the
+#               hash, cpus, memory_mib, timeout_s, harness, model,
+#               secrets: [NAME[:SCOPE]]}; hash is the
 #               sha256 of the lines "vmlinux <h>", "initrd.img <h>",
 #               "rootfs.img <h>" (newline-terminated).
 # Environment: BUILD (build dir, default build), SANBOX_AGENT (default
@@ -30,6 +33,7 @@ set -eu
 export LC_ALL=C
 
 die() { echo "mkimage: $*" >&2; exit 1; }
+json_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 agent=""
@@ -70,7 +74,7 @@ host_path() {
 
 # ---- template.conf ----
 name="" description="" harness="" cpus=1 memory=256M timeout=10m disk=512M
-modules="" bins="" files=""
+modules="" bins="" files="" model="" secrets=""
 nl='
 '
 while IFS= read -r line || [ -n "$line" ]; do
@@ -89,6 +93,11 @@ while IFS= read -r line || [ -n "$line" ]; do
 	module) modules="$modules $val" ;;
 	bin) bins="$bins$val$nl" ;;
 	file) files="$files$val$nl" ;;
+	model) model=$val ;;
+	secret)
+		printf '%s' "$val" | grep -qE '^[A-Za-z_][A-Za-z0-9_]{0,62}(:env|:model)?$' ||
+			die "$conf: bad secret '$val' (NAME, NAME:env or NAME:model)"
+		secrets="$secrets${secrets:+, }$(json_str "$val")" ;;
 	*) die "$conf: unknown key '$key'" ;;
 	esac
 done <"$conf"
@@ -246,7 +255,6 @@ E2FSPROGS_FAKE_TIME=$epoch debugfs -w -f "$work/ctime.cmds" "$work/rootfs.img" \
 cp "$kdir/vmlinux" "$work/vmlinux"
 
 # ---- OUT_DIR ----
-json_str() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g')"; }
 mkdir -p "$out"
 for f in vmlinux initrd.img rootfs.img template.json; do
 	rm -f "$out/$f"
@@ -274,7 +282,9 @@ cat >"$out/template.json" <<EOF
   "cpus": $cpus,
   "memory_mib": $memory_mib,
   "timeout_s": $timeout_s,
-  "harness": $(json_str "$harness")
+  "harness": $(json_str "$harness"),
+  "model": $(json_str "$model"),
+  "secrets": [$secrets]
 }
 EOF
 chmod 0444 "$out/template.json"

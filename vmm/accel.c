@@ -136,6 +136,8 @@ static int accel_key(char *boot, size_t blen, char *qver, size_t qlen)
 	accel_slurp("/proc/sys/kernel/random/boot_id", boot, blen);
 	boot[strcspn(boot, "\n")] = 0;
 	rc = sb_proc_run(argv, 10000, qver, qlen, &st);
+	if (rc && rc != SB_ERR_TIMEOUT) /* not found, not a program: as sb_vm_spawn says it */
+		return sb_seterr(SB_ERR_UNAVAIL, "QEMU binary %s", sb_errmsg(rc));
 	if (rc)
 		return rc;
 	qver[strcspn(qver, "\n")] = 0;

@@ -7,6 +7,17 @@
 . "$(dirname "$0")/lib/vm.sh"
 
 work=$(mktemp -d /tmp/sbgw.XXXXXX)
+# a template store: shell, and "team" (shell's images) whose runs default to
+# acme/scripted and are granted TEAM_TOKEN
+mkdir -p "$work/store/team"
+ln -s "$SANBOX_TEMPLATES/shell" "$work/store/shell"
+for f in vmlinux initrd.img rootfs.img; do ln -s "$SANBOX_TEMPLATES/shell/$f" "$work/store/team/$f"; done
+python3 -c '
+import json, sys
+t = json.load(open(sys.argv[1]))
+t.update(name="team", model="acme/scripted", secrets=["TEAM_TOKEN"])
+json.dump(t, open(sys.argv[2], "w"))' "$SANBOX_TEMPLATES/shell/template.json" "$work/store/team/template.json"
+export SANBOX_TEMPLATES=$work/store
 stub_pid=""
 gw_cleanup() {
 	[ -n "$stub_pid" ] && kill "$stub_pid" 2>/dev/null
@@ -112,7 +123,7 @@ sys.exit(0 if ok else 1)
 EOF
 
 # --- 3. secrets: the model key never enters the guest, an env secret does
-"$SB" run --name sec -m acme/scripted --secret ACME_KEY:model --secret TEAM_TOKEN -- /bin/sh -c "
+"$SB" run --name sec -t team --secret ACME_KEY:model -- /bin/sh -c "
 	a='$KEY_A'; b='$KEY_B'; k=\"\$a\$b\"; n=0
 	for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do grep -qF \"\$k\" \"\$f\" 2>/dev/null && n=\$((n+1)); done
 	env | grep -qF \"\$k\" && n=\$((n+1))
@@ -128,18 +139,19 @@ EOF
 	echo" >"$work/sec.out" 2>&1
 grep -q 'model-secret-hits=0' "$work/sec.out" && ok "model-scoped secret absent from the guest" ||
 	bad "model secret" "$(grep model-secret "$work/sec.out")"
-grep -q "team=$TEAM\$" "$work/sec.out" && ok "env-scoped secret given to the harness" ||
+grep -qE "team=$TEAM( |\$)" "$work/sec.out" && ok "env-scoped secret given to the harness" ||
 	bad "env secret" "$(grep team= "$work/sec.out")"
 grep -q 'key=sk-46 base=http://127.0.0.1:4000/v1' "$work/sec.out" && ok "harness has a virtual key and the tunnel" ||
 	bad "virtual key" "$(grep key= "$work/sec.out")"
 grep -q '"acme/scripted"' "$work/sec.out" && ok "models listed through the tunnel" || bad "models" "$(cat "$work/sec.out")"
 grep -q '401' "$work/sec.out" && ok "unknown virtual key gets 401" || bad "401" "$(cat "$work/sec.out")"
 S=$("$SB" inspect sec --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["run"])')
-python3 - "$SB" "$S" <<'EOF' && ok "grants recorded by name and scope" || bad "grants" "see above"
+python3 - "$SB" "$S" <<'EOF' && ok "grants (the template's too) recorded by name and scope" || bad "grants" "see above"
 import json, subprocess, sys
 evs = [json.loads(l) for l in subprocess.run([sys.argv[1], "events", sys.argv[2], "--json"], capture_output=True, text=True).stdout.splitlines()]
 g = sorted((e["payload"]["name"], e["payload"]["scope"]) for e in evs if e["type"] == "secret.granted")
-ok = g == [("ACME_KEY", "model"), ("TEAM_TOKEN", "env")]
+pol = [e for e in evs if e["type"] == "run.policy.resolved"][0]["payload"]
+ok = g == [("ACME_KEY", "model"), ("TEAM_TOKEN", "env")] and pol["model"] == "acme/scripted"
 if not ok: print("grants:", g)
 sys.exit(0 if ok else 1)
 EOF

@@ -574,6 +574,40 @@ static void test_msgpack_check_differential(void **state)
 	msgpack_zone_destroy(&z);
 }
 
+/* Keys that are not strings become their JSON text, cut at 256 bytes, so
+ * keys nested in keys (each level escaping the one inside) stay small. */
+static void test_nested_keys_bounded(void **state)
+{
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_zone zone;
+	msgpack_object o;
+	json_t *j;
+	const char *key;
+	json_t *v;
+	size_t len;
+
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	for (int i = 0; i < 24; i++) /* {{{..."\"q\"": 1 ...}: 1}: 1} */
+		msgpack_pack_map(&pk, 1);
+	sb_pack_str(&pk, "\"quoted\" and \\ slashed");
+	for (int i = 0; i < 24; i++)
+		msgpack_pack_uint8(&pk, 1);
+	assert_true(msgpack_zone_init(&zone, 1024));
+	assert_int_equal(sb_payload_parse(sb.data, sb.size, &zone, &o), SB_OK);
+	assert_non_null(j = sb_msgpack_to_json(&o));
+	json_object_foreach(j, key, v)
+	{
+		len = strlen(key);
+		assert_true(len <= 256);
+		assert_string_equal(key + len - 3, "...");
+	}
+	json_decref(j);
+	msgpack_zone_destroy(&zone);
+	msgpack_sbuffer_destroy(&sb);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -589,6 +623,7 @@ int main(void)
 		cmocka_unit_test(test_packers),
 		cmocka_unit_test(test_msgpack_check_formats),
 		cmocka_unit_test(test_msgpack_check_differential),
+		cmocka_unit_test(test_nested_keys_bounded),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
