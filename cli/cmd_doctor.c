@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "engine/error.h"
 #include "engine/home.h"
+#include "engine/models.h"
 #include "engine/template.h"
 #include "vmm/accel.h"
 #include "vmm/qemu.h"
@@ -65,6 +66,7 @@ int cmd_doctor(int argc, char **argv)
 	char *nv[] = {"nft", "--version", NULL};
 	char *dv[] = {"debugfs", "-V", NULL};
 	struct sb_template t;
+	struct sb_models *ms;
 	struct statvfs vfs;
 	struct stat st;
 	sb_accel accel;
@@ -105,6 +107,14 @@ int cmd_doctor(int argc, char **argv)
 	check(&r, "net-admin", has_cap_net_admin(),
 	      has_cap_net_admin() ? "CAP_NET_ADMIN held"
 				  : "no CAP_NET_ADMIN: network mode acl needs root or the capability");
+	if ((rc = sb_models_load(cli_home, &ms)) == SB_OK) {
+		snprintf(msg, sizeof msg, "%zu models of %zu providers; default %s", ms->nmodels,
+			 ms->nproviders, ms->default_model);
+		sb_models_free(ms);
+	}
+	check(&r, "models", rc == 0, rc == 0 ? msg : sb_errmsg(rc));
+	rc = sb_stub_find(msg, sizeof msg);
+	check(&r, "model-stub", rc == 0, rc == 0 ? msg : sb_errmsg(rc));
 	if (stat(cli_home, &st) == 0) {
 		snprintf(msg, sizeof msg, "%s mode %03o", cli_home, st.st_mode & 0777);
 		check(&r, "state-dir", (st.st_mode & 077) == 0 && st.st_uid == getuid(),

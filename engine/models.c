@@ -375,7 +375,7 @@ uint64_t sb_model_cost(const struct sb_model *m, uint64_t input, uint64_t cached
 
 /* Finds sanbox-model-stub: $SANBOX_STUB_BIN, else beside the running
  * program or one directory up (the build tree's tests/ and bench/). */
-static int stub_find(char *buf, size_t cap)
+int sb_stub_find(char *buf, size_t cap)
 {
 	const char *env = getenv("SANBOX_STUB_BIN");
 	char exe[PATH_MAX];
@@ -412,7 +412,7 @@ int sb_stub_start(const char *script_dir, pid_t *pid, char url[SB_URL_MAX])
 	int fds[2], rc;
 
 	*pid = 0;
-	if ((rc = stub_find(bin, sizeof bin)))
+	if ((rc = sb_stub_find(bin, sizeof bin)))
 		return rc;
 	if (script_dir && *script_dir) {
 		argv[3] = "--script-dir";

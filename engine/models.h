@@ -90,6 +90,11 @@ void sb_models_free(struct sb_models *ms);
  * output tokens. Saturates at UINT64_MAX. */
 uint64_t sb_model_cost(const struct sb_model *m, uint64_t input, uint64_t cached, uint64_t output);
 
+/* Finds the model stub: $SANBOX_STUB_BIN, else sanbox-model-stub beside
+ * the running program or one directory up; writes its path into buf.
+ * Errors: SB_ERR_UNAVAIL. */
+int sb_stub_find(char *buf, size_t cap);
+
 /* Starts the model stub (sanbox-model-stub beside the running program) on
  * an ephemeral loopback port, with scripts from script_dir (NULL or "":
  * its own), and writes its base URL (http://127.0.0.1:PORT/v1) into url
