@@ -98,7 +98,8 @@ static const struct cli_cmd commands[] = {
 	 "usage: sanbox doctor [--json]\n"
 	 "\n"
 	 "Checks QEMU, the guest kernel and templates, KVM (or the TCG fallback),\n"
-	 "nftables and CAP_NET_ADMIN, disk space and the state directory, and says\n"
+	 "nftables and CAP_NET_ADMIN, the model settings and the model stub, disk\n"
+	 "space and the state directory, and says\n"
 	 "in one line each what is wrong and how to fix it.\n"},
 	{"secret", cmd_secret, "store secrets for runs (encrypted at rest)",
 	 "usage: sanbox secret set NAME     (the value on standard input)\n"
