@@ -10,7 +10,11 @@
  * straight to the stub and through the gateway; the p50 and p99 of each and
  * the difference (what the gateway adds). Throughput: 8 client threads, each
  * on its own keep-alive connection, for 3 s, straight and through the
- * gateway, and their ratio.
+ * gateway, and their ratio. The stub answers at once, so that ratio is of
+ * CPU: client, gateway and stub share the machine's cores, and each call
+ * through the gateway is parsed, forwarded and recorded (with a synced
+ * commit) on top of the stub's work. The _20ms lines repeat it with 32
+ * clients and a model that takes 20 ms to answer, as a fast real one does.
  *
  * Prints only lines "bench NAME VALUE UNIT"; errors go to stderr with exit
  * status 1.
@@ -32,15 +36,17 @@
 
 #define LAT_CALLS 2000
 #define THREADS 8
+#define SLOW_THREADS 32
 #define TPUT_SECONDS 3.0
 
 static char tmpdir[] = "/tmp/sb-bench-gw-XXXXXX";
 static pid_t stub_pid;
 static char key[SB_VKEY_MAX];
-static const char BODY[] =
-	"{\"model\":\"stub/echo\",\"messages\":[{\"role\":\"system\",\"content\":\"You are an agent "
-	"working in a sandbox.\"},{\"role\":\"user\",\"content\":\"List the files and summarise "
-	"them.\"}]}";
+#define BODY_OF(model)                                                                            \
+	"{\"model\":\"" model "\",\"messages\":[{\"role\":\"system\",\"content\":\"You are an "     \
+	"agent working in a sandbox.\"},{\"role\":\"user\",\"content\":\"List the files and "         \
+	"summarise them.\"}]}"
+static const char *body = BODY_OF("stub/echo");
 
 static double now(void)
 {
@@ -84,7 +90,7 @@ static CURL *client(const char *url, struct curl_slist **h)
 	*h = curl_slist_append(*h, "Content-Type: application/json");
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, *h);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, BODY);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
 	curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
 	return c;
@@ -150,27 +156,29 @@ static void *tput_main(void *arg)
 	return NULL;
 }
 
-/* Calls per second from THREADS clients. */
-static double throughput(const char *url)
+/* Calls per second from n clients. */
+static double throughput(const char *url, int n)
 {
 	atomic_ulong calls = 0;
 	struct tput t = {url, now() + TPUT_SECONDS, &calls};
-	pthread_t th[THREADS];
+	pthread_t th[SLOW_THREADS];
 	double t0 = now();
 
-	for (int i = 0; i < THREADS; i++)
+	for (int i = 0; i < n; i++)
 		if (pthread_create(&th[i], NULL, tput_main, &t))
 			die("thread", SB_ERR_NOMEM);
-	for (int i = 0; i < THREADS; i++)
+	for (int i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
 	return (double)atomic_load(&calls) / (now() - t0);
 }
 
 int main(void)
 {
-	char stub_url[SB_URL_MAX], url[SB_URL_MAX + 64], path[4096];
+	char stub_url[SB_URL_MAX], url[SB_URL_MAX + 64], path[4096], gw_url[128];
+	double d20, g20;
+	FILE *f;
 	struct sb_gateway_opts o = {0};
-	struct sb_gateway_model m = {0};
+	struct sb_gateway_model m[2];
 	struct sb_gateway_run r = {0};
 	double d50, d99, g50, g99, drps, grps;
 	sb_gateway *gw;
@@ -180,7 +188,22 @@ int main(void)
 	if (!mkdtemp(tmpdir))
 		die("mkdtemp", SB_ERR_IO);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	if ((rc = sb_stub_start(NULL, &stub_pid, stub_url)))
+	snprintf(path, sizeof path, "%s/scripts", tmpdir);
+	mkdir(path, 0700);
+	snprintf(path, sizeof path, "%s/scripts/echo.json", tmpdir);
+	if (!(f = fopen(path, "w")))
+		die("write a script", SB_ERR_IO);
+	fputs("{\"turns\": [{\"text\": \"echo: a fixed answer.\", \"usage\": {\"input_tokens\": 100, "
+	      "\"output_tokens\": 20}}]}", f);
+	fclose(f);
+	snprintf(path, sizeof path, "%s/scripts/model20.json", tmpdir);
+	if (!(f = fopen(path, "w")))
+		die("write a script", SB_ERR_IO);
+	fputs("{\"turns\": [{\"text\": \"a considered answer.\", \"delay_ms\": 20, \"usage\": "
+	      "{\"input_tokens\": 100, \"output_tokens\": 20}}]}", f);
+	fclose(f);
+	snprintf(path, sizeof path, "%s/scripts", tmpdir);
+	if ((rc = sb_stub_start(path, &stub_pid, stub_url)))
 		die("start the model stub", rc);
 	snprintf(path, sizeof path, "%s/log", tmpdir);
 	mkdir(path, 0700);
@@ -189,27 +212,33 @@ int main(void)
 	o.log = lg;
 	if ((rc = sb_gateway_open(&o, &gw)))
 		die("open the gateway", rc);
-	snprintf(m.model.name, sizeof m.model.name, "stub/echo");
-	snprintf(m.model.upstream, sizeof m.model.upstream, "echo");
-	snprintf(m.model.provider, sizeof m.model.provider, "stub");
-	m.model.in_price = 1000000000ull;
-	m.model.out_price = 2000000000ull;
-	m.model.max_output = 4096;
-	snprintf(m.base_url, sizeof m.base_url, "%s", stub_url);
-	m.apis = SB_API_OPENAI;
+	memset(m, 0, sizeof m);
+	for (int i = 0; i < 2; i++) {
+		snprintf(m[i].model.name, sizeof m[i].model.name, i ? "stub/model20" : "stub/echo");
+		snprintf(m[i].model.upstream, sizeof m[i].model.upstream, i ? "model20" : "echo");
+		snprintf(m[i].model.provider, sizeof m[i].model.provider, "stub");
+		m[i].model.in_price = 1000000000ull;
+		m[i].model.out_price = 2000000000ull;
+		m[i].model.max_output = 4096;
+		snprintf(m[i].base_url, sizeof m[i].base_url, "%s", stub_url);
+		m[i].apis = SB_API_OPENAI;
+	}
 	r.run = "bench0gateway";
 	r.budget_nusd = UINT64_MAX / 4;
-	r.models = &m;
-	r.nmodels = 1;
+	r.models = m;
+	r.nmodels = 2;
 	if ((rc = sb_gateway_run_add(gw, &r, key)))
 		die("register the run", rc);
 
 	snprintf(url, sizeof url, "%s/chat/completions", stub_url);
+	snprintf(gw_url, sizeof gw_url, "http://127.0.0.1:%u/v1/chat/completions", sb_gateway_port(gw));
 	latency(url, &d50, &d99);
-	drps = throughput(url);
-	snprintf(url, sizeof url, "http://127.0.0.1:%u/v1/chat/completions", sb_gateway_port(gw));
-	latency(url, &g50, &g99);
-	grps = throughput(url);
+	drps = throughput(url, THREADS);
+	latency(gw_url, &g50, &g99);
+	grps = throughput(gw_url, THREADS);
+	body = BODY_OF("stub/model20");
+	d20 = throughput(url, SLOW_THREADS);
+	g20 = throughput(gw_url, SLOW_THREADS);
 
 	printf("bench gateway.direct_p50 %.3f ms\n", d50);
 	printf("bench gateway.direct_p99 %.3f ms\n", d99);
@@ -220,6 +249,9 @@ int main(void)
 	printf("bench gateway.direct_rps %.0f requests/s\n", drps);
 	printf("bench gateway.via_rps %.0f requests/s\n", grps);
 	printf("bench gateway.rps_vs_direct %.2f ratio\n", grps / drps);
+	printf("bench gateway.direct_rps_20ms %.0f requests/s\n", d20);
+	printf("bench gateway.via_rps_20ms %.0f requests/s\n", g20);
+	printf("bench gateway.rps_vs_direct_20ms %.2f ratio\n", g20 / d20);
 	sb_gateway_close(gw);
 	sb_log_close(lg);
 	cleanup();
