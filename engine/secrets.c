@@ -201,7 +201,9 @@ int sb_secret_get(const char *home, const char *name, struct sb_secret **out)
 	}
 	if ((rc = key_load(home, key)))
 		goto out;
-	s = sodium_malloc(sizeof *s + len + 1);
+	/* sodium_malloc puts the end at a guard page: round the size so the
+	 * start stays aligned for the struct */
+	s = sodium_malloc((sizeof *s + len + 1 + 15) & ~(size_t)15);
 	if (!s) {
 		rc = SB_ERR_NOMEM;
 		goto out;

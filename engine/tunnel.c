@@ -117,8 +117,10 @@ static int stream_flush(struct tstream *s)
 			return -1;
 		off += (size_t)n;
 	}
-	memmove(s->out, s->out + off, s->out_len - off);
-	s->out_len -= off;
+	if (off) {
+		memmove(s->out, s->out + off, s->out_len - off);
+		s->out_len -= off;
+	}
 	if (!s->out_len && s->guest_done)
 		shutdown(s->fd, SHUT_WR);
 	return 0;
