@@ -26,9 +26,16 @@ vm_stop_home() {
 }
 
 vm_cleanup() {
+	vm_rc=$?
 	[ -z "$vm_extra_cleanup" ] || "$vm_extra_cleanup"
 	vm_stop_home "$SANBOX_HOME"
+	# a sanitizer build's daemon reports what it found in its log
+	if grep -qE 'runtime error|AddressSanitizer|LeakSanitizer' "$SANBOX_HOME/sanboxd.log" 2>/dev/null; then
+		echo "FAIL sanitizer: $(grep -m 3 -E 'runtime error|Sanitizer' "$SANBOX_HOME/sanboxd.log")"
+		vm_rc=1
+	fi
 	rm -rf "$SANBOX_HOME"
+	exit $vm_rc
 }
 trap vm_cleanup EXIT
 trap 'exit 130' INT TERM
