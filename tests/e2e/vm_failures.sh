@@ -154,7 +154,7 @@ has_event "$F" "e['type']=='run.exited' and e['payload']['status']==7" &&
 	has_event "$F" "e['type']=='agent.output' and 'dd-done' in e['payload']['data']" &&
 	[ "$(status "$F")" = exited ] && ok "workspace full: the run ends with its status and events" ||
 	bad "workspace full" "status $(status "$F"): $(events_json "$F" | grep -m 3 'output\|failed')"
-has_event "$F" "e['type']=='agent.file.changed' and e['payload']['path']=='/workspace/fill' and e['payload']['size'] > (8 << 20)" &&
+has_event "$F" "e['type']=='agent.file.changed' and e['payload']['path']=='/workspace/fill' and e['payload']['size'] > (1 << 20)" &&
 	ok "workspace full: the big file reported" || bad "workspace full" "no agent.file.changed for fill"
 "$SB" attach "$P" >/dev/null 2>&1
 failed_with "$P" "guest kernel panic: Kernel panic - not syncing" &&
