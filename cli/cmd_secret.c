@@ -35,7 +35,8 @@ static int read_value(const char *name, char *buf, size_t *len)
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
-			rc = sb_seterr(SB_ERR_IO, "reading the value: %s", strerror(errno));
+			rc = sb_seterr(SB_ERR_IO, "reading the value: %s",
+				       strerror(errno));
 			break;
 		}
 		if (r == 0)
@@ -51,9 +52,11 @@ static int read_value(const char *name, char *buf, size_t *len)
 	if (n && buf[n - 1] == '\n')
 		n--;
 	if (rc == SB_OK && n > SB_SECRET_VALUE_MAX)
-		rc = sb_seterr(SB_ERR_TOOBIG, "the value is above %u KiB", SB_SECRET_VALUE_MAX >> 10);
+		rc = sb_seterr(SB_ERR_TOOBIG, "the value is above %u KiB",
+			       SB_SECRET_VALUE_MAX >> 10);
 	if (rc == SB_OK && n == 0)
-		rc = sb_seterr(SB_ERR_INVAL, "the value is empty (give it on standard input)");
+		rc = sb_seterr(SB_ERR_INVAL,
+			       "the value is empty (give it on standard input)");
 	*len = n;
 	return rc;
 }
@@ -67,7 +70,9 @@ static int secret_set(sb_client *c, const char *name)
 	int rc;
 
 	if (!sb_secret_name_ok(name))
-		return cli_fail(SB_ERR_INVAL, "'%s' is not a secret name (letters, digits and _)", name);
+		return cli_fail(SB_ERR_INVAL,
+				"'%s' is not a secret name (letters, digits and _)",
+				name);
 	if (sodium_init() < 0 || !(buf = sodium_malloc(SB_SECRET_VALUE_MAX + 2)))
 		return cli_fail(SB_ERR_NOMEM, "out of memory");
 	if ((rc = read_value(name, buf, &len))) {
@@ -122,7 +127,9 @@ static int secret_ls(sb_client *c, int json)
 		cli_print_json(list ? sb_msgpack_to_json(list) : json_array());
 	} else {
 		printf("%-40s %s\n", "NAME", "SET");
-		for (uint32_t i = 0; list && list->type == MSGPACK_OBJECT_ARRAY && i < list->via.array.size; i++) {
+		for (uint32_t i = 0; list && list->type == MSGPACK_OBJECT_ARRAY &&
+				     i < list->via.array.size;
+		     i++) {
 			const msgpack_object *s = &list->via.array.ptr[i];
 			time_t t = (time_t)sb_map_u64(s, "set_s", 0);
 			sb_map_str(s, "name", name, sizeof name);

@@ -18,17 +18,20 @@ static struct sb_access_grant *grant_find(struct sb_access *a, const char *name)
 }
 
 /* Grants secret name with the scope, decrypting it. */
-static int grant_add(struct sb_access *a, struct sb_daemon *d, const char *name, int model_scope)
+static int grant_add(struct sb_access *a, struct sb_daemon *d, const char *name,
+		     int model_scope)
 {
 	struct sb_access_grant *g;
 	int rc;
 
 	if (!sb_secret_name_ok(name))
-		return sb_seterr(SB_ERR_INVAL, "spec: '%.64s' is not a secret name", name);
+		return sb_seterr(SB_ERR_INVAL, "spec: '%.64s' is not a secret name",
+				 name);
 	if (grant_find(a, name))
 		return sb_seterr(SB_ERR_INVAL, "spec: secret %s is granted twice", name);
 	if (a->ngrants == SB_ACCESS_SECRETS)
-		return sb_seterr(SB_ERR_INVAL, "spec: at most %d secrets", SB_ACCESS_SECRETS);
+		return sb_seterr(SB_ERR_INVAL, "spec: at most %d secrets",
+				 SB_ACCESS_SECRETS);
 	g = &a->grants[a->ngrants];
 	snprintf(g->name, sizeof g->name, "%s", name);
 	g->model_scope = model_scope;
@@ -40,14 +43,15 @@ static int grant_add(struct sb_access *a, struct sb_daemon *d, const char *name,
 
 /* Parses "NAME", "NAME:env" or "NAME:model" of len bytes; from_template:
  * skipped when the spec granted it already. */
-static int grant_parse(struct sb_access *a, struct sb_daemon *d, const char *s, size_t len,
-		       int from_template)
+static int grant_parse(struct sb_access *a, struct sb_daemon *d, const char *s,
+		       size_t len, int from_template)
 {
 	char buf[SB_SECRET_NAME_MAX + 8], *colon;
 	int model_scope = 0;
 
 	if (len >= sizeof buf)
-		return sb_seterr(SB_ERR_INVAL, "spec: secret '%.*s...' is too long", 20, s);
+		return sb_seterr(SB_ERR_INVAL, "spec: secret '%.*s...' is too long", 20,
+				 s);
 	memcpy(buf, s, len);
 	buf[len] = 0;
 	if ((colon = strchr(buf, ':'))) {
@@ -55,8 +59,10 @@ static int grant_parse(struct sb_access *a, struct sb_daemon *d, const char *s, 
 		if (!strcmp(colon, "model"))
 			model_scope = 1;
 		else if (strcmp(colon, "env"))
-			return sb_seterr(SB_ERR_INVAL, "spec: secret %s: scope must be env or model, not '%s'",
-					 buf, colon);
+			return sb_seterr(
+			    SB_ERR_INVAL,
+			    "spec: secret %s: scope must be env or model, not '%s'", buf,
+			    colon);
 	}
 	if (from_template && grant_find(a, buf))
 		return SB_OK;
@@ -78,10 +84,12 @@ static int model_add(struct sb_access *a, struct sb_daemon *d, const struct sb_m
 			return SB_OK; /* named twice: once is enough */
 	if (!m)
 		return sb_seterr(SB_ERR_INVAL,
-				 "model '%s' has no price in the model settings (STATE_DIR/models.json)",
+				 "model '%s' has no price in the model settings "
+				 "(STATE_DIR/models.json)",
 				 name);
 	if (a->nmodels == SB_ACCESS_MODELS)
-		return sb_seterr(SB_ERR_INVAL, "spec: at most %d models", SB_ACCESS_MODELS);
+		return sb_seterr(SB_ERR_INVAL, "spec: at most %d models",
+				 SB_ACCESS_MODELS);
 	p = sb_models_provider(ms, m->provider);
 	gm = &a->models[a->nmodels];
 	memset(gm, 0, sizeof *gm);
@@ -90,7 +98,8 @@ static int model_add(struct sb_access *a, struct sb_daemon *d, const struct sb_m
 	if (p->builtin)
 		rc = sb_daemon_stub_url(d, p->script_dir, gm->base_url);
 	else
-		rc = SB_OK, snprintf(gm->base_url, sizeof gm->base_url, "%s", p->base_url);
+		rc = SB_OK,
+		snprintf(gm->base_url, sizeof gm->base_url, "%s", p->base_url);
 	if (rc)
 		return rc;
 	if (p->key_secret[0]) {
@@ -105,8 +114,8 @@ static int model_add(struct sb_access *a, struct sb_daemon *d, const struct sb_m
 	return SB_OK;
 }
 
-int sb_access_resolve(struct sb_daemon *d, const msgpack_object *spec, const struct sb_template *t,
-		      struct sb_access *a)
+int sb_access_resolve(struct sb_daemon *d, const msgpack_object *spec,
+		      const struct sb_template *t, struct sb_access *a)
 {
 	const msgpack_object *models, *secrets, *budget = sb_map_get(spec, "budget_nusd");
 	struct sb_models *ms = NULL;
@@ -120,15 +129,20 @@ int sb_access_resolve(struct sb_daemon *d, const msgpack_object *spec, const str
 	    (rc = sb_spec_strs(spec, "secrets", SB_ACCESS_SECRETS, &secrets)))
 		return rc;
 	if (policy[0] && strcmp(policy, "stop") && strcmp(policy, "continue"))
-		return sb_seterr(SB_ERR_INVAL, "spec: on_budget must be stop or continue");
+		return sb_seterr(SB_ERR_INVAL,
+				 "spec: on_budget must be stop or continue");
 	a->stop_on_budget = strcmp(policy, "continue") != 0;
-	if (budget && (budget->type != MSGPACK_OBJECT_POSITIVE_INTEGER || budget->via.u64 > UINT64_MAX / 4))
-		return sb_seterr(SB_ERR_INVAL, "spec: budget_nusd must be a non-negative integer");
+	if (budget && (budget->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+		       budget->via.u64 > UINT64_MAX / 4))
+		return sb_seterr(SB_ERR_INVAL,
+				 "spec: budget_nusd must be a non-negative integer");
 	if ((rc = sb_models_load(d->home, &ms)))
 		return rc;
-	a->budget_nusd = budget && budget->via.u64 ? budget->via.u64 : ms->default_budget_nusd;
+	a->budget_nusd =
+	    budget && budget->via.u64 ? budget->via.u64 : ms->default_budget_nusd;
 	if (!a->model[0])
-		snprintf(a->model, sizeof a->model, "%s", t->model[0] ? t->model : ms->default_model);
+		snprintf(a->model, sizeof a->model, "%s",
+			 t->model[0] ? t->model : ms->default_model);
 	for (uint32_t i = 0; rc == SB_OK && secrets && i < secrets->via.array.size; i++)
 		rc = grant_parse(a, d, secrets->via.array.ptr[i].via.str.ptr,
 				 secrets->via.array.ptr[i].via.str.size, 0);
@@ -210,7 +224,8 @@ void sb_access_pack_env(const struct sb_access *a, const char *vkey, msgpack_pac
 	pack_kv(pk, "ANTHROPIC_API_KEY", vkey, strlen(vkey));
 	for (size_t i = 0; i < a->ngrants; i++)
 		if (!a->grants[i].model_scope)
-			pack_kv(pk, a->grants[i].name, a->grants[i].value->value, a->grants[i].value->len);
+			pack_kv(pk, a->grants[i].name, a->grants[i].value->value,
+				a->grants[i].value->len);
 }
 
 void sb_access_free(struct sb_access *a)

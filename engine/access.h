@@ -24,12 +24,12 @@
 
 struct sb_daemon;
 
-#define SB_ACCESS_MODELS 16  /* models a run may name */
+#define SB_ACCESS_MODELS  16 /* models a run may name */
 #define SB_ACCESS_SECRETS 32 /* secrets a run may be granted */
 
 struct sb_access_grant {
 	char name[SB_SECRET_NAME_MAX];
-	int model_scope;         /* 1: gateway only; 0: the harness's environment */
+	int model_scope;	 /* 1: gateway only; 0: the harness's environment */
 	struct sb_secret *value; /* decrypted (the access owns it) */
 };
 
@@ -50,8 +50,8 @@ struct sb_access {
  * price, a secret named twice: the detail says which), SB_ERR_NOTFOUND (a
  * secret that is not set), SB_ERR_CORRUPT (a secret that does not open),
  * SB_ERR_UNAVAIL (a provider that cannot be started), SB_ERR_NOMEM. */
-int sb_access_resolve(struct sb_daemon *d, const msgpack_object *spec, const struct sb_template *t,
-		      struct sb_access *a);
+int sb_access_resolve(struct sb_daemon *d, const msgpack_object *spec,
+		      const struct sb_template *t, struct sb_access *a);
 
 /* Packs the policy fields of a: "model", "models", "prices" ({model:
  * {input, output, cached}} in nano-USD per million tokens), "budget_nusd",

@@ -25,13 +25,13 @@
 #include "engine/error.h"
 #include "engine/mpack.h"
 
-#define BODY_MAX (16u << 20)     /* largest request body */
-#define ANSWER_MAX (64u << 20)   /* largest answer held or recorded */
-#define CONN_LIMIT 512
-#define IDLE_TIMEOUT_S 900
+#define BODY_MAX	   (16u << 20) /* largest request body */
+#define ANSWER_MAX	   (64u << 20) /* largest answer held or recorded */
+#define CONN_LIMIT	   512
+#define IDLE_TIMEOUT_S	   900
 #define CONNECT_TIMEOUT_MS 10000
-#define STALL_TIMEOUT_S 300      /* an answer that sends nothing for this long */
-#define CUT_SLACK(t) ((t) / 4 + 8) /* estimate above the grant before a cut */
+#define STALL_TIMEOUT_S	   300		 /* an answer that sends nothing for this long */
+#define CUT_SLACK(t)	   ((t) / 4 + 8) /* estimate above the grant before a cut */
 
 struct gw_model {
 	struct sb_model m;
@@ -98,7 +98,7 @@ struct gw_call {
 	struct gw_conn *conn;
 	unsigned api;
 	int stream;
-	char *req;          /* the body as sent upstream */
+	char *req; /* the body as sent upstream */
 	size_t req_len;
 	struct curl_slist *headers;
 	uint64_t granted, reservation;
@@ -147,7 +147,8 @@ static uint64_t ms_since(const struct timespec *t0)
 	struct timespec t;
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)((t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000);
+	return (uint64_t)((t.tv_sec - t0->tv_sec) * 1000 +
+			  (t.tv_nsec - t0->tv_nsec) / 1000000);
 }
 
 static void run_unref(sb_gateway *gw, struct gw_run *r)
@@ -168,11 +169,11 @@ static void run_unref(sb_gateway *gw, struct gw_run *r)
 
 /* --- answers of the gateway itself --- */
 
-static enum MHD_Result send_body(struct MHD_Connection *c, unsigned status, const char *ctype,
-				 char *body, size_t len)
+static enum MHD_Result send_body(struct MHD_Connection *c, unsigned status,
+				 const char *ctype, char *body, size_t len)
 {
 	struct MHD_Response *resp =
-		MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	    MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
 	enum MHD_Result ret;
 
 	if (!resp) {
@@ -203,11 +204,12 @@ static const char *error_type(unsigned status)
 
 /* An error in the dialect of the route: OpenAI {"error": {...}} or
  * Anthropic {"type": "error", "error": {...}}. */
-static enum MHD_Result send_error(struct MHD_Connection *c, enum route route, unsigned status,
-				  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static enum MHD_Result send_error(struct MHD_Connection *c, enum route route,
+				  unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-static enum MHD_Result send_error(struct MHD_Connection *c, enum route route, unsigned status,
-				  const char *fmt, ...)
+static enum MHD_Result send_error(struct MHD_Connection *c, enum route route,
+				  unsigned status, const char *fmt, ...)
 {
 	char msg[512];
 	json_t *j;
@@ -233,7 +235,8 @@ static enum MHD_Result send_error(struct MHD_Connection *c, enum route route, un
 /* --- recording --- */
 
 /* Fills blob b with data and writes its key in hex. */
-static void blob_of(struct sb_blob *b, const char *data, size_t len, char hex[SB_HASH_HEX])
+static void blob_of(struct sb_blob *b, const char *data, size_t len,
+		    char hex[SB_HASH_HEX])
 {
 	uint8_t h[SB_HASH_LEN];
 
@@ -251,13 +254,14 @@ static int append_events(sb_gateway *gw, const struct sb_blob *blobs, size_t nbl
 	int rc = sb_log_append_blobs(gw->log, blobs, nblobs, evs, n);
 
 	if (rc)
-		fprintf(stderr, "sanboxd: gateway: run %s: cannot record %s: %s\n", evs[0].run,
-			evs[0].type, sb_errmsg(rc));
+		fprintf(stderr, "sanboxd: gateway: run %s: cannot record %s: %s\n",
+			evs[0].run, evs[0].type, sb_errmsg(rc));
 	return rc;
 }
 
-static void pack_call_message(msgpack_packer *pk, const struct gw_call *k, const char *rq_hex,
-			      const char *an_hex, const struct sb_usage *u)
+static void pack_call_message(msgpack_packer *pk, const struct gw_call *k,
+			      const char *rq_hex, const char *an_hex,
+			      const struct sb_usage *u)
 {
 	msgpack_pack_map(pk, 11 + (k->cut ? 1 : 0) + (k->answer.over ? 1 : 0));
 	sb_pack_kstr(pk, "role", "assistant");
@@ -280,7 +284,8 @@ static void pack_call_message(msgpack_packer *pk, const struct gw_call *k, const
 /* Settles the call's reservation and records it: the bodies as blobs,
  * agent.message and (when it cost anything or reported usage)
  * agent.usage.updated, all in one commit. */
-static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t cost, int estimated)
+static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t cost,
+			int estimated)
 {
 	sb_gateway *gw = k->gw;
 	struct gw_run *r = k->run;
@@ -318,7 +323,8 @@ static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t co
 		sb_pack_ku64(&p2, "total_nusd", total);
 		if (estimated)
 			sb_pack_kbool(&p2, "estimated", 1);
-		sb_event_init(&evs[1], "agent.usage.updated", r->id, SB_SRC_GATEWAY, b2.data, b2.size);
+		sb_event_init(&evs[1], "agent.usage.updated", r->id, SB_SRC_GATEWAY,
+			      b2.data, b2.size);
 		n = 2;
 	}
 	if (b1.data && (n == 1 || b2.data))
@@ -350,7 +356,8 @@ static void budget_spent(sb_gateway *gw, struct gw_run *r)
 	msgpack_pack_map(&pk, 2);
 	sb_pack_ku64(&pk, "budget_nusd", limit);
 	sb_pack_ku64(&pk, "spent_nusd", spent);
-	if (b.data && sb_event_init(&ev, "budget.exceeded", r->id, SB_SRC_GATEWAY, b.data, b.size) == SB_OK)
+	if (b.data && sb_event_init(&ev, "budget.exceeded", r->id, SB_SRC_GATEWAY, b.data,
+				    b.size) == SB_OK)
 		append_events(gw, NULL, 0, &ev, 1);
 	msgpack_sbuffer_destroy(&b);
 	if (r->stop_on_budget && gw->on_budget)
@@ -379,11 +386,13 @@ static size_t on_answer(char *p, size_t size, size_t n, void *ctx)
 static void cut_notice(struct gw_call *k)
 {
 	static const char openai[] =
-		"data: {\"error\":{\"message\":\"the run's LLM budget is spent: the answer was "
-		"cut\",\"type\":\"budget_exceeded\",\"code\":402}}\n\ndata: [DONE]\n\n";
+	    "data: {\"error\":{\"message\":\"the run's LLM budget is spent: the answer "
+	    "was "
+	    "cut\",\"type\":\"budget_exceeded\",\"code\":402}}\n\ndata: [DONE]\n\n";
 	static const char anthropic[] =
-		"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"budget_exceeded\","
-		"\"message\":\"the run's LLM budget is spent: the answer was cut\"}}\n\n";
+	    "event: error\ndata: "
+	    "{\"type\":\"error\",\"error\":{\"type\":\"budget_exceeded\","
+	    "\"message\":\"the run's LLM budget is spent: the answer was cut\"}}\n\n";
 
 	if (k->api == SB_API_ANTHROPIC)
 		gbuf_add(&k->pend, anthropic, sizeof anthropic - 1);
@@ -443,9 +452,11 @@ static int call_prepare(struct gw_call *k, struct MHD_Connection *c)
 	k->headers = curl_slist_append(k->headers, "Expect:");
 	if (k->api == SB_API_ANTHROPIC) {
 		v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version");
-		snprintf(hdr, sizeof hdr, "anthropic-version: %.64s", v ? v : "2023-06-01");
+		snprintf(hdr, sizeof hdr, "anthropic-version: %.64s",
+			 v ? v : "2023-06-01");
 		k->headers = curl_slist_append(k->headers, hdr);
-		if ((v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-beta"))) {
+		if ((v = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+						     "anthropic-beta"))) {
 			snprintf(hdr, sizeof hdr, "anthropic-beta: %.256s", v);
 			k->headers = curl_slist_append(k->headers, hdr);
 		}
@@ -512,7 +523,8 @@ static void call_end_unmetered(struct gw_call *k)
 }
 
 /* Forwards a non-stream call and answers with what the provider said. */
-static enum MHD_Result call_whole(struct gw_call *k, struct MHD_Connection *c, enum route route)
+static enum MHD_Result call_whole(struct gw_call *k, struct MHD_Connection *c,
+				  enum route route)
 {
 	struct sb_usage u = {0};
 	enum MHD_Result ret;
@@ -523,15 +535,21 @@ static enum MHD_Result call_whole(struct gw_call *k, struct MHD_Connection *c, e
 	if (cc != CURLE_OK) {
 		k->status = 502;
 		call_record(k, &u, 0, 0);
-		ret = send_error(c, route, 502, "provider for %s unreachable: %s", k->model->m.name,
-				 k->answer.over ? "answer above 64 MiB" : k->error[0] ? k->error : curl_easy_strerror(cc));
+		ret = send_error(c, route, 502, "provider for %s unreachable: %s",
+				 k->model->m.name,
+				 k->answer.over ? "answer above 64 MiB"
+				 : k->error[0]	? k->error
+						: curl_easy_strerror(cc));
 		call_free(k);
 		return ret;
 	}
 	if (k->status == 200) {
-		sb_usage_from_body(k->api, k->answer.p ? k->answer.p : "", k->answer.len, &u);
+		sb_usage_from_body(k->api, k->answer.p ? k->answer.p : "", k->answer.len,
+				   &u);
 		if (u.known)
-			call_record(k, &u, sb_model_cost(&k->model->m, u.input, u.cached, u.output), 0);
+			call_record(
+			    k, &u,
+			    sb_model_cost(&k->model->m, u.input, u.cached, u.output), 0);
 		else
 			call_end_unmetered(k);
 	} else {
@@ -576,7 +594,8 @@ static void stream_finish(struct gw_call *k)
 		call_end_unmetered(k);
 		budget_spent(k->gw, k->run);
 	} else if (k->status == 200 && k->result == CURLE_OK && u.known) {
-		call_record(k, &u, sb_model_cost(&k->model->m, u.input, u.cached, u.output), 0);
+		call_record(k, &u,
+			    sb_model_cost(&k->model->m, u.input, u.cached, u.output), 0);
 	} else if (k->status == 200) {
 		call_end_unmetered(k);
 	} else {
@@ -618,7 +637,8 @@ static void stream_free(void *cls)
 }
 
 /* Forwards a stream call: waits for the provider's status, then streams. */
-static enum MHD_Result call_stream(struct gw_call *k, struct MHD_Connection *c, enum route route)
+static enum MHD_Result call_stream(struct gw_call *k, struct MHD_Connection *c,
+				   enum route route)
 {
 	struct MHD_Response *resp;
 	enum MHD_Result ret;
@@ -636,7 +656,8 @@ static enum MHD_Result call_stream(struct gw_call *k, struct MHD_Connection *c, 
 		struct sb_usage u = {0};
 		k->status = 502;
 		call_record(k, &u, 0, 0);
-		ret = send_error(c, route, 502, "provider for %s unreachable: %s", k->model->m.name,
+		ret = send_error(c, route, 502, "provider for %s unreachable: %s",
+				 k->model->m.name,
 				 k->error[0] ? k->error : curl_easy_strerror(k->result));
 		call_free(k);
 		return ret;
@@ -650,12 +671,14 @@ static enum MHD_Result call_stream(struct gw_call *k, struct MHD_Connection *c, 
 		char *body = malloc(k->answer.len + 1);
 		if (body)
 			memcpy(body, k->answer.p ? k->answer.p : "", k->answer.len);
-		ret = body ? send_body(c, (unsigned)k->status, answer_type(k), body, k->answer.len) : MHD_NO;
+		ret = body ? send_body(c, (unsigned)k->status, answer_type(k), body,
+				       k->answer.len)
+			   : MHD_NO;
 		call_free(k);
 		return ret;
 	}
-	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_read, k,
-						 stream_free);
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_read,
+						 k, stream_free);
 	if (!resp) {
 		stream_free(k);
 		return MHD_NO;
@@ -690,7 +713,8 @@ static struct gw_run *run_by_key(sb_gateway *gw, const char *key)
 /* The key of a request: "Authorization: Bearer K", else "x-api-key: K". */
 static const char *request_key(struct MHD_Connection *c)
 {
-	const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+						    MHD_HTTP_HEADER_AUTHORIZATION);
 
 	if (a && !strncasecmp(a, "Bearer ", 7))
 		return a + 7;
@@ -698,11 +722,13 @@ static const char *request_key(struct MHD_Connection *c)
 }
 
 /* 1 when the connection is tied to a run other than r. */
-static int tied_elsewhere(sb_gateway *gw, struct MHD_Connection *c, const struct gw_run *r)
+static int tied_elsewhere(sb_gateway *gw, struct MHD_Connection *c,
+			  const struct gw_run *r)
 {
 	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	const struct sockaddr_in *sa = ci ? (const struct sockaddr_in *)ci->client_addr : NULL;
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr_in *sa =
+	    ci ? (const struct sockaddr_in *)ci->client_addr : NULL;
 	uint16_t port;
 	int other = 0;
 
@@ -723,8 +749,9 @@ static enum MHD_Result send_models(struct MHD_Connection *c, const struct gw_run
 	char *s;
 
 	for (size_t i = 0; data && i < r->nmodels; i++)
-		json_array_append_new(data, json_pack("{s:s, s:s, s:i, s:s}", "id", r->models[i].m.name,
-						      "object", "model", "created", 0, "owned_by",
+		json_array_append_new(data, json_pack("{s:s, s:s, s:i, s:s}", "id",
+						      r->models[i].m.name, "object",
+						      "model", "created", 0, "owned_by",
 						      r->models[i].m.provider));
 	j = json_pack("{s:s, s:o}", "object", "list", "data", data);
 	s = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -746,12 +773,14 @@ static void allowed_list(const struct gw_run *r, char *buf, size_t cap)
 
 	buf[0] = 0;
 	for (size_t i = 0; i < r->nmodels && at < cap; i++)
-		at += (size_t)snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", r->models[i].m.name);
+		at += (size_t)snprintf(buf + at, cap - at, "%s%s", i ? ", " : "",
+				       r->models[i].m.name);
 }
 
 /* A model call of run r (a reference the call takes over). */
-static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c, struct gw_conn *cn,
-				   struct gw_req *rq, struct gw_run *r)
+static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
+				   struct gw_conn *cn, struct gw_req *rq,
+				   struct gw_run *r)
 {
 	unsigned api = rq->route == R_MESSAGES ? SB_API_ANTHROPIC : SB_API_OPENAI;
 	struct gw_call *k = NULL;
@@ -763,7 +792,8 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c, str
 	int rc;
 
 	if (rq->body.over) {
-		ret = send_error(c, rq->route, 413, "request body above %u MiB", BODY_MAX >> 20);
+		ret = send_error(c, rq->route, 413, "request body above %u MiB",
+				 BODY_MAX >> 20);
 		goto out;
 	}
 	if ((rc = sb_mreq_parse(api, rq->body.p ? rq->body.p : "", rq->body.len, &mr))) {
@@ -772,14 +802,17 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c, str
 	}
 	if (!(m = model_of(r, mr.model))) {
 		allowed_list(r, allowed, sizeof allowed);
-		ret = send_error(c, rq->route, 403, "model '%s' is not allowed for this run (allowed: %s)",
+		ret = send_error(c, rq->route, 403,
+				 "model '%s' is not allowed for this run (allowed: %s)",
 				 mr.model, allowed);
 		goto out_mreq;
 	}
 	if (!(m->apis & api)) {
-		ret = send_error(c, rq->route, 400, "model '%s' is not served by the %s API here: use %s",
-				 mr.model, api == SB_API_ANTHROPIC ? "Anthropic" : "OpenAI",
-				 api == SB_API_ANTHROPIC ? "/v1/chat/completions" : "/v1/messages");
+		ret = send_error(
+		    c, rq->route, 400,
+		    "model '%s' is not served by the %s API here: use %s", mr.model,
+		    api == SB_API_ANTHROPIC ? "Anthropic" : "OpenAI",
+		    api == SB_API_ANTHROPIC ? "/v1/chat/completions" : "/v1/messages");
 		goto out_mreq;
 	}
 	if (!(k = calloc(1, sizeof *k))) {
@@ -804,13 +837,15 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c, str
 		goto out_call;
 	}
 	if (g == SB_GRANT_BUSY) {
-		ret = send_error(c, rq->route, 429,
-				 "the rest of the run's budget is held by calls in flight: retry");
+		ret = send_error(
+		    c, rq->route, 429,
+		    "the rest of the run's budget is held by calls in flight: retry");
 		goto out_call;
 	}
 	k->run = r; /* the call owns the reference now */
 	r = NULL;
-	if ((rc = sb_mreq_finish(api, &mr, m->m.upstream, k->granted, &k->req, &k->req_len)) ||
+	if ((rc = sb_mreq_finish(api, &mr, m->m.upstream, k->granted, &k->req,
+				 &k->req_len)) ||
 	    (rc = call_prepare(k, c))) {
 		struct sb_usage u = {0};
 		k->status = 500;
@@ -845,8 +880,8 @@ static enum route route_of(const char *method, const char *url)
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
-				 const char *method, const char *version, const char *upload,
-				 size_t *upload_size, void **con_cls)
+				 const char *method, const char *version,
+				 const char *upload, size_t *upload_size, void **con_cls)
 {
 	sb_gateway *gw = cls;
 	struct gw_req *rq = *con_cls;
@@ -870,10 +905,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		return MHD_YES;
 	}
 	if (rq->route == R_NONE)
-		return send_error(c, strncmp(url, "/v1/messages", 12) ? R_CHAT : R_MESSAGES, 404,
-				  "no such endpoint: %s %s", method, url);
+		return send_error(c,
+				  strncmp(url, "/v1/messages", 12) ? R_CHAT : R_MESSAGES,
+				  404, "no such endpoint: %s %s", method, url);
 	if (!(r = run_by_key(gw, request_key(c))))
-		return send_error(c, rq->route, 401, "unknown API key: use the key Sanbox gave this run");
+		return send_error(c, rq->route, 401,
+				  "unknown API key: use the key Sanbox gave this run");
 	if (tied_elsewhere(gw, c, r)) {
 		run_unref(gw, r);
 		return send_error(c, rq->route, 403, "this key belongs to another run");
@@ -947,13 +984,14 @@ int sb_gateway_open(const struct sb_gateway_opts *o, sb_gateway **out)
 	gw->ctx = o->ctx;
 	pthread_mutex_init(&gw->mu, NULL);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	gw->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-					   MHD_USE_ERROR_LOG,
-				   0, NULL, NULL, on_access, gw, MHD_OPTION_SOCK_ADDR, &sa,
-				   MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_LIMIT,
-				   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
-				   MHD_OPTION_NOTIFY_COMPLETED, on_completed, gw,
-				   MHD_OPTION_NOTIFY_CONNECTION, on_connection, gw, MHD_OPTION_END);
+	gw->mhd = MHD_start_daemon(
+	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+		MHD_USE_ERROR_LOG,
+	    0, NULL, NULL, on_access, gw, MHD_OPTION_SOCK_ADDR, &sa,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_LIMIT,
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, gw, MHD_OPTION_NOTIFY_CONNECTION,
+	    on_connection, gw, MHD_OPTION_END);
 	if (!gw->mhd) {
 		int e = errno;
 		pthread_mutex_destroy(&gw->mu);
@@ -989,7 +1027,8 @@ void sb_gateway_close(sb_gateway *gw)
 	free(gw);
 }
 
-int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec, char key[SB_VKEY_MAX])
+int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec,
+		       char key[SB_VKEY_MAX])
 {
 	unsigned char raw[20];
 	struct gw_run *r;
@@ -997,7 +1036,8 @@ int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec, char k
 
 	if (!spec->nmodels)
 		return sb_seterr(SB_ERR_INVAL, "a run needs at least one model");
-	if (!(r = calloc(1, sizeof *r)) || !(r->models = calloc(spec->nmodels, sizeof *r->models)))
+	if (!(r = calloc(1, sizeof *r)) ||
+	    !(r->models = calloc(spec->nmodels, sizeof *r->models)))
 		goto fail;
 	snprintf(r->id, sizeof r->id, "%s", spec->run);
 	r->budget.limit = spec->budget_nusd;
@@ -1006,7 +1046,8 @@ int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec, char k
 	for (size_t i = 0; i < spec->nmodels; i++) {
 		const struct sb_gateway_model *sm = &spec->models[i];
 		r->models[i].m = sm->model;
-		snprintf(r->models[i].base_url, sizeof r->models[i].base_url, "%s", sm->base_url);
+		snprintf(r->models[i].base_url, sizeof r->models[i].base_url, "%s",
+			 sm->base_url);
 		r->models[i].apis = sm->apis;
 		if (sm->key) {
 			size_t n = strlen(sm->key);
@@ -1023,7 +1064,8 @@ int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec, char k
 	for (struct gw_run *o = gw->runs; o; o = o->next) {
 		if (!strcmp(o->id, r->id)) {
 			pthread_mutex_unlock(&gw->mu);
-			rc = sb_seterr(SB_ERR_EXISTS, "run %s is already registered", r->id);
+			rc = sb_seterr(SB_ERR_EXISTS, "run %s is already registered",
+				       r->id);
 			goto fail;
 		}
 	}
@@ -1074,7 +1116,9 @@ int sb_gateway_run_budget(sb_gateway *gw, const char *run, struct sb_budget *b)
 		}
 	}
 	pthread_mutex_unlock(&gw->mu);
-	return rc == SB_OK ? rc : sb_seterr(rc, "run %s is not registered with the gateway", run);
+	return rc == SB_OK
+		   ? rc
+		   : sb_seterr(rc, "run %s is not registered with the gateway", run);
 }
 
 int sb_gateway_bind(sb_gateway *gw, uint16_t client_port, const char *run)

@@ -35,8 +35,8 @@ typedef struct sb_gateway sb_gateway;
 #define SB_VKEY_MAX 48 /* a virtual key and its NUL */
 
 struct sb_gateway_opts {
-	sb_log *log;    /* calls are recorded here; must outlive the gateway */
-	uint16_t port;  /* 0: an ephemeral port */
+	sb_log *log;   /* calls are recorded here; must outlive the gateway */
+	uint16_t port; /* 0: an ephemeral port */
 	/* Called on a gateway thread when a run whose policy is to stop has
 	 * spent its budget; run is valid during the call. May be NULL. */
 	void (*on_budget)(void *ctx, const char *run);
@@ -47,8 +47,8 @@ struct sb_gateway_opts {
 struct sb_gateway_model {
 	struct sb_model model;
 	char base_url[SB_URL_MAX]; /* the provider's, ending in /v1 */
-	unsigned apis;             /* SB_API_* the provider speaks */
-	const char *key;           /* the provider's API key, or NULL */
+	unsigned apis;		   /* SB_API_* the provider speaks */
+	const char *key;	   /* the provider's API key, or NULL */
 };
 
 struct sb_gateway_run {
@@ -72,7 +72,8 @@ void sb_gateway_close(sb_gateway *gw);
 /* Registers run r (everything is copied; provider keys into guarded
  * memory) and writes its new virtual key into key. Errors: SB_ERR_EXISTS
  * (run already registered), SB_ERR_INVAL (no model), SB_ERR_NOMEM. */
-int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *r, char key[SB_VKEY_MAX]);
+int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *r,
+		       char key[SB_VKEY_MAX]);
 
 /* Unregisters run: its key stops working at once; calls in flight finish
  * and are recorded. Unknown runs are ignored. */

@@ -6,7 +6,7 @@
 
 #include "engine/error.h"
 
-#define LINE_MAX_BYTES (1u << 20)
+#define LINE_MAX_BYTES	 (1u << 20)
 #define MAX_TOKENS_LIMIT 100000000ull
 
 void sb_mreq_free(struct sb_mreq *rq)
@@ -79,8 +79,8 @@ fail:
 	return rc;
 }
 
-int sb_mreq_finish(unsigned api, struct sb_mreq *rq, const char *upstream, uint64_t max_tokens,
-		   char **out, size_t *len)
+int sb_mreq_finish(unsigned api, struct sb_mreq *rq, const char *upstream,
+		   uint64_t max_tokens, char **out, size_t *len)
 {
 	json_t *j = rq->json, *opts;
 	const char *field = "max_tokens";
@@ -111,7 +111,9 @@ static uint64_t u64_of(json_t *o, const char *key)
 {
 	json_t *v = json_object_get(o, key);
 
-	return json_is_integer(v) && json_integer_value(v) > 0 ? (uint64_t)json_integer_value(v) : 0;
+	return json_is_integer(v) && json_integer_value(v) > 0
+		   ? (uint64_t)json_integer_value(v)
+		   : 0;
 }
 
 /* Reads a usage object of the dialect; returns 1 when it is one. */
@@ -131,7 +133,8 @@ static int usage_read(unsigned api, json_t *usage, struct sb_usage *u)
 		u->output = u64_of(usage, "output_tokens");
 	} else {
 		u->input = u64_of(usage, "prompt_tokens");
-		u->cached = u64_of(json_object_get(usage, "prompt_tokens_details"), "cached_tokens");
+		u->cached = u64_of(json_object_get(usage, "prompt_tokens_details"),
+				   "cached_tokens");
 		u->output = u64_of(usage, "completion_tokens");
 	}
 	return 1;
@@ -183,9 +186,9 @@ static void meter_event(struct sb_sse_meter *m, const char *data, size_t len)
 			json_t *delta = json_object_get(c, "delta");
 			m->out_bytes += str_bytes(json_object_get(delta, "content"));
 			calls = json_object_get(delta, "tool_calls");
-			json_array_foreach(calls, k, call)
-				m->out_bytes += str_bytes(
-					json_object_get(json_object_get(call, "function"), "arguments"));
+			json_array_foreach(calls, k, call) m->out_bytes +=
+			    str_bytes(json_object_get(json_object_get(call, "function"),
+						      "arguments"));
 		}
 		if (usage_read(m->api, json_object_get(j, "usage"), &m->usage))
 			m->usage.known = 1;
@@ -193,8 +196,10 @@ static void meter_event(struct sb_sse_meter *m, const char *data, size_t len)
 		type = json_object_get(j, "type");
 		const char *t = json_is_string(type) ? json_string_value(type) : "";
 		if (!strcmp(t, "message_start")) {
-			usage_read(m->api, json_object_get(json_object_get(j, "message"), "usage"),
-				   &m->usage);
+			usage_read(
+			    m->api,
+			    json_object_get(json_object_get(j, "message"), "usage"),
+			    &m->usage);
 		} else if (!strcmp(t, "content_block_delta")) {
 			json_t *d = json_object_get(j, "delta");
 			m->out_bytes += str_bytes(json_object_get(d, "text")) +
@@ -267,8 +272,9 @@ uint64_t sb_sse_meter_output(const struct sb_sse_meter *m)
 	return (m->out_bytes + 3) / 4;
 }
 
-enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m, uint64_t in_bytes,
-				uint64_t want_out, uint64_t *out_tokens, uint64_t *reservation)
+enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m,
+				uint64_t in_bytes, uint64_t want_out,
+				uint64_t *out_tokens, uint64_t *reservation)
 {
 	uint64_t total = b->limit > b->spent ? b->limit - b->spent : 0;
 	uint64_t avail = total > b->reserved ? total - b->reserved : 0;
@@ -283,7 +289,8 @@ enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m, u
 	if (avail < need)
 		return SB_GRANT_BUSY;
 	if (m->out_price) {
-		unsigned __int128 can = (unsigned __int128)(avail - in_cost) * 1000000 / m->out_price;
+		unsigned __int128 can =
+		    (unsigned __int128)(avail - in_cost) * 1000000 / m->out_price;
 		if (can < grant)
 			grant = (uint64_t)can;
 	}

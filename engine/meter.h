@@ -25,10 +25,10 @@ struct sb_usage {
 
 /* A model request read from its JSON body. */
 struct sb_mreq {
-	json_t *json;                 /* the parsed body (owned) */
+	json_t *json; /* the parsed body (owned) */
 	char model[SB_MODEL_NAME_MAX];
 	int stream;
-	uint64_t max_tokens;          /* asked for; 0 = none given */
+	uint64_t max_tokens; /* asked for; 0 = none given */
 };
 
 /* Parses a request body of dialect api into rq (free with sb_mreq_free).
@@ -40,8 +40,8 @@ int sb_mreq_parse(unsigned api, const char *body, size_t len, struct sb_mreq *rq
  * for OpenAI streams stream_options.include_usage, so the answer reports
  * its usage; then serialises it into *out (the caller frees). Errors:
  * SB_ERR_NOMEM. */
-int sb_mreq_finish(unsigned api, struct sb_mreq *rq, const char *upstream, uint64_t max_tokens,
-		   char **out, size_t *len);
+int sb_mreq_finish(unsigned api, struct sb_mreq *rq, const char *upstream,
+		   uint64_t max_tokens, char **out, size_t *len);
 
 /* Frees what rq holds. */
 void sb_mreq_free(struct sb_mreq *rq);
@@ -55,11 +55,11 @@ void sb_usage_from_body(unsigned api, const char *body, size_t len, struct sb_us
  * arguments, from which output tokens are estimated while it runs. */
 struct sb_sse_meter {
 	unsigned api;
-	char *line;        /* the incomplete last line */
+	char *line; /* the incomplete last line */
 	size_t len, cap;
 	struct sb_usage usage;
 	uint64_t out_bytes; /* generated text and tool-argument bytes so far */
-	int finished;       /* the stream said it is complete */
+	int finished;	    /* the stream said it is complete */
 };
 
 /* Starts a meter for dialect api. */
@@ -97,8 +97,9 @@ enum sb_grant {
  * what was reserved (to give back to sb_budget_settle). A call is refused
  * when the budget cannot pay its input and SB_MIN_OUTPUT output tokens
  * (or want_out, when smaller). */
-enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m, uint64_t in_bytes,
-				uint64_t want_out, uint64_t *out_tokens, uint64_t *reservation);
+enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m,
+				uint64_t in_bytes, uint64_t want_out,
+				uint64_t *out_tokens, uint64_t *reservation);
 
 /* Ends a call: gives its reservation back and adds its cost. */
 void sb_budget_settle(struct sb_budget *b, uint64_t reservation, uint64_t cost);

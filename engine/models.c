@@ -19,20 +19,25 @@
 #include "engine/error.h"
 #include "engine/home.h"
 
-#define PRICE_MAX_USD 1e6       /* per million tokens */
-#define MAX_OUTPUT_DEFAULT 4096
+#define PRICE_MAX_USD	    1e6 /* per million tokens */
+#define MAX_OUTPUT_DEFAULT  4096
 #define BUDGET_DEFAULT_NUSD 1000000000ull /* $1.00 */
 
 extern char **environ;
 
 static const char builtin_json[] =
-	"{\"default_model\": \"stub/scripted\", \"default_budget_usd\": 1.0,"
-	" \"providers\": {\"stub\": {\"builtin\": \"stub\", \"api\": [\"openai\", \"anthropic\"]}},"
-	" \"models\": {"
-	"  \"stub/scripted\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, \"cached\": 0.5},"
-	"  \"stub/echo\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, \"cached\": 0.5},"
-	"  \"stub/slow\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, \"cached\": 0.5},"
-	"  \"stub/error\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, \"cached\": 0.5}}}";
+    "{\"default_model\": \"stub/scripted\", \"default_budget_usd\": 1.0,"
+    " \"providers\": {\"stub\": {\"builtin\": \"stub\", \"api\": [\"openai\", "
+    "\"anthropic\"]}},"
+    " \"models\": {"
+    "  \"stub/scripted\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, "
+    "\"cached\": 0.5},"
+    "  \"stub/echo\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, \"cached\": "
+    "0.5},"
+    "  \"stub/slow\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, \"cached\": "
+    "0.5},"
+    "  \"stub/error\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, \"cached\": "
+    "0.5}}}";
 
 void sb_models_free(struct sb_models *ms)
 {
@@ -67,33 +72,37 @@ static int get_str(json_t *obj, const char *key, char *buf, size_t cap, const ch
 
 	if (!v)
 		return SB_OK;
-	if (!json_is_string(v) || json_string_length(v) >= cap || json_string_length(v) == 0)
-		return sb_seterr(SB_ERR_INVAL, "%s: %s.%s must be a string of 1 to %zu bytes", src,
+	if (!json_is_string(v) || json_string_length(v) >= cap ||
+	    json_string_length(v) == 0)
+		return sb_seterr(SB_ERR_INVAL,
+				 "%s: %s.%s must be a string of 1 to %zu bytes", src,
 				 where, key, cap - 1);
 	memcpy(buf, json_string_value(v), json_string_length(v) + 1);
 	return SB_OK;
 }
 
 /* Reads a price in USD per million tokens as nano-USD per million tokens. */
-static int get_price(json_t *obj, const char *key, uint64_t *out, int required, const char *src,
-		     const char *where)
+static int get_price(json_t *obj, const char *key, uint64_t *out, int required,
+		     const char *src, const char *where)
 {
 	json_t *v = json_object_get(obj, key);
 	double usd;
 
 	if (!v) {
 		if (required)
-			return sb_seterr(SB_ERR_INVAL,
-					 "%s: %s has no price '%s' (USD per million tokens)", src,
-					 where, key);
+			return sb_seterr(
+			    SB_ERR_INVAL,
+			    "%s: %s has no price '%s' (USD per million tokens)", src,
+			    where, key);
 		return SB_OK;
 	}
 	usd = json_number_value(v);
 	if (!json_is_number(v) || !(usd >= 0 && usd <= PRICE_MAX_USD))
-		return sb_seterr(SB_ERR_INVAL,
-				 "%s: %s.%s must be a number from 0 to 1000000 (USD per million "
-				 "tokens)",
-				 src, where, key);
+		return sb_seterr(
+		    SB_ERR_INVAL,
+		    "%s: %s.%s must be a number from 0 to 1000000 (USD per million "
+		    "tokens)",
+		    src, where, key);
 	*out = (uint64_t)llround(usd * 1e9);
 	return SB_OK;
 }
@@ -122,17 +131,20 @@ static int parse_apis(json_t *v, unsigned *apis, const char *src, const char *wh
 	if (!v)
 		return SB_OK;
 	*apis = 0;
-	ok = json_is_string(v) ? api_add(v, apis) : json_is_array(v) && json_array_size(v) > 0;
-	json_array_foreach(json_is_array(v) ? v : NULL, i, one)
-		ok = ok && api_add(one, apis);
+	ok = json_is_string(v) ? api_add(v, apis)
+			       : json_is_array(v) && json_array_size(v) > 0;
+	json_array_foreach(json_is_array(v) ? v : NULL, i, one) ok =
+	    ok && api_add(one, apis);
 	if (!ok)
-		return sb_seterr(SB_ERR_INVAL,
-				 "%s: %s.api must be \"openai\", \"anthropic\" or a list of them", src,
-				 where);
+		return sb_seterr(
+		    SB_ERR_INVAL,
+		    "%s: %s.api must be \"openai\", \"anthropic\" or a list of them", src,
+		    where);
 	return SB_OK;
 }
 
-static int parse_provider(const char *name, json_t *o, struct sb_provider *p, const char *src)
+static int parse_provider(const char *name, json_t *o, struct sb_provider *p,
+			  const char *src)
 {
 	char where[96];
 	json_t *b;
@@ -142,29 +154,38 @@ static int parse_provider(const char *name, json_t *o, struct sb_provider *p, co
 	if (!json_is_object(o))
 		return sb_seterr(SB_ERR_INVAL, "%s: %s must be an object", src, where);
 	if (strlen(name) >= sizeof p->name || !name[0] || strchr(name, '/'))
-		return sb_seterr(SB_ERR_INVAL, "%s: provider name '%.40s' must be 1 to %zu bytes, no '/'",
-				 src, name, sizeof p->name - 1);
+		return sb_seterr(
+		    SB_ERR_INVAL,
+		    "%s: provider name '%.40s' must be 1 to %zu bytes, no '/'", src, name,
+		    sizeof p->name - 1);
 	memset(p, 0, sizeof *p);
 	snprintf(p->name, sizeof p->name, "%s", name);
 	p->apis = SB_API_OPENAI;
 	b = json_object_get(o, "builtin");
 	if (b && !(json_is_string(b) && !strcmp(json_string_value(b), "stub")))
-		return sb_seterr(SB_ERR_INVAL, "%s: %s.builtin can only be \"stub\"", src, where);
+		return sb_seterr(SB_ERR_INVAL, "%s: %s.builtin can only be \"stub\"", src,
+				 where);
 	p->builtin = b != NULL;
 	if (p->builtin)
 		p->apis = SB_API_OPENAI | SB_API_ANTHROPIC;
 	if ((rc = get_str(o, "base_url", p->base_url, sizeof p->base_url, src, where)) ||
-	    (rc = get_str(o, "key_secret", p->key_secret, sizeof p->key_secret, src, where)) ||
-	    (rc = get_str(o, "script_dir", p->script_dir, sizeof p->script_dir, src, where)) ||
+	    (rc = get_str(o, "key_secret", p->key_secret, sizeof p->key_secret, src,
+			  where)) ||
+	    (rc = get_str(o, "script_dir", p->script_dir, sizeof p->script_dir, src,
+			  where)) ||
 	    (rc = parse_apis(json_object_get(o, "api"), &p->apis, src, where)))
 		return rc;
-	if (!p->builtin && strncmp(p->base_url, "http://", 7) && strncmp(p->base_url, "https://", 8))
-		return sb_seterr(SB_ERR_INVAL, "%s: %s.base_url must be an http:// or https:// URL",
+	if (!p->builtin && strncmp(p->base_url, "http://", 7) &&
+	    strncmp(p->base_url, "https://", 8))
+		return sb_seterr(SB_ERR_INVAL,
+				 "%s: %s.base_url must be an http:// or https:// URL",
 				 src, where);
 	if (p->builtin && p->base_url[0])
-		return sb_seterr(SB_ERR_INVAL, "%s: %s is built in: it takes no base_url", src, where);
+		return sb_seterr(SB_ERR_INVAL, "%s: %s is built in: it takes no base_url",
+				 src, where);
 	if (p->key_secret[0] && !sb_secret_name_ok(p->key_secret))
-		return sb_seterr(SB_ERR_INVAL, "%s: %s.key_secret is not a secret name", src, where);
+		return sb_seterr(SB_ERR_INVAL, "%s: %s.key_secret is not a secret name",
+				 src, where);
 	return SB_OK;
 }
 
@@ -179,7 +200,8 @@ static int parse_model(const char *name, json_t *o, struct sb_model *m, const ch
 	if (!json_is_object(o))
 		return sb_seterr(SB_ERR_INVAL, "%s: %s must be an object", src, where);
 	if (strlen(name) >= sizeof m->name || !name[0])
-		return sb_seterr(SB_ERR_INVAL, "%s: model name '%.40s' is too long", src, name);
+		return sb_seterr(SB_ERR_INVAL, "%s: model name '%.40s' is too long", src,
+				 name);
 	memset(m, 0, sizeof *m);
 	snprintf(m->name, sizeof m->name, "%s", name);
 	snprintf(m->upstream, sizeof m->upstream, "%s", slash ? slash + 1 : name);
@@ -197,8 +219,10 @@ static int parse_model(const char *name, json_t *o, struct sb_model *m, const ch
 	mo = json_object_get(o, "max_output");
 	if (mo && (!json_is_integer(mo) || json_integer_value(mo) < 1 ||
 		   json_integer_value(mo) > 10000000))
-		return sb_seterr(SB_ERR_INVAL, "%s: %s.max_output must be an integer from 1 to 10000000",
-				 src, where);
+		return sb_seterr(
+		    SB_ERR_INVAL,
+		    "%s: %s.max_output must be an integer from 1 to 10000000", src,
+		    where);
 	if (mo)
 		m->max_output = (uint64_t)json_integer_value(mo);
 	return SB_OK;
@@ -227,8 +251,10 @@ static int upsert(void **arr, size_t *n, const void *item, size_t sz)
 /* Applies the settings of root to ms (which is a copy the caller may drop). */
 static int merge_into(struct sb_models *ms, json_t *root, const char *src)
 {
-	json_t *provs = json_object_get(root, "providers"), *models = json_object_get(root, "models");
-	json_t *dm = json_object_get(root, "default_model"), *db = json_object_get(root, "default_budget_usd");
+	json_t *provs = json_object_get(root, "providers"),
+	       *models = json_object_get(root, "models");
+	json_t *dm = json_object_get(root, "default_model"),
+	       *db = json_object_get(root, "default_budget_usd");
 	const char *key;
 	json_t *v;
 	struct sb_provider p;
@@ -238,7 +264,8 @@ static int merge_into(struct sb_models *ms, json_t *root, const char *src)
 	if (!json_is_object(root))
 		return sb_seterr(SB_ERR_INVAL, "%s: must hold one JSON object", src);
 	if ((provs && !json_is_object(provs)) || (models && !json_is_object(models)))
-		return sb_seterr(SB_ERR_INVAL, "%s: providers and models must be objects", src);
+		return sb_seterr(SB_ERR_INVAL, "%s: providers and models must be objects",
+				 src);
 	json_object_foreach(provs, key, v)
 	{
 		if ((rc = parse_provider(key, v, &p, src)) ||
@@ -253,23 +280,31 @@ static int merge_into(struct sb_models *ms, json_t *root, const char *src)
 	}
 	for (size_t i = 0; i < ms->nmodels; i++)
 		if (!sb_models_provider(ms, ms->models[i].provider))
-			return sb_seterr(SB_ERR_INVAL, "%s: model %s names provider '%s', which is not defined",
-					 src, ms->models[i].name, ms->models[i].provider);
+			return sb_seterr(
+			    SB_ERR_INVAL,
+			    "%s: model %s names provider '%s', which is not defined", src,
+			    ms->models[i].name, ms->models[i].provider);
 	if (dm) {
 		if (!json_is_string(dm) || !sb_models_find(ms, json_string_value(dm)))
-			return sb_seterr(SB_ERR_INVAL, "%s: default_model must name a defined model", src);
-		snprintf(ms->default_model, sizeof ms->default_model, "%s", json_string_value(dm));
+			return sb_seterr(SB_ERR_INVAL,
+					 "%s: default_model must name a defined model",
+					 src);
+		snprintf(ms->default_model, sizeof ms->default_model, "%s",
+			 json_string_value(dm));
 	}
 	if (db) {
 		double usd = json_number_value(db);
 		if (!json_is_number(db) || !(usd > 0 && usd <= 1e9))
-			return sb_seterr(SB_ERR_INVAL, "%s: default_budget_usd must be a positive number", src);
+			return sb_seterr(
+			    SB_ERR_INVAL,
+			    "%s: default_budget_usd must be a positive number", src);
 		ms->default_budget_nusd = (uint64_t)llround(usd * 1e9);
 	}
 	return SB_OK;
 }
 
-int sb_models_merge(struct sb_models *ms, const char *json, size_t len, const char *source)
+int sb_models_merge(struct sb_models *ms, const char *json, size_t len,
+		    const char *source)
 {
 	struct sb_models copy = *ms;
 	json_error_t jerr;
@@ -278,15 +313,18 @@ int sb_models_merge(struct sb_models *ms, const char *json, size_t len, const ch
 
 	copy.providers = NULL;
 	copy.models = NULL;
-	if ((ms->nproviders && !(copy.providers = malloc(ms->nproviders * sizeof *ms->providers))) ||
+	if ((ms->nproviders &&
+	     !(copy.providers = malloc(ms->nproviders * sizeof *ms->providers))) ||
 	    (ms->nmodels && !(copy.models = malloc(ms->nmodels * sizeof *ms->models))))
 		goto out;
 	if (ms->nproviders)
-		memcpy(copy.providers, ms->providers, ms->nproviders * sizeof *ms->providers);
+		memcpy(copy.providers, ms->providers,
+		       ms->nproviders * sizeof *ms->providers);
 	if (ms->nmodels)
 		memcpy(copy.models, ms->models, ms->nmodels * sizeof *ms->models);
 	if (!(root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr))) {
-		rc = sb_seterr(SB_ERR_INVAL, "%s: line %d: %s", source, jerr.line, jerr.text);
+		rc = sb_seterr(SB_ERR_INVAL, "%s: line %d: %s", source, jerr.line,
+			       jerr.text);
 		goto out;
 	}
 	rc = merge_into(&copy, root, source);
@@ -314,7 +352,8 @@ int sb_models_load(const char *home, struct sb_models **out)
 	if (!ms)
 		return SB_ERR_NOMEM;
 	ms->default_budget_nusd = BUDGET_DEFAULT_NUSD;
-	if ((rc = sb_models_merge(ms, builtin_json, sizeof builtin_json - 1, "built-in models")))
+	if ((rc = sb_models_merge(ms, builtin_json, sizeof builtin_json - 1,
+				  "built-in models")))
 		goto fail;
 	if ((rc = sb_home_path(home, "models.json", path, sizeof path)))
 		goto fail;
@@ -326,7 +365,8 @@ int sb_models_load(const char *home, struct sb_models **out)
 		rc = sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(errno));
 		goto fail;
 	}
-	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || n > (4l << 20) || fseek(f, 0, SEEK_SET)) {
+	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || n > (4l << 20) ||
+	    fseek(f, 0, SEEK_SET)) {
 		rc = sb_seterr(SB_ERR_INVAL, "%s: unreadable or larger than 4 MiB", path);
 		goto fail;
 	}
@@ -360,7 +400,8 @@ static uint64_t price_of(uint64_t tokens, uint64_t price)
 	return c > UINT64_MAX ? UINT64_MAX : (uint64_t)c;
 }
 
-uint64_t sb_model_cost(const struct sb_model *m, uint64_t input, uint64_t cached, uint64_t output)
+uint64_t sb_model_cost(const struct sb_model *m, uint64_t input, uint64_t cached,
+		       uint64_t output)
 {
 	unsigned __int128 c;
 
@@ -384,8 +425,10 @@ int sb_stub_find(char *buf, size_t cap)
 
 	if (env && *env) {
 		snprintf(buf, cap, "%s", env);
-		return access(buf, X_OK) ? sb_seterr(SB_ERR_UNAVAIL, "SANBOX_STUB_BIN=%s is not executable", env)
-					 : SB_OK;
+		return access(buf, X_OK)
+			   ? sb_seterr(SB_ERR_UNAVAIL,
+				       "SANBOX_STUB_BIN=%s is not executable", env)
+			   : SB_OK;
 	}
 	n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 	if (n <= 0)
@@ -395,11 +438,13 @@ int sb_stub_find(char *buf, size_t cap)
 		if (!(slash = strrchr(exe, '/')))
 			break;
 		*slash = 0;
-		if ((size_t)snprintf(buf, cap, "%s/sanbox-model-stub", exe) < cap && !access(buf, X_OK))
+		if ((size_t)snprintf(buf, cap, "%s/sanbox-model-stub", exe) < cap &&
+		    !access(buf, X_OK))
 			return SB_OK;
 	}
-	return sb_seterr(SB_ERR_UNAVAIL,
-			 "the model stub sanbox-model-stub is not installed beside the daemon");
+	return sb_seterr(
+	    SB_ERR_UNAVAIL,
+	    "the model stub sanbox-model-stub is not installed beside the daemon");
 }
 
 int sb_stub_start(const char *script_dir, pid_t *pid, char url[SB_URL_MAX])
@@ -428,7 +473,8 @@ int sb_stub_start(const char *script_dir, pid_t *pid, char url[SB_URL_MAX])
 	if (rc) {
 		close(fds[0]);
 		*pid = 0;
-		return sb_seterr(SB_ERR_UNAVAIL, "cannot start %s: %s", bin, strerror(rc));
+		return sb_seterr(SB_ERR_UNAVAIL, "cannot start %s: %s", bin,
+				 strerror(rc));
 	}
 	/* its first line: "listening 127.0.0.1:PORT" */
 	pfd.fd = fds[0];
@@ -450,7 +496,8 @@ int sb_stub_start(const char *script_dir, pid_t *pid, char url[SB_URL_MAX])
 	if (strncmp(line, "listening 127.0.0.1:", 20)) {
 		sb_stub_stop(*pid);
 		*pid = 0;
-		return sb_seterr(SB_ERR_UNAVAIL, "the model stub did not start (see the daemon log)");
+		return sb_seterr(SB_ERR_UNAVAIL,
+				 "the model stub did not start (see the daemon log)");
 	}
 	snprintf(url, SB_URL_MAX, "http://%s/v1", line + 10);
 	return SB_OK;

@@ -33,24 +33,24 @@
 
 #include "engine/secrets.h"
 
-#define SB_MODEL_NAME_MAX 96
+#define SB_MODEL_NAME_MAX    96
 #define SB_PROVIDER_NAME_MAX 32
-#define SB_URL_MAX 512
+#define SB_URL_MAX	     512
 
-#define SB_API_OPENAI 1u    /* POST /chat/completions */
+#define SB_API_OPENAI	 1u /* POST /chat/completions */
 #define SB_API_ANTHROPIC 2u /* POST /messages */
 
 struct sb_provider {
 	char name[SB_PROVIDER_NAME_MAX];
-	char base_url[SB_URL_MAX];           /* ".../v1"; "" for the built-in stub */
-	unsigned apis;                       /* SB_API_* bits */
+	char base_url[SB_URL_MAX];	     /* ".../v1"; "" for the built-in stub */
+	unsigned apis;			     /* SB_API_* bits */
 	char key_secret[SB_SECRET_NAME_MAX]; /* secret holding its API key; "" = none */
-	int builtin;                         /* 1: the model stub, started by the daemon */
-	char script_dir[SB_URL_MAX];         /* built-in stub: its scripts ("" = its own) */
+	int builtin;		     /* 1: the model stub, started by the daemon */
+	char script_dir[SB_URL_MAX]; /* built-in stub: its scripts ("" = its own) */
 };
 
 struct sb_model {
-	char name[SB_MODEL_NAME_MAX];     /* as runs name it: "stub/scripted" */
+	char name[SB_MODEL_NAME_MAX];	  /* as runs name it: "stub/scripted" */
 	char upstream[SB_MODEL_NAME_MAX]; /* as the provider names it */
 	char provider[SB_PROVIDER_NAME_MAX];
 	uint64_t in_price, out_price, cached_price; /* nano-USD per million tokens */
@@ -74,13 +74,15 @@ int sb_models_load(const char *home, struct sb_models **out);
 
 /* Merges the settings in json (len bytes; source names it in errors) into
  * ms. Errors: as sb_models_load; on error ms is unchanged. */
-int sb_models_merge(struct sb_models *ms, const char *json, size_t len, const char *source);
+int sb_models_merge(struct sb_models *ms, const char *json, size_t len,
+		    const char *source);
 
 /* Returns the model called name, or NULL. Borrowed from ms. */
 const struct sb_model *sb_models_find(const struct sb_models *ms, const char *name);
 
 /* Returns the provider called name, or NULL. Borrowed from ms. */
-const struct sb_provider *sb_models_provider(const struct sb_models *ms, const char *name);
+const struct sb_provider *sb_models_provider(const struct sb_models *ms,
+					     const char *name);
 
 /* Frees ms (NULL is fine). */
 void sb_models_free(struct sb_models *ms);
@@ -88,7 +90,8 @@ void sb_models_free(struct sb_models *ms);
 /* Cost in nano-USD of the tokens at model m's prices, rounded up to the
  * next nano-USD: input tokens (cached ones among them priced as cached),
  * output tokens. Saturates at UINT64_MAX. */
-uint64_t sb_model_cost(const struct sb_model *m, uint64_t input, uint64_t cached, uint64_t output);
+uint64_t sb_model_cost(const struct sb_model *m, uint64_t input, uint64_t cached,
+		       uint64_t output);
 
 /* Finds the model stub: $SANBOX_STUB_BIN, else sanbox-model-stub beside
  * the running program or one directory up; writes its path into buf.

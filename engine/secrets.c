@@ -14,12 +14,12 @@
 #include "engine/error.h"
 #include "engine/home.h"
 
-#define MAGIC "SBS1"
+#define MAGIC	  "SBS1"
 #define MAGIC_LEN 4
-#define KEY_LEN crypto_aead_xchacha20poly1305_ietf_KEYBYTES
+#define KEY_LEN	  crypto_aead_xchacha20poly1305_ietf_KEYBYTES
 #define NONCE_LEN crypto_aead_xchacha20poly1305_ietf_NPUBBYTES
-#define MAC_LEN crypto_aead_xchacha20poly1305_ietf_ABYTES
-#define FILE_MAX (MAGIC_LEN + NONCE_LEN + SB_SECRET_VALUE_MAX + MAC_LEN)
+#define MAC_LEN	  crypto_aead_xchacha20poly1305_ietf_ABYTES
+#define FILE_MAX  (MAGIC_LEN + NONCE_LEN + SB_SECRET_VALUE_MAX + MAC_LEN)
 
 int sb_secret_name_ok(const char *name)
 {
@@ -39,10 +39,11 @@ int sb_secret_name_ok(const char *name)
 static int check_name(const char *name)
 {
 	if (!sb_secret_name_ok(name))
-		return sb_seterr(SB_ERR_INVAL,
-				 "'%.64s' is not a secret name (letters, digits and _, not "
-				 "starting with a digit, at most %d bytes)",
-				 name, SB_SECRET_NAME_MAX - 1);
+		return sb_seterr(
+		    SB_ERR_INVAL,
+		    "'%.64s' is not a secret name (letters, digits and _, not "
+		    "starting with a digit, at most %d bytes)",
+		    name, SB_SECRET_NAME_MAX - 1);
 	return SB_OK;
 }
 
@@ -50,8 +51,8 @@ static int io_err(const char *what, const char *path)
 {
 	int e = errno;
 
-	return sb_seterr(e == ENOSPC || e == EDQUOT ? SB_ERR_FULL : SB_ERR_IO, "%s %s: %s", what,
-			 path, strerror(e));
+	return sb_seterr(e == ENOSPC || e == EDQUOT ? SB_ERR_FULL : SB_ERR_IO,
+			 "%s %s: %s", what, path, strerror(e));
 }
 
 /* Writes len bytes to path atomically: a temporary file beside it, synced,
@@ -127,8 +128,8 @@ static int key_load(const char *home, unsigned char *key)
 	if (rc)
 		return rc;
 	if (len != KEY_LEN)
-		return sb_seterr(SB_ERR_CORRUPT, "%s is not a secret store key (%zu bytes)", path,
-				 len);
+		return sb_seterr(SB_ERR_CORRUPT,
+				 "%s is not a secret store key (%zu bytes)", path, len);
 	return SB_OK;
 }
 
@@ -164,9 +165,9 @@ int sb_secret_set(const char *home, const char *name, const void *value, size_t 
 		goto out;
 	memcpy(file, MAGIC, MAGIC_LEN);
 	randombytes_buf(file + MAGIC_LEN, NONCE_LEN);
-	crypto_aead_xchacha20poly1305_ietf_encrypt(file + MAGIC_LEN + NONCE_LEN, &clen, value, len,
-						   (const unsigned char *)name, strlen(name), NULL,
-						   file + MAGIC_LEN, key);
+	crypto_aead_xchacha20poly1305_ietf_encrypt(
+	    file + MAGIC_LEN + NONCE_LEN, &clen, value, len, (const unsigned char *)name,
+	    strlen(name), NULL, file + MAGIC_LEN, key);
 	rc = write_atomic(path, file, MAGIC_LEN + NONCE_LEN + clen, 0);
 out:
 	sodium_free(key);
@@ -186,16 +187,19 @@ int sb_secret_get(const char *home, const char *name, struct sb_secret **out)
 	*out = NULL;
 	if ((rc = secret_path(home, name, path, sizeof path)))
 		return rc;
-	if (sodium_init() < 0 || !(key = sodium_malloc(KEY_LEN)) || !(file = malloc(FILE_MAX + 1))) {
+	if (sodium_init() < 0 || !(key = sodium_malloc(KEY_LEN)) ||
+	    !(file = malloc(FILE_MAX + 1))) {
 		rc = SB_ERR_NOMEM;
 		goto out;
 	}
 	if ((rc = read_file(path, file, FILE_MAX + 1, &len))) {
 		if (rc == SB_ERR_NOTFOUND)
-			sb_seterr(rc, "no secret %s (set it with 'sanbox secret set %s')", name, name);
+			sb_seterr(rc, "no secret %s (set it with 'sanbox secret set %s')",
+				  name, name);
 		goto out;
 	}
-	if (len < MAGIC_LEN + NONCE_LEN + MAC_LEN || len > FILE_MAX || memcmp(file, MAGIC, MAGIC_LEN)) {
+	if (len < MAGIC_LEN + NONCE_LEN + MAC_LEN || len > FILE_MAX ||
+	    memcmp(file, MAGIC, MAGIC_LEN)) {
 		rc = sb_seterr(SB_ERR_CORRUPT, "secret %s: not a secret file", name);
 		goto out;
 	}
@@ -209,13 +213,14 @@ int sb_secret_get(const char *home, const char *name, struct sb_secret **out)
 		goto out;
 	}
 	if (crypto_aead_xchacha20poly1305_ietf_decrypt(
-		    (unsigned char *)s->value, &plen, NULL, file + MAGIC_LEN + NONCE_LEN,
-		    len - MAGIC_LEN - NONCE_LEN, (const unsigned char *)name, strlen(name),
-		    file + MAGIC_LEN, key)) {
-		rc = sb_seterr(SB_ERR_CORRUPT,
-			       "secret %s does not open under this store's key (tampered, or "
-			       "copied from another store)",
-			       name);
+		(unsigned char *)s->value, &plen, NULL, file + MAGIC_LEN + NONCE_LEN,
+		len - MAGIC_LEN - NONCE_LEN, (const unsigned char *)name, strlen(name),
+		file + MAGIC_LEN, key)) {
+		rc = sb_seterr(
+		    SB_ERR_CORRUPT,
+		    "secret %s does not open under this store's key (tampered, or "
+		    "copied from another store)",
+		    name);
 		goto out;
 	}
 	s->len = (size_t)plen;
@@ -255,8 +260,8 @@ static int name_filter(const struct dirent *e)
 	return sb_secret_name_ok(e->d_name);
 }
 
-int sb_secret_each(const char *home, int (*fn)(void *ctx, const char *name, uint64_t set_s),
-		   void *ctx)
+int sb_secret_each(const char *home,
+		   int (*fn)(void *ctx, const char *name, uint64_t set_s), void *ctx)
 {
 	struct dirent **ents = NULL;
 	char dir[4096], path[4096 + 260];

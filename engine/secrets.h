@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SB_SECRET_NAME_MAX 64
+#define SB_SECRET_NAME_MAX  64
 #define SB_SECRET_VALUE_MAX (64u << 10)
 
 /* A decrypted value: len bytes, then a NUL. */
@@ -50,7 +50,7 @@ int sb_secret_rm(const char *home, const char *name);
 /* Calls fn for each stored secret, in name order, with its name and the
  * time it was last set (seconds since the epoch), until fn returns non-zero
  * (which is returned). Errors: SB_ERR_IO. */
-int sb_secret_each(const char *home, int (*fn)(void *ctx, const char *name, uint64_t set_s),
-		   void *ctx);
+int sb_secret_each(const char *home,
+		   int (*fn)(void *ctx, const char *name, uint64_t set_s), void *ctx);
 
 #endif

@@ -14,7 +14,8 @@ int sb_spec_str(const msgpack_object *spec, const char *key, char *buf, size_t c
 		return SB_OK;
 	if (v->type != MSGPACK_OBJECT_STR || v->via.str.size >= cap ||
 	    memchr(v->via.str.ptr, 0, v->via.str.size))
-		return sb_seterr(SB_ERR_INVAL, "spec: '%s' must be a string of at most %zu bytes", key,
+		return sb_seterr(SB_ERR_INVAL,
+				 "spec: '%s' must be a string of at most %zu bytes", key,
 				 cap - 1);
 	memcpy(buf, v->via.str.ptr, v->via.str.size);
 	buf[v->via.str.size] = 0;
@@ -30,12 +31,15 @@ int sb_spec_strs(const msgpack_object *spec, const char *key, size_t max,
 	if (!v || v->type == MSGPACK_OBJECT_NIL)
 		return SB_OK;
 	if (v->type != MSGPACK_OBJECT_ARRAY)
-		return sb_seterr(SB_ERR_INVAL, "spec: '%s' must be a list of strings", key);
+		return sb_seterr(SB_ERR_INVAL, "spec: '%s' must be a list of strings",
+				 key);
 	for (uint32_t i = 0; i < v->via.array.size; i++)
 		if (v->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
-			return sb_seterr(SB_ERR_INVAL, "spec: '%s' must be a list of strings", key);
+			return sb_seterr(SB_ERR_INVAL,
+					 "spec: '%s' must be a list of strings", key);
 	if (v->via.array.size > max)
-		return sb_seterr(SB_ERR_INVAL, "spec: at most %zu entries in '%s'", max, key);
+		return sb_seterr(SB_ERR_INVAL, "spec: at most %zu entries in '%s'", max,
+				 key);
 	*out = v;
 	return SB_OK;
 }
@@ -48,7 +52,8 @@ int sb_spec_u64(const msgpack_object *spec, const char *key, uint64_t max, uint6
 	if (!v)
 		return SB_OK;
 	if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 > max)
-		return sb_seterr(SB_ERR_INVAL, "spec: '%s' must be an integer from 0 to %llu", key,
+		return sb_seterr(SB_ERR_INVAL,
+				 "spec: '%s' must be an integer from 0 to %llu", key,
 				 (unsigned long long)max);
 	*out = v->via.u64;
 	return SB_OK;

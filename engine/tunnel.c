@@ -13,7 +13,7 @@
 #include "engine/error.h"
 #include "vmm/chan.h"
 
-#define READ_CHUNK SB_CHAN_DATA_MAX
+#define READ_CHUNK  SB_CHAN_DATA_MAX
 #define READ_BUDGET (256u << 10) /* bytes read from one stream per wake-up */
 
 struct tstream {
@@ -24,8 +24,8 @@ struct tstream {
 	uint16_t lport;
 	int connected;
 	int guest_done; /* the guest sent CLOSE: shut our write side once flushed */
-	int host_done;  /* the gateway ended: we sent CLOSE */
-	char *out;      /* bytes from the guest not yet taken by the gateway */
+	int host_done;	/* the gateway ended: we sent CLOSE */
+	char *out;	/* bytes from the guest not yet taken by the gateway */
 	size_t out_len, out_cap;
 };
 
@@ -38,8 +38,8 @@ struct sb_tunnel {
 	size_t n;
 };
 
-int sb_tunnel_open(sb_loop *loop, uint16_t port, const struct sb_tunnel_ops *ops, void *ctx,
-		   sb_tunnel **out)
+int sb_tunnel_open(sb_loop *loop, uint16_t port, const struct sb_tunnel_ops *ops,
+		   void *ctx, sb_tunnel **out)
 {
 	sb_tunnel *t = calloc(1, sizeof *t);
 
@@ -97,7 +97,8 @@ static void stream_watch(struct tstream *s)
 
 	if (!s->connected || s->out_len)
 		ev |= SB_WRITE;
-	if (s->connected && !s->host_done && s->t->ops->backlog(s->t->ctx) < SB_TUNNEL_BACKLOG)
+	if (s->connected && !s->host_done &&
+	    s->t->ops->backlog(s->t->ctx) < SB_TUNNEL_BACKLOG)
 		ev |= SB_READ;
 	sb_watch_io_set(s->w, ev);
 }
@@ -108,7 +109,8 @@ static int stream_flush(struct tstream *s)
 	size_t off = 0;
 
 	while (off < s->out_len) {
-		ssize_t n = send(s->fd, s->out + off, s->out_len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		ssize_t n = send(s->fd, s->out + off, s->out_len - off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -198,7 +200,8 @@ static void stream_open(sb_tunnel *t, uint64_t id)
 	struct tstream *s;
 	int one = 1;
 
-	if (stream_slot(t, id) || t->n == SB_TUNNEL_STREAMS || !(id & 1) || !(s = calloc(1, sizeof *s))) {
+	if (stream_slot(t, id) || t->n == SB_TUNNEL_STREAMS || !(id & 1) ||
+	    !(s = calloc(1, sizeof *s))) {
 		t->ops->send(t->ctx, SB_CHAN_CLOSE, id, NULL, 0);
 		return;
 	}
@@ -207,7 +210,8 @@ static void stream_open(sb_tunnel *t, uint64_t id)
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	t->streams[t->n++] = s;
-	if (s->fd < 0 || (connect(s->fd, (struct sockaddr *)&sa, sizeof sa) && errno != EINPROGRESS) ||
+	if (s->fd < 0 ||
+	    (connect(s->fd, (struct sockaddr *)&sa, sizeof sa) && errno != EINPROGRESS) ||
 	    getsockname(s->fd, (struct sockaddr *)&me, &len)) {
 		stream_abort(s);
 		return;

@@ -20,7 +20,7 @@
 #include "engine/loop.h"
 
 #define SB_TUNNEL_STREAMS 64
-#define SB_TUNNEL_BUFFER (16u << 20)
+#define SB_TUNNEL_BUFFER  (16u << 20)
 #define SB_TUNNEL_BACKLOG (1u << 20)
 
 typedef struct sb_tunnel sb_tunnel;
@@ -39,8 +39,8 @@ struct sb_tunnel_ops {
 
 /* Makes a tunnel to 127.0.0.1:port on loop. ops and ctx must outlive it.
  * Errors: SB_ERR_NOMEM. */
-int sb_tunnel_open(sb_loop *loop, uint16_t port, const struct sb_tunnel_ops *ops, void *ctx,
-		   sb_tunnel **out);
+int sb_tunnel_open(sb_loop *loop, uint16_t port, const struct sb_tunnel_ops *ops,
+		   void *ctx, sb_tunnel **out);
 
 /* Handles an OPEN, DATA or CLOSE frame of stream from the guest (body as
  * decoded; DATA carries bin). Frames of unknown or ended streams are

@@ -34,17 +34,19 @@
 #include "engine/gateway.h"
 #include "engine/log.h"
 
-#define LAT_CALLS 2000
-#define THREADS 8
+#define LAT_CALLS    2000
+#define THREADS	     8
 #define SLOW_THREADS 32
 #define TPUT_SECONDS 3.0
 
 static char tmpdir[] = "/tmp/sb-bench-gw-XXXXXX";
 static pid_t stub_pid;
 static char key[SB_VKEY_MAX];
-#define BODY_OF(model)                                                                            \
-	"{\"model\":\"" model "\",\"messages\":[{\"role\":\"system\",\"content\":\"You are an "     \
-	"agent working in a sandbox.\"},{\"role\":\"user\",\"content\":\"List the files and "         \
+#define BODY_OF(model)                                                                   \
+	"{\"model\":\"" model                                                            \
+	"\",\"messages\":[{\"role\":\"system\",\"content\":\"You are an "                \
+	"agent working in a sandbox.\"},{\"role\":\"user\",\"content\":\"List the "      \
+	"files and "                                                                     \
 	"summarise them.\"}]}"
 static const char *body = BODY_OF("stub/echo");
 
@@ -193,14 +195,18 @@ int main(void)
 	snprintf(path, sizeof path, "%s/scripts/echo.json", tmpdir);
 	if (!(f = fopen(path, "w")))
 		die("write a script", SB_ERR_IO);
-	fputs("{\"turns\": [{\"text\": \"echo: a fixed answer.\", \"usage\": {\"input_tokens\": 100, "
-	      "\"output_tokens\": 20}}]}", f);
+	fputs("{\"turns\": [{\"text\": \"echo: a fixed answer.\", \"usage\": "
+	      "{\"input_tokens\": 100, "
+	      "\"output_tokens\": 20}}]}",
+	      f);
 	fclose(f);
 	snprintf(path, sizeof path, "%s/scripts/model20.json", tmpdir);
 	if (!(f = fopen(path, "w")))
 		die("write a script", SB_ERR_IO);
-	fputs("{\"turns\": [{\"text\": \"a considered answer.\", \"delay_ms\": 20, \"usage\": "
-	      "{\"input_tokens\": 100, \"output_tokens\": 20}}]}", f);
+	fputs("{\"turns\": [{\"text\": \"a considered answer.\", \"delay_ms\": 20, "
+	      "\"usage\": "
+	      "{\"input_tokens\": 100, \"output_tokens\": 20}}]}",
+	      f);
 	fclose(f);
 	snprintf(path, sizeof path, "%s/scripts", tmpdir);
 	if ((rc = sb_stub_start(path, &stub_pid, stub_url)))
@@ -214,8 +220,10 @@ int main(void)
 		die("open the gateway", rc);
 	memset(m, 0, sizeof m);
 	for (int i = 0; i < 2; i++) {
-		snprintf(m[i].model.name, sizeof m[i].model.name, i ? "stub/model20" : "stub/echo");
-		snprintf(m[i].model.upstream, sizeof m[i].model.upstream, i ? "model20" : "echo");
+		snprintf(m[i].model.name, sizeof m[i].model.name,
+			 i ? "stub/model20" : "stub/echo");
+		snprintf(m[i].model.upstream, sizeof m[i].model.upstream,
+			 i ? "model20" : "echo");
 		snprintf(m[i].model.provider, sizeof m[i].model.provider, "stub");
 		m[i].model.in_price = 1000000000ull;
 		m[i].model.out_price = 2000000000ull;
@@ -231,7 +239,8 @@ int main(void)
 		die("register the run", rc);
 
 	snprintf(url, sizeof url, "%s/chat/completions", stub_url);
-	snprintf(gw_url, sizeof gw_url, "http://127.0.0.1:%u/v1/chat/completions", sb_gateway_port(gw));
+	snprintf(gw_url, sizeof gw_url, "http://127.0.0.1:%u/v1/chat/completions",
+		 sb_gateway_port(gw));
 	latency(url, &d50, &d99);
 	drps = throughput(url, THREADS);
 	latency(gw_url, &g50, &g99);

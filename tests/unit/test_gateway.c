@@ -5,7 +5,9 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
 #include <cmocka.h>
+
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -50,22 +52,27 @@ static int setup(void **state)
 	home = tu_tmpdir();
 	snprintf(dir, sizeof dir, "%s/scripts", home);
 	assert_int_equal(mkdir(dir, 0700), 0);
-	write_file(dir, "plain.json",
-		   "{\"turns\": [{\"text\": \"hello there\", \"usage\": {\"input_tokens\": 50, "
-		   "\"output_tokens\": 10}}]}");
-	write_file(dir, "budget.json",
-		   "{\"turns\": [{\"text\": \"calling a tool\", \"tool_calls\": [{\"name\": \"shell\", "
-		   "\"arguments\": {\"command\": \"ls\"}}], \"usage\": {\"input_tokens\": 100, "
-		   "\"output_tokens\": 80}}]}");
-	write_file(dir, "long.json",
-		   "{\"turns\": [{\"ignore_max_tokens\": true, \"chunks\": 20, \"text\": \""
-		   "0123456789012345678901234567890123456789012345678901234567890123456789"
-		   "0123456789012345678901234567890123456789012345678901234567890123456789"
-		   "0123456789012345678901234567890123456789012345678901234567890123456789"
-		   "0123456789012345678901234567890123456789012345678901234567890123456789"
-		   "0123456789012345678901234567890123456789012345678901234567890123456789"
-		   "\"}]}");
-	write_file(dir, "fail.json", "{\"turns\": [{\"status\": 500, \"error\": \"provider broke\"}]}");
+	write_file(
+	    dir, "plain.json",
+	    "{\"turns\": [{\"text\": \"hello there\", \"usage\": {\"input_tokens\": 50, "
+	    "\"output_tokens\": 10}}]}");
+	write_file(
+	    dir, "budget.json",
+	    "{\"turns\": [{\"text\": \"calling a tool\", \"tool_calls\": [{\"name\": "
+	    "\"shell\", "
+	    "\"arguments\": {\"command\": \"ls\"}}], \"usage\": {\"input_tokens\": 100, "
+	    "\"output_tokens\": 80}}]}");
+	write_file(
+	    dir, "long.json",
+	    "{\"turns\": [{\"ignore_max_tokens\": true, \"chunks\": 20, \"text\": \""
+	    "0123456789012345678901234567890123456789012345678901234567890123456789"
+	    "0123456789012345678901234567890123456789012345678901234567890123456789"
+	    "0123456789012345678901234567890123456789012345678901234567890123456789"
+	    "0123456789012345678901234567890123456789012345678901234567890123456789"
+	    "0123456789012345678901234567890123456789012345678901234567890123456789"
+	    "\"}]}");
+	write_file(dir, "fail.json",
+		   "{\"turns\": [{\"status\": 500, \"error\": \"provider broke\"}]}");
 	snprintf(stub_log, sizeof stub_log, "%s/stub.log", home);
 	setenv("SANBOX_STUB_LOG", stub_log, 1);
 	assert_int_equal(sb_stub_start(dir, &stub_pid, stub_url), SB_OK);
@@ -90,7 +97,8 @@ static int teardown(void **state)
 }
 
 /* A model entry at $1/Mtok in, $100/Mtok out, served by the stub. */
-static struct sb_gateway_model model(const char *name, uint64_t max_output, const char *key)
+static struct sb_gateway_model model(const char *name, uint64_t max_output,
+				     const char *key)
 {
 	struct sb_gateway_model m = {0};
 
@@ -108,8 +116,8 @@ static struct sb_gateway_model model(const char *name, uint64_t max_output, cons
 }
 
 /* Registers run with the given models and budget; writes its key. */
-static void add_run(const char *run, uint64_t budget, int stop, const struct sb_gateway_model *ms,
-		    size_t n, char key[SB_VKEY_MAX])
+static void add_run(const char *run, uint64_t budget, int stop,
+		    const struct sb_gateway_model *ms, size_t n, char key[SB_VKEY_MAX])
 {
 	struct sb_gateway_run r = {run, budget, stop, ms, n};
 
@@ -149,7 +157,8 @@ static void call(const char *path, const char *key, int anthropic, const char *b
 	memset(r, 0, sizeof *r);
 	snprintf(url, sizeof url, "http://127.0.0.1:%u%s", sb_gateway_port(gw), path);
 	if (key) {
-		snprintf(hdr, sizeof hdr, anthropic ? "x-api-key: %s" : "Authorization: Bearer %s", key);
+		snprintf(hdr, sizeof hdr,
+			 anthropic ? "x-api-key: %s" : "Authorization: Bearer %s", key);
 		h = curl_slist_append(h, hdr);
 	}
 	h = curl_slist_append(h, "Content-Type: application/json");
@@ -167,9 +176,9 @@ static void call(const char *path, const char *key, int anthropic, const char *b
 	curl_easy_cleanup(c);
 }
 
-static const char USER_MSG[] =
-	"{\"role\":\"user\",\"content\":\"please list the files of the workspace and say what "
-	"you see there, in a few words\"}";
+static const char USER_MSG[] = "{\"role\":\"user\",\"content\":\"please list the files "
+			       "of the workspace and say what "
+			       "you see there, in a few words\"}";
 
 /* An OpenAI chat body for model name. */
 static void chat_body(char *buf, size_t cap, const char *name, int stream)
@@ -202,7 +211,8 @@ static size_t run_events(const char *run, struct ev *evs, size_t max)
 		assert_non_null(v->raw = malloc(e.payload_len));
 		memcpy(v->raw, e.payload, e.payload_len);
 		assert_true(msgpack_zone_init(&v->zone, 1024));
-		assert_int_equal(sb_payload_parse(v->raw, e.payload_len, &v->zone, &v->p), SB_OK);
+		assert_int_equal(sb_payload_parse(v->raw, e.payload_len, &v->zone, &v->p),
+				 SB_OK);
 	}
 	sb_log_iter_close(it);
 	return n;
@@ -225,7 +235,8 @@ static size_t count_type(const struct ev *evs, size_t n, const char *type)
 	return c;
 }
 
-static const struct ev *find_type(const struct ev *evs, size_t n, const char *type, size_t nth)
+static const struct ev *find_type(const struct ev *evs, size_t n, const char *type,
+				  size_t nth)
 {
 	for (size_t i = 0; i < n; i++)
 		if (!strcmp(evs[i].type, type) && nth-- == 0)
@@ -254,7 +265,8 @@ static char *blob_of(const struct ev *e, const char *key)
 
 static void test_keys_and_models(void **state)
 {
-	struct sb_gateway_model ms[2] = {model("plain", 100, NULL), model("budget", 100, NULL)};
+	struct sb_gateway_model ms[2] = {model("plain", 100, NULL),
+					 model("budget", 100, NULL)};
 	char key[SB_VKEY_MAX], key2[SB_VKEY_MAX], body[512];
 	struct resp r;
 
@@ -356,13 +368,16 @@ static void test_streams_metered(void **state)
 	assert_non_null(strstr(r.body, "data: [DONE]"));
 	assert_non_null(strstr(r.body, "\"usage\""));
 	/* Anthropic, whole and streamed */
-	snprintf(body, sizeof body, "{\"model\":\"stub/plain\",\"max_tokens\":50,\"messages\":[%s]}",
+	snprintf(body, sizeof body,
+		 "{\"model\":\"stub/plain\",\"max_tokens\":50,\"messages\":[%s]}",
 		 USER_MSG);
 	call("/v1/messages", key, 1, body, 0, &r);
 	assert_int_equal(r.status, 200);
 	assert_non_null(strstr(r.body, "hello there"));
 	snprintf(body, sizeof body,
-		 "{\"model\":\"stub/plain\",\"max_tokens\":50,\"stream\":true,\"messages\":[%s]}", USER_MSG);
+		 "{\"model\":\"stub/"
+		 "plain\",\"max_tokens\":50,\"stream\":true,\"messages\":[%s]}",
+		 USER_MSG);
 	call("/v1/messages", key, 1, body, 0, &r);
 	assert_int_equal(r.status, 200);
 	assert_non_null(strstr(r.body, "message_stop"));
@@ -396,7 +411,8 @@ static void test_budget_refuses_third_call(void **state)
 	assert_int_equal(r.status, 200);
 	call("/v1/chat/completions", key, 0, body, 0, &r);
 	assert_int_equal(r.status, 200);
-	assert_non_null(strstr(r.body, "tool_calls")); /* the cap left room for the answer */
+	assert_non_null(
+	    strstr(r.body, "tool_calls")); /* the cap left room for the answer */
 	call("/v1/chat/completions", key, 0, body, 0, &r);
 	assert_int_equal(r.status, 402);
 	assert_non_null(strstr(r.body, "budget_exceeded"));
@@ -452,7 +468,8 @@ static void test_concurrent_calls_never_overspend(void **state)
 	}
 	for (int i = 0; i < 8; i++) {
 		pthread_join(th[i], NULL);
-		assert_true(rs[i].status == 200 || rs[i].status == 402 || rs[i].status == 429);
+		assert_true(rs[i].status == 200 || rs[i].status == 402 ||
+			    rs[i].status == 429);
 		ok += rs[i].status == 200;
 	}
 	/* at least two get their full answer; later ones are capped to what is
@@ -528,7 +545,8 @@ static void test_tunnel_tie(void **state)
 
 static void test_errors(void **state)
 {
-	struct sb_gateway_model ms[3] = {model("fail", 100, NULL), model("plain", 100, NULL),
+	struct sb_gateway_model ms[3] = {model("fail", 100, NULL),
+					 model("plain", 100, NULL),
 					 model("plain", 100, NULL)};
 	char key[SB_VKEY_MAX], body[512], *big;
 	struct ev evs[16];
@@ -551,14 +569,17 @@ static void test_errors(void **state)
 	assert_int_equal(r.status, 502);
 	assert_non_null(strstr(r.body, "unreachable"));
 	/* a dialect the provider does not speak */
-	snprintf(body, sizeof body, "{\"model\":\"stub/plain\",\"max_tokens\":5,\"messages\":[]}");
+	snprintf(body, sizeof body,
+		 "{\"model\":\"stub/plain\",\"max_tokens\":5,\"messages\":[]}");
 	call("/v1/messages", key, 1, body, 0, &r);
 	assert_int_equal(r.status, 400);
-	assert_non_null(strstr(r.body, "\"type\":\"error\"")); /* Anthropic's error shape */
+	assert_non_null(
+	    strstr(r.body, "\"type\":\"error\"")); /* Anthropic's error shape */
 	/* bad bodies */
 	call("/v1/chat/completions", key, 0, "{not json", 0, &r);
 	assert_int_equal(r.status, 400);
-	call("/v1/chat/completions", key, 0, "{\"model\":\"stub/plain\",\"messages\":[],\"max_tokens\":-4}", 0, &r);
+	call("/v1/chat/completions", key, 0,
+	     "{\"model\":\"stub/plain\",\"messages\":[],\"max_tokens\":-4}", 0, &r);
 	assert_int_equal(r.status, 400);
 	assert_non_null(big = malloc((17u << 20) + 1));
 	memset(big, ' ', 17u << 20);
@@ -567,7 +588,8 @@ static void test_errors(void **state)
 	assert_int_equal(r.status, 413);
 	free(big);
 	n = run_events("run-err", evs, 16);
-	assert_int_equal(count_type(evs, n, "agent.message"), 2); /* the two forwarded calls */
+	assert_int_equal(count_type(evs, n, "agent.message"),
+			 2); /* the two forwarded calls */
 	assert_int_equal(count_type(evs, n, "agent.usage.updated"), 0);
 	assert_int_equal(sb_gateway_run_budget(gw, "run-err", &b), SB_OK);
 	assert_int_equal(b.spent, 0);
@@ -579,14 +601,14 @@ static void test_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_keys_and_models),
-		cmocka_unit_test(test_openai_call_recorded),
-		cmocka_unit_test(test_streams_metered),
-		cmocka_unit_test(test_budget_refuses_third_call),
-		cmocka_unit_test(test_concurrent_calls_never_overspend),
-		cmocka_unit_test(test_stream_past_budget_is_cut),
-		cmocka_unit_test(test_tunnel_tie),
-		cmocka_unit_test(test_errors),
+	    cmocka_unit_test(test_keys_and_models),
+	    cmocka_unit_test(test_openai_call_recorded),
+	    cmocka_unit_test(test_streams_metered),
+	    cmocka_unit_test(test_budget_refuses_third_call),
+	    cmocka_unit_test(test_concurrent_calls_never_overspend),
+	    cmocka_unit_test(test_stream_past_budget_is_cut),
+	    cmocka_unit_test(test_tunnel_tie),
+	    cmocka_unit_test(test_errors),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

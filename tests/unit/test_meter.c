@@ -1,8 +1,10 @@
 /* test_meter.c - model settings, prices, request capping, usage metering
  * (whole and streamed answers) and the budget ledger. */
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
 #include <cmocka.h>
 
 #include "engine/meter.h"
@@ -33,7 +35,7 @@ static void test_builtin_models(void **state)
 	assert_int_equal(ms->default_budget_nusd, 1000000000ull);
 	assert_non_null(m = sb_models_find(ms, "stub/scripted"));
 	assert_string_equal(m->upstream, "scripted");
-	assert_int_equal(m->in_price, 1000000000ull);  /* $1 per Mtok */
+	assert_int_equal(m->in_price, 1000000000ull); /* $1 per Mtok */
 	assert_int_equal(m->out_price, 2000000000ull);
 	assert_int_equal(m->cached_price, 500000000ull);
 	assert_int_equal(m->max_output, 4096);
@@ -52,11 +54,13 @@ static void test_models_file_merges(void **state)
 	const struct sb_model *m;
 	const struct sb_provider *p;
 
-	write_models(home, "{\"default_model\": \"acme/big\", \"default_budget_usd\": 0.25,"
-			   " \"providers\": {\"acme\": {\"base_url\": \"http://127.0.0.1:9/v1\","
-			   "   \"api\": \"anthropic\", \"key_secret\": \"ACME_KEY\"}},"
-			   " \"models\": {\"acme/big\": {\"provider\": \"acme\", \"upstream\": \"big-2\","
-			   "   \"input\": 0.15, \"output\": 0.6, \"max_output\": 100}}}");
+	write_models(
+	    home, "{\"default_model\": \"acme/big\", \"default_budget_usd\": 0.25,"
+		  " \"providers\": {\"acme\": {\"base_url\": \"http://127.0.0.1:9/v1\","
+		  "   \"api\": \"anthropic\", \"key_secret\": \"ACME_KEY\"}},"
+		  " \"models\": {\"acme/big\": {\"provider\": \"acme\", \"upstream\": "
+		  "\"big-2\","
+		  "   \"input\": 0.15, \"output\": 0.6, \"max_output\": 100}}}");
 	assert_int_equal(sb_models_load(home, &ms), SB_OK);
 	assert_string_equal(ms->default_model, "acme/big");
 	assert_int_equal(ms->default_budget_nusd, 250000000ull);
@@ -78,16 +82,21 @@ static void test_models_file_errors(void **state)
 	static const struct {
 		const char *json, *want;
 	} bad[] = {
-		{"{\"models\": {\"x/y\": {\"provider\": \"stub\", \"input\": 1}}}", "no price 'output'"},
-		{"{\"models\": {\"x/y\": {\"provider\": \"nope\", \"input\": 1, \"output\": 1}}}",
-		 "provider 'nope'"},
-		{"{\"models\": {\"x/y\": {\"provider\": \"stub\", \"input\": -1, \"output\": 1}}}",
-		 "models.x/y.input"},
-		{"{\"providers\": {\"p\": {\"base_url\": \"ftp://x\"}}}", "base_url"},
-		{"{\"providers\": {\"p\": {\"base_url\": \"http://x/v1\", \"api\": \"grpc\"}}}", ".api"},
-		{"{\"default_model\": \"none/such\"}", "default_model"},
-		{"{\"default_budget_usd\": 0}", "default_budget_usd"},
-		{"{\"models\": ", "line 1"},
+	    {"{\"models\": {\"x/y\": {\"provider\": \"stub\", \"input\": 1}}}",
+	     "no price 'output'"},
+	    {"{\"models\": {\"x/y\": {\"provider\": \"nope\", \"input\": 1, \"output\": "
+	     "1}}}",
+	     "provider 'nope'"},
+	    {"{\"models\": {\"x/y\": {\"provider\": \"stub\", \"input\": -1, \"output\": "
+	     "1}}}",
+	     "models.x/y.input"},
+	    {"{\"providers\": {\"p\": {\"base_url\": \"ftp://x\"}}}", "base_url"},
+	    {"{\"providers\": {\"p\": {\"base_url\": \"http://x/v1\", \"api\": "
+	     "\"grpc\"}}}",
+	     ".api"},
+	    {"{\"default_model\": \"none/such\"}", "default_model"},
+	    {"{\"default_budget_usd\": 0}", "default_budget_usd"},
+	    {"{\"models\": ", "line 1"},
 	};
 	struct sb_models *ms;
 	char *home = tu_tmpdir();
@@ -103,8 +112,10 @@ static void test_models_file_errors(void **state)
 
 static void test_cost_is_exact(void **state)
 {
-	struct sb_model m = {.in_price = 2500000000ull, .out_price = 10000000000ull,
-			     .cached_price = 1250000000ull}; /* $2.50 / $10 / $1.25 per Mtok */
+	struct sb_model m = {.in_price = 2500000000ull,
+			     .out_price = 10000000000ull,
+			     .cached_price =
+				 1250000000ull}; /* $2.50 / $10 / $1.25 per Mtok */
 
 	/* 1000 in (200 cached), 500 out: 800*2500 + 200*1250 + 500*10000 nano-USD */
 	assert_int_equal(sb_model_cost(&m, 1000, 200, 500), 2000000 + 250000 + 5000000);
@@ -121,7 +132,8 @@ static void test_cost_is_exact(void **state)
 
 static void test_request_parse_and_cap(void **state)
 {
-	const char *body = "{\"model\":\"stub/echo\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+	const char *body = "{\"model\":\"stub/"
+			   "echo\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
 			   "\"stream\":true,\"max_completion_tokens\":500}";
 	struct sb_mreq rq;
 	char *out;
@@ -132,12 +144,15 @@ static void test_request_parse_and_cap(void **state)
 	assert_string_equal(rq.model, "stub/echo");
 	assert_true(rq.stream);
 	assert_int_equal(rq.max_tokens, 500);
-	assert_int_equal(sb_mreq_finish(SB_API_OPENAI, &rq, "echo", 120, &out, &len), SB_OK);
+	assert_int_equal(sb_mreq_finish(SB_API_OPENAI, &rq, "echo", 120, &out, &len),
+			 SB_OK);
 	assert_non_null(j = json_loadb(out, len, 0, NULL));
 	assert_string_equal(json_string_value(json_object_get(j, "model")), "echo");
-	assert_int_equal(json_integer_value(json_object_get(j, "max_completion_tokens")), 120);
+	assert_int_equal(json_integer_value(json_object_get(j, "max_completion_tokens")),
+			 120);
 	assert_null(json_object_get(j, "max_tokens"));
-	assert_true(json_is_true(json_object_get(json_object_get(j, "stream_options"), "include_usage")));
+	assert_true(json_is_true(
+	    json_object_get(json_object_get(j, "stream_options"), "include_usage")));
 	json_decref(j);
 	free(out);
 	sb_mreq_free(&rq);
@@ -155,14 +170,17 @@ static void test_request_errors(void **state)
 		unsigned api;
 		const char *body, *want;
 	} bad[] = {
-		{SB_API_OPENAI, "not json", "not JSON"},
-		{SB_API_OPENAI, "[1]", "JSON object"},
-		{SB_API_OPENAI, "{\"messages\":[]}", "model"},
-		{SB_API_OPENAI, "{\"model\":\"m\"}", "messages"},
-		{SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"stream\":1}", "stream"},
-		{SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"max_tokens\":0}", "max_tokens"},
-		{SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"max_tokens\":\"9\"}", "max_tokens"},
-		{SB_API_ANTHROPIC, "{\"model\":\"m\",\"messages\":[]}", "max_tokens is required"},
+	    {SB_API_OPENAI, "not json", "not JSON"},
+	    {SB_API_OPENAI, "[1]", "JSON object"},
+	    {SB_API_OPENAI, "{\"messages\":[]}", "model"},
+	    {SB_API_OPENAI, "{\"model\":\"m\"}", "messages"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"stream\":1}", "stream"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"max_tokens\":0}",
+	     "max_tokens"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"max_tokens\":\"9\"}",
+	     "max_tokens"},
+	    {SB_API_ANTHROPIC, "{\"model\":\"m\",\"messages\":[]}",
+	     "max_tokens is required"},
 	};
 	struct sb_mreq rq;
 
@@ -178,8 +196,9 @@ static void test_usage_from_bodies(void **state)
 {
 	const char *oa = "{\"usage\":{\"prompt_tokens\":120,\"completion_tokens\":30,"
 			 "\"prompt_tokens_details\":{\"cached_tokens\":100}}}";
-	const char *an = "{\"usage\":{\"input_tokens\":20,\"output_tokens\":7,"
-			 "\"cache_read_input_tokens\":100,\"cache_creation_input_tokens\":5}}";
+	const char *an =
+	    "{\"usage\":{\"input_tokens\":20,\"output_tokens\":7,"
+	    "\"cache_read_input_tokens\":100,\"cache_creation_input_tokens\":5}}";
 	struct sb_usage u;
 
 	sb_usage_from_body(SB_API_OPENAI, oa, strlen(oa), &u);
@@ -202,17 +221,22 @@ static void test_usage_from_bodies(void **state)
 static void feed_split(struct sb_sse_meter *m, const char *s, size_t step)
 {
 	for (size_t at = 0, n = strlen(s); at < n; at += step)
-		assert_int_equal(sb_sse_meter_feed(m, s + at, at + step < n ? step : n - at), SB_OK);
+		assert_int_equal(
+		    sb_sse_meter_feed(m, s + at, at + step < n ? step : n - at), SB_OK);
 }
 
 static void test_sse_openai(void **state)
 {
 	const char *s =
-		"data: {\"choices\":[{\"delta\":{\"content\":\"Hello \"}}]}\n\n"
-		"data: {\"choices\":[{\"delta\":{\"content\":\"world, twelve\"}}]}\r\n\r\n"
-		"data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}}]}\n\n"
-		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":5}}\n\n"
-		"data: [DONE]\n\n";
+	    "data: {\"choices\":[{\"delta\":{\"content\":\"Hello \"}}]}\n\n"
+	    "data: {\"choices\":[{\"delta\":{\"content\":\"world, twelve\"}}]}\r\n\r\n"
+	    "data: "
+	    "{\"choices\":[{\"delta\":{\"tool_calls\":[{\"function\":{\"arguments\":\"{}"
+	    "\"}}]}}]}\n\n"
+	    "data: "
+	    "{\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":5}}"
+	    "\n\n"
+	    "data: [DONE]\n\n";
 	struct sb_sse_meter m;
 
 	for (size_t step = 1; step <= 64; step *= 4) {
@@ -221,13 +245,15 @@ static void test_sse_openai(void **state)
 		assert_int_equal(m.out_bytes, 6 + 13 + 2);
 		assert_true(m.usage.known);
 		assert_int_equal(m.usage.input, 11);
-		assert_int_equal(sb_sse_meter_output(&m), 5); /* reported beats estimated */
+		assert_int_equal(sb_sse_meter_output(&m),
+				 5); /* reported beats estimated */
 		assert_true(m.finished);
 		sb_sse_meter_free(&m);
 	}
 	/* without usage the output is estimated at 4 bytes a token */
 	sb_sse_meter_init(&m, SB_API_OPENAI);
-	feed_split(&m, "data: {\"choices\":[{\"delta\":{\"content\":\"123456789\"}}]}\n", 7);
+	feed_split(&m, "data: {\"choices\":[{\"delta\":{\"content\":\"123456789\"}}]}\n",
+		   7);
 	assert_false(m.usage.known);
 	assert_int_equal(sb_sse_meter_output(&m), 3);
 	sb_sse_meter_free(&m);
@@ -236,14 +262,19 @@ static void test_sse_openai(void **state)
 static void test_sse_anthropic(void **state)
 {
 	const char *s =
-		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":"
-		"{\"input_tokens\":40,\"cache_read_input_tokens\":8,\"output_tokens\":1}}}\n\n"
-		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":"
-		"{\"type\":\"text_delta\",\"text\":\"abcd\"}}\n\n"
-		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":"
-		"{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\\\"\"}}\n\n"
-		"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n"
-		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+	    "event: message_start\ndata: "
+	    "{\"type\":\"message_start\",\"message\":{\"usage\":"
+	    "{\"input_tokens\":40,\"cache_read_input_tokens\":8,\"output_tokens\":1}}}"
+	    "\n\n"
+	    "event: content_block_delta\ndata: "
+	    "{\"type\":\"content_block_delta\",\"delta\":"
+	    "{\"type\":\"text_delta\",\"text\":\"abcd\"}}\n\n"
+	    "event: content_block_delta\ndata: "
+	    "{\"type\":\"content_block_delta\",\"delta\":"
+	    "{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\\\"\"}}\n\n"
+	    "event: message_delta\ndata: "
+	    "{\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n"
+	    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
 	struct sb_sse_meter m;
 
 	sb_sse_meter_init(&m, SB_API_ANTHROPIC);
@@ -274,8 +305,10 @@ static void test_sse_long_line_refused(void **state)
 static void test_budget_caps_and_refuses(void **state)
 {
 	/* $1 per Mtok in (1000 nano-USD a token), $100 per Mtok out (100000) */
-	struct sb_model m = {.in_price = 1000000000ull, .out_price = 100000000000ull,
-			     .cached_price = 1000000000ull, .max_output = 100};
+	struct sb_model m = {.in_price = 1000000000ull,
+			     .out_price = 100000000000ull,
+			     .cached_price = 1000000000ull,
+			     .max_output = 100};
 	struct sb_budget b = {.limit = 17500000};
 	uint64_t out, res, res2;
 
@@ -307,22 +340,28 @@ static void test_budget_caps_and_refuses(void **state)
 
 static void test_budget_never_overspends(void **state)
 {
-	struct sb_model m = {.in_price = 3000000000ull, .out_price = 15000000000ull,
-			     .cached_price = 300000000ull, .max_output = 4096};
+	struct sb_model m = {.in_price = 3000000000ull,
+			     .out_price = 15000000000ull,
+			     .cached_price = 300000000ull,
+			     .max_output = 4096};
 	uint64_t seed = 42;
 
 	for (int round = 0; round < 200; round++) {
 		struct sb_budget b = {.limit = 1 + tu_rand(&seed) % 200000000};
 		uint64_t res[8] = {0}, out[8], cost_sum = 0;
 		for (int i = 0; i < 8; i++) {
-			uint64_t bytes = 100 + tu_rand(&seed) % 20000, want = tu_rand(&seed) % 3 ? 0 : 1 + tu_rand(&seed) % 500;
-			if (sb_budget_reserve(&b, &m, bytes, want, &out[i], &res[i]) != SB_GRANT_OK)
+			uint64_t bytes = 100 + tu_rand(&seed) % 20000,
+				 want = tu_rand(&seed) % 3 ? 0 : 1 + tu_rand(&seed) % 500;
+			if (sb_budget_reserve(&b, &m, bytes, want, &out[i], &res[i]) !=
+			    SB_GRANT_OK)
 				res[i] = 0;
 			assert_true(b.spent + b.reserved <= b.limit);
 		}
 		for (int i = 0; i < 8; i++) {
-			/* a provider that honours max_tokens and counts no more input than bytes */
-			uint64_t cost = res[i] ? res[i] - tu_rand(&seed) % (res[i] + 1) : 0;
+			/* a provider that honours max_tokens and counts no more input
+			 * than bytes */
+			uint64_t cost =
+			    res[i] ? res[i] - tu_rand(&seed) % (res[i] + 1) : 0;
 			sb_budget_settle(&b, res[i], cost);
 			cost_sum += cost;
 		}
@@ -335,18 +374,18 @@ static void test_budget_never_overspends(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_builtin_models),
-		cmocka_unit_test(test_models_file_merges),
-		cmocka_unit_test(test_models_file_errors),
-		cmocka_unit_test(test_cost_is_exact),
-		cmocka_unit_test(test_request_parse_and_cap),
-		cmocka_unit_test(test_request_errors),
-		cmocka_unit_test(test_usage_from_bodies),
-		cmocka_unit_test(test_sse_openai),
-		cmocka_unit_test(test_sse_anthropic),
-		cmocka_unit_test(test_sse_long_line_refused),
-		cmocka_unit_test(test_budget_caps_and_refuses),
-		cmocka_unit_test(test_budget_never_overspends),
+	    cmocka_unit_test(test_builtin_models),
+	    cmocka_unit_test(test_models_file_merges),
+	    cmocka_unit_test(test_models_file_errors),
+	    cmocka_unit_test(test_cost_is_exact),
+	    cmocka_unit_test(test_request_parse_and_cap),
+	    cmocka_unit_test(test_request_errors),
+	    cmocka_unit_test(test_usage_from_bodies),
+	    cmocka_unit_test(test_sse_openai),
+	    cmocka_unit_test(test_sse_anthropic),
+	    cmocka_unit_test(test_sse_long_line_refused),
+	    cmocka_unit_test(test_budget_caps_and_refuses),
+	    cmocka_unit_test(test_budget_never_overspends),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,9 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
 #include <cmocka.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -38,7 +40,8 @@ static void test_round_trip_encrypted(void **state)
 	size_t len;
 	char *raw;
 
-	assert_int_equal(sb_secret_set(home, "OPENAI_API_KEY", VALUE, strlen(VALUE)), SB_OK);
+	assert_int_equal(sb_secret_set(home, "OPENAI_API_KEY", VALUE, strlen(VALUE)),
+			 SB_OK);
 	assert_int_equal(sb_secret_get(home, "OPENAI_API_KEY", &s), SB_OK);
 	assert_int_equal(s->len, strlen(VALUE));
 	assert_string_equal(s->value, VALUE);
@@ -126,7 +129,8 @@ static void test_too_big(void **state)
 	char *big = calloc(1, SB_SECRET_VALUE_MAX + 1);
 
 	assert_non_null(big);
-	assert_int_equal(sb_secret_set(home, "BIG", big, SB_SECRET_VALUE_MAX + 1), SB_ERR_TOOBIG);
+	assert_int_equal(sb_secret_set(home, "BIG", big, SB_SECRET_VALUE_MAX + 1),
+			 SB_ERR_TOOBIG);
 	assert_int_equal(sb_secret_set(home, "BIG", big, SB_SECRET_VALUE_MAX), SB_OK);
 	free(big);
 	tu_rmrf(home);
@@ -170,11 +174,9 @@ static void test_list_and_remove(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_round_trip_encrypted),
-		cmocka_unit_test(test_names),
-		cmocka_unit_test(test_tampering_detected),
-		cmocka_unit_test(test_too_big),
-		cmocka_unit_test(test_list_and_remove),
+	    cmocka_unit_test(test_round_trip_encrypted), cmocka_unit_test(test_names),
+	    cmocka_unit_test(test_tampering_detected),	 cmocka_unit_test(test_too_big),
+	    cmocka_unit_test(test_list_and_remove),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,15 +4,17 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
 #include <cmocka.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
 
 #include "engine/tunnel.h"
-#include "vmm/chan.h"
 #include "testutil.h"
+#include "vmm/chan.h"
 
 /* What the tunnel sent to the "guest". */
 struct guest {
@@ -81,7 +83,8 @@ static void *peer_main(void *arg)
 	}
 	while ((n = read(fd, buf, sizeof buf)) > 0) {
 		for (ssize_t i = 0; i < n; i++)
-			buf[i] = (char)(buf[i] >= 'a' && buf[i] <= 'z' ? buf[i] - 32 : buf[i]);
+			buf[i] =
+			    (char)(buf[i] >= 'a' && buf[i] <= 'z' ? buf[i] - 32 : buf[i]);
 		if (write(fd, buf, (size_t)n) != n)
 			break;
 	}
@@ -247,7 +250,8 @@ static void test_peer_not_reading(void **state)
 	sb_tunnel_frame(t, SB_CHAN_OPEN, 7, &nil);
 	spin(l, 0.1);
 	/* far more than the socket buffers and the stream's limit hold */
-	for (size_t sent = 0; sent < 2 * SB_TUNNEL_BUFFER && sb_tunnel_streams(t); sent += SB_CHAN_DATA_MAX)
+	for (size_t sent = 0; sent < 2 * SB_TUNNEL_BUFFER && sb_tunnel_streams(t);
+	     sent += SB_CHAN_DATA_MAX)
 		sb_tunnel_frame(t, SB_CHAN_DATA, 7, &b);
 	assert_int_equal(sb_tunnel_streams(t), 0);
 	assert_int_equal(g.closes, 1);
@@ -261,10 +265,10 @@ static void test_peer_not_reading(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_bytes_both_ways),
-		cmocka_unit_test(test_refused_opens),
-		cmocka_unit_test(test_backlog_pauses_reading),
-		cmocka_unit_test(test_peer_not_reading),
+	    cmocka_unit_test(test_bytes_both_ways),
+	    cmocka_unit_test(test_refused_opens),
+	    cmocka_unit_test(test_backlog_pauses_reading),
+	    cmocka_unit_test(test_peer_not_reading),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
