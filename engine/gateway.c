@@ -71,10 +71,10 @@ struct sb_gateway {
 
 enum route { R_NONE, R_CHAT, R_MESSAGES, R_MODELS };
 
-/* A growing byte buffer with a cap. */
+/* A msgpack_sbuffer (used as a plain growing byte buffer) with a cap. */
 struct gbuf {
-	char *p;
-	size_t len, cap, max;
+	msgpack_sbuffer b; /* b.data, b.size: the bytes so far */
+	size_t max;
 	int over; /* bytes past max were dropped */
 };
 
@@ -114,32 +114,26 @@ struct gw_call {
 
 /* --- small helpers --- */
 
-static int gbuf_add(struct gbuf *b, const void *data, size_t n)
+static int gbuf_add(struct gbuf *g, const void *data, size_t n)
 {
-	if (b->len + n > b->max) {
-		b->over = 1;
-		n = b->max - b->len;
+	if (g->b.size + n > g->max) {
+		g->over = 1;
+		n = g->max - g->b.size;
 	}
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		char *p;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		if (!(p = realloc(b->p, cap)))
-			return SB_ERR_NOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, data, n);
-	b->len += n;
-	b->p[b->len] = 0;
-	return SB_OK;
+	return n && msgpack_sbuffer_write(&g->b, data, n) ? SB_ERR_NOMEM : SB_OK;
 }
 
-static void gbuf_free(struct gbuf *b)
+/* Drops the first n bytes. */
+static void gbuf_consume(struct gbuf *g, size_t n)
 {
-	free(b->p);
-	memset(b, 0, sizeof *b);
+	memmove(g->b.data, g->b.data + n, g->b.size - n);
+	g->b.size -= n;
+}
+
+static void gbuf_free(struct gbuf *g)
+{
+	msgpack_sbuffer_destroy(&g->b);
+	memset(g, 0, sizeof *g);
 }
 
 static uint64_t ms_since(const struct timespec *t0)
@@ -306,7 +300,7 @@ static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t co
 	pthread_mutex_unlock(&gw->mu);
 
 	blob_of(&blobs[0], k->req, k->req_len, rq_hex);
-	blob_of(&blobs[1], k->answer.p, k->answer.len, an_hex);
+	blob_of(&blobs[1], k->answer.b.data, k->answer.b.size, an_hex);
 	msgpack_sbuffer_init(&b1);
 	msgpack_sbuffer_init(&b2);
 	msgpack_packer_init(&p1, &b1, msgpack_sbuffer_write);
@@ -438,7 +432,7 @@ static int conn_handles(struct gw_conn *cn)
 static int call_prepare(struct gw_call *k, struct MHD_Connection *c)
 {
 	const struct gw_model *m = k->model;
-	CURL *h = k->conn->curl;
+	CURL *h;
 	char url[SB_URL_MAX + 32], hdr[SB_SECRET_VALUE_MAX + 64];
 	const char *v;
 	int rc;
@@ -522,45 +516,66 @@ static void call_end_unmetered(struct gw_call *k)
 	call_record(k, &u, k->reservation, 1);
 }
 
+/* A call the provider answered (200): charged from the usage it reported,
+ * else its whole reservation. */
+static void call_end_answered(struct gw_call *k, const struct sb_usage *u)
+{
+	if (u->known)
+		call_record(
+		    k, u, sb_model_cost(&k->model->m, u->input, u->cached, u->output), 0);
+	else
+		call_end_unmetered(k);
+}
+
+/* The provider could not be reached (cc, or what the call says): 502,
+ * recorded, not billed. Frees k. */
+static enum MHD_Result send_unreachable(struct gw_call *k, struct MHD_Connection *c,
+					enum route route, CURLcode cc)
+{
+	struct sb_usage u = {0};
+	enum MHD_Result ret;
+
+	k->status = 502;
+	call_record(k, &u, 0, 0);
+	ret =
+	    send_error(c, route, 502, "provider for %s unreachable: %s", k->model->m.name,
+		       k->answer.over ? "answer above 64 MiB"
+		       : k->error[0]  ? k->error
+				      : curl_easy_strerror(cc));
+	call_free(k);
+	return ret;
+}
+
+/* Passes the provider's whole answer on with its status. Frees k. */
+static enum MHD_Result send_answer(struct gw_call *k, struct MHD_Connection *c)
+{
+	size_t len = k->answer.b.size;
+	char *body = len ? msgpack_sbuffer_release(&k->answer.b) : strdup("");
+	enum MHD_Result ret =
+	    body ? send_body(c, (unsigned)k->status, answer_type(k), body, len) : MHD_NO;
+
+	call_free(k);
+	return ret;
+}
+
 /* Forwards a non-stream call and answers with what the provider said. */
 static enum MHD_Result call_whole(struct gw_call *k, struct MHD_Connection *c,
 				  enum route route)
 {
 	struct sb_usage u = {0};
-	enum MHD_Result ret;
 	CURLcode cc = curl_easy_perform(k->conn->curl);
-	char *body;
 
 	curl_easy_getinfo(k->conn->curl, CURLINFO_RESPONSE_CODE, &k->status);
-	if (cc != CURLE_OK) {
-		k->status = 502;
-		call_record(k, &u, 0, 0);
-		ret = send_error(c, route, 502, "provider for %s unreachable: %s",
-				 k->model->m.name,
-				 k->answer.over ? "answer above 64 MiB"
-				 : k->error[0]	? k->error
-						: curl_easy_strerror(cc));
-		call_free(k);
-		return ret;
-	}
+	if (cc != CURLE_OK)
+		return send_unreachable(k, c, route, cc);
 	if (k->status == 200) {
-		sb_usage_from_body(k->api, k->answer.p ? k->answer.p : "", k->answer.len,
-				   &u);
-		if (u.known)
-			call_record(
-			    k, &u,
-			    sb_model_cost(&k->model->m, u.input, u.cached, u.output), 0);
-		else
-			call_end_unmetered(k);
+		sb_usage_from_body(k->api, k->answer.b.size ? k->answer.b.data : "",
+				   k->answer.b.size, &u);
+		call_end_answered(k, &u);
 	} else {
 		call_record(k, &u, 0, 0); /* refused by the provider: not billed */
 	}
-	body = k->answer.p ? k->answer.p : strdup("");
-	ret = send_body(c, (unsigned)k->status, answer_type(k), body, k->answer.len);
-	k->answer.p = NULL;
-	k->answer.len = k->answer.cap = 0;
-	call_free(k);
-	return ret;
+	return send_answer(k, c);
 }
 
 /* Drives the streamed transfer until it has bytes for the client or ends. */
@@ -570,7 +585,7 @@ static void stream_pump(struct gw_call *k)
 	CURLMsg *msg;
 	int running = 1, left;
 
-	while (!k->up_done && k->pend.len == 0) {
+	while (!k->up_done && k->pend.b.size == 0) {
 		curl_multi_perform(mh, &running);
 		while ((msg = curl_multi_info_read(mh, &left)))
 			if (msg->msg == CURLMSG_DONE)
@@ -579,7 +594,7 @@ static void stream_pump(struct gw_call *k)
 			k->up_done = 1;
 			break;
 		}
-		if (k->pend.len)
+		if (k->pend.b.size)
 			break;
 		curl_multi_poll(mh, NULL, 0, 1000, NULL);
 	}
@@ -593,11 +608,9 @@ static void stream_finish(struct gw_call *k)
 	if (k->cut) {
 		call_end_unmetered(k);
 		budget_spent(k->gw, k->run);
-	} else if (k->status == 200 && k->result == CURLE_OK && u.known) {
-		call_record(k, &u,
-			    sb_model_cost(&k->model->m, u.input, u.cached, u.output), 0);
 	} else if (k->status == 200) {
-		call_end_unmetered(k);
+		u.known = u.known && k->result == CURLE_OK; /* broken off: not trusted */
+		call_end_answered(k, &u);
 	} else {
 		call_record(k, &u, 0, 0);
 	}
@@ -610,11 +623,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 
 	(void)pos;
 	for (;;) {
-		if (k->pend.len) {
-			n = k->pend.len < max ? k->pend.len : max;
-			memcpy(buf, k->pend.p, n);
-			memmove(k->pend.p, k->pend.p + n, k->pend.len - n);
-			k->pend.len -= n;
+		if (k->pend.b.size) {
+			n = k->pend.b.size < max ? k->pend.b.size : max;
+			memcpy(buf, k->pend.b.data, n);
+			gbuf_consume(&k->pend, n);
 			return (ssize_t)n;
 		}
 		if (k->up_done) {
@@ -652,30 +664,15 @@ static enum MHD_Result call_stream(struct gw_call *k, struct MHD_Connection *c,
 	stream_pump(k);
 	if (!k->status)
 		curl_easy_getinfo(k->conn->curl, CURLINFO_RESPONSE_CODE, &k->status);
-	if (k->up_done && k->result != CURLE_OK && !k->cut && k->answer.len == 0) {
-		struct sb_usage u = {0};
-		k->status = 502;
-		call_record(k, &u, 0, 0);
-		ret = send_error(c, route, 502, "provider for %s unreachable: %s",
-				 k->model->m.name,
-				 k->error[0] ? k->error : curl_easy_strerror(k->result));
-		call_free(k);
-		return ret;
-	}
+	if (k->up_done && k->result != CURLE_OK && !k->cut && k->answer.b.size == 0)
+		return send_unreachable(k, c, route, k->result);
 	if (k->status != 200) { /* an error answer: pass it on whole */
 		while (!k->up_done) {
-			k->pend.len = 0;
+			k->pend.b.size = 0;
 			stream_pump(k);
 		}
 		stream_finish(k);
-		char *body = malloc(k->answer.len + 1);
-		if (body)
-			memcpy(body, k->answer.p ? k->answer.p : "", k->answer.len);
-		ret = body ? send_body(c, (unsigned)k->status, answer_type(k), body,
-				       k->answer.len)
-			   : MHD_NO;
-		call_free(k);
-		return ret;
+		return send_answer(k, c);
 	}
 	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_read,
 						 k, stream_free);
@@ -796,7 +793,8 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 				 BODY_MAX >> 20);
 		goto out;
 	}
-	if ((rc = sb_mreq_parse(api, rq->body.p ? rq->body.p : "", rq->body.len, &mr))) {
+	if ((rc = sb_mreq_parse(api, rq->body.b.size ? rq->body.b.data : "",
+				rq->body.b.size, &mr))) {
 		ret = send_error(c, rq->route, 400, "%s", sb_errmsg(rc));
 		goto out;
 	}
@@ -828,8 +826,8 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 	k->answer.max = ANSWER_MAX;
 	k->pend.max = SIZE_MAX;
 	pthread_mutex_lock(&gw->mu);
-	g = sb_budget_reserve(&r->budget, &m->m, rq->body.len, mr.max_tokens, &k->granted,
-			      &k->reservation);
+	g = sb_budget_reserve(&r->budget, &m->m, rq->body.b.size, mr.max_tokens,
+			      &k->granted, &k->reservation);
 	pthread_mutex_unlock(&gw->mu);
 	if (g == SB_GRANT_SPENT) {
 		budget_spent(gw, r);

@@ -157,9 +157,8 @@ void sb_sse_meter_init(struct sb_sse_meter *m, unsigned api)
 
 void sb_sse_meter_free(struct sb_sse_meter *m)
 {
-	free(m->line);
-	m->line = NULL;
-	m->len = m->cap = 0;
+	msgpack_sbuffer_destroy(&m->line);
+	msgpack_sbuffer_init(&m->line);
 }
 
 static size_t str_bytes(json_t *v)
@@ -235,26 +234,16 @@ int sb_sse_meter_feed(struct sb_sse_meter *m, const char *data, size_t len)
 		const char *nl = memchr(data, '\n', len);
 		size_t take = nl ? (size_t)(nl - data) : len;
 
-		if (m->len + take > LINE_MAX_BYTES)
+		if (m->line.size + take > LINE_MAX_BYTES)
 			return sb_seterr(SB_ERR_TOOBIG, "a streamed line is above 1 MiB");
-		if (nl && m->len == 0) {
+		if (nl && m->line.size == 0) {
 			meter_line(m, data, take); /* whole line: no copy */
 		} else {
-			if (m->len + take > m->cap) {
-				size_t cap = m->cap ? m->cap : 4096;
-				char *p;
-				while (cap < m->len + take)
-					cap *= 2;
-				if (!(p = realloc(m->line, cap)))
-					return SB_ERR_NOMEM;
-				m->line = p;
-				m->cap = cap;
-			}
-			memcpy(m->line + m->len, data, take);
-			m->len += take;
+			if (take && msgpack_sbuffer_write(&m->line, data, take))
+				return SB_ERR_NOMEM;
 			if (nl) {
-				meter_line(m, m->line, m->len);
-				m->len = 0;
+				meter_line(m, m->line.data, m->line.size);
+				m->line.size = 0;
 			}
 		}
 		if (!nl)

@@ -13,6 +13,7 @@
 #define SB_METER_H
 
 #include <jansson.h>
+#include <msgpack.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,8 +56,7 @@ void sb_usage_from_body(unsigned api, const char *body, size_t len, struct sb_us
  * arguments, from which output tokens are estimated while it runs. */
 struct sb_sse_meter {
 	unsigned api;
-	char *line; /* the incomplete last line */
-	size_t len, cap;
+	msgpack_sbuffer line; /* the incomplete last line */
 	struct sb_usage usage;
 	uint64_t out_bytes; /* generated text and tool-argument bytes so far */
 	int finished;	    /* the stream said it is complete */

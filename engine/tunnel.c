@@ -23,10 +23,9 @@ struct tstream {
 	sb_watch *w;
 	uint16_t lport;
 	int connected;
-	int guest_done; /* the guest sent CLOSE: shut our write side once flushed */
-	int host_done;	/* the gateway ended: we sent CLOSE */
-	char *out;	/* bytes from the guest not yet taken by the gateway */
-	size_t out_len, out_cap;
+	int guest_done;	     /* the guest sent CLOSE: shut our write side once flushed */
+	int host_done;	     /* the gateway ended: we sent CLOSE */
+	msgpack_sbuffer out; /* bytes from the guest not yet taken by the gateway */
 };
 
 struct sb_tunnel {
@@ -78,7 +77,7 @@ static void stream_free(struct tstream *s)
 	sb_watch_stop(s->w);
 	if (s->fd >= 0)
 		close(s->fd);
-	free(s->out);
+	msgpack_sbuffer_destroy(&s->out);
 	free(s);
 }
 
@@ -95,7 +94,7 @@ static void stream_watch(struct tstream *s)
 {
 	int ev = 0;
 
-	if (!s->connected || s->out_len)
+	if (!s->connected || s->out.size)
 		ev |= SB_WRITE;
 	if (s->connected && !s->host_done &&
 	    s->t->ops->backlog(s->t->ctx) < SB_TUNNEL_BACKLOG)
@@ -108,8 +107,8 @@ static int stream_flush(struct tstream *s)
 {
 	size_t off = 0;
 
-	while (off < s->out_len) {
-		ssize_t n = send(s->fd, s->out + off, s->out_len - off,
+	while (off < s->out.size) {
+		ssize_t n = send(s->fd, s->out.data + off, s->out.size - off,
 				 MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -120,10 +119,10 @@ static int stream_flush(struct tstream *s)
 		off += (size_t)n;
 	}
 	if (off) {
-		memmove(s->out, s->out + off, s->out_len - off);
-		s->out_len -= off;
+		memmove(s->out.data, s->out.data + off, s->out.size - off);
+		s->out.size -= off;
 	}
-	if (!s->out_len && s->guest_done)
+	if (!s->out.size && s->guest_done)
 		shutdown(s->fd, SHUT_WR);
 	return 0;
 }
@@ -131,7 +130,7 @@ static int stream_flush(struct tstream *s)
 /* Returns 1 when the stream is over and was freed. */
 static int stream_over(struct tstream *s)
 {
-	if (s->guest_done && s->host_done && !s->out_len) {
+	if (s->guest_done && s->host_done && !s->out.size) {
 		stream_free(s);
 		return 1;
 	}
@@ -237,7 +236,7 @@ void sb_tunnel_frame(sb_tunnel *t, int kind, uint64_t stream, const msgpack_obje
 	s = *slot;
 	if (kind == SB_CHAN_CLOSE) {
 		s->guest_done = 1;
-		if (s->connected && !s->out_len)
+		if (s->connected && !s->out.size)
 			shutdown(s->fd, SHUT_WR);
 		if (!stream_over(s))
 			stream_watch(s);
@@ -250,24 +249,14 @@ void sb_tunnel_frame(sb_tunnel *t, int kind, uint64_t stream, const msgpack_obje
 		return;
 	}
 	len = body->via.bin.size;
-	if (s->out_len + len > SB_TUNNEL_BUFFER) {
+	if (s->out.size + len > SB_TUNNEL_BUFFER) {
 		stream_abort(s); /* the gateway is not taking what the guest sends */
 		return;
 	}
-	if (s->out_len + len > s->out_cap) {
-		size_t cap = s->out_cap ? s->out_cap : 65536;
-		char *p;
-		while (cap < s->out_len + len)
-			cap *= 2;
-		if (!(p = realloc(s->out, cap))) {
-			stream_abort(s);
-			return;
-		}
-		s->out = p;
-		s->out_cap = cap;
+	if (len && msgpack_sbuffer_write(&s->out, body->via.bin.ptr, len)) {
+		stream_abort(s);
+		return;
 	}
-	memcpy(s->out + s->out_len, body->via.bin.ptr, len);
-	s->out_len += len;
 	if (s->connected && stream_flush(s)) {
 		stream_abort(s);
 		return;
