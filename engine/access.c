@@ -95,13 +95,10 @@ static int model_add(struct sb_access *a, struct sb_daemon *d, const struct sb_m
 	memset(gm, 0, sizeof *gm);
 	gm->model = *m;
 	gm->apis = p->apis;
-	if (p->builtin)
-		rc = sb_daemon_stub_url(d, p->script_dir, gm->base_url);
-	else
-		rc = SB_OK,
-		snprintf(gm->base_url, sizeof gm->base_url, "%s", p->base_url);
-	if (rc)
+	if (p->builtin && (rc = sb_daemon_stub_url(d, p->script_dir, gm->base_url)))
 		return rc;
+	if (!p->builtin)
+		snprintf(gm->base_url, sizeof gm->base_url, "%s", p->base_url);
 	if (p->key_secret[0]) {
 		if (!(g = grant_find(a, p->key_secret))) {
 			if ((rc = grant_add(a, d, p->key_secret, 1)))
@@ -117,29 +114,26 @@ static int model_add(struct sb_access *a, struct sb_daemon *d, const struct sb_m
 int sb_access_resolve(struct sb_daemon *d, const msgpack_object *spec,
 		      const struct sb_template *t, struct sb_access *a)
 {
-	const msgpack_object *models, *secrets, *budget = sb_map_get(spec, "budget_nusd");
+	const msgpack_object *models, *secrets;
 	struct sb_models *ms = NULL;
 	char policy[16] = "";
+	uint64_t budget;
 	int rc;
 
 	memset(a, 0, sizeof *a);
 	if ((rc = sb_spec_str(spec, "model", a->model, sizeof a->model)) ||
 	    (rc = sb_spec_str(spec, "on_budget", policy, sizeof policy)) ||
 	    (rc = sb_spec_strs(spec, "models", SB_ACCESS_MODELS, &models)) ||
-	    (rc = sb_spec_strs(spec, "secrets", SB_ACCESS_SECRETS, &secrets)))
+	    (rc = sb_spec_strs(spec, "secrets", SB_ACCESS_SECRETS, &secrets)) ||
+	    (rc = sb_spec_u64(spec, "budget_nusd", UINT64_MAX / 4, &budget)))
 		return rc;
 	if (policy[0] && strcmp(policy, "stop") && strcmp(policy, "continue"))
 		return sb_seterr(SB_ERR_INVAL,
 				 "spec: on_budget must be stop or continue");
 	a->stop_on_budget = strcmp(policy, "continue") != 0;
-	if (budget && (budget->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
-		       budget->via.u64 > UINT64_MAX / 4))
-		return sb_seterr(SB_ERR_INVAL,
-				 "spec: budget_nusd must be a non-negative integer");
 	if ((rc = sb_models_load(d->home, &ms)))
 		return rc;
-	a->budget_nusd =
-	    budget && budget->via.u64 ? budget->via.u64 : ms->default_budget_nusd;
+	a->budget_nusd = budget ? budget : ms->default_budget_nusd;
 	if (!a->model[0])
 		snprintf(a->model, sizeof a->model, "%s",
 			 t->model[0] ? t->model : ms->default_model);
