@@ -41,6 +41,7 @@
 #include "engine/home.h"
 #include "engine/log.h"
 #include "engine/payload.h"
+#include "tests/bench/benchutil.h"
 
 #define LAT_EVENTS 2000
 #define LAT_GAP_US 2000 /* 500 events/s */
@@ -57,25 +58,12 @@ static char homes[2][64];   /* removed at exit */
 static pid_t daemons[2];    /* killed at exit */
 static pid_t subs_pids[SUBS]; /* subscriber processes, killed at exit */
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
-{
-	return remove(path);
 }
 
 static void cleanup(void)
@@ -96,7 +84,7 @@ static void cleanup(void)
 			daemons[i] = 0;
 		}
 		if (homes[i][0]) {
-			nftw(homes[i], rm_one, 16, FTW_DEPTH | FTW_PHYS);
+			bench_rmrf(homes[i]);
 			snprintf(log, sizeof log, "%s.log", homes[i]);
 			unlink(log);
 			homes[i][0] = 0;
@@ -204,7 +192,7 @@ static void daemon_spawn(int i)
 /* Waits (at most secs) until the daemon of home answers health. */
 static int daemon_wait(const char *home, double secs)
 {
-	double t0 = now();
+	double t0 = bench_now();
 	msgpack_sbuffer req;
 	msgpack_packer pk;
 	int rc = SB_ERR_UNAVAIL;
@@ -213,7 +201,7 @@ static int daemon_wait(const char *home, double secs)
 	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
 	msgpack_pack_map(&pk, 1);
 	sb_pack_kstr(&pk, "op", "health");
-	while (now() - t0 < secs) {
+	while (bench_now() - t0 < secs) {
 		sb_client *c;
 		struct sb_reply rep;
 		if (sb_client_open(home, NULL, &c) == SB_OK) {
@@ -287,7 +275,7 @@ static double lat_write(const char *home, const char *run, size_t n, unsigned ga
 	msgpack_sbuffer req;
 	msgpack_packer pk;
 	sb_client *c;
-	double t0 = now(), next = t0;
+	double t0 = bench_now(), next = t0;
 	int rc;
 
 	if ((rc = sb_client_open(home, NULL, &c)))
@@ -296,7 +284,7 @@ static double lat_write(const char *home, const char *run, size_t n, unsigned ga
 	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
 	for (size_t i = 0; i < n; i++) {
 		struct sb_reply rep;
-		while (now() < next)
+		while (bench_now() < next)
 			usleep(100);
 		next += gap_us / 1e6;
 		req.size = 0;
@@ -315,7 +303,7 @@ static double lat_write(const char *home, const char *run, size_t n, unsigned ga
 	}
 	msgpack_sbuffer_destroy(&req);
 	sb_client_close(c);
-	return n / (now() - t0);
+	return n / (bench_now() - t0);
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -339,11 +327,11 @@ static void report_lat(uint32_t *us, size_t n, const char *suffix)
 
 static void wait_ready(_Atomic int *ready, int n)
 {
-	double t0 = now();
+	double t0 = bench_now();
 
 	for (int i = 0; i < n; i++)
 		while (!atomic_load(&ready[i]))
-			if (now() - t0 > 60)
+			if (bench_now() - t0 > 60)
 				die("subscribers did not start", SB_ERR_TIMEOUT);
 			else
 				usleep(1000);
@@ -454,10 +442,10 @@ static double catchup(const char *home, const char *run, uint64_t want)
 		die("catchup", rc);
 	o.home = home;
 	o.run = run;
-	t0 = now();
+	t0 = bench_now();
 	if ((rc = sb_follow(c, &o, count_cb, &cnt)))
 		die("catchup", rc);
-	t0 = now() - t0;
+	t0 = bench_now() - t0;
 	sb_client_close(c);
 	if (cnt.n != want) {
 		fprintf(stderr, "bench_api: catchup of '%s': %llu events, want %llu\n", run,

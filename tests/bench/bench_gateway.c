@@ -33,6 +33,7 @@
 #include "engine/error.h"
 #include "engine/gateway.h"
 #include "engine/log.h"
+#include "tests/bench/benchutil.h"
 
 #define LAT_CALLS    2000
 #define THREADS	     8
@@ -50,23 +51,10 @@ static char key[SB_VKEY_MAX];
 	"summarise them.\"}]}"
 static const char *body = BODY_OF("stub/echo");
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
-{
-	return remove(path);
-}
-
 static void cleanup(void)
 {
 	sb_stub_stop(stub_pid);
-	nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	bench_rmrf(tmpdir);
 }
 
 static void die(const char *what, int rc)
@@ -74,6 +62,17 @@ static void die(const char *what, int rc)
 	fprintf(stderr, "bench_gateway: %s: %s\n", what, rc ? sb_errmsg(rc) : "failed");
 	cleanup();
 	exit(1);
+}
+
+/* Writes the stub script NAME.json into the work directory's scripts/. */
+static void write_script(const char *name, const char *json)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s/scripts/%s.json", tmpdir, name);
+	if (!(f = fopen(path, "w")) || fputs(json, f) < 0 || fclose(f))
+		die("write a stub script", SB_ERR_IO);
 }
 
 static size_t sink(char *p, size_t size, size_t n, void *ctx)
@@ -126,9 +125,9 @@ static void latency(const char *url, double *p50, double *p99)
 	for (int i = 0; i < 50; i++) /* warm up: connections, page cache */
 		one_call(c);
 	for (int i = 0; i < LAT_CALLS; i++) {
-		double t0 = now();
+		double t0 = bench_now();
 		one_call(c);
-		ms[i] = (now() - t0) * 1e3;
+		ms[i] = (bench_now() - t0) * 1e3;
 	}
 	qsort(ms, LAT_CALLS, sizeof ms[0], cmp_double);
 	*p50 = ms[LAT_CALLS / 2];
@@ -149,7 +148,7 @@ static void *tput_main(void *arg)
 	struct curl_slist *h;
 	CURL *c = client(t->url, &h);
 
-	while (now() < t->until) {
+	while (bench_now() < t->until) {
 		one_call(c);
 		atomic_fetch_add(t->calls, 1);
 	}
@@ -162,23 +161,22 @@ static void *tput_main(void *arg)
 static double throughput(const char *url, int n)
 {
 	atomic_ulong calls = 0;
-	struct tput t = {url, now() + TPUT_SECONDS, &calls};
+	struct tput t = {url, bench_now() + TPUT_SECONDS, &calls};
 	pthread_t th[SLOW_THREADS];
-	double t0 = now();
+	double t0 = bench_now();
 
 	for (int i = 0; i < n; i++)
 		if (pthread_create(&th[i], NULL, tput_main, &t))
 			die("thread", SB_ERR_NOMEM);
 	for (int i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
-	return (double)atomic_load(&calls) / (now() - t0);
+	return (double)atomic_load(&calls) / (bench_now() - t0);
 }
 
 int main(void)
 {
 	char stub_url[SB_URL_MAX], url[SB_URL_MAX + 64], path[4096], gw_url[128];
 	double d20, g20;
-	FILE *f;
 	struct sb_gateway_opts o = {0};
 	struct sb_gateway_model m[2];
 	struct sb_gateway_run r = {0};
@@ -192,22 +190,12 @@ int main(void)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	snprintf(path, sizeof path, "%s/scripts", tmpdir);
 	mkdir(path, 0700);
-	snprintf(path, sizeof path, "%s/scripts/echo.json", tmpdir);
-	if (!(f = fopen(path, "w")))
-		die("write a script", SB_ERR_IO);
-	fputs("{\"turns\": [{\"text\": \"echo: a fixed answer.\", \"usage\": "
-	      "{\"input_tokens\": 100, "
-	      "\"output_tokens\": 20}}]}",
-	      f);
-	fclose(f);
-	snprintf(path, sizeof path, "%s/scripts/model20.json", tmpdir);
-	if (!(f = fopen(path, "w")))
-		die("write a script", SB_ERR_IO);
-	fputs("{\"turns\": [{\"text\": \"a considered answer.\", \"delay_ms\": 20, "
-	      "\"usage\": "
-	      "{\"input_tokens\": 100, \"output_tokens\": 20}}]}",
-	      f);
-	fclose(f);
+	write_script("echo",
+		     "{\"turns\": [{\"text\": \"echo: a fixed answer.\", \"usage\": "
+		     "{\"input_tokens\": 100, \"output_tokens\": 20}}]}");
+	write_script("model20",
+		     "{\"turns\": [{\"text\": \"a considered answer.\", \"delay_ms\": "
+		     "20, \"usage\": {\"input_tokens\": 100, \"output_tokens\": 20}}]}");
 	snprintf(path, sizeof path, "%s/scripts", tmpdir);
 	if ((rc = sb_stub_start(path, &stub_pid, stub_url)))
 		die("start the model stub", rc);

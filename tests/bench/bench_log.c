@@ -24,6 +24,7 @@
 #include "engine/error.h"
 #include "engine/log.h"
 #include "engine/payload.h"
+#include "tests/bench/benchutil.h"
 #include "projections/projection.h"
 
 #define EVENTS 1000000
@@ -37,22 +38,9 @@ static char tmpdir[] = "/tmp/sb-bench-XXXXXX";
 static char run_ids[RUNS][SB_RUN_MAX];
 static msgpack_sbuffer payloads[BATCH]; /* payload of event i is payloads[i % BATCH] */
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
-{
-	return remove(path);
-}
-
 static void cleanup(void)
 {
-	nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	bench_rmrf(tmpdir);
 }
 
 static void die(const char *what, int rc)
@@ -221,14 +209,14 @@ static void bench_append_vs_put(sb_log *log, const char *rawdir, double *append,
 	for (uint64_t b = 0; b < EVENTS / BATCH; b++) {
 		for (uint64_t i = 0; i < BATCH; i++)
 			event_fill(&evs[i], b * BATCH + i);
-		t0 = now();
+		t0 = bench_now();
 		if ((rc = sb_log_append(log, evs, BATCH)))
 			die("append", rc);
-		t_log += now() - t0;
+		t_log += bench_now() - t0;
 		copy_records(sb_log_env(log), evs[0].offset, r);
-		t0 = now();
+		t0 = bench_now();
 		raw_put(env, dbi, r);
-		t_raw += now() - t0;
+		t_raw += bench_now() - t0;
 	}
 	mdb_env_close(env);
 	free(r->data);
@@ -284,20 +272,20 @@ static void commit_window(sb_log *log, struct commit_total *tot, double secs)
 
 	mdb_env_info(sb_log_env(log), &info);
 	txn0 = info.me_last_txnid;
-	t0 = now();
+	t0 = bench_now();
 	for (int i = 0; i < tot->threads; i++) {
 		c[i] = (struct committer){log, i, &stop, 0};
 		if (pthread_create(&tid[i], NULL, commit_loop, &c[i]))
 			die("thread", SB_ERR_NOMEM);
 	}
-	while (now() - t0 < secs)
+	while (bench_now() - t0 < secs)
 		usleep(10000);
 	atomic_store(&stop, 1);
 	for (int i = 0; i < tot->threads; i++) {
 		pthread_join(tid[i], NULL);
 		tot->appends += c[i].appends;
 	}
-	tot->secs += now() - t0;
+	tot->secs += bench_now() - t0;
 	mdb_env_info(sb_log_env(log), &info);
 	tot->commits += info.me_last_txnid - txn0;
 }
@@ -321,7 +309,7 @@ static double bench_replay(sb_log *log)
 	double t0, t;
 	int rc;
 
-	t0 = now();
+	t0 = bench_now();
 	if ((rc = sb_log_iter_open(log, 1, &it)))
 		die("replay", rc);
 	while ((rc = sb_log_iter_next(it, &ev)) == SB_OK) {
@@ -329,7 +317,7 @@ static double bench_replay(sb_log *log)
 		n++;
 	}
 	sb_log_iter_close(it);
-	t = now() - t0;
+	t = bench_now() - t0;
 	if (rc != SB_END || n != EVENTS || !bytes)
 		die("replay: wrong count", rc < 0 ? rc : 0);
 	return EVENTS / t;
@@ -346,7 +334,7 @@ static double bench_lmdb_replay(MDB_env *env)
 	double t0, t;
 	int rc;
 
-	t0 = now();
+	t0 = bench_now();
 	if ((rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) ||
 	    (rc = mdb_dbi_open(txn, "events", 0, &dbi)) || (rc = mdb_cursor_open(txn, dbi, &c)))
 		die_mdb("raw replay", rc);
@@ -356,7 +344,7 @@ static double bench_lmdb_replay(MDB_env *env)
 	}
 	mdb_cursor_close(c);
 	mdb_txn_abort(txn);
-	t = now() - t0;
+	t = bench_now() - t0;
 	if (n != EVENTS || !bytes)
 		die("raw replay: wrong count", 0);
 	return EVENTS / t;
@@ -409,10 +397,10 @@ int main(void)
 
 	if ((rc = sb_projector_open(log, &p)))
 		die("projector", rc);
-	t0 = now();
+	t0 = bench_now();
 	if ((rc = sb_projector_rebuild(p)))
 		die("rebuild", rc);
-	rebuild = EVENTS / (now() - t0);
+	rebuild = EVENTS / (bench_now() - t0);
 	if (sb_projector_checkpoint(p) != EVENTS)
 		die("rebuild: wrong checkpoint", 0);
 	report("projections.rebuild", rebuild, "events/s");
