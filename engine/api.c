@@ -285,11 +285,34 @@ static void pack_cost(msgpack_packer *pk, const struct sb_cost *c)
 	sb_pack_ku64(pk, "calls", c->calls);
 }
 
-struct list_ctx {
-	char group[64];
-	size_t n;
+/* Items packed into a buffer of their own while they are counted, then
+ * put into the reply as one array (msgpack gives the count first). */
+struct items {
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
+	size_t n;
+};
+
+static void items_init(struct items *it)
+{
+	msgpack_sbuffer_init(&it->buf);
+	msgpack_packer_init(&it->pk, &it->buf, msgpack_sbuffer_write);
+	it->n = 0;
+}
+
+/* Replies {ok, key: [the items]}; the caller frees it->buf. */
+static void items_reply(struct req *r, const char *key, struct items *it)
+{
+	reply_begin(r, 1);
+	sb_pack_str(&r->pk, key);
+	msgpack_pack_array(&r->pk, it->n);
+	if (it->n)
+		msgpack_sbuffer_write(r->out, it->buf.data, it->buf.size);
+}
+
+struct list_ctx {
+	char group[64];
+	struct items items;
 };
 
 static int list_cb(void *vctx, const struct sb_runstate *rs)
@@ -298,8 +321,8 @@ static int list_cb(void *vctx, const struct sb_runstate *rs)
 
 	if (c->group[0] && strcmp(c->group, rs->group))
 		return 0;
-	sb_runstate_pack(rs, &c->pk);
-	c->n++;
+	sb_runstate_pack(rs, &c->items.pk);
+	c->items.n++;
 	return 0;
 }
 
@@ -312,17 +335,10 @@ static int op_runs_list(struct req *r)
 	if ((rc = arg_str(r, "group", c.group, sizeof c.group, 0)))
 		return rc;
 	sb_daemon_catch_up(r->d);
-	msgpack_sbuffer_init(&c.buf);
-	msgpack_packer_init(&c.pk, &c.buf, msgpack_sbuffer_write);
-	rc = sb_runstate_each(r->d->proj, list_cb, &c);
-	if (rc == SB_OK) {
-		reply_begin(r, 1);
-		sb_pack_str(&r->pk, "runs");
-		msgpack_pack_array(&r->pk, c.n);
-		if (c.n)
-			msgpack_sbuffer_write(r->out, c.buf.data, c.buf.size);
-	}
-	msgpack_sbuffer_destroy(&c.buf);
+	items_init(&c.items);
+	if ((rc = sb_runstate_each(r->d->proj, list_cb, &c)) == SB_OK)
+		items_reply(r, "runs", &c.items);
+	msgpack_sbuffer_destroy(&c.items.buf);
 	return rc;
 }
 
@@ -523,15 +539,9 @@ static int op_secret_rm(struct req *r)
 	return SB_OK;
 }
 
-struct secret_list {
-	msgpack_sbuffer buf;
-	msgpack_packer pk;
-	size_t n;
-};
-
 static int secret_cb(void *ctx, const char *name, uint64_t set_s)
 {
-	struct secret_list *l = ctx;
+	struct items *l = ctx;
 
 	msgpack_pack_map(&l->pk, 2);
 	sb_pack_kstr(&l->pk, "name", name);
@@ -543,19 +553,12 @@ static int secret_cb(void *ctx, const char *name, uint64_t set_s)
 /* secret.list: names and when each was set, never values. */
 static int op_secret_list(struct req *r)
 {
-	struct secret_list l = {.n = 0};
+	struct items l;
 	int rc;
 
-	msgpack_sbuffer_init(&l.buf);
-	msgpack_packer_init(&l.pk, &l.buf, msgpack_sbuffer_write);
-	rc = sb_secret_each(r->d->home, secret_cb, &l);
-	if (rc == SB_OK) {
-		reply_begin(r, 1);
-		sb_pack_str(&r->pk, "secrets");
-		msgpack_pack_array(&r->pk, l.n);
-		if (l.n)
-			msgpack_sbuffer_write(r->out, l.buf.data, l.buf.size);
-	}
+	items_init(&l);
+	if ((rc = sb_secret_each(r->d->home, secret_cb, &l)) == SB_OK)
+		items_reply(r, "secrets", &l);
 	msgpack_sbuffer_destroy(&l.buf);
 	return rc;
 }
