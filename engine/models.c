@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -303,61 +304,37 @@ static int merge_into(struct sb_models *ms, json_t *root, const char *src)
 	return SB_OK;
 }
 
-int sb_models_merge(struct sb_models *ms, const char *json, size_t len,
-		    const char *source)
+/* Merges the JSON in root (NULL: it did not parse, jerr says why) into ms.
+ * Takes root. */
+static int merge_json(struct sb_models *ms, json_t *root, const json_error_t *jerr,
+		      const char *source)
 {
-	struct sb_models copy = *ms;
-	json_error_t jerr;
-	json_t *root;
-	int rc = SB_ERR_NOMEM;
+	int rc;
 
-	copy.providers = NULL;
-	copy.models = NULL;
-	if ((ms->nproviders &&
-	     !(copy.providers = malloc(ms->nproviders * sizeof *ms->providers))) ||
-	    (ms->nmodels && !(copy.models = malloc(ms->nmodels * sizeof *ms->models))))
-		goto out;
-	if (ms->nproviders)
-		memcpy(copy.providers, ms->providers,
-		       ms->nproviders * sizeof *ms->providers);
-	if (ms->nmodels)
-		memcpy(copy.models, ms->models, ms->nmodels * sizeof *ms->models);
-	if (!(root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr))) {
-		rc = sb_seterr(SB_ERR_INVAL, "%s: line %d: %s", source, jerr.line,
-			       jerr.text);
-		goto out;
-	}
-	rc = merge_into(&copy, root, source);
+	if (!root)
+		return sb_seterr(SB_ERR_INVAL, "%s: line %d: %s", source, jerr->line,
+				 jerr->text);
+	rc = merge_into(ms, root, source);
 	json_decref(root);
-	if (rc == SB_OK) {
-		free(ms->providers);
-		free(ms->models);
-		*ms = copy;
-		return SB_OK;
-	}
-out:
-	free(copy.providers);
-	free(copy.models);
 	return rc;
 }
 
 int sb_models_load(const char *home, struct sb_models **out)
 {
 	struct sb_models *ms = calloc(1, sizeof *ms);
-	char path[4096], *buf = NULL;
-	FILE *f = NULL;
-	long n;
+	char path[4096];
+	json_error_t jerr;
+	struct stat st;
 	int rc;
 
 	if (!ms)
 		return SB_ERR_NOMEM;
 	ms->default_budget_nusd = BUDGET_DEFAULT_NUSD;
-	if ((rc = sb_models_merge(ms, builtin_json, sizeof builtin_json - 1,
-				  "built-in models")))
+	if ((rc = merge_json(ms, json_loads(builtin_json, JSON_REJECT_DUPLICATES, &jerr),
+			     &jerr, "built-in models")) ||
+	    (rc = sb_home_path(home, "models.json", path, sizeof path)))
 		goto fail;
-	if ((rc = sb_home_path(home, "models.json", path, sizeof path)))
-		goto fail;
-	if (!(f = fopen(path, "re"))) {
+	if (stat(path, &st)) {
 		if (errno == ENOENT) {
 			*out = ms;
 			return SB_OK;
@@ -365,29 +342,16 @@ int sb_models_load(const char *home, struct sb_models **out)
 		rc = sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(errno));
 		goto fail;
 	}
-	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || n > (4l << 20) ||
-	    fseek(f, 0, SEEK_SET)) {
-		rc = sb_seterr(SB_ERR_INVAL, "%s: unreadable or larger than 4 MiB", path);
+	if (st.st_size > (4l << 20)) {
+		rc = sb_seterr(SB_ERR_INVAL, "%s: larger than 4 MiB", path);
 		goto fail;
 	}
-	if (!(buf = malloc((size_t)n + 1))) {
-		rc = SB_ERR_NOMEM;
+	if ((rc = merge_json(ms, json_load_file(path, JSON_REJECT_DUPLICATES, &jerr),
+			     &jerr, path)))
 		goto fail;
-	}
-	if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-		rc = sb_seterr(SB_ERR_IO, "%s: read failed", path);
-		goto fail;
-	}
-	if ((rc = sb_models_merge(ms, buf, (size_t)n, path)))
-		goto fail;
-	free(buf);
-	fclose(f);
 	*out = ms;
 	return SB_OK;
 fail:
-	free(buf);
-	if (f)
-		fclose(f);
 	sb_models_free(ms);
 	return rc;
 }

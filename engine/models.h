@@ -72,11 +72,6 @@ struct sb_models {
  * and the field), SB_ERR_IO, SB_ERR_NOMEM. */
 int sb_models_load(const char *home, struct sb_models **out);
 
-/* Merges the settings in json (len bytes; source names it in errors) into
- * ms. Errors: as sb_models_load; on error ms is unchanged. */
-int sb_models_merge(struct sb_models *ms, const char *json, size_t len,
-		    const char *source);
-
 /* Returns the model called name, or NULL. Borrowed from ms. */
 const struct sb_model *sb_models_find(const struct sb_models *ms, const char *name);
 
