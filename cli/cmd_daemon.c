@@ -1,10 +1,14 @@
 /* cmd_daemon.c - sanbox daemon start|stop|status. */
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "engine/error.h"
+#include "engine/home.h"
 #include "engine/payload.h"
 
 static int status(int json)
@@ -43,6 +47,25 @@ static int status(int json)
 	return rc;
 }
 
+/* Waits up to ms for the daemon's pid file lock to be free: the daemon holds
+ * it until its process ends (zombie or not). Returns 1 once free. */
+static int pidfile_wait_free(int ms)
+{
+	char path[PATH_MAX];
+	int fd, free = 0;
+
+	sb_home_path(cli_home, "sanboxd.pid", path, sizeof path);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return 1;
+	for (int waited = 0; !free && waited <= ms; waited += 50) {
+		free = flock(fd, LOCK_EX | LOCK_NB) == 0;
+		if (!free)
+			usleep(50000);
+	}
+	close(fd);
+	return free;
+}
+
 static int stop(void)
 {
 	struct cli_req r;
@@ -60,11 +83,9 @@ static int stop(void)
 	sb_client_close(c);
 	if (rc)
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	/* wait until it is gone, so a following start does not race it */
-	for (int i = 0; i < 100 && cli_connect(0, &c) == SB_OK; i++) {
-		sb_client_close(c);
-		usleep(100000);
-	}
+	/* wait until it has exited, so a following start does not race it */
+	if (!pidfile_wait_free(30000))
+		return cli_fail(SB_ERR_TIMEOUT, "sanboxd still runs 30 s after it was asked to stop");
 	printf("sanboxd: stopped\n");
 	return 0;
 }

@@ -65,6 +65,8 @@ struct sub_socket {
 	pthread_cond_t cv;      /* broadcast for each message */
 	nng_msg *ring[RING];    /* message i is ring[i % RING] */
 	uint64_t head;          /* messages received */
+	uint64_t pipes;         /* connections made to the daemon */
+	uint64_t resets;        /* of those, the ones after the first */
 	struct sub_topic *topics;
 	struct sub_socket *next;
 };
@@ -76,6 +78,7 @@ struct sb_sub {
 	char topic[64];         /* "RUN\n", or "" for every run */
 	size_t len;
 	uint64_t pos;           /* the next message of the ring to look at */
+	uint64_t resets;        /* ss->resets when last told */
 };
 
 static int nng_err(int rv, const char *what)
@@ -284,6 +287,9 @@ static int dial(nng_socket s, const char *dir, const char *ca_pem, const char *n
 	}
 	if ((rv = nng_dialer_create(&d, s, url)))
 		return nng_err(rv, url);
+	/* a restarted daemon is found again within half a second */
+	nng_dialer_set_ms(d, NNG_OPT_RECONNMINT, 50);
+	nng_dialer_set_ms(d, NNG_OPT_RECONNMAXT, 500);
 	if (!strncmp(url, "tls+tcp://", 10)) {
 		char host[256];
 		size_t hl = strcspn(url + 10, ":/");
@@ -427,6 +433,7 @@ void sb_client_close(sb_client *c)
 }
 
 static void sub_recv_cb(void *arg);
+static void sub_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg);
 
 /* Finds or makes the process's sub socket for the daemon at dir and starts
  * its receiver (see struct sub_socket). Called with sub_mu held. Errors: as
@@ -451,7 +458,13 @@ static int sub_socket(const char *dir, const char *ca_pem, struct sub_socket **o
 		return nng_err(rv, "event socket");
 	}
 	nng_socket_set_size(ss->sock, NNG_OPT_RECVMAXSZ, 0);
-	if ((rv = nng_ctx_open(&ss->ctx, ss->sock)) ||
+	pthread_mutex_init(&ss->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&ss->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if ((rv = nng_pipe_notify(ss->sock, NNG_PIPE_EV_ADD_POST, sub_pipe_cb, ss)) ||
+	    (rv = nng_ctx_open(&ss->ctx, ss->sock)) ||
 	    (rv = nng_ctx_set_int(ss->ctx, NNG_OPT_RECVBUF, RING)) ||
 	    (rv = nng_aio_alloc(&ss->aio, sub_recv_cb, ss))) {
 		nng_close(ss->sock); /* not connected: no pipe to hang on */
@@ -464,11 +477,6 @@ static int sub_socket(const char *dir, const char *ca_pem, struct sub_socket **o
 		free(ss);
 		return rc;
 	}
-	pthread_mutex_init(&ss->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&ss->cv, &ca);
-	pthread_condattr_destroy(&ca);
 	nng_ctx_recv(ss->ctx, ss->aio);
 	ss->next = sub_sockets;
 	sub_sockets = ss;
@@ -506,6 +514,19 @@ static void sub_recv_cb(void *arg)
 			nng_msg_free(old);
 	}
 	nng_ctx_recv(ss->ctx, ss->aio);
+}
+
+/* A connection to the daemon is up. One after the first (the daemon
+ * restarted) wakes the subscriptions: they may have missed messages. */
+static void sub_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	struct sub_socket *ss = arg;
+
+	pthread_mutex_lock(&ss->mu);
+	if (ss->pipes++)
+		ss->resets++;
+	pthread_mutex_unlock(&ss->mu);
+	pthread_cond_broadcast(&ss->cv);
 }
 
 /* Adds (delta 1) or drops (-1) one subscription to topic on ss's context,
@@ -563,6 +584,7 @@ int sb_sub_open(const char *dir, const char *ca_pem, const char *topic, sb_sub *
 	pthread_mutex_lock(&s->ss->mu);
 	rc = topic_ref(s->ss, s->topic, s->len, 1);
 	s->pos = s->ss->head; /* what arrives from now on */
+	s->resets = s->ss->resets;
 	pthread_mutex_unlock(&s->ss->mu);
 	if (rc) {
 		free(s);
@@ -599,6 +621,11 @@ int sb_sub_next(sb_sub *s, int timeout_ms, void **msg, size_t *len)
 		}
 		if (m)
 			break;
+		if (s->resets != ss->resets) {
+			s->resets = ss->resets;
+			rc = SB_ERR_RESET;
+			break;
+		}
 		if (timeout_ms == 0 ||
 		    (timeout_ms < 0 ? pthread_cond_wait(&ss->cv, &ss->mu)
 				    : pthread_cond_timedwait(&ss->cv, &ss->mu, &dl)) == ETIMEDOUT) {

@@ -95,8 +95,10 @@ int sb_sub_open(const char *dir, const char *ca_pem, const char *topic, sb_sub *
 
 /* Waits at most timeout_ms (-1: forever, 0: not at all) for the next
  * message of the subscription's topic (*msg, the caller frees with
- * sb_bus_free), without the topic prefix. Errors: SB_ERR_TIMEOUT,
- * SB_ERR_PROTO, SB_ERR_NOMEM. */
+ * sb_bus_free), without the topic prefix. SB_ERR_RESET, at once, when the
+ * connection to the daemon was made again since the last call (a restarted
+ * daemon): what it published in between is lost, the log has it. Errors:
+ * SB_ERR_TIMEOUT, SB_ERR_PROTO, SB_ERR_NOMEM. */
 int sb_sub_next(sb_sub *s, int timeout_ms, void **msg, size_t *len);
 
 /* Closes the subscription (NULL is fine). */

@@ -217,6 +217,12 @@ int sb_follow(sb_client *c, struct sb_follow_opts *o, sb_follow_fn fn, void *ctx
 		size_t len;
 
 		rc = sb_sub_next(sub, 250, &msg, &len);
+		if (rc == SB_ERR_RESET) {
+			/* a new connection (the daemon restarted): the log
+			 * has what the feed lost meanwhile */
+			rc = read_backlog(c, &s);
+			continue;
+		}
 		if (rc == SB_ERR_TIMEOUT) {
 			/* The feed went quiet: read the log once for what it may
 			 * not have carried, such as an event published before the

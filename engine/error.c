@@ -29,6 +29,7 @@ const char *sb_strerror(int err)
 	case SB_ERR_TOOBIG: return "too big";
 	case SB_ERR_STATE: return "not possible in the current state";
 	case SB_ERR_AMBIGUOUS: return "ambiguous";
+	case SB_ERR_RESET: return "connection reset";
 	}
 	return "unknown error";
 }

@@ -27,6 +27,7 @@ enum sb_err {
 	SB_ERR_TOOBIG = -14,  /* input larger than its limit */
 	SB_ERR_STATE = -15,   /* operation not valid in the current state */
 	SB_ERR_AMBIGUOUS = -16, /* a prefix matches more than one thing */
+	SB_ERR_RESET = -17,   /* connection made again: messages may be missing */
 };
 
 /* Returns a static description of err ("event refused by the schema"). */

@@ -7,6 +7,7 @@
 BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD=$(pwd)/$BUILD ;; esac
 SB=$BUILD/sanbox
+. "$(dirname "$0")/lib/proc.sh"
 export SANBOX_HOME=$(mktemp -d /tmp/sbcli.XXXXXX)
 export SANBOX_TEMPLATES=$SANBOX_HOME/tpl
 tmp=$SANBOX_HOME/t
@@ -64,7 +65,7 @@ printf '{"name":"shell","hash":"00","harness":"/bin/sh","cpus":1,"memory_mib":12
 "$SB" ps >"$tmp/ps" 2>"$tmp/err" || fail "ps in a fresh home: $(cat "$tmp/err")"
 grep -q '^RUN ' "$tmp/ps" || fail "ps prints no header: $(cat "$tmp/ps")"
 pid=$(daemon_pid)
-[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || fail "no daemon after ps"
+[ -n "$pid" ] && proc_alive "$pid" || fail "no daemon after ps"
 "$SB" daemon status --json >"$tmp/st" || fail "daemon status exit $?"
 json_lines "$tmp/st" "evs[0]['running'] is True and evs[0]['pid'] == $pid" ||
 	fail "daemon status --json: $(cat "$tmp/st")"
@@ -182,17 +183,12 @@ rc=$?
 [ $rc = 0 ] || fail "attach detached with exit $rc"
 grep -q 'detached' "$tmp/att2.err" || fail "no detach message: $(cat "$tmp/att2.err")"
 ! grep -q 'before' "$tmp/att2" || fail "attach --from printed an earlier event"
-[ "$(daemon_pid)" = "$pid" ] && kill -0 "$pid" 2>/dev/null || fail "daemon gone after detach"
+[ "$(daemon_pid)" = "$pid" ] && proc_alive "$pid" || fail "daemon gone after detach"
 "$SB" daemon status >/dev/null || fail "daemon status after detach"
 
 # -- daemon stop
 "$SB" daemon stop >"$tmp/stop" || fail "daemon stop exit $?"
-i=0
-while kill -0 "$pid" 2>/dev/null; do
-	i=$((i + 1))
-	[ $i -lt 100 ] || fail "daemon still runs after daemon stop"
-	sleep 0.05
-done
+proc_alive "$pid" && fail "daemon still runs after daemon stop returned"
 "$SB" daemon status --json >"$tmp/st" 2>/dev/null
 rc=$?
 [ $rc = 4 ] || fail "status of a stopped daemon: exit $rc, want 4"

@@ -9,6 +9,7 @@
 BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD=$(pwd)/$BUILD ;; esac
 SB=$BUILD/sanbox
+. "$(dirname "$0")/lib/proc.sh"
 export SANBOX_HOME=$(mktemp -d /tmp/sbrst.XXXXXX)
 export SANBOX_TEMPLATES=$SANBOX_HOME/tpl
 tmp=$SANBOX_HOME/t
@@ -38,15 +39,6 @@ daemon_pid() { cat "$SANBOX_HOME/sanboxd.pid" 2>/dev/null; }
 wait_stopped() {
 	i=0
 	until "$SB" events "$1" --json --type run.stopped | grep -q stopped; do
-		i=$((i + 1))
-		[ $i -lt 200 ] || return 1
-		sleep 0.05
-	done
-}
-# wait_gone PID: until the process has ended (at most 10 s)
-wait_gone() {
-	i=0
-	while kill -0 "$1" 2>/dev/null; do
 		i=$((i + 1))
 		[ $i -lt 200 ] || return 1
 		sleep 0.05
@@ -94,12 +86,12 @@ until [ "$(wc -l <"$tmp/acked")" -ge 50 ]; do
 	sleep 0.05
 done
 kill -9 "$pid1"
-wait_gone "$pid1" || fail "kill -9 did not end the daemon"
+proc_wait_gone "$pid1" || fail "kill -9 did not end the daemon"
 [ -S "$SANBOX_HOME/api.sock" ] || fail "expected a stale api.sock after kill -9"
 # the next command starts a new daemon (the appends may beat it to it)
 "$SB" daemon start >/dev/null || fail "daemon start after kill -9: $(tail -3 "$SANBOX_HOME/sanboxd.log")"
 pid2=$(daemon_pid)
-[ -n "$pid2" ] && [ "$pid2" != "$pid1" ] && kill -0 "$pid2" || fail "no new daemon ($pid1 -> $pid2)"
+[ -n "$pid2" ] && [ "$pid2" != "$pid1" ] && proc_alive "$pid2" || fail "no new daemon ($pid1 -> $pid2)"
 
 i=0
 while kill -0 "$wpid" 2>/dev/null; do
@@ -155,4 +147,25 @@ import json, sys
 r = json.load(open(sys.argv[1]))['run']
 sys.exit(0 if r['last_type'] == 'run.stopped' and r['events'] == r['last_seq'] else 1)" "$tmp/in2" ||
 	fail "run state after the restart: $(cat "$tmp/in2")"
+
+# an attach whose feed went quiet before the kill sees the new daemon's
+# events live (its feed reconnects, and what it missed comes from the log)
+R2=$("$SB" run --detach --name quiet -- true) || fail "run --detach exit $?"
+wait_stopped "$R2" || fail "run $R2 did not stop"
+last2=$("$SB" events --all --json | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["offset"])') ||
+	fail "events --all"
+"$SB" attach "$R2" --from "$((last2 + 1))" --json >"$tmp/att2" 2>"$tmp/att2.err" &
+apid=$!
+bg="$bg $apid"
+sleep 1
+kill -9 "$(daemon_pid)"
+"$SB" daemon start >/dev/null || fail "second daemon start after kill -9"
+"$SB" admin append "$R2" run.warning '{"message":"after the quiet restart"}' >/dev/null ||
+	fail "append after the quiet restart"
+i=0
+until grep -q 'after the quiet restart' "$tmp/att2"; do
+	i=$((i + 1))
+	[ $i -lt 100 ] || fail "quiet attach missed the event after the restart: $(cat "$tmp/att2.err")"
+	sleep 0.05
+done
 echo "PASS daemon_restart"
