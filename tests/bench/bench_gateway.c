@@ -13,14 +13,22 @@
  * gateway, and their ratio. The stub answers at once, so that ratio is of
  * CPU: client, gateway and stub share the machine's cores, and each call
  * through the gateway is parsed, forwarded and recorded (with a synced
- * commit) on top of the stub's work. The _20ms lines repeat it with 32
- * clients and a model that takes 20 ms to answer, as a fast real one does.
+ * commit) on top of the stub's work. A plain proxy, the same libmicrohttpd
+ * and libcurl set-up that only passes the bytes on, is measured the same
+ * way: it is the most any proxy of this design gets on this machine, and
+ * gateway.rps_vs_plain_proxy what metering and recording cost against it.
+ * A second gateway whose log does not sync its commits (never so in the
+ * daemon) shows how much of that is waiting for the disk.
+ * The _20ms lines repeat it with 32 clients and a model that takes 20 ms to
+ * answer, as a fast real one does.
  *
  * Prints only lines "bench NAME VALUE UNIT"; errors go to stderr with exit
  * status 1.
  */
 #include <curl/curl.h>
 #include <ftw.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -33,6 +41,7 @@
 #include "engine/error.h"
 #include "engine/gateway.h"
 #include "engine/log.h"
+#include "engine/models.h"
 #include "tests/bench/benchutil.h"
 
 #define LAT_CALLS    2000
@@ -108,6 +117,126 @@ static void one_call(CURL *c)
 		die("call status not 200", SB_ERR_PROTO);
 }
 
+/* --- the plain proxy: POST bodies passed to the stub, answers passed back --- */
+
+static char plain_upstream[SB_URL_MAX + 64];
+
+struct plain_call {
+	msgpack_sbuffer in;
+};
+
+struct plain_conn {
+	CURL *curl;
+};
+
+static size_t plain_keep(char *p, size_t size, size_t n, void *ctx)
+{
+	msgpack_sbuffer_write(ctx, p, size * n);
+	return size * n;
+}
+
+static enum MHD_Result plain_access(void *cls, struct MHD_Connection *c, const char *url,
+				    const char *method, const char *version,
+				    const char *data, size_t *size, void **con_cls)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct plain_conn *pc = ci ? ci->socket_context : NULL;
+	struct plain_call *k = *con_cls;
+	struct curl_slist *h = NULL;
+	struct MHD_Response *resp;
+	msgpack_sbuffer out;
+	const char *auth;
+	enum MHD_Result ret;
+	char hdr[256];
+
+	if (!k) {
+		if (!(k = calloc(1, sizeof *k)))
+			return MHD_NO;
+		msgpack_sbuffer_init(&k->in);
+		*con_cls = k;
+		return MHD_YES;
+	}
+	if (*size) {
+		msgpack_sbuffer_write(&k->in, data, *size);
+		*size = 0;
+		return MHD_YES;
+	}
+	if (!pc || (!pc->curl && !(pc->curl = curl_easy_init())))
+		return MHD_NO;
+	msgpack_sbuffer_init(&out);
+	auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+	snprintf(hdr, sizeof hdr, "Authorization: %s", auth ? auth : "");
+	h = curl_slist_append(curl_slist_append(NULL, hdr),
+			      "Content-Type: application/json");
+	curl_easy_reset(pc->curl);
+	curl_easy_setopt(pc->curl, CURLOPT_URL, plain_upstream);
+	curl_easy_setopt(pc->curl, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(pc->curl, CURLOPT_POSTFIELDS, k->in.data ? k->in.data : "");
+	curl_easy_setopt(pc->curl, CURLOPT_POSTFIELDSIZE, (long)k->in.size);
+	curl_easy_setopt(pc->curl, CURLOPT_WRITEFUNCTION, plain_keep);
+	curl_easy_setopt(pc->curl, CURLOPT_WRITEDATA, &out);
+	curl_easy_setopt(pc->curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(pc->curl, CURLOPT_TCP_NODELAY, 1L);
+	if (curl_easy_perform(pc->curl) != CURLE_OK)
+		die("plain proxy: forward", SB_ERR_IO);
+	curl_slist_free_all(h);
+	resp = MHD_create_response_from_buffer(out.size, out.data, MHD_RESPMEM_MUST_COPY);
+	MHD_add_response_header(resp, "Content-Type", "application/json");
+	ret = MHD_queue_response(c, 200, resp);
+	MHD_destroy_response(resp);
+	msgpack_sbuffer_destroy(&out);
+	return ret;
+}
+
+static void plain_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			    enum MHD_RequestTerminationCode toe)
+{
+	struct plain_call *k = *con_cls;
+
+	if (k) {
+		msgpack_sbuffer_destroy(&k->in);
+		free(k);
+		*con_cls = NULL;
+	}
+}
+
+static void plain_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+			     enum MHD_ConnectionNotificationCode code)
+{
+	struct plain_conn *pc = *socket_context;
+
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		*socket_context = calloc(1, sizeof(struct plain_conn));
+	} else if (pc) {
+		if (pc->curl)
+			curl_easy_cleanup(pc->curl);
+		free(pc);
+		*socket_context = NULL;
+	}
+}
+
+/* Starts the plain proxy in front of upstream; writes its port. */
+static struct MHD_Daemon *plain_start(const char *upstream, unsigned *port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	const union MHD_DaemonInfo *di;
+	struct MHD_Daemon *d;
+
+	snprintf(plain_upstream, sizeof plain_upstream, "%s", upstream);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	d = MHD_start_daemon(
+	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL,
+	    NULL, plain_access, NULL, MHD_OPTION_SOCK_ADDR, &sa,
+	    MHD_OPTION_NOTIFY_COMPLETED, plain_completed, NULL,
+	    MHD_OPTION_NOTIFY_CONNECTION, plain_connection, NULL, MHD_OPTION_END);
+	if (!d)
+		die("start the plain proxy", SB_ERR_IO);
+	di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+	*port = di ? di->port : 0;
+	return d;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -173,37 +302,23 @@ static double throughput(const char *url, int n)
 	return (double)atomic_load(&calls) / (bench_now() - t0);
 }
 
-int main(void)
+/* A gateway with its own log (synced unless flags say otherwise) in front
+ * of the stub, with the bench's run registered; writes its key and url. */
+static sb_gateway *gateway_start(const char *stub_url, const char *name, unsigned flags,
+				 sb_log **lg, char run_key[SB_VKEY_MAX], char url[128])
 {
-	char stub_url[SB_URL_MAX], url[SB_URL_MAX + 64], path[4096], gw_url[128];
-	double d20, g20;
 	struct sb_gateway_opts o = {0};
 	struct sb_gateway_model m[2];
 	struct sb_gateway_run r = {0};
-	double d50, d99, g50, g99, drps, grps;
+	char path[4096];
 	sb_gateway *gw;
-	sb_log *lg;
 	int rc;
 
-	if (!mkdtemp(tmpdir))
-		die("mkdtemp", SB_ERR_IO);
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	snprintf(path, sizeof path, "%s/scripts", tmpdir);
+	snprintf(path, sizeof path, "%s/%s", tmpdir, name);
 	mkdir(path, 0700);
-	write_script("echo",
-		     "{\"turns\": [{\"text\": \"echo: a fixed answer.\", \"usage\": "
-		     "{\"input_tokens\": 100, \"output_tokens\": 20}}]}");
-	write_script("model20",
-		     "{\"turns\": [{\"text\": \"a considered answer.\", \"delay_ms\": "
-		     "20, \"usage\": {\"input_tokens\": 100, \"output_tokens\": 20}}]}");
-	snprintf(path, sizeof path, "%s/scripts", tmpdir);
-	if ((rc = sb_stub_start(path, &stub_pid, stub_url)))
-		die("start the model stub", rc);
-	snprintf(path, sizeof path, "%s/log", tmpdir);
-	mkdir(path, 0700);
-	if ((rc = sb_log_open(path, 0, &lg)))
+	if ((rc = sb_log_open(path, flags, lg)))
 		die("open the log", rc);
-	o.log = lg;
+	o.log = *lg;
 	if ((rc = sb_gateway_open(&o, &gw)))
 		die("open the gateway", rc);
 	memset(m, 0, sizeof m);
@@ -223,16 +338,54 @@ int main(void)
 	r.budget_nusd = UINT64_MAX / 4;
 	r.models = m;
 	r.nmodels = 2;
-	if ((rc = sb_gateway_run_add(gw, &r, key)))
+	if ((rc = sb_gateway_run_add(gw, &r, run_key)))
 		die("register the run", rc);
-
-	snprintf(url, sizeof url, "%s/chat/completions", stub_url);
-	snprintf(gw_url, sizeof gw_url, "http://127.0.0.1:%u/v1/chat/completions",
+	snprintf(url, 128, "http://127.0.0.1:%u/v1/chat/completions",
 		 sb_gateway_port(gw));
+	return gw;
+}
+
+int main(void)
+{
+	char stub_url[SB_URL_MAX], url[SB_URL_MAX + 64], path[4096], gw_url[128],
+	    px_url[128], nosync_url[128], nosync_key[SB_VKEY_MAX], sync_key[SB_VKEY_MAX];
+	double d50, d99, g50, g99, drps, grps, prps, nrps, d20, g20;
+	struct MHD_Daemon *plain;
+	sb_gateway *gw, *gw_nosync;
+	sb_log *lg, *lg_nosync;
+	unsigned px_port;
+	int rc;
+
+	if (!mkdtemp(tmpdir))
+		die("mkdtemp", SB_ERR_IO);
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	snprintf(path, sizeof path, "%s/scripts", tmpdir);
+	mkdir(path, 0700);
+	write_script("echo",
+		     "{\"turns\": [{\"text\": \"echo: a fixed answer.\", \"usage\": "
+		     "{\"input_tokens\": 100, \"output_tokens\": 20}}]}");
+	write_script("model20",
+		     "{\"turns\": [{\"text\": \"a considered answer.\", \"delay_ms\": "
+		     "20, \"usage\": {\"input_tokens\": 100, \"output_tokens\": 20}}]}");
+	if ((rc = sb_stub_start(path, &stub_pid, stub_url)))
+		die("start the model stub", rc);
+	gw = gateway_start(stub_url, "log", 0, &lg, sync_key, gw_url);
+	gw_nosync = gateway_start(stub_url, "log-nosync", SB_LOG_NOSYNC, &lg_nosync,
+				  nosync_key, nosync_url);
+	snprintf(url, sizeof url, "%s/chat/completions", stub_url);
+	plain = plain_start(url, &px_port);
+	snprintf(px_url, sizeof px_url, "http://127.0.0.1:%u/v1/chat/completions",
+		 px_port);
+
+	memcpy(key, sync_key, sizeof key);
 	latency(url, &d50, &d99);
 	drps = throughput(url, THREADS);
+	prps = throughput(px_url, THREADS);
 	latency(gw_url, &g50, &g99);
 	grps = throughput(gw_url, THREADS);
+	memcpy(key, nosync_key, sizeof key);
+	nrps = throughput(nosync_url, THREADS);
+	memcpy(key, sync_key, sizeof key);
 	body = BODY_OF("stub/model20");
 	d20 = throughput(url, SLOW_THREADS);
 	g20 = throughput(gw_url, SLOW_THREADS);
@@ -246,10 +399,18 @@ int main(void)
 	printf("bench gateway.direct_rps %.0f requests/s\n", drps);
 	printf("bench gateway.via_rps %.0f requests/s\n", grps);
 	printf("bench gateway.rps_vs_direct %.2f ratio\n", grps / drps);
+	printf("bench gateway.plain_proxy_rps %.0f requests/s\n", prps);
+	printf("bench gateway.plain_proxy_vs_direct %.2f ratio\n", prps / drps);
+	printf("bench gateway.rps_vs_plain_proxy %.2f ratio\n", grps / prps);
+	printf("bench gateway.via_unsynced_rps %.0f requests/s\n", nrps);
+	printf("bench gateway.unsynced_vs_plain_proxy %.2f ratio\n", nrps / prps);
 	printf("bench gateway.direct_rps_20ms %.0f requests/s\n", d20);
 	printf("bench gateway.via_rps_20ms %.0f requests/s\n", g20);
 	printf("bench gateway.rps_vs_direct_20ms %.2f ratio\n", g20 / d20);
+	MHD_stop_daemon(plain);
+	sb_gateway_close(gw_nosync);
 	sb_gateway_close(gw);
+	sb_log_close(lg_nosync);
 	sb_log_close(lg);
 	cleanup();
 	return 0;
