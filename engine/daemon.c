@@ -122,26 +122,40 @@ static void on_budget_wake(void *ctx)
 
 static void on_stub_child(void *ctx, int status)
 {
-	struct sb_daemon *d = ctx;
+	struct sb_stub_proc *sp = ctx;
 
-	fprintf(stderr, "sanboxd: the model stub (pid %d) ended with status %d\n", (int)d->stub_pid,
+	fprintf(stderr, "sanboxd: the model stub (pid %d) ended with status %d\n", (int)sp->pid,
 		status);
-	d->stub_pid = 0;
-	d->stub_url[0] = 0;
-	sb_watch_stop(d->stub_child);
-	d->stub_child = NULL;
+	sp->pid = 0;
+	sb_watch_stop(sp->child);
+	sp->child = NULL;
 }
 
 int sb_daemon_stub_url(struct sb_daemon *d, const char *script_dir, char url[SB_URL_MAX])
 {
+	struct sb_stub_proc *sp = NULL;
 	int rc;
 
-	if (!d->stub_pid) {
-		if ((rc = sb_stub_start(script_dir, &d->stub_pid, d->stub_url)))
-			return rc;
-		d->stub_child = sb_loop_child(d->loop, d->stub_pid, on_stub_child, d);
+	for (int i = 0; i < SB_STUBS_MAX; i++) {
+		struct sb_stub_proc *s = &d->stubs[i];
+
+		if (s->pid && !strcmp(s->script_dir, script_dir)) {
+			memcpy(url, s->url, SB_URL_MAX);
+			return SB_OK;
+		}
+		if (!s->pid && !sp)
+			sp = s;
 	}
-	memcpy(url, d->stub_url, SB_URL_MAX);
+	if (!sp)
+		return sb_seterr(SB_ERR_FULL,
+				 "the built-in model stub runs for %d script directories already",
+				 SB_STUBS_MAX);
+	if ((rc = sb_stub_start(script_dir, &sp->pid, sp->url)))
+		return rc;
+	sp->d = d;
+	snprintf(sp->script_dir, sizeof sp->script_dir, "%s", script_dir);
+	sp->child = sb_loop_child(d->loop, sp->pid, on_stub_child, sp);
+	memcpy(url, sp->url, SB_URL_MAX);
 	return SB_OK;
 }
 
@@ -241,8 +255,10 @@ void sb_daemon_close(struct sb_daemon *d)
 		return;
 	sb_runs_close(d->runs);
 	sb_gateway_close(d->gateway); /* waits for calls in flight */
-	sb_watch_stop(d->stub_child);
-	sb_stub_stop(d->stub_pid);
+	for (int i = 0; i < SB_STUBS_MAX; i++) {
+		sb_watch_stop(d->stubs[i].child);
+		sb_stub_stop(d->stubs[i].pid);
+	}
 	sb_watch_stop(d->budget_wake);
 	free(d->budget_runs);
 	pthread_mutex_destroy(&d->budget_mu);

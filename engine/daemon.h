@@ -18,6 +18,17 @@
 #include "projections/projection.h"
 
 struct sb_runs;
+struct sb_daemon;
+
+/* The built-in model stub runs once per script directory in use. */
+#define SB_STUBS_MAX 4
+struct sb_stub_proc {
+	struct sb_daemon *d;
+	pid_t pid;                     /* 0 when not running */
+	char script_dir[SB_URL_MAX];   /* "" for its own scripts */
+	char url[SB_URL_MAX];
+	sb_watch *child;
+};
 
 struct sb_daemon_opts {
 	const char *home;        /* state directory (resolved) */
@@ -34,12 +45,11 @@ struct sb_daemon {
 	sb_bus *bus;
 	struct sb_runs *runs;
 	sb_gateway *gateway;
-	sb_watch *req_watch, *proj_wake, *sig_term, *sig_int, *budget_wake, *stub_child;
+	sb_watch *req_watch, *proj_wake, *sig_term, *sig_int, *budget_wake;
 	pthread_mutex_t budget_mu; /* guards budget_runs, filled by gateway threads */
 	char (*budget_runs)[SB_RUN_MAX];
 	size_t nbudget;
-	pid_t stub_pid;            /* the built-in model stub, 0 when not running */
-	char stub_url[SB_URL_MAX];
+	struct sb_stub_proc stubs[SB_STUBS_MAX];
 	int pid_fd;
 	double started;
 	int stopping;
@@ -61,9 +71,10 @@ void sb_daemon_close(struct sb_daemon *d);
 int sb_daemon_emit(struct sb_daemon *d, const char *run, const char *type,
 		   enum sb_source src, const void *payload, size_t len, uint64_t *offset);
 
-/* Writes the base URL of the built-in model stub into url, starting the
- * stub (with scripts from script_dir, "" for its own) when it does not run.
- * Errors: SB_ERR_UNAVAIL (it cannot start: the detail says why). */
+/* Writes the base URL of the built-in model stub with scripts from
+ * script_dir ("" for its own) into url, starting that stub when it does not
+ * run. Errors: SB_ERR_UNAVAIL (it cannot start: the detail says why),
+ * SB_ERR_FULL (SB_STUBS_MAX script directories are in use). */
 int sb_daemon_stub_url(struct sb_daemon *d, const char *script_dir, char url[SB_URL_MAX]);
 
 /* Brings the projections up to the newest event. */

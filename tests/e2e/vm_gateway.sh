@@ -196,5 +196,29 @@ ok = spent <= 24003000 and sum(u["cost_nusd"] for u in use) == spent and len(bud
 if not ok: print("race: spent %d, %d budget calls, %s ok in the guest" % (spent, len(budget_calls), sys.argv[2]))
 sys.exit(0 if ok else 1)
 EOF
+# --- 5. two built-in stub providers with their own script directories
+for n in one two; do
+	mkdir -p "$work/local-$n"
+	printf '{"turns": [{"text": "answer from script dir %s"}]}\n' "$n" >"$work/local-$n/which.json"
+done
+python3 - "$SANBOX_HOME/models.json" "$work" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+for n in ("one", "two"):
+    m["providers"]["local" + n] = {"builtin": "stub", "script_dir": "%s/local-%s" % (sys.argv[2], n)}
+    m["models"]["local%s/which" % n] = {"provider": "local" + n, "upstream": "which", "input": 1, "output": 2}
+json.dump(m, open(sys.argv[1], "w"))
+EOF
+"$SB" run --name local -m localone/which -m localtwo/which -- /bin/sh -c "
+	for n in one two; do
+		wget -q -O- --header \"Authorization: Bearer \$OPENAI_API_KEY\" \
+			--post-data '{\"model\":\"local'\$n'/which\",\"messages\":[{\"role\":\"user\",\"content\":\"which\"}]}' \
+			\$OPENAI_BASE_URL/chat/completions
+		echo
+	done" >"$work/local.out" 2>&1
+grep -q 'answer from script dir one' "$work/local.out" && grep -q 'answer from script dir two' "$work/local.out" &&
+	ok "each built-in stub provider answers from its own script directory" ||
+	bad "built-in stubs" "$(tail -n 4 "$work/local.out")"
+
 "$SB" daemon status >/dev/null && ok "daemon healthy afterwards" || bad "daemon" "not answering"
 exit $((failures > 0))
