@@ -182,20 +182,6 @@ static enum MHD_Result send_body(struct MHD_Connection *c, unsigned status,
 	return ret;
 }
 
-static const char *error_type(unsigned status)
-{
-	switch (status) {
-	case 400: return "invalid_request_error";
-	case 401: return "authentication_error";
-	case 402: return "budget_exceeded";
-	case 403: return "permission_error";
-	case 404: return "not_found_error";
-	case 413: return "request_too_large";
-	case 429: return "rate_limit_error";
-	default: return "api_error";
-	}
-}
-
 /* An error in the dialect of the route: OpenAI {"error": {...}} or
  * Anthropic {"type": "error", "error": {...}}. */
 static enum MHD_Result send_error(struct MHD_Connection *c, enum route route,
@@ -215,10 +201,12 @@ static enum MHD_Result send_error(struct MHD_Connection *c, enum route route,
 	va_end(ap);
 	if (route == R_MESSAGES)
 		j = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
-			      error_type(status), "message", msg);
+			      sb_api_error_type(SB_API_ANTHROPIC, status), "message",
+			      msg);
 	else
 		j = json_pack("{s:{s:s, s:s, s:i}}", "error", "message", msg, "type",
-			      error_type(status), "code", (int)status);
+			      sb_api_error_type(SB_API_OPENAI, status), "code",
+			      (int)status);
 	s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!s)

@@ -294,3 +294,18 @@ void sb_budget_settle(struct sb_budget *b, uint64_t reservation, uint64_t cost)
 	b->reserved -= reservation < b->reserved ? reservation : b->reserved;
 	b->spent = b->spent + cost < b->spent ? UINT64_MAX : b->spent + cost;
 }
+
+const char *sb_api_error_type(unsigned api, unsigned status)
+{
+	switch (status) {
+	case 400: return "invalid_request_error";
+	case 401: return "authentication_error";
+	case 402: return "budget_exceeded";
+	case 403: return "permission_error";
+	case 404: return "not_found_error";
+	case 413: return "request_too_large";
+	case 429: return "rate_limit_error";
+	case 529: return "overloaded_error";
+	}
+	return api == SB_API_ANTHROPIC ? "api_error" : "server_error";
+}

@@ -32,6 +32,10 @@ struct sb_mreq {
 	uint64_t max_tokens; /* asked for; 0 = none given */
 };
 
+/* The error "type" of dialect api (SB_API_OPENAI or SB_API_ANTHROPIC) for
+ * an HTTP status, as the providers name them in their error bodies. */
+const char *sb_api_error_type(unsigned api, unsigned status);
+
 /* Parses a request body of dialect api into rq (free with sb_mreq_free).
  * Errors: SB_ERR_INVAL with a detail fit for the HTTP 400 answer. */
 int sb_mreq_parse(unsigned api, const char *body, size_t len, struct sb_mreq *rq);

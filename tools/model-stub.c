@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "engine/error.h"
+#include "engine/meter.h"
 
 #define STUB_BODY_MAX (16u << 20) /* largest request body accepted */
 
@@ -136,29 +137,17 @@ static size_t content_bytes(json_t *v)
 	return 0;
 }
 
-static const char *error_type(enum dialect d, int status)
-{
-	switch (status) {
-	case 400: return "invalid_request_error";
-	case 401: return "authentication_error";
-	case 402: return "budget_exceeded";
-	case 403: return "permission_error";
-	case 404: return "not_found_error";
-	case 413: return "request_too_large";
-	case 429: return "rate_limit_error";
-	case 529: return "overloaded_error";
-	}
-	return d == DIALECT_ANTHROPIC ? "api_error" : "server_error";
-}
-
 /* The error body of dialect d (the caller owns the reference). */
 static json_t *error_body(enum dialect d, int status, const char *msg)
 {
+	const char *type = sb_api_error_type(
+	    d == DIALECT_ANTHROPIC ? SB_API_ANTHROPIC : SB_API_OPENAI, (unsigned)status);
+
 	if (d == DIALECT_ANTHROPIC)
-		return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
-				 error_type(d, status), "message", msg);
-	return json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type",
-			 error_type(d, status), "param", "code");
+		return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", type,
+				 "message", msg);
+	return json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type", type,
+			 "param", "code");
 }
 
 static void log_request(const char *path, const char *model, const char *auth, int stream,

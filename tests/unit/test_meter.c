@@ -371,6 +371,16 @@ static void test_budget_never_overspends(void **state)
 	}
 }
 
+/* Error types as each provider names them. */
+static void test_error_types(void **state)
+{
+	assert_string_equal(sb_api_error_type(SB_API_OPENAI, 402), "budget_exceeded");
+	assert_string_equal(sb_api_error_type(SB_API_ANTHROPIC, 429), "rate_limit_error");
+	assert_string_equal(sb_api_error_type(SB_API_ANTHROPIC, 529), "overloaded_error");
+	assert_string_equal(sb_api_error_type(SB_API_OPENAI, 502), "server_error");
+	assert_string_equal(sb_api_error_type(SB_API_ANTHROPIC, 502), "api_error");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -386,6 +396,7 @@ int main(void)
 	    cmocka_unit_test(test_sse_long_line_refused),
 	    cmocka_unit_test(test_budget_caps_and_refuses),
 	    cmocka_unit_test(test_budget_never_overspends),
+	    cmocka_unit_test(test_error_types),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
