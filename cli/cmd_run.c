@@ -119,13 +119,15 @@ int cmd_run(int argc, char **argv)
 		{"name", required_argument, NULL, 'n'},     {"group", required_argument, NULL, 'g'},
 		{"model", required_argument, NULL, 'm'},    {"budget", required_argument, NULL, 'b'},
 		{"secret", required_argument, NULL, 's'},   {"accel", required_argument, NULL, 'a'},
-		{"on-budget", required_argument, NULL, 'o'},
+		{"on-budget", required_argument, NULL, 'o'}, {"net", required_argument, NULL, 'N'},
+		{"allow", required_argument, NULL, 'A'},
 		{"detach", no_argument, NULL, 'd'},         {"json", no_argument, NULL, 'j'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *tmpl = "shell", *name = NULL, *group = NULL, *accel = NULL, *on_budget = NULL;
+	const char *tmpl = "shell", *name = NULL, *group = NULL, *accel = NULL, *on_budget = NULL,
+		   *net = NULL;
 	uint64_t cpus = 0, mem = 0, timeout = 0, budget = 0;
-	struct list inputs = {0}, env = {0}, secrets = {0}, models = {0};
+	struct list inputs = {0}, env = {0}, secrets = {0}, models = {0}, allow = {0};
 	struct run_ctx rc_ctx = {0};
 	struct sb_follow_opts fo = {0};
 	struct cli_req r;
@@ -174,6 +176,8 @@ int cmd_run(int argc, char **argv)
 		case 'g': group = optarg; break;
 		case 'm': if (list_add(&models, optarg, "--model")) return 1; break;
 		case 'a': accel = optarg; break;
+		case 'N': net = optarg; break;
+		case 'A': if (list_add(&allow, optarg, "--allow")) return 1; break;
 		case 'd': detach_opt = 1; break;
 		case 'j': rc_ctx.json = 1; break;
 		default: return cli_usage("run");
@@ -185,7 +189,7 @@ int cmd_run(int argc, char **argv)
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 
-	nspec = 10 + !!name + !!group + !!models.n * 2 + !!accel + !!on_budget;
+	nspec = 10 + !!name + !!group + !!models.n * 2 + !!accel + !!on_budget + !!net + !!allow.n;
 	cli_req_begin(&r, "run.create", 1);
 	sb_pack_str(&r.pk, "spec");
 	msgpack_pack_map(&r.pk, nspec);
@@ -203,6 +207,10 @@ int cmd_run(int argc, char **argv)
 		sb_pack_kstr(&r.pk, "on_budget", on_budget);
 	if (accel)
 		sb_pack_kstr(&r.pk, "accel", accel);
+	if (net)
+		sb_pack_kstr(&r.pk, "network", net);
+	if (allow.n)
+		pack_strs(&r.pk, "allow", allow.v, allow.n);
 	if (has_cmd) {
 		pack_strs(&r.pk, "argv", (const char *const *)argv + optind, argc - optind);
 		sb_pack_kstr(&r.pk, "prompt", "");

@@ -15,7 +15,7 @@ static const struct cli_cmd commands[] = {
 	 "usage: sanbox run [-t TEMPLATE] [--cpu N] [--memory SIZE] [--timeout DURATION]\n"
 	 "                  [--input PATH]... [--env K=V]... [--name NAME] [--group GROUP]\n"
 	 "                  [-m MODEL]... [--budget USD] [--on-budget stop|continue]\n"
-	 "                  [--secret NAME[:env|:model]]...\n"
+	 "                  [--secret NAME[:env|:model]]... [--net none|acl [--allow GRANT]...]\n"
 	 "                  [--accel auto|kvm|tcg] [--detach] [--json] [-- COMMAND... | PROMPT]\n"
 	 "\n"
 	 "Resolves the run's template, limits, inputs, env, secrets, model and budget,\n"
@@ -38,6 +38,11 @@ static const struct cli_cmd commands[] = {
 	 "                        without model access\n"
 	 "  --secret NAME[:SCOPE] grant a secret: scope env (default: the harness gets\n"
 	 "                        it as $NAME) or model (the gateway only)\n"
+	 "  --net MODE            network: none (default: no network device; the model\n"
+	 "                        is reached through the gateway only) or acl (a\n"
+	 "                        default-deny tap; not available in this version)\n"
+	 "  --allow GRANT         with --net acl: [tcp/|udp/]HOST:PORT[-PORT], HOST a\n"
+	 "                        name, address or CIDR block (repeatable)\n"
 	 "  --name NAME, --group GROUP   label the run\n"
 	 "  --detach              print the run id and return\n"},
 	{"attach", cmd_attach, "print a run's events and follow it live",

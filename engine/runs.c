@@ -28,6 +28,7 @@
 #include "engine/spec.h"
 #include "engine/template.h"
 #include "engine/tunnel.h"
+#include "netpolicy/netpolicy.h"
 #include "projections/views.h"
 #include "vmm/accel.h"
 #include "vmm/chan.h"
@@ -778,6 +779,7 @@ struct spec {
 	uint64_t cpus, memory_mib, timeout_s;
 	const msgpack_object *argv, *env, *inputs;
 	size_t input_bytes;
+	struct sb_netpolicy net;
 };
 
 /* Checks an input file path: relative, no "..", no empty parts. */
@@ -810,7 +812,8 @@ static int spec_parse(const msgpack_object *m, struct spec *s)
 	    (rc = sb_spec_strs(m, "env", 4096, &s->env)) ||
 	    (rc = sb_spec_u64(m, "cpus", 64, &s->cpus)) ||
 	    (rc = sb_spec_u64(m, "memory_mib", 1u << 20, &s->memory_mib)) ||
-	    (rc = sb_spec_u64(m, "timeout_s", 366ull * 86400, &s->timeout_s)))
+	    (rc = sb_spec_u64(m, "timeout_s", 366ull * 86400, &s->timeout_s)) ||
+	    (rc = sb_netpolicy_resolve(m, &s->net)))
 		return rc;
 	if (strcmp(s->accel, "auto") && strcmp(s->accel, "kvm") && strcmp(s->accel, "tcg"))
 		return sb_seterr(SB_ERR_INVAL, "spec: accel must be auto, kvm or tcg");
@@ -939,13 +942,13 @@ static int emit_resolved(struct sb_runs *rs, const char *id, const struct spec *
 	sb_pack_kstr(&pa, "group", s->group);
 	sb_pack_kstr(&pa, "template", s->tmpl);
 	sb_pack_kstr(&pa, "model", acc->model);
-	msgpack_pack_map(&pb, 16);
+	msgpack_pack_map(&pb, 17);
 	sb_pack_kstr(&pb, "template_hash", t->hash);
 	sb_pack_kstr(&pb, "kernel", t->kernel_version);
 	sb_pack_ku64(&pb, "cpus", cpus);
 	sb_pack_ku64(&pb, "memory_mib", mem);
 	sb_pack_ku64(&pb, "timeout_s", timeout);
-	sb_pack_kstr(&pb, "network", "none");
+	sb_netpolicy_pack(&s->net, &pb); /* 2 pairs */
 	sb_access_pack_policy(acc, &pb); /* 6 pairs */
 	sb_pack_kstr(&pb, "accel", s->accel);
 	sb_pack_str(&pb, "argv");

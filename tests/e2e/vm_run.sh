@@ -29,4 +29,20 @@ print("ok" if got==want else got)')
 [ -s "$SANBOX_HOME/runs/$R/console.log" ] && ok "console log kept" || bad "console" "empty"
 st=$("$SB" inspect "$R" --json | python3 -c 'import json,sys; r=json.load(sys.stdin)["run"]; print(r["status"], r["exit_status"])')
 [ "$st" = "exited 3" ] && ok "projection: exited 3" || bad "projection" "$st"
+has_event "$R" "e['type']=='run.policy.resolved' and e['payload']['network']=='none' and e['payload']['allow']==[]" &&
+	ok "policy: network none, no grants" || bad "policy network" "$(events_json "$R" | grep policy.resolved)"
+
+# network acl is refused before anything is recorded; grants are checked first
+n0=$("$SB" events --all --json | wc -l)
+out=$("$SB" run --net acl --allow api.example.com:443 -- true 2>&1)
+rc=$?
+[ "$rc" = 1 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] &&
+	echo "$out" | grep -q "network acl is not available" &&
+	ok "net acl: refused in one line" || bad "net acl" "rc $rc: $out"
+out=$("$SB" run --net acl --allow 10.0.0.1/8:80 -- true 2>&1)
+echo "$out" | grep -q "host bits set" && ok "bad grant named" || bad "bad grant" "$out"
+out=$("$SB" run --allow api.example.com:443 -- true 2>&1)
+echo "$out" | grep -q "need network acl" && ok "grants without acl refused" || bad "allow without acl" "$out"
+[ "$("$SB" events --all --json | wc -l)" = "$n0" ] && ok "refused runs write nothing" ||
+	bad "refused runs" "events were written"
 exit $((failures > 0))

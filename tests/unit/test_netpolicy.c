@@ -1,0 +1,169 @@
+/* test_netpolicy.c - network grants (parse, canonical form, refusals) and
+ * the resolution of a run spec's network fields. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "engine/mpack.h"
+#include "netpolicy/netpolicy.h"
+#include "testutil.h"
+
+/* Parses text and checks its canonical form. */
+static void grant_ok(const char *text, const char *canon, int family, int prefix, int udp,
+		     int lo, int hi)
+{
+	struct sb_net_grant g;
+	char out[SB_NET_HOST_MAX + 32];
+
+	if (sb_net_grant_parse(text, strlen(text), &g) != SB_OK)
+		fail_msg("'%s' refused: %s", text, sb_errmsg(SB_ERR_INVAL));
+	sb_net_grant_format(&g, out, sizeof out);
+	assert_string_equal(out, canon);
+	assert_int_equal(g.family, family);
+	assert_int_equal(g.prefix, prefix);
+	assert_int_equal(g.udp, udp);
+	assert_int_equal(g.port_lo, lo);
+	assert_int_equal(g.port_hi, hi);
+	/* the canonical form reads back as itself */
+	assert_int_equal(sb_net_grant_parse(out, strlen(out), &g), SB_OK);
+	sb_net_grant_format(&g, out, sizeof out);
+	assert_string_equal(out, canon);
+}
+
+static void test_grants_parse(void **state)
+{
+	grant_ok("api.github.com:443", "api.github.com:443", 0, 0, 0, 443, 443);
+	grant_ok("tcp/API.GitHub.com:443", "api.github.com:443", 0, 0, 0, 443, 443);
+	grant_ok("*.pypi.org:80-443", "*.pypi.org:80-443", 0, 0, 0, 80, 443);
+	grant_ok("udp/10.0.0.53:53", "udp/10.0.0.53:53", 4, 32, 1, 53, 53);
+	grant_ok("10.0.0.0/8:5432", "10.0.0.0/8:5432", 4, 8, 0, 5432, 5432);
+	grant_ok("0.0.0.0/0:443", "0.0.0.0/0:443", 4, 0, 0, 443, 443);
+	grant_ok("[2001:DB8::/32]:443", "[2001:db8::/32]:443", 6, 32, 0, 443, 443);
+	grant_ok("[::1]:8080", "[::1]:8080", 6, 128, 0, 8080, 8080);
+	grant_ok("x1.example:1-65535", "x1.example:1-65535", 0, 0, 0, 1, 65535);
+}
+
+static void test_grants_refused(void **state)
+{
+	static const char *const bad[] = {
+	    "",
+	    "example.com",	    /* no port */
+	    "example.com:0",	    /* port 0 */
+	    "example.com:65536",    /* past 65535 */
+	    "example.com:443-80",   /* reversed range */
+	    "example.com:http",	    /* not a number */
+	    "example.com:-5",	    /* no low end */
+	    "sctp/example.com:80",  /* unknown protocol */
+	    "exa_mple.com:80",	    /* bad character */
+	    "-lead.example:80",	    /* label starts with '-' */
+	    "trail-.example:80",    /* label ends with '-' */
+	    "a..b:80",		    /* empty label */
+	    "example.com.:80",	    /* trailing dot */
+	    "10.0.0:80",	    /* neither address nor name */
+	    "300.1.1.1:80",	    /* not an address */
+	    "10.0.0.1/8:80",	    /* host bits set */
+	    "10.0.0.0/33:80",	    /* prefix too long */
+	    "10.0.0.0/:80",	    /* empty prefix */
+	    "2001:db8::1:443",	    /* IPv6 without brackets */
+	    "[2001:db8::1:443",	    /* no closing bracket */
+	    "[2001:db8::1]443",	    /* no colon after it */
+	    "[example.com]:443",    /* brackets hold an IPv6 address only */
+	    "[2001:db8::1/64]:443", /* host bits set */
+	    "*.:80",		    /* nothing after the wildcard */
+	    "a.*.example:80",	    /* wildcard inside */
+	};
+	struct sb_net_grant g;
+	char longname[400];
+
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		if (sb_net_grant_parse(bad[i], strlen(bad[i]), &g) != SB_ERR_INVAL)
+			fail_msg("'%s' accepted", bad[i]);
+	/* the detail quotes the grant */
+	assert_int_equal(sb_net_grant_parse("10.0.0.1/8:80", 13, &g), SB_ERR_INVAL);
+	assert_non_null(strstr(sb_errmsg(SB_ERR_INVAL), "'10.0.0.1/8:80'"));
+	assert_non_null(strstr(sb_errmsg(SB_ERR_INVAL), "host bits"));
+	/* a label of 64 bytes, a name past 253, a NUL inside */
+	memset(longname, 'a', 64);
+	strcpy(longname + 64, ".example:80");
+	assert_int_equal(sb_net_grant_parse(longname, strlen(longname), &g),
+			 SB_ERR_INVAL);
+	for (int i = 0; i < 300; i += 2) {
+		longname[i] = 'a';
+		longname[i + 1] = '.';
+	}
+	strcpy(longname + 300, "ex:80");
+	assert_int_equal(sb_net_grant_parse(longname, strlen(longname), &g),
+			 SB_ERR_INVAL);
+	assert_int_equal(sb_net_grant_parse("a.example:80", 12, &g), SB_OK);
+	assert_int_equal(sb_net_grant_parse("a\0example:80", 12, &g), SB_ERR_INVAL);
+}
+
+/* Resolves the spec given as JSON text. */
+static int resolve(const char *json, struct sb_netpolicy *p)
+{
+	msgpack_sbuffer sb;
+	msgpack_zone zone;
+	msgpack_object spec;
+	int rc;
+
+	tu_json(&sb, json);
+	msgpack_zone_init(&zone, 1024);
+	assert_int_equal(sb_payload_parse(sb.data, sb.size, &zone, &spec), SB_OK);
+	rc = sb_netpolicy_resolve(&spec, p);
+	msgpack_zone_destroy(&zone);
+	msgpack_sbuffer_destroy(&sb);
+	return rc;
+}
+
+static void test_resolve(void **state)
+{
+	struct sb_netpolicy p;
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_zone zone;
+	msgpack_object out;
+	char mode[8];
+
+	assert_int_equal(resolve("{}", &p), SB_OK);
+	assert_int_equal(p.mode, SB_NET_NONE);
+	assert_int_equal(p.ngrants, 0);
+	assert_int_equal(resolve("{'network': 'none', 'allow': []}", &p), SB_OK);
+	assert_int_equal(resolve("{'network': 'bridge'}", &p), SB_ERR_INVAL);
+	assert_int_equal(resolve("{'network': 1}", &p), SB_ERR_INVAL);
+	assert_int_equal(resolve("{'allow': 'x:1'}", &p), SB_ERR_INVAL);
+	assert_int_equal(resolve("{'allow': ['example.com:443']}", &p), SB_ERR_INVAL);
+	assert_non_null(strstr(sb_errmsg(SB_ERR_INVAL), "need network acl"));
+	/* acl is refused as a whole, but a bad grant is named first */
+	assert_int_equal(resolve("{'network': 'acl', 'allow': ['x']}", &p), SB_ERR_INVAL);
+	assert_int_equal(resolve("{'network': 'acl', 'allow': ['x.io:1']}", &p),
+			 SB_ERR_INVAL);
+	assert_non_null(strstr(sb_errmsg(SB_ERR_INVAL), "not available in this version"));
+	assert_int_equal(resolve("{'network': 'acl'}", &p), SB_ERR_INVAL);
+
+	/* what run.policy.resolved records */
+	assert_int_equal(resolve("{}", &p), SB_OK);
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2);
+	sb_netpolicy_pack(&p, &pk);
+	msgpack_zone_init(&zone, 256);
+	assert_int_equal(sb_payload_parse(sb.data, sb.size, &zone, &out), SB_OK);
+	assert_int_equal(sb_map_str(&out, "network", mode, sizeof mode), 4);
+	assert_string_equal(mode, "none");
+	assert_int_equal(sb_map_get(&out, "allow")->type, MSGPACK_OBJECT_ARRAY);
+	assert_int_equal(sb_map_get(&out, "allow")->via.array.size, 0);
+	msgpack_zone_destroy(&zone);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_grants_parse),
+	    cmocka_unit_test(test_grants_refused),
+	    cmocka_unit_test(test_resolve),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
