@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <msgpack.h>
+#include <signal.h>
 #include <stdint.h>
 
 #include "engine/bus.h"
@@ -40,6 +41,13 @@ extern const char *cli_remote, *cli_token, *cli_ca;
 
 /* Points fo at the daemon in use (local or remote) with its token. */
 void cli_follow_init(struct sb_follow_opts *fo);
+
+/* Set when Ctrl-C ends a cli_follow_live follow; the run keeps going. */
+extern volatile sig_atomic_t cli_detached;
+
+/* Sets fo up (cli_follow_init) to follow run live until Ctrl-C, whose
+ * handler it installs: Ctrl-C sets cli_detached and stops the follow. */
+void cli_follow_live(struct sb_follow_opts *fo, const char *run);
 
 /* Prints "sanbox: <msg>" on stderr and returns the exit code for err. */
 int cli_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,6 +1,5 @@
 /* cmd_attach.c - sanbox attach: print a run's events, then follow live. */
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,14 +7,6 @@
 #include "cli/cli.h"
 #include "engine/error.h"
 #include "engine/payload.h"
-
-static volatile sig_atomic_t detach;
-
-static void on_sigint(int sig)
-{
-	(void)sig;
-	detach = 1;
-}
 
 struct attach_ctx {
 	int json;
@@ -36,7 +27,6 @@ int cmd_attach(int argc, char **argv)
 	};
 	struct sb_follow_opts fo = {0};
 	struct attach_ctx ac = {0};
-	struct sigaction sa;
 	char run[SB_RUN_MAX];
 	sb_client *c;
 	int ch, rc;
@@ -56,16 +46,10 @@ int cmd_attach(int argc, char **argv)
 		sb_client_close(c);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	}
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_sigint;
-	sigaction(SIGINT, &sa, NULL);
-	cli_follow_init(&fo);
-	fo.run = run;
-	fo.follow = 1;
-	fo.stop = &detach;
+	cli_follow_live(&fo, run);
 	rc = sb_follow(c, &fo, attach_cb, &ac);
 	sb_client_close(c);
-	if (detach && !ac.json)
+	if (cli_detached && !ac.json)
 		fprintf(stderr, "sanbox: detached from run %s; it keeps running\n", run);
 	return rc < 0 ? cli_fail(rc, "%s", sb_errmsg(rc)) : 0;
 }

@@ -71,6 +71,7 @@ static int stop(void)
 	struct cli_req r;
 	struct sb_reply rep;
 	sb_client *c;
+	uint64_t live = 0;
 	int rc;
 
 	if (cli_connect(0, &c)) {
@@ -79,14 +80,20 @@ static int stop(void)
 	}
 	cli_req_begin(&r, "daemon.stop", 0);
 	rc = cli_call(c, &r, &rep);
+	if (rc == SB_OK)
+		live = sb_map_u64(&rep.map, "runs_stopped", 0);
 	sb_reply_free(&rep);
 	sb_client_close(c);
-	if (rc)
+	if (rc && rc != SB_ERR_UNAVAIL) /* UNAVAIL: it is stopping already */
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	/* wait until it has exited, so a following start does not race it */
 	if (!pidfile_wait_free(30000))
 		return cli_fail(SB_ERR_TIMEOUT, "sanboxd still runs 30 s after it was asked to stop");
-	printf("sanboxd: stopped\n");
+	if (live)
+		printf("sanboxd: stopped (%llu live run%s stopped, reason daemon-stop)\n",
+		       (unsigned long long)live, live == 1 ? "" : "s");
+	else
+		printf("sanboxd: stopped\n");
 	return 0;
 }
 

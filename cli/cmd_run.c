@@ -1,7 +1,6 @@
 /* cmd_run.c - sanbox run: resolve a run, start it, and follow it. */
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,14 +99,6 @@ static int run_cb(void *vctx, const struct sb_event *ev, const msgpack_object *p
 		return 1;
 	}
 	return 0;
-}
-
-static volatile sig_atomic_t detach;
-
-static void on_sigint(int sig)
-{
-	(void)sig;
-	detach = 1;
 }
 
 int cmd_run(int argc, char **argv)
@@ -258,16 +249,12 @@ int cmd_run(int argc, char **argv)
 		sb_client_close(c);
 		return 0;
 	}
-	signal(SIGINT, on_sigint);
-	cli_follow_init(&fo);
-	fo.run = run;
-	fo.follow = 1;
-	fo.stop = &detach;
+	cli_follow_live(&fo, run);
 	rc = sb_follow(c, &fo, run_cb, &rc_ctx);
 	sb_client_close(c);
 	if (rc < 0)
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	if (detach) {
+	if (cli_detached) {
 		fprintf(stderr, "sanbox: detached from run %s; it keeps running ('sanbox attach %s')\n",
 			run, run);
 		return 0;
@@ -283,6 +270,8 @@ int cmd_run(int argc, char **argv)
 		fprintf(stderr, "sanbox: run %s stopped: its LLM budget is spent\n", run);
 		return EXIT_BUDGET;
 	}
+	if (!strcmp(rc_ctx.reason, "daemon-stop"))
+		fprintf(stderr, "sanbox: run %s stopped: sanboxd was stopped\n", run);
 	if (rc_ctx.has_exit)
 		return (int)(rc_ctx.exit_status & 0xff);
 	return 143; /* stopped before the harness exited */

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,27 @@ void cli_follow_init(struct sb_follow_opts *fo)
 	fo->home = cli_remote ? cli_remote : cli_home;
 	fo->ca_pem = cli_ca;
 	fo->token = cli_token;
+}
+
+volatile sig_atomic_t cli_detached;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	cli_detached = 1;
+}
+
+void cli_follow_live(struct sb_follow_opts *fo, const char *run)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_sigint;
+	sigaction(SIGINT, &sa, NULL);
+	cli_follow_init(fo);
+	fo->run = run;
+	fo->follow = 1;
+	fo->stop = &cli_detached;
 }
 
 int cli_call(sb_client *c, struct cli_req *r, struct sb_reply *rep)

@@ -74,7 +74,8 @@ static const struct cli_cmd commands[] = {
 	 "usage: sanbox daemon start|stop|status [--json]\n"
 	 "\n"
 	 "The CLI starts an embedded daemon by itself when none runs; these\n"
-	 "commands control it explicitly. Its log is STATE_DIR/sanboxd.log.\n"},
+	 "commands control it explicitly. Its log is STATE_DIR/sanboxd.log.\n"
+	 "stop first stops the live runs (reason daemon-stop), then the daemon.\n"},
 	{"admin", cmd_admin, "maintenance: reproject, tokens, append",
 	 "usage: sanbox admin reproject\n"
 	 "       sanbox admin token create\n"

@@ -490,9 +490,11 @@ static int op_group_stop(struct req *r)
 
 static int op_daemon_stop(struct req *r)
 {
-	r->d->stopping = 1;
-	sb_loop_break(r->d->loop);
-	reply_begin(r, 0);
+	unsigned live = sb_runs_active(r->d->runs);
+
+	sb_daemon_stop(r->d);
+	reply_begin(r, 1);
+	sb_pack_ku64(&r->pk, "runs_stopped", live);
 	return SB_OK;
 }
 

@@ -72,9 +72,11 @@ static void on_request(void *ctx, int revents)
 	int remote, rc;
 
 	msgpack_sbuffer_init(&out);
-	while (!d->stopping && (rc = sb_bus_request_next(d->bus, &req, &len, &remote)) != SB_END) {
+	while ((rc = sb_bus_request_next(d->bus, &req, &len, &remote)) != SB_END) {
 		out.size = 0;
-		if (rc == SB_OK)
+		if (rc == SB_OK && d->stopping)
+			sb_wire_error(&out, SB_ERR_UNAVAIL, "sanboxd is stopping");
+		else if (rc == SB_OK)
 			sb_api_handle(d, req, len, remote, &out);
 		else
 			sb_wire_error(&out, rc, sb_errmsg(rc));
@@ -159,12 +161,29 @@ int sb_daemon_stub_url(struct sb_daemon *d, const char *script_dir, char url[SB_
 	return SB_OK;
 }
 
-static void on_signal(void *ctx)
+static void on_drain_timeout(void *ctx)
 {
 	struct sb_daemon *d = ctx;
 
-	d->stopping = 1;
 	sb_loop_break(d->loop);
+}
+
+void sb_daemon_stop(struct sb_daemon *d)
+{
+	if (d->stopping)
+		return;
+	d->stopping = 1;
+	if (!sb_runs_active(d->runs)) {
+		sb_loop_break(d->loop);
+		return;
+	}
+	sb_runs_stop_all(d->runs, "daemon-stop");
+	d->stop_w = sb_loop_timer(d->loop, SB_DAEMON_DRAIN_S, 0, on_drain_timeout, d);
+}
+
+static void on_signal(void *ctx)
+{
+	sb_daemon_stop(ctx);
 }
 
 /* Takes the pid file lock, so one daemon runs per state directory. */
@@ -266,6 +285,7 @@ void sb_daemon_close(struct sb_daemon *d)
 	sb_watch_stop(d->proj_wake);
 	sb_watch_stop(d->sig_term);
 	sb_watch_stop(d->sig_int);
+	sb_watch_stop(d->stop_w);
 	if (d->log)
 		sb_log_set_hook(d->log, NULL, NULL);
 	sb_bus_close(d->bus);

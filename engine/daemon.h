@@ -37,6 +37,8 @@ struct sb_daemon_opts {
 	uint16_t gateway_port;   /* 0: an ephemeral port on 127.0.0.1 */
 };
 
+#define SB_DAEMON_DRAIN_S 20.0 /* how long stopping waits for runs to end */
+
 struct sb_daemon {
 	char home[PATH_MAX];
 	sb_loop *loop;
@@ -45,7 +47,7 @@ struct sb_daemon {
 	sb_bus *bus;
 	struct sb_runs *runs;
 	sb_gateway *gateway;
-	sb_watch *req_watch, *proj_wake, *sig_term, *sig_int, *budget_wake;
+	sb_watch *req_watch, *proj_wake, *sig_term, *sig_int, *budget_wake, *stop_w;
 	pthread_mutex_t budget_mu; /* guards budget_runs, filled by gateway threads */
 	char (*budget_runs)[SB_RUN_MAX];
 	size_t nbudget;
@@ -63,7 +65,14 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out);
 /* Runs the loop until a stop request or SIGTERM/SIGINT. */
 void sb_daemon_run(struct sb_daemon *d);
 
-/* Closes everything (NULL is fine). Running VMs are left running. */
+/* Begins stopping (a stop request, SIGTERM or SIGINT): requests from now on
+ * are refused, every live run is stopped (reason "daemon-stop": SIGTERM to
+ * its harness, then its VM is ended), and the loop ends once they all have,
+ * or after SB_DAEMON_DRAIN_S. */
+void sb_daemon_stop(struct sb_daemon *d);
+
+/* Closes everything (NULL is fine). A VM still running (the drain ran out)
+ * is left to the next daemon, which ends it. */
 void sb_daemon_close(struct sb_daemon *d);
 
 /* Appends one host event for run and returns its offset in *offset (may be

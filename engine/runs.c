@@ -752,7 +752,8 @@ static void crash_reason(struct run *r, int status, char *buf, size_t cap)
 static void on_child(void *ctx, int status)
 {
 	struct run *r = ctx;
-	struct sb_daemon *d = r->owner->d;
+	struct sb_runs *rs = r->owner;
+	struct sb_daemon *d = rs->d;
 	char reason[512];
 
 	/* child_w is stopped; run_free frees it (safe inside its callback) */
@@ -770,6 +771,8 @@ static void on_child(void *ctx, int status)
 	}
 	run_unlink(r);
 	run_free(r);
+	if (d->stopping && !rs->active)
+		sb_loop_break(d->loop);
 }
 
 /* --- creating and starting --- */
@@ -1142,4 +1145,10 @@ int sb_runs_stop(struct sb_runs *rs, const char *id, const char *reason)
 		return sb_seterr(SB_ERR_STATE, "run %s is not running (%s)", id, st.status);
 	/* a record without a VM (e.g. it never started): close it */
 	return emit_strs(rs->d, id, "run.stopped", "reason", reason, NULL);
+}
+
+void sb_runs_stop_all(struct sb_runs *rs, const char *reason)
+{
+	for (struct run *r = rs->live; r; r = r->next)
+		run_stop(r, reason);
 }

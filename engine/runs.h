@@ -23,7 +23,8 @@ struct sb_runs;
  * SANBOX_BOOT_TIMEOUT), SB_ERR_NOMEM, SB_ERR_IO. */
 int sb_runs_open(struct sb_daemon *d, struct sb_runs **out);
 
-/* Stops watching runs (their VMs keep running) and frees (NULL is fine). */
+/* Stops watching runs and frees (NULL is fine). A VM still running is
+ * left to the next daemon's reconciliation. */
 void sb_runs_close(struct sb_runs *r);
 
 /* Creates and starts a run from spec; writes its id into run. A run that
@@ -40,6 +41,10 @@ int sb_runs_create(struct sb_runs *r, const msgpack_object *spec, char run[SB_RU
  * grace period. reason goes into run.stopped. Errors: SB_ERR_NOTFOUND,
  * SB_ERR_STATE (the run is not running). */
 int sb_runs_stop(struct sb_runs *r, const char *run, const char *reason);
+
+/* Stops every run with a live VM as sb_runs_stop does. Once the daemon is
+ * stopping (sb_daemon.stopping), the last run to end breaks its loop. */
+void sb_runs_stop_all(struct sb_runs *r, const char *reason);
 
 /* Number of runs with a live VM. */
 unsigned sb_runs_active(struct sb_runs *r);

@@ -38,4 +38,30 @@ seen=$("$SB" fs cat "$S" seen.txt)
 case "$seen" in *a.txt*) bad "isolation" "run saw another run's file" ;; *) ok "runs do not see each other's files" ;; esac
 [ "$("$SB" fs cat "$T" a.txt)" = mine ] && ok "timed-out run's files kept" || bad "files" "a.txt missing"
 "$SB" daemon status >/dev/null && ok "daemon healthy afterwards" || bad "daemon" "not answering"
+
+# stopping the daemon stops its live runs: none is left running unsupervised
+"$SB" run --name drained -- sleep 120 >"$SANBOX_HOME/drained.out" 2>&1 &
+dpid=$!
+for i in $(seq 1 120); do
+	grep -q harness.input.ready "$SANBOX_HOME/drained.out" && break
+	sleep 0.5
+done
+D=$("$SB" ps --json | python3 -c 'import json,sys; print([r["run"] for r in json.load(sys.stdin) if r["name"]=="drained"][0])')
+qpid=$(cat "$SANBOX_HOME/runs/$D/qemu.pid")
+out=$("$SB" daemon stop)
+[ "$out" = "sanboxd: stopped (1 live run stopped, reason daemon-stop)" ] &&
+	ok "daemon stop names the runs it stopped" || bad "daemon stop" "$out"
+wait $dpid
+drc=$?
+[ "$drc" = 143 ] && grep -q "stopped: sanboxd was stopped" "$SANBOX_HOME/drained.out" &&
+	ok "attached run: exit 143, says why" || bad "attached run" "exit $drc: $(tail -n 1 "$SANBOX_HOME/drained.out")"
+if kill -0 "$qpid" 2>/dev/null && [ "$(awk '{print $3}' /proc/$qpid/stat)" != Z ]; then
+	bad "daemon stop" "the run's QEMU still runs"
+else
+	ok "daemon stop ended the run's VM"
+fi
+has_event "$D" "e['type']=='run.stopped' and e['payload']['reason']=='daemon-stop'" &&
+	ok "run.stopped reason daemon-stop" || bad "daemon-stop" "$(events_json "$D" | tail -n 2)"
+has_event "$D" "e['type']=='run.failed'" && bad "daemon restart" "a drained run was marked failed" ||
+	ok "restart finds nothing to reconcile"
 exit $((failures > 0))
