@@ -4,28 +4,7 @@
 # mid-way, detach with SIGINT, daemon stop. Runs use a template whose files
 # are empty: QEMU cannot boot it, so each run fails at once and leaves its
 # record (created, policy, failed, stopped) without a microVM.
-BUILD=${BUILD:-build}
-case $BUILD in /*) ;; *) BUILD=$(pwd)/$BUILD ;; esac
-SB=$BUILD/sanbox
-. "$(dirname "$0")/lib/proc.sh"
-export SANBOX_HOME=$(mktemp -d /tmp/sbcli.XXXXXX)
-export SANBOX_TEMPLATES=$SANBOX_HOME/tpl
-tmp=$SANBOX_HOME/t
-mkdir -p "$tmp" "$SANBOX_TEMPLATES/shell"
-bg=""
-
-cleanup() {
-	for p in $bg; do kill -9 "$p" 2>/dev/null; done
-	if [ -f "$SANBOX_HOME/sanboxd.pid" ]; then
-		p=$(cat "$SANBOX_HOME/sanboxd.pid")
-		[ -n "$p" ] && kill "$p" 2>/dev/null && sleep 0.3 && kill -9 "$p" 2>/dev/null
-	fi
-	rm -rf "$SANBOX_HOME"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-fail() { echo "FAIL cli_basic: $*"; exit 1; }
-[ -x "$SB" ] || fail "$SB not built"
+. "$(dirname "$0")/lib/bootless.sh"
 
 # json_lines FILE PYTHON-EXPR: every line of FILE parses as JSON and the
 # expression (over the list `evs`) holds
@@ -44,22 +23,6 @@ wait_for() {
 		sleep 0.05
 	done
 }
-daemon_pid() { cat "$SANBOX_HOME/sanboxd.pid" 2>/dev/null; }
-# wait_stopped RUN: until the run has its run.stopped (its VM failed to boot)
-wait_stopped() {
-	i=0
-	until "$SB" events "$1" --json --type run.stopped | grep -q stopped; do
-		i=$((i + 1))
-		[ $i -lt 200 ] || return 1
-		sleep 0.05
-	done
-}
-
-printf '{"name":"shell","hash":"00","harness":"/bin/sh","cpus":1,"memory_mib":128,"timeout_s":30}' \
-	>"$SANBOX_TEMPLATES/shell/template.json"
-: >"$SANBOX_TEMPLATES/shell/vmlinux"
-: >"$SANBOX_TEMPLATES/shell/initrd.img"
-: >"$SANBOX_TEMPLATES/shell/rootfs.img"
 
 # -- ps in a fresh home starts the daemon
 "$SB" ps >"$tmp/ps" 2>"$tmp/err" || fail "ps in a fresh home: $(cat "$tmp/err")"

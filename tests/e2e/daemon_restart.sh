@@ -4,52 +4,8 @@
 # sockets), every acknowledged append is in the log, the attach carries on
 # across the restart and prints every event from its offset exactly once,
 # and the projections equal a rebuild. Runs use a template whose files are
-# empty (see cli_basic.sh): their records exist, no microVM boots.
-# KEEP=1 keeps the state directory (and stacks of stuck processes).
-BUILD=${BUILD:-build}
-case $BUILD in /*) ;; *) BUILD=$(pwd)/$BUILD ;; esac
-SB=$BUILD/sanbox
-. "$(dirname "$0")/lib/proc.sh"
-export SANBOX_HOME=$(mktemp -d /tmp/sbrst.XXXXXX)
-export SANBOX_TEMPLATES=$SANBOX_HOME/tpl
-tmp=$SANBOX_HOME/t
-mkdir -p "$tmp" "$SANBOX_TEMPLATES/shell"
-bg=""
-
-cleanup() {
-	if [ -n "${KEEP:-}" ]; then # keep the stacks of what is still running
-		for p in $bg; do
-			kill -0 "$p" 2>/dev/null && gdb -p "$p" -batch -ex "thread apply all bt 12" \
-				>"$tmp/gdb.$p" 2>&1
-		done
-	fi
-	for p in $bg; do kill -9 "$p" 2>/dev/null; done
-	if [ -f "$SANBOX_HOME/sanboxd.pid" ]; then
-		p=$(cat "$SANBOX_HOME/sanboxd.pid")
-		[ -n "$p" ] && kill "$p" 2>/dev/null && sleep 0.3 && kill -9 "$p" 2>/dev/null
-	fi
-	[ -n "${KEEP:-}" ] && echo "kept $SANBOX_HOME" || rm -rf "$SANBOX_HOME"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-fail() { echo "FAIL daemon_restart: $*"; exit 1; }
-[ -x "$SB" ] || fail "$SB not built"
-daemon_pid() { cat "$SANBOX_HOME/sanboxd.pid" 2>/dev/null; }
-# wait_stopped RUN: until the run has its run.stopped (its VM failed to boot)
-wait_stopped() {
-	i=0
-	until "$SB" events "$1" --json --type run.stopped | grep -q stopped; do
-		i=$((i + 1))
-		[ $i -lt 200 ] || return 1
-		sleep 0.05
-	done
-}
-
-printf '{"name":"shell","hash":"00","harness":"/bin/sh","cpus":1,"memory_mib":128,"timeout_s":30}' \
-	>"$SANBOX_TEMPLATES/shell/template.json"
-: >"$SANBOX_TEMPLATES/shell/vmlinux"
-: >"$SANBOX_TEMPLATES/shell/initrd.img"
-: >"$SANBOX_TEMPLATES/shell/rootfs.img"
+# empty (lib/bootless.sh): their records exist, no microVM boots.
+. "$(dirname "$0")/lib/bootless.sh"
 
 R=$("$SB" run --detach --name victim -- true) || fail "run --detach exit $?"
 wait_stopped "$R" || fail "run $R did not stop"

@@ -55,11 +55,7 @@ wait $dpid
 drc=$?
 [ "$drc" = 143 ] && grep -q "stopped: sanboxd was stopped" "$SANBOX_HOME/drained.out" &&
 	ok "attached run: exit 143, says why" || bad "attached run" "exit $drc: $(tail -n 1 "$SANBOX_HOME/drained.out")"
-if kill -0 "$qpid" 2>/dev/null && [ "$(awk '{print $3}' /proc/$qpid/stat)" != Z ]; then
-	bad "daemon stop" "the run's QEMU still runs"
-else
-	ok "daemon stop ended the run's VM"
-fi
+proc_alive "$qpid" && bad "daemon stop" "the run's QEMU still runs" || ok "daemon stop ended the run's VM"
 has_event "$D" "e['type']=='run.stopped' and e['payload']['reason']=='daemon-stop'" &&
 	ok "run.stopped reason daemon-stop" || bad "daemon-stop" "$(events_json "$D" | tail -n 2)"
 has_event "$D" "e['type']=='run.failed'" && bad "daemon restart" "a drained run was marked failed" ||

@@ -8,6 +8,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD=$REPO/$BUILD ;; esac
 SB=$BUILD/sanbox
+. "$(dirname "$0")/lib/proc.sh"
 export SANBOX_TEMPLATES=$BUILD/templates
 export SANBOX_HOME=$(mktemp -d /tmp/sbvm.XXXXXX)
 failures=0
