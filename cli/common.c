@@ -322,8 +322,13 @@ void cli_event_summary(const struct sb_event *ev, const msgpack_object *p, char 
 		sb_map_str(p, "stream", a, sizeof a);
 		snprintf(buf, cap, "%s: ", a);
 		len = strlen(buf);
-		if (data && data->type == MSGPACK_OBJECT_STR)
-			put_flat(buf, cap, &len, data->via.str.ptr, data->via.str.size);
+		if (data && data->type == MSGPACK_OBJECT_STR) {
+			size_t n = data->via.str.size;
+
+			while (n && (data->via.str.ptr[n - 1] == '\n' || data->via.str.ptr[n - 1] == '\r'))
+				n--; /* a line's end is not shown as a trailing space */
+			put_flat(buf, cap, &len, data->via.str.ptr, n);
+		}
 	} else if (!strcmp(t, "run.created")) {
 		sb_map_str(p, "name", a, sizeof a);
 		sb_map_str(p, "template", b, sizeof b);
@@ -339,6 +344,38 @@ void cli_event_summary(const struct sb_event *ev, const msgpack_object *p, char 
 			 sb_map_u64(p, "budget_nusd", 0) ? b : "none");
 	} else if (!strcmp(t, "run.exited")) {
 		snprintf(buf, cap, "status %lld", (long long)sb_map_i64(p, "status", 0));
+	} else if (!strcmp(t, "run.started")) {
+		sb_map_str(p, "accel", a, sizeof a);
+		snprintf(buf, cap, "accel %s", a);
+	} else if (!strcmp(t, "harness.input.ready")) {
+		thousands(sb_map_u64(p, "bytes", 0), c, sizeof c);
+		snprintf(buf, cap, "%llu input files, %s bytes",
+			 (unsigned long long)sb_map_u64(p, "files", 0), c);
+	} else if (!strcmp(t, "agent.turn.started") || !strcmp(t, "agent.turn.completed")) {
+		snprintf(buf, cap, "turn %llu", (unsigned long long)sb_map_u64(p, "turn", 0));
+	} else if (!strcmp(t, "agent.message")) {
+		sb_map_str(p, "role", a, sizeof a);
+		snprintf(buf, cap, "%s", a);
+		len = strlen(buf);
+		if (sb_map_str(p, "text", b, sizeof b) > 0) {
+			put_flat(buf, cap, &len, ": ", 2);
+			put_flat(buf, cap, &len, b, strlen(b));
+		}
+	} else if (!strcmp(t, "snapshot.saved")) {
+		sb_map_str(p, "snapshot", a, sizeof a);
+		sb_map_str(p, "kind", b, sizeof b);
+		snprintf(buf, cap, "%s (%s)", a, b);
+	} else if (!strcmp(t, "run.resumed")) {
+		sb_map_str(p, "from_run", a, sizeof a);
+		snprintf(buf, cap, "from %s at offset %llu", a,
+			 (unsigned long long)sb_map_u64(p, "from_offset", 0));
+	} else if (!strcmp(t, "run.forked")) {
+		sb_map_str(p, "from_run", a, sizeof a);
+		sb_map_str(p, "snapshot", b, sizeof b);
+		snprintf(buf, cap, "from %s at snapshot %s", a, b);
+	} else if (!strcmp(t, "net.denied")) {
+		sb_map_str(p, "dst", a, sizeof a);
+		snprintf(buf, cap, "%s (%llu times)", a, (unsigned long long)sb_map_u64(p, "count", 0));
 	} else if (sb_map_str(p, "reason", a, sizeof a) >= 0 ||
 		   sb_map_str(p, "message", a, sizeof a) >= 0) {
 		put_flat(buf, cap, &len, a, strlen(a));
