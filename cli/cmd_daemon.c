@@ -20,7 +20,7 @@ static int status(int json)
 
 	if ((rc = cli_connect(0, &c))) {
 		if (json)
-			printf("{\"running\":false,\"home\":\"%s\"}\n", cli_home);
+			cli_print_json(json_pack("{s:b, s:s}", "running", 0, "home", cli_home));
 		else
 			printf("sanboxd: not running for %s\n", cli_home);
 		return EXIT_UNAVAIL;
@@ -66,7 +66,7 @@ static int pidfile_wait_free(int ms)
 	return free;
 }
 
-static int stop(void)
+static int stop(int json)
 {
 	struct cli_req r;
 	struct sb_reply rep;
@@ -75,7 +75,11 @@ static int stop(void)
 	int rc;
 
 	if (cli_connect(0, &c)) {
-		printf("sanboxd: not running\n");
+		if (json)
+			cli_print_json(json_pack("{s:b, s:s, s:i}", "running", 0, "home", cli_home,
+						 "runs_stopped", 0));
+		else
+			printf("sanboxd: not running\n");
 		return 0;
 	}
 	cli_req_begin(&r, "daemon.stop", 0);
@@ -89,7 +93,10 @@ static int stop(void)
 	/* wait until it has exited, so a following start does not race it */
 	if (!pidfile_wait_free(30000))
 		return cli_fail(SB_ERR_TIMEOUT, "sanboxd still runs 30 s after it was asked to stop");
-	if (live)
+	if (json)
+		cli_print_json(json_pack("{s:b, s:s, s:I}", "running", 0, "home", cli_home,
+					 "runs_stopped", (json_int_t)live));
+	else if (live)
 		printf("sanboxd: stopped (%llu live run%s stopped, reason daemon-stop)\n",
 		       (unsigned long long)live, live == 1 ? "" : "s");
 	else
@@ -108,7 +115,7 @@ int cmd_daemon(int argc, char **argv)
 	if (!strcmp(argv[1], "status"))
 		return status(json);
 	if (!strcmp(argv[1], "stop"))
-		return stop();
+		return stop(json);
 	if (!strcmp(argv[1], "start")) {
 		if ((rc = cli_connect(1, &c)))
 			return cli_fail(rc, "%s", sb_errmsg(rc));

@@ -108,8 +108,9 @@ int cmd_doctor(int argc, char **argv)
 	      has_cap_net_admin() ? "CAP_NET_ADMIN held"
 				  : "no CAP_NET_ADMIN: network mode acl needs root or the capability");
 	if ((rc = sb_models_load(cli_home, &ms)) == SB_OK) {
-		snprintf(msg, sizeof msg, "%zu models of %zu providers; default %s", ms->nmodels,
-			 ms->nproviders, ms->default_model);
+		snprintf(msg, sizeof msg, "%zu model%s of %zu provider%s; default %s", ms->nmodels,
+			 ms->nmodels == 1 ? "" : "s", ms->nproviders, ms->nproviders == 1 ? "" : "s",
+			 ms->default_model);
 		sb_models_free(ms);
 	}
 	check(&r, "models", rc == 0, rc == 0 ? msg : sb_errmsg(rc));

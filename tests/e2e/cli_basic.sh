@@ -150,7 +150,9 @@ grep -q 'detached' "$tmp/att2.err" || fail "no detach message: $(cat "$tmp/att2.
 "$SB" daemon status >/dev/null || fail "daemon status after detach"
 
 # -- daemon stop
-"$SB" daemon stop >"$tmp/stop" || fail "daemon stop exit $?"
+"$SB" daemon stop --json >"$tmp/stop" || fail "daemon stop exit $?"
+json_lines "$tmp/stop" "evs[0]['running'] is False and evs[0]['runs_stopped'] == 0" ||
+	fail "daemon stop --json: $(cat "$tmp/stop")"
 proc_alive "$pid" && fail "daemon still runs after daemon stop returned"
 "$SB" daemon status --json >"$tmp/st" 2>/dev/null
 rc=$?
