@@ -120,7 +120,7 @@ static const struct cli_cmd commands[] = {
 	 "guest). A provider's key (key_secret in models.json) is granted with scope\n"
 	 "model to every run of its models. Names: letters, digits and _.\n"},
 	{"help", cmd_help, "show help for a command", "usage: sanbox help [COMMAND]\n"},
-	{"version", cmd_version, "print the version", "usage: sanbox version\n"},
+	{"version", cmd_version, "print the version", "usage: sanbox version [--json]\n"},
 };
 
 const struct cli_cmd *cli_find(const char *name)
@@ -155,12 +155,6 @@ int cmd_help(int argc, char **argv)
 	       "token create' there; env SANBOX_REMOTE, SANBOX_TOKEN, SANBOX_CA); run, attach,\n"
 	       "events, ps, inspect, stop and daemon status work remotely.\n"
 	       "'sanbox help COMMAND' shows a command's options.\n");
-	return 0;
-}
-
-int cmd_version(int argc, char **argv)
-{
-	printf("sanbox 0.1.0\n");
 	return 0;
 }
 

@@ -13,7 +13,6 @@
 #include "engine/wire.h"
 #include "projections/views.h"
 
-#define SB_VERSION "0.1.0"
 #define READ_LIMIT_DEFAULT 1000
 #define READ_LIMIT_MAX 10000
 

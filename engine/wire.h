@@ -14,6 +14,8 @@
 
 #include "engine/event.h"
 
+#define SB_VERSION "0.1.0" /* the release, as health and sanbox version give it */
+
 /* Packs ev as a wire event into buf through pk (pk writes to buf).
  * Errors: SB_ERR_NOMEM. */
 int sb_wire_pack_event(msgpack_sbuffer *buf, msgpack_packer *pk, const struct sb_event *ev);

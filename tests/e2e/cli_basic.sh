@@ -96,6 +96,10 @@ grep -q 'usage: sanbox events' "$tmp/err" || fail "events --bogus prints no usag
 grep -q '^usage: sanbox attach RUN' "$tmp/help" || fail "help attach: $(cat "$tmp/help")"
 "$SB" attach --help | grep -q '^usage: sanbox attach' || fail "attach --help"
 "$SB" help >"$tmp/help" && grep -q 'attach' "$tmp/help" || fail "help lists no commands"
+"$SB" version --json >"$tmp/ver" && json_lines "$tmp/ver" "evs[0]['version'] == '$("$SB" version | sed 's/^sanbox //')'" ||
+	fail "version --json: $(cat "$tmp/ver")"
+"$SB" daemon status --json >"$tmp/st" && json_lines "$tmp/st" "evs[0]['version'] == '$("$SB" version | sed 's/^sanbox //')'" ||
+	fail "the daemon's version differs from the CLI's: $(cat "$tmp/st")"
 
 # -- attach from an offset to a run that is stopped mid-way: exits 0 after run.stopped
 last=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])['offset'])" "$tmp/all")
