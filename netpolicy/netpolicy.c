@@ -114,7 +114,8 @@ int sb_net_grant_parse(const char *s, size_t n, struct sb_net_grant *g)
 		char *close = strchr(host, ']');
 		if (!close || close[1] != ':')
 			return sb_seterr(SB_ERR_INVAL,
-					 "grant '%s': an IPv6 grant is [ADDR]:PORT", buf);
+					 "grant '%.*s': an IPv6 grant is [ADDR]:PORT",
+					 (int)n, s);
 		*close = 0;
 		ports = close + 2;
 		host++;
@@ -122,13 +123,13 @@ int sb_net_grant_parse(const char *s, size_t n, struct sb_net_grant *g)
 	} else {
 		ports = strrchr(host, ':');
 		if (!ports)
-			return sb_seterr(SB_ERR_INVAL, "grant '%s': no port (HOST:PORT)",
-					 buf);
+			return sb_seterr(SB_ERR_INVAL,
+					 "grant '%.*s': no port (HOST:PORT)", (int)n, s);
 		*ports++ = 0;
 		if (strchr(host, ':'))
 			return sb_seterr(SB_ERR_INVAL,
-					 "grant '%s': put an IPv6 address in brackets",
-					 buf);
+					 "grant '%.*s': put an IPv6 address in brackets",
+					 (int)n, s);
 	}
 	dash = strchr(ports, '-');
 	if (dash)

@@ -84,6 +84,8 @@ static void test_grants_refused(void **state)
 	assert_int_equal(sb_net_grant_parse("10.0.0.1/8:80", 13, &g), SB_ERR_INVAL);
 	assert_non_null(strstr(sb_errmsg(SB_ERR_INVAL), "'10.0.0.1/8:80'"));
 	assert_non_null(strstr(sb_errmsg(SB_ERR_INVAL), "host bits"));
+	assert_int_equal(sb_net_grant_parse("2001:db8::1:443", 15, &g), SB_ERR_INVAL);
+	assert_non_null(strstr(sb_errmsg(SB_ERR_INVAL), "'2001:db8::1:443'"));
 	/* a label of 64 bytes, a name past 253, a NUL inside */
 	memset(longname, 'a', 64);
 	strcpy(longname + 64, ".example:80");
