@@ -66,6 +66,13 @@ static int pidfile_wait_free(int ms)
 	return free;
 }
 
+/* The answer of daemon stop --json. */
+static void print_stopped_json(uint64_t live)
+{
+	cli_print_json(json_pack("{s:b, s:s, s:I}", "running", 0, "home", cli_home, "runs_stopped",
+				 (json_int_t)live));
+}
+
 static int stop(int json)
 {
 	struct cli_req r;
@@ -76,8 +83,7 @@ static int stop(int json)
 
 	if (cli_connect(0, &c)) {
 		if (json)
-			cli_print_json(json_pack("{s:b, s:s, s:i}", "running", 0, "home", cli_home,
-						 "runs_stopped", 0));
+			print_stopped_json(0);
 		else
 			printf("sanboxd: not running\n");
 		return 0;
@@ -94,8 +100,7 @@ static int stop(int json)
 	if (!pidfile_wait_free(30000))
 		return cli_fail(SB_ERR_TIMEOUT, "sanboxd still runs 30 s after it was asked to stop");
 	if (json)
-		cli_print_json(json_pack("{s:b, s:s, s:I}", "running", 0, "home", cli_home,
-					 "runs_stopped", (json_int_t)live));
+		print_stopped_json(live);
 	else if (live)
 		printf("sanboxd: stopped (%llu live run%s stopped, reason daemon-stop)\n",
 		       (unsigned long long)live, live == 1 ? "" : "s");
