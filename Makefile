@@ -14,8 +14,8 @@ LIBS    := -llmdb -lmsgpackc -lxxhash -lev -lnng -lmbedtls -lmbedx509 -lmbedcryp
            -ljansson -lsodium -lcurl -lmicrohttpd -lnftables -lm
 
 # Library code: every .c under these folders except program entry points.
-LIB_SRCS := $(filter-out engine/sanboxd.c, \
-            $(wildcard engine/*.c projections/*.c vmm/*.c netpolicy/*.c))
+LIB_SRCS := $(filter-out engine/daemon/sanboxd.c, \
+            $(wildcard engine/*.c engine/*/*.c projections/*.c vmm/*.c netpolicy/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.c)
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -39,7 +39,7 @@ $(BUILD)/libsanbox.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/sanboxd: $(BUILD)/obj/engine/sanboxd.o $(BUILD)/libsanbox.a
+$(BUILD)/sanboxd: $(BUILD)/obj/engine/daemon/sanboxd.o $(BUILD)/libsanbox.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/sanbox: $(CLI_OBJS) $(BUILD)/libsanbox.a
@@ -69,7 +69,7 @@ $(BUILD)/bench/%: tests/bench/%.sh
 	cp $< $@ && chmod +x $@
 
 # libFuzzer target for the record decoder (clang only).
-$(BUILD)/fuzz/fuzz_record: tests/fuzz/fuzz_record.c engine/record.c engine/error.c engine/payload.c engine/mpack.c
+$(BUILD)/fuzz/fuzz_record: tests/fuzz/fuzz_record.c engine/log/record.c engine/error.c engine/payload.c engine/mpack.c
 	@mkdir -p $(dir $@)
 	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
 	    -o $@ $^ -lmsgpackc -lxxhash -ljansson -lsodium -lm

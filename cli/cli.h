@@ -13,9 +13,9 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "engine/bus.h"
+#include "engine/daemon/bus.h"
 #include "engine/client.h"
-#include "engine/event.h"
+#include "engine/log/event.h"
 
 #define EXIT_USAGE 2
 #define EXIT_NOTFOUND 3

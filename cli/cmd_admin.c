@@ -6,7 +6,7 @@
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/payload.h"
-#include "engine/token.h"
+#include "engine/daemon/token.h"
 
 static int reproject(void)
 {

@@ -11,8 +11,8 @@
 #include "cli/cli.h"
 #include "engine/error.h"
 #include "engine/home.h"
-#include "engine/models.h"
-#include "engine/template.h"
+#include "engine/gateway/models.h"
+#include "engine/runs/template.h"
 #include "vmm/accel.h"
 #include "vmm/qemu.h"
 

@@ -12,7 +12,7 @@
 #include "cli/cli.h"
 #include "engine/error.h"
 #include "engine/payload.h"
-#include "engine/secrets.h"
+#include "engine/gateway/secrets.h"
 
 /* Reads the value from stdin (asking without echo on a terminal) into buf
  * (guarded memory of SB_SECRET_VALUE_MAX + 2 bytes); drops one trailing

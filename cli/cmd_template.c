@@ -11,7 +11,7 @@
 #include "cli/cli.h"
 #include "engine/error.h"
 #include "engine/home.h"
-#include "engine/template.h"
+#include "engine/runs/template.h"
 
 /* The directory this program lives in (the build directory). */
 static int self_dir(char *buf, size_t cap)

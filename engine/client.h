@@ -8,8 +8,8 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "engine/bus.h"
-#include "engine/event.h"
+#include "engine/daemon/bus.h"
+#include "engine/log/event.h"
 
 struct sb_reply {
 	void *raw;          /* the reply bytes; map points into them */

@@ -5,7 +5,7 @@
 
 #include "engine/error.h"
 #include "engine/payload.h"
-#include "engine/record.h"
+#include "engine/log/record.h"
 
 int sb_wire_pack_event(msgpack_sbuffer *buf, msgpack_packer *pk, const struct sb_event *ev)
 {

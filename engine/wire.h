@@ -12,7 +12,7 @@
 #include <jansson.h>
 #include <msgpack.h>
 
-#include "engine/event.h"
+#include "engine/log/event.h"
 
 #define SB_VERSION "0.1.0" /* the release, as health and sanbox version give it */
 

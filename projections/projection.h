@@ -14,8 +14,8 @@
 #include <msgpack.h>
 #include <stdint.h>
 
-#include "engine/event.h"
-#include "engine/log.h"
+#include "engine/log/event.h"
+#include "engine/log/log.h"
 
 /* A projection's view of one write transaction. */
 struct sb_proj_txn {

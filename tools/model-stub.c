@@ -51,7 +51,7 @@
 #include <unistd.h>
 
 #include "engine/error.h"
-#include "engine/meter.h"
+#include "engine/gateway/meter.h"
 
 #define STUB_BODY_MAX (16u << 20) /* largest request body accepted */
 

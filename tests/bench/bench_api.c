@@ -35,11 +35,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/bus.h"
+#include "engine/daemon/bus.h"
 #include "engine/client.h"
 #include "engine/error.h"
 #include "engine/home.h"
-#include "engine/log.h"
+#include "engine/log/log.h"
 #include "engine/payload.h"
 #include "tests/bench/benchutil.h"
 

@@ -39,9 +39,9 @@
 #include <unistd.h>
 
 #include "engine/error.h"
-#include "engine/gateway.h"
-#include "engine/log.h"
-#include "engine/models.h"
+#include "engine/gateway/gateway.h"
+#include "engine/log/log.h"
+#include "engine/gateway/models.h"
 #include "tests/bench/benchutil.h"
 
 #define LAT_CALLS    2000

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "engine/error.h"
-#include "engine/log.h"
+#include "engine/log/log.h"
 #include "engine/payload.h"
 #include "tests/bench/benchutil.h"
 #include "projections/projection.h"

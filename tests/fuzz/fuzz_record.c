@@ -15,7 +15,7 @@
 
 #include "engine/error.h"
 #include "engine/payload.h"
-#include "engine/record.h"
+#include "engine/log/record.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

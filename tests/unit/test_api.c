@@ -25,10 +25,10 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "engine/bus.h"
+#include "engine/daemon/bus.h"
 #include "engine/client.h"
 #include "engine/home.h"
-#include "engine/log.h"
+#include "engine/log/log.h"
 #include "engine/wire.h"
 #include "tests/unit/testutil.h"
 

@@ -12,8 +12,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "engine/gateway.h"
-#include "engine/log.h"
+#include "engine/gateway/gateway.h"
+#include "engine/log/log.h"
 #include "testutil.h"
 
 #define PROVIDER_KEY "sk-provider-REAL-1234"

@@ -12,8 +12,8 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "engine/log.h"
-#include "engine/record.h"
+#include "engine/log/log.h"
+#include "engine/log/record.h"
 #include "tests/unit/testutil.h"
 
 struct fix {

@@ -7,8 +7,8 @@
 
 #include <cmocka.h>
 
-#include "engine/meter.h"
-#include "engine/models.h"
+#include "engine/gateway/meter.h"
+#include "engine/gateway/models.h"
 #include "testutil.h"
 
 /* Writes text as home/models.json. */

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "engine/log.h"
+#include "engine/log/log.h"
 #include "projections/projection.h"
 #include "projections/views.h"
 #include "tests/unit/testutil.h"

@@ -6,8 +6,8 @@
 
 #include <cmocka.h>
 
-#include "engine/event.h"
-#include "engine/record.h"
+#include "engine/log/event.h"
+#include "engine/log/record.h"
 #include "tests/unit/testutil.h"
 
 /* Encodes ev into a fresh sb (the caller destroys it). */

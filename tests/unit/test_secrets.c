@@ -9,7 +9,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include "engine/secrets.h"
+#include "engine/gateway/secrets.h"
 #include "testutil.h"
 
 static const char VALUE[] = "sk-live-0123456789abcdef-very-secret";

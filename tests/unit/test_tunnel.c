@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
-#include "engine/tunnel.h"
+#include "engine/gateway/tunnel.h"
 #include "testutil.h"
 #include "vmm/chan.h"
 

@@ -15,7 +15,7 @@
 
 #include "engine/error.h"
 #include "engine/payload.h"
-#include "engine/schema.h"
+#include "engine/log/schema.h"
 
 /* Makes a new directory under /tmp; the caller frees the path. */
 static inline char *tu_tmpdir(void)

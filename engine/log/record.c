@@ -1,5 +1,5 @@
 /* record.c - encode and decode stored events. */
-#include "engine/record.h"
+#include "engine/log/record.h"
 
 #include <string.h>
 

@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "engine/secrets.h"
+#include "engine/gateway/secrets.h"
 
 #define SB_MODEL_NAME_MAX    96
 #define SB_PROVIDER_NAME_MAX 32

@@ -10,7 +10,7 @@
 
 #include <msgpack.h>
 
-#include "engine/event.h"
+#include "engine/log/event.h"
 
 struct sb_daemon;
 struct sb_runs;

@@ -1,5 +1,5 @@
 /* daemon.c - sanboxd's wiring: open, loop, close. */
-#include "engine/daemon.h"
+#include "engine/daemon/daemon.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 
 #include "engine/error.h"
 #include "engine/home.h"
-#include "engine/runs.h"
+#include "engine/runs/runs.h"
 #include "engine/wire.h"
 
 /* Commit hook: publish each event in offset order, then ask the loop to

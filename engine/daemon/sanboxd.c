@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/daemon.h"
+#include "engine/daemon/daemon.h"
 #include "engine/error.h"
 #include "engine/home.h"
 

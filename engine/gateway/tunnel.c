@@ -1,5 +1,5 @@
 /* tunnel.c - guest streams to the gateway (see tunnel.h). */
-#include "engine/tunnel.h"
+#include "engine/gateway/tunnel.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* token.c - remote bearer tokens, stored hashed. */
-#include "engine/token.h"
+#include "engine/daemon/token.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -25,10 +25,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/event.h"
-#include "engine/log.h"
-#include "engine/meter.h"
-#include "engine/models.h"
+#include "engine/log/event.h"
+#include "engine/log/log.h"
+#include "engine/gateway/meter.h"
+#include "engine/gateway/models.h"
 
 typedef struct sb_gateway sb_gateway;
 

@@ -1,13 +1,13 @@
 /* access.c - resolving a run's models, budget and secrets (see access.h). */
-#include "engine/access.h"
+#include "engine/gateway/access.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/daemon.h"
+#include "engine/daemon/daemon.h"
 #include "engine/error.h"
 #include "engine/mpack.h"
-#include "engine/spec.h"
+#include "engine/runs/spec.h"
 
 static struct sb_access_grant *grant_find(struct sb_access *a, const char *name)
 {

@@ -11,10 +11,10 @@
 #include <pthread.h>
 #include <sys/types.h>
 
-#include "engine/bus.h"
-#include "engine/gateway.h"
-#include "engine/log.h"
-#include "engine/loop.h"
+#include "engine/daemon/bus.h"
+#include "engine/gateway/gateway.h"
+#include "engine/log/log.h"
+#include "engine/daemon/loop.h"
 #include "projections/projection.h"
 
 struct sb_runs;

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/models.h"
+#include "engine/gateway/models.h"
 
 struct sb_usage {
 	uint64_t input, cached, output;

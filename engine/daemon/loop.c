@@ -1,5 +1,5 @@
 /* loop.c - libev behind the sb_loop interface. */
-#include "engine/loop.h"
+#include "engine/daemon/loop.h"
 
 #include <ev.h>
 #include <stdlib.h>

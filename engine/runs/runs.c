@@ -4,7 +4,7 @@
  * QEMU child, a channel socket to its guest agent, a QMP socket, and
  * timers (boot deadline, run timeout, stop grace).
  */
-#include "engine/runs.h"
+#include "engine/runs/runs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,14 +20,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine/access.h"
-#include "engine/daemon.h"
+#include "engine/gateway/access.h"
+#include "engine/daemon/daemon.h"
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/payload.h"
-#include "engine/spec.h"
-#include "engine/template.h"
-#include "engine/tunnel.h"
+#include "engine/runs/spec.h"
+#include "engine/runs/template.h"
+#include "engine/gateway/tunnel.h"
 #include "netpolicy/netpolicy.h"
 #include "projections/views.h"
 #include "vmm/accel.h"

@@ -1,5 +1,5 @@
 /* log.c - the LMDB event log with group commit, and the blob table. */
-#include "engine/log.h"
+#include "engine/log/log.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -9,8 +9,8 @@
 #include <xxhash.h>
 
 #include "engine/error.h"
-#include "engine/record.h"
-#include "engine/schema.h"
+#include "engine/log/record.h"
+#include "engine/log/schema.h"
 
 #define LOG_FORMAT 2
 #define BLOCK 64 /* offsets per run index block */

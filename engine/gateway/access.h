@@ -17,10 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/gateway.h"
-#include "engine/models.h"
-#include "engine/secrets.h"
-#include "engine/template.h"
+#include "engine/gateway/gateway.h"
+#include "engine/gateway/models.h"
+#include "engine/gateway/secrets.h"
+#include "engine/runs/template.h"
 
 struct sb_daemon;
 

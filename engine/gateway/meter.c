@@ -1,5 +1,5 @@
 /* meter.c - model requests, usage and budgets (pure; see meter.h). */
-#include "engine/meter.h"
+#include "engine/gateway/meter.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* event.c - small helpers around struct sb_event. */
-#include "engine/event.h"
+#include "engine/log/event.h"
 
 #include <string.h>
 

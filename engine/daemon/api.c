@@ -4,12 +4,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/daemon.h"
+#include "engine/daemon/daemon.h"
 #include "engine/error.h"
 #include "engine/payload.h"
-#include "engine/runs.h"
-#include "engine/secrets.h"
-#include "engine/token.h"
+#include "engine/runs/runs.h"
+#include "engine/gateway/secrets.h"
+#include "engine/daemon/token.h"
 #include "engine/wire.h"
 #include "projections/views.h"
 

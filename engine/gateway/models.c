@@ -1,5 +1,5 @@
 /* models.c - providers, models, prices; the built-in model stub. */
-#include "engine/models.h"
+#include "engine/gateway/models.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/loop.h"
+#include "engine/daemon/loop.h"
 
 #define SB_TUNNEL_STREAMS 64
 #define SB_TUNNEL_BUFFER  (16u << 20)

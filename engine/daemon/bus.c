@@ -1,5 +1,5 @@
 /* bus.c - nng sockets of the daemon and its clients. */
-#include "engine/bus.h"
+#include "engine/daemon/bus.h"
 
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/pub.h>

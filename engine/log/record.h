@@ -16,7 +16,7 @@
 
 #include <msgpack.h>
 
-#include "engine/event.h"
+#include "engine/log/event.h"
 
 #define SB_RECORD_VERSION 1
 

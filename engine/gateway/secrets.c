@@ -1,5 +1,5 @@
 /* secrets.c - the encrypted secret store. */
-#include "engine/secrets.h"
+#include "engine/gateway/secrets.h"
 
 #include <dirent.h>
 #include <errno.h>

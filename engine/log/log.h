@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/event.h"
+#include "engine/log/event.h"
 
 typedef struct sb_log sb_log;
 typedef struct sb_log_iter sb_log_iter;

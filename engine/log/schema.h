@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "engine/event.h"
+#include "engine/log/event.h"
 
 enum sb_ftype {
 	SB_F_STR,  /* msgpack str */

@@ -1,5 +1,5 @@
 /* schema.c - the event schema table and payload validation. */
-#include "engine/schema.h"
+#include "engine/log/schema.h"
 
 #include <msgpack.h>
 #include <string.h>

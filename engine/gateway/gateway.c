@@ -6,7 +6,7 @@
  * held only for short bookkeeping, never across I/O. A run entry is
  * reference counted: a call in flight keeps it alive after its removal.
  */
-#include "engine/gateway.h"
+#include "engine/gateway/gateway.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
