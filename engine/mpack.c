@@ -78,18 +78,20 @@ int sb_payload_parse(const void *payload, size_t len, msgpack_zone *zone, msgpac
 	return SB_OK;
 }
 
+int sb_obj_is_str(const msgpack_object *o, const char *s)
+{
+	size_t n = strlen(s);
+
+	return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n && !memcmp(o->via.str.ptr, s, n);
+}
+
 const msgpack_object *sb_map_get(const msgpack_object *map, const char *key)
 {
-	size_t kl = strlen(key);
-
 	if (!map || map->type != MSGPACK_OBJECT_MAP)
 		return NULL;
-	for (uint32_t i = 0; i < map->via.map.size; i++) {
-		const msgpack_object *k = &map->via.map.ptr[i].key;
-		if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl &&
-		    !memcmp(k->via.str.ptr, key, kl))
+	for (uint32_t i = 0; i < map->via.map.size; i++)
+		if (sb_obj_is_str(&map->via.map.ptr[i].key, key))
 			return &map->via.map.ptr[i].val;
-	}
 	return NULL;
 }
 

@@ -25,6 +25,9 @@ int sb_payload_parse(const void *payload, size_t len, msgpack_zone *zone,
 /* Returns the value of key in map (a MAP object), or NULL. Borrowed. */
 const msgpack_object *sb_map_get(const msgpack_object *map, const char *key);
 
+/* Returns 1 when o is the string s (exactly), else 0. */
+int sb_obj_is_str(const msgpack_object *o, const char *s);
+
 /* Copies the string value of key into buf (NUL-terminated, cut to cap-1).
  * Returns the full length, or -1 when the key is absent or not a string. */
 int sb_map_str(const msgpack_object *map, const char *key, char *buf, size_t cap);

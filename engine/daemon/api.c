@@ -18,6 +18,7 @@
 
 struct req {
 	struct sb_daemon *d;
+	const char *who; /* the client, as operator events name it */
 	const msgpack_object *args;
 	msgpack_sbuffer *out;
 	msgpack_packer pk;
@@ -402,13 +403,17 @@ static int op_costs(struct req *r)
 	return SB_OK;
 }
 
-/* events.append {run, type, payload}: a host event from an operator tool. */
+/* events.append {run, type, payload}: an event from an operator (a person
+ * or a tool), recorded as source operator with the client's name in "by"
+ * (a "by" the payload carries is replaced): only types the schema allows
+ * operators, never the host's own. */
 static int op_events_append(struct req *r)
 {
 	char run[SB_RUN_MAX], type[SB_TYPE_MAX];
 	const msgpack_object *payload = sb_map_get(r->args, "payload");
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
+	uint32_t n = 0;
 	uint64_t off;
 	int rc;
 
@@ -418,8 +423,18 @@ static int op_events_append(struct req *r)
 		return sb_seterr(SB_ERR_INVAL, "argument 'payload' must be a map");
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	msgpack_pack_object(&pk, *payload);
-	rc = buf.data ? sb_daemon_emit(r->d, run, type, SB_SRC_HOST, buf.data, buf.size, &off)
+	for (uint32_t i = 0; i < payload->via.map.size; i++)
+		n += !sb_obj_is_str(&payload->via.map.ptr[i].key, "by");
+	msgpack_pack_map(&pk, n + 1);
+	for (uint32_t i = 0; i < payload->via.map.size; i++) {
+		const msgpack_object_kv *kv = &payload->via.map.ptr[i];
+		if (sb_obj_is_str(&kv->key, "by"))
+			continue;
+		msgpack_pack_object(&pk, kv->key);
+		msgpack_pack_object(&pk, kv->val);
+	}
+	sb_pack_kstr(&pk, "by", r->who);
+	rc = buf.data ? sb_daemon_emit(r->d, run, type, SB_SRC_OPERATOR, buf.data, buf.size, &off)
 		      : SB_ERR_NOMEM;
 	msgpack_sbuffer_destroy(&buf);
 	if (rc)
@@ -591,7 +606,7 @@ static const struct {
 void sb_api_handle(struct sb_daemon *d, const void *buf, size_t len, int remote,
 		   msgpack_sbuffer *out)
 {
-	struct req r = {d, NULL, out, {0}};
+	struct req r = {d, remote ? "remote" : "local", NULL, out, {0}};
 	msgpack_zone zone;
 	msgpack_object args;
 	char op[32];

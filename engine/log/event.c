@@ -5,16 +5,17 @@
 
 #include "engine/error.h"
 
-static const char *const source_names[] = {"host", "guest", "gateway"};
+static const char *const source_names[] = {"host", "guest", "gateway", "operator",
+						   "harness"};
 
 const char *sb_source_name(enum sb_source src)
 {
-	return (unsigned)src <= SB_SRC_GATEWAY ? source_names[src] : "?";
+	return (unsigned)src <= SB_SRC_LAST ? source_names[src] : "?";
 }
 
 int sb_source_parse(const char *name, enum sb_source *out)
 {
-	for (unsigned i = 0; i <= SB_SRC_GATEWAY; i++) {
+	for (unsigned i = 0; i <= SB_SRC_LAST; i++) {
 		if (!strcmp(name, source_names[i])) {
 			*out = (enum sb_source)i;
 			return SB_OK;

@@ -20,6 +20,9 @@ enum sb_source {
 	SB_SRC_HOST = 0,    /* the daemon itself */
 	SB_SRC_GUEST = 1,   /* the guest agent or the harness: never trusted */
 	SB_SRC_GATEWAY = 2, /* the model gateway: authoritative for usage */
+	SB_SRC_OPERATOR = 3, /* a person or tool through events.append */
+	SB_SRC_HARNESS = 4, /* a line the harness wrote to $SANBOX_EVENTS */
+	SB_SRC_LAST = SB_SRC_HARNESS,
 };
 
 struct sb_event {
@@ -33,10 +36,11 @@ struct sb_event {
 	size_t payload_len;
 };
 
-/* Returns "host", "guest" or "gateway" ("?" for anything else). */
+/* Returns "host", "guest", "gateway", "operator" or "harness" ("?" for
+ * anything else). */
 const char *sb_source_name(enum sb_source src);
 
-/* Parses "host", "guest" or "gateway" into *out. Errors: SB_ERR_INVAL. */
+/* Parses a source name (see sb_source_name) into *out. Errors: SB_ERR_INVAL. */
 int sb_source_parse(const char *name, enum sb_source *out);
 
 /* Fills type and run of ev, checking their lengths. Errors: SB_ERR_INVAL. */

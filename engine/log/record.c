@@ -232,7 +232,7 @@ int sb_record_decode(const void *buf, size_t len, struct sb_event *ev)
 		return sb_seterr(SB_ERR_CORRUPT, "record version unknown");
 	if (rd_uint(&r, &ev->offset) || rd_str(&r, ev->type, sizeof ev->type) ||
 	    rd_str(&r, ev->run, sizeof ev->run) || rd_uint(&r, &ev->seq) ||
-	    rd_uint(&r, &ev->ts_ns) || rd_uint(&r, &src) || src > SB_SRC_GATEWAY)
+	    rd_uint(&r, &ev->ts_ns) || rd_uint(&r, &src) || src > SB_SRC_LAST)
 		return sb_seterr(SB_ERR_CORRUPT, "record header fields malformed");
 	if (r.at >= r.end)
 		return sb_seterr(SB_ERR_CORRUPT, "record header malformed: no payload");

@@ -10,6 +10,8 @@
 #define HOST SB_FROM_HOST
 #define GUEST SB_FROM_GUEST
 #define GATEWAY SB_FROM_GATEWAY
+#define OPERATOR SB_FROM_OPERATOR
+#define HARNESS SB_FROM_HARNESS
 
 static const struct sb_event_schema schema[] = {
 	{"run.created", HOST, {{"name", SB_F_STR}, {"template", SB_F_STR}, {"group", SB_F_STR}}},
@@ -18,11 +20,11 @@ static const struct sb_event_schema schema[] = {
 	  {"timeout_s", SB_F_UINT}, {"network", SB_F_STR}, {"budget_nusd", SB_F_UINT}}},
 	{"run.started", HOST, {{"accel", SB_F_STR}}},
 	{"harness.input.ready", HOST | GUEST, {{"files", SB_F_UINT}, {"bytes", SB_F_UINT}}},
-	{"agent.turn.started", HOST | GUEST, {{"turn", SB_F_UINT}}},
-	{"agent.turn.completed", HOST | GUEST, {{"turn", SB_F_UINT}}},
-	{"agent.message", HOST | GUEST | GATEWAY, {{"role", SB_F_STR}}},
-	{"agent.tool.started", HOST | GUEST, {{"tool", SB_F_STR}, {"args", SB_F_STR}}},
-	{"agent.tool.completed", HOST | GUEST,
+	{"agent.turn.started", HOST | HARNESS, {{"turn", SB_F_UINT}}},
+	{"agent.turn.completed", HOST | HARNESS, {{"turn", SB_F_UINT}}},
+	{"agent.message", HOST | HARNESS | GATEWAY, {{"role", SB_F_STR}}},
+	{"agent.tool.started", HOST | HARNESS, {{"tool", SB_F_STR}, {"args", SB_F_STR}}},
+	{"agent.tool.completed", HOST | HARNESS,
 	 {{"tool", SB_F_STR}, {"args", SB_F_STR}, {"exit", SB_F_INT}, {"duration_ms", SB_F_UINT}}},
 	{"agent.file.changed", HOST | GUEST,
 	 {{"path", SB_F_STR}, {"kind", SB_F_STR}, {"size", SB_F_UINT}, {"xxh3", SB_F_STR}}},
@@ -40,6 +42,7 @@ static const struct sb_event_schema schema[] = {
 	{"budget.exceeded", HOST | GATEWAY, {{"budget_nusd", SB_F_UINT}, {"spent_nusd", SB_F_UINT}}},
 	{"net.denied", HOST, {{"dst", SB_F_STR}, {"count", SB_F_UINT}}},
 	{"secret.granted", HOST, {{"name", SB_F_STR}, {"scope", SB_F_STR}}},
+	{"operator.note", OPERATOR, {{"text", SB_F_STR}, {"by", SB_F_STR}}},
 };
 
 const struct sb_event_schema *sb_schema_find(const char *type)
@@ -95,7 +98,7 @@ int sb_schema_check(const char *type, enum sb_source src, const void *payload, s
 
 	if (!s)
 		return sb_seterr(rc, "unknown event type '%.60s'", type);
-	if ((unsigned)src > SB_SRC_GATEWAY || !(s->sources & (1u << src)))
+	if ((unsigned)src > SB_SRC_LAST || !(s->sources & (1u << src)))
 		return sb_seterr(rc, "%s: source %s may not emit it", type, sb_source_name(src));
 	if (!payload || !len)
 		return sb_seterr(rc, "%s: payload missing", type);

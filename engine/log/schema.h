@@ -32,6 +32,8 @@ struct sb_field {
 #define SB_FROM_HOST    (1u << SB_SRC_HOST)
 #define SB_FROM_GUEST   (1u << SB_SRC_GUEST)
 #define SB_FROM_GATEWAY (1u << SB_SRC_GATEWAY)
+#define SB_FROM_OPERATOR (1u << SB_SRC_OPERATOR)
+#define SB_FROM_HARNESS (1u << SB_SRC_HARNESS)
 
 struct sb_event_schema {
 	const char *type;

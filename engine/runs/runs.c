@@ -370,9 +370,11 @@ static int guest_allowed(struct run *r)
 	return 1;
 }
 
-/* Appends an event the guest sent, as source=guest; refusals become a
- * (rate-limited) warning, never an error of the run. */
-static void guest_event(struct run *r, const char *type, const msgpack_object *payload)
+/* Appends an event the guest sent, as src (SB_SRC_GUEST for the agent's
+ * own frames, SB_SRC_HARNESS for lines of $SANBOX_EVENTS); refusals become
+ * a (rate-limited) warning, never an error of the run. */
+static void guest_event(struct run *r, const char *type, enum sb_source src,
+			const msgpack_object *payload)
 {
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
@@ -384,7 +386,7 @@ static void guest_event(struct run *r, const char *type, const msgpack_object *p
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
 	msgpack_pack_object(&pk, *payload);
-	rc = emit_map(r->owner->d, r->id, type, SB_SRC_GUEST, &buf);
+	rc = emit_map(r->owner->d, r->id, type, src, &buf);
 	msgpack_sbuffer_destroy(&buf);
 	if (rc) {
 		now = sb_loop_now(r->owner->d->loop);
@@ -424,7 +426,7 @@ static void guest_event_json(struct run *r, const msgpack_object *body)
 	if (msgpack_zone_init(&zone, 2048)) {
 		if (sb_json_to_msgpack(payload, &pk) == SB_OK && buf.data &&
 		    sb_payload_parse(buf.data, buf.size, &zone, &obj) == SB_OK)
-			guest_event(r, json_string_value(type), &obj);
+			guest_event(r, json_string_value(type), SB_SRC_HARNESS, &obj);
 		msgpack_zone_destroy(&zone);
 	}
 	msgpack_sbuffer_destroy(&buf);
@@ -519,7 +521,7 @@ static void on_frame(struct run *r, const struct sb_chan_frame *f)
 		}
 		memcpy(t, type->via.str.ptr, type->via.str.size);
 		t[type->via.str.size] = 0;
-		guest_event(r, t, payload);
+		guest_event(r, t, SB_SRC_GUEST, payload);
 		break;
 	case SB_CHAN_EVENT_JSON:
 		guest_event_json(r, &f->body);

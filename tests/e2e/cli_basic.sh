@@ -88,7 +88,7 @@ grep -q 'usage: sanbox events' "$tmp/err" || fail "events --bogus prints no usag
 [ $? = 2 ] || fail "sanbox --nope: exit $?"
 "$SB" nosuchcommand 2>/dev/null
 [ $? = 2 ] || fail "unknown command: exit $?"
-"$SB" admin append "$R" run.warning 'not json' 2>/dev/null
+"$SB" admin append "$R" operator.note 'not json' 2>/dev/null
 [ $? != 0 ] || fail "admin append with bad JSON succeeded"
 
 # -- help
@@ -101,42 +101,55 @@ grep -q '^usage: sanbox attach RUN' "$tmp/help" || fail "help attach: $(cat "$tm
 "$SB" daemon status --json >"$tmp/st" && json_lines "$tmp/st" "evs[0]['version'] == '$("$SB" version | sed 's/^sanbox //')'" ||
 	fail "the daemon's version differs from the CLI's: $(cat "$tmp/st")"
 
-# -- attach from an offset to a run that is stopped mid-way: exits 0 after run.stopped
-last=$(python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])['offset'])" "$tmp/all")
+# -- attach from an offset to a live run, then stopped: exits 0 after run.stopped
+runs_hang
+R3=$("$SB" run --detach --name live -- true) || fail "run --detach (live)"
+i=0
+until "$SB" events "$R3" --json --type run.started | grep -q started; do
+	i=$((i + 1))
+	[ $i -lt 200 ] || fail "the live run did not start"
+	sleep 0.05
+done
+last=$("$SB" events --all --json | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["offset"])')
 from=$((last + 1))
-"$SB" attach "$R" --from "$from" --json >"$tmp/att" 2>"$tmp/att.err" &
+"$SB" attach "$R3" --from "$from" --json >"$tmp/att" 2>"$tmp/att.err" &
 apid=$!
 bg="$bg $apid"
-o1=$("$SB" admin append "$R" run.warning '{"message":"one"}') || fail "admin append"
+o1=$("$SB" admin append "$R3" operator.note '{"text":"one"}') || fail "admin append"
 [ "$o1" = "$from" ] || fail "admin append printed offset $o1, want $from"
 wait_for "$tmp/att" '"one"' || fail "attach did not print a live event"
-"$SB" admin append "$R2" run.warning '{"message":"other run"}' >/dev/null || fail "append R2"
-"$SB" admin append "$R" run.warning '{"message":"two"}' >/dev/null || fail "append two"
-"$SB" admin append "$R" run.stopped '{"reason":"test"}' >/dev/null || fail "append run.stopped"
+"$SB" admin append "$R2" operator.note '{"text":"other run"}' >/dev/null || fail "append R2"
+"$SB" admin append "$R3" operator.note '{"text":"two"}' >/dev/null || fail "append two"
+# operators annotate; they cannot write what the host records
+"$SB" admin append "$R3" run.stopped '{"reason":"test"}' 2>"$tmp/err" && fail "an operator wrote run.stopped"
+grep -q 'may not emit' "$tmp/err" || fail "forged run.stopped: $(cat "$tmp/err")"
+"$SB" stop "$R3" >/dev/null || fail "stop the live run"
 i=0
 while kill -0 "$apid" 2>/dev/null; do
 	i=$((i + 1))
-	[ $i -lt 200 ] || fail "attach did not end after run.stopped"
+	[ $i -lt 400 ] || fail "attach did not end after run.stopped"
 	sleep 0.05
 done
 wait "$apid"
 rc=$?
 [ $rc = 0 ] || fail "attach exit $rc after run.stopped: $(cat "$tmp/att.err")"
-json_lines "$tmp/att" "[(e['type'], e['payload'].get('message') or e['payload'].get('reason'))
-	for e in evs] == [('run.warning','one'), ('run.warning','two'), ('run.stopped','test')] and
-	evs[0]['offset'] == $from and all(e['run'] == '$R' for e in evs)" ||
+json_lines "$tmp/att" "[(e['type'], e['payload'].get('text') or e['payload'].get('reason'))
+	for e in evs] == [('operator.note','one'), ('operator.note','two'), ('run.stopped','stopped')] and
+	evs[0]['offset'] == $from and all(e['run'] == '$R3' for e in evs) and
+	evs[0]['source'] == 'operator' and evs[0]['payload']['by'] == 'local'" ||
 	fail "attach printed: $(cat "$tmp/att")"
+runs_fail
 # attach from the start replays the backlog first, then stops at the first run.stopped
 "$SB" attach "$R" --json >"$tmp/att0" || fail "attach from the start"
 json_lines "$tmp/att0" "evs[-1]['type'] == 'run.stopped' and evs[0]['type'] == 'run.created'" ||
 	fail "attach from the start: $(cat "$tmp/att0")"
 
 # -- SIGINT detaches; the daemon keeps running
-o=$("$SB" admin append "$R2" run.warning '{"message":"before"}') || fail "append before"
+o=$("$SB" admin append "$R2" operator.note '{"text":"before"}') || fail "append before"
 "$SB" attach "$R2" --from $((o + 1)) >"$tmp/att2" 2>"$tmp/att2.err" &
 apid=$!
 bg="$bg $apid"
-"$SB" admin append "$R2" run.warning '{"message":"live"}' >/dev/null
+"$SB" admin append "$R2" operator.note '{"text":"live"}' >/dev/null
 wait_for "$tmp/att2" 'live' || fail "attach did not follow R2: $(cat "$tmp/att2.err")"
 kill -INT "$apid"
 i=0

@@ -284,7 +284,7 @@ static int call_raw(sb_client *c, const void *buf, size_t len, int timeout_ms)
 	return rc;
 }
 
-/* Appends agent.turn.started {turn: i} to run; returns the offset. */
+/* Appends operator.note {text, turn: i} to run; returns the offset. */
 static int append_turn(sb_client *c, const char *run, uint64_t i, int timeout_ms, uint64_t *off)
 {
 	msgpack_sbuffer sb;
@@ -297,9 +297,10 @@ static int append_turn(sb_client *c, const char *run, uint64_t i, int timeout_ms
 	msgpack_pack_map(&pk, 4);
 	sb_pack_kstr(&pk, "op", "events.append");
 	sb_pack_kstr(&pk, "run", run);
-	sb_pack_kstr(&pk, "type", "agent.turn.started");
+	sb_pack_kstr(&pk, "type", "operator.note");
 	sb_pack_str(&pk, "payload");
-	msgpack_pack_map(&pk, 1);
+	msgpack_pack_map(&pk, 2);
+	sb_pack_kstr(&pk, "text", "a note");
 	sb_pack_ku64(&pk, "turn", i);
 	rc = sb_request(c, &sb, timeout_ms, &rep);
 	if (rc == SB_OK)
@@ -1369,6 +1370,13 @@ static void test_malformed(void **state)
 	refused(c, SB_ERR_SCHEMA, "{'op':'events.append','run':'" RUN_A "','type':'no.such','payload':{}}");
 	refused(c, SB_ERR_SCHEMA, "{'op':'events.append','run':'" RUN_A "','type':'agent.usage.updated',"
 				  "'payload':" USAGE "}"); /* only the gateway may */
+	/* operators write their own events, never the host's */
+	refused(c, SB_ERR_SCHEMA, "{'op':'events.append','run':'" RUN_A "','type':'run.stopped',"
+				  "'payload':{'reason':'exited'}}");
+	refused(c, SB_ERR_SCHEMA, "{'op':'events.append','run':'" RUN_A "','type':'run.exited',"
+				  "'payload':{'status':0}}");
+	refused(c, SB_ERR_SCHEMA, "{'op':'events.append','run':'" RUN_A "','type':'operator.note',"
+				  "'payload':{'text':7}}");
 	refused(c, SB_ERR_NOTFOUND, "{'op':'run.get','run':'ffffffffffff'}");
 	refused(c, SB_ERR_NOTFOUND, "{'op':'events.read','run':'nope'}");
 	refused_packed(c, SB_ERR_INVAL, pk_run_nul);

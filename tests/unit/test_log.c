@@ -74,7 +74,7 @@ static void batch_make(struct batch *b, size_t n, const char *const *runs, size_
 		sb_pack_ku64(&pk, "turn", base + i);
 		sb_pack_kstr(&pk, "tag", tag);
 		assert_int_equal(sb_event_init(&b->evs[i], "agent.turn.started", runs[(base + i) % nruns],
-					       (base + i) % 2 ? SB_SRC_GUEST : SB_SRC_HOST, b->pl[i].data,
+					       (base + i) % 2 ? SB_SRC_HARNESS : SB_SRC_HOST, b->pl[i].data,
 					       b->pl[i].size),
 				 SB_OK);
 	}
@@ -150,7 +150,7 @@ static void test_append_read(void **state)
 		assert_true(ev.seq == ++seq[r]);
 		assert_string_equal(ev.run, runs3[r]);
 		assert_string_equal(ev.type, "agent.turn.started");
-		assert_int_equal(ev.source, (off - 1) % 2 ? SB_SRC_GUEST : SB_SRC_HOST);
+		assert_int_equal(ev.source, (off - 1) % 2 ? SB_SRC_HARNESS : SB_SRC_HOST);
 		assert_true(turn_of(&ev) == off - 1);
 		off++;
 	}
@@ -867,7 +867,7 @@ static void *gc_worker(void *arg)
 		msgpack_pack_map(&pk, 2);
 		sb_pack_ku64(&pk, "turn", (uint64_t)i);
 		sb_pack_ku64(&pk, "thread", (uint64_t)t->id);
-		sb_event_init(&ev, "agent.turn.completed", run, SB_SRC_GUEST, sb.data, sb.size);
+		sb_event_init(&ev, "agent.turn.completed", run, SB_SRC_HARNESS, sb.data, sb.size);
 		if (sb_log_append(t->log, &ev, 1) != SB_OK)
 			t->failed++;
 		t->offs[i] = ev.offset;

@@ -127,7 +127,7 @@ static void test_runstate_lifecycle(void **state)
 	assert_string_equal(rs.status, "running");
 	assert_true(rs.started_ns == 3000);
 
-	app(f, "r1", SB_SRC_GUEST, "agent.turn.started", "{'turn':1}");
+	app(f, "r1", SB_SRC_HARNESS, "agent.turn.started", "{'turn':1}");
 	app(f, "r1", SB_SRC_GATEWAY, "agent.usage.updated", USAGE("gpt-y", 10, 20, 300));
 	app(f, "r1", SB_SRC_GATEWAY, "agent.usage.updated", USAGE("gpt-y", 1, 2, 45));
 	app(f, "r1", SB_SRC_GUEST, "run.exited", "{'status':3}");
@@ -285,7 +285,7 @@ static void test_costs(void **state)
 	app(f, "r2", SB_SRC_GATEWAY, "agent.usage.updated", USAGE("m1", 200, 20, 2000));
 	app(f, "r3", SB_SRC_GATEWAY, "agent.usage.updated", USAGE("m2", 1, 1, 1));
 	app(f, "r4", SB_SRC_GATEWAY, "agent.usage.updated", USAGE("m1", 3, 3, 3)); /* no group */
-	app(f, "r1", SB_SRC_GUEST, "agent.message", "{'role':'assistant','cost_nusd':999999}");
+	app(f, "r1", SB_SRC_HARNESS, "agent.message", "{'role':'assistant','cost_nusd':999999}");
 	catch_up(f, 9);
 
 	assert_cost(f, "run", "r1", 105, 16, 4, 1007, 2);
@@ -370,7 +370,7 @@ static void test_costs_only_gateway(void **state)
 				       sb.size),
 			 0);
 	ev.offset = ev.seq = 1;
-	for (int src = SB_SRC_HOST; src <= SB_SRC_GATEWAY; src++) {
+	for (int src = SB_SRC_HOST; src <= SB_SRC_LAST; src++) {
 		ev.source = (enum sb_source)src;
 		assert_int_equal(apply_direct(f, &sb_proj_costs, dbi, &ev), 0);
 		assert_int_equal(apply_direct(f, &sb_proj_runstate, dbi2, &ev), 0);
@@ -430,7 +430,7 @@ static void test_resume_points(void **state)
 	app(f, "ab", SB_SRC_HOST, "run.created", "{'name':'n','template':'t','group':'g'}");
 	s1 = app(f, "ab", SB_SRC_HOST, "snapshot.saved", "{'snapshot':'snap-1','kind':'disk'}");
 	other = app(f, "abc", SB_SRC_HOST, "snapshot.saved", "{'snapshot':'x-1','kind':'full'}");
-	mid = app(f, "ab", SB_SRC_GUEST, "agent.turn.started", "{'turn':1}");
+	mid = app(f, "ab", SB_SRC_HARNESS, "agent.turn.started", "{'turn':1}");
 	s2 = app(f, "ab", SB_SRC_HOST, "snapshot.saved", "{'snapshot':'snap-2','kind':'full'}");
 	app(f, "a", SB_SRC_HOST, "snapshot.saved", "{'snapshot':'y-1','kind':'full'}");
 	s3 = app(f, "ab", SB_SRC_HOST, "snapshot.saved", "{'snapshot':'snap-3','kind':'disk'}");
@@ -584,7 +584,7 @@ static void gen_event(struct gen *g, int r, msgpack_sbuffer *sb, const char **ty
 				break;
 			case 3:
 				*type = "agent.tool.completed";
-				*src = SB_SRC_GUEST;
+				*src = SB_SRC_HARNESS;
 				snprintf(js, sizeof js,
 					 "{'tool':'bash','args':'grep -rn TODO src/ | head -%llu',"
 					 "'exit':%d,'duration_ms':%llu}",
@@ -601,7 +601,7 @@ static void gen_event(struct gen *g, int r, msgpack_sbuffer *sb, const char **ty
 				break;
 			case 5:
 				*type = "agent.message";
-				*src = SB_SRC_GUEST;
+				*src = SB_SRC_HARNESS;
 				snprintf(js, sizeof js, "{'role':'assistant','text':'step %llu'}",
 					 (unsigned long long)rnd % 1000);
 				break;
@@ -623,7 +623,7 @@ static void gen_event(struct gen *g, int r, msgpack_sbuffer *sb, const char **ty
 				break;
 			default:
 				*type = (rnd >> 8) % 2 ? "agent.turn.started" : "agent.turn.completed";
-				*src = SB_SRC_GUEST;
+				*src = SB_SRC_HARNESS;
 				snprintf(js, sizeof js, "{'turn':%llu}", (unsigned long long)rnd % 100);
 				break;
 			}

@@ -40,7 +40,7 @@ static void test_roundtrip_all_types(void **state)
 	s = sb_schema_all(&n);
 	assert_true(n >= 20);
 	for (size_t i = 0; i < n; i++) {
-		for (unsigned src = 0; src <= SB_SRC_GATEWAY; src++, k++) {
+		for (unsigned src = 0; src <= SB_SRC_LAST; src++, k++) {
 			struct sb_event ev, out;
 			msgpack_sbuffer pl, rec;
 			tu_schema_payload(&pl, &s[i], NULL, (unsigned)k);
@@ -347,7 +347,7 @@ enum hdr_damage {
 	H_RUN_NUL,
 	H_SEQ_NEG,
 	H_TS_FLOAT,
-	H_SOURCE_3,
+	H_SOURCE_PAST,
 	H_SOURCE_NEG,
 	H_NO_PAYLOAD,
 	H_PAYLOAD_ARRAY,
@@ -410,7 +410,7 @@ static void damaged_record(msgpack_sbuffer *sb, enum hdr_damage d)
 		if (d == H_SOURCE_NEG)
 			msgpack_pack_int8(&pk, -1);
 		else
-			msgpack_pack_uint8(&pk, d == H_SOURCE_3 ? 3 : 2);
+			msgpack_pack_uint8(&pk, d == H_SOURCE_PAST ? SB_SRC_LAST + 1 : 2);
 		if (d == H_ARRAY_8)
 			msgpack_pack_nil(&pk);
 	}
@@ -508,7 +508,7 @@ static void test_event_helpers(void **state)
 			 SB_ERR_INVAL);
 	assert_int_equal(sb_event_init(&ev, "run.started", "", SB_SRC_HOST, "\x80", 1), SB_ERR_INVAL);
 
-	for (unsigned i = 0; i <= SB_SRC_GATEWAY; i++) {
+	for (unsigned i = 0; i <= SB_SRC_LAST; i++) {
 		assert_int_equal(sb_source_parse(sb_source_name((enum sb_source)i), &src), SB_OK);
 		assert_int_equal(src, i);
 	}

@@ -119,7 +119,7 @@ static inline void tu_schema_payload(msgpack_sbuffer *sb, const struct sb_event_
 /* Returns the first source the schema entry allows. */
 static inline enum sb_source tu_allowed_source(const struct sb_event_schema *s)
 {
-	for (unsigned i = 0; i <= SB_SRC_GATEWAY; i++)
+	for (unsigned i = 0; i <= SB_SRC_LAST; i++)
 		if (s->sources & (1u << i))
 			return (enum sb_source)i;
 	fail_msg("type %s allows no source", s->type);

@@ -15,6 +15,25 @@ export SANBOX_TEMPLATES=$SANBOX_HOME/tpl
 tmp=$SANBOX_HOME/t
 mkdir -p "$tmp" "$SANBOX_TEMPLATES/shell"
 bg=""
+cat >"$tmp/fake-qemu" <<'EOF'
+#!/bin/sh
+case " $* " in
+*" -version "*) echo "QEMU emulator version 7.2.0 (stand-in)"; exit 0 ;;
+*sanbox.probe=1*) exit 1 ;;
+esac
+[ -e "$SANBOX_HOME/t/hang" ] && exec sleep 600
+echo "qemu-system-x86_64: cannot load kernel: not a kernel image" >&2
+exit 1
+EOF
+chmod +x "$tmp/fake-qemu"
+
+# The daemon runs a stand-in for QEMU: it fails at once (as QEMU does on
+# the empty kernel), or, while $tmp/hang exists (runs_hang), stays up
+# without a guest until its run is stopped: a run that stays "running".
+export SANBOX_QEMU=$tmp/fake-qemu
+export SANBOX_BOOT_TIMEOUT=600
+runs_hang() { : >"$tmp/hang"; }
+runs_fail() { rm -f "$tmp/hang"; }
 
 bootless_cleanup() {
 	if [ -n "${KEEP:-}" ]; then
@@ -28,6 +47,9 @@ bootless_cleanup() {
 		p=$(cat "$SANBOX_HOME/sanboxd.pid")
 		[ -n "$p" ] && kill "$p" 2>/dev/null && sleep 0.3 && kill -9 "$p" 2>/dev/null
 	fi
+	for f in "$SANBOX_HOME"/runs/*/qemu.pid; do
+		[ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
+	done
 	[ -n "${KEEP:-}" ] && echo "kept $SANBOX_HOME" || rm -rf "$SANBOX_HOME"
 }
 trap bootless_cleanup EXIT
