@@ -396,7 +396,7 @@ static void test_costs_only_gateway(void **state)
 	msgpack_zone_init(&z, 1024);
 	assert_int_equal(sb_payload_parse(v.mv_data, v.mv_size, &z, &o), 0);
 	assert_int_equal(sb_runstate_unpack(&o, &rs), 0);
-	assert_true(rs.cost_nusd == 500 && rs.events == 3);
+	assert_true(rs.cost_nusd == 500 && rs.events == SB_SRC_LAST + 1);
 	msgpack_zone_destroy(&z);
 	mdb_txn_abort(txn);
 	msgpack_sbuffer_destroy(&sb);
