@@ -29,7 +29,7 @@ done
 has_event "$H" "e['type']=='run.warning'" && ok "hostile lines become warnings" || bad "hostile" "no warning"
 has_event "$H" "e['type']=='agent.usage.updated'" && bad "forged usage" "a guest usage event was recorded" ||
 	ok "forged usage refused"
-has_event "$H" "e['type']=='agent.turn.started' and e['source']=='guest'" &&
+has_event "$H" "e['type']=='agent.turn.started' and e['source']=='harness'" &&
 	ok "valid harness event after garbage" || bad "harness event" "turn.started missing"
 cost=$("$SB" inspect "$H" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["cost"]["cost_nusd"])')
 [ "$cost" = 0 ] && ok "guest cannot change cost" || bad "cost" "$cost"
