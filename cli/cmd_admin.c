@@ -68,7 +68,7 @@ int cmd_admin(int argc, char **argv)
 	if (argc == 2 && !strcmp(argv[1], "reproject"))
 		return reproject();
 	if (argc == 3 && !strcmp(argv[1], "token") && !strcmp(argv[2], "create")) {
-		if ((rc = sb_home_init(cli_home)) || (rc = sb_token_create(cli_home, token)))
+		if ((rc = sb_home_init(cli_home)) || (rc = sb_token_create(cli_home, NULL, token)))
 			return cli_fail(rc, "%s", sb_errmsg(rc));
 		printf("%s\n", token);
 		return 0;

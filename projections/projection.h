@@ -52,8 +52,8 @@ void sb_projector_close(sb_projector *p);
 
 /* Applies every event after each projection's checkpoint, in transactions of
  * at most 10000 events. *applied (may be NULL) gets the number of events
- * read. Safe against concurrent appends; not to be called concurrently with
- * itself. Errors: SB_ERR_CORRUPT (a record fails its checksum; detail names
+ * read. Safe against concurrent appends and from any thread (catch-ups and
+ * rebuilds take turns). Errors: SB_ERR_CORRUPT (a record fails its checksum; detail names
  * its offset; the projections stop before it), SB_ERR_IO, SB_ERR_FULL. */
 int sb_projector_catch_up(sb_projector *p, uint64_t *applied);
 

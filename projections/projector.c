@@ -1,6 +1,8 @@
 /* projector.c - runs the projections over the log, exactly once. */
 #include "projections/projection.h"
 
+#include <endian.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,22 +24,22 @@ struct sb_projector {
 	sb_log *log;
 	MDB_dbi dbi[NPROJ];
 	MDB_dbi ckpt; /* name -> checkpoint offset (8 bytes BE) */
+	pthread_mutex_t mu; /* one catch-up or rebuild at a time; guards zone */
 	msgpack_zone zone;
 };
 
 static void be64_put(uint8_t *p, uint64_t v)
 {
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (uint8_t)v;
+	v = htobe64(v);
+	memcpy(p, &v, 8);
 }
 
 static uint64_t be64_get(const uint8_t *p)
 {
-	uint64_t v = 0;
+	uint64_t v;
 
-	for (int i = 0; i < 8; i++)
-		v = v << 8 | p[i];
-	return v;
+	memcpy(&v, p, 8);
+	return be64toh(v);
 }
 
 int sb_proj_get(struct sb_proj_txn *t, const void *key, size_t klen, MDB_val *val)
@@ -67,6 +69,7 @@ int sb_projector_open(sb_log *log, sb_projector **out)
 	if (!p)
 		return SB_ERR_NOMEM;
 	p->log = log;
+	pthread_mutex_init(&p->mu, NULL);
 	if (!msgpack_zone_init(&p->zone, 4096)) {
 		free(p);
 		return SB_ERR_NOMEM;
@@ -90,6 +93,7 @@ fail:
 	if (txn)
 		mdb_txn_abort(txn);
 	msgpack_zone_destroy(&p->zone);
+	pthread_mutex_destroy(&p->mu);
 	free(p);
 	return sb_log_mdb_err(rc, "projector: open");
 }
@@ -99,6 +103,7 @@ void sb_projector_close(sb_projector *p)
 	if (!p)
 		return;
 	msgpack_zone_destroy(&p->zone);
+	pthread_mutex_destroy(&p->mu);
 	free(p);
 }
 
@@ -174,7 +179,8 @@ fail:
 	return rc;
 }
 
-int sb_projector_catch_up(sb_projector *p, uint64_t *applied)
+/* Catches up with p->mu held. */
+static int catch_up(sb_projector *p, uint64_t *applied)
 {
 	uint64_t n, total = 0;
 	int rc;
@@ -188,28 +194,44 @@ int sb_projector_catch_up(sb_projector *p, uint64_t *applied)
 	return rc;
 }
 
-int sb_projector_rebuild(sb_projector *p)
+int sb_projector_catch_up(sb_projector *p, uint64_t *applied)
 {
-	MDB_txn *txn;
 	int rc;
 
-	if ((rc = mdb_txn_begin(sb_log_env(p->log), NULL, 0, &txn)))
-		return sb_log_mdb_err(rc, "projector: begin");
+	pthread_mutex_lock(&p->mu);
+	rc = catch_up(p, applied);
+	pthread_mutex_unlock(&p->mu);
+	return rc;
+}
+
+int sb_projector_rebuild(sb_projector *p)
+{
+	MDB_txn *txn = NULL;
+	int rc;
+
+	pthread_mutex_lock(&p->mu);
+	if ((rc = mdb_txn_begin(sb_log_env(p->log), NULL, 0, &txn))) {
+		rc = sb_log_mdb_err(rc, "projector: begin");
+		txn = NULL;
+		goto out;
+	}
 	for (size_t i = 0; i < NPROJ; i++) {
 		struct sb_proj_txn t = {txn, p->dbi[i]};
 		if ((rc = sb_log_mdb_err(mdb_drop(txn, p->dbi[i], 0), "projector: drop")) ||
-		    (builtin[i]->init && (rc = builtin[i]->init(&t)))) {
-			mdb_txn_abort(txn);
-			return rc;
-		}
+		    (builtin[i]->init && (rc = builtin[i]->init(&t))))
+			goto out;
 	}
-	if ((rc = mdb_drop(txn, p->ckpt, 0))) {
+	if ((rc = sb_log_mdb_err(mdb_drop(txn, p->ckpt, 0), "projector: drop")))
+		goto out;
+	rc = sb_log_mdb_err(mdb_txn_commit(txn), "projector: commit");
+	txn = NULL;
+	if (rc == SB_OK)
+		rc = catch_up(p, NULL);
+out:
+	if (txn)
 		mdb_txn_abort(txn);
-		return sb_log_mdb_err(rc, "projector: drop");
-	}
-	if ((rc = sb_log_mdb_err(mdb_txn_commit(txn), "projector: commit")))
-		return rc;
-	return sb_projector_catch_up(p, NULL);
+	pthread_mutex_unlock(&p->mu);
+	return rc;
 }
 
 uint64_t sb_projector_checkpoint(sb_projector *p)

@@ -1,10 +1,11 @@
 /* api.c - the control API: one handler per request op (see SPEC.md). */
+#include "engine/daemon/api.h"
+
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/daemon/daemon.h"
 #include "engine/error.h"
 #include "engine/payload.h"
 #include "engine/runs/runs.h"
@@ -13,16 +14,36 @@
 #include "engine/wire.h"
 #include "projections/views.h"
 
+#include <time.h>
+
 #define READ_LIMIT_DEFAULT 1000
 #define READ_LIMIT_MAX 10000
 
+struct sb_api {
+	struct sb_api_env env;
+};
+
+/* One request, from its arrival to its reply. */
 struct req {
-	struct sb_daemon *d;
+	const struct sb_api_env *e;
+	sb_sp_req *sp;
+	void *body;
+	size_t len;
+	const struct op *op;
 	const char *who; /* the client, as operator events name it */
+	msgpack_zone zone;
 	const msgpack_object *args;
-	msgpack_sbuffer *out;
+	msgpack_object argv;
+	msgpack_sbuffer *out, outbuf;
 	msgpack_packer pk;
 };
+
+/* Brings the projections up to the newest event before reading them; an
+ * error (a corrupt record) leaves them where they are, still consistent. */
+static void catch_up(const struct sb_api_env *e)
+{
+	sb_projector_catch_up(e->proj, NULL);
+}
 
 /* Starts a success reply with n fields after "ok". */
 static void reply_begin(struct req *r, size_t n)
@@ -63,15 +84,40 @@ static int arg_u64(struct req *r, const char *key, uint64_t dflt, uint64_t *out)
 	return SB_OK;
 }
 
+static void pack_sp_stats(msgpack_packer *pk, const char *key, sb_sp *s)
+{
+	struct sb_sp_stats st;
+
+	sb_pack_str(pk, key);
+	if (!s) {
+		msgpack_pack_nil(pk);
+		return;
+	}
+	sb_sp_stats(s, &st);
+	msgpack_pack_map(pk, 7);
+	sb_pack_ku64(pk, "conns", st.conns);
+	sb_pack_ku64(pk, "accepted", st.accepted);
+	sb_pack_ku64(pk, "refused_conns", st.refused_conns);
+	sb_pack_ku64(pk, "dropped_conns", st.dropped_conns);
+	sb_pack_ku64(pk, "requests", st.requests);
+	sb_pack_ku64(pk, "denied", st.denied);
+	sb_pack_ku64(pk, "pub_dropped", st.pub_dropped);
+}
+
 static int op_health(struct req *r)
 {
-	reply_begin(r, 6);
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	reply_begin(r, 7);
 	sb_pack_kstr(&r->pk, "version", SB_VERSION);
-	sb_pack_ku64(&r->pk, "gateway_port", sb_gateway_port(r->d->gateway));
 	sb_pack_ku64(&r->pk, "pid", (uint64_t)getpid());
-	sb_pack_ku64(&r->pk, "last_offset", sb_log_last_offset(r->d->log));
-	sb_pack_ku64(&r->pk, "checkpoint", sb_projector_checkpoint(r->d->proj));
-	sb_pack_ku64(&r->pk, "uptime_s", (uint64_t)(sb_loop_now(r->d->loop) - r->d->started));
+	sb_pack_ku64(&r->pk, "last_offset", sb_log_last_offset(r->e->log));
+	sb_pack_ku64(&r->pk, "checkpoint", sb_projector_checkpoint(r->e->proj));
+	sb_pack_ku64(&r->pk, "uptime_s",
+		     (uint64_t)((double)ts.tv_sec + ts.tv_nsec / 1e9 - r->e->started));
+	pack_sp_stats(&r->pk, "local", r->e->local);
+	pack_sp_stats(&r->pk, "remote", r->e->remote);
 	return SB_OK;
 }
 
@@ -109,13 +155,13 @@ static int resolve_cb(void *vctx, const struct sb_runstate *rs)
 }
 
 /* Resolves a run id, a unique id prefix of 4+ characters, or a run name. */
-static int resolve_run(struct sb_daemon *d, const char *want, char out[SB_RUN_MAX])
+static int resolve_run(const struct sb_api_env *e, const char *want, char out[SB_RUN_MAX])
 {
 	struct resolve_ctx c = {want, strlen(want), "", 0, 0};
 	int rc;
 
-	sb_daemon_catch_up(d);
-	if ((rc = sb_runstate_each(d->proj, resolve_cb, &c)) < 0)
+	catch_up(e);
+	if ((rc = sb_runstate_each(e->proj, resolve_cb, &c)) < 0)
 		return rc;
 	if (c.matches == 0)
 		return sb_seterr(SB_ERR_NOTFOUND, "no run '%s'", want);
@@ -132,7 +178,7 @@ static int arg_run(struct req *r, char run[SB_RUN_MAX])
 
 	if ((rc = arg_str(r, "run", want, sizeof want, 1)))
 		return rc;
-	return resolve_run(r->d, want, run);
+	return resolve_run(r->e, want, run);
 }
 
 static int op_run_resolve(struct req *r)
@@ -209,7 +255,7 @@ static int arg_bool(struct req *r, const char *key, int *out)
 static int op_events_read(struct req *r)
 {
 	char want[96], run[SB_RUN_MAX] = "";
-	uint64_t from, limit, seq, next, last = sb_log_last_offset(r->d->log), n = 0, scanned = 0;
+	uint64_t from, limit, seq, next, last = sb_log_last_offset(r->e->log), n = 0, scanned = 0;
 	const msgpack_object *types = sb_map_get(r->args, "types");
 	sb_log_iter *it;
 	struct sb_event ev;
@@ -227,17 +273,17 @@ static int op_events_read(struct req *r)
 	for (uint32_t i = 0; types && i < types->via.array.size; i++)
 		if (types->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
 			return sb_seterr(SB_ERR_INVAL, "argument 'types' must be an array of strings");
-	if (want[0] && (rc = resolve_run(r->d, want, run)))
+	if (want[0] && (rc = resolve_run(r->e, want, run)))
 		return rc;
 	if (!limit)
 		limit = READ_LIMIT_DEFAULT;
 	if (limit > READ_LIMIT_MAX)
 		limit = READ_LIMIT_MAX;
 	next = from;
-	if (run[0] && (rc = run_seq_at(r->d->log, run, from, &seq)))
+	if (run[0] && (rc = run_seq_at(r->e->log, run, from, &seq)))
 		return rc;
-	rc = run[0] ? sb_log_iter_open_run(r->d->log, run, seq, &it)
-		    : sb_log_iter_open(r->d->log, from, &it);
+	rc = run[0] ? sb_log_iter_open_run(r->e->log, run, seq, &it)
+		    : sb_log_iter_open(r->e->log, from, &it);
 	if (rc)
 		return rc;
 	/* The events go straight into the reply, after an array32 header
@@ -334,9 +380,9 @@ static int op_runs_list(struct req *r)
 	memset(&c, 0, sizeof c);
 	if ((rc = arg_str(r, "group", c.group, sizeof c.group, 0)))
 		return rc;
-	sb_daemon_catch_up(r->d);
+	catch_up(r->e);
 	items_init(&c.items);
-	if ((rc = sb_runstate_each(r->d->proj, list_cb, &c)) == SB_OK)
+	if ((rc = sb_runstate_each(r->e->proj, list_cb, &c)) == SB_OK)
 		items_reply(r, "runs", &c.items);
 	msgpack_sbuffer_destroy(&c.items.buf);
 	return rc;
@@ -350,7 +396,7 @@ static int pack_first_payload(struct req *r, const char *run, const char *type, 
 	int rc;
 
 	sb_pack_str(&r->pk, key);
-	if ((rc = sb_log_iter_open_run(r->d->log, run, 1, &it)))
+	if ((rc = sb_log_iter_open_run(r->e->log, run, 1, &it)))
 		return rc;
 	while ((rc = sb_log_iter_next(it, &ev)) == SB_OK && strcmp(ev.type, type))
 		;
@@ -369,8 +415,8 @@ static int op_run_get(struct req *r)
 	struct sb_cost cost;
 	int rc;
 
-	if ((rc = arg_run(r, run)) || (rc = sb_runstate_get(r->d->proj, run, &rs)) ||
-	    (rc = sb_costs_get(r->d->proj, "run", run, &cost)))
+	if ((rc = arg_run(r, run)) || (rc = sb_runstate_get(r->e->proj, run, &rs)) ||
+	    (rc = sb_costs_get(r->e->proj, "run", run, &cost)))
 		return rc;
 	reply_begin(r, 4);
 	sb_pack_str(&r->pk, "run");
@@ -394,8 +440,8 @@ static int op_costs(struct req *r)
 		return rc;
 	if (strcmp(scope, "run") && strcmp(scope, "group") && strcmp(scope, "model"))
 		return sb_seterr(SB_ERR_INVAL, "scope must be run, group or model");
-	sb_daemon_catch_up(r->d);
-	if ((rc = sb_costs_get(r->d->proj, scope, id, &c)))
+	catch_up(r->e);
+	if ((rc = sb_costs_get(r->e->proj, scope, id, &c)))
 		return rc;
 	reply_begin(r, 1);
 	sb_pack_str(&r->pk, "cost");
@@ -413,8 +459,8 @@ static int op_events_append(struct req *r)
 	const msgpack_object *payload = sb_map_get(r->args, "payload");
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
+	struct sb_event ev;
 	uint32_t n = 0;
-	uint64_t off;
 	int rc;
 
 	if ((rc = arg_run(r, run)) || (rc = arg_str(r, "type", type, sizeof type, 1)))
@@ -434,13 +480,15 @@ static int op_events_append(struct req *r)
 		msgpack_pack_object(&pk, kv->val);
 	}
 	sb_pack_kstr(&pk, "by", r->who);
-	rc = buf.data ? sb_daemon_emit(r->d, run, type, SB_SRC_OPERATOR, buf.data, buf.size, &off)
+	rc = buf.data ? sb_event_init(&ev, type, run, SB_SRC_OPERATOR, buf.data, buf.size)
 		      : SB_ERR_NOMEM;
+	if (rc == SB_OK)
+		rc = sb_log_append(r->e->log, &ev, 1);
 	msgpack_sbuffer_destroy(&buf);
 	if (rc)
 		return rc;
 	reply_begin(r, 1);
-	sb_pack_ku64(&r->pk, "offset", off);
+	sb_pack_ku64(&r->pk, "offset", ev.offset);
 	return SB_OK;
 }
 
@@ -452,7 +500,7 @@ static int op_run_create(struct req *r)
 
 	if (!spec || spec->type != MSGPACK_OBJECT_MAP)
 		return sb_seterr(SB_ERR_INVAL, "argument 'spec' must be a map");
-	if ((rc = sb_runs_create(r->d->runs, spec, run)))
+	if ((rc = sb_runs_create(r->e->runs, spec, run)))
 		return rc;
 	reply_begin(r, 1);
 	sb_pack_kstr(&r->pk, "run", run);
@@ -464,7 +512,7 @@ static int op_run_stop(struct req *r)
 	char run[SB_RUN_MAX];
 	int rc;
 
-	if ((rc = arg_run(r, run)) || (rc = sb_runs_stop(r->d->runs, run, "stopped")))
+	if ((rc = arg_run(r, run)) || (rc = sb_runs_stop(r->e->runs, run, "stopped")))
 		return rc;
 	reply_begin(r, 1);
 	sb_pack_kstr(&r->pk, "run", run);
@@ -482,11 +530,11 @@ static int op_group_stop(struct req *r)
 		return rc;
 	if (!group[0])
 		return sb_seterr(SB_ERR_INVAL, "argument 'group' is empty");
-	sb_daemon_catch_up(r->d);
+	catch_up(r->e);
 	/* collected before any is stopped, as stopping changes the state */
-	rc = sb_runstate_live(r->d->proj, group, &runs, &n);
+	rc = sb_runstate_live(r->e->proj, group, &runs, &n);
 	for (size_t i = 0; rc == SB_OK && i < n; i++) {
-		int one = sb_runs_stop(r->d->runs, runs[i], "stopped");
+		int one = sb_runs_stop(r->e->runs, runs[i], "stopped");
 		if (one != SB_OK && one != SB_ERR_STATE) /* one that just ended is fine */
 			rc = one;
 	}
@@ -504,9 +552,9 @@ static int op_group_stop(struct req *r)
 
 static int op_daemon_stop(struct req *r)
 {
-	unsigned live = sb_runs_active(r->d->runs);
+	unsigned live = sb_runs_active(r->e->runs);
 
-	sb_daemon_stop(r->d);
+	r->e->stop(r->e->ctx);
 	reply_begin(r, 1);
 	sb_pack_ku64(&r->pk, "runs_stopped", live);
 	return SB_OK;
@@ -514,12 +562,12 @@ static int op_daemon_stop(struct req *r)
 
 static int op_reproject(struct req *r)
 {
-	int rc = sb_projector_rebuild(r->d->proj);
+	int rc = sb_projector_rebuild(r->e->proj);
 
 	if (rc)
 		return rc;
 	reply_begin(r, 1);
-	sb_pack_ku64(&r->pk, "checkpoint", sb_projector_checkpoint(r->d->proj));
+	sb_pack_ku64(&r->pk, "checkpoint", sb_projector_checkpoint(r->e->proj));
 	return SB_OK;
 }
 
@@ -534,7 +582,7 @@ static int op_secret_set(struct req *r)
 		return rc;
 	if (!v || (v->type != MSGPACK_OBJECT_BIN && v->type != MSGPACK_OBJECT_STR))
 		return sb_seterr(SB_ERR_INVAL, "argument 'value' must be bytes");
-	rc = sb_secret_set(r->d->home, name, v->via.bin.ptr, v->via.bin.size);
+	rc = sb_secret_set(r->e->home, name, v->via.bin.ptr, v->via.bin.size);
 	sodium_memzero((void *)v->via.bin.ptr, v->via.bin.size);
 	if (rc)
 		return rc;
@@ -548,7 +596,7 @@ static int op_secret_rm(struct req *r)
 	char name[SB_SECRET_NAME_MAX];
 	int rc;
 
-	if ((rc = arg_str(r, "name", name, sizeof name, 1)) || (rc = sb_secret_rm(r->d->home, name)))
+	if ((rc = arg_str(r, "name", name, sizeof name, 1)) || (rc = sb_secret_rm(r->e->home, name)))
 		return rc;
 	reply_begin(r, 1);
 	sb_pack_kstr(&r->pk, "name", name);
@@ -573,15 +621,16 @@ static int op_secret_list(struct req *r)
 	int rc;
 
 	items_init(&l);
-	if ((rc = sb_secret_each(r->d->home, secret_cb, &l)) == SB_OK)
+	if ((rc = sb_secret_each(r->e->home, secret_cb, &l)) == SB_OK)
 		items_reply(r, "secrets", &l);
 	msgpack_sbuffer_destroy(&l.buf);
 	return rc;
 }
 
-#define LOCAL_ONLY 1
+#define LOCAL_ONLY 1 /* refused on the remote listener */
+#define ON_LOOP	   2 /* runs on the daemon's loop (the run manager's state) */
 
-static const struct {
+static const struct op {
 	const char *name;
 	int (*fn)(struct req *r);
 	unsigned flags;
@@ -592,62 +641,150 @@ static const struct {
 	{"runs.list", op_runs_list, 0},
 	{"run.get", op_run_get, 0},
 	{"run.resolve", op_run_resolve, 0},
-	{"run.create", op_run_create, 0},
-	{"run.stop", op_run_stop, 0},
-	{"group.stop", op_group_stop, 0},
+	{"run.create", op_run_create, ON_LOOP},
+	{"run.stop", op_run_stop, ON_LOOP},
+	{"group.stop", op_group_stop, ON_LOOP},
 	{"costs.get", op_costs, 0},
 	{"secret.set", op_secret_set, 0},
 	{"secret.rm", op_secret_rm, 0},
 	{"secret.list", op_secret_list, 0},
 	{"admin.reproject", op_reproject, LOCAL_ONLY},
-	{"daemon.stop", op_daemon_stop, LOCAL_ONLY},
+	{"daemon.stop", op_daemon_stop, LOCAL_ONLY | ON_LOOP},
 };
 
-void sb_api_handle(struct sb_daemon *d, const void *buf, size_t len, int remote,
-		   msgpack_sbuffer *out)
+/* Sends r's reply (an error reply for rc) and frees r. */
+static void req_finish(struct req *r, int rc)
 {
-	struct req r = {d, remote ? "remote" : "local", NULL, out, {0}};
-	msgpack_zone zone;
-	msgpack_object args;
-	char op[32];
-	int n, rc = SB_ERR_INVAL;
+	if (rc) {
+		r->out->size = 0;
+		sb_wire_error(r->out, rc, sb_errmsg(rc));
+	}
+	if (!r->out->data)
+		sb_wire_error(r->out, SB_ERR_NOMEM, "out of memory");
+	sb_sp_reply(r->sp, r->out->data, r->out->size);
+	msgpack_sbuffer_destroy(&r->outbuf);
+	msgpack_zone_destroy(&r->zone);
+	if (r->body)
+		sodium_memzero(r->body, r->len); /* it may hold a secret's value */
+	free(r->body);
+	free(r);
+}
 
-	msgpack_packer_init(&r.pk, out, msgpack_sbuffer_write);
-	if (!msgpack_zone_init(&zone, 4096)) {
-		sb_wire_error(out, SB_ERR_NOMEM, "out of memory");
-		return;
-	}
+/* On the loop: an op that changes the run manager's state. */
+static void req_run_on_loop(void *ctx)
+{
+	struct req *r = ctx;
+
 	sb_clearerr();
-	if (sb_payload_parse(buf, len, &zone, &args)) {
+	req_finish(r, r->e->stopping(r->e->ctx)
+			  ? sb_seterr(SB_ERR_UNAVAIL, "sanboxd is stopping")
+			  : r->op->fn(r));
+}
+
+/* On a worker: parses the request and serves it, or sends it to the loop. */
+static void req_run(void *ctx)
+{
+	struct req *r = ctx;
+	char op[32];
+	int n, rc;
+
+	sb_clearerr();
+	if (r->e->stopping(r->e->ctx)) {
+		rc = sb_seterr(SB_ERR_UNAVAIL, "sanboxd is stopping");
+		goto done;
+	}
+	if (sb_payload_parse(r->body, r->len, &r->zone, &r->argv)) {
 		rc = sb_seterr(SB_ERR_INVAL, "request is not a msgpack map");
-		goto fail;
+		goto done;
 	}
-	r.args = &args;
-	if ((n = sb_map_str(&args, "op", op, sizeof op)) < 0) {
+	r->args = &r->argv;
+	if ((n = sb_map_str(r->args, "op", op, sizeof op)) < 0) {
 		rc = sb_seterr(SB_ERR_INVAL, "request has no 'op'");
-		goto fail;
-	}
-	if ((size_t)n >= sizeof op || strlen(op) != (size_t)n) {
-		rc = sb_seterr(SB_ERR_INVAL, "unknown request '%s'", op);
-		goto fail;
-	}
-	if (remote && (rc = sb_token_check(d->home, &args)))
-		goto fail;
-	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
-		if (strcmp(ops[i].name, op))
-			continue;
-		if (remote && (ops[i].flags & LOCAL_ONLY)) {
-			rc = sb_seterr(SB_ERR_DENIED, "'%s' is only allowed on the local socket", op);
-			goto fail;
-		}
-		if ((rc = ops[i].fn(&r)))
-			goto fail;
-		msgpack_zone_destroy(&zone);
-		return;
+		goto done;
 	}
 	rc = sb_seterr(SB_ERR_INVAL, "unknown request '%s'", op);
-fail:
-	out->size = 0;
-	sb_wire_error(out, rc, sb_errmsg(rc));
-	msgpack_zone_destroy(&zone);
+	if ((size_t)n >= sizeof op || strlen(op) != (size_t)n)
+		goto done;
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+		if (!strcmp(ops[i].name, op))
+			r->op = &ops[i];
+	if (!r->op)
+		goto done;
+	if (sb_sp_req_remote(r->sp) && (r->op->flags & LOCAL_ONLY)) {
+		rc = sb_seterr(SB_ERR_DENIED, "'%s' is only allowed on the local socket", op);
+		goto done;
+	}
+	if (r->op->flags & ON_LOOP) {
+		if ((rc = sb_loop_post(r->e->loop, req_run_on_loop, r)) == SB_OK)
+			return;
+		goto done;
+	}
+	rc = r->op->fn(r);
+done:
+	req_finish(r, rc);
+}
+
+void sb_api_request(void *ctx, sb_sp_req *sp, void *body, size_t len)
+{
+	sb_api *a = ctx;
+	struct req *r = calloc(1, sizeof *r);
+	int rc = SB_ERR_NOMEM;
+
+	if (r && msgpack_zone_init(&r->zone, 4096)) {
+		r->e = &a->env;
+		r->sp = sp;
+		r->body = body;
+		r->len = len;
+		r->who = sb_sp_req_who(sp);
+		r->out = &r->outbuf;
+		msgpack_sbuffer_init(&r->outbuf);
+		msgpack_packer_init(&r->pk, r->out, msgpack_sbuffer_write);
+		if ((rc = sb_work_submit(a->env.work, req_run, r)) == SB_OK)
+			return;
+		msgpack_zone_destroy(&r->zone);
+	}
+	free(r);
+	free(body);
+	{
+		msgpack_sbuffer out;
+		msgpack_sbuffer_init(&out);
+		sb_wire_error(&out, rc, sb_errmsg(rc));
+		sb_sp_reply(sp, out.data ? out.data : "", out.size);
+		msgpack_sbuffer_destroy(&out);
+	}
+}
+
+int sb_api_authenticate(void *ctx, const void *body, size_t len, int complete, char *who,
+			size_t cap)
+{
+	sb_api *a = ctx;
+
+	return sb_token_check_request(a->env.home, body, len, complete, who, cap);
+}
+
+void sb_api_pack_denied(msgpack_sbuffer *out)
+{
+	sb_wire_error(out, SB_ERR_DENIED, "remote requests need a valid token");
+}
+
+int sb_api_open(const struct sb_api_env *env, sb_api **out)
+{
+	sb_api *a = calloc(1, sizeof *a);
+
+	if (!a)
+		return SB_ERR_NOMEM;
+	a->env = *env;
+	*out = a;
+	return SB_OK;
+}
+
+void sb_api_set_servers(sb_api *a, sb_sp *local, sb_sp *remote)
+{
+	a->env.local = local;
+	a->env.remote = remote;
+}
+
+void sb_api_close(sb_api *a)
+{
+	free(a);
 }

@@ -1,4 +1,4 @@
-/* bus.c - nng sockets of the daemon and its clients. */
+/* bus.c - the clients' nng sockets: requests and the live event feed. */
 #include "engine/daemon/bus.h"
 
 #include <nng/nng.h>
@@ -16,13 +16,6 @@
 #include <time.h>
 
 #include "engine/error.h"
-
-struct sb_bus {
-	nng_socket rep, pub;
-	nng_listener remote;
-	int has_remote;
-	int request_fd;
-};
 
 struct sb_client {
 	nng_socket req;
@@ -99,167 +92,6 @@ static int nng_err(int rv, const char *what)
 static void ipc_url(char *url, size_t cap, const char *dir, const char *name)
 {
 	snprintf(url, cap, "ipc://%s/%s", dir, name);
-}
-
-static int listen_ipc(nng_socket s, const char *dir, const char *name)
-{
-	nng_listener l;
-	char url[512];
-	int rv;
-
-	ipc_url(url, sizeof url, dir, name);
-	if ((rv = nng_listener_create(&l, s, url)))
-		return nng_err(rv, url);
-	nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600);
-	if ((rv = nng_listener_start(l, 0)))
-		return nng_err(rv, url);
-	return SB_OK;
-}
-
-int sb_bus_listen(const char *dir, sb_bus **out)
-{
-	sb_bus *b = calloc(1, sizeof *b);
-	int rv, rc;
-
-	if (!b)
-		return SB_ERR_NOMEM;
-	if ((rv = nng_rep0_open(&b->rep))) {
-		free(b);
-		return nng_err(rv, "api socket");
-	}
-	if ((rv = nng_pub0_open(&b->pub))) {
-		nng_close(b->rep);
-		free(b);
-		return nng_err(rv, "event socket");
-	}
-	nng_socket_set_size(b->rep, NNG_OPT_RECVMAXSZ, SB_REQ_MAX);
-	nng_socket_set_int(b->pub, NNG_OPT_SENDBUF, 8192);
-	if ((rc = listen_ipc(b->rep, dir, "api.sock")) || (rc = listen_ipc(b->pub, dir, "events.sock")) ||
-	    (rc = nng_err(nng_socket_get_int(b->rep, NNG_OPT_RECVFD, &b->request_fd), "api fd"))) {
-		sb_bus_close(b);
-		return rc;
-	}
-	*out = b;
-	return SB_OK;
-}
-
-/* Reads a whole (small) PEM file into a new NUL-terminated string. */
-static char *read_pem(const char *path)
-{
-	FILE *f = fopen(path, "re");
-	char *buf = NULL;
-	long n;
-
-	if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && n < (1 << 20) &&
-	    fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) &&
-	    fread(buf, 1, (size_t)n, f) == (size_t)n) {
-		buf[n] = 0;
-	} else {
-		free(buf);
-		buf = NULL;
-	}
-	if (f)
-		fclose(f);
-	return buf;
-}
-
-int sb_bus_listen_remote(sb_bus *b, const char *url, const char *cert_pem, const char *key_pem)
-{
-	nng_tls_config *cfg = NULL;
-	char *cert, *key;
-	int rv;
-
-	if (strncmp(url, "tls+tcp://", 10))
-		return sb_seterr(SB_ERR_INVAL, "remote listener must be tls+tcp://HOST:PORT, not %s", url);
-	if (!cert_pem || !key_pem)
-		return sb_seterr(SB_ERR_INVAL, "a remote listener needs a certificate and a key");
-	cert = read_pem(cert_pem);
-	key = read_pem(key_pem);
-	if (!cert || !key) {
-		free(cert);
-		free(key);
-		return sb_seterr(SB_ERR_INVAL, "cannot read %s", cert ? key_pem : cert_pem);
-	}
-	rv = nng_listener_create(&b->remote, b->rep, url);
-	if (rv) {
-		free(cert);
-		free(key);
-		return nng_err(rv, url);
-	}
-	if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_SERVER)) ||
-	    (rv = nng_tls_config_own_cert(cfg, cert, key, NULL)) ||
-	    (rv = nng_listener_set_ptr(b->remote, NNG_OPT_TLS_CONFIG, cfg)) ||
-	    (rv = nng_listener_start(b->remote, 0))) {
-		if (cfg)
-			nng_tls_config_free(cfg);
-		nng_listener_close(b->remote);
-		free(cert);
-		free(key);
-		return nng_err(rv, url);
-	}
-	free(cert);
-	free(key);
-	nng_tls_config_free(cfg); /* the listener holds its own reference */
-	b->has_remote = 1;
-	return SB_OK;
-}
-
-int sb_bus_request_fd(sb_bus *b)
-{
-	return b->request_fd;
-}
-
-int sb_bus_request_next(sb_bus *b, void **req, size_t *len, int *remote)
-{
-	nng_msg *m;
-	int rv = nng_recvmsg(b->rep, &m, NNG_FLAG_NONBLOCK);
-
-	if (rv)
-		return nng_err(rv, "api receive");
-	*remote = 0;
-	if (b->has_remote) {
-		nng_pipe p = nng_msg_get_pipe(m);
-		*remote = nng_listener_id(nng_pipe_listener(p)) == nng_listener_id(b->remote);
-	}
-	*len = nng_msg_len(m);
-	*req = malloc(*len ? *len : 1);
-	if (!*req) {
-		nng_msg_free(m);
-		return SB_ERR_NOMEM;
-	}
-	memcpy(*req, nng_msg_body(m), *len);
-	nng_msg_free(m);
-	return SB_OK;
-}
-
-int sb_bus_reply(sb_bus *b, const void *rep, size_t len)
-{
-	return nng_err(nng_send(b->rep, (void *)rep, len, 0), "api reply");
-}
-
-int sb_bus_publish(sb_bus *b, const char *topic, const void *msg, size_t len)
-{
-	size_t tl = strlen(topic);
-	nng_msg *m;
-	int rv;
-
-	if ((rv = nng_msg_alloc(&m, 0)))
-		return nng_err(rv, "publish");
-	if ((rv = nng_msg_append(m, topic, tl)) || (rv = nng_msg_append(m, "\n", 1)) ||
-	    (rv = nng_msg_append(m, msg, len)) || (rv = nng_sendmsg(b->pub, m, NNG_FLAG_NONBLOCK))) {
-		nng_msg_free(m);
-		return nng_err(rv, "publish");
-	}
-	return SB_OK;
-}
-
-void sb_bus_close(sb_bus *b)
-{
-	if (!b)
-		return;
-	nng_close(b->rep);
-	nng_close(b->pub);
-	free(b);
 }
 
 void sb_bus_free(void *p)

@@ -1,12 +1,13 @@
-/* bus.h - the daemon's sockets (nng): control API and live events.
+/* bus.h - a client's sockets to the daemon (nng): control API and live
+ * events.
  *
  * Control: req/rep; each request and reply is one msgpack map (see SPEC.md,
  * "Control API"). Live events: pub/sub; each message is the run id, a
  * newline, then the event as a msgpack map (sb_wire_event). Subscribing to
  * "RUN\n" gives one run's events; subscribing to "" gives all.
- * Local sockets are ipc:// in the state directory with mode 0600. Remote
- * listeners (tls+tcp://) need a certificate and every request a token.
- * All nng use is confined to bus.c.
+ * Local sockets are ipc:// in the state directory; a remote daemon is
+ * tls+tcp:// and every request carries a token. The daemon's end of these
+ * sockets is engine/daemon/sp.h. All nng use is confined to bus.c.
  */
 #ifndef SB_BUS_H
 #define SB_BUS_H
@@ -15,42 +16,9 @@
 
 #define SB_REQ_MAX (64u << 20) /* larger requests are refused */
 
-typedef struct sb_bus sb_bus;
 typedef struct sb_client sb_client;
 typedef struct sb_call sb_call;
 typedef struct sb_sub sb_sub;
-
-/* --- daemon side --- */
-
-/* Listens on DIR/api.sock (rep) and DIR/events.sock (pub), mode 0600.
- * Errors: SB_ERR_IO (detail from nng), SB_ERR_NOMEM, SB_ERR_EXISTS (another
- * daemon is listening). */
-int sb_bus_listen(const char *dir, sb_bus **out);
-
-/* Adds a TLS listener for remote clients on url (tls+tcp://HOST:PORT) with
- * the PEM certificate and key files. Errors: SB_ERR_INVAL, SB_ERR_IO. */
-int sb_bus_listen_remote(sb_bus *bus, const char *url, const char *cert_pem,
-			 const char *key_pem);
-
-/* Returns a file descriptor that becomes readable when a request waits. */
-int sb_bus_request_fd(sb_bus *bus);
-
-/* Takes the next waiting request without blocking into *req (the caller
- * frees with sb_bus_free) and *remote (1 if it came over a remote listener).
- * Returns SB_OK, SB_END when none waits, or SB_ERR_TOOBIG (the request was
- * dropped; reply with an error anyway). */
-int sb_bus_request_next(sb_bus *bus, void **req, size_t *len, int *remote);
-
-/* Sends the reply to the request last taken. Errors: SB_ERR_IO. */
-int sb_bus_reply(sb_bus *bus, const void *rep, size_t len);
-
-/* Publishes msg under topic (a run id). Never blocks: a subscriber that
- * cannot keep up loses messages (it sees a gap in sequence numbers and reads
- * the log). Thread-safe. Errors: SB_ERR_IO. */
-int sb_bus_publish(sb_bus *bus, const char *topic, const void *msg, size_t len);
-
-/* Closes the sockets (NULL is fine). */
-void sb_bus_close(sb_bus *bus);
 
 /* Frees a buffer returned by this module. */
 void sb_bus_free(void *p);

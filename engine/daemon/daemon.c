@@ -1,4 +1,10 @@
-/* daemon.c - sanboxd's wiring: open, loop, close. */
+/* daemon.c - sanboxd's wiring: open, loop, close.
+ *
+ * Threads: the loop (the run manager, guest channels, timers, children),
+ * the local socket server and the remote one (engine/daemon/sp.h), the
+ * API's workers, a worker for the projections, a pool for blocking jobs,
+ * and the gateway's connection threads.
+ */
 #include "engine/daemon/daemon.h"
 
 #include <errno.h>
@@ -8,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/error.h"
@@ -15,8 +23,32 @@
 #include "engine/runs/runs.h"
 #include "engine/wire.h"
 
-/* Commit hook: publish each event in offset order, then ask the loop to
- * catch the projections up. Runs on the committing thread. */
+#define API_THREADS 4
+#define JOB_THREADS 4
+
+static double mono_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The projections catch up on their own worker, never on the loop (each
+ * catch-up is a synced commit). A commit that lands while one runs asks for
+ * another. */
+static void proj_job(void *ctx)
+{
+	struct sb_daemon *d = ctx;
+	int rc;
+
+	atomic_store(&d->proj_pending, 0);
+	if ((rc = sb_projector_catch_up(d->proj, NULL)))
+		fprintf(stderr, "sanboxd: projections: %s\n", sb_errmsg(rc));
+}
+
+/* Commit hook: publish each event in offset order, then have the
+ * projections catch up. Runs on the committing thread. */
 static void on_commit(void *ctx, const struct sb_event *evs, size_t n)
 {
 	struct sb_daemon *d = ctx;
@@ -25,14 +57,17 @@ static void on_commit(void *ctx, const struct sb_event *evs, size_t n)
 
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; d->local && i < n; i++) {
 		buf.size = 0;
-		if (sb_wire_pack_event(&buf, &pk, &evs[i]) == SB_OK)
-			sb_bus_publish(d->bus, evs[i].run, buf.data, buf.size);
+		msgpack_sbuffer_write(&buf, evs[i].run, strlen(evs[i].run));
+		msgpack_sbuffer_write(&buf, "\n", 1);
+		if (buf.data && sb_wire_pack_event(&buf, &pk, &evs[i]) == SB_OK)
+			sb_sp_publish(d->local, buf.data, buf.size);
 	}
 	msgpack_sbuffer_destroy(&buf);
-	if (d->proj_wake)
-		sb_watch_wake(d->proj_wake);
+	if (d->projw && !atomic_exchange(&d->proj_pending, 1) &&
+	    sb_work_submit(d->projw, proj_job, d))
+		atomic_store(&d->proj_pending, 0);
 }
 
 int sb_daemon_catch_up(struct sb_daemon *d)
@@ -42,11 +77,6 @@ int sb_daemon_catch_up(struct sb_daemon *d)
 	if (rc)
 		fprintf(stderr, "sanboxd: projections: %s\n", sb_errmsg(rc));
 	return rc;
-}
-
-static void on_proj_wake(void *ctx)
-{
-	sb_daemon_catch_up(ctx);
 }
 
 int sb_daemon_emit(struct sb_daemon *d, const char *run, const char *type, enum sb_source src,
@@ -63,63 +93,32 @@ int sb_daemon_emit(struct sb_daemon *d, const char *run, const char *type, enum 
 	return SB_OK;
 }
 
-static void on_request(void *ctx, int revents)
-{
-	struct sb_daemon *d = ctx;
-	msgpack_sbuffer out;
-	void *req;
-	size_t len;
-	int remote, rc;
+/* A run whose budget is spent, sent to the loop by a gateway thread. */
+struct budget_stop {
+	struct sb_daemon *d;
+	char run[SB_RUN_MAX];
+};
 
-	msgpack_sbuffer_init(&out);
-	while ((rc = sb_bus_request_next(d->bus, &req, &len, &remote)) != SB_END) {
-		out.size = 0;
-		if (rc == SB_OK && d->stopping)
-			sb_wire_error(&out, SB_ERR_UNAVAIL, "sanboxd is stopping");
-		else if (rc == SB_OK)
-			sb_api_handle(d, req, len, remote, &out);
-		else
-			sb_wire_error(&out, rc, sb_errmsg(rc));
-		sb_bus_free(rc == SB_OK ? req : NULL);
-		if (!out.data)
-			sb_wire_error(&out, SB_ERR_NOMEM, "out of memory");
-		sb_bus_reply(d->bus, out.data, out.size);
-	}
-	msgpack_sbuffer_destroy(&out);
+static void on_budget_stop(void *ctx)
+{
+	struct budget_stop *b = ctx;
+
+	sb_runs_stop(b->d->runs, b->run, "budget"); /* one that ended already is fine */
+	free(b);
 }
 
-/* Gateway thread: a run whose policy is to stop has spent its budget. The
- * run manager lives on the loop, so the run is queued and the loop woken. */
+/* Gateway thread: a run whose policy is to stop has spent its budget. */
 static void on_budget(void *ctx, const char *run)
 {
 	struct sb_daemon *d = ctx;
-	char(*q)[SB_RUN_MAX];
+	struct budget_stop *b = malloc(sizeof *b);
 
-	pthread_mutex_lock(&d->budget_mu);
-	q = realloc(d->budget_runs, (d->nbudget + 1) * sizeof *q);
-	if (q) {
-		d->budget_runs = q;
-		snprintf(q[d->nbudget++], SB_RUN_MAX, "%s", run);
-	}
-	pthread_mutex_unlock(&d->budget_mu);
-	sb_watch_wake(d->budget_wake);
-}
-
-static void on_budget_wake(void *ctx)
-{
-	struct sb_daemon *d = ctx;
-	char(*q)[SB_RUN_MAX];
-	size_t n;
-
-	pthread_mutex_lock(&d->budget_mu);
-	q = d->budget_runs;
-	n = d->nbudget;
-	d->budget_runs = NULL;
-	d->nbudget = 0;
-	pthread_mutex_unlock(&d->budget_mu);
-	for (size_t i = 0; i < n; i++)
-		sb_runs_stop(d->runs, q[i], "budget"); /* one that ended already is fine */
-	free(q);
+	if (!b)
+		return;
+	b->d = d;
+	snprintf(b->run, sizeof b->run, "%s", run);
+	if (sb_loop_post(d->loop, on_budget_stop, b))
+		free(b);
 }
 
 static void on_stub_child(void *ctx, int status)
@@ -170,9 +169,9 @@ static void on_drain_timeout(void *ctx)
 
 void sb_daemon_stop(struct sb_daemon *d)
 {
-	if (d->stopping)
+	if (atomic_load(&d->stopping))
 		return;
-	d->stopping = 1;
+	atomic_store(&d->stopping, 1);
 	if (!sb_runs_active(d->runs)) {
 		sb_loop_break(d->loop);
 		return;
@@ -185,6 +184,30 @@ static void on_signal(void *ctx)
 {
 	sb_daemon_stop(ctx);
 }
+
+static void api_stop(void *ctx)
+{
+	sb_daemon_stop(ctx);
+}
+
+static int api_stopping(void *ctx)
+{
+	struct sb_daemon *d = ctx;
+
+	return atomic_load(&d->stopping);
+}
+
+static void sp_log(void *ctx, const char *line)
+{
+	(void)ctx;
+	fprintf(stderr, "sanboxd: %s\n", line);
+}
+
+static const struct sb_sp_ops sp_ops = {
+	.request = sb_api_request,
+	.authenticate = sb_api_authenticate,
+	.log = sp_log,
+};
 
 /* Takes the pid file lock, so one daemon runs per state directory. */
 static int lock_pidfile(struct sb_daemon *d)
@@ -206,48 +229,102 @@ static int lock_pidfile(struct sb_daemon *d)
 	}
 	if (ftruncate(fd, 0) == 0) {
 		n = snprintf(buf, sizeof buf, "%d\n", (int)getpid());
-		if (write(fd, buf, (size_t)n) != n)
+		if (pwrite(fd, buf, (size_t)n, 0) != n)
 			fprintf(stderr, "sanboxd: cannot write the pid file\n");
 	}
 	d->pid_fd = fd;
 	return SB_OK;
 }
 
+/* Lets the daemon hold as many descriptors as the system allows it: its
+ * connection limits are what bounds them, not the default soft limit. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+/* The socket servers: the local one (api.sock, events.sock) and, with
+ * o->listen, the remote one, each on its own thread. */
+static int open_servers(struct sb_daemon *d, const struct sb_daemon_opts *o)
+{
+	const struct sb_settings *st = &d->settings;
+	struct sb_sp_opts so = {0};
+	msgpack_sbuffer deny;
+	char path[PATH_MAX];
+	int rc;
+
+	so.name = "local";
+	so.ops = &sp_ops;
+	so.ctx = d->api;
+	so.limits.max_conns = (unsigned)st->local_max_conns;
+	so.limits.max_request = st->local_max_request;
+	so.limits.max_inflight = (unsigned)st->local_max_inflight;
+	so.limits.max_buffered = st->local_max_buffered;
+	so.limits.handshake_s = st->remote_handshake_s;
+	if ((rc = sb_sp_open(&so, &d->local)))
+		return rc;
+	sb_home_path(d->home, "api.sock", path, sizeof path);
+	if ((rc = sb_sp_listen_ipc(d->local, path, SB_SP_PROTO_REP)))
+		return rc;
+	sb_home_path(d->home, "events.sock", path, sizeof path);
+	if ((rc = sb_sp_listen_ipc(d->local, path, SB_SP_PROTO_PUB)))
+		return rc;
+	if (!o->listen)
+		return SB_OK;
+	msgpack_sbuffer_init(&deny);
+	sb_api_pack_denied(&deny);
+	so.name = "remote";
+	so.deny_reply = deny.data;
+	so.deny_len = deny.size;
+	so.limits.max_conns = (unsigned)st->remote_max_conns;
+	so.limits.max_conns_per_peer = (unsigned)st->remote_max_conns_per_peer;
+	so.limits.accept_rate = st->remote_accept_rate;
+	so.limits.accept_burst = st->remote_accept_burst;
+	so.limits.handshake_s = st->remote_handshake_s;
+	so.limits.unauth_idle_s = st->remote_unauth_s;
+	so.limits.idle_s = st->remote_idle_s;
+	so.limits.preauth_max = st->remote_preauth_bytes;
+	so.limits.max_request = st->remote_max_request;
+	so.limits.max_denied = (unsigned)st->remote_max_denied;
+	rc = deny.data ? sb_sp_open(&so, &d->remote) : SB_ERR_NOMEM;
+	msgpack_sbuffer_destroy(&deny);
+	if (rc)
+		return rc;
+	return sb_sp_listen_tls(d->remote, o->listen, o->cert, o->key);
+}
+
 int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 {
 	struct sb_daemon *d = calloc(1, sizeof *d);
 	struct sb_gateway_opts gw = {0};
+	struct sb_api_env env = {0};
 	char path[PATH_MAX];
 	int rc;
 
 	if (!d)
 		return SB_ERR_NOMEM;
 	d->pid_fd = -1;
-	pthread_mutex_init(&d->budget_mu, NULL);
 	snprintf(d->home, sizeof d->home, "%s", o->home);
 	signal(SIGPIPE, SIG_IGN);
-	if ((rc = sb_home_init(d->home)) || (rc = lock_pidfile(d)))
+	raise_nofile();
+	if ((rc = sb_home_init(d->home)) || (rc = lock_pidfile(d)) ||
+	    (rc = sb_settings_load(d->home, &d->settings)))
 		goto fail;
 	sb_home_path(d->home, "log", path, sizeof path);
 	if ((rc = sb_log_open(path, 0, &d->log)) || (rc = sb_projector_open(d->log, &d->proj)))
 		goto fail;
 	if ((rc = sb_loop_open(&d->loop)))
 		goto fail;
-	d->started = sb_loop_now(d->loop);
-	if ((rc = sb_bus_listen(d->home, &d->bus)))
+	d->started = mono_now();
+	if ((rc = sb_work_open("api", API_THREADS, &d->apiw)) ||
+	    (rc = sb_work_open("proj", 1, &d->projw)) ||
+	    (rc = sb_work_open("jobs", JOB_THREADS, &d->jobs)))
 		goto fail;
-	if (o->listen && (rc = sb_bus_listen_remote(d->bus, o->listen, o->cert, o->key)))
-		goto fail;
-	sb_log_set_hook(d->log, on_commit, d);
-	d->proj_wake = sb_loop_async(d->loop, on_proj_wake, d);
-	d->req_watch = sb_loop_io(d->loop, sb_bus_request_fd(d->bus), SB_READ, on_request, d);
-	d->sig_term = sb_loop_signal(d->loop, SIGTERM, on_signal, d);
-	d->sig_int = sb_loop_signal(d->loop, SIGINT, on_signal, d);
-	d->budget_wake = sb_loop_async(d->loop, on_budget_wake, d);
-	if (!d->proj_wake || !d->req_watch || !d->sig_term || !d->sig_int || !d->budget_wake) {
-		rc = SB_ERR_NOMEM;
-		goto fail;
-	}
 	gw.log = d->log;
 	gw.port = o->gateway_port;
 	gw.on_budget = on_budget;
@@ -255,6 +332,28 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	if ((rc = sb_gateway_open(&gw, &d->gateway)))
 		goto fail;
 	if ((rc = sb_daemon_catch_up(d)) || (rc = sb_runs_open(d, &d->runs)))
+		goto fail;
+	env.home = d->home;
+	env.log = d->log;
+	env.proj = d->proj;
+	env.runs = d->runs;
+	env.loop = d->loop;
+	env.work = d->apiw;
+	env.started = d->started;
+	env.stop = api_stop;
+	env.stopping = api_stopping;
+	env.ctx = d;
+	if ((rc = sb_api_open(&env, &d->api)) || (rc = open_servers(d, o)))
+		goto fail;
+	sb_api_set_servers(d->api, d->local, d->remote);
+	sb_log_set_hook(d->log, on_commit, d);
+	d->sig_term = sb_loop_signal(d->loop, SIGTERM, on_signal, d);
+	d->sig_int = sb_loop_signal(d->loop, SIGINT, on_signal, d);
+	if (!d->sig_term || !d->sig_int) {
+		rc = SB_ERR_NOMEM;
+		goto fail;
+	}
+	if ((rc = sb_sp_start(d->local)) || (d->remote && (rc = sb_sp_start(d->remote))))
 		goto fail;
 	*out = d;
 	return SB_OK;
@@ -272,23 +371,27 @@ void sb_daemon_close(struct sb_daemon *d)
 {
 	if (!d)
 		return;
+	atomic_store(&d->stopping, 1);
+	/* no new requests; those being served finish (their replies are
+	 * dropped with the servers) */
+	sb_work_close(d->apiw);
+	sb_sp_close(d->remote);
+	sb_sp_close(d->local);
+	d->local = NULL;
+	sb_api_close(d->api);
 	sb_runs_close(d->runs);
 	sb_gateway_close(d->gateway); /* waits for calls in flight */
+	sb_work_close(d->jobs);
 	for (int i = 0; i < SB_STUBS_MAX; i++) {
 		sb_watch_stop(d->stubs[i].child);
 		sb_stub_stop(d->stubs[i].pid);
 	}
-	sb_watch_stop(d->budget_wake);
-	free(d->budget_runs);
-	pthread_mutex_destroy(&d->budget_mu);
-	sb_watch_stop(d->req_watch);
-	sb_watch_stop(d->proj_wake);
 	sb_watch_stop(d->sig_term);
 	sb_watch_stop(d->sig_int);
 	sb_watch_stop(d->stop_w);
 	if (d->log)
 		sb_log_set_hook(d->log, NULL, NULL);
-	sb_bus_close(d->bus);
+	sb_work_close(d->projw);
 	sb_projector_close(d->proj);
 	sb_log_close(d->log);
 	sb_loop_close(d->loop);

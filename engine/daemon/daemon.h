@@ -11,7 +11,12 @@
 #include <pthread.h>
 #include <sys/types.h>
 
-#include "engine/daemon/bus.h"
+#include <stdatomic.h>
+
+#include "engine/daemon/api.h"
+#include "engine/daemon/settings.h"
+#include "engine/daemon/sp.h"
+#include "engine/daemon/work.h"
 #include "engine/gateway/gateway.h"
 #include "engine/log/log.h"
 #include "engine/daemon/loop.h"
@@ -41,20 +46,20 @@ struct sb_daemon_opts {
 
 struct sb_daemon {
 	char home[PATH_MAX];
+	struct sb_settings settings;
 	sb_loop *loop;
 	sb_log *log;
 	sb_projector *proj;
-	sb_bus *bus;
+	sb_work *apiw, *projw, *jobs; /* API requests, projections, blocking jobs */
+	sb_sp *local, *remote;        /* the socket servers */
+	sb_api *api;
 	struct sb_runs *runs;
 	sb_gateway *gateway;
-	sb_watch *req_watch, *proj_wake, *sig_term, *sig_int, *budget_wake, *stop_w;
-	pthread_mutex_t budget_mu; /* guards budget_runs, filled by gateway threads */
-	char (*budget_runs)[SB_RUN_MAX];
-	size_t nbudget;
+	sb_watch *sig_term, *sig_int, *stop_w;
 	struct sb_stub_proc stubs[SB_STUBS_MAX];
+	atomic_int stopping, proj_pending;
 	int pid_fd;
 	double started;
-	int stopping;
 };
 
 /* Opens everything and reconciles state left by a previous daemon.
@@ -88,10 +93,5 @@ int sb_daemon_stub_url(struct sb_daemon *d, const char *script_dir, char url[SB_
 
 /* Brings the projections up to the newest event. */
 int sb_daemon_catch_up(struct sb_daemon *d);
-
-/* Handles one control request and writes the reply into out.
- * remote: the request came over a remote listener (needs a token). */
-void sb_api_handle(struct sb_daemon *d, const void *req, size_t len, int remote,
-		   msgpack_sbuffer *out);
 
 #endif

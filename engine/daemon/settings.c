@@ -1,0 +1,178 @@
+/* settings.c - reading STATE_DIR/sanboxd.json (see settings.h). */
+#include "engine/daemon/settings.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/error.h"
+#include "engine/home.h"
+
+#define FILE_MAX (1u << 20)
+#define MIB (1024.0 * 1024.0)
+
+enum kind { U64, DBL };
+
+/* One setting: where it lives in the file, in the struct, its range. The
+ * file gives sizes in MiB where the name says so; the struct holds bytes. */
+static const struct setting {
+	const char *section, *name;
+	enum kind kind;
+	size_t off;
+	double min, max, scale;
+} table[] = {
+#define U(sec, nm, field, lo, hi, sc) {sec, nm, U64, offsetof(struct sb_settings, field), lo, hi, sc}
+#define D(sec, nm, field, lo, hi) {sec, nm, DBL, offsetof(struct sb_settings, field), lo, hi, 1}
+	U("local", "max_conns", local_max_conns, 8, 65536, 1),
+	U("local", "max_request_mib", local_max_request, 1, 1024, MIB),
+	U("local", "max_inflight", local_max_inflight, 1, 4096, 1),
+	U("local", "max_buffered_mib", local_max_buffered, 64, 65536, MIB),
+	U("remote", "max_conns", remote_max_conns, 1, 65536, 1),
+	U("remote", "max_conns_per_peer", remote_max_conns_per_peer, 1, 65536, 1),
+	D("remote", "accept_rate", remote_accept_rate, 0.1, 100000),
+	D("remote", "accept_burst", remote_accept_burst, 1, 100000),
+	D("remote", "handshake_timeout_s", remote_handshake_s, 0.1, 3600),
+	D("remote", "unauth_timeout_s", remote_unauth_s, 0.1, 3600),
+	D("remote", "idle_timeout_s", remote_idle_s, 1, 86400),
+	U("remote", "preauth_bytes", remote_preauth_bytes, 256, 1 << 20, 1),
+	U("remote", "max_request_mib", remote_max_request, 1, 1024, MIB),
+	U("remote", "max_denied", remote_max_denied, 1, 1000, 1),
+	U("gateway", "max_conns", gateway_max_conns, 16, 65536, 1),
+	D("gateway", "header_timeout_s", gateway_header_s, 0.1, 3600),
+	D("gateway", "body_timeout_s", gateway_body_s, 0.1, 3600),
+	U("runs", "record_quota_mib", run_record_quota, 1, 1 << 20, MIB),
+	D("runs", "guest_events_per_s", guest_events_rate, 1, 1e6),
+	D("runs", "guest_events_burst", guest_events_burst, 1, 1e7),
+	D("runs", "boot_timeout_s", boot_timeout_s, 1, 86400),
+#undef U
+#undef D
+};
+
+void sb_settings_defaults(struct sb_settings *s)
+{
+	memset(s, 0, sizeof *s);
+	s->local_max_conns = 1024;
+	s->local_max_request = 64u << 20;
+	s->local_max_inflight = 64;
+	s->local_max_buffered = 512u << 20;
+	s->remote_max_conns = 256;
+	s->remote_max_conns_per_peer = 16;
+	s->remote_accept_rate = 10;
+	s->remote_accept_burst = 20;
+	s->remote_handshake_s = 10;
+	s->remote_unauth_s = 10;
+	s->remote_idle_s = 300;
+	s->remote_preauth_bytes = 4096;
+	s->remote_max_request = 64u << 20;
+	s->remote_max_denied = 8;
+	s->gateway_max_conns = 512;
+	s->gateway_header_s = 10;
+	s->gateway_body_s = 60;
+	s->run_record_quota = 1024ull << 20;
+	s->guest_events_rate = 200;
+	s->guest_events_burst = 2000;
+	s->boot_timeout_s = 120;
+}
+
+int sb_duration_parse(const char *text, double *secs)
+{
+	char *end;
+	double v = strtod(text, &end), mul = 0;
+
+	if (end != text) {
+		if (!*end || !strcmp(end, "s"))
+			mul = 1;
+		else if (!strcmp(end, "m"))
+			mul = 60;
+		else if (!strcmp(end, "h"))
+			mul = 3600;
+		else if (!strcmp(end, "d"))
+			mul = 86400;
+	}
+	if (!mul || !isfinite(v) || !(v * mul > 0))
+		return sb_seterr(SB_ERR_INVAL, "'%.40s' is not a duration (e.g. 90, 90s, 10m, 8h)",
+				 text);
+	*secs = v * mul;
+	return SB_OK;
+}
+
+static const struct setting *find(const char *section, const char *name)
+{
+	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+		if (!strcmp(table[i].section, section) && (!name || !strcmp(table[i].name, name)))
+			return &table[i];
+	return NULL;
+}
+
+static int apply(const char *path, json_t *root, struct sb_settings *s)
+{
+	const char *sec, *name;
+	json_t *obj, *v;
+
+	if (!json_is_object(root))
+		return sb_seterr(SB_ERR_INVAL, "%s: not a JSON object", path);
+	json_object_foreach(root, sec, obj)
+	{
+		if (!find(sec, NULL))
+			return sb_seterr(SB_ERR_INVAL, "%s: unknown section '%.40s'", path, sec);
+		if (!json_is_object(obj))
+			return sb_seterr(SB_ERR_INVAL, "%s: section '%s' is not an object", path, sec);
+		json_object_foreach(obj, name, v)
+		{
+			const struct setting *t = find(sec, name);
+			double x = json_number_value(v);
+			if (!t)
+				return sb_seterr(SB_ERR_INVAL, "%s: unknown setting %s.%.40s", path, sec,
+						 name);
+			if (!json_is_number(v) || !(x >= t->min && x <= t->max) ||
+			    (t->kind == U64 && x != floor(x)))
+				return sb_seterr(SB_ERR_INVAL, "%s: %s.%s must be %s from %g to %g",
+						 path, sec, name,
+						 t->kind == U64 ? "a whole number" : "a number",
+						 t->min, t->max);
+			if (t->kind == U64)
+				*(uint64_t *)((char *)s + t->off) = (uint64_t)(x * t->scale);
+			else
+				*(double *)((char *)s + t->off) = x;
+		}
+	}
+	return SB_OK;
+}
+
+int sb_settings_load(const char *home, struct sb_settings *s)
+{
+	char path[4096];
+	const char *env = getenv("SANBOX_BOOT_TIMEOUT");
+	json_error_t je;
+	struct stat st;
+	json_t *root;
+	int rc = SB_OK;
+
+	sb_settings_defaults(s);
+	if ((rc = sb_home_path(home, "sanboxd.json", path, sizeof path)))
+		return rc;
+	if (stat(path, &st) == 0) {
+		if (st.st_size > FILE_MAX)
+			return sb_seterr(SB_ERR_INVAL, "%s: larger than %u bytes", path, FILE_MAX);
+		if (!(root = json_load_file(path, JSON_REJECT_DUPLICATES, &je)))
+			return sb_seterr(SB_ERR_INVAL, "%s: line %d: %s", path, je.line, je.text);
+		rc = apply(path, root, s);
+		json_decref(root);
+		if (rc)
+			return rc;
+	}
+	if (env && *env) {
+		double v;
+		if (sb_duration_parse(env, &v) || v < 1 || v > 86400)
+			return sb_seterr(SB_ERR_INVAL,
+					 "SANBOX_BOOT_TIMEOUT must be 1 to 86400 seconds (e.g. 120, "
+					 "90s, 3m), not '%.40s'",
+					 env);
+		s->boot_timeout_s = v;
+	}
+	return SB_OK;
+}

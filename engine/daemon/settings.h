@@ -1,0 +1,51 @@
+/* settings.h - the daemon's limits: STATE_DIR/sanboxd.json, optional.
+ *
+ * A JSON object of sections, each an object of numbers; every setting is
+ * optional and has a default (SPEC.md, "Settings"). An unknown section or
+ * setting, a value of the wrong type or out of its range refuses to start
+ * the daemon with a detail naming it, so a typo never leaves a limit at a
+ * value the operator did not mean.
+ */
+#ifndef SB_SETTINGS_H
+#define SB_SETTINGS_H
+
+#include <stdint.h>
+
+struct sb_settings {
+	/* the local sockets (api.sock, events.sock) */
+	uint64_t local_max_conns;
+	uint64_t local_max_request;  /* bytes */
+	uint64_t local_max_inflight;
+	uint64_t local_max_buffered; /* bytes */
+	/* the remote listener (sanboxd --listen) */
+	uint64_t remote_max_conns;
+	uint64_t remote_max_conns_per_peer;
+	double remote_accept_rate, remote_accept_burst;
+	double remote_handshake_s, remote_unauth_s, remote_idle_s;
+	uint64_t remote_preauth_bytes;
+	uint64_t remote_max_request; /* bytes */
+	uint64_t remote_max_denied;
+	/* the model gateway */
+	uint64_t gateway_max_conns;
+	double gateway_header_s, gateway_body_s;
+	/* runs */
+	uint64_t run_record_quota;   /* bytes a run's guest may put in the record */
+	double guest_events_rate, guest_events_burst;
+	double boot_timeout_s;
+};
+
+/* Fills s with the defaults. */
+void sb_settings_defaults(struct sb_settings *s);
+
+/* Fills s with the defaults, then with home/sanboxd.json when it exists,
+ * then with $SANBOX_BOOT_TIMEOUT when set (seconds, or a duration such as
+ * 90s or 3m). Errors: SB_ERR_INVAL (a bad file or value: the detail names
+ * the file and the setting), SB_ERR_IO. */
+int sb_settings_load(const char *home, struct sb_settings *s);
+
+/* Parses a duration: a number of seconds, or a number with s, m, h or d
+ * ("90", "90s", "2.5m", "8h", "1d") into *secs. Errors: SB_ERR_INVAL (also
+ * for a value that is not positive and finite). */
+int sb_duration_parse(const char *text, double *secs);
+
+#endif
