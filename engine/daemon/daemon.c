@@ -265,7 +265,7 @@ static int open_servers(struct sb_daemon *d, const struct sb_daemon_opts *o)
 	so.limits.max_request = st->local_max_request;
 	so.limits.max_inflight = (unsigned)st->local_max_inflight;
 	so.limits.max_buffered = st->local_max_buffered;
-	so.limits.handshake_s = st->remote_handshake_s;
+	so.limits.handshake_s = st->local_handshake_s;
 	if ((rc = sb_sp_open(&so, &d->local)))
 		return rc;
 	sb_home_path(d->home, "api.sock", path, sizeof path);

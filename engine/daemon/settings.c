@@ -31,6 +31,7 @@ static const struct setting {
 	U("local", "max_request_mib", local_max_request, 1, 1024, MIB),
 	U("local", "max_inflight", local_max_inflight, 1, 4096, 1),
 	U("local", "max_buffered_mib", local_max_buffered, 64, 65536, MIB),
+	D("local", "handshake_timeout_s", local_handshake_s, 0.1, 3600),
 	U("remote", "max_conns", remote_max_conns, 1, 65536, 1),
 	U("remote", "max_conns_per_peer", remote_max_conns_per_peer, 1, 65536, 1),
 	D("remote", "accept_rate", remote_accept_rate, 0.1, 100000),
@@ -59,6 +60,7 @@ void sb_settings_defaults(struct sb_settings *s)
 	s->local_max_request = 64u << 20;
 	s->local_max_inflight = 64;
 	s->local_max_buffered = 512u << 20;
+	s->local_handshake_s = 10;
 	s->remote_max_conns = 256;
 	s->remote_max_conns_per_peer = 16;
 	s->remote_accept_rate = 10;

@@ -17,6 +17,7 @@ struct sb_settings {
 	uint64_t local_max_request;  /* bytes */
 	uint64_t local_max_inflight;
 	uint64_t local_max_buffered; /* bytes */
+	double local_handshake_s;
 	/* the remote listener (sanboxd --listen) */
 	uint64_t remote_max_conns;
 	uint64_t remote_max_conns_per_peer;

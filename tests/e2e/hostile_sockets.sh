@@ -1,0 +1,114 @@
+#!/bin/sh
+# Hostile peers on both listeners (lib/sp_hostile.py speaks the wire): no
+# bytes, flood or oversized request on api.sock, events.sock or the TLS
+# listener stops the daemon or the local socket, buffers stay bounded
+# before authentication, and refused tokens are slowed, counted and logged.
+. "$(dirname "$0")/lib/bootless.sh"
+H="python3 $(dirname "$0")/lib/sp_hostile.py"
+. "$(dirname "$0")/lib/proc.sh"
+pass() { echo "PASS $test_name: $*"; }
+
+certs=$SANBOX_HOME/certs
+mkdir -p "$certs"
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=127.0.0.1" \
+	-keyout "$certs/server.key" -out "$certs/server.pem" >/dev/null 2>&1 || fail "openssl"
+cat >"$SANBOX_HOME/sanboxd.json" <<'J'
+{"local": {"handshake_timeout_s": 2},
+ "remote": {"handshake_timeout_s": 2, "unauth_timeout_s": 3, "max_conns_per_peer": 16}}
+J
+port=$((20000 + $$ % 20000))
+url=tls+tcp://127.0.0.1:$port
+"$BUILD/sanboxd" --listen "$url" --cert "$certs/server.pem" --key "$certs/server.key" \
+	>"$SANBOX_HOME/d.log" 2>&1 &
+dpid=$!
+bg="$bg $dpid"
+i=0
+until "$SB" daemon status >/dev/null 2>&1; do
+	i=$((i + 1))
+	[ $i -lt 100 ] || fail "daemon did not start: $(cat "$SANBOX_HOME/d.log")"
+	sleep 0.1
+done
+token=$("$SB" admin token create) || fail "token create"
+answers() { timeout 5 "$SB" daemon status >/dev/null 2>&1; }
+rss_kb() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$dpid/status"; }
+nfds() { ls "/proc/$dpid/fd" | wc -l; }
+
+# -- garbage on api.sock and events.sock: every later request is answered
+$H garbage "$SANBOX_HOME/api.sock" 100 >"$tmp/g1" || fail "garbage api.sock: $(cat "$tmp/g1")"
+answers || fail "api.sock does not answer after garbage"
+"$SB" ps >/dev/null || fail "ps after garbage"
+$H garbage "$SANBOX_HOME/events.sock" 100 >/dev/null && $H sub_garbage "$SANBOX_HOME/events.sock" 20 >/dev/null ||
+	fail "garbage events.sock"
+runs_hang
+R=$("$SB" run --detach --name live -- true) || fail "run"
+last=$("$SB" events --all --json | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["offset"])')
+"$SB" attach "$R" --from $((last + 1)) --json >"$tmp/att" 2>"$tmp/att.err" &
+apid=$!
+bg="$bg $apid"
+sleep 0.5
+"$SB" admin append "$R" operator.note '{"text":"after the garbage"}' >/dev/null || fail "append"
+i=0
+until grep -q 'after the garbage' "$tmp/att"; do
+	i=$((i + 1))
+	[ $i -lt 100 ] || fail "the live feed is gone after garbage on events.sock: $(cat "$tmp/att.err")"
+	sleep 0.05
+done
+kill -INT "$apid"
+pass "garbage on both local sockets: the daemon answers, the live feed delivers"
+proc_alive "$dpid" || fail "daemon died"
+
+# -- connections that never finish their header are closed after the deadline
+$H stall "$SANBOX_HOME/api.sock" 50 5 >"$tmp/st" &
+spid=$!
+sleep 0.3
+answers || fail "api.sock does not answer while 50 connections stall"
+wait "$spid"
+grep -q 'stall: 50 of 50 closed' "$tmp/st" || fail "stalled connections: $(cat "$tmp/st")"
+pass "stalled handshakes closed, the socket answered meanwhile"
+
+# -- 2000 plain TCP connections on the TLS port: capped, local socket fine
+$H tcp_flood "$port" 2000 3 >"$tmp/tf" &
+fpid=$!
+sleep 1.5
+n=$(nfds)
+answers || fail "local socket does not answer during the TCP flood"
+[ "$n" -lt 300 ] || fail "the daemon holds $n descriptors during the flood"
+wait "$fpid"
+grep -q 'tcp_flood' "$tmp/tf" || fail "tcp flood: $(cat "$tmp/tf")"
+sleep 0.5
+"$SB" --remote "$url" --token "$token" --ca "$certs/server.pem" ps >/dev/null ||
+	fail "the remote listener does not serve after the flood"
+pass "TCP flood: $(cat "$tmp/tf"); $n descriptors at its height; remote serves after"
+
+# -- requests declaring 63 MiB without a token: a few KiB each are read
+sleep 2 # the peer's connection rate refills after the flood
+rss0=$(rss_kb)
+$H preauth "$port" 16 63 >"$tmp/pa" &
+ppid=$!
+max=$rss0
+for i in $(seq 1 30); do
+	r=$(rss_kb)
+	[ "$r" -gt "$max" ] && max=$r
+	kill -0 "$ppid" 2>/dev/null || break
+	sleep 0.1
+done
+answers || fail "local socket does not answer during the unauthenticated upload"
+wait "$ppid"
+grep -q '^preauth: 16 connections' "$tmp/pa" || fail "unauthenticated uploads: $(cat "$tmp/pa")"
+[ $((max - rss0)) -lt 65536 ] || fail "the daemon grew from ${rss0} to ${max} KiB on unauthenticated requests"
+pass "16 unauthenticated 63 MiB requests: RSS ${rss0} -> at most ${max} KiB ($(cat "$tmp/pa"))"
+
+# -- wrong tokens: slowed, the connection closed, counted and logged
+$H wrong_tokens "$port" 200 5 >"$tmp/wt" || fail "wrong tokens: $(cat "$tmp/wt")"
+a=$(sed -n 's/^wrong_tokens: \([0-9]*\) answers.*/\1/p' "$tmp/wt")
+[ -n "$a" ] && [ "$a" -le 8 ] || fail "wrong tokens answered too fast: $(cat "$tmp/wt")"
+grep -q 'closed True' "$tmp/wt" || fail "a connection sending wrong tokens stays open: $(cat "$tmp/wt")"
+grep -q 'requests refused (no valid token)' "$SANBOX_HOME/d.log" || fail "refusals not logged"
+"$SB" daemon status --json >"$tmp/h" 2>/dev/null
+"$SB" --remote "$url" --token "$token" --ca "$certs/server.pem" ps >/dev/null ||
+	fail "a good token is refused after the wrong ones"
+pass "wrong tokens: $(cat "$tmp/wt")"
+
+proc_alive "$dpid" || fail "daemon died"
+answers || fail "the daemon does not answer at the end"
+echo "PASS $test_name"
