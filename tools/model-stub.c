@@ -43,6 +43,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -971,13 +972,14 @@ static void find_script_dir(const char *opt)
 static void usage(void)
 {
 	fprintf(stderr, "usage: sanbox-model-stub [--listen HOST:PORT] "
-			"[--script FILE] [--script-dir DIR] [--log FILE]\n");
+			"[--script FILE] [--script-dir DIR] [--log FILE] [--parent PID]\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	const char *listen = "127.0.0.1:0", *dir = NULL, *log = NULL;
+	int parent = 0;
 	struct sockaddr_storage ss;
 	const union MHD_DaemonInfo *info;
 	struct MHD_Daemon *d;
@@ -995,9 +997,14 @@ int main(int argc, char **argv)
 			dir = argv[++i];
 		else if (i + 1 < argc && strcmp(argv[i], "--log") == 0)
 			log = argv[++i];
+		else if (i + 1 < argc && strcmp(argv[i], "--parent") == 0)
+			parent = atoi(argv[++i]);
 		else
 			usage();
 	}
+	/* With --parent: die with the daemon (even one killed with SIGKILL) */
+	if (parent && (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != parent))
+		return 0;
 	err = parse_listen(listen, &ss);
 	if (err) {
 		fprintf(stderr, "sanbox-model-stub: %s\n", sb_errmsg(err));

@@ -7,12 +7,15 @@
 #include "engine/error.h"
 #include "engine/mpack.h"
 
+static int reader_next(struct sb_chan_reader *r, struct sb_chan_frame *f);
+
 struct sb_chan_reader {
 	char *buf;
 	size_t cap; /* bytes allocated */
 	size_t off; /* first byte not yet returned as a frame */
 	size_t len; /* bytes held */
 	int err;    /* sticky framing error, 0 while the stream is sound */
+	int hunting; /* looking for the start of a frame (sb_chan_reader_resync) */
 	msgpack_unpacked unp;
 };
 
@@ -194,7 +197,54 @@ int sb_chan_reader_feed(sb_chan_reader *r, const void *buf, size_t len)
 	return 0;
 }
 
+void sb_chan_reader_resync(sb_chan_reader *r)
+{
+	r->err = 0;
+	r->hunting = 1;
+}
+
+/* Hunting: drops bytes up to the first place a frame may start (a length
+ * of 1..SB_CHAN_MAX, then the array of three with a known kind). Returns 1
+ * with r->off there, 0 when more bytes are needed. */
+static int hunt(sb_chan_reader *r)
+{
+	while (r->len - r->off >= 6) {
+		const unsigned char *p = (const unsigned char *)r->buf + r->off;
+		uint32_t len = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+		if (len >= 3 && len <= SB_CHAN_MAX && p[4] == 0x93 && p[5] >= SB_CHAN_HELLO &&
+		    p[5] <= SB_CHAN_KIND_MAX)
+			return 1;
+		r->off++;
+	}
+	return 0;
+}
+
 int sb_chan_reader_next(sb_chan_reader *r, struct sb_chan_frame *f)
+{
+	int ret;
+
+	while (r->hunting) {
+		size_t at;
+		if (!hunt(r))
+			return SB_END;
+		at = r->off;
+		ret = reader_next(r, f);
+		if (ret == SB_END) {
+			r->off = at;
+			return SB_END; /* the candidate is not all there yet */
+		}
+		if (ret == 0) {
+			r->hunting = 0;
+			return 0;
+		}
+		r->err = 0;
+		r->off = at + 1; /* not a frame: look further */
+	}
+	return reader_next(r, f);
+}
+
+/* Takes the next frame of a reader that is not hunting. */
+static int reader_next(sb_chan_reader *r, struct sb_chan_frame *f)
 {
 	const unsigned char *p;
 	const msgpack_object *a;

@@ -28,6 +28,7 @@
 #define SB_CHAN_OUTPUT_MAX  4096	 /* largest agent.output data */
 #define SB_CHAN_INPUTS_MAX  (48u << 20)	 /* input bytes of a run, in all */
 #define SB_CHAN_INPUT_FILES 1024	 /* input files of a run */
+#define SB_CHAN_VERSION "0.3.0" /* the agent's, in HELLO; the host requires it */
 
 enum sb_chan_kind {
 	SB_CHAN_HELLO = 1,	/* guest->host {version, kernel} */
@@ -104,6 +105,12 @@ int sb_chan_reader_feed(sb_chan_reader *r, const void *buf, size_t len);
  * (SB_ERR_PROTO) or above SB_CHAN_MAX (SB_ERR_TOOBIG) means the stream lost
  * its framing: the error is sticky and every later call returns it. */
 int sb_chan_reader_next(sb_chan_reader *r, struct sb_chan_frame *f);
+
+/* Makes r look for the start of a frame, dropping bytes until one decodes
+ * (its length, then [kind, stream, body] exactly): for a stream taken up
+ * in the middle, as a channel is after the other end reconnected. Clears
+ * a sticky framing error. */
+void sb_chan_reader_resync(sb_chan_reader *r);
 
 /* Bytes held in r that are not yet returned as frames; 0 once the stream
  * lost its framing (nothing more will come out of r). */

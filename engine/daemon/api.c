@@ -18,6 +18,7 @@
 
 #define READ_LIMIT_DEFAULT 1000
 #define READ_LIMIT_MAX 10000
+#define OP_LATER 2 /* an op's return: it answers later (req_finish) */
 
 struct sb_api {
 	struct sb_api_env env;
@@ -492,19 +493,32 @@ static int op_events_append(struct req *r)
 	return SB_OK;
 }
 
+static void req_finish(struct req *r, int rc);
+
+/* On the loop: the run manager is done with a run.create. */
+static void run_created(void *ctx, int rc, const char *run)
+{
+	struct req *r = ctx;
+
+	if (rc == SB_OK) {
+		reply_begin(r, 1);
+		sb_pack_kstr(&r->pk, "run", run);
+	}
+	req_finish(r, rc);
+}
+
+/* run.create {spec}: answered once the run is recorded and its machine
+ * started (or failed to), meanwhile other requests are served. */
 static int op_run_create(struct req *r)
 {
-	char run[SB_RUN_MAX];
 	const msgpack_object *spec = sb_map_get(r->args, "spec");
 	int rc;
 
 	if (!spec || spec->type != MSGPACK_OBJECT_MAP)
 		return sb_seterr(SB_ERR_INVAL, "argument 'spec' must be a map");
-	if ((rc = sb_runs_create(r->e->runs, spec, run)))
+	if ((rc = sb_runs_create(r->e->runs, spec, run_created, r)))
 		return rc;
-	reply_begin(r, 1);
-	sb_pack_kstr(&r->pk, "run", run);
-	return SB_OK;
+	return OP_LATER;
 }
 
 static int op_run_stop(struct req *r)
@@ -652,9 +666,12 @@ static const struct op {
 	{"daemon.stop", op_daemon_stop, LOCAL_ONLY | ON_LOOP},
 };
 
-/* Sends r's reply (an error reply for rc) and frees r. */
+/* Sends r's reply (an error reply for rc) and frees r; OP_LATER: not yet
+ * (the op answers by itself). */
 static void req_finish(struct req *r, int rc)
 {
+	if (rc == OP_LATER)
+		return;
 	if (rc) {
 		r->out->size = 0;
 		sb_wire_error(r->out, rc, sb_errmsg(rc));

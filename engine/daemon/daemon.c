@@ -8,6 +8,8 @@
 #include "engine/daemon/daemon.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,13 +20,44 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/daemon/api.h"
+#include "engine/daemon/loop.h"
+#include "engine/daemon/settings.h"
+#include "engine/daemon/sp.h"
+#include "engine/daemon/work.h"
 #include "engine/error.h"
+#include "engine/gateway/gateway.h"
+#include "engine/gateway/stubs.h"
 #include "engine/home.h"
+#include "engine/log/log.h"
+#include "engine/runs/runner.h"
 #include "engine/runs/runs.h"
 #include "engine/wire.h"
+#include "projections/projection.h"
 
 #define API_THREADS 4
 #define JOB_THREADS 4
+
+struct sb_daemon {
+	char home[PATH_MAX];
+	struct sb_settings settings;
+	sb_loop *loop;
+	sb_log *log;
+	sb_projector *proj;
+	sb_work *apiw, *projw, *jobs; /* API requests, projections, blocking jobs */
+	sb_sp *local, *remote;        /* the socket servers */
+	sb_api *api;
+	struct sb_runs *runs;
+	struct sb_local_runner local_runner;
+	sb_gateway *gateway;
+	sb_stubs *stubs;
+	sb_watch *sig_term, *sig_int, *stop_w;
+	atomic_int stopping, proj_pending;
+	int pid_fd;
+	double started;
+};
+
+static void daemon_stop(struct sb_daemon *d);
 
 static double mono_now(void)
 {
@@ -70,29 +103,6 @@ static void on_commit(void *ctx, const struct sb_event *evs, size_t n)
 		atomic_store(&d->proj_pending, 0);
 }
 
-int sb_daemon_catch_up(struct sb_daemon *d)
-{
-	int rc = sb_projector_catch_up(d->proj, NULL);
-
-	if (rc)
-		fprintf(stderr, "sanboxd: projections: %s\n", sb_errmsg(rc));
-	return rc;
-}
-
-int sb_daemon_emit(struct sb_daemon *d, const char *run, const char *type, enum sb_source src,
-		   const void *payload, size_t len, uint64_t *offset)
-{
-	struct sb_event ev;
-	int rc;
-
-	if ((rc = sb_event_init(&ev, type, run, src, payload, len)) ||
-	    (rc = sb_log_append(d->log, &ev, 1)))
-		return rc;
-	if (offset)
-		*offset = ev.offset;
-	return SB_OK;
-}
-
 /* A run whose budget is spent, sent to the loop by a gateway thread. */
 struct budget_stop {
 	struct sb_daemon *d;
@@ -121,45 +131,6 @@ static void on_budget(void *ctx, const char *run)
 		free(b);
 }
 
-static void on_stub_child(void *ctx, int status)
-{
-	struct sb_stub_proc *sp = ctx;
-
-	fprintf(stderr, "sanboxd: the model stub (pid %d) ended with status %d\n", (int)sp->pid,
-		status);
-	sp->pid = 0;
-	sb_watch_stop(sp->child);
-	sp->child = NULL;
-}
-
-int sb_daemon_stub_url(struct sb_daemon *d, const char *script_dir, char url[SB_URL_MAX])
-{
-	struct sb_stub_proc *sp = NULL;
-	int rc;
-
-	for (int i = 0; i < SB_STUBS_MAX; i++) {
-		struct sb_stub_proc *s = &d->stubs[i];
-
-		if (s->pid && !strcmp(s->script_dir, script_dir)) {
-			memcpy(url, s->url, SB_URL_MAX);
-			return SB_OK;
-		}
-		if (!s->pid && !sp)
-			sp = s;
-	}
-	if (!sp)
-		return sb_seterr(SB_ERR_FULL,
-				 "the built-in model stub runs for %d script directories already",
-				 SB_STUBS_MAX);
-	if ((rc = sb_stub_start(script_dir, &sp->pid, sp->url)))
-		return rc;
-	sp->d = d;
-	snprintf(sp->script_dir, sizeof sp->script_dir, "%s", script_dir);
-	sp->child = sb_loop_child(d->loop, sp->pid, on_stub_child, sp);
-	memcpy(url, sp->url, SB_URL_MAX);
-	return SB_OK;
-}
-
 static void on_drain_timeout(void *ctx)
 {
 	struct sb_daemon *d = ctx;
@@ -167,7 +138,11 @@ static void on_drain_timeout(void *ctx)
 	sb_loop_break(d->loop);
 }
 
-void sb_daemon_stop(struct sb_daemon *d)
+/* Begins stopping (a stop request, SIGTERM or SIGINT): requests from now
+ * on are refused, every live run is stopped (reason "daemon-stop": SIGTERM
+ * to its harness, then its machine ends), and the loop ends once they all
+ * have, or after SB_DAEMON_DRAIN_S. */
+static void daemon_stop(struct sb_daemon *d)
 {
 	if (atomic_load(&d->stopping))
 		return;
@@ -182,12 +157,27 @@ void sb_daemon_stop(struct sb_daemon *d)
 
 static void on_signal(void *ctx)
 {
-	sb_daemon_stop(ctx);
+	daemon_stop(ctx);
 }
 
 static void api_stop(void *ctx)
 {
-	sb_daemon_stop(ctx);
+	daemon_stop(ctx);
+}
+
+/* The run manager has no live run left: a stopping daemon is done. */
+static void runs_idle(void *ctx)
+{
+	struct sb_daemon *d = ctx;
+
+	if (atomic_load(&d->stopping))
+		sb_loop_break(d->loop);
+}
+
+static void runs_log(void *ctx, const char *line)
+{
+	(void)ctx;
+	fprintf(stderr, "sanboxd: %s\n", line);
 }
 
 static int api_stopping(void *ctx)
@@ -303,6 +293,7 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	struct sb_daemon *d = calloc(1, sizeof *d);
 	struct sb_gateway_opts gw = {0};
 	struct sb_api_env env = {0};
+	struct sb_runs_env re = {0};
 	char path[PATH_MAX];
 	int rc;
 
@@ -331,7 +322,26 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	gw.ctx = d;
 	if ((rc = sb_gateway_open(&gw, &d->gateway)))
 		goto fail;
-	if ((rc = sb_daemon_catch_up(d)) || (rc = sb_runs_open(d, &d->runs)))
+	if ((rc = sb_stubs_open(&d->stubs)))
+		goto fail;
+	if ((rc = sb_projector_catch_up(d->proj, NULL)))
+		goto fail;
+	d->local_runner.home = d->home;
+	d->local_runner.loop = d->loop;
+	re.home = d->home;
+	re.settings = &d->settings;
+	re.loop = d->loop;
+	re.log = d->log;
+	re.proj = d->proj;
+	re.gateway = d->gateway;
+	re.jobs = d->jobs;
+	re.stubs = d->stubs;
+	re.runner = &sb_local_runner_ops;
+	re.runner_ctx = &d->local_runner;
+	re.idle = runs_idle;
+	re.log_line = runs_log;
+	re.ctx = d;
+	if ((rc = sb_runs_open(&re, &d->runs)))
 		goto fail;
 	env.home = d->home;
 	env.log = d->log;
@@ -367,25 +377,29 @@ void sb_daemon_run(struct sb_daemon *d)
 	sb_loop_run(d->loop);
 }
 
+void sb_daemon_describe(const struct sb_daemon *d, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "serving %s (model gateway on 127.0.0.1:%u%s%s)", d->home,
+		 (unsigned)sb_gateway_port(d->gateway), d->remote ? ", remote clients" : "",
+		 "");
+}
+
 void sb_daemon_close(struct sb_daemon *d)
 {
 	if (!d)
 		return;
 	atomic_store(&d->stopping, 1);
-	/* no new requests; those being served finish (their replies are
-	 * dropped with the servers) */
+	/* no new requests; those being served finish (replies to the loop's
+	 * ops that never ran are dropped with the servers) */
 	sb_work_close(d->apiw);
+	sb_work_close(d->jobs); /* runs being created finish their worker part */
+	sb_runs_close(d->runs);
+	sb_gateway_close(d->gateway); /* waits for calls in flight */
 	sb_sp_close(d->remote);
 	sb_sp_close(d->local);
 	d->local = NULL;
 	sb_api_close(d->api);
-	sb_runs_close(d->runs);
-	sb_gateway_close(d->gateway); /* waits for calls in flight */
-	sb_work_close(d->jobs);
-	for (int i = 0; i < SB_STUBS_MAX; i++) {
-		sb_watch_stop(d->stubs[i].child);
-		sb_stub_stop(d->stubs[i].pid);
-	}
+	sb_stubs_close(d->stubs);
 	sb_watch_stop(d->sig_term);
 	sb_watch_stop(d->sig_int);
 	sb_watch_stop(d->stop_w);

@@ -1,97 +1,39 @@
-/* daemon.h - sanboxd: the loop, the log, the projections, the sockets and
- * the runs, wired together. One daemon per state directory.
+/* daemon.h - sanboxd: the loop, the log, the projections, the socket
+ * servers, the API, the run manager and the model gateway, wired together.
+ * One daemon per state directory (a pid file lock keeps it so).
  */
 #ifndef SB_DAEMON_H
 #define SB_DAEMON_H
 
-#include <limits.h>
-#include <msgpack.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#include <pthread.h>
-#include <sys/types.h>
-
-#include <stdatomic.h>
-
-#include "engine/daemon/api.h"
-#include "engine/daemon/settings.h"
-#include "engine/daemon/sp.h"
-#include "engine/daemon/work.h"
-#include "engine/gateway/gateway.h"
-#include "engine/log/log.h"
-#include "engine/daemon/loop.h"
-#include "projections/projection.h"
-
-struct sb_runs;
 struct sb_daemon;
 
-/* The built-in model stub runs once per script directory in use. */
-#define SB_STUBS_MAX 4
-struct sb_stub_proc {
-	struct sb_daemon *d;
-	pid_t pid;                     /* 0 when not running */
-	char script_dir[SB_URL_MAX];   /* "" for its own scripts */
-	char url[SB_URL_MAX];
-	sb_watch *child;
-};
-
 struct sb_daemon_opts {
-	const char *home;        /* state directory (resolved) */
-	const char *listen;      /* NULL or tls+tcp://HOST:PORT */
-	const char *cert, *key;  /* PEM files for listen */
-	uint16_t gateway_port;   /* 0: an ephemeral port on 127.0.0.1 */
+	const char *home;       /* state directory (resolved) */
+	const char *listen;     /* NULL or tls+tcp://HOST:PORT */
+	const char *cert, *key; /* PEM files for listen */
+	uint16_t gateway_port;  /* 0: an ephemeral port on 127.0.0.1 */
 };
 
 #define SB_DAEMON_DRAIN_S 20.0 /* how long stopping waits for runs to end */
 
-struct sb_daemon {
-	char home[PATH_MAX];
-	struct sb_settings settings;
-	sb_loop *loop;
-	sb_log *log;
-	sb_projector *proj;
-	sb_work *apiw, *projw, *jobs; /* API requests, projections, blocking jobs */
-	sb_sp *local, *remote;        /* the socket servers */
-	sb_api *api;
-	struct sb_runs *runs;
-	sb_gateway *gateway;
-	sb_watch *sig_term, *sig_int, *stop_w;
-	struct sb_stub_proc stubs[SB_STUBS_MAX];
-	atomic_int stopping, proj_pending;
-	int pid_fd;
-	double started;
-};
-
-/* Opens everything and reconciles state left by a previous daemon.
+/* Opens everything and takes up the runs a previous daemon left.
  * Errors: SB_ERR_EXISTS (another daemon runs here; detail has its pid),
- * SB_ERR_IO, SB_ERR_NOMEM, and the errors of the parts. */
+ * SB_ERR_INVAL (a bad setting), SB_ERR_IO, SB_ERR_NOMEM, and the errors of
+ * the parts. */
 int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out);
 
-/* Runs the loop until a stop request or SIGTERM/SIGINT. */
+/* Writes a one-line description of what d serves into buf. */
+void sb_daemon_describe(const struct sb_daemon *d, char *buf, size_t cap);
+
+/* Runs the loop until the daemon has stopped (a stop request, SIGTERM or
+ * SIGINT, and its live runs ended). */
 void sb_daemon_run(struct sb_daemon *d);
 
-/* Begins stopping (a stop request, SIGTERM or SIGINT): requests from now on
- * are refused, every live run is stopped (reason "daemon-stop": SIGTERM to
- * its harness, then its VM is ended), and the loop ends once they all have,
- * or after SB_DAEMON_DRAIN_S. */
-void sb_daemon_stop(struct sb_daemon *d);
-
 /* Closes everything (NULL is fine). A VM still running (the drain ran out)
- * is left to the next daemon, which ends it. */
+ * is left to the next daemon, which takes it up. */
 void sb_daemon_close(struct sb_daemon *d);
-
-/* Appends one host event for run and returns its offset in *offset (may be
- * NULL). payload is one msgpack map. Errors: those of sb_log_append. */
-int sb_daemon_emit(struct sb_daemon *d, const char *run, const char *type,
-		   enum sb_source src, const void *payload, size_t len, uint64_t *offset);
-
-/* Writes the base URL of the built-in model stub with scripts from
- * script_dir ("" for its own) into url, starting that stub when it does not
- * run. Errors: SB_ERR_UNAVAIL (it cannot start: the detail says why),
- * SB_ERR_FULL (SB_STUBS_MAX script directories are in use). */
-int sb_daemon_stub_url(struct sb_daemon *d, const char *script_dir, char url[SB_URL_MAX]);
-
-/* Brings the projections up to the newest event. */
-int sb_daemon_catch_up(struct sb_daemon *d);
 
 #endif

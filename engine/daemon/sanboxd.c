@@ -31,7 +31,7 @@ int main(int argc, char **argv)
 	};
 	struct sb_daemon_opts o = {0};
 	struct sb_daemon *d;
-	char home[4096];
+	char home[4096], line[4200];
 	const char *home_arg = NULL;
 	unsigned long port;
 	char *end;
@@ -68,8 +68,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sanboxd: %s\n", sb_errmsg(rc));
 		return rc == SB_ERR_EXISTS ? 3 : 1;
 	}
-	fprintf(stderr, "sanboxd: serving %s (model gateway on 127.0.0.1:%u)\n", home,
-		(unsigned)sb_gateway_port(d->gateway));
+	sb_daemon_describe(d, line, sizeof line);
+	fprintf(stderr, "sanboxd: %s\n", line);
 	sb_daemon_run(d);
 	sb_daemon_close(d);
 	fprintf(stderr, "sanboxd: stopped\n");

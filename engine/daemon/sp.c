@@ -35,6 +35,7 @@
 #include <mbedtls/ssl.h>
 #include <mbedtls/x509_crt.h>
 
+#include "engine/bucket.h"
 #include "engine/daemon/loop.h"
 #include "engine/error.h"
 
@@ -65,7 +66,7 @@ struct out {
 struct peer {
 	char key[48];
 	unsigned conns;
-	double tokens, tokens_ts; /* accept rate */
+	struct sb_bucket accepts;
 	unsigned denied;          /* refused requests, decaying */
 	double penalty_until, last_seen;
 	double log_at;            /* last log line about it */
@@ -306,8 +307,7 @@ static struct peer *peer_get(sb_sp *s, const char *key, double now)
 	if (!(p = calloc(1, sizeof *p)))
 		return NULL;
 	snprintf(p->key, sizeof p->key, "%s", key);
-	p->tokens = s->lim.accept_burst;
-	p->tokens_ts = now;
+	sb_bucket_init(&p->accepts, s->lim.accept_rate, s->lim.accept_burst, now);
 	p->last_seen = now;
 	p->next = *pp;
 	*pp = p;
@@ -937,17 +937,17 @@ static void conn_new(struct listener *l, int fd, const struct sockaddr_storage *
 		peer_key(ss, key);
 		if (!(p = peer_get(s, key, now)))
 			goto refuse;
-		p->tokens += (now - p->tokens_ts) * s->lim.accept_rate;
-		if (p->tokens > s->lim.accept_burst)
-			p->tokens = s->lim.accept_burst;
-		p->tokens_ts = now;
 		p->last_seen = now;
-		if (p->conns >= s->lim.max_conns_per_peer || p->tokens < 1) {
-			sp_log(s, &s->rl_accept, "peer %s: %s; a new connection was refused", key,
-			       p->tokens < 1 ? "connecting too fast" : "at its connection limit");
+		if (p->conns >= s->lim.max_conns_per_peer) {
+			sp_log(s, &s->rl_accept, "peer %s: at its connection limit; a new "
+			       "connection was refused", key);
 			goto refuse;
 		}
-		p->tokens -= 1;
+		if (!sb_bucket_take(&p->accepts, now)) {
+			sp_log(s, &s->rl_accept, "peer %s: connecting too fast; a new connection "
+			       "was refused", key);
+			goto refuse;
+		}
 	}
 	if (!(c = calloc(1, sizeof *c)) || !(f = frame_new(8)))
 		goto refuse;

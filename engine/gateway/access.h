@@ -20,9 +20,9 @@
 #include "engine/gateway/gateway.h"
 #include "engine/gateway/models.h"
 #include "engine/gateway/secrets.h"
+#include "engine/gateway/stubs.h"
 #include "engine/runs/template.h"
 
-struct sb_daemon;
 
 #define SB_ACCESS_MODELS  16 /* models a run may name */
 #define SB_ACCESS_SECRETS 32 /* secrets a run may be granted */
@@ -30,7 +30,7 @@ struct sb_daemon;
 struct sb_access_grant {
 	char name[SB_SECRET_NAME_MAX];
 	int model_scope;	 /* 1: gateway only; 0: the harness's environment */
-	struct sb_secret *value; /* decrypted (the access owns it) */
+	struct sb_secret *value; /* decrypted (the access owns it); NULL until armed */
 };
 
 struct sb_access {
@@ -45,13 +45,25 @@ struct sb_access {
 
 /* Resolves spec into a (free it with sb_access_free, also on error), with
  * the template t's default model and secrets (a secret the spec names too
- * takes the spec's scope).
+ * takes the spec's scope), and arms it (sb_access_arm). May block (files,
+ * a stub starting): call it off the loop.
  * Errors: SB_ERR_INVAL (a bad field, an unknown model or one without a
  * price, a secret named twice: the detail says which), SB_ERR_NOTFOUND (a
  * secret that is not set), SB_ERR_CORRUPT (a secret that does not open),
  * SB_ERR_UNAVAIL (a provider that cannot be started), SB_ERR_NOMEM. */
-int sb_access_resolve(struct sb_daemon *d, const msgpack_object *spec,
+int sb_access_resolve(const char *home, sb_stubs *stubs, const msgpack_object *spec,
 		      const struct sb_template *t, struct sb_access *a);
+
+/* Reads the access a run recorded (the fields sb_access_pack_policy packs,
+ * in the map policy) into a, names and prices only: no provider, no secret
+ * value. Errors: SB_ERR_CORRUPT (a field missing or malformed). */
+int sb_access_from_record(const msgpack_object *policy, struct sb_access *a);
+
+/* Arms a for a start: each model's provider (URL, APIs, key) from the
+ * current model settings (its price stays the one a holds), each granted
+ * secret's value. May block: call it off the loop. Errors: as
+ * sb_access_resolve. */
+int sb_access_arm(const char *home, sb_stubs *stubs, struct sb_access *a);
 
 /* Packs the policy fields of a: "model", "models", "prices" ({model:
  * {input, output, cached}} in nano-USD per million tokens), "budget_nusd",

@@ -1027,6 +1027,8 @@ int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec,
 		goto fail;
 	snprintf(r->id, sizeof r->id, "%s", spec->run);
 	r->budget.limit = spec->budget_nusd;
+	r->budget.spent = spec->spent_nusd;
+	r->exceeded = spec->spent_nusd && spec->spent_nusd >= spec->budget_nusd;
 	r->stop_on_budget = spec->stop_on_budget;
 	r->nmodels = spec->nmodels;
 	for (size_t i = 0; i < spec->nmodels; i++) {
@@ -1042,10 +1044,14 @@ int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec,
 			memcpy(r->models[i].key, sm->key, n + 1);
 		}
 	}
-	randombytes_buf(raw, sizeof raw);
-	memcpy(r->key, "sk-sb-", 6);
-	sodium_bin2hex(r->key + 6, sizeof r->key - 6, raw, sizeof raw);
-	sodium_memzero(raw, sizeof raw);
+	if (spec->key && strlen(spec->key) < sizeof r->key) {
+		snprintf(r->key, sizeof r->key, "%s", spec->key);
+	} else {
+		randombytes_buf(raw, sizeof raw);
+		memcpy(r->key, "sk-sb-", 6);
+		sodium_bin2hex(r->key + 6, sizeof r->key - 6, raw, sizeof raw);
+		sodium_memzero(raw, sizeof raw);
+	}
 	pthread_mutex_lock(&gw->mu);
 	for (struct gw_run *o = gw->runs; o; o = o->next) {
 		if (!strcmp(o->id, r->id)) {

@@ -53,7 +53,9 @@ struct sb_gateway_model {
 
 struct sb_gateway_run {
 	const char *run;
+	const char *key;     /* its virtual key ("sk-sb-..."), or NULL: a new one */
 	uint64_t budget_nusd;
+	uint64_t spent_nusd; /* spent already (a run registered again) */
 	int stop_on_budget; /* 1: call on_budget once it is spent */
 	const struct sb_gateway_model *models;
 	size_t nmodels;
@@ -70,7 +72,7 @@ uint16_t sb_gateway_port(const sb_gateway *gw);
 void sb_gateway_close(sb_gateway *gw);
 
 /* Registers run r (everything is copied; provider keys into guarded
- * memory) and writes its new virtual key into key. Errors: SB_ERR_EXISTS
+ * memory) and writes its virtual key into key (r->key, or a new one). Errors: SB_ERR_EXISTS
  * (run already registered), SB_ERR_INVAL (no model), SB_ERR_NOMEM. */
 int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *r,
 		       char key[SB_VKEY_MAX]);

@@ -413,8 +413,8 @@ int sb_stub_find(char *buf, size_t cap)
 
 int sb_stub_start(const char *script_dir, pid_t *pid, char url[SB_URL_MAX])
 {
-	char bin[PATH_MAX], line[128];
-	char *argv[] = {bin, "--listen", "127.0.0.1:0", NULL, NULL, NULL};
+	char bin[PATH_MAX], line[128], parent[24];
+	char *argv[] = {bin, "--listen", "127.0.0.1:0", "--parent", parent, NULL, NULL, NULL};
 	posix_spawn_file_actions_t fa;
 	struct pollfd pfd;
 	size_t got = 0;
@@ -423,9 +423,10 @@ int sb_stub_start(const char *script_dir, pid_t *pid, char url[SB_URL_MAX])
 	*pid = 0;
 	if ((rc = sb_stub_find(bin, sizeof bin)))
 		return rc;
+	snprintf(parent, sizeof parent, "%d", (int)getpid());
 	if (script_dir && *script_dir) {
-		argv[3] = "--script-dir";
-		argv[4] = (char *)script_dir;
+		argv[5] = "--script-dir";
+		argv[6] = (char *)script_dir;
 	}
 	if (pipe2(fds, O_CLOEXEC))
 		return sb_seterr(SB_ERR_IO, "pipe: %s", strerror(errno));

@@ -96,7 +96,9 @@ int sb_stub_find(char *buf, size_t cap);
 /* Starts the model stub (sanbox-model-stub beside the running program) on
  * an ephemeral loopback port, with scripts from script_dir (NULL or "":
  * its own), and writes its base URL (http://127.0.0.1:PORT/v1) into url
- * and its pid into *pid. The caller ends it with sb_stub_stop. Errors:
+ * and its pid into *pid. It ends when the calling thread ends (it is
+ * given this process as its --parent). The caller ends it with
+ * sb_stub_stop. Errors:
  * SB_ERR_UNAVAIL (not found, or it did not start: the detail says why),
  * SB_ERR_IO. */
 int sb_stub_start(const char *script_dir, pid_t *pid, char url[SB_URL_MAX]);

@@ -1,91 +1,160 @@
-/* runs.c - the run manager: spec -> events -> microVM -> events.
+/* runs.c - the run manager: its runs' lifecycles (see runs.h).
  *
- * Everything here runs on the daemon's loop thread. Each live run has a
- * QEMU child, a channel socket to its guest agent, a QMP socket, and
- * timers (boot deadline, run timeout, stop grace).
+ * A run is created in three steps: on a worker its plan is resolved, it is
+ * recorded (run.created, run.policy.resolved with the inputs as blobs,
+ * secret.granted) and its machine prepared; then on the loop the machine
+ * starts (run.started) and the guest channel takes over: HELLO, then the
+ * SPEC, then the guest's events until DONE and the machine's end.
  */
 #include "engine/runs/runs.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <jansson.h>
-#include <limits.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <time.h>
 
-#include "engine/gateway/access.h"
-#include "engine/daemon/daemon.h"
 #include "engine/error.h"
-#include "engine/home.h"
-#include "engine/payload.h"
-#include "engine/runs/spec.h"
-#include "engine/runs/template.h"
-#include "engine/gateway/tunnel.h"
-#include "netpolicy/netpolicy.h"
+#include "engine/mpack.h"
+#include "engine/runs/guest.h"
+#include "engine/runs/plan.h"
 #include "projections/views.h"
-#include "vmm/accel.h"
 #include "vmm/chan.h"
-#include "vmm/disk.h"
-#include "vmm/qemu.h"
 
-#define BOOT_DEADLINE_S 120.0 /* HELLO from the agent, under TCG; SANBOX_BOOT_TIMEOUT */
-#define STOP_GRACE_S 5.0      /* SIGTERM to the harness, then the VM ends */
-#define KILL_GRACE_S 5.0      /* SIGTERM to QEMU, then SIGKILL */
-#define READ_BUDGET (256u << 10) /* bytes read from one guest per wake-up */
-#define GUEST_RATE 200.0      /* guest events per second, sustained */
-#define GUEST_BURST 2000.0
-#define GUEST_TUNNEL_PORT 4000 /* the gateway, as the harness sees it */
+#define STOP_GRACE_S	   5.0  /* SIGTERM to the harness, then the machine ends */
+#define KILL_GRACE_S	   5.0  /* the machine ends gracefully, then by force */
+#define GUEST_TUNNEL_PORT  4000 /* the gateway, as the harness sees it */
+
+enum rstate { R_CREATING, R_RUNNING };
 
 struct run {
-	struct sb_runs *owner;
+	struct sb_runs *rs;
 	char id[SB_RUN_MAX];
-	char dir[PATH_MAX];
-	pid_t pid;
-	int chan_lfd, chan_fd, qmp_lfd, qmp_fd;
-	sb_watch *chan_lw, *chan_w, *qmp_lw, *child_w, *timeout_w, *boot_w, *grace_w;
-	sb_chan_reader *reader;
-	msgpack_sbuffer out;  /* bytes waiting to go to the guest */
-	size_t out_off;
-	msgpack_sbuffer spec; /* the SPEC frame, sent on HELLO */
-	int hello, done, exited, killing;
+	enum rstate st;
+	struct sb_plan plan;
+	sb_machine *m;
+	sb_guest *g;
+	char vkey[SB_VKEY_MAX];
+	int registered;      /* known to the gateway */
+	msgpack_sbuffer spec; /* the SPEC frames, until sent (they hold secrets) */
+	int hello, done, exited, reattached;
 	char stop_reason[32];
-	char setup_error[256];	  /* why the agent could not set the run up (DONE) */
-	double tokens, tokens_ts; /* guest event rate limiter */
-	uint64_t dropped;
-	double warned_ts;
-	struct sb_access acc;     /* models, budget, secrets: resolved */
-	char vkey[SB_VKEY_MAX];   /* the run's virtual key at the gateway */
-	int registered;           /* known to the gateway */
-	sb_tunnel *tunnel;        /* guest streams to the gateway */
+	char setup_error[256];
+	sb_watch *timeout_w, *boot_w, *grace_w;
+	/* creation, across the worker */
+	const msgpack_object *spec_obj;
+	sb_runs_created_fn cb;
+	void *cb_ctx;
+	int create_rc, recorded, start_failed;
+	char create_err[600], accel[8], accel_warning[256];
 	struct run *next;
 };
 
-struct sb_runs {
-	struct sb_daemon *d;
-	struct run *live;
-	unsigned active;
-	double boot_deadline; /* seconds from QEMU start to the agent's HELLO */
+/* Events gathered during a loop iteration, recorded in one append. */
+struct batch_item {
+	char run[SB_RUN_MAX], type[SB_TYPE_MAX];
+	enum sb_source src;
+	size_t off, len;
 };
 
-static int emit_map(struct sb_daemon *d, const char *run, const char *type, enum sb_source src,
-		    const msgpack_sbuffer *buf)
+struct sb_runs {
+	struct sb_runs_env env;
+	struct run *live;
+	unsigned active;
+	sb_watch *flush_w;
+	msgpack_sbuffer batch;
+	struct batch_item *items;
+	size_t nitems, capitems;
+};
+
+static void runs_log(struct sb_runs *rs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void runs_log(struct sb_runs *rs, const char *fmt, ...)
 {
-	return buf->data ? sb_daemon_emit(d, run, type, src, buf->data, buf->size, NULL)
-			 : SB_ERR_NOMEM;
+	char line[600];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	if (rs->env.log_line)
+		rs->env.log_line(rs->env.ctx, line);
 }
 
-/* Emits a host event whose payload is alternating key/value C strings. */
-static int emit_strs(struct sb_daemon *d, const char *run, const char *type, ...)
+/* --- recording --- */
+
+/* Records what the batch holds, in one append. */
+static void batch_flush(struct sb_runs *rs)
+{
+	struct sb_event *evs;
+	int rc;
+
+	if (!rs->nitems)
+		return;
+	if (!(evs = calloc(rs->nitems, sizeof *evs))) {
+		rc = SB_ERR_NOMEM;
+	} else {
+		rc = SB_OK;
+		for (size_t i = 0; rc == SB_OK && i < rs->nitems; i++) {
+			const struct batch_item *it = &rs->items[i];
+			rc = sb_event_init(&evs[i], it->type, it->run, it->src,
+					   rs->batch.data + it->off, it->len);
+		}
+		if (rc == SB_OK)
+			rc = sb_log_append(rs->env.log, evs, rs->nitems);
+		free(evs);
+	}
+	if (rc)
+		runs_log(rs, "cannot record %zu events of the runs: %s", rs->nitems,
+			 sb_errmsg(rc));
+	rs->nitems = 0;
+	rs->batch.size = 0;
+}
+
+static void on_flush(void *ctx)
+{
+	batch_flush(ctx);
+}
+
+/* Adds an event (payload: one msgpack map) to the batch. */
+static void batch_add(struct sb_runs *rs, const char *run, const char *type, enum sb_source src,
+		      const void *payload, size_t len)
+{
+	struct batch_item *it;
+
+	if (rs->nitems == rs->capitems) {
+		size_t cap = rs->capitems ? 2 * rs->capitems : 64;
+		struct batch_item *n = realloc(rs->items, cap * sizeof *n);
+		if (!n) {
+			runs_log(rs, "run %s: out of memory: an event %s is lost", run, type);
+			return;
+		}
+		rs->items = n;
+		rs->capitems = cap;
+	}
+	it = &rs->items[rs->nitems];
+	snprintf(it->run, sizeof it->run, "%s", run);
+	snprintf(it->type, sizeof it->type, "%s", type);
+	it->src = src;
+	it->off = rs->batch.size;
+	it->len = len;
+	if (msgpack_sbuffer_write(&rs->batch, payload, len)) {
+		runs_log(rs, "run %s: out of memory: an event %s is lost", run, type);
+		rs->batch.size = it->off;
+		return;
+	}
+	rs->nitems++;
+}
+
+/* Records a host event of run whose payload is alternating key/value C
+ * strings, at once (after the batch, which keeps the run's order). */
+static int host_event(struct sb_runs *rs, const char *run, const char *type, ...)
 {
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
+	struct sb_event ev;
 	va_list ap;
 	const char *k;
 	size_t n = 0;
@@ -102,149 +171,48 @@ static int emit_strs(struct sb_daemon *d, const char *run, const char *type, ...
 	while ((k = va_arg(ap, const char *)))
 		sb_pack_kstr(&pk, k, va_arg(ap, const char *));
 	va_end(ap);
-	rc = emit_map(d, run, type, SB_SRC_HOST, &buf);
+	batch_flush(rs);
+	rc = buf.data ? sb_event_init(&ev, type, run, SB_SRC_HOST, buf.data, buf.size)
+		      : SB_ERR_NOMEM;
+	if (rc == SB_OK)
+		rc = sb_log_append(rs->env.log, &ev, 1);
+	if (rc)
+		runs_log(rs, "run %s: cannot record %s: %s", run, type, sb_errmsg(rc));
 	msgpack_sbuffer_destroy(&buf);
 	return rc;
 }
 
 static void warn(struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Writes a run.warning (host) for r. */
+/* Records a run.warning of r (with the guest's events, in order). */
 static void warn(struct run *r, const char *fmt, ...)
 {
 	char msg[512];
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	emit_strs(r->owner->d, r->id, "run.warning", "message", msg, NULL);
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 1);
+	sb_pack_kstr(&pk, "message", msg);
+	if (buf.data)
+		batch_add(r->rs, r->id, "run.warning", SB_SRC_HOST, buf.data, buf.size);
+	msgpack_sbuffer_destroy(&buf);
 }
 
-/* --- reconciliation at start-up --- */
-
-/* Ends the QEMU a previous daemon left for run, if its pid file names a
- * process that is really that run's QEMU. */
-static void kill_orphan_vm(struct sb_runs *rs, const char *run)
+/* run.failed with reason, then run.stopped (failed). */
+static void record_failed(struct sb_runs *rs, const char *run, const char *reason)
 {
-	char path[PATH_MAX], cmd[8192];
-	FILE *f;
-	int pid = 0;
-	ssize_t n;
-	int fd;
-
-	if (snprintf(path, sizeof path, "%s/runs/%s/qemu.pid", rs->d->home, run) >= (int)sizeof path)
-		return;
-	f = fopen(path, "re");
-	if (!f)
-		return;
-	if (fscanf(f, "%d", &pid) != 1)
-		pid = 0;
-	fclose(f);
-	if (pid <= 1)
-		return;
-	snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	n = read(fd, cmd, sizeof cmd - 1);
-	close(fd);
-	if (n <= 0)
-		return;
-	for (ssize_t i = 0; i < n; i++)
-		if (!cmd[i])
-			cmd[i] = ' ';
-	cmd[n] = 0;
-	snprintf(path, sizeof path, "/runs/%s/", run);
-	if (strstr(cmd, path))
-		sb_vm_kill(pid, SIGKILL);
+	if (host_event(rs, run, "run.failed", "reason", reason, NULL) == SB_OK)
+		host_event(rs, run, "run.stopped", "reason", "failed", NULL);
 }
 
-static int reconcile(struct sb_runs *rs)
-{
-	char(*runs)[SB_RUN_MAX];
-	size_t n;
-	int rc = sb_runstate_live(rs->d->proj, NULL, &runs, &n);
+/* --- one run --- */
 
-	for (size_t i = 0; rc == SB_OK && i < n; i++) {
-		kill_orphan_vm(rs, runs[i]);
-		rc = emit_strs(rs->d, runs[i], "run.failed", "reason", "daemon-restart", NULL);
-		if (rc == SB_OK)
-			rc = emit_strs(rs->d, runs[i], "run.stopped", "reason", "failed", NULL);
-	}
-	free(runs);
-	if (rc == SB_OK)
-		rc = sb_daemon_catch_up(rs->d);
-	return rc;
-}
-
-/* The boot deadline: $SANBOX_BOOT_TIMEOUT (seconds, or with s or m), else
- * BOOT_DEADLINE_S. */
-static int boot_deadline(double *out)
-{
-	const char *s = getenv("SANBOX_BOOT_TIMEOUT");
-	char *end;
-	double v;
-
-	*out = BOOT_DEADLINE_S;
-	if (!s || !*s)
-		return SB_OK;
-	v = strtod(s, &end);
-	if (end != s && !strcmp(end, "m"))
-		v *= 60, end++;
-	else if (end != s && !strcmp(end, "s"))
-		end++;
-	if (end == s || *end || !(v >= 1 && v <= 86400))
-		return sb_seterr(
-		    SB_ERR_INVAL,
-		    "SANBOX_BOOT_TIMEOUT must be 1 to 86400 seconds (e.g. 120, 90s, 3m), "
-		    "not '%.40s'",
-		    s);
-	*out = v;
-	return SB_OK;
-}
-
-int sb_runs_open(struct sb_daemon *d, struct sb_runs **out)
-{
-	struct sb_runs *rs = calloc(1, sizeof *rs);
-	int rc;
-
-	if (!rs)
-		return SB_ERR_NOMEM;
-	rs->d = d;
-	if ((rc = boot_deadline(&rs->boot_deadline)) || (rc = reconcile(rs))) {
-		free(rs);
-		return rc;
-	}
-	*out = rs;
-	return SB_OK;
-}
-
-unsigned sb_runs_active(struct sb_runs *rs)
-{
-	return rs->active;
-}
-
-/* --- one run's resources --- */
-
-static void run_close_fds(struct run *r)
-{
-	sb_watch_stop(r->chan_lw);
-	sb_watch_stop(r->chan_w);
-	sb_watch_stop(r->qmp_lw);
-	r->chan_lw = r->chan_w = r->qmp_lw = NULL;
-	if (r->chan_lfd >= 0)
-		close(r->chan_lfd);
-	if (r->chan_fd >= 0)
-		close(r->chan_fd);
-	if (r->qmp_lfd >= 0)
-		close(r->qmp_lfd);
-	if (r->qmp_fd >= 0)
-		close(r->qmp_fd);
-	r->chan_lfd = r->chan_fd = r->qmp_lfd = r->qmp_fd = -1;
-}
-
-/* Drops the SPEC frame, wiping it first: it holds env-scoped secrets. */
 static void spec_wipe(struct run *r)
 {
 	if (r->spec.data)
@@ -257,43 +225,42 @@ static void run_free(struct run *r)
 {
 	if (!r)
 		return;
-	run_close_fds(r);
-	sb_watch_stop(r->child_w);
 	sb_watch_stop(r->timeout_w);
 	sb_watch_stop(r->boot_w);
 	sb_watch_stop(r->grace_w);
-	sb_chan_reader_free(r->reader);
-	sb_tunnel_close(r->tunnel); /* unties its connections */
+	sb_guest_close(r->g);
+	if (r->m)
+		r->rs->env.runner->free(r->m);
 	if (r->registered)
-		sb_gateway_run_remove(r->owner->d->gateway, r->id);
-	sb_access_free(&r->acc);
+		sb_gateway_run_remove(r->rs->env.gateway, r->id);
+	sb_plan_free(&r->plan);
 	spec_wipe(r);
-	msgpack_sbuffer_destroy(&r->out);
 	sodium_memzero(r->vkey, sizeof r->vkey);
 	free(r);
 }
 
-static void run_unlink(struct run *r)
+static void run_link(struct run *r)
 {
-	for (struct run **p = &r->owner->live; *p; p = &(*p)->next) {
-		if (*p == r) {
-			*p = r->next;
-			r->owner->active--;
-			return;
-		}
-	}
+	r->next = r->rs->live;
+	r->rs->live = r;
+	r->rs->active++;
 }
 
-void sb_runs_close(struct sb_runs *rs)
+/* Unlinks and frees r; the daemon hears when no run is left. */
+static void run_end(struct run *r)
 {
-	if (!rs)
-		return;
-	while (rs->live) {
-		struct run *r = rs->live;
-		rs->live = r->next;
-		run_free(r); /* the VM keeps running; the next daemon reconciles */
+	struct sb_runs *rs = r->rs;
+
+	for (struct run **p = &rs->live; *p; p = &(*p)->next) {
+		if (*p == r) {
+			*p = r->next;
+			rs->active--;
+			break;
+		}
 	}
-	free(rs);
+	run_free(r);
+	if (!rs->active && rs->env.idle)
+		rs->env.idle(rs->env.ctx);
 }
 
 static struct run *run_find(struct sb_runs *rs, const char *id)
@@ -304,323 +271,19 @@ static struct run *run_find(struct sb_runs *rs, const char *id)
 	return NULL;
 }
 
-/* --- the channel to the guest --- */
-
-static void chan_flush(struct run *r)
+/* The run's virtual key: derived from the secret store's key and the run
+ * id, so a restarted daemon knows it again. */
+static int vkey_derive(const char *home, const char *run, char vkey[SB_VKEY_MAX])
 {
-	while (r->chan_fd >= 0 && r->out_off < r->out.size) {
-		ssize_t n = write(r->chan_fd, r->out.data + r->out_off, r->out.size - r->out_off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			break;
-		r->out_off += (size_t)n;
-	}
-	if (r->out_off == r->out.size) {
-		r->out.size = r->out_off = 0;
-	}
-	if (r->chan_w)
-		sb_watch_io_set(r->chan_w, SB_READ | (r->out.size ? SB_WRITE : 0));
-	if (r->tunnel && r->out.size - r->out_off < SB_TUNNEL_BACKLOG)
-		sb_tunnel_drained(r->tunnel);
-}
+	unsigned char raw[20];
+	int rc = sb_secret_derive(home, "virtual key", run, raw, sizeof raw);
 
-static void chan_send(struct run *r, const void *frame, size_t len)
-{
-	msgpack_sbuffer_write(&r->out, frame, len);
-	chan_flush(r);
-}
-
-static void chan_signal(struct run *r, int sig)
-{
-	msgpack_sbuffer buf;
-	msgpack_packer pk;
-	size_t start;
-
-	msgpack_sbuffer_init(&buf);
-	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	if (sb_chan_begin(&buf, &pk, SB_CHAN_SIGNAL, 0, &start) == SB_OK) {
-		msgpack_pack_map(&pk, 1);
-		sb_pack_ku64(&pk, "signal", (uint64_t)sig);
-		if (sb_chan_end(&buf, start) == SB_OK)
-			chan_send(r, buf.data, buf.size);
-	}
-	msgpack_sbuffer_destroy(&buf);
-}
-
-/* Token bucket: a guest may emit GUEST_RATE events/s with GUEST_BURST. */
-static int guest_allowed(struct run *r)
-{
-	double now = sb_loop_now(r->owner->d->loop);
-
-	r->tokens += (now - r->tokens_ts) * GUEST_RATE;
-	if (r->tokens > GUEST_BURST)
-		r->tokens = GUEST_BURST;
-	r->tokens_ts = now;
-	if (r->tokens < 1) {
-		r->dropped++;
-		if (now - r->warned_ts >= 1.0) {
-			r->warned_ts = now;
-			warn(r, "guest event rate limit: %llu events dropped so far",
-			     (unsigned long long)r->dropped);
-		}
-		return 0;
-	}
-	r->tokens -= 1;
-	return 1;
-}
-
-/* Appends an event the guest sent, as src (SB_SRC_GUEST for the agent's
- * own frames, SB_SRC_HARNESS for lines of $SANBOX_EVENTS); refusals become
- * a (rate-limited) warning, never an error of the run. */
-static void guest_event(struct run *r, const char *type, enum sb_source src,
-			const msgpack_object *payload)
-{
-	msgpack_sbuffer buf;
-	msgpack_packer pk;
-	double now;
-	int rc;
-
-	if (!guest_allowed(r))
-		return;
-	msgpack_sbuffer_init(&buf);
-	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	msgpack_pack_object(&pk, *payload);
-	rc = emit_map(r->owner->d, r->id, type, src, &buf);
-	msgpack_sbuffer_destroy(&buf);
-	if (rc) {
-		now = sb_loop_now(r->owner->d->loop);
-		if (now - r->warned_ts >= 0.2) {
-			r->warned_ts = now;
-			warn(r, "dropped a guest event: %s", sb_errmsg(rc));
-		}
-		return;
-	}
-	if (!strcmp(type, "run.exited"))
-		r->exited = 1;
-}
-
-static void guest_event_json(struct run *r, const msgpack_object *body)
-{
-	json_error_t jerr;
-	json_t *j, *type, *payload;
-	msgpack_sbuffer buf;
-	msgpack_packer pk;
-	msgpack_zone zone;
-	msgpack_object obj;
-
-	if (body->type != MSGPACK_OBJECT_BIN && body->type != MSGPACK_OBJECT_STR)
-		return;
-	j = json_loadb(body->via.bin.ptr, body->via.bin.size, JSON_REJECT_DUPLICATES, &jerr);
-	type = json_object_get(j, "type");
-	payload = json_object_get(j, "payload");
-	if (!j || !json_is_string(type) || !json_is_object(payload)) {
-		if (guest_allowed(r))
-			warn(r, "dropped a harness event line: %s",
-			     j ? "needs {\"type\": ..., \"payload\": {...}}" : jerr.text);
-		json_decref(j);
-		return;
-	}
-	msgpack_sbuffer_init(&buf);
-	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	if (msgpack_zone_init(&zone, 2048)) {
-		if (sb_json_to_msgpack(payload, &pk) == SB_OK && buf.data &&
-		    sb_payload_parse(buf.data, buf.size, &zone, &obj) == SB_OK)
-			guest_event(r, json_string_value(type), SB_SRC_HARNESS, &obj);
-		msgpack_zone_destroy(&zone);
-	}
-	msgpack_sbuffer_destroy(&buf);
-	json_decref(j);
-}
-
-static void send_close(struct run *r, uint64_t stream)
-{
-	msgpack_sbuffer buf;
-	msgpack_packer pk;
-	size_t start;
-
-	msgpack_sbuffer_init(&buf);
-	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	if (sb_chan_begin(&buf, &pk, SB_CHAN_CLOSE, stream, &start) == SB_OK) {
-		msgpack_pack_nil(&pk);
-		if (sb_chan_end(&buf, start) == SB_OK)
-			chan_send(r, buf.data, buf.size);
-	}
-	msgpack_sbuffer_destroy(&buf);
-}
-
-/* --- the tunnel's view of the run (engine/tunnel.h) --- */
-
-static void tun_send(void *ctx, int kind, uint64_t stream, const void *data, size_t len)
-{
-	struct run *r = ctx;
-	msgpack_sbuffer buf;
-	msgpack_packer pk;
-	size_t start;
-
-	if (kind == SB_CHAN_CLOSE) {
-		send_close(r, stream);
-		return;
-	}
-	msgpack_sbuffer_init(&buf);
-	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	if (sb_chan_begin(&buf, &pk, SB_CHAN_DATA, stream, &start) == SB_OK) {
-		msgpack_pack_bin_with_body(&pk, data, len);
-		if (sb_chan_end(&buf, start) == SB_OK)
-			chan_send(r, buf.data, buf.size);
-	}
-	msgpack_sbuffer_destroy(&buf);
-}
-
-static size_t tun_backlog(void *ctx)
-{
-	struct run *r = ctx;
-
-	return r->out.size - r->out_off;
-}
-
-static void tun_tie(void *ctx, uint16_t port, int open)
-{
-	struct run *r = ctx;
-
-	if (!open)
-		sb_gateway_unbind(r->owner->d->gateway, port);
-	else if (sb_gateway_bind(r->owner->d->gateway, port, r->id))
-		warn(r, "gateway: cannot tie a tunnel connection to the run");
-}
-
-static const struct sb_tunnel_ops tunnel_ops = {
-	.send = tun_send,
-	.backlog = tun_backlog,
-	.tie = tun_tie,
-};
-
-static void on_frame(struct run *r, const struct sb_chan_frame *f)
-{
-	const msgpack_object *type, *payload;
-	char t[SB_TYPE_MAX];
-
-	switch (f->kind) {
-	case SB_CHAN_HELLO:
-		if (!r->hello) {
-			r->hello = 1;
-			sb_watch_stop(r->boot_w);
-			r->boot_w = NULL;
-			chan_send(r, r->spec.data, r->spec.size);
-			spec_wipe(r); /* the inputs: keep one copy */
-		}
-		break;
-	case SB_CHAN_EVENT:
-		type = sb_map_get(&f->body, "type");
-		payload = sb_map_get(&f->body, "payload");
-		if (!type || type->type != MSGPACK_OBJECT_STR || type->via.str.size >= sizeof t ||
-		    !payload || payload->type != MSGPACK_OBJECT_MAP) {
-			if (guest_allowed(r))
-				warn(r, "dropped a malformed guest event frame");
-			break;
-		}
-		memcpy(t, type->via.str.ptr, type->via.str.size);
-		t[type->via.str.size] = 0;
-		guest_event(r, t, SB_SRC_GUEST, payload);
-		break;
-	case SB_CHAN_EVENT_JSON:
-		guest_event_json(r, &f->body);
-		break;
-	case SB_CHAN_OPEN:
-	case SB_CHAN_DATA:
-	case SB_CHAN_CLOSE:
-		if (r->tunnel)
-			sb_tunnel_frame(r->tunnel, f->kind, f->stream, &f->body);
-		else if (f->kind == SB_CHAN_OPEN)
-			send_close(r, f->stream);
-		break;
-	case SB_CHAN_DONE:
-		r->done = 1;
-		sb_map_str(&f->body, "error", r->setup_error, sizeof r->setup_error);
-		for (char *p = r->setup_error; *p; p++)
-			if ((unsigned char)*p < 0x20)
-				*p = ' '; /* guest text: keep the reason one line */
-		break;
-	default:
-		break; /* LOG: ignored */
-	}
-}
-
-static void on_chan_io(void *ctx, int revents)
-{
-	struct run *r = ctx;
-	struct sb_chan_frame f;
-	char buf[65536];
-	size_t budget = READ_BUDGET;
-	int rc;
-
-	if (revents & SB_WRITE)
-		chan_flush(r);
-	if (!(revents & SB_READ))
-		return;
-	while (budget > 0) {
-		ssize_t n = read(r->chan_fd, buf, sizeof buf);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
-		if (n <= 0) {
-			/* the guest side closed: QEMU is ending */
-			sb_watch_stop(r->chan_w);
-			r->chan_w = NULL;
-			close(r->chan_fd);
-			r->chan_fd = -1;
-			return;
-		}
-		budget -= (size_t)n > budget ? budget : (size_t)n;
-		if ((rc = sb_chan_reader_feed(r->reader, buf, (size_t)n)))
-			break;
-		while ((rc = sb_chan_reader_next(r->reader, &f)) != SB_END) {
-			if (rc == SB_OK)
-				on_frame(r, &f);
-			else if (rc == SB_ERR_PROTO && sb_chan_reader_pending(r->reader) > 0)
-				continue; /* a bad frame, skipped */
-			else
-				break;
-		}
-		if (rc != SB_END && rc != SB_OK && rc != SB_ERR_PROTO)
-			break;
-	}
-	if (budget == 0)
-		return; /* fairness: come back on the next loop turn */
-	warn(r, "guest channel broke its framing (%s); closing it", sb_errmsg(rc));
-	sb_watch_stop(r->chan_w);
-	r->chan_w = NULL;
-	close(r->chan_fd);
-	r->chan_fd = -1;
-}
-
-static void on_chan_accept(void *ctx, int revents)
-{
-	struct run *r = ctx;
-	int fd;
-
-	if (sb_unix_accept(r->chan_lfd, 0, &fd))
-		return;
-	if (r->chan_fd >= 0) {
-		close(fd); /* one connection per run */
-		return;
-	}
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-	r->chan_fd = fd;
-	r->chan_w = sb_loop_io(r->owner->d->loop, fd, SB_READ, on_chan_io, r);
-}
-
-static void on_qmp_accept(void *ctx, int revents)
-{
-	struct run *r = ctx;
-	int fd;
-
-	if (sb_unix_accept(r->qmp_lfd, 0, &fd))
-		return;
-	if (r->qmp_fd >= 0)
-		close(r->qmp_fd);
-	r->qmp_fd = fd; /* kept open: QEMU waits on its monitor otherwise */
+	if (rc)
+		return rc;
+	memcpy(vkey, "sk-sb-", 6);
+	sodium_bin2hex(vkey + 6, SB_VKEY_MAX - 6, raw, sizeof raw);
+	sodium_memzero(raw, sizeof raw);
+	return SB_OK;
 }
 
 /* --- ending a run --- */
@@ -631,27 +294,7 @@ static void on_kill_grace(void *ctx)
 
 	sb_watch_stop(r->grace_w);
 	r->grace_w = NULL;
-	sb_vm_kill(r->pid, SIGKILL);
-}
-
-/* Ends the VM: SIGTERM to QEMU now, SIGKILL after KILL_GRACE_S. */
-static void vm_end(struct run *r)
-{
-	if (r->killing)
-		return;
-	r->killing = 1;
-	sb_vm_kill(r->pid, SIGTERM);
-	sb_watch_stop(r->grace_w);
-	r->grace_w = sb_loop_timer(r->owner->d->loop, KILL_GRACE_S, 0, on_kill_grace, r);
-}
-
-static void on_stop_grace(void *ctx)
-{
-	struct run *r = ctx;
-
-	sb_watch_stop(r->grace_w);
-	r->grace_w = NULL;
-	vm_end(r);
+	r->rs->env.runner->stop(r->m, KILL_GRACE_S);
 }
 
 static void run_stop(struct run *r, const char *reason)
@@ -659,11 +302,13 @@ static void run_stop(struct run *r, const char *reason)
 	if (r->stop_reason[0])
 		return;
 	snprintf(r->stop_reason, sizeof r->stop_reason, "%s", reason);
-	if (r->hello && r->chan_fd >= 0) {
-		chan_signal(r, SIGTERM);
-		r->grace_w = sb_loop_timer(r->owner->d->loop, STOP_GRACE_S, 0, on_stop_grace, r);
+	if (r->st == R_CREATING)
+		return; /* the creation sees it when it is done */
+	if (r->hello && sb_guest_connected(r->g)) {
+		sb_guest_signal(r->g, SIGTERM);
+		r->grace_w = sb_loop_timer(r->rs->env.loop, STOP_GRACE_S, 0, on_kill_grace, r);
 	} else {
-		vm_end(r);
+		r->rs->env.runner->stop(r->m, KILL_GRACE_S);
 	}
 }
 
@@ -676,10 +321,21 @@ static void on_timeout(void *ctx)
 	run_stop(r, "timeout");
 }
 
+/* Fails a live run: run.failed now, run.stopped (failed) when its
+ * machine has ended. */
+static void run_fail(struct run *r, const char *reason)
+{
+	if (r->stop_reason[0])
+		return;
+	host_event(r->rs, r->id, "run.failed", "reason", reason, NULL);
+	snprintf(r->stop_reason, sizeof r->stop_reason, "failed");
+	r->rs->env.runner->stop(r->m, KILL_GRACE_S);
+}
+
 static void on_boot_deadline(void *ctx)
 {
 	struct run *r = ctx;
-	char reason[160];
+	char reason[200];
 
 	sb_watch_stop(r->boot_w);
 	r->boot_w = NULL;
@@ -688,446 +344,319 @@ static void on_boot_deadline(void *ctx)
 	snprintf(reason, sizeof reason,
 		 "the guest agent did not answer within its %g s boot deadline "
 		 "(SANBOX_BOOT_TIMEOUT; see console.log)",
-		 r->owner->boot_deadline);
-	emit_strs(r->owner->d, r->id, "run.failed", "reason", reason, NULL);
-	snprintf(r->stop_reason, sizeof r->stop_reason, "failed");
-	vm_end(r);
+		 r->rs->env.settings->boot_timeout_s);
+	run_fail(r, reason);
 }
 
-/* Copies the last non-empty line of file into buf ("" when none). */
-static void last_line(const char *file, char *buf, size_t cap)
-{
-	char line[512];
-	FILE *f = fopen(file, "re");
-
-	buf[0] = 0;
-	while (f && fgets(line, sizeof line, f)) {
-		line[strcspn(line, "\r\n")] = 0;
-		if (line[0])
-			snprintf(buf, cap, "%s", line);
-	}
-	if (f)
-		fclose(f);
-}
-
-/* Explains a VM that ended without a report from the harness: the agent's
- * setup error, a kernel panic on the console, or how QEMU ended. */
-static void crash_reason(struct run *r, int status, char *buf, size_t cap)
-{
-	char path[PATH_MAX + 16], line[512];
-	FILE *f;
-
-	if (r->setup_error[0]) {
-		snprintf(buf, cap, "the guest agent could not set the run up: %s",
-			 r->setup_error);
-		return;
-	}
-	if (WIFSIGNALED(status)) {
-		snprintf(buf, cap,
-			 "QEMU was killed by signal %d (%s) before the harness reported",
-			 WTERMSIG(status), strsignal(WTERMSIG(status)));
-	} else if (WIFEXITED(status) && WEXITSTATUS(status)) {
-		snprintf(path, sizeof path, "%s/qemu.log", r->dir);
-		last_line(path, line, sizeof line);
-		snprintf(buf, cap,
-			 "QEMU exited with status %d before the harness reported%s%.300s",
-			 WEXITSTATUS(status), line[0] ? ": " : "", line);
-	} else {
-		snprintf(
-		    buf, cap,
-		    "the VM powered off before the harness reported (see console.log)");
-	}
-	snprintf(path, sizeof path, "%s/console.log", r->dir);
-	if (!(f = fopen(path, "re")))
-		return;
-	while (fgets(line, sizeof line, f)) {
-		char *p = strstr(line, "Kernel panic");
-		if (p) {
-			p[strcspn(p, "\r\n")] = 0;
-			snprintf(buf, cap, "guest kernel panic: %.200s", p);
-			break;
-		}
-	}
-	fclose(f);
-}
-
-static void on_child(void *ctx, int status)
+/* The machine is gone: the run's last events, and the run ends. */
+static void m_ended(void *ctx, int status, const char *why)
 {
 	struct run *r = ctx;
-	struct sb_runs *rs = r->owner;
-	struct sb_daemon *d = rs->d;
-	char reason[512];
+	struct sb_runs *rs = r->rs;
+	char reason[600];
 
-	/* child_w is stopped; run_free frees it (safe inside its callback) */
-	/* drain what the guest sent before it went away */
-	if (r->chan_fd >= 0)
-		on_chan_io(r, SB_READ);
+	sb_guest_finish(r->g); /* what the guest sent before it went away */
 	if (r->stop_reason[0]) {
-		emit_strs(d, r->id, "run.stopped", "reason", r->stop_reason, NULL);
+		host_event(rs, r->id, "run.stopped", "reason", r->stop_reason, NULL);
 	} else if (r->exited) {
-		emit_strs(d, r->id, "run.stopped", "reason", "exited", NULL);
+		host_event(rs, r->id, "run.stopped", "reason", "exited", NULL);
 	} else {
-		crash_reason(r, status, reason, sizeof reason);
-		emit_strs(d, r->id, "run.failed", "reason", reason, NULL);
-		emit_strs(d, r->id, "run.stopped", "reason", "failed", NULL);
+		if (r->setup_error[0])
+			snprintf(reason, sizeof reason,
+				 "the guest agent could not set the run up: %s", r->setup_error);
+		else
+			snprintf(reason, sizeof reason, "%s", why);
+		record_failed(rs, r->id, reason);
 	}
-	run_unlink(r);
-	run_free(r);
-	if (d->stopping && !rs->active)
-		sb_loop_break(d->loop);
+	run_end(r);
 }
 
-/* --- creating and starting --- */
+static void m_channel(void *ctx, int fd, int again)
+{
+	struct run *r = ctx;
 
-struct spec {
-	char name[64], group[64], tmpl[64], accel[8], prompt[8192];
-	uint64_t cpus, memory_mib, timeout_s;
-	const msgpack_object *argv, *env, *inputs;
-	size_t input_bytes;
-	struct sb_netpolicy net;
+	sb_guest_attach(r->g, fd, again);
+}
+
+static const struct sb_machine_events machine_events = {
+	.channel = m_channel,
+	.ended = m_ended,
 };
 
-/* Checks an input file path: relative, no "..", no empty parts. */
-static int input_path_ok(const msgpack_object *p)
-{
-	const char *s = p->via.str.ptr;
-	uint32_t n = p->via.str.size;
+/* --- the guest's channel --- */
 
-	if (p->type != MSGPACK_OBJECT_STR || n == 0 || n > 255 || s[0] == '/' || memchr(s, 0, n))
-		return 0;
-	for (uint32_t i = 0; i < n; i++)
-		if (s[i] == '.' && (i == 0 || s[i - 1] == '/') && i + 1 < n && s[i + 1] == '.')
-			return 0;
-	return 1;
-}
-
-static int spec_parse(const msgpack_object *m, struct spec *s)
+static void g_hello(void *ctx, const char *version, int resume)
 {
+	struct run *r = ctx;
 	int rc;
 
-	memset(s, 0, sizeof *s);
-	strcpy(s->tmpl, "shell");
-	strcpy(s->accel, "auto");
-	if ((rc = sb_spec_str(m, "name", s->name, sizeof s->name)) ||
-	    (rc = sb_spec_str(m, "group", s->group, sizeof s->group)) ||
-	    (rc = sb_spec_str(m, "template", s->tmpl, sizeof s->tmpl)) ||
-	    (rc = sb_spec_str(m, "accel", s->accel, sizeof s->accel)) ||
-	    (rc = sb_spec_str(m, "prompt", s->prompt, sizeof s->prompt)) ||
-	    (rc = sb_spec_strs(m, "argv", 4096, &s->argv)) ||
-	    (rc = sb_spec_strs(m, "env", 4096, &s->env)) ||
-	    (rc = sb_spec_u64(m, "cpus", 64, &s->cpus)) ||
-	    (rc = sb_spec_u64(m, "memory_mib", 1u << 20, &s->memory_mib)) ||
-	    (rc = sb_spec_u64(m, "timeout_s", 366ull * 86400, &s->timeout_s)) ||
-	    (rc = sb_netpolicy_resolve(m, &s->net)))
+	if (strcmp(version, SB_CHAN_VERSION)) {
+		char reason[300];
+		snprintf(reason, sizeof reason,
+			 "the guest agent is version %.40s, this daemon needs %s: rebuild the "
+			 "template (sanbox template build %s)",
+			 version, SB_CHAN_VERSION, r->plan.t.name);
+		run_fail(r, reason);
+		return;
+	}
+	r->hello = 1;
+	sb_watch_stop(r->boot_w);
+	r->boot_w = NULL;
+	if (resume)
+		return; /* it is past its set-up: a restarted daemon met it again */
+	if (!r->spec.size &&
+	    (rc = sb_plan_pack_guest(&r->plan, r->vkey, GUEST_TUNNEL_PORT, r->rs->env.log, &r->spec))) {
+		char reason[300];
+		snprintf(reason, sizeof reason, "cannot make the guest's SPEC again: %s",
+			 sb_errmsg(rc));
+		run_fail(r, reason);
+		return;
+	}
+	sb_guest_send(r->g, r->spec.data, r->spec.size);
+	spec_wipe(r); /* the inputs and secrets: not kept */
+}
+
+static void g_event(void *ctx, const char *type, enum sb_source src, const void *payload,
+		    size_t len)
+{
+	struct run *r = ctx;
+
+	batch_add(r->rs, r->id, type, src, payload, len);
+	if (src == SB_SRC_GUEST && !strcmp(type, "run.exited"))
+		r->exited = 1;
+}
+
+static void g_warn(void *ctx, const char *line)
+{
+	warn(ctx, "%s", line);
+}
+
+static void g_done(void *ctx, const char *error)
+{
+	struct run *r = ctx;
+
+	r->done = 1;
+	snprintf(r->setup_error, sizeof r->setup_error, "%s", error);
+}
+
+static void g_closed(void *ctx)
+{
+	(void)ctx; /* the machine's end follows */
+}
+
+static void g_tie(void *ctx, uint16_t port, int open)
+{
+	struct run *r = ctx;
+
+	if (!open)
+		sb_gateway_unbind(r->rs->env.gateway, port);
+	else if (sb_gateway_bind(r->rs->env.gateway, port, r->id))
+		warn(r, "gateway: cannot tie a tunnel connection to the run");
+}
+
+static const struct sb_guest_ops guest_ops = {
+	.hello = g_hello,
+	.event = g_event,
+	.warn = g_warn,
+	.done = g_done,
+	.closed = g_closed,
+	.tie = g_tie,
+};
+
+/* Registers r with the gateway (spent: what the run spent already) and
+ * opens its guest channel, masking its env-scope secrets and its key. */
+static int run_connect(struct run *r, uint64_t spent)
+{
+	struct sb_runs *rs = r->rs;
+	const struct sb_access *a = &r->plan.access;
+	struct sb_guest_limits lim;
+	struct sb_gateway_run gr = {0};
+	int rc;
+
+	gr.run = r->id;
+	gr.key = r->vkey;
+	gr.budget_nusd = a->budget_nusd;
+	gr.spent_nusd = spent;
+	gr.stop_on_budget = a->stop_on_budget;
+	gr.models = a->models;
+	gr.nmodels = a->nmodels;
+	if ((rc = sb_gateway_run_add(rs->env.gateway, &gr, r->vkey)))
 		return rc;
-	if (strcmp(s->accel, "auto") && strcmp(s->accel, "kvm") && strcmp(s->accel, "tcg"))
-		return sb_seterr(SB_ERR_INVAL, "spec: accel must be auto, kvm or tcg");
-	if ((!s->argv || s->argv->via.array.size == 0) && !s->prompt[0])
-		return sb_seterr(SB_ERR_INVAL, "spec: give a command (argv) or a prompt");
-	if (s->memory_mib && s->memory_mib < 64)
-		return sb_seterr(SB_ERR_INVAL, "spec: memory below the 64 MiB minimum");
-	for (uint32_t i = 0; s->env && i < s->env->via.array.size; i++) {
-		const msgpack_object *e = &s->env->via.array.ptr[i];
-		const char *eq = memchr(e->via.str.ptr, '=', e->via.str.size);
-		if (!eq || eq == e->via.str.ptr)
-			return sb_seterr(SB_ERR_INVAL, "spec: env entry %u is not K=V", i);
-	}
-	s->inputs = sb_map_get(m, "inputs");
-	if (s->inputs && s->inputs->type != MSGPACK_OBJECT_ARRAY)
-		return sb_seterr(SB_ERR_INVAL, "spec: inputs must be a list");
-	if (s->inputs && s->inputs->via.array.size > SB_CHAN_INPUT_FILES)
-		return sb_seterr(SB_ERR_TOOBIG, "spec: more than %u input files",
-				 SB_CHAN_INPUT_FILES);
-	for (uint32_t i = 0; s->inputs && i < s->inputs->via.array.size; i++) {
-		const msgpack_object *in = &s->inputs->via.array.ptr[i];
-		const msgpack_object *p = sb_map_get(in, "path"), *d = sb_map_get(in, "data");
-		if (!p || !input_path_ok(p) || !d || d->type != MSGPACK_OBJECT_BIN)
-			return sb_seterr(SB_ERR_INVAL, "spec: input %u needs a relative path and data", i);
-		s->input_bytes += d->via.bin.size;
-	}
-	if (s->input_bytes > SB_CHAN_INPUTS_MAX)
-		return sb_seterr(SB_ERR_TOOBIG,
-				 "inputs total %zu bytes, above the %u MiB limit",
-				 s->input_bytes, SB_CHAN_INPUTS_MAX >> 20);
+	r->registered = 1;
+	lim.rate = rs->env.settings->guest_events_rate;
+	lim.burst = rs->env.settings->guest_events_burst;
+	lim.quota = r->plan.record_quota ? r->plan.record_quota : rs->env.settings->run_record_quota;
+	if ((rc = sb_guest_open(rs->env.loop, sb_gateway_port(rs->env.gateway), &lim, &guest_ops, r,
+				&r->g)) ||
+	    (rc = sb_guest_mask(r->g, r->vkey, strlen(r->vkey), "virtual key")))
+		return rc;
+	for (size_t i = 0; i < a->ngrants; i++)
+		if (!a->grants[i].model_scope && a->grants[i].value &&
+		    (rc = sb_guest_mask(r->g, a->grants[i].value->value, a->grants[i].value->len,
+					a->grants[i].name)))
+			return rc;
 	return SB_OK;
 }
 
-static void pack_env_names(msgpack_packer *pk, const msgpack_object *env)
-{
-	uint32_t n = env ? env->via.array.size : 0;
+/* --- creating --- */
 
-	sb_pack_str(pk, "env");
-	msgpack_pack_array(pk, n);
-	for (uint32_t i = 0; i < n; i++) {
-		const msgpack_object *e = &env->via.array.ptr[i];
-		const char *eq = memchr(e->via.str.ptr, '=', e->via.str.size);
-		msgpack_pack_str_with_body(pk, e->via.str.ptr, (size_t)(eq - e->via.str.ptr));
-	}
-}
+static void create_done(void *ctx);
 
-/* Packs the SPEC frame the guest agent receives on HELLO, then the INPUT
- * frames of the inputs. */
-static int pack_guest_spec(struct run *r, const struct spec *s, const struct sb_template *t)
-{
-	msgpack_packer pk;
-	size_t start;
-	uint32_t nenv = s->env ? s->env->via.array.size : 0;
-	uint32_t nin = s->inputs ? s->inputs->via.array.size : 0;
-	int rc;
-
-	msgpack_packer_init(&pk, &r->spec, msgpack_sbuffer_write);
-	if ((rc = sb_chan_begin(&r->spec, &pk, SB_CHAN_SPEC, 0, &start)))
-		return rc;
-	msgpack_pack_map(&pk, 5);
-	sb_pack_str(&pk, "argv");
-	if (s->argv && s->argv->via.array.size) {
-		msgpack_pack_object(&pk, *s->argv);
-	} else {
-		msgpack_pack_array(&pk, 2);
-		sb_pack_str(&pk, t->harness);
-		sb_pack_str(&pk, s->prompt);
-	}
-	sb_pack_str(&pk, "env");
-	msgpack_pack_array(&pk, nenv + 2 + sb_access_env_count(&r->acc));
-	for (uint32_t i = 0; i < nenv; i++)
-		msgpack_pack_object(&pk, s->env->via.array.ptr[i]);
-	char kv[256];
-	snprintf(kv, sizeof kv, "SANBOX_RUN=%s", r->id);
-	sb_pack_str(&pk, kv);
-	sb_pack_str(&pk, "HOME=/root");
-	sb_access_pack_env(&r->acc, r->vkey, &pk);
-	sb_pack_kstr(&pk, "cwd", "/workspace");
-	sb_pack_str(&pk, "inputs");
-	msgpack_pack_array(&pk, nin);
-	for (uint32_t i = 0; i < nin; i++) {
-		const msgpack_object *in = &s->inputs->via.array.ptr[i];
-		const msgpack_object *mode = sb_map_get(in, "mode");
-		msgpack_pack_map(&pk, 3);
-		sb_pack_str(&pk, "path");
-		msgpack_pack_object(&pk, *sb_map_get(in, "path"));
-		sb_pack_ku64(&pk, "size", sb_map_get(in, "data")->via.bin.size);
-		sb_pack_ku64(&pk, "mode",
-			     mode && mode->type == MSGPACK_OBJECT_POSITIVE_INTEGER
-				 ? mode->via.u64 & 07777
-				 : 0644);
-	}
-	sb_pack_ku64(&pk, "tunnel_port", GUEST_TUNNEL_PORT);
-	if ((rc = sb_chan_end(&r->spec, start)))
-		return rc;
-	/* the contents follow the SPEC in INPUT frames (vmm/chan.h) */
-	for (uint32_t i = 0; i < nin && rc == SB_OK; i++) {
-		const msgpack_object *d =
-		    sb_map_get(&s->inputs->via.array.ptr[i], "data");
-		rc = sb_chan_pack_input(&r->spec, i, d->via.bin.ptr, d->via.bin.size);
-	}
-	return rc;
-}
-
-/* Writes run.created, run.policy.resolved and a secret.granted per grant
- * in one atomic append. */
-static int emit_resolved(struct sb_runs *rs, const char *id, const struct spec *s,
-			 const struct sb_template *t, const struct sb_access *acc, uint64_t cpus,
-			 uint64_t mem, uint64_t timeout)
+/* Packs and records run.created, run.policy.resolved (inputs as blobs)
+ * and one secret.granted per grant, in one append. */
+static int record_plan(struct sb_runs *rs, const struct sb_plan *p)
 {
 	msgpack_sbuffer a, b, g;
 	msgpack_packer pa, pb, pg;
 	struct sb_event evs[2 + SB_ACCESS_SECRETS];
-	size_t gat[SB_ACCESS_SECRETS + 1];
-	uint32_t nin = s->inputs ? s->inputs->via.array.size : 0;
+	size_t gat[SB_ACCESS_SECRETS + 1], n;
+	struct sb_blob *blobs = calloc(p->ninputs + 1, sizeof *blobs);
 	int rc;
 
+	if (!blobs)
+		return SB_ERR_NOMEM;
 	msgpack_sbuffer_init(&a);
 	msgpack_sbuffer_init(&b);
 	msgpack_sbuffer_init(&g);
 	msgpack_packer_init(&pa, &a, msgpack_sbuffer_write);
 	msgpack_packer_init(&pb, &b, msgpack_sbuffer_write);
 	msgpack_packer_init(&pg, &g, msgpack_sbuffer_write);
-	msgpack_pack_map(&pa, 4);
-	sb_pack_kstr(&pa, "name", s->name[0] ? s->name : id);
-	sb_pack_kstr(&pa, "group", s->group);
-	sb_pack_kstr(&pa, "template", s->tmpl);
-	sb_pack_kstr(&pa, "model", acc->model);
-	msgpack_pack_map(&pb, 17);
-	sb_pack_kstr(&pb, "template_hash", t->hash);
-	sb_pack_kstr(&pb, "kernel", t->kernel_version);
-	sb_pack_ku64(&pb, "cpus", cpus);
-	sb_pack_ku64(&pb, "memory_mib", mem);
-	sb_pack_ku64(&pb, "timeout_s", timeout);
-	sb_netpolicy_pack(&s->net, &pb); /* 2 pairs */
-	sb_access_pack_policy(acc, &pb); /* 6 pairs */
-	sb_pack_kstr(&pb, "accel", s->accel);
-	sb_pack_str(&pb, "argv");
-	if (s->argv && s->argv->via.array.size)
-		msgpack_pack_object(&pb, *s->argv);
-	else {
-		msgpack_pack_array(&pb, 1);
-		sb_pack_str(&pb, t->harness);
-	}
-	pack_env_names(&pb, s->env);
-	sb_pack_str(&pb, "inputs");
-	msgpack_pack_array(&pb, nin);
-	for (uint32_t i = 0; i < nin; i++) {
-		const msgpack_object *in = &s->inputs->via.array.ptr[i];
-		msgpack_pack_map(&pb, 2);
-		sb_pack_str(&pb, "path");
-		msgpack_pack_object(&pb, *sb_map_get(in, "path"));
-		sb_pack_ku64(&pb, "size", sb_map_get(in, "data")->via.bin.size);
-	}
-	for (size_t i = 0; i < acc->ngrants; i++) {
+	sb_plan_pack_created(p, &pa);
+	sb_plan_pack_policy(p, &pb);
+	for (size_t i = 0; i < p->access.ngrants; i++) {
 		gat[i] = g.size;
-		sb_access_pack_grant(acc, i, &pg);
+		sb_access_pack_grant(&p->access, i, &pg);
 	}
-	gat[acc->ngrants] = g.size;
-	rc = !a.data || !b.data || (acc->ngrants && !g.data) ? SB_ERR_NOMEM : SB_OK;
-	if (rc == SB_OK && (rc = sb_event_init(&evs[0], "run.created", id, SB_SRC_HOST, a.data, a.size)) == SB_OK)
-		rc = sb_event_init(&evs[1], "run.policy.resolved", id, SB_SRC_HOST, b.data, b.size);
-	for (size_t i = 0; rc == SB_OK && i < acc->ngrants; i++)
-		rc = sb_event_init(&evs[2 + i], "secret.granted", id, SB_SRC_HOST, g.data + gat[i],
-				   gat[i + 1] - gat[i]);
+	gat[p->access.ngrants] = g.size;
+	rc = !a.data || !b.data || (p->access.ngrants && !g.data) ? SB_ERR_NOMEM : SB_OK;
 	if (rc == SB_OK)
-		rc = sb_log_append(rs->d->log, evs, 2 + acc->ngrants);
+		rc = sb_event_init(&evs[0], "run.created", p->run, SB_SRC_HOST, a.data, a.size);
+	if (rc == SB_OK)
+		rc = sb_event_init(&evs[1], "run.policy.resolved", p->run, SB_SRC_HOST, b.data,
+				   b.size);
+	for (size_t i = 0; rc == SB_OK && i < p->access.ngrants; i++)
+		rc = sb_event_init(&evs[2 + i], "secret.granted", p->run, SB_SRC_HOST,
+				   g.data + gat[i], gat[i + 1] - gat[i]);
+	n = sb_plan_blobs(p, blobs);
+	if (rc == SB_OK)
+		rc = sb_log_append_blobs(rs->env.log, blobs, n, evs, 2 + p->access.ngrants);
+	free(blobs);
 	msgpack_sbuffer_destroy(&a);
 	msgpack_sbuffer_destroy(&b);
 	msgpack_sbuffer_destroy(&g);
 	return rc;
 }
 
-static int run_start(struct run *r, const struct sb_template *t, const struct spec *s,
-		     uint64_t cpus, uint64_t mem, uint64_t timeout)
+/* On a worker: resolve, record, prepare the machine. */
+static void create_job(void *ctx)
 {
-	struct sb_daemon *d = r->owner->d;
-	char disk[PATH_MAX + 16], chan[PATH_MAX + 16], qmp[PATH_MAX + 16], console[PATH_MAX + 16];
-	char cache[PATH_MAX + 16], why[256] = "", pidbuf[32];
-	struct sb_vm_config vc = {0};
-	sb_accel want, accel;
-	int rc, fd;
-
-	snprintf(disk, sizeof disk, "%s/disk.qcow2", r->dir);
-	snprintf(chan, sizeof chan, "%s/chan.sock", r->dir);
-	snprintf(qmp, sizeof qmp, "%s/qmp.sock", r->dir);
-	snprintf(console, sizeof console, "%s/console.log", r->dir);
-	snprintf(cache, sizeof cache, "%s/cache", d->home);
-	if ((rc = sb_mkdirs(r->dir, 0700)) || (rc = sb_mkdirs(cache, 0700)))
-		return rc;
-	if ((rc = sb_disk_layer_create(t->rootfs, "raw", disk)))
-		return rc;
-	want = !strcmp(s->accel, "kvm") ? SB_ACCEL_KVM : !strcmp(s->accel, "tcg") ? SB_ACCEL_TCG
-										    : SB_ACCEL_AUTO;
-	if ((rc = sb_accel_resolve(want, t->kernel, t->initrd, cache, &accel, why, sizeof why)))
-		return rc;
-	if ((rc = sb_unix_listen(chan, &r->chan_lfd)) || (rc = sb_unix_listen(qmp, &r->qmp_lfd)))
-		return rc;
-	vc.kernel = t->kernel;
-	vc.initrd = t->initrd;
-	vc.disk = disk;
-	vc.chan_socket = chan;
-	vc.qmp_socket = qmp;
-	vc.console_log = console;
-	vc.cpus = (unsigned)cpus;
-	vc.memory_mib = (unsigned)mem;
-	vc.accel = accel;
-	if ((rc = sb_vm_spawn(&vc, &r->pid)))
-		return rc;
-	snprintf(chan, sizeof chan, "%s/qemu.pid", r->dir);
-	if ((fd = open(chan, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) >= 0) {
-		int n = snprintf(pidbuf, sizeof pidbuf, "%d\n", (int)r->pid);
-		if (write(fd, pidbuf, (size_t)n) != n)
-			warn(r, "cannot write qemu.pid");
-		close(fd);
-	}
-	r->child_w = sb_loop_child(d->loop, r->pid, on_child, r);
-	r->chan_lw = sb_loop_io(d->loop, r->chan_lfd, SB_READ, on_chan_accept, r);
-	r->qmp_lw = sb_loop_io(d->loop, r->qmp_lfd, SB_READ, on_qmp_accept, r);
-	r->boot_w =
-	    sb_loop_timer(d->loop, r->owner->boot_deadline, 0, on_boot_deadline, r);
-	r->timeout_w = sb_loop_timer(d->loop, (double)timeout, 0, on_timeout, r);
-	if (why[0])
-		warn(r, "%s", why);
-	emit_strs(d, r->id, "run.started", "accel", accel == SB_ACCEL_KVM ? "kvm" : "tcg", NULL);
-	return SB_OK;
-}
-
-/* Resolves the run's model access, registers it with the gateway and
- * opens its tunnel. */
-static int run_access(struct run *r, const msgpack_object *specmap, const struct sb_template *t)
-{
-	struct sb_daemon *d = r->owner->d;
-	struct sb_gateway_run gr;
+	struct run *r = ctx;
+	struct sb_runs *rs = r->rs;
+	struct sb_plan_ctx pc = {rs->env.home, rs->env.stubs, rs->env.settings->run_record_quota};
 	int rc;
 
-	if ((rc = sb_access_resolve(d, specmap, t, &r->acc)))
-		return rc;
-	gr.run = r->id;
-	gr.budget_nusd = r->acc.budget_nusd;
-	gr.stop_on_budget = r->acc.stop_on_budget;
-	gr.models = r->acc.models;
-	gr.nmodels = r->acc.nmodels;
-	if ((rc = sb_gateway_run_add(d->gateway, &gr, r->vkey)))
-		return rc;
-	r->registered = 1;
-	return sb_tunnel_open(d->loop, sb_gateway_port(d->gateway), &tunnel_ops, r, &r->tunnel);
-}
-
-static void new_run_id(char run[SB_RUN_MAX])
-{
-	unsigned char raw[SB_RUN_ID_LEN / 2];
-
-	randombytes_buf(raw, sizeof raw);
-	sodium_bin2hex(run, SB_RUN_MAX, raw, sizeof raw);
-}
-
-int sb_runs_create(struct sb_runs *rs, const msgpack_object *specmap, char id[SB_RUN_MAX])
-{
-	struct sb_template t;
-	struct spec s;
-	struct run *r;
-	uint64_t cpus, mem, timeout;
-	int rc;
-
-	if ((rc = spec_parse(specmap, &s)) || (rc = sb_template_load(rs->d->home, s.tmpl, &t)))
-		return rc;
-	cpus = s.cpus ? s.cpus : t.cpus;
-	mem = s.memory_mib ? s.memory_mib : t.memory_mib;
-	timeout = s.timeout_s ? s.timeout_s : t.timeout_s;
-	if (!(r = calloc(1, sizeof *r)))
-		return SB_ERR_NOMEM;
-	r->owner = rs;
-	r->chan_lfd = r->chan_fd = r->qmp_lfd = r->qmp_fd = -1;
-	r->tokens = GUEST_BURST;
-	r->tokens_ts = sb_loop_now(rs->d->loop);
-	msgpack_sbuffer_init(&r->out);
-	msgpack_sbuffer_init(&r->spec);
-	new_run_id(r->id);
-	if (snprintf(r->dir, sizeof r->dir, "%s/runs/%s", rs->d->home, r->id) >= (int)sizeof r->dir)
-		rc = sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
-	if (rc || (rc = sb_chan_reader_new(&r->reader)) || (rc = run_access(r, specmap, &t)) ||
-	    (rc = pack_guest_spec(r, &s, &t)) ||
-	    (rc = emit_resolved(rs, r->id, &s, &t, &r->acc, cpus, mem, timeout)))
+	sb_clearerr();
+	if ((rc = sb_plan_resolve(&pc, r->id, r->spec_obj, &r->plan)) ||
+	    (rc = vkey_derive(rs->env.home, r->id, r->vkey)) ||
+	    (rc = sb_plan_pack_guest(&r->plan, r->vkey, GUEST_TUNNEL_PORT, rs->env.log, &r->spec))) {
+		r->create_rc = rc;
 		goto out;
-	memcpy(id, r->id, SB_RUN_MAX);
-	if ((rc = run_start(r, &t, &s, cpus, mem, timeout))) {
-		/* resolved but could not start: the record says why */
-		char reason[600];
-
-		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
-		if (r->pid > 0)
-			sb_vm_kill(r->pid, SIGKILL);
-		if ((rc = emit_strs(rs->d, r->id, "run.failed", "reason", reason,
-				    NULL)) == SB_OK)
-			rc = emit_strs(rs->d, r->id, "run.stopped", "reason", "failed",
-				       NULL);
-		goto out; /* SB_OK: the run exists; its events tell the story */
 	}
-	r->next = rs->live;
-	rs->live = r;
-	rs->active++;
-	return SB_OK;
+	if ((rc = record_plan(rs, &r->plan))) {
+		r->create_rc = rc;
+		if (rc == SB_ERR_FULL)
+			snprintf(r->create_err, sizeof r->create_err, "cannot record the run in %s: %s",
+				 rs->env.home, sb_errmsg(rc));
+		goto out;
+	}
+	r->recorded = 1;
+	for (size_t i = 0; i < r->plan.ninputs; i++)
+		r->plan.inputs[i].data = NULL; /* they were the request's: blobs now */
+	if ((rc = rs->env.runner->create(rs->env.runner_ctx, &r->plan, &r->m, r->accel,
+					 r->accel_warning, sizeof r->accel_warning))) {
+		char reason[700];
+		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
+		record_failed(rs, r->id, reason);
+		r->start_failed = 1;
+	}
 out:
-	run_free(r);
-	if (rc == SB_ERR_FULL)
-		rc = sb_seterr(rc, "cannot record the run in %s: %s", rs->d->home,
-			       sb_errmsg(rc));
-	return rc;
+	if (r->create_rc && !r->create_err[0])
+		snprintf(r->create_err, sizeof r->create_err, "%s", sb_errmsg(r->create_rc));
+	if (sb_loop_post(rs->env.loop, create_done, r))
+		abort(); /* the loop cannot hear of the run: nothing sane is left */
+}
+
+/* On the loop: start what the worker prepared, and answer run.create. */
+static void create_done(void *ctx)
+{
+	struct run *r = ctx;
+	struct sb_runs *rs = r->rs;
+	sb_runs_created_fn cb = r->cb;
+	void *cb_ctx = r->cb_ctx;
+	char id[SB_RUN_MAX], reason[700];
+	int rc;
+
+	memcpy(id, r->id, sizeof id);
+	r->spec_obj = NULL;
+	if (!r->recorded) {
+		rc = sb_seterr(r->create_rc, "%s", r->create_err);
+		run_end(r);
+		cb(cb_ctx, rc, NULL);
+		return;
+	}
+	if (r->start_failed) {
+		run_end(r);
+		cb(cb_ctx, SB_OK, id);
+		return;
+	}
+	if (r->stop_reason[0]) { /* stopped while it was being made */
+		host_event(rs, id, "run.stopped", "reason", r->stop_reason, NULL);
+		run_end(r);
+		cb(cb_ctx, SB_OK, id);
+		return;
+	}
+	r->st = R_RUNNING;
+	if ((rc = run_connect(r, 0)) || (rc = rs->env.runner->start(r->m, &machine_events, r))) {
+		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
+		rs->env.runner->signal(r->m, SIGKILL);
+		record_failed(rs, id, reason);
+		run_end(r);
+		cb(cb_ctx, SB_OK, id);
+		return;
+	}
+	r->boot_w = sb_loop_timer(rs->env.loop, rs->env.settings->boot_timeout_s, 0,
+				  on_boot_deadline, r);
+	r->timeout_w = sb_loop_timer(rs->env.loop, (double)r->plan.timeout_s, 0, on_timeout, r);
+	if (r->accel_warning[0])
+		warn(r, "%s", r->accel_warning);
+	batch_flush(rs);
+	host_event(rs, id, "run.started", "accel", r->accel, NULL);
+	cb(cb_ctx, SB_OK, id);
+}
+
+int sb_runs_create(struct sb_runs *rs, const msgpack_object *spec, sb_runs_created_fn cb,
+		   void *ctx)
+{
+	struct run *r = calloc(1, sizeof *r);
+	unsigned char raw[SB_RUN_ID_LEN / 2];
+	int rc;
+
+	if (!r)
+		return SB_ERR_NOMEM;
+	r->rs = rs;
+	r->st = R_CREATING;
+	r->spec_obj = spec;
+	r->cb = cb;
+	r->cb_ctx = ctx;
+	msgpack_sbuffer_init(&r->spec);
+	randombytes_buf(raw, sizeof raw);
+	sodium_bin2hex(r->id, sizeof r->id, raw, sizeof raw);
+	if ((rc = sb_work_submit(rs->env.jobs, create_job, r))) {
+		free(r);
+		return rc;
+	}
+	run_link(r);
+	return SB_OK;
 }
 
 int sb_runs_stop(struct sb_runs *rs, const char *id, const char *reason)
@@ -1140,17 +669,181 @@ int sb_runs_stop(struct sb_runs *rs, const char *id, const char *reason)
 		run_stop(r, reason);
 		return SB_OK;
 	}
-	sb_daemon_catch_up(rs->d);
-	if ((rc = sb_runstate_get(rs->d->proj, id, &st)))
+	sb_projector_catch_up(rs->env.proj, NULL);
+	if ((rc = sb_runstate_get(rs->env.proj, id, &st)))
 		return rc;
 	if (!sb_runstate_is_live(&st))
 		return sb_seterr(SB_ERR_STATE, "run %s is not running (%s)", id, st.status);
-	/* a record without a VM (e.g. it never started): close it */
-	return emit_strs(rs->d, id, "run.stopped", "reason", reason, NULL);
+	/* a record without a machine (it never started): close it */
+	return host_event(rs, id, "run.stopped", "reason", reason, NULL);
 }
 
 void sb_runs_stop_all(struct sb_runs *rs, const char *reason)
 {
 	for (struct run *r = rs->live; r; r = r->next)
 		run_stop(r, reason);
+}
+
+unsigned sb_runs_active(struct sb_runs *rs)
+{
+	return rs->active;
+}
+
+/* --- a daemon's start: the runs a previous one left --- */
+
+/* What a run's record says, read once for its reattach. */
+struct record {
+	msgpack_sbuffer created, policy;
+	uint64_t started_ns;
+	int exited, ready;
+};
+
+static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
+{
+	sb_log_iter *it;
+	struct sb_event ev;
+	int rc;
+
+	memset(rec, 0, sizeof *rec);
+	msgpack_sbuffer_init(&rec->created);
+	msgpack_sbuffer_init(&rec->policy);
+	if ((rc = sb_log_iter_open_run(rs->env.log, run, 1, &it)))
+		return rc;
+	while ((rc = sb_log_iter_next(it, &ev)) != SB_END) {
+		if (rc == SB_ERR_CORRUPT)
+			continue;
+		if (rc)
+			break;
+		if (!strcmp(ev.type, "run.created") && !rec->created.size)
+			msgpack_sbuffer_write(&rec->created, (const char *)ev.payload, ev.payload_len);
+		else if (!strcmp(ev.type, "run.policy.resolved") && !rec->policy.size)
+			msgpack_sbuffer_write(&rec->policy, (const char *)ev.payload, ev.payload_len);
+		else if (!strcmp(ev.type, "run.started"))
+			rec->started_ns = ev.ts_ns;
+		else if (!strcmp(ev.type, "run.exited"))
+			rec->exited = 1;
+		else if (!strcmp(ev.type, "harness.input.ready"))
+			rec->ready = 1;
+	}
+	sb_log_iter_close(it);
+	return rc == SB_END ? SB_OK : rc;
+}
+
+static void record_free(struct record *rec)
+{
+	msgpack_sbuffer_destroy(&rec->created);
+	msgpack_sbuffer_destroy(&rec->policy);
+}
+
+/* Takes up run, which its record says is live. */
+static void reattach(struct sb_runs *rs, const char *run)
+{
+	struct run *r = calloc(1, sizeof *r);
+	struct record rec;
+	msgpack_zone zone;
+	msgpack_object created, policy;
+	struct sb_cost cost = {0};
+	struct timespec now;
+	char reason[700];
+	double left;
+	int rc;
+
+	if (!r || !msgpack_zone_init(&zone, 4096)) {
+		free(r);
+		rs->env.runner->reap(rs->env.runner_ctx, run);
+		record_failed(rs, run, "daemon-restart");
+		return;
+	}
+	r->rs = rs;
+	r->st = R_RUNNING;
+	r->reattached = 1;
+	snprintf(r->id, sizeof r->id, "%s", run);
+	msgpack_sbuffer_init(&r->spec);
+	if ((rc = record_read(rs, run, &rec)) || !rec.started_ns || !rec.created.size ||
+	    !rec.policy.size ||
+	    sb_payload_parse(rec.created.data, rec.created.size, &zone, &created) ||
+	    sb_payload_parse(rec.policy.data, rec.policy.size, &zone, &policy) ||
+	    (rc = sb_plan_from_record(run, &created, &policy, &r->plan))) {
+		/* it never started, or its record cannot be read back */
+		rs->env.runner->reap(rs->env.runner_ctx, run);
+		record_failed(rs, run, "daemon-restart");
+		goto out_free;
+	}
+	if ((rc = rs->env.runner->reattach(rs->env.runner_ctx, &r->plan, &machine_events, r, &r->m))) {
+		if (rec.exited)
+			host_event(rs, run, "run.stopped", "reason", "exited", NULL);
+		else
+			record_failed(rs, run, "its VM ended while sanboxd was not running");
+		goto out_free;
+	}
+	sb_costs_get(rs->env.proj, "run", run, &cost);
+	if ((rc = vkey_derive(rs->env.home, run, r->vkey)) ||
+	    (rc = sb_access_arm(rs->env.home, rs->env.stubs, &r->plan.access)) ||
+	    (rc = run_connect(r, cost.cost_nusd))) {
+		snprintf(reason, sizeof reason, "cannot take the run up again: %s", sb_errmsg(rc));
+		rs->env.runner->signal(r->m, SIGKILL);
+		record_failed(rs, run, reason);
+		goto out_free;
+	}
+	r->exited = rec.exited;
+	r->hello = rec.ready; /* an agent past its set-up takes SIGNAL frames */
+	clock_gettime(CLOCK_REALTIME, &now);
+	left = (double)r->plan.timeout_s -
+	       ((double)now.tv_sec + now.tv_nsec / 1e9 - (double)rec.started_ns / 1e9);
+	r->timeout_w = sb_loop_timer(rs->env.loop, left > 0 ? left : 0, 0, on_timeout, r);
+	if (!rec.ready)
+		r->boot_w = sb_loop_timer(rs->env.loop, rs->env.settings->boot_timeout_s, 0,
+					  on_boot_deadline, r);
+	run_link(r);
+	warn(r, "taken up again by a restarted daemon");
+	r = NULL;
+out_free:
+	run_free(r);
+	record_free(&rec);
+	msgpack_zone_destroy(&zone);
+}
+
+int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
+{
+	struct sb_runs *rs = calloc(1, sizeof *rs);
+	char(*runs)[SB_RUN_MAX] = NULL;
+	size_t n = 0;
+	int rc;
+
+	if (!rs)
+		return SB_ERR_NOMEM;
+	rs->env = *env;
+	msgpack_sbuffer_init(&rs->batch);
+	if (!(rs->flush_w = sb_loop_idle_end(env->loop, on_flush, rs))) {
+		free(rs);
+		return SB_ERR_NOMEM;
+	}
+	if ((rc = sb_projector_catch_up(env->proj, NULL)) ||
+	    (rc = sb_runstate_live(env->proj, NULL, &runs, &n))) {
+		sb_runs_close(rs);
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++)
+		reattach(rs, runs[i]);
+	free(runs);
+	batch_flush(rs);
+	*out = rs;
+	return SB_OK;
+}
+
+void sb_runs_close(struct sb_runs *rs)
+{
+	if (!rs)
+		return;
+	batch_flush(rs);
+	rs->env.idle = NULL;
+	while (rs->live) {
+		struct run *r = rs->live;
+		rs->live = r->next;
+		run_free(r); /* the machine keeps running; the next daemon takes it up */
+	}
+	sb_watch_stop(rs->flush_w);
+	msgpack_sbuffer_destroy(&rs->batch);
+	free(rs->items);
+	free(rs);
 }

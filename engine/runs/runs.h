@@ -1,52 +1,83 @@
-/* runs.h - the run manager: turns a run spec into events and a microVM,
- * watches it, and ends it (exit, stop, timeout, failure).
+/* runs.h - the run manager: a run spec becomes a plan, events and a
+ * machine; the manager watches the machine and ends the run (exit, stop,
+ * timeout, budget, failure).
  *
- * A run spec (the "spec" map of run.create, see SPEC.md) is resolved fully
- * before anything starts: template and its hash, limits, inputs, env names,
- * network mode, budget. Resolution errors refuse the run and write nothing.
+ * Everything here runs on the daemon's loop; what may block (resolving the
+ * plan, the disk layer, the accelerator probe, recording the run) runs on
+ * the jobs pool, and run.create answers when that is done. Machines are
+ * reached only through a runner (engine/runs/runner.h), guests through
+ * their channel (engine/runs/guest.h). Events the guests send during one
+ * loop iteration are recorded in one append at its end.
  */
 #ifndef SB_RUNS_H
 #define SB_RUNS_H
 
 #include <msgpack.h>
 
+#include "engine/daemon/loop.h"
+#include "engine/daemon/settings.h"
+#include "engine/daemon/work.h"
+#include "engine/gateway/gateway.h"
+#include "engine/gateway/stubs.h"
 #include "engine/log/event.h"
+#include "engine/log/log.h"
+#include "engine/runs/runner.h"
+#include "projections/projection.h"
 
-struct sb_daemon;
 struct sb_runs;
 
-/* Opens the run manager and reconciles runs a previous daemon left
- * running: each gets run.failed (reason "daemon-restart") and run.stopped,
- * and a VM of it that still runs is ended. The guest agent's boot deadline
- * is $SANBOX_BOOT_TIMEOUT (seconds, "90s", "3m"; default 120 s); the QEMU
- * binary is sb_vm_qemu() ($SANBOX_QEMU). Errors: SB_ERR_INVAL (bad
- * SANBOX_BOOT_TIMEOUT), SB_ERR_NOMEM, SB_ERR_IO. */
-int sb_runs_open(struct sb_daemon *d, struct sb_runs **out);
+/* What the run manager works with; everything must outlive it. */
+struct sb_runs_env {
+	const char *home;
+	const struct sb_settings *settings;
+	sb_loop *loop;
+	sb_log *log;
+	sb_projector *proj;
+	sb_gateway *gateway;
+	sb_work *jobs;
+	sb_stubs *stubs;
+	const struct sb_runner_ops *runner;
+	void *runner_ctx;
+	/* On the loop: no run has a machine any more (sb_runs_active is 0). */
+	void (*idle)(void *ctx);
+	/* A line for the daemon's log (something that could not be recorded). */
+	void (*log_line)(void *ctx, const char *line);
+	void *ctx;
+};
 
-/* Stops watching runs and frees (NULL is fine). A VM still running is
- * left to the next daemon's reconciliation. */
+/* Opens the run manager and takes up the runs a previous daemon left
+ * running: each whose machine still runs is reattached (its guest goes on
+ * and its run ends normally), each whose machine is gone gets run.failed
+ * (or, had it exited, its run.stopped), each that never started gets
+ * run.failed (reason "daemon-restart"). May block (it arms the reattached
+ * runs' model access): call it before serving. Errors: SB_ERR_NOMEM,
+ * SB_ERR_IO, log errors. */
+int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out);
+
+/* Stops watching runs and frees (NULL is fine). Machines still running
+ * keep running, for the next daemon to reattach. */
 void sb_runs_close(struct sb_runs *r);
 
-/* Creates and starts a run from spec; writes its id into run. A run that
- * is recorded but cannot start (QEMU missing, no room for its disk layer)
- * is not an error: its run.failed and run.stopped say why. The inputs'
- * contents go to the guest in INPUT frames after the SPEC (vmm/chan.h).
- * Errors: SB_ERR_INVAL (bad spec; detail says which field), SB_ERR_TOOBIG
- * (inputs above SB_CHAN_INPUTS_MAX bytes or SB_CHAN_INPUT_FILES files),
- * SB_ERR_NOTFOUND (template), SB_ERR_FULL (the log cannot take the run's
- * events; the detail names the state directory), and log errors. */
-int sb_runs_create(struct sb_runs *r, const msgpack_object *spec, char run[SB_RUN_MAX]);
+/* Called on the loop when a run.create is done: rc SB_OK with the new
+ * run's id (the run may have failed to start: its run.failed says why), or
+ * an error with its detail (sb_errmsg) and nothing recorded. */
+typedef void (*sb_runs_created_fn)(void *ctx, int rc, const char *run);
 
-/* Stops run: asks the harness to end (SIGTERM), then ends the VM after a
- * grace period. reason goes into run.stopped. Errors: SB_ERR_NOTFOUND,
- * SB_ERR_STATE (the run is not running). */
+/* Creates and starts a run from spec (which must stay valid until cb is
+ * called); cb is called once, later, on the loop. Errors (then cb is not
+ * called): SB_ERR_NOMEM, SB_ERR_UNAVAIL (the daemon is stopping). */
+int sb_runs_create(struct sb_runs *r, const msgpack_object *spec, sb_runs_created_fn cb,
+		   void *ctx);
+
+/* Stops run: asks the harness to end (SIGTERM), then ends the machine
+ * after a grace period; reason goes into run.stopped. Errors:
+ * SB_ERR_NOTFOUND, SB_ERR_STATE (the run is not running). */
 int sb_runs_stop(struct sb_runs *r, const char *run, const char *reason);
 
-/* Stops every run with a live VM as sb_runs_stop does. Once the daemon is
- * stopping (sb_daemon.stopping), the last run to end breaks its loop. */
+/* Stops every run with a machine (or being created) as sb_runs_stop does. */
 void sb_runs_stop_all(struct sb_runs *r, const char *reason);
 
-/* Number of runs with a live VM. */
+/* Runs with a machine, or being created. */
 unsigned sb_runs_active(struct sb_runs *r);
 
 #endif

@@ -122,7 +122,9 @@ if not ok:
 sys.exit(0 if ok else 1)
 EOF
 
-# --- 3. secrets: the model key never enters the guest, an env secret does
+# --- 3. secrets: the model key never enters the guest, an env secret does,
+# and the env secret and the virtual key are masked in the record, also
+# when the guest prints one in two pieces (two output chunks)
 "$SB" run --name sec -t team --secret ACME_KEY:model -- /bin/sh -c "
 	a='$KEY_A'; b='$KEY_B'; k=\"\$a\$b\"; n=0
 	for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do grep -qF \"\$k\" \"\$f\" 2>/dev/null && n=\$((n+1)); done
@@ -132,6 +134,9 @@ EOF
 	done
 	echo model-secret-hits=\$n
 	echo team=\$TEAM_TOKEN
+	echo team-sha=\$(printf %s \"\$TEAM_TOKEN\" | sha256sum | cut -c1-16)
+	h=\${TEAM_TOKEN%????}; printf 'split=%s' \"\$h\"; sleep 0.5; printf '%s|\\n' \"\${TEAM_TOKEN#\$h}\"
+	echo vkey=\$OPENAI_API_KEY
 	echo key=\${OPENAI_API_KEY%%-*}-\${#OPENAI_API_KEY} base=\$OPENAI_BASE_URL
 	wget -q -O- --header \"Authorization: Bearer \$OPENAI_API_KEY\" \$OPENAI_BASE_URL/models
 	echo
@@ -139,8 +144,17 @@ EOF
 	echo" >"$work/sec.out" 2>&1
 grep -q 'model-secret-hits=0' "$work/sec.out" && ok "model-scoped secret absent from the guest" ||
 	bad "model secret" "$(grep model-secret "$work/sec.out")"
-grep -qE "team=$TEAM( |\$)" "$work/sec.out" && ok "env-scoped secret given to the harness" ||
-	bad "env secret" "$(grep team= "$work/sec.out")"
+grep -qF "team-sha=$(printf %s "$TEAM" | sha256sum | cut -c1-16)" "$work/sec.out" &&
+	ok "env-scoped secret given to the harness" || bad "env secret" "$(grep team- "$work/sec.out")"
+S=$("$SB" inspect sec --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["run"])')
+"$SB" events "$S" --json --type agent.output | python3 -c '
+import json, sys
+out = "".join(json.loads(l)["payload"]["data"] for l in sys.stdin if l.strip())
+sys.exit(0 if "team=[masked TEAM_TOKEN]" in out and "split=[masked TEAM_TOKEN]|" in out and
+         "vkey=[masked virtual key]" in out else 1)' &&
+	! "$SB" events "$S" --json | grep -qF "$TEAM" && ! "$SB" events "$S" --json | grep -q 'sk-sb-[0-9a-f]' &&
+	ok "env secret and virtual key masked in the record, also split over two chunks" ||
+	bad "masking" "$(grep -E 'team=|split=|vkey=' "$work/sec.out")"
 grep -q 'key=sk-46 base=http://127.0.0.1:4000/v1' "$work/sec.out" && ok "harness has a virtual key and the tunnel" ||
 	bad "virtual key" "$(grep key= "$work/sec.out")"
 grep -q '"acme/scripted"' "$work/sec.out" && ok "models listed through the tunnel" || bad "models" "$(cat "$work/sec.out")"

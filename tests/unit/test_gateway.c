@@ -119,7 +119,8 @@ static struct sb_gateway_model model(const char *name, uint64_t max_output,
 static void add_run(const char *run, uint64_t budget, int stop,
 		    const struct sb_gateway_model *ms, size_t n, char key[SB_VKEY_MAX])
 {
-	struct sb_gateway_run r = {run, budget, stop, ms, n};
+	struct sb_gateway_run r = {.run = run, .budget_nusd = budget, .stop_on_budget = stop,
+				   .models = ms, .nmodels = n};
 
 	assert_int_equal(sb_gateway_run_add(gw, &r, key), SB_OK);
 	assert_int_equal(strncmp(key, "sk-sb-", 6), 0);

@@ -64,6 +64,7 @@ struct agent {
 	sb_chan_reader *rd;
 	int port_hup; /* host not connected: retry later */
 	int64_t port_retry;
+	int announce; /* the host came back: say HELLO {resume} first */
 	struct spec spec;
 	pid_t harness;		 /* also its process group; 0 before start */
 	int exited, status, sig; /* harness wait status, once exited */
@@ -127,21 +128,37 @@ static int next_frame(struct agent *ag, struct sb_chan_frame *f)
 		agent_log(&ag->port, "bad frame from host: %s", sb_errmsg(ret));
 		if (!sb_chan_reader_error(ag->rd))
 			continue; /* that frame was skipped */
-		/* Framing lost (bad length): start over on the next bytes. */
-		sb_chan_reader_free(ag->rd);
-		ag->rd = NULL;
-		if (sb_chan_reader_new(&ag->rd))
-			agent_poweroff();
-		return SB_END;
+		/* Framing lost (bad length): look for the next frame. */
+		sb_chan_reader_resync(ag->rd);
 	}
 }
 
-/* Waits for the next frame from the host (it may not be connected yet). */
+static void send_hello(struct agent *ag, int resume);
+
+/* The host went away (its end of the port closed): the reader looks for
+ * the next whole frame (the last one may have been cut), and the next
+ * daemon gets HELLO again. */
+static void host_gone(struct agent *ag)
+{
+	sb_chan_reader_resync(ag->rd);
+	ag->announce = 1;
+}
+
+/* Waits for the next frame from the host (it may not be connected yet).
+ * A host that went away and came back (a restarted daemon) gets HELLO
+ * again: it has not seen the SPEC's request. */
 static void wait_frame(struct agent *ag, struct sb_chan_frame *f)
 {
-	while (next_frame(ag, f) == SB_END)
-		if (port_read(ag)) /* host not connected yet */
+	while (next_frame(ag, f) == SB_END) {
+		if (ag->announce) {
+			ag->announce = 0;
+			send_hello(ag, 0); /* blocks until a host is there */
+		}
+		if (port_read(ag)) { /* host not connected */
+			host_gone(ag);
 			usleep(100 * 1000);
+		}
+	}
 }
 
 /* ---- the spec ---- */
@@ -466,7 +483,8 @@ static const char *start_harness(struct agent *ag)
 	return NULL;
 }
 
-static void send_hello(struct agent *ag)
+/* HELLO {version, kernel, resume}: resume 1 once the run is set up. */
+static void send_hello(struct agent *ag, int resume)
 {
 	struct agent_frame f;
 	struct utsname u;
@@ -474,9 +492,10 @@ static void send_hello(struct agent *ag)
 	if (uname(&u))
 		strcpy(u.release, "?");
 	agent_frame_begin(&f, SB_CHAN_HELLO, 0);
-	msgpack_pack_map(&f.pk, 2);
+	msgpack_pack_map(&f.pk, 3);
 	agent_pack_kv_str(&f, "version", AGENT_VERSION);
 	agent_pack_kv_str(&f, "kernel", u.release);
+	agent_pack_kv_uint(&f, "resume", (uint64_t)resume);
 	agent_frame_send(&ag->port, &f);
 }
 
@@ -742,9 +761,19 @@ static void run_loop(struct agent *ag)
 			if (port_read(ag)) {
 				ag->port_hup = 1;
 				ag->port_retry = agent_now_ms() + 200;
+				host_gone(ag);
+				/* the streams' host ends went with the host */
+				tunnel_close(ag->tunnel);
+				ag->tunnel = NULL;
+				if (ag->spec.tunnel_port &&
+				    tunnel_open(ag->spec.tunnel_port, &ag->port, &ag->tunnel))
+					agent_log(&ag->port, "cannot listen on the tunnel port again");
 			}
 			while (next_frame(ag, &f) == 0)
 				handle_frame(ag, &f);
+		} else if (ag->announce && pfd[P_PORT].fd >= 0) {
+			ag->announce = 0; /* the host is back: say so */
+			send_hello(ag, 1);
 		}
 		for (i = 0; i < 2; i++)
 			if (pfd[P_OUT0 + i].revents && ag->out[i].fd >= 0)
@@ -896,7 +925,7 @@ int main(void)
 	sigprocmask(SIG_BLOCK, &chld, NULL);
 	ag.sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
 	stage(&ag, debug, "port open");
-	send_hello(&ag);
+	send_hello(&ag, 0);
 	err = run_setup(&ag);
 	stage(&ag, debug, "harness started");
 	if (!err)

@@ -15,7 +15,9 @@
 
 #include <msgpack.h>
 
-#define AGENT_VERSION	"0.2.0"
+#include "vmm/chan.h"
+
+#define AGENT_VERSION	SB_CHAN_VERSION /* vmm/chan.h: the host requires it */
 #define AGENT_ROOT	"/newroot"   /* where /dev/vda is mounted */
 #define AGENT_WORKSPACE "/workspace" /* inside the new root */
 #define AGENT_EVENTS	"/run/sanbox/events"

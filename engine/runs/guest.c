@@ -1,0 +1,530 @@
+/* guest.c - a run's channel to its guest agent (see guest.h). */
+#include "engine/runs/guest.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <msgpack.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/bucket.h"
+#include "engine/error.h"
+#include "engine/gateway/tunnel.h"
+#include "engine/log/schema.h"
+#include "engine/payload.h"
+#include "engine/runs/mask.h"
+#include "vmm/chan.h"
+
+#define GUEST_READ_BUDGET (256u << 10) /* bytes read from one guest per wake-up */
+#define WARN_EVERY_S	  1.0
+
+enum drop { D_RATE, D_MALFORMED, D_SCHEMA, D_QUOTA, D_COUNT };
+
+static const char *const drop_what[D_COUNT] = {
+	"over the event rate limit", "malformed", "refused by the schema", "past the record quota"};
+
+/* An output stream whose end is held back for masking. */
+struct stream {
+	char name[16];
+	struct sb_mask_stream hold;
+};
+
+struct sb_guest {
+	sb_loop *loop;
+	const struct sb_guest_ops *ops;
+	void *ctx;
+	struct sb_guest_limits lim;
+	uint16_t gateway_port;
+	int fd;
+	sb_watch *w;
+	sb_chan_reader *rd;
+	msgpack_sbuffer out; /* bytes waiting to go to the guest */
+	size_t out_off;
+	sb_tunnel *tunnel;
+	sb_mask *mask;
+	struct stream streams[2];
+	struct sb_bucket bucket;
+	uint64_t recorded;           /* payload bytes recorded */
+	uint64_t dropped[D_COUNT];   /* events dropped, by why */
+	uint64_t warned[D_COUNT];    /* ... as of the last warning */
+	char last_detail[200];       /* why the last one was dropped */
+	double warned_at;
+	int quota_said;
+};
+
+static void guest_warn(sb_guest *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void guest_warn(sb_guest *g, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	g->ops->warn(g->ctx, line);
+}
+
+/* Says what was dropped since the last warning (at most once a second
+ * unless now is set). */
+static void drops_report(sb_guest *g, int now)
+{
+	char line[512];
+	size_t at = 0;
+	double t = sb_loop_now(g->loop);
+
+	if (!now && t - g->warned_at < WARN_EVERY_S)
+		return;
+	for (int i = 0; i < D_COUNT; i++) {
+		uint64_t n = g->dropped[i] - g->warned[i];
+		if (!n)
+			continue;
+		at += (size_t)snprintf(line + at, sizeof line - at, "%s%llu %s", at ? ", " : "",
+				       (unsigned long long)n, drop_what[i]);
+		g->warned[i] = g->dropped[i];
+		if (at >= sizeof line)
+			break;
+	}
+	if (!at)
+		return;
+	g->warned_at = t;
+	guest_warn(g, "dropped guest events: %s (last: %s)", line, g->last_detail);
+}
+
+static void drop(sb_guest *g, enum drop why, const char *detail)
+{
+	g->dropped[why]++;
+	snprintf(g->last_detail, sizeof g->last_detail, "%s", detail);
+	drops_report(g, 0);
+}
+
+/* Types the agent's run needs to end right: recorded past the quota. */
+static int essential(const char *type)
+{
+	return !strcmp(type, "run.exited") || !strcmp(type, "harness.input.ready");
+}
+
+/* Checks and records one event whose payload is packed in buf. */
+static void record_packed(sb_guest *g, const char *type, enum sb_source src,
+			  const msgpack_sbuffer *buf)
+{
+	int rc;
+
+	if (!buf->data) {
+		drop(g, D_MALFORMED, "out of memory");
+		return;
+	}
+	if ((rc = sb_schema_check(type, src, buf->data, buf->size))) {
+		drop(g, D_SCHEMA, sb_errmsg(rc));
+		return;
+	}
+	if (g->recorded + buf->size > g->lim.quota && !essential(type)) {
+		if (!g->quota_said) {
+			g->quota_said = 1;
+			guest_warn(g,
+				   "the run's record quota of %llu bytes is reached: its output and "
+				   "events are no longer recorded, only counted",
+				   (unsigned long long)g->lim.quota);
+		}
+		g->dropped[D_QUOTA]++;
+		g->warned[D_QUOTA] = g->dropped[D_QUOTA]; /* said in the summary */
+		return;
+	}
+	g->recorded += buf->size;
+	g->ops->event(g->ctx, type, src, buf->data, buf->size);
+}
+
+static struct stream *stream_of(sb_guest *g, const char *name, size_t n)
+{
+	for (int i = 0; i < 2; i++) {
+		struct stream *s = &g->streams[i];
+		if (!s->name[0] && n < sizeof s->name) {
+			memcpy(s->name, name, n);
+			s->name[n] = 0;
+		}
+		if (strlen(s->name) == n && !memcmp(s->name, name, n))
+			return s;
+	}
+	return NULL;
+}
+
+/* Packs agent.output {stream, data} with data masked as its stream goes
+ * (a value split over two chunks is still found); end: the stream's held
+ * tail too. Returns 0 when there is nothing to record yet. */
+static int pack_output(sb_guest *g, struct stream *s, const char *data, size_t n, int end,
+		       msgpack_sbuffer *buf)
+{
+	msgpack_sbuffer masked;
+	msgpack_packer pk;
+	int any;
+
+	msgpack_sbuffer_init(&masked);
+	sb_mask_stream(g->mask, &s->hold, data, n, end, &masked);
+	any = masked.size > 0;
+	if (any) {
+		msgpack_packer_init(&pk, buf, msgpack_sbuffer_write);
+		msgpack_pack_map(&pk, 2);
+		sb_pack_kstr(&pk, "stream", s->name);
+		sb_pack_kstrn(&pk, "data", masked.data, masked.size);
+	}
+	if (masked.data)
+		sodium_memzero(masked.data, masked.size);
+	msgpack_sbuffer_destroy(&masked);
+	return any;
+}
+
+/* An event the guest sent: rate, masking, schema, quota, then recorded. */
+static void guest_event(sb_guest *g, const char *type, enum sb_source src,
+			const msgpack_object *payload)
+{
+	const msgpack_object *stream = sb_map_get(payload, "stream");
+	const msgpack_object *data = sb_map_get(payload, "data");
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	struct stream *s;
+
+	if (!sb_bucket_take(&g->bucket, sb_loop_now(g->loop))) {
+		drop(g, D_RATE, type);
+		return;
+	}
+	msgpack_sbuffer_init(&buf);
+	if (src == SB_SRC_GUEST && !strcmp(type, "agent.output") && payload->via.map.size == 2 &&
+	    stream && stream->type == MSGPACK_OBJECT_STR && data &&
+	    data->type == MSGPACK_OBJECT_STR &&
+	    (s = stream_of(g, stream->via.str.ptr, stream->via.str.size))) {
+		if (pack_output(g, s, data->via.str.ptr, data->via.str.size, 0, &buf))
+			record_packed(g, type, src, &buf);
+	} else {
+		msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+		sb_mask_object(g->mask, payload, &pk);
+		record_packed(g, type, src, &buf);
+	}
+	if (buf.data)
+		sodium_memzero(buf.data, buf.size);
+	msgpack_sbuffer_destroy(&buf);
+}
+
+/* A line the harness wrote to $SANBOX_EVENTS: {"type": ..., "payload": {...}}. */
+static void harness_line(sb_guest *g, const msgpack_object *body)
+{
+	json_error_t jerr;
+	json_t *j, *type, *payload;
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	msgpack_zone zone;
+	msgpack_object obj;
+
+	if (body->type != MSGPACK_OBJECT_BIN && body->type != MSGPACK_OBJECT_STR) {
+		drop(g, D_MALFORMED, "a harness line frame without bytes");
+		return;
+	}
+	j = json_loadb(body->via.bin.ptr, body->via.bin.size, JSON_REJECT_DUPLICATES, &jerr);
+	type = json_object_get(j, "type");
+	payload = json_object_get(j, "payload");
+	if (!j || !json_is_string(type) || json_string_length(type) >= SB_TYPE_MAX ||
+	    !json_is_object(payload)) {
+		drop(g, D_MALFORMED,
+		     j ? "a harness line needs {\"type\": ..., \"payload\": {...}}" : jerr.text);
+		json_decref(j);
+		return;
+	}
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	if (!msgpack_zone_init(&zone, 2048)) {
+		drop(g, D_MALFORMED, "out of memory");
+	} else {
+		if (sb_json_to_msgpack(payload, &pk) == SB_OK && buf.data &&
+		    sb_payload_parse(buf.data, buf.size, &zone, &obj) == SB_OK)
+			guest_event(g, json_string_value(type), SB_SRC_HARNESS, &obj);
+		else
+			drop(g, D_MALFORMED, "a harness line's payload nests too deep");
+		msgpack_zone_destroy(&zone);
+	}
+	msgpack_sbuffer_destroy(&buf);
+	json_decref(j);
+}
+
+/* --- frames to the guest --- */
+
+static void out_flush(sb_guest *g)
+{
+	while (g->fd >= 0 && g->out_off < g->out.size) {
+		ssize_t n = write(g->fd, g->out.data + g->out_off, g->out.size - g->out_off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			break;
+		g->out_off += (size_t)n;
+	}
+	if (g->out_off == g->out.size) {
+		/* what went out may have held secrets (the SPEC's environment) */
+		if (g->out.size)
+			sodium_memzero(g->out.data, g->out.size);
+		g->out.size = g->out_off = 0;
+	}
+	if (g->w)
+		sb_watch_io_set(g->w, SB_READ | (g->out.size ? SB_WRITE : 0));
+	if (g->tunnel && g->out.size - g->out_off < SB_TUNNEL_BACKLOG)
+		sb_tunnel_drained(g->tunnel);
+}
+
+void sb_guest_send(sb_guest *g, const void *frames, size_t len)
+{
+	msgpack_sbuffer_write(&g->out, frames, len);
+	out_flush(g);
+}
+
+/* Sends a frame whose body the caller packs through pk between begin and
+ * end. */
+static void send_frame(sb_guest *g, int kind, uint64_t stream, const void *bin, size_t len,
+		       int sig)
+{
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	size_t start;
+
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	if (sb_chan_begin(&buf, &pk, kind, stream, &start) == SB_OK) {
+		if (kind == SB_CHAN_SIGNAL) {
+			msgpack_pack_map(&pk, 1);
+			sb_pack_ku64(&pk, "signal", (uint64_t)sig);
+		} else if (kind == SB_CHAN_DATA) {
+			msgpack_pack_bin_with_body(&pk, bin, len);
+		} else {
+			msgpack_pack_nil(&pk);
+		}
+		if (sb_chan_end(&buf, start) == SB_OK)
+			sb_guest_send(g, buf.data, buf.size);
+	}
+	msgpack_sbuffer_destroy(&buf);
+}
+
+void sb_guest_signal(sb_guest *g, int sig)
+{
+	send_frame(g, SB_CHAN_SIGNAL, 0, NULL, 0, sig);
+}
+
+/* --- the tunnel's view of the guest (engine/gateway/tunnel.h) --- */
+
+static void tun_send(void *ctx, int kind, uint64_t stream, const void *data, size_t len)
+{
+	send_frame(ctx, kind == SB_CHAN_CLOSE ? SB_CHAN_CLOSE : SB_CHAN_DATA, stream, data, len, 0);
+}
+
+static size_t tun_backlog(void *ctx)
+{
+	sb_guest *g = ctx;
+
+	return g->out.size - g->out_off;
+}
+
+static void tun_tie(void *ctx, uint16_t port, int open)
+{
+	sb_guest *g = ctx;
+
+	g->ops->tie(g->ctx, port, open);
+}
+
+static const struct sb_tunnel_ops tunnel_ops = {
+	.send = tun_send,
+	.backlog = tun_backlog,
+	.tie = tun_tie,
+};
+
+/* --- frames from the guest --- */
+
+static void on_frame(sb_guest *g, const struct sb_chan_frame *f)
+{
+	const msgpack_object *type, *payload;
+	char t[SB_TYPE_MAX], version[32], error[256] = "";
+
+	switch (f->kind) {
+	case SB_CHAN_HELLO:
+		if (sb_map_str(&f->body, "version", version, sizeof version) <= 0)
+			snprintf(version, sizeof version, "?");
+		g->ops->hello(g->ctx, version, sb_map_u64(&f->body, "resume", 0) == 1);
+		break;
+	case SB_CHAN_EVENT:
+		type = sb_map_get(&f->body, "type");
+		payload = sb_map_get(&f->body, "payload");
+		if (!type || type->type != MSGPACK_OBJECT_STR || type->via.str.size >= sizeof t ||
+		    !payload || payload->type != MSGPACK_OBJECT_MAP) {
+			drop(g, D_MALFORMED, "an event frame without {type, payload}");
+			break;
+		}
+		memcpy(t, type->via.str.ptr, type->via.str.size);
+		t[type->via.str.size] = 0;
+		guest_event(g, t, SB_SRC_GUEST, payload);
+		break;
+	case SB_CHAN_EVENT_JSON:
+		harness_line(g, &f->body);
+		break;
+	case SB_CHAN_OPEN:
+	case SB_CHAN_DATA:
+	case SB_CHAN_CLOSE:
+		sb_tunnel_frame(g->tunnel, f->kind, f->stream, &f->body);
+		break;
+	case SB_CHAN_DONE:
+		sb_map_str(&f->body, "error", error, sizeof error);
+		for (char *p = error; *p; p++)
+			if ((unsigned char)*p < 0x20 || *p == 0x7f)
+				*p = ' '; /* guest text: keep the reason one line */
+		g->ops->done(g->ctx, error);
+		break;
+	default:
+		break; /* LOG: the agent's diagnostics, not recorded */
+	}
+}
+
+static void chan_drop(sb_guest *g)
+{
+	sb_watch_stop(g->w);
+	g->w = NULL;
+	if (g->fd >= 0)
+		close(g->fd);
+	g->fd = -1;
+	g->ops->closed(g->ctx);
+}
+
+/* Reads one budget's worth from the guest. Returns 1 while more may be
+ * there, 0 when it would block or the channel closed. */
+static int chan_read(sb_guest *g)
+{
+	struct sb_chan_frame f;
+	char buf[65536];
+	size_t budget = GUEST_READ_BUDGET;
+	int rc = SB_OK;
+
+	while (budget > 0 && g->fd >= 0) {
+		ssize_t n = read(g->fd, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n <= 0) {
+			chan_drop(g); /* the guest side closed: QEMU is ending */
+			return 0;
+		}
+		budget -= (size_t)n > budget ? budget : (size_t)n;
+		if ((rc = sb_chan_reader_feed(g->rd, buf, (size_t)n)))
+			break;
+		while ((rc = sb_chan_reader_next(g->rd, &f)) != SB_END) {
+			if (rc == SB_OK)
+				on_frame(g, &f);
+			else if (sb_chan_reader_error(g->rd))
+				break; /* framing lost */
+			else
+				drop(g, D_MALFORMED, sb_errmsg(rc)); /* a bad frame, skipped */
+			if (g->fd < 0)
+				return 0;
+		}
+		if (rc != SB_END)
+			break;
+	}
+	if (g->fd < 0 || budget == 0)
+		return budget == 0;
+	guest_warn(g, "the guest channel broke its framing (%s); closing it", sb_errmsg(rc));
+	chan_drop(g);
+	return 0;
+}
+
+static void on_chan_io(void *ctx, int revents)
+{
+	sb_guest *g = ctx;
+
+	if (revents & SB_WRITE)
+		out_flush(g);
+	if (revents & SB_READ)
+		chan_read(g); /* fairness: the rest on the next loop turn */
+}
+
+int sb_guest_open(sb_loop *loop, uint16_t gateway_port, const struct sb_guest_limits *lim,
+		  const struct sb_guest_ops *ops, void *ctx, sb_guest **out)
+{
+	sb_guest *g = calloc(1, sizeof *g);
+	int rc;
+
+	if (!g)
+		return SB_ERR_NOMEM;
+	g->loop = loop;
+	g->ops = ops;
+	g->ctx = ctx;
+	g->lim = *lim;
+	g->fd = -1;
+	g->gateway_port = gateway_port;
+	msgpack_sbuffer_init(&g->out);
+	sb_bucket_init(&g->bucket, lim->rate, lim->burst, sb_loop_now(loop));
+	if ((rc = sb_chan_reader_new(&g->rd)) || (rc = sb_mask_new(&g->mask)) ||
+	    (rc = sb_tunnel_open(loop, gateway_port, &tunnel_ops, g, &g->tunnel))) {
+		sb_guest_close(g);
+		return rc;
+	}
+	*out = g;
+	return SB_OK;
+}
+
+int sb_guest_mask(sb_guest *g, const void *value, size_t n, const char *label)
+{
+	return sb_mask_add(g->mask, value, n, label);
+}
+
+void sb_guest_attach(sb_guest *g, int fd, int resync)
+{
+	sb_watch_stop(g->w);
+	if (g->fd >= 0) {
+		close(g->fd);
+		resync = 1;
+	}
+	g->fd = fd;
+	g->out.size = g->out_off = 0; /* what was queued for the old one */
+	if (resync)
+		sb_chan_reader_resync(g->rd);
+	g->w = sb_loop_io(g->loop, fd, SB_READ, on_chan_io, g);
+}
+
+int sb_guest_connected(const sb_guest *g)
+{
+	return g->fd >= 0;
+}
+
+void sb_guest_finish(sb_guest *g)
+{
+	msgpack_sbuffer buf;
+
+	while (g->fd >= 0 && chan_read(g))
+		;
+	for (int i = 0; i < 2; i++) {
+		struct stream *s = &g->streams[i];
+		if (!s->name[0] || !s->hold.nhold)
+			continue;
+		msgpack_sbuffer_init(&buf);
+		if (pack_output(g, s, "", 0, 1, &buf))
+			record_packed(g, "agent.output", SB_SRC_GUEST, &buf);
+		msgpack_sbuffer_destroy(&buf);
+	}
+	if (g->dropped[D_QUOTA])
+		guest_warn(g, "not recorded past the record quota of %llu bytes: %llu events",
+			   (unsigned long long)g->lim.quota,
+			   (unsigned long long)g->dropped[D_QUOTA]);
+	drops_report(g, 1);
+}
+
+void sb_guest_close(sb_guest *g)
+{
+	if (!g)
+		return;
+	sb_watch_stop(g->w);
+	if (g->fd >= 0)
+		close(g->fd);
+	sb_tunnel_close(g->tunnel); /* unties its connections */
+	sb_chan_reader_free(g->rd);
+	sb_mask_free(g->mask);
+	sodium_memzero(g->streams, sizeof g->streams);
+	msgpack_sbuffer_destroy(&g->out);
+	free(g);
+}

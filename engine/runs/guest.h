@@ -1,0 +1,81 @@
+/* guest.h - a run's channel to its guest agent (vmm/chan.h frames).
+ *
+ * Everything the guest sends is untrusted. Frames are decoded here; the
+ * agent's events (EVENT, source guest) and the harness's lines (EVENT_JSON,
+ * source harness) are rate-limited, masked (engine/runs/mask.h), checked
+ * against the schema and counted against the run's record quota before
+ * the run records them; whatever is dropped is counted and said in a
+ * rate-limited warning. Tunnelled streams go to the model gateway
+ * (engine/gateway/tunnel.h). One wake-up reads at most GUEST_READ_BUDGET
+ * bytes, so a flooding guest cannot starve the others. Everything runs on
+ * the daemon's loop.
+ */
+#ifndef SB_GUEST_H
+#define SB_GUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/daemon/loop.h"
+#include "engine/log/event.h"
+
+typedef struct sb_guest sb_guest;
+
+struct sb_guest_limits {
+	double rate, burst; /* guest events per second, and at once */
+	uint64_t quota;     /* bytes of events the guest may put in the record */
+};
+
+/* What the channel tells its run; ctx is the run's. */
+struct sb_guest_ops {
+	/* HELLO {version, resume}: resume 1 when the agent is past its
+	 * set-up (it reconnected to a restarted daemon). */
+	void (*hello)(void *ctx, const char *version, int resume);
+	/* An event to record (checked, masked, within the quota): payload
+	 * is one msgpack map, valid during the call. */
+	void (*event)(void *ctx, const char *type, enum sb_source src, const void *payload,
+		      size_t len);
+	/* A line for run.warning. */
+	void (*warn)(void *ctx, const char *line);
+	/* DONE: the harness ended; error is its set-up failure or "". */
+	void (*done)(void *ctx, const char *error);
+	/* The channel closed (the VM is ending, or QEMU lost it). */
+	void (*closed)(void *ctx);
+	/* A tunnelled stream wants the gateway: ties 127.0.0.1:port to the
+	 * run (open 1) or unties it (open 0). */
+	void (*tie)(void *ctx, uint16_t port, int open);
+};
+
+/* Makes the channel of a run (not yet connected). gateway_port: where
+ * tunnelled streams go. ops and ctx must outlive it. Errors: SB_ERR_NOMEM. */
+int sb_guest_open(sb_loop *loop, uint16_t gateway_port, const struct sb_guest_limits *lim,
+		  const struct sb_guest_ops *ops, void *ctx, sb_guest **out);
+
+/* Masks value (n bytes) as "[masked label]" in everything recorded from
+ * now on. Errors: those of sb_mask_add. */
+int sb_guest_mask(sb_guest *g, const void *value, size_t n, const char *label);
+
+/* Takes fd (connected, non-blocking) as the channel, replacing one it
+ * had (frames queued for that one are dropped). resync: the stream may
+ * begin in the middle of a frame (the agent was talking to a previous
+ * daemon): the first frame is looked for. */
+void sb_guest_attach(sb_guest *g, int fd, int resync);
+
+/* 1 while a channel is connected. */
+int sb_guest_connected(const sb_guest *g);
+
+/* Queues len bytes of whole frames for the guest. */
+void sb_guest_send(sb_guest *g, const void *frames, size_t len);
+
+/* Sends SIGNAL {signal: sig} (the harness's process group). */
+void sb_guest_signal(sb_guest *g, int sig);
+
+/* Reads what the guest sent and not yet read, records output still held
+ * back for masking, and the quota's summary when anything was dropped:
+ * at the end of the run. */
+void sb_guest_finish(sb_guest *g);
+
+/* Closes the channel and its streams and frees g (NULL is fine). */
+void sb_guest_close(sb_guest *g);
+
+#endif

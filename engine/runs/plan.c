@@ -1,0 +1,384 @@
+/* plan.c - a run's plan (see plan.h). */
+#include "engine/runs/plan.h"
+
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/error.h"
+#include "engine/mpack.h"
+#include "engine/runs/spec.h"
+#include "vmm/chan.h"
+
+#define PROMPT_MAX  8192
+#define ARGV_MAX    4096
+#define ENV_MAX	    4096
+#define CPUS_MAX    64
+#define MEMORY_MAX  (1u << 20) /* MiB */
+#define MEMORY_MIN  64
+#define TIMEOUT_MAX (366ull * 86400)
+#define QUOTA_MAX   (1ull << 40)
+
+/* Copies the strings of array o (may be NULL) into a NULL-terminated
+ * vector. Returns 0, or -1 when out of memory. */
+static int strv_copy(const msgpack_object *o, char ***out, size_t *n)
+{
+	uint32_t len = o ? o->via.array.size : 0;
+	char **v = calloc(len + 1, sizeof *v);
+
+	if (!v)
+		return -1;
+	for (uint32_t i = 0; i < len; i++) {
+		if (!(v[i] = strndup(o->via.array.ptr[i].via.str.ptr, o->via.array.ptr[i].via.str.size))) {
+			while (i--)
+				free(v[i]);
+			free(v);
+			return -1;
+		}
+	}
+	*out = v;
+	*n = len;
+	return 0;
+}
+
+static void strv_free(char **v, size_t n, int wipe)
+{
+	for (size_t i = 0; v && i < n; i++) {
+		if (wipe)
+			sodium_memzero(v[i], strlen(v[i]));
+		free(v[i]);
+	}
+	free(v);
+}
+
+/* An input path: relative, plain components (no "", "." or ".."), no NUL. */
+static int input_path_ok(const char *s, size_t n)
+{
+	size_t i = 0, start;
+
+	if (n == 0 || n > 255 || s[0] == '/' || memchr(s, 0, n))
+		return 0;
+	while (i < n) {
+		start = i;
+		while (i < n && s[i] != '/')
+			i++;
+		if (i == start || (i - start == 1 && s[start] == '.') ||
+		    (i - start == 2 && s[start] == '.' && s[start + 1] == '.'))
+			return 0;
+		i++;
+		if (i == n) /* a trailing slash */
+			return 0;
+	}
+	return 1;
+}
+
+static int inputs_resolve(const msgpack_object *spec, struct sb_plan *p)
+{
+	const msgpack_object *ins = sb_map_get(spec, "inputs");
+
+	if (!ins || ins->type == MSGPACK_OBJECT_NIL)
+		return SB_OK;
+	if (ins->type != MSGPACK_OBJECT_ARRAY)
+		return sb_seterr(SB_ERR_INVAL, "spec: inputs must be a list");
+	if (ins->via.array.size > SB_CHAN_INPUT_FILES)
+		return sb_seterr(SB_ERR_TOOBIG, "spec: more than %u input files", SB_CHAN_INPUT_FILES);
+	if (!(p->inputs = calloc(ins->via.array.size + 1, sizeof *p->inputs)))
+		return SB_ERR_NOMEM;
+	for (uint32_t i = 0; i < ins->via.array.size; i++) {
+		const msgpack_object *in = &ins->via.array.ptr[i];
+		const msgpack_object *path = sb_map_get(in, "path"), *d = sb_map_get(in, "data");
+		const msgpack_object *mode = sb_map_get(in, "mode");
+		struct sb_plan_input *x = &p->inputs[i];
+
+		if (!path || path->type != MSGPACK_OBJECT_STR ||
+		    !input_path_ok(path->via.str.ptr, path->via.str.size) || !d ||
+		    d->type != MSGPACK_OBJECT_BIN)
+			return sb_seterr(SB_ERR_INVAL, "spec: input %u needs a relative path and data", i);
+		memcpy(x->path, path->via.str.ptr, path->via.str.size);
+		x->path[path->via.str.size] = 0;
+		x->size = d->via.bin.size;
+		x->data = d->via.bin.ptr;
+		x->mode = mode && mode->type == MSGPACK_OBJECT_POSITIVE_INTEGER && (mode->via.u64 & 07777)
+			      ? (uint32_t)(mode->via.u64 & 07777)
+			      : 0644;
+		sb_blob_hash(x->data, x->size, x->blob);
+		p->input_bytes += x->size;
+		p->ninputs++;
+	}
+	if (p->input_bytes > SB_CHAN_INPUTS_MAX)
+		return sb_seterr(SB_ERR_TOOBIG, "inputs total %llu bytes, above the %u MiB limit",
+				 (unsigned long long)p->input_bytes, SB_CHAN_INPUTS_MAX >> 20);
+	return SB_OK;
+}
+
+int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run, const msgpack_object *spec,
+		    struct sb_plan *p)
+{
+	const msgpack_object *argv, *env;
+	char tmpl[64] = "shell", prompt[PROMPT_MAX];
+	uint64_t quota;
+	int rc;
+
+	memset(p, 0, sizeof *p);
+	snprintf(p->run, sizeof p->run, "%s", run);
+	strcpy(p->accel, "auto");
+	prompt[0] = 0;
+	if ((rc = sb_spec_str(spec, "name", p->name, sizeof p->name)) ||
+	    (rc = sb_spec_str(spec, "group", p->group, sizeof p->group)) ||
+	    (rc = sb_spec_str(spec, "template", tmpl, sizeof tmpl)) ||
+	    (rc = sb_spec_str(spec, "accel", p->accel, sizeof p->accel)) ||
+	    (rc = sb_spec_str(spec, "prompt", prompt, sizeof prompt)) ||
+	    (rc = sb_spec_strs(spec, "argv", ARGV_MAX, &argv)) ||
+	    (rc = sb_spec_strs(spec, "env", ENV_MAX, &env)) ||
+	    (rc = sb_spec_u64(spec, "cpus", CPUS_MAX, &p->cpus)) ||
+	    (rc = sb_spec_u64(spec, "memory_mib", MEMORY_MAX, &p->memory_mib)) ||
+	    (rc = sb_spec_u64(spec, "timeout_s", TIMEOUT_MAX, &p->timeout_s)) ||
+	    (rc = sb_spec_u64(spec, "record_quota", QUOTA_MAX, &quota)) ||
+	    (rc = sb_netpolicy_resolve(spec, &p->net)))
+		return rc;
+	if (strcmp(p->accel, "auto") && strcmp(p->accel, "kvm") && strcmp(p->accel, "tcg"))
+		return sb_seterr(SB_ERR_INVAL, "spec: accel must be auto, kvm or tcg");
+	if ((!argv || argv->via.array.size == 0) && !prompt[0])
+		return sb_seterr(SB_ERR_INVAL, "spec: give a command (argv) or a prompt");
+	if (p->memory_mib && p->memory_mib < MEMORY_MIN)
+		return sb_seterr(SB_ERR_INVAL, "spec: memory below the %u MiB minimum", MEMORY_MIN);
+	for (uint32_t i = 0; env && i < env->via.array.size; i++) {
+		const msgpack_object *e = &env->via.array.ptr[i];
+		const char *eq = memchr(e->via.str.ptr, '=', e->via.str.size);
+		if (!eq || eq == e->via.str.ptr || memchr(e->via.str.ptr, 0, e->via.str.size))
+			return sb_seterr(SB_ERR_INVAL, "spec: env entry %u is not K=V", i);
+	}
+	for (uint32_t i = 0; argv && i < argv->via.array.size; i++)
+		if (memchr(argv->via.array.ptr[i].via.str.ptr, 0, argv->via.array.ptr[i].via.str.size))
+			return sb_seterr(SB_ERR_INVAL, "spec: argv entry %u holds a NUL byte", i);
+	if ((rc = inputs_resolve(spec, p)) || (rc = sb_template_load(c->home, tmpl, &p->t)))
+		return rc;
+	if (strv_copy(argv, &p->argv, &p->argc) || strv_copy(env, &p->env, &p->nenv) ||
+	    !(p->prompt = strdup(p->argc ? "" : prompt)))
+		return SB_ERR_NOMEM;
+	p->cpus = p->cpus ? p->cpus : p->t.cpus;
+	p->memory_mib = p->memory_mib ? p->memory_mib : p->t.memory_mib;
+	p->timeout_s = p->timeout_s ? p->timeout_s : p->t.timeout_s;
+	p->record_quota = quota ? quota : c->record_quota;
+	if (!p->name[0])
+		snprintf(p->name, sizeof p->name, "%s", run);
+	return sb_access_resolve(c->home, c->stubs, spec, &p->t, &p->access);
+}
+
+void sb_plan_pack_created(const struct sb_plan *p, msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 4);
+	sb_pack_kstr(pk, "name", p->name);
+	sb_pack_kstr(pk, "group", p->group);
+	sb_pack_kstr(pk, "template", p->t.name);
+	sb_pack_kstr(pk, "model", p->access.model);
+}
+
+static void pack_strv(msgpack_packer *pk, const char *key, char *const *v, size_t n)
+{
+	sb_pack_str(pk, key);
+	msgpack_pack_array(pk, n);
+	for (size_t i = 0; i < n; i++)
+		sb_pack_str(pk, v[i]);
+}
+
+void sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk)
+{
+	char hex[SB_HASH_HEX];
+
+	msgpack_pack_map(pk, 14 + 2 + 6 + 1);
+	sb_pack_ku64(pk, "plan", SB_PLAN_VERSION);
+	sb_pack_kstr(pk, "template_hash", p->t.hash);
+	sb_pack_kstr(pk, "kernel", p->t.kernel_version);
+	sb_pack_kstr(pk, "harness", p->t.harness);
+	pack_strv(pk, "argv", p->argv, p->argc);
+	sb_pack_kstr(pk, "prompt", p->prompt);
+	pack_strv(pk, "env", p->env, p->nenv);
+	sb_pack_str(pk, "inputs");
+	msgpack_pack_array(pk, p->ninputs);
+	for (size_t i = 0; i < p->ninputs; i++) {
+		const struct sb_plan_input *x = &p->inputs[i];
+		msgpack_pack_map(pk, 4);
+		sb_pack_kstr(pk, "path", x->path);
+		sb_pack_ku64(pk, "size", x->size);
+		sb_pack_ku64(pk, "mode", x->mode);
+		sb_hash_hex(x->blob, hex);
+		sb_pack_kstr(pk, "blob", hex);
+	}
+	sb_pack_ku64(pk, "cpus", p->cpus);
+	sb_pack_ku64(pk, "memory_mib", p->memory_mib);
+	sb_pack_ku64(pk, "timeout_s", p->timeout_s);
+	sb_pack_kstr(pk, "accel", p->accel);
+	sb_pack_ku64(pk, "record_quota", p->record_quota);
+	sb_pack_ku64(pk, "input_bytes", p->input_bytes);
+	sb_netpolicy_pack(&p->net, pk);        /* 2 pairs */
+	sb_access_pack_policy(&p->access, pk); /* 6 pairs */
+	sb_pack_kstr(pk, "run", p->run);
+}
+
+size_t sb_plan_blobs(const struct sb_plan *p, struct sb_blob *blobs)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < p->ninputs; i++)
+		if (p->inputs[i].data) {
+			blobs[n].data = p->inputs[i].data;
+			blobs[n++].len = p->inputs[i].size;
+		}
+	return n;
+}
+
+int sb_plan_pack_guest(const struct sb_plan *p, const char *vkey, uint16_t tunnel_port,
+		       sb_log *log, msgpack_sbuffer *out)
+{
+	msgpack_packer pk;
+	char kv[SB_RUN_MAX + 16];
+	size_t start;
+	int rc;
+
+	msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+	if ((rc = sb_chan_begin(out, &pk, SB_CHAN_SPEC, 0, &start)))
+		return rc;
+	msgpack_pack_map(&pk, 5);
+	sb_pack_str(&pk, "argv");
+	if (p->argc) {
+		msgpack_pack_array(&pk, p->argc);
+		for (size_t i = 0; i < p->argc; i++)
+			sb_pack_str(&pk, p->argv[i]);
+	} else {
+		msgpack_pack_array(&pk, 2);
+		sb_pack_str(&pk, p->t.harness);
+		sb_pack_str(&pk, p->prompt);
+	}
+	sb_pack_str(&pk, "env");
+	msgpack_pack_array(&pk, p->nenv + 2 + sb_access_env_count(&p->access));
+	for (size_t i = 0; i < p->nenv; i++)
+		sb_pack_str(&pk, p->env[i]);
+	snprintf(kv, sizeof kv, "SANBOX_RUN=%s", p->run);
+	sb_pack_str(&pk, kv);
+	sb_pack_str(&pk, "HOME=/root");
+	sb_access_pack_env(&p->access, vkey, &pk);
+	sb_pack_kstr(&pk, "cwd", "/workspace");
+	sb_pack_str(&pk, "inputs");
+	msgpack_pack_array(&pk, p->ninputs);
+	for (size_t i = 0; i < p->ninputs; i++) {
+		msgpack_pack_map(&pk, 3);
+		sb_pack_kstr(&pk, "path", p->inputs[i].path);
+		sb_pack_ku64(&pk, "size", p->inputs[i].size);
+		sb_pack_ku64(&pk, "mode", p->inputs[i].mode);
+	}
+	sb_pack_ku64(&pk, "tunnel_port", tunnel_port);
+	if ((rc = sb_chan_end(out, start)))
+		return rc;
+	/* the contents follow the SPEC in INPUT frames (vmm/chan.h) */
+	for (size_t i = 0; i < p->ninputs && rc == SB_OK; i++) {
+		const struct sb_plan_input *x = &p->inputs[i];
+		void *data = NULL;
+		size_t len = 0;
+		if (!x->data && x->size && (rc = sb_blob_get(log, x->blob, &data, &len)))
+			return rc;
+		if (!x->data && len != x->size) {
+			free(data);
+			return sb_seterr(SB_ERR_CORRUPT, "input %s: its blob has %zu bytes, not %llu",
+					 x->path, len, (unsigned long long)x->size);
+		}
+		rc = sb_chan_pack_input(out, (uint32_t)i, x->data ? x->data : data, x->size);
+		free(data);
+	}
+	return rc;
+}
+
+/* Reads the string array key of m into a vector. */
+static int record_strv(const msgpack_object *m, const char *key, char ***v, size_t *n)
+{
+	const msgpack_object *o = sb_map_get(m, key);
+
+	if (o && o->type != MSGPACK_OBJECT_ARRAY)
+		return sb_seterr(SB_ERR_CORRUPT, "the recorded plan's %s is not a list", key);
+	for (uint32_t i = 0; o && i < o->via.array.size; i++)
+		if (o->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
+			return sb_seterr(SB_ERR_CORRUPT, "the recorded plan's %s holds a non-string",
+					 key);
+	return strv_copy(o, v, n) ? SB_ERR_NOMEM : SB_OK;
+}
+
+int sb_plan_from_record(const char *run, const msgpack_object *created,
+			const msgpack_object *pol, struct sb_plan *p)
+{
+	const msgpack_object *ins = sb_map_get(pol, "inputs");
+	char prompt[PROMPT_MAX] = "";
+	int rc;
+
+	memset(p, 0, sizeof *p);
+	snprintf(p->run, sizeof p->run, "%s", run);
+	if (sb_map_str(created, "name", p->name, sizeof p->name) < 0 ||
+	    sb_map_str(created, "group", p->group, sizeof p->group) < 0 ||
+	    sb_map_str(created, "template", p->t.name, sizeof p->t.name) <= 0 ||
+	    sb_map_str(pol, "template_hash", p->t.hash, sizeof p->t.hash) <= 0)
+		return sb_seterr(SB_ERR_CORRUPT, "run %s: its record has no name or template", run);
+	sb_map_str(pol, "kernel", p->t.kernel_version, sizeof p->t.kernel_version);
+	sb_map_str(pol, "harness", p->t.harness, sizeof p->t.harness);
+	sb_map_str(pol, "prompt", prompt, sizeof prompt);
+	if (sb_map_str(pol, "accel", p->accel, sizeof p->accel) <= 0)
+		strcpy(p->accel, "auto");
+	p->cpus = sb_map_u64(pol, "cpus", 0);
+	p->memory_mib = sb_map_u64(pol, "memory_mib", 0);
+	p->timeout_s = sb_map_u64(pol, "timeout_s", 0);
+	p->record_quota = sb_map_u64(pol, "record_quota", 0);
+	p->input_bytes = sb_map_u64(pol, "input_bytes", 0);
+	if (!p->cpus || !p->memory_mib || !p->timeout_s)
+		return sb_seterr(SB_ERR_CORRUPT, "run %s: its recorded limits are missing", run);
+	if ((rc = record_strv(pol, "argv", &p->argv, &p->argc)) ||
+	    (rc = record_strv(pol, "env", &p->env, &p->nenv)))
+		return rc;
+	if (!(p->prompt = strdup(prompt)))
+		return SB_ERR_NOMEM;
+	if (ins && ins->type != MSGPACK_OBJECT_ARRAY)
+		return sb_seterr(SB_ERR_CORRUPT, "run %s: its recorded inputs are not a list", run);
+	if (ins && !(p->inputs = calloc(ins->via.array.size + 1, sizeof *p->inputs)))
+		return SB_ERR_NOMEM;
+	for (uint32_t i = 0; ins && i < ins->via.array.size; i++) {
+		const msgpack_object *in = &ins->via.array.ptr[i];
+		struct sb_plan_input *x = &p->inputs[i];
+		char hex[2 * SB_HASH_LEN + 8];
+		if (sb_map_str(in, "path", x->path, sizeof x->path) <= 0 ||
+		    sb_map_str(in, "blob", hex, sizeof hex) <= 0 || sb_hash_parse(hex, x->blob))
+			return sb_seterr(SB_ERR_CORRUPT, "run %s: recorded input %u is malformed",
+					 run, i);
+		x->size = sb_map_u64(in, "size", 0);
+		x->mode = (uint32_t)sb_map_u64(in, "mode", 0644) & 07777;
+		p->ninputs++;
+	}
+	if ((rc = sb_netpolicy_resolve(pol, &p->net)) == SB_ERR_INVAL && p->net.mode == SB_NET_ACL)
+		rc = SB_OK; /* recorded as asked; enforcement decides at start */
+	if (rc)
+		return sb_seterr(SB_ERR_CORRUPT, "run %s: its recorded network: %s", run,
+				 sb_errmsg(rc));
+	return sb_access_from_record(pol, &p->access);
+}
+
+int sb_plan_load_template(const char *home, struct sb_plan *p)
+{
+	char hash[sizeof p->t.hash];
+	int rc;
+
+	memcpy(hash, p->t.hash, sizeof hash);
+	if ((rc = sb_template_load(home, p->t.name, &p->t)))
+		return rc;
+	if (strcmp(hash, p->t.hash))
+		return sb_seterr(SB_ERR_STATE,
+				 "template %s changed since the run started (hash %.12s, now %.12s)",
+				 p->t.name, hash, p->t.hash);
+	return SB_OK;
+}
+
+void sb_plan_free(struct sb_plan *p)
+{
+	strv_free(p->argv, p->argc, 0);
+	strv_free(p->env, p->nenv, 0);
+	free(p->prompt);
+	free(p->inputs);
+	sb_access_free(&p->access);
+	memset(p, 0, sizeof *p);
+}

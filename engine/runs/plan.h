@@ -1,0 +1,106 @@
+/* plan.h - a run's plan: everything resolved before it starts.
+ *
+ * One structure holds it; the run's record (run.created and
+ * run.policy.resolved, SPEC.md "The run plan") and the guest's SPEC frame
+ * are both derived from it, and it can be read back from the record alone
+ * (inputs from the blob table), so a run can be started again, resumed or
+ * re-run from its log. Secret values are never in the record: the plan
+ * names its secrets, and arming it (sb_access_arm) decrypts them.
+ */
+#ifndef SB_PLAN_H
+#define SB_PLAN_H
+
+#include <msgpack.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/gateway/access.h"
+#include "engine/log/log.h"
+#include "engine/runs/template.h"
+#include "netpolicy/netpolicy.h"
+
+#define SB_PLAN_VERSION 1 /* the "plan" field of run.policy.resolved */
+#define SB_PLAN_NAME_MAX 64
+
+struct sb_plan_input {
+	char path[256];            /* relative to /workspace */
+	uint32_t mode;             /* permission bits */
+	uint64_t size;
+	uint8_t blob[SB_HASH_LEN]; /* the contents' key in the blob table */
+	const void *data;          /* the contents while the plan has them, else NULL */
+};
+
+struct sb_plan {
+	char run[SB_RUN_MAX];
+	char name[SB_PLAN_NAME_MAX], group[SB_PLAN_NAME_MAX];
+	struct sb_template t;   /* name, hash, kernel, harness, files */
+	char **argv;            /* the command given (NULL-terminated), or none */
+	size_t argc;
+	char *prompt;           /* for the template's harness; "" with a command */
+	char **env;             /* "K=V" given for the harness (NULL-terminated) */
+	size_t nenv;
+	struct sb_plan_input *inputs;
+	size_t ninputs;
+	uint64_t input_bytes;
+	uint64_t cpus, memory_mib, timeout_s;
+	uint64_t record_quota;  /* bytes the guest may put in the record */
+	char accel[8];          /* auto, kvm or tcg */
+	struct sb_netpolicy net;
+	struct sb_access access;
+	void **loaded;          /* input contents read from blobs (owned) */
+};
+
+/* What resolving a plan reads from. */
+struct sb_plan_ctx {
+	const char *home;
+	sb_stubs *stubs;
+	uint64_t record_quota; /* the default */
+};
+
+/* Resolves spec (the run.create spec, SPEC.md "Control API") for run id
+ * into p (free it with sb_plan_free, also on error): template, limits,
+ * command or prompt, env, inputs (their contents borrowed from spec, which
+ * must outlive p's use of them), network, model access (armed). Blocks
+ * (files, secrets, a stub starting): call it off the loop.
+ * Errors: SB_ERR_INVAL (a bad field: the detail names it), SB_ERR_TOOBIG
+ * (inputs over the limits), SB_ERR_NOTFOUND (template, secret), and those
+ * of sb_access_resolve. */
+int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run, const msgpack_object *spec,
+		    struct sb_plan *p);
+
+/* Packs the payload of run.created {name, group, template, model}. */
+void sb_plan_pack_created(const struct sb_plan *p, msgpack_packer *pk);
+
+/* Packs the payload of run.policy.resolved: the whole plan but secret
+ * values and input contents (inputs carry their blob keys). */
+void sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk);
+
+/* Fills blobs (room for p->ninputs) with the input contents, to be stored
+ * with the run's first events (sb_log_append_blobs). Returns the count. */
+size_t sb_plan_blobs(const struct sb_plan *p, struct sb_blob *blobs);
+
+/* Appends the SPEC frame the guest agent receives (argv, env with the
+ * access's entries and the virtual key vkey, cwd, inputs, tunnel_port)
+ * and the INPUT frames of the inputs to out; contents p does not hold are
+ * read from log's blob table. The frames hold secret values: the caller
+ * wipes out once sent. Errors: SB_ERR_NOTFOUND (an input's blob),
+ * SB_ERR_CORRUPT, SB_ERR_NOMEM. */
+int sb_plan_pack_guest(const struct sb_plan *p, const char *vkey, uint16_t tunnel_port,
+		       sb_log *log, msgpack_sbuffer *out);
+
+/* Reads a plan back from a run's run.created and run.policy.resolved
+ * payloads (maps) into p: no secret value, no input contents (their keys
+ * only), template files not loaded (sb_plan_load_template). Errors:
+ * SB_ERR_CORRUPT (a field missing or malformed: the detail names it). */
+int sb_plan_from_record(const char *run, const msgpack_object *created,
+			const msgpack_object *policy, struct sb_plan *p);
+
+/* Loads the template p names from the store of home and checks it is the
+ * one recorded (its hash). Errors: SB_ERR_NOTFOUND, SB_ERR_STATE (the
+ * template changed since: the detail says so), those of sb_template_load. */
+int sb_plan_load_template(const char *home, struct sb_plan *p);
+
+/* Frees what p holds, wiping secret values (p itself is the caller's). */
+void sb_plan_free(struct sb_plan *p);
+
+#endif

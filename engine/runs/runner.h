@@ -1,0 +1,81 @@
+/* runner.h - where a run's machine runs: an ops table with named fields.
+ *
+ * The run manager (engine/runs/runs.h) talks to machines only through a
+ * runner. The local runner (engine/runs/local.c) runs QEMU microVMs on this
+ * host; runners on other hosts are further tables with the same ops.
+ *
+ * Lifetime and threads: create runs on a worker thread (it may block: a
+ * disk layer, an accelerator probe); every other op runs on the daemon's
+ * loop and never blocks. A machine reports to its run through the events
+ * it was started (or reattached) with, on the loop, until free; after
+ * ended it reports nothing more. The run frees its machine once ended has
+ * come (or when the daemon closes: the machine then keeps running, for
+ * the next daemon to reattach).
+ */
+#ifndef SB_RUNNER_H
+#define SB_RUNNER_H
+
+#include "engine/daemon/loop.h"
+#include "engine/runs/plan.h"
+
+typedef struct sb_machine sb_machine;
+
+/* What a machine tells its run; ctx is the run's. */
+struct sb_machine_events {
+	/* The guest's channel is connected: fd (non-blocking) is the run's
+	 * to read, write and close. again: 1 when the machine was already
+	 * talking to a previous daemon (after a reattach), whose connection
+	 * may have broken off in the middle of a frame. */
+	void (*channel)(void *ctx, int fd, int again);
+	/* The machine is gone. status: its wait status, or -1 when unknown
+	 * (a reattached machine). why: how it ended, in one line ("QEMU was
+	 * killed by signal 9 (Killed)", "guest kernel panic: ..."), for a
+	 * run that ended without its harness's report. */
+	void (*ended)(void *ctx, int status, const char *why);
+};
+
+/* What a snapshot of a machine is (step 7 of the product: not yet). */
+struct sb_snapshot_req {
+	int memory; /* 1: memory and device state too */
+};
+
+struct sb_runner_ops {
+	const char *name; /* "local" */
+	/* Prepares a machine for plan (on a worker: may block). *accel gets
+	 * the accelerator it will use ("kvm", "tcg"), *warning (cap bytes) a
+	 * line for run.warning or "". Errors: the runner's, with a detail. */
+	int (*create)(void *runner, const struct sb_plan *plan, sb_machine **out, char *accel,
+		      char *warning, size_t cap);
+	/* Starts m; ev/ctx must outlive it. Errors: the runner's. */
+	int (*start)(sb_machine *m, const struct sb_machine_events *ev, void *ctx);
+	/* Sends sig to the machine as a whole (not to its harness: that goes
+	 * through the guest channel). Errors: SB_ERR_STATE (it ended). */
+	int (*signal)(sb_machine *m, int sig);
+	/* Ends the machine: at once gracefully, by force after grace_s. */
+	void (*stop)(sb_machine *m, double grace_s);
+	/* Snapshot and restore of a running machine: not in this version
+	 * (SB_ERR_UNAVAIL). */
+	int (*snapshot)(sb_machine *m, const struct sb_snapshot_req *req);
+	int (*restore)(void *runner, const struct sb_plan *plan, const char *snapshot,
+		       sb_machine **out);
+	/* Finds the machine of plan's run that a previous daemon started and
+	 * watches it as start does (ev->channel with again = 1). Errors:
+	 * SB_ERR_NOTFOUND (it is gone). */
+	int (*reattach)(void *runner, const struct sb_plan *plan, const struct sb_machine_events *ev,
+			void *ctx, sb_machine **out);
+	/* Ends a machine of run id left by a previous daemon that is not to
+	 * be reattached (NULL-safe on a machine that is gone). */
+	void (*reap)(void *runner, const char *run);
+	/* Frees m (NULL is fine). A machine still running keeps running. */
+	void (*free)(sb_machine *m);
+};
+
+/* The local runner: QEMU microVMs on this host, under home/runs/RUN/. */
+struct sb_local_runner {
+	const char *home;
+	sb_loop *loop; /* the daemon's */
+};
+
+extern const struct sb_runner_ops sb_local_runner_ops;
+
+#endif
