@@ -294,6 +294,7 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	struct sb_gateway_opts gw = {0};
 	struct sb_api_env env = {0};
 	struct sb_runs_env re = {0};
+	struct sb_log_upgrade up;
 	char path[PATH_MAX];
 	int rc;
 
@@ -307,7 +308,12 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	    (rc = sb_settings_load(d->home, &d->settings)))
 		goto fail;
 	sb_home_path(d->home, "log", path, sizeof path);
-	if ((rc = sb_log_open(path, 0, &d->log)) || (rc = sb_projector_open(d->log, &d->proj)))
+	if ((rc = sb_log_open(path, 0, &d->log)))
+		goto fail;
+	if (sb_log_upgrade_get(d->log, &up))
+		fprintf(stderr, "sanboxd: log upgraded from format %u to %u: %llu blobs re-keyed\n",
+			up.from, up.to, (unsigned long long)up.blobs);
+	if ((rc = sb_projector_open(d->log, &d->proj)))
 		goto fail;
 	if ((rc = sb_loop_open(&d->loop)))
 		goto fail;

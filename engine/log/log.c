@@ -1,4 +1,4 @@
-/* log.c - the LMDB event log with group commit, and the blob table. */
+/* log.c - the LMDB event log with group commit, and its format upgrade. */
 #include "engine/log/log.h"
 
 #include <errno.h>
@@ -6,13 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <xxhash.h>
 
 #include "engine/error.h"
 #include "engine/log/record.h"
 #include "engine/log/schema.h"
 
-#define LOG_FORMAT 2
+#define LOG_FORMAT 3
+#define LOG_FORMAT_BLOBS_XXH3 2 /* upgraded on a writable open */
+#define KEYS_INLINE 4 /* blob keys a batch holds without allocating */
 #define BLOCK 64 /* offsets per run index block */
 #define TAIL_MAX (8 + 8 * BLOCK)
 #define TAILS_MAX 256              /* runs a commit keeps in memory at once */
@@ -27,7 +28,8 @@ enum { WAITING, DONE, LEAD };
 struct pending {
 	struct sb_event *evs;
 	size_t n;
-	const struct sb_blob *blobs; /* stored in the same commit */
+	const struct sb_blob *blobs; /* stored in the same commit, */
+	const uint8_t *keys;         /* under these keys (SB_HASH_LEN each) */
 	size_t nblobs;
 	int rc;
 	int state;
@@ -44,8 +46,10 @@ struct tail {
 
 struct sb_log {
 	MDB_env *env;
-	MDB_dbi events, runtail, runidx, blobs, meta;
+	MDB_dbi events, runtail, runidx, meta;
+	struct sb_blob_table bt;
 	unsigned flags;
+	struct sb_log_upgrade upgrade; /* what the open did (from 0: nothing) */
 	pthread_mutex_t mu;          /* the queue and the leader's role */
 	pthread_mutex_t done_mu;     /* the states of queued batches */
 	pthread_cond_t done_cv;      /* broadcast when states change */
@@ -121,42 +125,106 @@ static size_t map_size(void)
 	return (size_t)(mib ? mib : 64ull << 10) << 20; /* default 64 GiB, sparse */
 }
 
+/* Reads the format version into *fmt; a log without one is new: *fmt 0. */
+static int format_get(sb_log *log, MDB_txn *txn, uint64_t *fmt)
+{
+	MDB_val k = {7, "version"}, v;
+	int rc = mdb_get(txn, log->meta, &k, &v);
+
+	*fmt = 0;
+	if (rc == MDB_NOTFOUND)
+		return SB_OK;
+	if (rc)
+		return sb_log_mdb_err(rc, "log: read format");
+	if (v.mv_size != 8 || !be64_get(v.mv_data))
+		return sb_seterr(SB_ERR_CORRUPT, "log: format version malformed");
+	*fmt = be64_get(v.mv_data);
+	return SB_OK;
+}
+
+static int format_put(sb_log *log, MDB_txn *txn, uint64_t fmt)
+{
+	uint8_t b[8];
+	MDB_val k = {7, "version"}, v = {8, b};
+
+	be64_put(b, fmt);
+	return sb_log_mdb_err(mdb_put(txn, log->meta, &k, &v, 0), "log: write format");
+}
+
+/* Opens the databases and brings the log to LOG_FORMAT: a new log gets it,
+ * a format-2 log opened for writing is upgraded in the same transaction
+ * (its blobs re-keyed, nothing else touched), anything else is refused. */
 static int open_dbs(sb_log *log)
 {
-	unsigned create = log->flags & SB_LOG_RDONLY ? 0 : MDB_CREATE;
-	MDB_txn *txn;
-	MDB_val k = {7, "version"}, v;
-	uint8_t fmt[8];
+	int rdonly = !!(log->flags & SB_LOG_RDONLY);
+	unsigned create = rdonly ? 0 : MDB_CREATE;
+	MDB_txn *txn = NULL;
+	uint64_t fmt;
 	int rc;
 
-	rc = mdb_txn_begin(log->env, NULL, log->flags & SB_LOG_RDONLY ? MDB_RDONLY : 0, &txn);
-	if (rc)
-		return sb_log_mdb_err(rc, "log: begin");
+	if ((rc = mdb_txn_begin(log->env, NULL, rdonly ? MDB_RDONLY : 0, &txn))) {
+		txn = NULL;
+		rc = sb_log_mdb_err(rc, "log: begin");
+		goto out;
+	}
 	if ((rc = mdb_dbi_open(txn, "events", create, &log->events)) ||
 	    (rc = mdb_dbi_open(txn, "runtail", create, &log->runtail)) ||
 	    (rc = mdb_dbi_open(txn, "runidx", create, &log->runidx)) ||
-	    (rc = mdb_dbi_open(txn, "blobs", create, &log->blobs)) ||
-	    (rc = mdb_dbi_open(txn, "meta", create, &log->meta)))
-		goto fail;
-	rc = mdb_get(txn, log->meta, &k, &v);
-	if (rc == MDB_NOTFOUND && create) {
-		be64_put(fmt, LOG_FORMAT);
-		v.mv_size = 8;
-		v.mv_data = fmt;
-		if ((rc = mdb_put(txn, log->meta, &k, &v, 0)))
-			goto fail;
-	} else if (rc) {
-		goto fail;
-	} else if (v.mv_size != 8 || be64_get(v.mv_data) != LOG_FORMAT) {
-		mdb_txn_abort(txn);
-		return sb_seterr(SB_ERR_CORRUPT, "log: unknown format version");
+	    (rc = mdb_dbi_open(txn, "meta", create, &log->meta))) {
+		rc = sb_log_mdb_err(rc, "log: open databases");
+		goto out;
 	}
-	if ((rc = mdb_txn_commit(txn)))
-		return sb_log_mdb_err(rc, "log: commit");
-	return SB_OK;
-fail:
-	mdb_txn_abort(txn);
-	return sb_log_mdb_err(rc, "log: open databases");
+	if ((rc = format_get(log, txn, &fmt)))
+		goto out;
+	if (fmt > LOG_FORMAT) {
+		rc = sb_seterr(SB_ERR_CORRUPT, "log format %llu is newer than this build reads (%d)",
+			       (unsigned long long)fmt, LOG_FORMAT);
+		goto out;
+	}
+	if (fmt && fmt < LOG_FORMAT_BLOBS_XXH3) {
+		rc = sb_seterr(SB_ERR_CORRUPT, "log format %llu is older than this build reads (%d and %d)",
+			       (unsigned long long)fmt, LOG_FORMAT_BLOBS_XXH3, LOG_FORMAT);
+		goto out;
+	}
+	if (!fmt && rdonly) {
+		rc = sb_seterr(SB_ERR_CORRUPT, "log has no format version");
+		goto out;
+	}
+	if (fmt == LOG_FORMAT_BLOBS_XXH3 && rdonly) {
+		rc = sb_seterr(SB_ERR_STATE,
+			       "log format %d cannot be read until it is upgraded to format %d: "
+			       "sanboxd upgrades it on its next start",
+			       LOG_FORMAT_BLOBS_XXH3, LOG_FORMAT);
+		goto out;
+	}
+	if (fmt == LOG_FORMAT_BLOBS_XXH3) {
+		/* blobmap is new in format 3 */
+		if ((rc = sb_blob_table_open(txn, MDB_CREATE, &log->bt)) ||
+		    (rc = sb_blob_table_upgrade(txn, &log->bt, &log->upgrade.blobs)))
+			goto out;
+		log->upgrade.from = LOG_FORMAT_BLOBS_XXH3;
+		log->upgrade.to = LOG_FORMAT;
+	} else if ((rc = sb_blob_table_open(txn, create, &log->bt))) {
+		goto out;
+	}
+	if (fmt != LOG_FORMAT && (rc = format_put(log, txn, LOG_FORMAT)))
+		goto out;
+	rc = sb_log_mdb_err(mdb_txn_commit(txn), "log: commit");
+	txn = NULL;
+out:
+	if (txn)
+		mdb_txn_abort(txn);
+	if (rc)
+		log->upgrade.from = 0;
+	return rc;
+}
+
+int sb_log_upgrade_get(sb_log *log, struct sb_log_upgrade *u)
+{
+	if (!log->upgrade.from)
+		return 0;
+	*u = log->upgrade;
+	return 1;
 }
 
 int sb_log_open(const char *dir, unsigned flags, sb_log **out)
@@ -413,17 +481,10 @@ static int commit_group(sb_log *log, struct pending *group)
 	else if (rc != MDB_NOTFOUND)
 		goto fail;
 	for (struct pending *p = group; p; p = p->next) {
-		for (size_t i = 0; i < p->nblobs; i++) {
-			uint8_t h[SB_HASH_LEN];
-			sb_blob_hash(p->blobs[i].data, p->blobs[i].len, h);
-			k.mv_size = SB_HASH_LEN;
-			k.mv_data = h;
-			v.mv_size = p->blobs[i].len;
-			v.mv_data = (void *)p->blobs[i].data;
-			rc = mdb_put(txn, log->blobs, &k, &v, MDB_NOOVERWRITE);
-			if (rc && rc != MDB_KEYEXIST)
-				goto fail;
-		}
+		for (size_t i = 0; i < p->nblobs; i++)
+			if ((rc = sb_blob_table_put(txn, &log->bt, p->keys + i * SB_HASH_LEN,
+						    p->blobs[i].data, p->blobs[i].len)))
+				goto fail_sb;
 		for (size_t i = 0; i < p->n; i++) {
 			struct sb_event *ev = &p->evs[i];
 			ev->offset = ++last;
@@ -565,28 +626,14 @@ static int lead(sb_log *log, struct pending *self, int complete)
 	return 1;
 }
 
-int sb_log_append(sb_log *log, struct sb_event *evs, size_t n)
+/* Queues one batch (its blobs' keys computed) and waits until a commit
+ * took it: committing it and others when this thread leads. */
+static int append(sb_log *log, const struct sb_blob *blobs, const uint8_t *keys, size_t nblobs,
+		  struct sb_event *evs, size_t n)
 {
-	return sb_log_append_blobs(log, NULL, 0, evs, n);
-}
+	struct pending self = {evs, n, blobs, keys, nblobs, 0, WAITING, NULL};
+	int leader, complete = 0;
 
-int sb_log_append_blobs(sb_log *log, const struct sb_blob *blobs, size_t nblobs,
-			struct sb_event *evs, size_t n)
-{
-	struct pending self = {evs, n, blobs, nblobs, 0, WAITING, NULL};
-	int rc, leader, complete = 0;
-
-	if (log->flags & SB_LOG_RDONLY)
-		return sb_seterr(SB_ERR_DENIED, "log opened read-only");
-	for (size_t i = 0; i < n; i++) {
-		if (!evs[i].run[0] || memchr(evs[i].run, 0, SB_RUN_MAX) == NULL)
-			return sb_seterr(SB_ERR_INVAL, "event %zu has no run id", i);
-		rc = sb_schema_check(evs[i].type, evs[i].source, evs[i].payload, evs[i].payload_len);
-		if (rc)
-			return rc;
-	}
-	if (n == 0 && nblobs == 0)
-		return SB_OK;
 	pthread_mutex_lock(&log->mu);
 	if (log->tail)
 		log->tail->next = &self;
@@ -614,10 +661,75 @@ int sb_log_append_blobs(sb_log *log, const struct sb_blob *blobs, size_t nblobs,
 		leader = 1;
 		complete = 0;
 	}
-	if (self.rc)
+	return self.rc;
+}
+
+int sb_log_append(sb_log *log, struct sb_event *evs, size_t n)
+{
+	return sb_log_append_blobs(log, NULL, 0, evs, n);
+}
+
+int sb_log_append_blobs(sb_log *log, const struct sb_blob *blobs, size_t nblobs,
+			struct sb_event *evs, size_t n)
+{
+	uint8_t inline_keys[KEYS_INLINE * SB_HASH_LEN], *keys = inline_keys;
+	int rc;
+
+	if (log->flags & SB_LOG_RDONLY)
+		return sb_seterr(SB_ERR_DENIED, "log opened read-only");
+	for (size_t i = 0; i < n; i++) {
+		if (!evs[i].run[0] || memchr(evs[i].run, 0, SB_RUN_MAX) == NULL)
+			return sb_seterr(SB_ERR_INVAL, "event %zu has no run id", i);
+		rc = sb_schema_check(evs[i].type, evs[i].source, evs[i].payload, evs[i].payload_len);
+		if (rc)
+			return rc;
+	}
+	if (n == 0 && nblobs == 0)
+		return SB_OK;
+	/* Hashed here, by each writer, not by the leader inside the commit. */
+	if (nblobs > KEYS_INLINE && !(keys = malloc(nblobs * SB_HASH_LEN)))
+		return SB_ERR_NOMEM;
+	for (size_t i = 0; i < nblobs; i++)
+		sb_blob_hash(blobs[i].data, blobs[i].len, keys + i * SB_HASH_LEN);
+	rc = append(log, blobs, keys, nblobs, evs, n);
+	if (rc)
 		for (size_t i = 0; i < n; i++)
 			evs[i].offset = evs[i].seq = 0;
-	return self.rc;
+	if (keys != inline_keys)
+		free(keys);
+	return rc;
+}
+
+int sb_blob_put(sb_log *log, const void *data, size_t len, uint8_t hash[SB_HASH_LEN])
+{
+	struct sb_blob b = {data, len};
+
+	if (log->flags & SB_LOG_RDONLY)
+		return sb_seterr(SB_ERR_DENIED, "log opened read-only");
+	sb_blob_hash(data, len, hash);
+	return append(log, &b, hash, 1, NULL, 0);
+}
+
+int sb_blob_get(sb_log *log, const uint8_t hash[SB_HASH_LEN], void **data, size_t *len)
+{
+	MDB_txn *txn;
+	const void *v;
+	size_t n;
+	int rc;
+
+	if ((rc = mdb_txn_begin(log->env, NULL, MDB_RDONLY, &txn)))
+		return sb_log_mdb_err(rc, "blob: read");
+	if ((rc = sb_blob_table_get(txn, &log->bt, hash, &v, &n)))
+		goto out;
+	if (!(*data = malloc(n ? n : 1))) {
+		rc = SB_ERR_NOMEM;
+		goto out;
+	}
+	memcpy(*data, v, n);
+	*len = n;
+out:
+	mdb_txn_abort(txn);
+	return rc;
 }
 
 uint64_t sb_log_last_offset(sb_log *log)
@@ -873,95 +985,4 @@ void sb_log_iter_close(sb_log_iter *it)
 	if (it->own_txn)
 		mdb_txn_abort(it->txn);
 	free(it);
-}
-
-void sb_hash_hex(const uint8_t hash[SB_HASH_LEN], char out[SB_HASH_HEX])
-{
-	static const char hex[] = "0123456789abcdef";
-
-	for (int i = 0; i < SB_HASH_LEN; i++) {
-		out[2 * i] = hex[hash[i] >> 4];
-		out[2 * i + 1] = hex[hash[i] & 15];
-	}
-	out[2 * SB_HASH_LEN] = 0;
-}
-
-int sb_hash_parse(const char *hex, uint8_t hash[SB_HASH_LEN])
-{
-	for (int i = 0; i < 2 * SB_HASH_LEN; i++) {
-		char c = hex[i];
-		int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-		if (d < 0)
-			return sb_seterr(SB_ERR_INVAL, "'%.40s' is not a blob hash", hex);
-		hash[i / 2] = (uint8_t)(i % 2 ? hash[i / 2] << 4 | d : d);
-	}
-	if (hex[2 * SB_HASH_LEN])
-		return sb_seterr(SB_ERR_INVAL, "'%.40s' is not a blob hash", hex);
-	return SB_OK;
-}
-
-void sb_blob_hash(const void *data, size_t len, uint8_t hash[SB_HASH_LEN])
-{
-	XXH128_canonical_t c;
-
-	XXH128_canonicalFromHash(&c, XXH3_128bits(data, len));
-	memcpy(hash, c.digest, SB_HASH_LEN);
-}
-
-int sb_blob_put(sb_log *log, const void *data, size_t len, uint8_t hash[SB_HASH_LEN])
-{
-	MDB_txn *txn;
-	MDB_val k, v = {len, (void *)data};
-	int rc;
-
-	if (log->flags & SB_LOG_RDONLY)
-		return sb_seterr(SB_ERR_DENIED, "log opened read-only");
-	sb_blob_hash(data, len, hash);
-	k.mv_size = SB_HASH_LEN;
-	k.mv_data = hash;
-	if ((rc = mdb_txn_begin(log->env, NULL, 0, &txn)))
-		return sb_log_mdb_err(rc, "blob: begin");
-	rc = mdb_put(txn, log->blobs, &k, &v, MDB_NOOVERWRITE);
-	if (rc == MDB_KEYEXIST) {
-		mdb_txn_abort(txn);
-		return SB_OK;
-	}
-	if (rc) {
-		mdb_txn_abort(txn);
-		return sb_log_mdb_err(rc, "blob: put");
-	}
-	return sb_log_mdb_err(mdb_txn_commit(txn), "blob: commit");
-}
-
-int sb_blob_get(sb_log *log, const uint8_t hash[SB_HASH_LEN], void **data, size_t *len)
-{
-	MDB_txn *txn;
-	MDB_val k = {SB_HASH_LEN, (void *)hash}, v;
-	uint8_t got[SB_HASH_LEN];
-	char hex[SB_HASH_HEX];
-	int rc;
-
-	sb_hash_hex(hash, hex);
-	if ((rc = mdb_txn_begin(log->env, NULL, MDB_RDONLY, &txn)))
-		return sb_log_mdb_err(rc, "blob: read");
-	rc = mdb_get(txn, log->blobs, &k, &v);
-	if (rc) {
-		mdb_txn_abort(txn);
-		return rc == MDB_NOTFOUND ? sb_seterr(SB_ERR_NOTFOUND, "blob %s not found", hex)
-					  : sb_log_mdb_err(rc, "blob: read");
-	}
-	sb_blob_hash(v.mv_data, v.mv_size, got);
-	if (memcmp(got, hash, SB_HASH_LEN)) {
-		mdb_txn_abort(txn);
-		return sb_seterr(SB_ERR_CORRUPT, "blob %s fails its checksum", hex);
-	}
-	*data = malloc(v.mv_size ? v.mv_size : 1);
-	if (!*data) {
-		mdb_txn_abort(txn);
-		return SB_ERR_NOMEM;
-	}
-	memcpy(*data, v.mv_data, v.mv_size);
-	*len = v.mv_size;
-	mdb_txn_abort(txn);
-	return SB_OK;
 }

@@ -1,11 +1,11 @@
-/* log.h - the append-only event log and blob table (LMDB).
+/* log.h - the append-only event log (LMDB).
  *
  * One LMDB environment in the state directory holds:
- *   events   key: 8-byte big-endian global offset -> record (engine/record.h)
+ *   events   key: 8-byte big-endian global offset -> record (engine/log/record.h)
  *   runtail  key: run id -> its open index block (block no., offsets)
  *   runidx   key: run id, NUL, block no. -> 64 offsets (full blocks)
- *   blobs    key: 16-byte XXH3-128 of the content -> content
- *   meta     small named values (format version)
+ *   blobs, blobmap   the blob table (engine/log/blob.h)
+ *   meta     small named values: "version", the format (3)
  * Projections keep their own databases in the same environment
  * (projections/projection.h), so their state and checkpoints commit with
  * the same guarantees.
@@ -17,6 +17,10 @@
  * most about one commit's time) for the writers that commit just released,
  * so groups stay whole; a lone writer never waits.
  * Offsets start at 1 and grow by one per event; per-run sequences start at 1.
+ *
+ * A log of format 2 (blobs keyed by XXH3-128) is upgraded when it is opened
+ * for writing, in one transaction: its blobs are re-keyed (blob.h); no
+ * event is rewritten.
  */
 #ifndef SB_LOG_H
 #define SB_LOG_H
@@ -25,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/log/blob.h"
 #include "engine/log/event.h"
 
 typedef struct sb_log sb_log;
@@ -34,9 +39,26 @@ typedef struct sb_log_iter sb_log_iter;
 #define SB_LOG_NOSYNC 0x2 /* commits are not synced: benchmarks and tests only */
 
 /* Opens (creating if needed) the log in directory dir, which must exist.
- * Errors: SB_ERR_IO (LMDB or file error; detail says which), SB_ERR_NOMEM,
- * SB_ERR_CORRUPT (not a Sanbox log or a newer format). */
+ * Opened for writing, a log of format 2 is upgraded to format 3 first, in
+ * one transaction (sb_log_upgrade_get reports it); when that fails nothing
+ * is changed. Errors: SB_ERR_IO (LMDB or file error; detail says which),
+ * SB_ERR_NOMEM, SB_ERR_CORRUPT (not a Sanbox log, a format newer or older
+ * than this build reads, or a format-2 blob that does not match its key:
+ * the detail names the version or the blob), SB_ERR_STATE (a format-2 log
+ * opened read-only: the daemon upgrades it on its next start), SB_ERR_FULL
+ * (no room for the upgrade). */
 int sb_log_open(const char *dir, unsigned flags, sb_log **out);
+
+/* What sb_log_open did to bring the log to the current format. */
+struct sb_log_upgrade {
+	unsigned from, to; /* format versions */
+	uint64_t blobs;    /* blobs re-keyed */
+};
+
+/* Fills *u with the upgrade this handle's open made and returns 1, or
+ * returns 0 (and leaves *u alone) when the log already had the current
+ * format. */
+int sb_log_upgrade_get(sb_log *log, struct sb_log_upgrade *u);
 
 /* Closes the log. No appends or iterators may be in progress. */
 void sb_log_close(sb_log *log);
@@ -94,40 +116,23 @@ int sb_log_iter_next_record(sb_log_iter *it, struct sb_event *ev, const void **r
 /* Closes an iterator (NULL is fine). */
 void sb_log_iter_close(sb_log_iter *it);
 
-/* Blob keys: 16 bytes of XXH3-128, shown as 32 lowercase hex digits. */
-#define SB_HASH_LEN 16
-#define SB_HASH_HEX (2 * SB_HASH_LEN + 1)
-
-/* Stores data in the blob table (durably; a blob already there is not
- * written again) and writes its key to hash. Errors: SB_ERR_FULL, SB_ERR_IO,
- * SB_ERR_DENIED. */
+/* Stores data in the blob table (durably, in a group commit; a blob
+ * already there is not written again) and writes its key to hash.
+ * Errors: SB_ERR_FULL, SB_ERR_IO, SB_ERR_NOMEM, SB_ERR_DENIED. */
 int sb_blob_put(sb_log *log, const void *data, size_t len, uint8_t hash[SB_HASH_LEN]);
 
-/* Reads blob hash into a new buffer (*data, the caller frees) after checking
- * its content against the hash. Errors: SB_ERR_NOTFOUND, SB_ERR_CORRUPT,
- * SB_ERR_NOMEM, SB_ERR_IO. */
+/* Reads blob hash (a legacy key through the map, blob.h) into a new buffer
+ * (*data, the caller frees) after checking its content against its
+ * BLAKE2b-256 key. Errors: SB_ERR_NOTFOUND, SB_ERR_CORRUPT, SB_ERR_NOMEM,
+ * SB_ERR_IO. */
 int sb_blob_get(sb_log *log, const uint8_t hash[SB_HASH_LEN], void **data, size_t *len);
 
-/* A body for the blob table, stored with events by sb_log_append_blobs. */
-struct sb_blob {
-	const void *data;
-	size_t len;
-};
-
-/* Writes the blob key of len bytes of data (XXH3-128) into hash. */
-void sb_blob_hash(const void *data, size_t len, uint8_t hash[SB_HASH_LEN]);
-
-/* Like sb_log_append, and stores the nblobs blobs (keyed by sb_blob_hash;
- * one already there is kept) in the same commit: durable together, or
- * nothing is written. n may be 0. Errors: as sb_log_append. */
+/* Like sb_log_append, and stores the nblobs blobs (keyed by sb_blob_hash,
+ * computed by the calling thread before it queues; one already there is
+ * kept) in the same commit: durable together, or nothing is written. n may
+ * be 0. Errors: as sb_log_append. */
 int sb_log_append_blobs(sb_log *log, const struct sb_blob *blobs, size_t nblobs,
 			struct sb_event *evs, size_t n);
-
-/* Formats a hash as hex into out (SB_HASH_HEX bytes). */
-void sb_hash_hex(const uint8_t hash[SB_HASH_LEN], char out[SB_HASH_HEX]);
-
-/* Parses 32 hex digits into hash. Errors: SB_ERR_INVAL. */
-int sb_hash_parse(const char *hex, uint8_t hash[SB_HASH_LEN]);
 
 /* The LMDB environment, for projections that keep state beside the log. */
 MDB_env *sb_log_env(sb_log *log);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/error.h"
+#include "engine/log/blob.h"
 #include "engine/payload.h"
 
 #define HOST SB_FROM_HOST
@@ -59,16 +60,19 @@ const struct sb_event_schema *sb_schema_all(size_t *n)
 	return schema;
 }
 
+/* A blob key of the current format: 64 hex digits (legacy keys of 32 are
+ * read, never written). */
 static int is_hash(const msgpack_object *o)
 {
-	if (o->type != MSGPACK_OBJECT_STR || o->via.str.size != 32)
+	char hex[SB_HASH_HEX];
+	uint8_t h[SB_HASH_LEN];
+
+	if (o->type != MSGPACK_OBJECT_STR || o->via.str.size != 2 * SB_HASH_LEN)
 		return 0;
-	for (uint32_t i = 0; i < 32; i++) {
-		char c = o->via.str.ptr[i];
-		if (!(c >= '0' && c <= '9') && !(c >= 'a' && c <= 'f'))
-			return 0;
-	}
-	return 1;
+	memcpy(hex, o->via.str.ptr, 2 * SB_HASH_LEN);
+	hex[2 * SB_HASH_LEN] = 0;
+	/* a legacy key here is 32 digits cut short by a NUL */
+	return sb_hash_parse(hex, h) == SB_OK && !sb_hash_is_legacy(h);
 }
 
 static int type_ok(const msgpack_object *o, enum sb_ftype t)

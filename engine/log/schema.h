@@ -18,7 +18,7 @@ enum sb_ftype {
 	SB_F_BOOL,
 	SB_F_MAP,
 	SB_F_ARRAY,
-	SB_F_HASH, /* str of 32 lowercase hex digits: a blob key */
+	SB_F_HASH, /* str of 64 lowercase hex digits: a blob key (engine/log/blob.h) */
 };
 
 struct sb_field {

@@ -4,7 +4,9 @@
  * 150-character args string, about 190 bytes of payload, over 100 runs):
  * durable batched appends against raw LMDB puts of the same record bytes,
  * durable single-event appends from 1, 4 and 16 threads, replay (iterate and
- * decode) against a raw LMDB cursor walk, and a projection rebuild. Works in
+ * decode) against a raw LMDB cursor walk, and a projection rebuild; then
+ * the blob key's speed (BLAKE2b-256 over 1 MiB) and durable appends of an
+ * event with two 64 KiB bodies (a model call's record). Works in
  * a temporary directory under /tmp and removes it. Prints only lines
  * "bench NAME VALUE UNIT"; errors go to stderr with exit status 1.
  *
@@ -101,7 +103,7 @@ static void make_payloads(void)
 static void event_fill(struct sb_event *ev, uint64_t i)
 {
 	const msgpack_sbuffer *pl = &payloads[i % BATCH];
-	int rc = sb_event_init(ev, "agent.tool.completed", run_ids[i % RUNS], SB_SRC_GUEST,
+	int rc = sb_event_init(ev, "agent.tool.completed", run_ids[i % RUNS], SB_SRC_HARNESS,
 			       pl->data, pl->size);
 
 	if (rc)
@@ -350,13 +352,63 @@ static double bench_lmdb_replay(MDB_env *env)
 	return EVENTS / t;
 }
 
+/* bench blob.hash: sb_blob_hash over 1 MiB, in MiB/s. */
+static double bench_blob_hash(void)
+{
+	size_t len = 1u << 20;
+	uint8_t *buf = malloc(len), h[SB_HASH_LEN];
+	double t0, t;
+	int n = 0;
+
+	if (!buf)
+		die("blob hash", SB_ERR_NOMEM);
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(i * 131 + 7);
+	t0 = bench_now();
+	do {
+		buf[0] = (uint8_t)n++;
+		sb_blob_hash(buf, len, h);
+	} while ((t = bench_now() - t0) < 0.5);
+	free(buf);
+	return n / t;
+}
+
+/* bench log.append_blobs_64k: durable appends of one event with two
+ * distinct 64 KiB blobs, one writer, for a second. */
+static double bench_append_blobs(sb_log *log)
+{
+	size_t len = 64u << 10;
+	char *a = malloc(len), *b = malloc(len);
+	struct sb_blob bl[2] = {{a, len}, {b, len}};
+	struct sb_event ev;
+	uint64_t n = 0;
+	double t0, t;
+	int rc;
+
+	if (!a || !b)
+		die("append blobs", SB_ERR_NOMEM);
+	memset(a, 'q', len);
+	memset(b, 'r', len);
+	t0 = bench_now();
+	do {
+		memcpy(a, &n, sizeof n);
+		memcpy(b, &n, sizeof n);
+		event_fill(&ev, n++);
+		if ((rc = sb_log_append_blobs(log, bl, 2, &ev, 1)))
+			die("append blobs", rc);
+	} while ((t = bench_now() - t0) < 1.0);
+	free(a);
+	free(b);
+	return (double)n / t;
+}
+
 int main(void)
 {
 	sb_log *log, *clog;
 	sb_projector *p;
 	struct commit_total w[3] = {{.threads = 1}, {.threads = 4}, {.threads = 16}};
 	double append, put, rate[3], replay, raw_replay, t0, rebuild;
-	char *logdir, *rawdir, *commitdir;
+	char *logdir, *rawdir, *commitdir, *blobdir;
 	int rc;
 
 	if (!mkdtemp(tmpdir))
@@ -365,6 +417,7 @@ int main(void)
 	logdir = subdir("log");
 	rawdir = subdir("raw");
 	commitdir = subdir("commit");
+	blobdir = subdir("blobs");
 
 	if ((rc = sb_log_open(logdir, 0, &log)))
 		die("open", rc);
@@ -406,6 +459,12 @@ int main(void)
 	report("projections.rebuild", rebuild, "events/s");
 	sb_projector_close(p);
 	sb_log_close(log);
+
+	report("blob.hash", bench_blob_hash(), "MiB/s");
+	if ((rc = sb_log_open(blobdir, 0, &clog)))
+		die("open", rc);
+	report("log.append_blobs_64k", bench_append_blobs(clog), "appends/s");
+	sb_log_close(clog);
 	for (int i = 0; i < BATCH; i++)
 		msgpack_sbuffer_destroy(&payloads[i]);
 	cleanup();

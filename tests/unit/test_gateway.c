@@ -254,7 +254,7 @@ static char *blob_of(const struct ev *e, const char *key)
 	size_t len;
 	char *s;
 
-	assert_int_equal(sb_map_str(&e->p, key, hex, sizeof hex), 32);
+	assert_int_equal(sb_map_str(&e->p, key, hex, sizeof hex), 2 * SB_HASH_LEN);
 	assert_int_equal(sb_hash_parse(hex, h), SB_OK);
 	assert_int_equal(sb_blob_get(lg, h, &data, &len), SB_OK);
 	assert_non_null(s = malloc(len + 1));

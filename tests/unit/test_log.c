@@ -671,6 +671,178 @@ static void mdb_overwrite(sb_log *log, const char *name, const void *key, size_t
 	assert_int_equal(mdb_txn_commit(txn), 0);
 }
 
+/* Opens dir's LMDB environment by hand (no sb_log on it may be open: one
+ * process must not open an environment twice) and begins a transaction. */
+static int raw_open(const char *dir, MDB_txn **txn, unsigned flags)
+{
+	MDB_env *env;
+	int rc;
+
+	if ((rc = mdb_env_create(&env)))
+		return rc;
+	mdb_env_set_maxdbs(env, 32);
+	mdb_env_set_mapsize(env, 1u << 30);
+	if ((rc = mdb_env_open(env, dir, flags & MDB_RDONLY, 0600)) ||
+	    (rc = mdb_txn_begin(env, NULL, flags, txn))) {
+		mdb_env_close(env);
+		return rc;
+	}
+	return 0;
+}
+
+/* Commits (or aborts) a raw_open transaction and closes its environment. */
+static void raw_close(MDB_txn *txn, int commit)
+{
+	MDB_env *env = mdb_txn_env(txn);
+
+	if (commit)
+		assert_int_equal(mdb_txn_commit(txn), 0);
+	else
+		mdb_txn_abort(txn);
+	mdb_env_close(env);
+}
+
+static void raw_put(MDB_txn *txn, const char *db, const void *key, size_t klen, const void *val,
+		    size_t vlen)
+{
+	MDB_dbi dbi;
+	MDB_val k = {klen, (void *)key}, v = {vlen, (void *)val};
+
+	assert_int_equal(mdb_dbi_open(txn, db, MDB_CREATE, &dbi), 0);
+	assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
+}
+
+/* The XXH3-128 key of format 2, in 16 bytes and in 32 hex digits. */
+static void xxh3_key(const void *data, size_t len, uint8_t key[16], char hex[33])
+{
+	XXH128_canonical_t c;
+
+	XXH128_canonicalFromHash(&c, XXH3_128bits(data, len));
+	memcpy(key, c.digest, 16);
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", key[i]);
+}
+
+#define OLD_RUN "run-old"
+
+/* Builds in dir, by hand, a log as a build of format 2 left it: meta
+ * version 2; the n blobs under the XXH3-128 of their content (blob
+ * `damaged`, when < n, under the key of other content); one event at offset
+ * 1, seq 1 of OLD_RUN in events and the run index: an agent.message from
+ * the gateway whose request and response name blobs 0 and 1 by 32 hex
+ * digits. Writes each blob's hex key into hex[i] and the event's record
+ * into rec (the caller destroys it). */
+static void make_format2(const char *dir, const struct sb_blob *bl, size_t n, size_t damaged,
+			 char (*hex)[33], msgpack_sbuffer *rec)
+{
+	uint8_t key[16], be[8] = {0, 0, 0, 0, 0, 0, 0, 1}, tail[16] = {0};
+	msgpack_sbuffer pl;
+	msgpack_packer pk;
+	struct sb_event ev;
+	MDB_txn *txn;
+
+	assert_true(n >= 2);
+	assert_int_equal(raw_open(dir, &txn, 0), 0);
+	raw_put(txn, "meta", "version", 7, "\0\0\0\0\0\0\0\x02", 8);
+	for (size_t i = 0; i < n; i++) {
+		xxh3_key(i == damaged ? "other content" : bl[i].data,
+			 i == damaged ? 13 : bl[i].len, key, hex[i]);
+		raw_put(txn, "blobs", key, 16, bl[i].len ? bl[i].data : "", bl[i].len);
+	}
+	msgpack_sbuffer_init(&pl);
+	msgpack_packer_init(&pk, &pl, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 3);
+	sb_pack_kstr(&pk, "role", "assistant");
+	sb_pack_kstr(&pk, "request", hex[0]);
+	sb_pack_kstr(&pk, "response", hex[1]);
+	assert_int_equal(sb_event_init(&ev, "agent.message", OLD_RUN, SB_SRC_GATEWAY, pl.data,
+				       pl.size),
+			 SB_OK);
+	ev.offset = ev.seq = 1;
+	ev.ts_ns = 1700000000000000000ull;
+	msgpack_sbuffer_init(rec);
+	assert_int_equal(sb_record_encode(&ev, rec), SB_OK);
+	raw_put(txn, "events", be, 8, rec->data, rec->size);
+	tail[15] = 1; /* block 0, offsets {1} */
+	raw_put(txn, "runtail", OLD_RUN, strlen(OLD_RUN), tail, 16);
+	assert_int_equal(mdb_dbi_open(txn, "runidx", MDB_CREATE, &(MDB_dbi){0}), 0);
+	raw_close(txn, 1);
+	msgpack_sbuffer_destroy(&pl);
+}
+
+/* The number of entries of database db (-1 when it does not exist), with
+ * the smallest and largest key length into *kmin and *kmax. */
+static long raw_count(const char *dir, const char *db, size_t *kmin, size_t *kmax)
+{
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	long n = 0;
+
+	*kmin = SIZE_MAX;
+	*kmax = 0;
+	assert_int_equal(raw_open(dir, &txn, MDB_RDONLY), 0);
+	if (mdb_dbi_open(txn, db, 0, &dbi)) {
+		raw_close(txn, 0);
+		return -1;
+	}
+	assert_int_equal(mdb_cursor_open(txn, dbi, &cur), 0);
+	while (mdb_cursor_get(cur, &k, &v, n ? MDB_NEXT : MDB_FIRST) == 0) {
+		*kmin = k.mv_size < *kmin ? k.mv_size : *kmin;
+		*kmax = k.mv_size > *kmax ? k.mv_size : *kmax;
+		n++;
+	}
+	mdb_cursor_close(cur);
+	raw_close(txn, 0);
+	return n;
+}
+
+/* Reads the format version of the log in dir by hand. */
+static uint64_t raw_format(const char *dir)
+{
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_val k = {7, "version"}, v;
+	uint64_t fmt = 0;
+
+	assert_int_equal(raw_open(dir, &txn, MDB_RDONLY), 0);
+	assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+	assert_int_equal(mdb_get(txn, dbi, &k, &v), 0);
+	assert_int_equal(v.mv_size, 8);
+	for (int i = 0; i < 8; i++)
+		fmt = fmt << 8 | ((uint8_t *)v.mv_data)[i];
+	raw_close(txn, 0);
+	return fmt;
+}
+
+/* Reads string field name of ev's payload into buf. */
+static void payload_str(const struct sb_event *ev, const char *name, char *buf, size_t cap)
+{
+	msgpack_zone z;
+	msgpack_object o;
+
+	msgpack_zone_init(&z, 256);
+	assert_int_equal(sb_payload_parse(ev->payload, ev->payload_len, &z, &o), SB_OK);
+	assert_true(sb_map_str(&o, name, buf, cap) > 0);
+	msgpack_zone_destroy(&z);
+}
+
+/* Reads blob hex (32 or 64 digits) and asserts it holds want. */
+static void assert_blob_is(sb_log *log, const char *hex, const struct sb_blob *want)
+{
+	uint8_t h[SB_HASH_LEN];
+	void *got;
+	size_t len;
+
+	assert_int_equal(sb_hash_parse(hex, h), SB_OK);
+	assert_int_equal(sb_blob_get(log, h, &got, &len), SB_OK);
+	assert_int_equal(len, want->len);
+	if (len)
+		assert_memory_equal(got, want->data, len);
+	free(got);
+}
+
 /* A valid record stored under another offset's key is corrupt too; a
  * garbage value is reported with its offset. */
 static void test_corrupt_record_misplaced(void **state)
@@ -707,22 +879,74 @@ static void test_corrupt_record_misplaced(void **state)
 		batch_free(&b[i]);
 }
 
-/* A log of an unknown format version is refused on open. */
+/* A log of a format newer than this build, or older than format 2, is
+ * refused on open, naming the version; nothing is written to it. */
 static void test_format_version(void **state)
 {
 	struct fix *f = *state;
+	static const struct {
+		const char *ver;
+		const char *says;
+	} bad[] = {
+		{"\0\0\0\0\0\0\0\x63", "format 99 is newer"},
+		{"\0\0\0\0\0\0\0\x04", "format 4 is newer"},
+		{"\0\0\0\0\0\0\0\x01", "format 1 is older"},
+		{"\0\0\0\0\0\0\0\0", "malformed"},
+	};
 
-	mdb_overwrite(f->log, "meta", "version", 7, "\0\0\0\0\0\0\0\x63", 8);
-	sb_log_close(f->log);
-	f->log = NULL;
-	assert_int_equal(sb_log_open(f->dir, 0, &f->log), SB_ERR_CORRUPT);
-	f->log = NULL;
-	assert_int_equal(sb_log_open(f->dir, SB_LOG_RDONLY, &f->log), SB_ERR_CORRUPT);
-	f->log = NULL;
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		MDB_txn *txn;
+		MDB_dbi dbi;
+		MDB_val k = {7, "version"}, v;
+		int rc;
+
+		if (!f->log)
+			assert_int_equal(sb_log_open(f->dir, SB_LOG_NOSYNC, &f->log), SB_OK);
+		mdb_overwrite(f->log, "meta", "version", 7, bad[i].ver, 8);
+		sb_log_close(f->log);
+		f->log = NULL;
+		rc = sb_log_open(f->dir, 0, &f->log);
+		assert_int_equal(rc, SB_ERR_CORRUPT);
+		assert_null(f->log);
+		tu_errmsg_has(rc, bad[i].says);
+		assert_int_equal(sb_log_open(f->dir, SB_LOG_RDONLY, &f->log), SB_ERR_CORRUPT);
+		assert_null(f->log);
+		/* still the bad version: the refused open wrote nothing */
+		assert_int_equal(raw_open(f->dir, &txn, MDB_RDONLY), 0);
+		assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+		assert_int_equal(mdb_get(txn, dbi, &k, &v), 0);
+		assert_memory_equal(v.mv_data, bad[i].ver, 8);
+		raw_close(txn, 0);
+		/* back to the current format for the next round */
+		assert_int_equal(raw_open(f->dir, &txn, 0), 0);
+		assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+		v.mv_size = 8;
+		v.mv_data = "\0\0\0\0\0\0\0\x03";
+		assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
+		raw_close(txn, 1);
+	}
 }
 
-/* Blobs: round trip of several sizes, the key is the XXH3-128 of the
- * content, equal content is stored once, hex keys parse and print. */
+/* The blob key is BLAKE2b-256 (unkeyed, 32 bytes), as published for
+ * RFC 7693's "abc" and the empty message. */
+static void test_blob_hash_vector(void **state)
+{
+	uint8_t h[SB_HASH_LEN];
+	char hex[SB_HASH_HEX];
+
+	(void)state;
+	sb_blob_hash("abc", 3, h);
+	sb_hash_hex(h, hex);
+	assert_string_equal(hex, "bddd813c634239723171ef3fee98579b94964e3bb1cb3e427262c8c068d52319");
+	sb_blob_hash("", 0, h);
+	sb_hash_hex(h, hex);
+	assert_string_equal(hex, "0e5751c026e543b2e8ab2eb06099daa1d1e5df47778f7787faab45cdf12fe3a8");
+	assert_false(sb_hash_is_legacy(h));
+}
+
+/* Blobs: round trip of several sizes, the key is sb_blob_hash of the
+ * content and the table's key is those 32 bytes, equal content is stored
+ * once, hex keys parse and print. */
 static void test_blobs(void **state)
 {
 	static const size_t sizes[] = {0, 1, 4095, 4096, 100000, 3 << 20};
@@ -732,10 +956,12 @@ static void test_blobs(void **state)
 	MDB_txn *txn;
 	MDB_dbi dbi;
 	MDB_stat st;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	size_t seen = 0;
 
 	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
 		uint8_t *data = malloc(sizes[i] + 1);
-		XXH128_canonical_t c;
 		void *got;
 		size_t len;
 
@@ -743,8 +969,8 @@ static void test_blobs(void **state)
 		for (size_t j = 0; j < sizes[i]; j++)
 			data[j] = (uint8_t)(j * 7 + i);
 		assert_int_equal(sb_blob_put(f->log, data, sizes[i], h), SB_OK);
-		XXH128_canonicalFromHash(&c, XXH3_128bits(data, sizes[i]));
-		assert_memory_equal(h, c.digest, SB_HASH_LEN);
+		sb_blob_hash(data, sizes[i], h2);
+		assert_memory_equal(h, h2, SB_HASH_LEN);
 		assert_int_equal(sb_blob_put(f->log, data, sizes[i], h2), SB_OK);
 		assert_memory_equal(h, h2, SB_HASH_LEN);
 		assert_int_equal(sb_blob_get(f->log, h, &got, &len), SB_OK);
@@ -754,33 +980,85 @@ static void test_blobs(void **state)
 		free(got);
 
 		sb_hash_hex(h, hex);
-		assert_int_equal(strlen(hex), 32);
+		assert_int_equal(strlen(hex), 64);
+		assert_int_equal(strspn(hex, "0123456789abcdef"), 64);
 		assert_int_equal(sb_hash_parse(hex, back), SB_OK);
 		assert_memory_equal(back, h, SB_HASH_LEN);
 		free(data);
 	}
+	/* one entry per content, each under the BLAKE2b-256 of its value */
 	assert_int_equal(mdb_txn_begin(sb_log_env(f->log), NULL, MDB_RDONLY, &txn), 0);
 	assert_int_equal(mdb_dbi_open(txn, "blobs", 0, &dbi), 0);
 	assert_int_equal(mdb_stat(txn, dbi, &st), 0);
 	assert_int_equal(st.ms_entries, sizeof sizes / sizeof sizes[0]);
+	assert_int_equal(mdb_cursor_open(txn, dbi, &cur), 0);
+	while (mdb_cursor_get(cur, &k, &v, seen ? MDB_NEXT : MDB_FIRST) == 0) {
+		assert_int_equal(k.mv_size, SB_HASH_LEN);
+		sb_blob_hash(v.mv_data, v.mv_size, h2);
+		assert_memory_equal(k.mv_data, h2, SB_HASH_LEN);
+		seen++;
+	}
+	assert_int_equal(seen, st.ms_entries);
+	mdb_cursor_close(cur);
 	mdb_txn_abort(txn);
 
-	/* A hash nobody stored. */
+	/* A key nobody stored, and a legacy key in a log that never had one. */
 	h[0] ^= 1;
 	{
 		void *got = NULL;
 		size_t len;
 		assert_int_equal(sb_blob_get(f->log, h, &got, &len), SB_ERR_NOTFOUND);
 		assert_null(got);
+		assert_int_equal(sb_hash_parse("00112233445566778899aabbccddeeff", back), SB_OK);
+		assert_int_equal(sb_blob_get(f->log, back, &got, &len), SB_ERR_NOTFOUND);
+		tu_errmsg_has(SB_ERR_NOTFOUND, "00112233445566778899aabbccddeeff");
+		assert_null(got);
 	}
-	/* Hex parsing. */
-	assert_int_equal(sb_hash_parse("00112233445566778899aabbccddeeff", back), SB_OK);
-	assert_true(back[0] == 0x00 && back[1] == 0x11 && back[15] == 0xff);
-	assert_int_equal(sb_hash_parse("00112233445566778899aabbccddeef", back), SB_ERR_INVAL);
-	assert_int_equal(sb_hash_parse("00112233445566778899aabbccddeeff0", back), SB_ERR_INVAL);
-	assert_int_equal(sb_hash_parse("00112233445566778899AABBCCDDEEFF", back), SB_ERR_INVAL);
-	assert_int_equal(sb_hash_parse("0011223344556677889gaabbccddeeff", back), SB_ERR_INVAL);
-	assert_int_equal(sb_hash_parse("", back), SB_ERR_INVAL);
+}
+
+/* Hex keys: 64 digits, or 32 for a legacy key (its 16 bytes, then zeros,
+ * and printed back as 32); everything else is refused. */
+static void test_hash_parse(void **state)
+{
+	static const char *const bad[] = {
+		"",
+		"0",
+		"00112233445566778899aabbccddeef",   /* 31 */
+		"00112233445566778899aabbccddeeff0", /* 33 */
+		"00112233445566778899AABBCCDDEEFF",
+		"0011223344556677889gaabbccddeeff",
+		"00112233445566778899aabbccddeeff00112233445566778899aabbccddeef",   /* 63 */
+		"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff0", /* 65 */
+		"00112233445566778899aabbccddeeff00112233445566778899aabbccddee f",
+		"00112233445566778899aabbccddeeff00000000000000000000000000000000", /* reads as legacy */
+		" 0112233445566778899aabbccddeeff",
+		"00112233445566778899aabbccddeeff\n",
+	};
+	uint8_t h[SB_HASH_LEN], zero[SB_HASH_LEN - SB_HASH_LEGACY_LEN] = {0};
+	char hex[SB_HASH_HEX];
+
+	(void)state;
+	assert_int_equal(sb_hash_parse("00112233445566778899aabbccddeeff", h), SB_OK);
+	assert_true(h[0] == 0x00 && h[1] == 0x11 && h[15] == 0xff);
+	assert_memory_equal(h + SB_HASH_LEGACY_LEN, zero, sizeof zero);
+	assert_true(sb_hash_is_legacy(h));
+	sb_hash_hex(h, hex);
+	assert_string_equal(hex, "00112233445566778899aabbccddeeff");
+
+	assert_int_equal(
+		sb_hash_parse("ffeeddccbbaa99887766554433221100000000000000000000000000000000f0", h),
+		SB_OK);
+	assert_true(h[0] == 0xff && h[16] == 0 && h[31] == 0xf0);
+	assert_false(sb_hash_is_legacy(h));
+	sb_hash_hex(h, hex);
+	assert_string_equal(hex, "ffeeddccbbaa99887766554433221100000000000000000000000000000000f0");
+
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int rc = sb_hash_parse(bad[i], h);
+		if (rc != SB_ERR_INVAL)
+			fail_msg("'%s' parsed as a blob key", bad[i]);
+		tu_errmsg_has(rc, "not a blob key");
+	}
 }
 
 /* A blob damaged on disk, or replaced in the database, fails its check. */
@@ -812,6 +1090,186 @@ static void test_blob_corrupt(void **state)
 	mdb_overwrite(f->log, "blobs", h2, SB_HASH_LEN, "small One", 9);
 	assert_int_equal(sb_blob_get(f->log, h2, &got, &len), SB_ERR_CORRUPT);
 	free(data);
+}
+
+/* Four blobs as a gateway of format 2 stored them: a request, a response
+ * large enough for overflow pages, an empty body and a small one. */
+static void old_blobs(struct sb_blob *bl, char *big, size_t nbig)
+{
+	for (size_t i = 0; i < nbig; i++)
+		big[i] = (char)('A' + i % 23);
+	bl[0] = (struct sb_blob){"{\"model\":\"m\",\"messages\":[]}", 27};
+	bl[1] = (struct sb_blob){big, nbig};
+	bl[2] = (struct sb_blob){"", 0};
+	bl[3] = (struct sb_blob){"small", 5};
+}
+
+/* A format-2 log: refused read-only (naming what upgrades it), upgraded by
+ * a writable open in one step that re-keys every blob, keeps the old
+ * event's record byte for byte and its 32-digit references reading the
+ * same bytes; a second open does nothing; appends go on after it. */
+static void test_upgrade_format2(void **state)
+{
+	struct fix *f = *state;
+	char hex[4][33], got_hex[SB_HASH_HEX], *big = malloc(100000);
+	struct sb_blob bl[4];
+	struct sb_log_upgrade up = {0, 0, 0};
+	msgpack_sbuffer rec;
+	struct sb_event ev;
+	struct batch b;
+	sb_log_iter *it;
+	const void *r;
+	size_t rlen, kmin, kmax;
+	uint8_t h[SB_HASH_LEN];
+	int rc;
+
+	assert_non_null(big);
+	sb_log_close(f->log);
+	f->log = NULL;
+	tu_rmrf(f->dir);
+	f->dir = tu_tmpdir();
+	old_blobs(bl, big, 100000);
+	make_format2(f->dir, bl, 4, SIZE_MAX, hex, &rec);
+
+	/* read-only: refused, and nothing changes */
+	rc = sb_log_open(f->dir, SB_LOG_RDONLY, &f->log);
+	assert_int_equal(rc, SB_ERR_STATE);
+	assert_null(f->log);
+	tu_errmsg_has(rc, "format 2", "format 3", "sanboxd", "next start");
+	assert_true(raw_format(f->dir) == 2);
+	assert_int_equal(raw_count(f->dir, "blobs", &kmin, &kmax), 4);
+	assert_true(kmin == 16 && kmax == 16);
+	assert_int_equal(raw_count(f->dir, "blobmap", &kmin, &kmax), -1);
+
+	/* the writable open upgrades */
+	assert_int_equal(sb_log_open(f->dir, 0, &f->log), SB_OK);
+	assert_int_equal(sb_log_upgrade_get(f->log, &up), 1);
+	assert_true(up.from == 2 && up.to == 3 && up.blobs == 4);
+	assert_int_equal(sb_log_iter_open(f->log, 1, &it), SB_OK);
+	assert_int_equal(sb_log_iter_next_record(it, &ev, &r, &rlen), SB_OK);
+	assert_true(ev.offset == 1 && ev.seq == 1 && !strcmp(ev.run, OLD_RUN));
+	assert_int_equal(rlen, rec.size);
+	assert_memory_equal(r, rec.data, rlen); /* the record is untouched */
+	payload_str(&ev, "request", got_hex, sizeof got_hex);
+	assert_string_equal(got_hex, hex[0]);
+	assert_blob_is(f->log, got_hex, &bl[0]);
+	payload_str(&ev, "response", got_hex, sizeof got_hex);
+	assert_blob_is(f->log, got_hex, &bl[1]);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_END);
+	sb_log_iter_close(it);
+	for (int i = 0; i < 4; i++) {
+		assert_blob_is(f->log, hex[i], &bl[i]);
+		/* and under its new key */
+		sb_blob_hash(bl[i].data, bl[i].len, h);
+		sb_hash_hex(h, got_hex);
+		assert_blob_is(f->log, got_hex, &bl[i]);
+	}
+	/* the log goes on: the run's next event is seq 2, new blobs are new */
+	batch_make(&b, 1, (const char *const[]){OLD_RUN}, 1, 0, "after");
+	assert_int_equal(sb_log_append_blobs(f->log, &(struct sb_blob){"new body", 8}, 1, b.evs, 1),
+			 SB_OK);
+	assert_true(b.evs[0].offset == 2 && b.evs[0].seq == 2);
+	sb_log_close(f->log);
+	f->log = NULL;
+
+	/* on disk: blobs under 32-byte keys only, the map, format 3 */
+	assert_true(raw_format(f->dir) == 3);
+	assert_int_equal(raw_count(f->dir, "blobs", &kmin, &kmax), 5);
+	assert_true(kmin == 32 && kmax == 32);
+	assert_int_equal(raw_count(f->dir, "blobmap", &kmin, &kmax), 4);
+	assert_true(kmin == 16 && kmax == 16);
+
+	/* a second open does nothing; read-only works now */
+	assert_int_equal(sb_log_open(f->dir, 0, &f->log), SB_OK);
+	assert_int_equal(sb_log_upgrade_get(f->log, &up), 0);
+	reopen(f, SB_LOG_RDONLY);
+	assert_int_equal(sb_log_upgrade_get(f->log, &up), 0);
+	for (int i = 0; i < 4; i++)
+		assert_blob_is(f->log, hex[i], &bl[i]);
+	assert_int_equal(sb_log_iter_open_run(f->log, OLD_RUN, 1, &it), SB_OK);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	assert_true(ev.seq == 1 && ev.offset == 1);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	assert_true(ev.seq == 2 && ev.offset == 2);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_END);
+	sb_log_iter_close(it);
+	reopen(f, 0);
+
+	/* a damaged map entry, and damaged content behind a legacy key */
+	{
+		uint8_t old[16], key[SB_HASH_LEN];
+		void *got = NULL;
+		size_t len;
+
+		assert_int_equal(sb_hash_parse(hex[3], h), SB_OK);
+		memcpy(old, h, 16);
+		mdb_overwrite(f->log, "blobmap", old, 16, "short", 5);
+		rc = sb_blob_get(f->log, h, &got, &len);
+		assert_int_equal(rc, SB_ERR_CORRUPT);
+		tu_errmsg_has(rc, hex[3], "map entry");
+		assert_null(got);
+		assert_int_equal(sb_hash_parse(hex[0], h), SB_OK);
+		sb_blob_hash(bl[0].data, bl[0].len, key);
+		mdb_overwrite(f->log, "blobs", key, SB_HASH_LEN, "{\"model\":\"M\",\"messages\":[]}", 27);
+		rc = sb_blob_get(f->log, h, &got, &len);
+		assert_int_equal(rc, SB_ERR_CORRUPT);
+		tu_errmsg_has(rc, hex[0], "checksum");
+		assert_null(got);
+	}
+	batch_free(&b);
+	msgpack_sbuffer_destroy(&rec);
+	free(big);
+}
+
+/* A format-2 blob whose content does not match its key, or a key of
+ * another length, stops the upgrade with an error naming it, and the log
+ * is left exactly as it was. */
+static void test_upgrade_refused(void **state)
+{
+	struct fix *f = *state;
+	char hex[4][33], *big = malloc(5000);
+	struct sb_blob bl[4];
+	msgpack_sbuffer rec;
+	size_t kmin, kmax;
+	MDB_txn *txn;
+	int rc;
+
+	assert_non_null(big);
+	sb_log_close(f->log);
+	f->log = NULL;
+	tu_rmrf(f->dir);
+	f->dir = tu_tmpdir();
+	old_blobs(bl, big, 5000);
+	make_format2(f->dir, bl, 4, 2, hex, &rec); /* blob 2 is under another's key */
+	for (int round = 0; round < 2; round++) {
+		rc = sb_log_open(f->dir, 0, &f->log);
+		assert_int_equal(rc, SB_ERR_CORRUPT);
+		assert_null(f->log);
+		tu_errmsg_has(rc, "upgrade", hex[2], "does not match its XXH3-128 key");
+		assert_true(raw_format(f->dir) == 2);
+		assert_int_equal(raw_count(f->dir, "blobs", &kmin, &kmax), 4);
+		assert_true(kmin == 16 && kmax == 16);
+		assert_int_equal(raw_count(f->dir, "blobmap", &kmin, &kmax), -1);
+		assert_int_equal(raw_count(f->dir, "events", &kmin, &kmax), 1);
+	}
+	msgpack_sbuffer_destroy(&rec);
+
+	/* a good table but for one 32-byte key */
+	tu_rmrf(f->dir);
+	f->dir = tu_tmpdir();
+	make_format2(f->dir, bl, 4, SIZE_MAX, hex, &rec);
+	assert_int_equal(raw_open(f->dir, &txn, 0), 0);
+	raw_put(txn, "blobs", "0123456789abcdef0123456789abcdef", 32, "x", 1);
+	raw_close(txn, 1);
+	rc = sb_log_open(f->dir, 0, &f->log);
+	assert_int_equal(rc, SB_ERR_CORRUPT);
+	assert_null(f->log);
+	tu_errmsg_has(rc, "key of 32 bytes");
+	assert_true(raw_format(f->dir) == 2);
+	assert_int_equal(raw_count(f->dir, "blobs", &kmin, &kmax), 5);
+	assert_int_equal(raw_count(f->dir, "blobmap", &kmin, &kmax), -1);
+	msgpack_sbuffer_destroy(&rec);
+	free(big);
 }
 
 /* Group commit: many threads appending single durable events. */
@@ -1135,7 +1593,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_run_iter_blocks, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_runs_one_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_iter_records, setup, teardown),
+		cmocka_unit_test(test_blob_hash_vector),
+		cmocka_unit_test(test_hash_parse),
 		cmocka_unit_test_setup_teardown(test_blobs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_upgrade_format2, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_upgrade_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_append_blobs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_blob_corrupt, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),

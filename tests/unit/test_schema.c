@@ -19,9 +19,14 @@ static const char *const kind_names[] = {"str", "uint", "int", "bool", "map", "a
 /* Packs wrong value number i for kind t; returns 0 when there is none. */
 static int pack_wrong(msgpack_packer *pk, enum sb_ftype t, int i)
 {
-	static const char hex31[] = "0123456789abcdef0123456789abcde";
-	static const char hex32up[] = "0123456789ABCDEF0123456789abcdef";
-	static const char hex32g[] = "0123456789abcdeg0123456789abcdef";
+	/* blob keys: 64 lowercase hex digits, and near misses */
+	static const char hex63[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde";
+	static const char hex64up[] = "0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef";
+	static const char hex64g[] = "0123456789abcdeg0123456789abcdef0123456789abcdef0123456789abcdef";
+	static const char hex65[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0";
+	static const char hex64z[] = "0123456789abcdef0123456789abcdef00000000000000000000000000000000";
+	static const char hex64nul[] = "0123456789abcdef0123456789abcdef\0" "123456789abcdef0123456789abcdef";
+	static const char legacy32[] = "0123456789abcdef0123456789abcdef";
 
 	switch (i) {
 	case 0: /* nil is never any kind */
@@ -50,13 +55,13 @@ static int pack_wrong(msgpack_packer *pk, enum sb_ftype t, int i)
 		else if (t == SB_F_INT)
 			msgpack_pack_true(pk);
 		else {
-			msgpack_pack_bin(pk, 32);
-			msgpack_pack_bin_body(pk, hex32up, 32);
+			msgpack_pack_bin(pk, 64);
+			msgpack_pack_bin_body(pk, hex65, 64); /* good digits, as bin */
 		}
 		return 1;
 	case 4:
 		if (t == SB_F_HASH)
-			msgpack_pack_str_with_body(pk, hex31, 31);
+			msgpack_pack_str_with_body(pk, hex63, 63);
 		else if (t == SB_F_UINT || t == SB_F_INT)
 			msgpack_pack_float(pk, 2.0f);
 		else if (t == SB_F_STR)
@@ -65,20 +70,20 @@ static int pack_wrong(msgpack_packer *pk, enum sb_ftype t, int i)
 			return 0;
 		return 1;
 	case 5:
-		if (t != SB_F_HASH)
-			return 0;
-		msgpack_pack_str_with_body(pk, hex32up, 32);
-		return 1;
 	case 6:
-		if (t != SB_F_HASH)
-			return 0;
-		msgpack_pack_str_with_body(pk, hex32g, 32);
-		return 1;
 	case 7:
+	case 8:
+	case 9:
+	case 10: {
+		/* mixed case, a non-hex digit, 65 digits, a legacy key (read,
+		 * never written), 64 ending in 32 zeros, a NUL inside */
+		static const char *const bad[] = {hex64up, hex64g, hex65, legacy32, hex64z, hex64nul};
+		static const size_t len[] = {64, 64, 65, 32, 64, 64};
 		if (t != SB_F_HASH)
 			return 0;
-		msgpack_pack_str_with_body(pk, "0123456789abcdef0123456789abcdef0", 33);
+		msgpack_pack_str_with_body(pk, bad[i - 5], len[i - 5]);
 		return 1;
+	}
 	}
 	return 0;
 }

@@ -70,7 +70,7 @@ static inline void tu_json(msgpack_sbuffer *sb, const char *js)
 /* Packs a value of kind t that the schema accepts. */
 static inline void tu_pack_good(msgpack_packer *pk, enum sb_ftype t, unsigned salt)
 {
-	char hex[33];
+	char hex[64];
 
 	switch (t) {
 	case SB_F_STR: sb_pack_str(pk, salt % 2 ? "value" : "another value"); break;
@@ -87,9 +87,9 @@ static inline void tu_pack_good(msgpack_packer *pk, enum sb_ftype t, unsigned sa
 		msgpack_pack_uint8(pk, 2);
 		break;
 	case SB_F_HASH:
-		for (int i = 0; i < 32; i++)
+		for (int i = 0; i < 64; i++)
 			hex[i] = "0123456789abcdef"[(i + salt) % 16];
-		msgpack_pack_str_with_body(pk, hex, 32);
+		msgpack_pack_str_with_body(pk, hex, 64);
 		break;
 	}
 }
