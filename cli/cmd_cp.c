@@ -31,8 +31,8 @@ static int cp_create(const char *at, const char *name, sb_fsread *f, const char 
 		fd = open(at, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
 			  (mode_t)(e->mode & 0777));
 	if (fd < 0)
-		return sb_seterr(errno == EEXIST ? SB_ERR_EXISTS : SB_ERR_IO, "%s: %s", name,
-				 strerror(errno));
+		return sb_seterr(errno == EEXIST ? SB_ERR_EXISTS : SB_ERR_IO, "%s: %s",
+				 name, strerror(errno));
 	if (e->type == SB_FS_SYMLINK)
 		return SB_OK;
 	rc = sb_fsread_read_fd(f, gp, fd);
@@ -55,8 +55,8 @@ static int cp_place(const char *dest, int force, sb_fsread *f, const char *gp,
 	if (!force)
 		return cp_create(dest, dest, f, gp, e);
 	for (unsigned i = 0; i < 100 && rc == SB_ERR_EXISTS; i++) {
-		if ((size_t)snprintf(tmp, sizeof tmp, "%s.sanbox-%d-%u", dest, (int)getpid(), i) >=
-		    sizeof tmp)
+		if ((size_t)snprintf(tmp, sizeof tmp, "%s.sanbox-%d-%u", dest,
+				     (int)getpid(), i) >= sizeof tmp)
 			return sb_seterr(SB_ERR_INVAL, "%s: name too long", dest);
 		rc = cp_create(tmp, dest, f, gp, e);
 	}

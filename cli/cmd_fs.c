@@ -16,7 +16,11 @@
 
 void cli_guest_path(const char *p, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "%s%s", p[0] == '/' ? "" : p[0] ? "/workspace/" : "/workspace", p);
+	snprintf(buf, cap, "%s%s",
+		 p[0] == '/' ? ""
+		 : p[0]	     ? "/workspace/"
+			     : "/workspace",
+		 p);
 }
 
 int cli_fs_fail(int rc)
@@ -25,7 +29,8 @@ int cli_fs_fail(int rc)
 	char *esc = cli_text_escape_dup(msg, strlen(msg));
 
 	/* a missing qemu-nbd is not an unavailable daemon (exit 4) */
-	rc = cli_fail(rc == SB_ERR_UNAVAIL ? SB_ERR_IO : rc, "%s", esc ? esc : "out of memory");
+	rc = cli_fail(rc == SB_ERR_UNAVAIL ? SB_ERR_IO : rc, "%s",
+		      esc ? esc : "out of memory");
 	free(esc);
 	return rc;
 }
@@ -49,18 +54,22 @@ int cli_fs_open(const char *want, sb_fsread **out)
 int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why)
 {
 	static const char *what[] = {
-		[SB_FS_UNKNOWN] = "of no known type", [SB_FS_FILE] = "a regular file",
-		[SB_FS_DIR] = "a directory",	      [SB_FS_SYMLINK] = "a symlink",
-		[SB_FS_FIFO] = "a FIFO",	      [SB_FS_SOCKET] = "a socket",
-		[SB_FS_CHAR] = "a character device",  [SB_FS_BLOCK] = "a block device",
+	    [SB_FS_UNKNOWN] = "of no known type",
+	    [SB_FS_FILE] = "a regular file",
+	    [SB_FS_DIR] = "a directory",
+	    [SB_FS_SYMLINK] = "a symlink",
+	    [SB_FS_FIFO] = "a FIFO",
+	    [SB_FS_SOCKET] = "a socket",
+	    [SB_FS_CHAR] = "a character device",
+	    [SB_FS_BLOCK] = "a block device",
 	};
 	char *p = cli_text_escape_dup(path, strlen(path));
 	char *t = e->target ? cli_text_escape_dup(e->target, e->target_len) : NULL;
 	int rc;
 
 	if (e->type == SB_FS_SYMLINK)
-		rc = cli_fail(SB_ERR_INVAL, "%s is a symlink to %s%s", p ? p : "?", t ? t : "?",
-			      why ? why : "");
+		rc = cli_fail(SB_ERR_INVAL, "%s is a symlink to %s%s", p ? p : "?",
+			      t ? t : "?", why ? why : "");
 	else
 		rc = cli_fail(SB_ERR_INVAL, "%s is %s%s", p ? p : "?", what[e->type],
 			      why ? why : "");
@@ -149,7 +158,8 @@ static int fs_cmp(const void *a, const void *b)
 {
 	const struct sb_fs_entry *x = &((const struct fs_ent *)a)->e,
 				 *y = &((const struct fs_ent *)b)->e;
-	int c = memcmp(x->name, y->name, x->name_len < y->name_len ? x->name_len : y->name_len);
+	int c = memcmp(x->name, y->name,
+		       x->name_len < y->name_len ? x->name_len : y->name_len);
 
 	return c ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
 }
@@ -158,9 +168,9 @@ static int fs_cmp(const void *a, const void *b)
 static void fs_mode(const struct sb_fs_entry *e, char out[11])
 {
 	static const char types[] = {
-		[SB_FS_UNKNOWN] = '?', [SB_FS_FILE] = '-', [SB_FS_DIR] = 'd',
-		[SB_FS_SYMLINK] = 'l', [SB_FS_FIFO] = 'p', [SB_FS_SOCKET] = 's',
-		[SB_FS_CHAR] = 'c',    [SB_FS_BLOCK] = 'b',
+	    [SB_FS_UNKNOWN] = '?', [SB_FS_FILE] = '-',	[SB_FS_DIR] = 'd',
+	    [SB_FS_SYMLINK] = 'l', [SB_FS_FIFO] = 'p',	[SB_FS_SOCKET] = 's',
+	    [SB_FS_CHAR] = 'c',	   [SB_FS_BLOCK] = 'b',
 	};
 	uint32_t m = e->mode;
 
@@ -190,10 +200,11 @@ static void fs_print_text(const struct sb_fs_entry *e)
 	fs_mode(e, mode);
 	if (gmtime_r(&t, &tm))
 		strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
-	printf("%s %5u %5u %12llu %s %s", mode, e->uid, e->gid, (unsigned long long)e->size, when,
-	       name ? name : "?");
+	printf("%s %5u %5u %12llu %s %s", mode, e->uid, e->gid,
+	       (unsigned long long)e->size, when, name ? name : "?");
 	if (e->type == SB_FS_SYMLINK) {
-		char *to = e->target ? cli_text_escape_dup(e->target, e->target_len) : NULL;
+		char *to =
+		    e->target ? cli_text_escape_dup(e->target, e->target_len) : NULL;
 		printf(" -> %s", to ? to : "(unreadable)");
 		free(to);
 	}
@@ -228,10 +239,10 @@ static int fs_json_bytes(json_t *o, const char *key, const char *s, size_t len)
 
 static json_t *fs_json(const struct sb_fs_entry *e)
 {
-	json_t *o = json_pack("{s:s,s:i,s:I,s:I,s:I,s:I}", "type", sb_fs_type_name(e->type),
-			      "mode", (int)e->mode, "uid", (json_int_t)e->uid, "gid",
-			      (json_int_t)e->gid, "size", (json_int_t)e->size, "mtime",
-			      (json_int_t)e->mtime);
+	json_t *o = json_pack("{s:s,s:i,s:I,s:I,s:I,s:I}", "type",
+			      sb_fs_type_name(e->type), "mode", (int)e->mode, "uid",
+			      (json_int_t)e->uid, "gid", (json_int_t)e->gid, "size",
+			      (json_int_t)e->size, "mtime", (json_int_t)e->mtime);
 
 	if (!o)
 		return NULL;

@@ -87,7 +87,8 @@ size_t cli_text_escape(const void *s, size_t len, char *out, size_t cap)
 		} else if (b[i] == '\t') {
 			text_put(&o, "\\t", 2);
 			i++;
-		} else if (b[i] < 0x20 || b[i] == 0x7f || !(n = text_utf8_next(b + i, len - i, &cp))) {
+		} else if (b[i] < 0x20 || b[i] == 0x7f ||
+			   !(n = text_utf8_next(b + i, len - i, &cp))) {
 			text_hex(&o, b[i++]);
 		} else if (cp >= 0x80 && cp <= 0x9f) {
 			for (size_t k = 0; k < n; k++)

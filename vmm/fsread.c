@@ -23,7 +23,7 @@
 
 #include "engine/error.h"
 
-#define FSR_CHUNK 65536
+#define FSR_CHUNK   65536
 #define FSR_NBD_MAX (32u << 20) /* one nbd_pread; libnbd allows 64 MiB */
 
 /* The NBD export, shared by the handle (which owns it) and the io_channel
@@ -54,7 +54,8 @@ static int fsr_err(sb_fsread *f, errcode_t e, const char *what)
 	case EXT2_ET_FILE_NOT_FOUND:
 		return sb_seterr(SB_ERR_NOTFOUND, "%s: no such file or directory", what);
 	case EXT2_ET_NO_MEMORY: return sb_seterr(SB_ERR_NOMEM, "%s: out of memory", what);
-	case EIO: return sb_seterr(SB_ERR_IO, "%s: reading the disk: %s", what, f->dev.err);
+	case EIO:
+		return sb_seterr(SB_ERR_IO, "%s: reading the disk: %s", what, f->dev.err);
 	case EXT2_ET_SHORT_READ:
 		return sb_seterr(SB_ERR_IO, "%s: %s (is the disk truncated?)", what,
 				 error_message(e));
@@ -111,7 +112,8 @@ static errcode_t fsr_io_read_blk64(io_channel ch, unsigned long long block, int 
 	return 0;
 }
 
-static errcode_t fsr_io_read_blk(io_channel ch, unsigned long block, int count, void *data)
+static errcode_t fsr_io_read_blk(io_channel ch, unsigned long block, int count,
+				 void *data)
 {
 	return fsr_io_read_blk64(ch, block, count, data);
 }
@@ -145,18 +147,18 @@ static errcode_t fsr_io_get_stats(io_channel ch, io_stats *stats)
 }
 
 static struct struct_io_manager fsr_io_manager = {
-	.magic = EXT2_ET_MAGIC_IO_MANAGER,
-	.name = "sanbox NBD I/O manager",
-	.open = fsr_io_open,
-	.close = fsr_io_close,
-	.set_blksize = fsr_io_set_blksize,
-	.read_blk = fsr_io_read_blk,
-	.write_blk = fsr_io_write_blk,
-	.flush = fsr_io_flush,
-	.set_option = fsr_io_set_option,
-	.get_stats = fsr_io_get_stats,
-	.read_blk64 = fsr_io_read_blk64,
-	.write_blk64 = fsr_io_write_blk64,
+    .magic = EXT2_ET_MAGIC_IO_MANAGER,
+    .name = "sanbox NBD I/O manager",
+    .open = fsr_io_open,
+    .close = fsr_io_close,
+    .set_blksize = fsr_io_set_blksize,
+    .read_blk = fsr_io_read_blk,
+    .write_blk = fsr_io_write_blk,
+    .flush = fsr_io_flush,
+    .set_option = fsr_io_set_option,
+    .get_stats = fsr_io_get_stats,
+    .read_blk64 = fsr_io_read_blk64,
+    .write_blk64 = fsr_io_write_blk64,
 };
 
 /* name is "sanbox-nbd:%p" of the struct fsr_dev, as unixfd_io_manager's
@@ -244,7 +246,8 @@ static int fsr_dev_connect(struct fsr_dev *d, const char *layer)
 	int64_t size;
 
 	if (!opts || !(d->nbd = nbd_create())) {
-		rc = sb_seterr(SB_ERR_NOMEM, "%s", opts ? nbd_get_error() : "out of memory");
+		rc = sb_seterr(SB_ERR_NOMEM, "%s",
+			       opts ? nbd_get_error() : "out of memory");
 		goto fail;
 	}
 	null = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -272,10 +275,13 @@ static int fsr_dev_connect(struct fsr_dev *d, const char *layer)
 	if (r < 0) {
 		char child[512], *why;
 		fsr_child_error(errfd, child, sizeof child);
-		if (!strcmp(child, "No such file or directory") || !strcmp(child, "Permission denied"))
-			rc = sb_seterr(SB_ERR_UNAVAIL, "cannot run qemu-nbd: %s (install qemu-utils)",
+		if (!strcmp(child, "No such file or directory") ||
+		    !strcmp(child, "Permission denied"))
+			rc = sb_seterr(SB_ERR_UNAVAIL,
+				       "cannot run qemu-nbd: %s (install qemu-utils)",
 				       child);
-		else if ((why = strstr(child, "': ")) && !strncmp(child, "Failed to blk_new_open", 22))
+		else if ((why = strstr(child, "': ")) &&
+			 !strncmp(child, "Failed to blk_new_open", 22))
 			rc = sb_seterr(SB_ERR_IO, "%s: %s", layer, why + 3);
 		else
 			rc = sb_seterr(SB_ERR_IO, "qemu-nbd: %s", child[0] ? child : msg);
@@ -311,8 +317,8 @@ int sb_fsread_open(const char *layer, sb_fsread **out)
 	int rc;
 
 	if (access(layer, R_OK))
-		return sb_seterr(errno == ENOENT ? SB_ERR_NOTFOUND : SB_ERR_IO, "%s: %s", layer,
-				 strerror(errno));
+		return sb_seterr(errno == ENOENT ? SB_ERR_NOTFOUND : SB_ERR_IO, "%s: %s",
+				 layer, strerror(errno));
 	initialize_ext2_error_table();
 	if (!(f = calloc(1, sizeof *f)) || !(f->chunk = malloc(FSR_CHUNK))) {
 		rc = SB_ERR_NOMEM;
@@ -321,7 +327,8 @@ int sb_fsread_open(const char *layer, sb_fsread **out)
 	if ((rc = fsr_dev_connect(&f->dev, layer)))
 		goto fail;
 	snprintf(name, sizeof name, "sanbox-nbd:%p", (void *)&f->dev);
-	if ((e = ext2fs_open2(name, NULL, EXT2_FLAG_64BITS, 0, 0, &fsr_io_manager, &f->fs))) {
+	if ((e = ext2fs_open2(name, NULL, EXT2_FLAG_64BITS, 0, 0, &fsr_io_manager,
+			      &f->fs))) {
 		f->fs = NULL;
 		rc = fsr_err(f, e, "no ext4 file system on the disk");
 		goto fail;
@@ -416,7 +423,8 @@ static int fsr_inline_ok(sb_fsread *f, ext2_ino_t ino, const struct ext2_inode_l
 
 /* Reads the target of symlink ino into f->target (NUL-terminated), its
  * length into *len. Errors: SB_ERR_CORRUPT, SB_ERR_IO. */
-static int fsr_target(sb_fsread *f, ext2_ino_t ino, struct ext2_inode_large *in, size_t *len)
+static int fsr_target(sb_fsread *f, ext2_ino_t ino, struct ext2_inode_large *in,
+		      size_t *len)
 {
 	struct ext2_inode *i = (struct ext2_inode *)in;
 	uint64_t size = EXT2_I_SIZE(i);
@@ -457,7 +465,8 @@ static void fsr_entry(sb_fsread *f, ext2_ino_t ino, struct ext2_inode_large *in,
 
 	/* the epoch bits of i_mtime_extra, where the inode is large enough */
 	if (EXT2_INODE_SIZE(f->fs->super) > EXT2_GOOD_OLD_INODE_SIZE &&
-	    have >= offsetof(struct ext2_inode_large, i_mtime_extra) + sizeof in->i_mtime_extra)
+	    have >= offsetof(struct ext2_inode_large, i_mtime_extra) +
+			sizeof in->i_mtime_extra)
 		mtime += (int64_t)(in->i_mtime_extra & EXT4_EPOCH_MASK) << 32;
 	e->type = fsr_type(i->i_mode);
 	e->mode = i->i_mode & 07777;
@@ -488,7 +497,8 @@ static int fsr_resolve(sb_fsread *f, const char *path, ext2_ino_t *ino,
 
 	if (path[0] != '/' || plen >= SB_FS_PATH_MAX)
 		return sb_seterr(SB_ERR_INVAL, "%s: %s", path,
-				 path[0] != '/' ? "not an absolute path" : "path too long");
+				 path[0] != '/' ? "not an absolute path"
+						: "path too long");
 	if (!(rest = malloc(cap)))
 		return SB_ERR_NOMEM;
 	memcpy(rest, path, plen + 1);
@@ -515,7 +525,8 @@ static int fsr_resolve(sb_fsread *f, const char *path, ext2_ino_t *ino,
 			p++;
 		last = !*p;
 		if (nlen > EXT2_NAME_LEN) {
-			rc = sb_seterr(SB_ERR_NOTFOUND, "%s: no such file or directory", path);
+			rc = sb_seterr(SB_ERR_NOTFOUND, "%s: no such file or directory",
+				       path);
 			goto fail;
 		}
 		if (fsr_type(in->i_mode) != SB_FS_DIR) {
@@ -525,7 +536,8 @@ static int fsr_resolve(sb_fsread *f, const char *path, ext2_ino_t *ino,
 		dir = cur;
 		if (nlen == 1 && name[0] == '.') {
 			/* stays */
-		} else if (nlen == 2 && name[0] == '.' && name[1] == '.' && cur == EXT2_ROOT_INO) {
+		} else if (nlen == 2 && name[0] == '.' && name[1] == '.' &&
+			   cur == EXT2_ROOT_INO) {
 			/* the guest's root is its own parent */
 		} else if ((e = ext2fs_lookup(f->fs, cur, name, (int)nlen, NULL, &cur))) {
 			rc = fsr_err(f, e, path);
@@ -539,7 +551,8 @@ static int fsr_resolve(sb_fsread *f, const char *path, ext2_ino_t *ino,
 			continue;
 		/* a symlink on the way: its target, then what is left */
 		if (++links > SB_FS_LINKS_MAX) {
-			rc = sb_seterr(SB_ERR_INVAL, "%s: too many levels of symbolic links", path);
+			rc = sb_seterr(SB_ERR_INVAL,
+				       "%s: too many levels of symbolic links", path);
 			goto fail;
 		}
 		if ((rc = fsr_target(f, cur, in, &tlen)))
@@ -576,7 +589,8 @@ int sb_fsread_stat(sb_fsread *f, const char *path, struct sb_fs_entry *out)
 	out->name_len = strlen(f->name);
 	fsr_entry(f, ino, &in, out);
 	if (out->type == SB_FS_SYMLINK && !out->target)
-		return sb_seterr(SB_ERR_CORRUPT, "%s: cannot read the symlink's target", path);
+		return sb_seterr(SB_ERR_CORRUPT, "%s: cannot read the symlink's target",
+				 path);
 	return SB_OK;
 }
 
@@ -590,7 +604,8 @@ int sb_fsread_readlink(sb_fsread *f, const char *path, char *buf, size_t cap, si
 	if (e.type != SB_FS_SYMLINK)
 		return sb_seterr(SB_ERR_INVAL, "%s: not a symlink", path);
 	if (e.target_len >= cap)
-		return sb_seterr(SB_ERR_TOOBIG, "%s: target of %zu bytes", path, e.target_len);
+		return sb_seterr(SB_ERR_TOOBIG, "%s: target of %zu bytes", path,
+				 e.target_len);
 	memcpy(buf, e.target, e.target_len + 1);
 	*len = e.target_len;
 	return SB_OK;

@@ -24,8 +24,8 @@
 
 typedef struct sb_fsread sb_fsread;
 
-#define SB_FS_LINKS_MAX 40     /* symlinks followed while resolving one path */
-#define SB_FS_PATH_MAX 4096    /* longest path, and longest symlink target + 1 */
+#define SB_FS_LINKS_MAX 40   /* symlinks followed while resolving one path */
+#define SB_FS_PATH_MAX	4096 /* longest path, and longest symlink target + 1 */
 
 enum sb_fs_type {
 	SB_FS_UNKNOWN = 0, /* the inode cannot be read or has no known type */
@@ -41,13 +41,13 @@ enum sb_fs_type {
 /* One directory entry or looked-up path (lstat-like: a symlink describes
  * itself). */
 struct sb_fs_entry {
-	const char *name;   /* the last component's raw bytes, NUL-terminated */
-	size_t name_len;    /* its length (a hostile disk may hold a NUL in it) */
+	const char *name; /* the last component's raw bytes, NUL-terminated */
+	size_t name_len;  /* its length (a hostile disk may hold a NUL in it) */
 	enum sb_fs_type type;
-	uint32_t mode;      /* permission bits, 07777 */
+	uint32_t mode; /* permission bits, 07777 */
 	uint32_t uid, gid;
-	uint64_t size;      /* bytes */
-	int64_t mtime;      /* seconds since the epoch */
+	uint64_t size;	    /* bytes */
+	int64_t mtime;	    /* seconds since the epoch */
 	const char *target; /* a symlink's raw target, NUL-terminated; NULL for
 			     * other types and for a target that cannot be read */
 	size_t target_len;
@@ -101,7 +101,8 @@ int sb_fsread_read_fd(sb_fsread *f, const char *path, int fd);
 /* Copies the raw target of the symlink at path into buf (NUL-terminated)
  * and its length into *len. Errors: those of sb_fsread_stat,
  * SB_ERR_INVAL (not a symlink), SB_ERR_TOOBIG (cap too small). */
-int sb_fsread_readlink(sb_fsread *f, const char *path, char *buf, size_t cap, size_t *len);
+int sb_fsread_readlink(sb_fsread *f, const char *path, char *buf, size_t cap,
+		       size_t *len);
 
 /* Returns how many bytes f has read from the disk so far. */
 uint64_t sb_fsread_bytes_read(const sb_fsread *f);
