@@ -38,6 +38,7 @@ names = {
     b"\x1b]0;title\x07": b"osc\n",
     b"ctl\x01\x02\x7f\x08\r": b"ctl\n",
     b"bad\xff\xfe\xc3utf8": b"invalid\n",
+    b"ovl\xc0\xafsur\xed\xa0\x80big\xf4\x90\x80\x80lone\x80cut\xe2\x80": b"not utf-8\n",
     b"c1\xc2\x85\xc2\x9bx": b"c1\n",
     b"bidi\xe2\x80\xaegpj.exe": b"bidi\n",
     b"iso\xe2\x81\xa6x\xe2\x81\xa9": b"isolate\n",
@@ -139,11 +140,24 @@ raw = open(sys.argv[2], "rb").read()
 # ASCII only (jansson passes DEL through, as JSON allows), no control byte
 assert all(b <= 0x7f and (b >= 0x20 or b == 0x0a) for b in raw), "JSON output not plain ASCII"
 ents = json.loads(raw)
+def lossy(b):  # one U+FFFD for each byte that is not part of valid UTF-8
+    out, i = "", 0
+    while i < len(b):
+        c = b[i]
+        n = 1 if c < 0x80 else 2 if 0xc2 <= c <= 0xdf else 3 if 0xe0 <= c <= 0xef else 4 if 0xf0 <= c <= 0xf4 else 0
+        try:
+            ch = b[i:i + n].decode("utf-8") if n else ""
+        except UnicodeDecodeError:
+            ch = ""
+        if len(ch) == 1:
+            out += ch; i += n
+        else:
+            out += "\ufffd"; i += 1
+    return out
 def raw_of(e, k):
     if k + "_base64" in e:
         b = base64.b64decode(e[k + "_base64"], validate=True)
-        assert e[k] == b.decode("utf-8", "replace") or "\ufffd" in e[k], e
-        # one U+FFFD per byte that is not UTF-8
+        assert e[k] == lossy(b), e
         return b
     return e[k].encode("utf-8")
 got = {}
