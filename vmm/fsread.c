@@ -547,8 +547,13 @@ static int fsr_resolve(sb_fsread *f, const char *path, ext2_ino_t *ino,
 		f->name[nlen] = 0;
 		if ((rc = fsr_inode(f, cur, in)))
 			goto fail;
-		if (fsr_type(in->i_mode) != SB_FS_SYMLINK || (last && !slash))
+		if (fsr_type(in->i_mode) != SB_FS_SYMLINK || (last && !slash)) {
+			if (last && slash && fsr_type(in->i_mode) != SB_FS_DIR) {
+				rc = sb_seterr(SB_ERR_NOTFOUND, "%s: not a directory", path);
+				goto fail;
+			}
 			continue;
+		}
 		/* a symlink on the way: its target, then what is left */
 		if (++links > SB_FS_LINKS_MAX) {
 			rc = sb_seterr(SB_ERR_INVAL,
