@@ -16,6 +16,7 @@
 #include "engine/daemon/bus.h"
 #include "engine/client.h"
 #include "engine/log/event.h"
+#include "vmm/fsread.h"
 
 #define EXIT_USAGE 2
 #define EXIT_NOTFOUND 3
@@ -103,13 +104,29 @@ int cli_parse_size_mib(const char *s, uint64_t *mib);
 /* Parses "$1.50" or "1.5" into nano-USD. Errors: SB_ERR_INVAL. */
 int cli_parse_usd(const char *s, uint64_t *nusd);
 
-/* Copies guest path (relative: under /workspace) of run want to dest
- * ("-": stdout); returns an exit code. */
-int cli_copy_out(const char *want, const char *path, const char *dest);
+/* What fs and cp share (cli/cmd_fs.c). */
 
 /* Writes the guest path of p into buf: absolute as given, else under
  * /workspace. */
 void cli_guest_path(const char *p, char *buf, size_t cap);
+
+/* Opens the disk of run want (an id prefix or a name) into *out, which
+ * the caller closes with sb_fsread_close; returns 0, or prints the error
+ * and returns its exit code. */
+int cli_fs_open(const char *want, sb_fsread **out);
+
+/* Prints the error rc of a disk read (its detail, escaped) and returns
+ * its exit code: 3 for not found, else 1. */
+int cli_fs_fail(int rc);
+
+/* Prints why the entry at guest path is refused ("PATH is a directory",
+ * "PATH is a symlink to TARGET", escaped, then why if not NULL) and
+ * returns 1. */
+int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why);
+
+/* Writes the regular file at path (relative: under /workspace) of run
+ * want to standard output; returns an exit code. */
+int cli_fs_cat(const char *want, const char *path);
 
 /* The commands, one per file cli/cmd_<name>.c. */
 int cmd_attach(int argc, char **argv);

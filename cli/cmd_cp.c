@@ -1,17 +1,117 @@
-/* cmd_cp.c - sanbox cp RUN:PATH LOCAL: copy a file out of a run's disk. */
+/* cmd_cp.c - sanbox cp [--force] RUN:PATH LOCAL: copy a file or a symlink
+ * out of a run's disk. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/text.h"
+#include "engine/error.h"
+#include "vmm/fsread.h"
+
+/* Creates at (which must not exist): the guest's symlink e with the same
+ * target, or its regular file gp with its bytes and permission bits
+ * (less the umask and the set-id bits). Never follows anything at at;
+ * removes what it created when it fails. Local errors name name.
+ * Errors: SB_ERR_EXISTS (something is at at), SB_ERR_IO, and those of
+ * sb_fsread_read_fd. */
+static int cp_create(const char *at, const char *name, sb_fsread *f, const char *gp,
+		     const struct sb_fs_entry *e)
+{
+	int fd, rc;
+
+	if (e->type == SB_FS_SYMLINK)
+		fd = symlink(e->target, at) ? -1 : 0;
+	else
+		fd = open(at, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+			  (mode_t)(e->mode & 0777));
+	if (fd < 0)
+		return sb_seterr(errno == EEXIST ? SB_ERR_EXISTS : SB_ERR_IO, "%s: %s",
+				 name, strerror(errno));
+	if (e->type == SB_FS_SYMLINK)
+		return SB_OK;
+	rc = sb_fsread_read_fd(f, gp, fd);
+	if (close(fd) && !rc)
+		rc = sb_seterr(SB_ERR_IO, "%s: %s", name, strerror(errno));
+	if (rc)
+		unlink(at);
+	return rc;
+}
+
+/* Makes dest from the guest's entry: created in place, or with force
+ * created under a fresh name beside dest and renamed over it (so what was
+ * at dest, a symlink included, is replaced and never written through). */
+static int cp_place(const char *dest, int force, sb_fsread *f, const char *gp,
+		    const struct sb_fs_entry *e)
+{
+	char tmp[PATH_MAX];
+	int rc = SB_ERR_EXISTS;
+
+	if (!force)
+		return cp_create(dest, dest, f, gp, e);
+	for (unsigned i = 0; i < 100 && rc == SB_ERR_EXISTS; i++) {
+		if ((size_t)snprintf(tmp, sizeof tmp, "%s.sanbox-%d-%u", dest,
+				     (int)getpid(), i) >= sizeof tmp)
+			return sb_seterr(SB_ERR_INVAL, "%s: name too long", dest);
+		rc = cp_create(tmp, dest, f, gp, e);
+	}
+	if (rc)
+		return rc;
+	if (rename(tmp, dest)) {
+		rc = sb_seterr(SB_ERR_IO, "%s: %s", dest, strerror(errno));
+		unlink(tmp);
+	}
+	return rc;
+}
 
 int cmd_cp(int argc, char **argv)
 {
-	char want[128];
-	const char *colon;
+	char want[128], gp[SB_FS_PATH_MAX + 16];
+	const char *src = NULL, *dest = NULL, *colon;
+	struct sb_fs_entry e;
+	int force = 0, opts = 1, rc;
+	sb_fsread *f;
 
-	if (argc != 3 || !(colon = strchr(argv[1], ':')) || colon == argv[1] ||
-	    (size_t)(colon - argv[1]) >= sizeof want || !colon[1])
+	for (int i = 1; i < argc; i++) {
+		if (opts && (!strcmp(argv[i], "--force") || !strcmp(argv[i], "-f")))
+			force = 1;
+		else if (opts && !strcmp(argv[i], "--"))
+			opts = 0;
+		else if (!src)
+			src = argv[i];
+		else if (!dest)
+			dest = argv[i];
+		else
+			return cli_usage("cp");
+	}
+	if (!dest || !(colon = strchr(src, ':')) || colon == src ||
+	    (size_t)(colon - src) >= sizeof want || !colon[1] || !dest[0])
 		return cli_usage("cp");
-	memcpy(want, argv[1], (size_t)(colon - argv[1]));
-	want[colon - argv[1]] = 0;
-	return cli_copy_out(want, colon + 1, argv[2]);
+	memcpy(want, src, (size_t)(colon - src));
+	want[colon - src] = 0;
+	if (!strcmp(dest, "-"))
+		return cli_fs_cat(want, colon + 1);
+	cli_guest_path(colon + 1, gp, sizeof gp);
+	if ((rc = cli_fs_open(want, &f)))
+		return rc;
+	if ((rc = sb_fsread_stat(f, gp, &e))) {
+		rc = cli_fs_fail(rc);
+	} else if (e.type != SB_FS_FILE && e.type != SB_FS_SYMLINK) {
+		rc = cli_fs_refuse(gp, &e, " (cp copies a file or a symlink)");
+	} else if (e.type == SB_FS_SYMLINK && memchr(e.target, 0, e.target_len)) {
+		rc = cli_fs_refuse(gp, &e, " whose target holds a NUL byte");
+	} else if ((rc = cp_place(dest, force, f, gp, &e)) == SB_ERR_EXISTS) {
+		char *d = cli_text_escape_dup(dest, strlen(dest));
+		rc = cli_fail(rc, "%s already exists (--force replaces it)", d ? d : "?");
+		free(d);
+	} else if (rc) {
+		rc = cli_fs_fail(rc);
+	}
+	sb_fsread_close(f);
+	return rc;
 }

@@ -1,101 +1,308 @@
-/* cmd_fs.c - sanbox fs ls|cat: read a run's disk offline. */
+/* cmd_fs.c - sanbox fs ls|cat: read a run's disk offline; and what
+ * sanbox cp shares with it (opening a run's disk, guest paths, errors). */
+#include <jansson.h>
 #include <limits.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/text.h"
 #include "engine/error.h"
 #include "vmm/fsread.h"
 
-/* Resolves RUN and opens its disk. */
-static int open_disk(const char *want, sb_fsread **f)
+void cli_guest_path(const char *p, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s%s",
+		 p[0] == '/' ? ""
+		 : p[0]	     ? "/workspace/"
+			     : "/workspace",
+		 p);
+}
+
+int cli_fs_fail(int rc)
+{
+	const char *msg = sb_errmsg(rc);
+	char *esc = cli_text_escape_dup(msg, strlen(msg));
+
+	/* a missing qemu-nbd is not an unavailable daemon (exit 4) */
+	rc = cli_fail(rc == SB_ERR_UNAVAIL ? SB_ERR_IO : rc, "%s",
+		      esc ? esc : "out of memory");
+	free(esc);
+	return rc;
+}
+
+int cli_fs_open(const char *want, sb_fsread **out)
 {
 	char run[SB_RUN_MAX], layer[PATH_MAX + 64];
 	sb_client *c;
 	int rc;
 
 	if ((rc = cli_connect(1, &c)))
-		return rc;
+		return cli_fail(rc, "%s", sb_errmsg(rc));
 	rc = cli_resolve(c, want, run);
 	sb_client_close(c);
 	if (rc)
-		return rc;
+		return cli_fail(rc, "%s", sb_errmsg(rc));
 	snprintf(layer, sizeof layer, "%s/runs/%s/disk.qcow2", cli_home, run);
-	return sb_fsread_open(layer, f);
+	return (rc = sb_fsread_open(layer, out)) ? cli_fs_fail(rc) : 0;
 }
 
-/* Guest path: absolute as given, else under /workspace. */
-void cli_guest_path(const char *p, char *buf, size_t cap)
+int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why)
 {
-	snprintf(buf, cap, "%s%s", p[0] == '/' ? "" : "/workspace/", p);
+	static const char *what[] = {
+	    [SB_FS_UNKNOWN] = "of no known type",
+	    [SB_FS_FILE] = "a regular file",
+	    [SB_FS_DIR] = "a directory",
+	    [SB_FS_SYMLINK] = "a symlink",
+	    [SB_FS_FIFO] = "a FIFO",
+	    [SB_FS_SOCKET] = "a socket",
+	    [SB_FS_CHAR] = "a character device",
+	    [SB_FS_BLOCK] = "a block device",
+	};
+	char *p = cli_text_escape_dup(path, strlen(path));
+	char *t = e->target ? cli_text_escape_dup(e->target, e->target_len) : NULL;
+	int rc;
+
+	if (e->type == SB_FS_SYMLINK)
+		rc = cli_fail(SB_ERR_INVAL, "%s is a symlink to %s%s", p ? p : "?",
+			      t ? t : "?", why ? why : "");
+	else
+		rc = cli_fail(SB_ERR_INVAL, "%s is %s%s", p ? p : "?", what[e->type],
+			      why ? why : "");
+	free(p);
+	free(t);
+	return rc;
 }
 
-/* Copies guest path out of run want into dest ("-" = stdout). */
-int cli_copy_out(const char *want, const char *path, const char *dest)
+int cli_fs_cat(const char *want, const char *path)
 {
-	char gp[1100], tmp[] = "/tmp/sanbox-cat.XXXXXX";
+	char gp[SB_FS_PATH_MAX + 16];
+	struct sb_fs_entry e;
 	sb_fsread *f;
-	int rc, fd;
+	int rc;
 
 	cli_guest_path(path, gp, sizeof gp);
-	if ((rc = open_disk(want, &f)))
-		return cli_fail(rc, "%s", sb_errmsg(rc));
-	if (strcmp(dest, "-")) {
-		rc = sb_fsread_copy(f, gp, dest);
-	} else if ((fd = mkstemp(tmp)) < 0) {
-		rc = sb_seterr(SB_ERR_IO, "mkstemp failed");
+	if ((rc = cli_fs_open(want, &f)))
+		return rc;
+	if ((rc = sb_fsread_stat(f, gp, &e))) {
+		rc = cli_fs_fail(rc);
+	} else if (e.type != SB_FS_FILE) {
+		rc = cli_fs_refuse(gp, &e, NULL);
 	} else {
-		close(fd);
-		if ((rc = sb_fsread_copy(f, gp, tmp)) == SB_OK) {
-			FILE *in = fopen(tmp, "rb");
-			char buf[65536];
-			size_t n;
-			while (in && (n = fread(buf, 1, sizeof buf, in)) > 0)
-				fwrite(buf, 1, n, stdout);
-			if (in)
-				fclose(in);
-		}
-		unlink(tmp);
+		fflush(stdout);
+		if ((rc = sb_fsread_read_fd(f, gp, STDOUT_FILENO)))
+			rc = cli_fs_fail(rc);
 	}
 	sb_fsread_close(f);
-	return rc ? cli_fail(rc, "%s", sb_errmsg(rc)) : 0;
+	return rc;
+}
+
+/* -- fs ls */
+
+/* An entry kept for sorting: name and target copied. */
+struct fs_ent {
+	struct sb_fs_entry e;
+	char *name, *target;
+};
+
+struct fs_list {
+	struct fs_ent *v;
+	size_t n, cap;
+};
+
+static char *fs_dup(const char *s, size_t len)
+{
+	char *d = malloc(len + 1);
+
+	if (d) {
+		memcpy(d, s, len);
+		d[len] = 0;
+	}
+	return d;
+}
+
+static int fs_collect(const struct sb_fs_entry *e, void *ctx)
+{
+	struct fs_list *l = ctx;
+	struct fs_ent *x;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		struct fs_ent *v = realloc(l->v, cap * sizeof *v);
+		if (!v)
+			return SB_ERR_NOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	x = &l->v[l->n];
+	x->e = *e;
+	x->name = fs_dup(e->name, e->name_len);
+	x->target = e->target ? fs_dup(e->target, e->target_len) : NULL;
+	if (!x->name || (e->target && !x->target)) {
+		free(x->name);
+		free(x->target);
+		return SB_ERR_NOMEM;
+	}
+	x->e.name = x->name;
+	x->e.target = x->target;
+	l->n++;
+	return SB_OK;
+}
+
+/* By the names' raw bytes. */
+static int fs_cmp(const void *a, const void *b)
+{
+	const struct sb_fs_entry *x = &((const struct fs_ent *)a)->e,
+				 *y = &((const struct fs_ent *)b)->e;
+	int c = memcmp(x->name, y->name,
+		       x->name_len < y->name_len ? x->name_len : y->name_len);
+
+	return c ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
+}
+
+/* "drwxr-xr-x", as ls -l writes it. */
+static void fs_mode(const struct sb_fs_entry *e, char out[11])
+{
+	static const char types[] = {
+	    [SB_FS_UNKNOWN] = '?', [SB_FS_FILE] = '-',	[SB_FS_DIR] = 'd',
+	    [SB_FS_SYMLINK] = 'l', [SB_FS_FIFO] = 'p',	[SB_FS_SOCKET] = 's',
+	    [SB_FS_CHAR] = 'c',	   [SB_FS_BLOCK] = 'b',
+	};
+	uint32_t m = e->mode;
+
+	out[0] = types[e->type];
+	for (int i = 0; i < 3; i++) {
+		uint32_t bits = m >> (6 - 3 * i);
+		out[1 + 3 * i] = bits & 4 ? 'r' : '-';
+		out[2 + 3 * i] = bits & 2 ? 'w' : '-';
+		out[3 + 3 * i] = bits & 1 ? 'x' : '-';
+	}
+	if (m & 04000)
+		out[3] = m & 0100 ? 's' : 'S';
+	if (m & 02000)
+		out[6] = m & 0010 ? 's' : 'S';
+	if (m & 01000)
+		out[9] = m & 0001 ? 't' : 'T';
+	out[10] = 0;
+}
+
+static void fs_print_text(const struct sb_fs_entry *e)
+{
+	char mode[11], when[32] = "?";
+	char *name = cli_text_escape_dup(e->name, e->name_len);
+	time_t t = (time_t)e->mtime;
+	struct tm tm;
+
+	fs_mode(e, mode);
+	if (gmtime_r(&t, &tm))
+		strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
+	printf("%s %5u %5u %12llu %s %s", mode, e->uid, e->gid,
+	       (unsigned long long)e->size, when, name ? name : "?");
+	if (e->type == SB_FS_SYMLINK) {
+		char *to =
+		    e->target ? cli_text_escape_dup(e->target, e->target_len) : NULL;
+		printf(" -> %s", to ? to : "(unreadable)");
+		free(to);
+	}
+	putchar('\n');
+	free(name);
+}
+
+/* Sets key to the bytes s as a JSON string; bytes that are not valid
+ * UTF-8 also get key_base64, and key holds them with U+FFFD for each bad
+ * byte. */
+static int fs_json_bytes(json_t *o, const char *key, const char *s, size_t len)
+{
+	char k64[32], *lossy, *b64;
+	size_t n, cap;
+
+	if (cli_text_utf8_valid(s, len))
+		return json_object_set_new(o, key, json_stringn(s, len));
+	if (!(lossy = cli_text_utf8_lossy(s, len, &n)))
+		return -1;
+	json_object_set_new(o, key, json_stringn(lossy, n));
+	free(lossy);
+	cap = sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL);
+	if (!(b64 = malloc(cap)))
+		return -1;
+	sodium_bin2base64(b64, cap, (const unsigned char *)s, len,
+			  sodium_base64_VARIANT_ORIGINAL);
+	snprintf(k64, sizeof k64, "%s_base64", key);
+	json_object_set_new(o, k64, json_string(b64));
+	free(b64);
+	return 0;
+}
+
+static json_t *fs_json(const struct sb_fs_entry *e)
+{
+	json_t *o = json_pack("{s:s,s:i,s:I,s:I,s:I,s:I}", "type",
+			      sb_fs_type_name(e->type), "mode", (int)e->mode, "uid",
+			      (json_int_t)e->uid, "gid", (json_int_t)e->gid, "size",
+			      (json_int_t)e->size, "mtime", (json_int_t)e->mtime);
+
+	if (!o)
+		return NULL;
+	fs_json_bytes(o, "name", e->name, e->name_len);
+	if (e->type == SB_FS_SYMLINK && e->target)
+		fs_json_bytes(o, "target", e->target, e->target_len);
+	else if (e->type == SB_FS_SYMLINK)
+		json_object_set_new(o, "target", json_null());
+	return o;
+}
+
+static int fs_ls(const char *want, const char *path, int json)
+{
+	char gp[SB_FS_PATH_MAX + 16];
+	struct fs_list l = {0};
+	struct sb_fs_entry e;
+	sb_fsread *f;
+	int rc;
+
+	cli_guest_path(path, gp, sizeof gp);
+	if ((rc = cli_fs_open(want, &f)))
+		return rc;
+	if ((rc = sb_fsread_stat(f, gp, &e)) == SB_OK) {
+		if (e.type == SB_FS_DIR)
+			rc = sb_fsread_list(f, gp, fs_collect, &l);
+		else
+			rc = fs_collect(&e, &l);
+	}
+	sb_fsread_close(f);
+	if (rc) {
+		rc = cli_fs_fail(rc);
+		goto done;
+	}
+	qsort(l.v, l.n, sizeof *l.v, fs_cmp);
+	if (json) {
+		json_t *arr = json_array();
+		for (size_t i = 0; i < l.n; i++)
+			json_array_append_new(arr, fs_json(&l.v[i].e));
+		cli_print_json(arr);
+	} else {
+		for (size_t i = 0; i < l.n; i++)
+			fs_print_text(&l.v[i].e);
+	}
+done:
+	for (size_t i = 0; i < l.n; i++) {
+		free(l.v[i].name);
+		free(l.v[i].target);
+	}
+	free(l.v);
+	return rc;
 }
 
 int cmd_fs(int argc, char **argv)
 {
 	int json = argc > 1 && !strcmp(argv[argc - 1], "--json");
-	char gp[1100], out[65536];
-	sb_fsread *f;
-	int rc;
 
 	argc -= json;
-	if (argc >= 3 && argc <= 4 && !strcmp(argv[1], "ls")) {
-		cli_guest_path(argc == 4 ? argv[3] : "", gp, sizeof gp);
-		if ((rc = open_disk(argv[2], &f)))
-			return cli_fail(rc, "%s", sb_errmsg(rc));
-		rc = sb_fsread_ls(f, gp, out, sizeof out);
-		sb_fsread_close(f);
-		if (rc)
-			return cli_fail(rc, "%s", sb_errmsg(rc));
-		if (!json) {
-			fputs(out, stdout);
-			return 0;
-		}
-		json_t *arr = json_array();
-		for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-			char mode[16], name[512];
-			unsigned long long size;
-			if (sscanf(line, "%15s %llu %511[^\n]", mode, &size, name) == 3)
-				json_array_append_new(arr, json_pack("{s:s,s:I,s:s,s:b}", "name", name, "size",
-								     (json_int_t)size, "mode", mode, "dir",
-								     mode[0] == '4' && strlen(mode) == 5));
-		}
-		cli_print_json(arr);
-		return 0;
-	}
-	if (argc == 4 && !strcmp(argv[1], "cat"))
-		return cli_copy_out(argv[2], argv[3], "-");
+	if (argc >= 3 && argc <= 4 && !strcmp(argv[1], "ls"))
+		return fs_ls(argv[2], argc == 4 ? argv[3] : "", json);
+	if (argc == 4 && !strcmp(argv[1], "cat") && !json)
+		return cli_fs_cat(argv[2], argv[3]);
 	return cli_usage("fs");
 }

@@ -96,10 +96,25 @@ static const struct cli_cmd commands[] = {
 	 "usage: sanbox fs ls RUN [PATH] [--json]\n"
 	 "       sanbox fs cat RUN PATH\n"
 	 "\n"
-	 "Reads the run's persistent disk offline (never modifying it). PATH is\n"
-	 "absolute in the guest or relative to /workspace.\n"},
-	{"cp", cmd_cp, "copy a file out of a run's disk",
-	 "usage: sanbox cp RUN:PATH LOCAL\n"},
+	 "Reads the run's persistent disk offline (never modifying it; a running\n"
+	 "run's disk is read as it is at that moment). PATH is absolute in the\n"
+	 "guest or relative to /workspace; symlinks on its way are followed inside\n"
+	 "the guest, a symlink PATH itself never.\n"
+	 "ls     lists every entry of a directory (or the entry PATH names), like\n"
+	 "       ls -l, names and symlink targets escaped (\\\\, \\n, \\xNN, \\u{XXXX});\n"
+	 "       --json gives exact names (name_base64 when not UTF-8)\n"
+	 "cat    writes a regular file to standard output; a symlink, directory or\n"
+	 "       special file is refused, saying what it is\n"},
+	{"cp", cmd_cp, "copy a file or a symlink out of a run's disk",
+	 "usage: sanbox cp [--force] RUN:PATH LOCAL\n"
+	 "       sanbox cp RUN:PATH -\n"
+	 "\n"
+	 "Copies the regular file PATH of the run's disk (read as by 'sanbox fs')\n"
+	 "to LOCAL, or makes LOCAL a symlink with the same target as the guest's\n"
+	 "symlink PATH (never following it). LOCAL is the path created: if it\n"
+	 "exists, cp fails unless --force, which replaces it by a rename (never\n"
+	 "writing through a symlink there). '-' writes the file to standard output.\n"
+	 "  -f, --force   replace an existing LOCAL\n"},
 	{"doctor", cmd_doctor, "check this host",
 	 "usage: sanbox doctor [--json]\n"
 	 "\n"
