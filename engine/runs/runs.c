@@ -808,8 +808,8 @@ static int spec_parse(const msgpack_object *m, struct spec *s)
 	memset(s, 0, sizeof *s);
 	strcpy(s->tmpl, "shell");
 	strcpy(s->accel, "auto");
-	if ((rc = sb_spec_str(m, "name", s->name, sizeof s->name)) ||
-	    (rc = sb_spec_str(m, "group", s->group, sizeof s->group)) ||
+	if ((rc = sb_spec_name(m, "name", s->name, sizeof s->name)) ||
+	    (rc = sb_spec_name(m, "group", s->group, sizeof s->group)) ||
 	    (rc = sb_spec_str(m, "template", s->tmpl, sizeof s->tmpl)) ||
 	    (rc = sb_spec_str(m, "accel", s->accel, sizeof s->accel)) ||
 	    (rc = sb_spec_str(m, "prompt", s->prompt, sizeof s->prompt)) ||
