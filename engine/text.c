@@ -127,22 +127,20 @@ int sb_text_check(const char *s, size_t len, const char *what)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	size_t i = 0, adv;
+	unsigned cp;
 	char esc[16];
 
 	for (; i < len; i += adv) {
-		switch (classify(u + i, len - i, &adv, esc)) {
-		case CLS_PLAIN:
-		case CLS_BACKSLASH: break;
-		case CLS_CONTROL:
-			return sb_seterr(SB_ERR_INVAL, "%s has control character %s at byte %zu", what,
-					 esc, i);
-		case CLS_BIDI:
-			return sb_seterr(SB_ERR_INVAL, "%s has bidirectional control %s at byte %zu",
-					 what, esc, i);
-		case CLS_INVALID:
-			return sb_seterr(SB_ERR_INVAL, "%s is not valid UTF-8 (byte %s at byte %zu)",
-					 what, esc, i);
-		}
+		enum cls c = classify(u + i, len - i, &adv, esc);
+
+		if (c == CLS_PLAIN || c == CLS_BACKSLASH)
+			continue;
+		if (c == CLS_INVALID)
+			return sb_seterr(SB_ERR_INVAL, "%s is not valid UTF-8 (byte 0x%02X at byte %zu)",
+					 what, u[i], i);
+		utf8_decode(u + i, len - i, &cp);
+		return sb_seterr(SB_ERR_INVAL, "%s has %s U+%04X at byte %zu", what,
+				 c == CLS_BIDI ? "bidirectional control" : "control character", cp, i);
 	}
 	return SB_OK;
 }

@@ -30,8 +30,9 @@ size_t sb_text_escape(const char *s, size_t len, char *buf, size_t cap);
 /* Checks that s[0..len) is printable text for a name or group: valid UTF-8
  * with no C0 or C1 control, no DEL and no bidirectional control. what
  * names the text in the error ("spec: 'name'"). Errors: SB_ERR_INVAL, with
- * a detail naming the first offending character, escaped, and its byte
- * position ("spec: 'name' has control character \x0a at byte 1"). */
+ * a detail naming the first offending character as U+XXXX (a byte of
+ * invalid UTF-8 as 0xXX) and its byte position ("spec: 'name' has control
+ * character U+000A at byte 1"); the detail is printable itself. */
 int sb_text_check(const char *s, size_t len, const char *what);
 
 /* Returns the length of the longest prefix of s[0..len) of at most max

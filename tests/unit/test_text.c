@@ -1,7 +1,7 @@
 /* test_text.c - terminal escaping, name checks, UTF-8 cuts and the spec's
  * name reader: every class of character, each boundary of UTF-8, random
  * bytes and long inputs. Validity of the output is judged by jansson's
- * UTF-8 check (json_stringn), not by the code under test. */
+ * UTF-8 check (tu_utf8_valid), not by the code under test. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -33,37 +33,6 @@ static void assert_esc(const char *s, size_t len, const char *want)
 	free(got);
 }
 #define ESC(lit, want) assert_esc(lit, sizeof lit - 1, want)
-
-/* 1 when s is valid UTF-8, by jansson's own check. */
-static int utf8_valid(const char *s, size_t len)
-{
-	json_t *j = json_stringn(s, len);
-
-	json_decref(j);
-	return j != NULL;
-}
-
-/* Asserts that out holds no raw control byte, no C1 and no bidirectional
- * control, and is valid UTF-8. */
-static void assert_safe(const char *out)
-{
-	size_t n = strlen(out);
-	const unsigned char *u = (const unsigned char *)out;
-
-	for (size_t i = 0; i < n; i++) {
-		if (u[i] < 0x20 || u[i] == 0x7f)
-			fail_msg("raw control byte 0x%02x at %zu of '%s'", u[i], i, out);
-		if (u[i] == 0xc2 && i + 1 < n && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)
-			fail_msg("raw C1 control at %zu", i);
-		if (u[i] == 0xe2 && i + 2 < n &&
-		    ((u[i + 1] == 0x80 && (u[i + 2] == 0x8e || u[i + 2] == 0x8f ||
-					   (u[i + 2] >= 0xaa && u[i + 2] <= 0xae))) ||
-		     (u[i + 1] == 0x81 && u[i + 2] >= 0xa6 && u[i + 2] <= 0xa9)))
-			fail_msg("raw bidirectional control at %zu", i);
-	}
-	if (!utf8_valid(out, n))
-		fail_msg("output is not valid UTF-8: '%s'", out);
-}
 
 static int hexval(char c)
 {
@@ -259,7 +228,7 @@ static void test_cut_never_splits(void **st)
 			assert_int_equal(used, len);
 		else
 			assert_true(used < len);
-		assert_safe(buf);
+		tu_assert_printable(buf);
 		free(part);
 	}
 	assert_int_equal(sb_text_escape(in, len, buf, 0), 0); /* nothing fits */
@@ -280,7 +249,7 @@ static void test_random_bytes(void **st)
 			in[i] = (char)(r % 4 == 0 ? 0x80 + (r >> 8) % 0x40 : r % 4 == 1 ? 0xc0 + (r >> 8) % 0x40 : r >> 8);
 		}
 		char *out = esc(in, len);
-		assert_safe(out);
+		tu_assert_printable(out);
 		assert_roundtrip(in, len);
 		free(out);
 		/* and cut to a random size */
@@ -288,7 +257,7 @@ static void test_random_bytes(void **st)
 		size_t cap = 1 + tu_rand(&seed) % sizeof small;
 		size_t used = sb_text_escape(in, len, small, cap);
 		assert_true(used <= len && strlen(small) < cap);
-		assert_safe(small);
+		tu_assert_printable(small);
 	}
 }
 
@@ -305,7 +274,7 @@ static void test_long_input(void **st)
 	size_t used = sb_text_escape(in, len, buf, sizeof buf);
 	assert_true(used > 0 && used < len);
 	assert_true(strlen(buf) <= 100);
-	assert_safe(buf);
+	tu_assert_printable(buf);
 	assert_roundtrip(in, len); /* the whole of it, escaped and back */
 	free(in);
 }
@@ -321,19 +290,19 @@ static void test_check(void **st)
 		{"caf\xc3\xa9 \xe5\x90\x8d\xe5\x89\x8d", 12, NULL},
 		{"back\\slash", 10, NULL},
 		{"", 0, NULL},
-		{"a\nb", 3, "control character \\n at byte 1"},
-		{"ab\tc", 4, "control character \\t at byte 2"},
-		{"\x1b[2J", 4, "control character \\x1b at byte 0"},
-		{"x\x7f", 2, "control character \\x7f at byte 1"},
-		{"a\0b", 3, "control character \\x00 at byte 1"},
-		{"ok\xc2\x85", 4, "control character \\u{0085} at byte 2"},
-		{"abc\xe2\x80\xae", 6, "bidirectional control \\u{202e} at byte 3"},
-		{"\xe2\x81\xa6x", 4, "bidirectional control \\u{2066} at byte 0"},
-		{"ab\xff", 3, "not valid UTF-8 (byte \\xff at byte 2)"},
-		{"ab\xed\xa0\x80", 5, "not valid UTF-8 (byte \\xed at byte 2)"},
-		{"\xc0\xaf", 2, "not valid UTF-8 (byte \\xc0 at byte 0)"},
-		{"abc\xe2\x82", 5, "not valid UTF-8 (byte \\xe2 at byte 3)"},
-		{"caf\xc3\xa9\n", 6, "control character \\n at byte 5"},
+		{"a\nb", 3, "control character U+000A at byte 1"},
+		{"ab\tc", 4, "control character U+0009 at byte 2"},
+		{"\x1b[2J", 4, "control character U+001B at byte 0"},
+		{"x\x7f", 2, "control character U+007F at byte 1"},
+		{"a\0b", 3, "control character U+0000 at byte 1"},
+		{"ok\xc2\x85", 4, "control character U+0085 at byte 2"},
+		{"abc\xe2\x80\xae", 6, "bidirectional control U+202E at byte 3"},
+		{"\xe2\x81\xa6x", 4, "bidirectional control U+2066 at byte 0"},
+		{"ab\xff", 3, "not valid UTF-8 (byte 0xFF at byte 2)"},
+		{"ab\xed\xa0\x80", 5, "not valid UTF-8 (byte 0xED at byte 2)"},
+		{"\xc0\xaf", 2, "not valid UTF-8 (byte 0xC0 at byte 0)"},
+		{"abc\xe2\x82", 5, "not valid UTF-8 (byte 0xE2 at byte 3)"},
+		{"caf\xc3\xa9\n", 6, "control character U+000A at byte 5"},
 	};
 
 	(void)st;
@@ -345,7 +314,8 @@ static void test_check(void **st)
 		}
 		assert_int_equal(rc, SB_ERR_INVAL);
 		tu_errmsg_has(rc, "the name", cases[i].want);
-		assert_safe(sb_errmsg(rc)); /* the detail itself is printable */
+		tu_assert_printable(sb_errmsg(rc)); /* the detail itself is printable */
+		assert_null(strchr(sb_errmsg(rc), '\\')); /* and escapes to itself */
 	}
 }
 
@@ -407,8 +377,8 @@ static void test_utf8_cut_random(void **st)
 		size_t cut = sb_utf8_cut(v, vlen, max);
 		assert_true(cut <= max && cut <= vlen);
 		assert_true(max > vlen ? cut == vlen : max - cut <= 3);
-		assert_true(utf8_valid(v, cut));     /* a whole prefix */
-		assert_true(utf8_valid(v + cut, vlen - cut));
+		assert_true(tu_utf8_valid(v, cut));     /* a whole prefix */
+		assert_true(tu_utf8_valid(v + cut, vlen - cut));
 		/* any bytes: never more than max, never more than 3 left out */
 		max = tu_rand(&seed) % (len + 1);
 		cut = sb_utf8_cut(in, len, max);
@@ -443,11 +413,11 @@ static void test_spec_name(void **st)
 	strcpy(buf, "kept");
 	rc = sb_spec_name(&spec, "group", buf, sizeof buf);
 	assert_int_equal(rc, SB_ERR_INVAL);
-	tu_errmsg_has(rc, "spec: 'group'", "control character \\n at byte 4");
+	tu_errmsg_has(rc, "spec: 'group'", "control character U+000A at byte 4");
 	assert_string_equal(buf, "kept"); /* an error leaves buf alone */
 	rc = sb_spec_name(&spec, "bidi", buf, sizeof buf);
 	assert_int_equal(rc, SB_ERR_INVAL);
-	tu_errmsg_has(rc, "spec: 'bidi'", "bidirectional control \\u{202e} at byte 3");
+	tu_errmsg_has(rc, "spec: 'bidi'", "bidirectional control U+202E at byte 3");
 	rc = sb_spec_name(&spec, "bad", buf, sizeof buf);
 	assert_int_equal(rc, SB_ERR_INVAL);
 	tu_errmsg_has(rc, "spec: 'bad'", "not valid UTF-8");
