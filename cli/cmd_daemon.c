@@ -145,11 +145,12 @@ static int daemon_stop(char **args, int json)
 		live = sb_map_u64(&rep.map, "runs_stopped", 0);
 	sb_reply_free(&rep);
 	sb_client_close(c);
-	if (rc && rc != SB_ERR_UNAVAIL) /* UNAVAIL: it is stopping already */
-		return cli_fail(rc, "%s", sb_errmsg(rc));
-	/* wait until it has exited, so a following start does not race it */
+	/* wait until it has exited, so a following start does not race it; a
+	 * failed call (it is stopping already, or it ended before its reply
+	 * was sent) counts as asked when the process ends */
 	if (!cli_daemon_wait_gone(30000))
-		return cli_fail(SB_ERR_TIMEOUT, "sanboxd still runs 30 s after it was asked to stop");
+		return rc ? cli_fail(rc, "%s", sb_errmsg(rc))
+			  : cli_fail(SB_ERR_TIMEOUT, "sanboxd still runs 30 s after it was asked to stop");
 	if (json)
 		print_stopped_json(live);
 	else if (live)
