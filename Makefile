@@ -49,7 +49,7 @@ $(BUILD)/sanbox-%: $(BUILD)/obj/tools/%.o $(BUILD)/libsanbox.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # The guest agent is fully static: it is the guest's /init.
-GUEST_SRCS := $(wildcard vmm/guest/*.c) vmm/chan.c engine/mpack.c engine/error.c
+GUEST_SRCS := $(wildcard vmm/guest/*.c) vmm/chan.c engine/mpack.c engine/error.c engine/text.c
 $(BUILD)/sanbox-agent: $(GUEST_SRCS) $(wildcard vmm/guest/*.h vmm/chan.h)
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE \
@@ -69,7 +69,7 @@ $(BUILD)/bench/%: tests/bench/%.sh
 	cp $< $@ && chmod +x $@
 
 # libFuzzer target for the record decoder (clang only).
-$(BUILD)/fuzz/fuzz_record: tests/fuzz/fuzz_record.c engine/log/record.c engine/error.c engine/payload.c engine/mpack.c
+$(BUILD)/fuzz/fuzz_record: tests/fuzz/fuzz_record.c engine/log/record.c engine/error.c engine/payload.c engine/mpack.c engine/text.c
 	@mkdir -p $(dir $@)
 	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
 	    -o $@ $^ -lmsgpackc -lxxhash -ljansson -lsodium -lm

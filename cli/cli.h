@@ -1,29 +1,26 @@
-/* cli.h - what the sanbox subcommands share: the command table, the
- * connection to the daemon (started on demand), requests and printing.
+/* cli.h - what the sanbox subcommands share: the command table, option
+ * parsing, the connection to the daemon (started on demand), requests and
+ * printing. Exit codes are in cli/exit.h.
  *
- * Exit codes (SPEC.md): 0 success, 1 error, 2 usage, 3 not found,
- * 4 daemon unavailable; `sanbox run` exits with the harness's status, or 124
- * on timeout and 125 when the run failed.
+ * Every text view prints untrusted text (guest output, paths, names,
+ * groups, notes, the daemon's error details) through sb_text_escape, here
+ * by cli_fail, cli_note, cli_cell and cli_print_event; --json output is
+ * JSON-escaped only, and exact.
  */
 #ifndef SB_CLI_H
 #define SB_CLI_H
 
+#include <getopt.h>
 #include <jansson.h>
 #include <msgpack.h>
 #include <signal.h>
 #include <stdint.h>
 
-#include "engine/daemon/bus.h"
+#include "cli/exit.h"
 #include "engine/client.h"
+#include "engine/daemon/bus.h"
 #include "engine/log/event.h"
 #include "vmm/fsread.h"
-
-#define EXIT_USAGE 2
-#define EXIT_NOTFOUND 3
-#define EXIT_UNAVAIL 4
-#define EXIT_TIMEOUT 124
-#define EXIT_RUNFAIL 125
-#define EXIT_BUDGET 123
 
 struct cli_cmd {
 	const char *name;
@@ -50,18 +47,109 @@ extern volatile sig_atomic_t cli_detached;
  * handler it installs: Ctrl-C sets cli_detached and stops the follow. */
 void cli_follow_live(struct sb_follow_opts *fo, const char *run);
 
-/* Prints "sanbox: <msg>" on stderr and returns the exit code for err. */
+/* Prints "sanbox: <msg>" on stderr, escaped (one line whatever the
+ * message quotes), and returns the exit code for err (cli_exit_for). */
 int cli_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Prints the usage of cmd on stderr and returns EXIT_USAGE. */
+/* As cli_fail, but returns code: cli_fail_code(CLI_EXIT_USAGE, ...) for a
+ * bad option value. */
+int cli_fail_code(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prints "sanbox: <msg>" on stderr, escaped, for what is not an error. */
+void cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints the usage of cmd on stderr and returns CLI_EXIT_USAGE. */
 int cli_usage(const char *cmd);
 
-/* Returns 1 (and prints the command's help) when argv asks for --help. */
-int cli_wants_help(int argc, char **argv, const char *cmd);
+/* Prints the usage of cmd on stdout (its --help) and returns CLI_EXIT_OK. */
+int cli_help(const char *cmd);
 
-/* Connects to the daemon of cli_home, starting an embedded one when none
- * answers (unless autostart is 0). Errors: SB_ERR_UNAVAIL. */
+/* After getopt_long returned ch ('?' or ':') for argv of cmd: prints one line
+ * naming the option ("sanbox: run: option '--cpu' needs a value"), then
+ * the usage, and returns CLI_EXIT_USAGE. Option strings start with ':'
+ * so that a missing value is told apart. */
+int cli_badopt(const char *cmd, char **argv, int ch);
+
+/* The options every command takes: --help (-h). */
+#define CLI_OPT_HELP {"help", no_argument, NULL, 'h'}
+
+/* What cli_parse_opts returns when the command goes on. */
+#define CLI_GO_ON (-1)
+
+/* Parses argv of cmd (argv[0] is cmd) for a command whose only options
+ * are --help and, when json is not NULL, --json (sets *json). Returns
+ * CLI_GO_ON with optind at the first operand, or the exit code to end
+ * with: CLI_EXIT_OK after printing the help, CLI_EXIT_USAGE after a bad
+ * option (both printed). */
+int cli_parse_opts(int argc, char **argv, const char *cmd, int *json);
+
+/* A subcommand ("daemon status"): its operands after the name, whether it
+ * takes --json, and the function that does it (operands in args). */
+struct cli_sub {
+	const char *name;
+	int nargs;    /* operands it takes */
+	int more;     /* ... and up to this many more, optional */
+	int json;
+	int (*fn)(char **args, int json);
+};
+
+/* Runs the subcommand argv names (argv[0] is cmd) from the table subs of
+ * n entries, after parsing --help and --json with cli_parse_opts; a
+ * missing or unknown subcommand, a wrong number of operands or --json
+ * where it is not taken prints the usage. Returns the exit code. */
+int cli_sub_run(int argc, char **argv, const char *cmd, const struct cli_sub *subs, size_t n);
+
+/* Parses the value s of option opt as a decimal number from min to max
+ * into *out; else prints one line and returns CLI_EXIT_USAGE. Returns
+ * CLI_EXIT_OK when it is one. */
+int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out);
+
+/* Checks the value s of option opt ("--name") is a printable name
+ * (sb_text_check); else prints one line and returns CLI_EXIT_USAGE.
+ * Returns CLI_EXIT_OK when it is. */
+int cli_check_name(const char *opt, const char *s);
+
+/* Writes s escaped (sb_text_escape) into buf as a table cell: at most
+ * width bytes (never half an escape or character), padded with spaces to
+ * width characters; width 0: neither cut nor padded (but for cap). */
+void cli_cell(const char *s, int width, char *buf, size_t cap);
+
+/* ---- the daemon: finding, starting, connecting (cli/connect.c) ---- */
+
+/* Connects to the daemon in use: the remote one, else that of cli_home,
+ * starting an embedded one when none runs (unless autostart is 0). A
+ * process that holds STATE_DIR/sanboxd.pid but does not answer is never
+ * joined by a second daemon. Errors: SB_ERR_UNAVAIL (detail names the pid
+ * of a daemon that does not answer, and the log), SB_ERR_DENIED. */
 int cli_connect(int autostart, sb_client **out);
+
+/* The local daemon as cli_daemon_find sees it. */
+enum cli_daemon {
+	CLI_DAEMON_ABSENT,  /* no live process holds the pid file lock */
+	CLI_DAEMON_ANSWERS, /* health answered */
+	CLI_DAEMON_SILENT,  /* a live process holds the lock; health did not answer */
+};
+
+/* Looks for the daemon of cli_home: asks health, for up to wait_ms while a
+ * live process holds the pid file lock (a stopped one, SIGSTOP, is not
+ * waited for); a holder that is exiting (a zombie, or its threads ending
+ * after SIGKILL) is waited for up to 2 s, then counts as absent. Sets *out
+ * to the connection (the caller closes it) when it answers, and *pid to
+ * the holder's pid when one was found (else 0). */
+enum cli_daemon cli_daemon_find(int wait_ms, sb_client **out, int *pid);
+
+/* How long cli_connect waits for a daemon that is starting to answer. */
+#define CLI_START_WAIT_MS 10000
+
+/* Records the error for a daemon, pid (0: not known), that holds the pid
+ * file lock but does not answer, naming its pid and its log, and returns
+ * SB_ERR_UNAVAIL. */
+int cli_daemon_silent(int pid);
+
+/* Waits up to ms for no process to hold the pid file lock of cli_home (a
+ * daemon holds it until its process has ended). Returns 1 once it is
+ * free, 0 when it is still held. */
+int cli_daemon_wait_gone(int ms);
 
 /* A request under construction: call cli_req_begin(&r, op, nargs), pack
  * nargs key/value pairs with r.pk, then cli_call. */
@@ -78,15 +166,9 @@ int cli_call(sb_client *c, struct cli_req *r, struct sb_reply *rep);
 /* Resolves a run id prefix or name into run. */
 int cli_resolve(sb_client *c, const char *want, char run[SB_RUN_MAX]);
 
-/* Prints one event: a JSON line when json, else "time type summary". */
+/* Prints one event: a JSON line when json, else "time offset type
+ * summary" with the summary of engine/log/summary.h. */
 void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, int json);
-
-/* Writes a one-line summary of an event into buf. */
-void cli_event_summary(const struct sb_event *ev, const msgpack_object *payload, char *buf,
-		       size_t cap);
-
-/* Formats nano-USD as "$1.2345". */
-void cli_usd(uint64_t nusd, char *buf, size_t cap);
 
 /* Formats a duration in seconds as "4m08s" / "1h02m" / "12s". */
 void cli_duration(double secs, char *buf, size_t cap);

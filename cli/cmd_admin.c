@@ -3,12 +3,24 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "engine/daemon/token.h"
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/payload.h"
-#include "engine/daemon/token.h"
 
-static int reproject(void)
+/* Prints the unsigned field key of rep: {"key": N} with --json, else the
+ * text with N in it. */
+static void print_u64(const struct sb_reply *rep, const char *key, const char *fmt, int json)
+{
+	unsigned long long v = (unsigned long long)sb_map_u64(&rep->map, key, 0);
+
+	if (json)
+		cli_print_json(json_pack("{s:I}", key, (json_int_t)v));
+	else
+		printf(fmt, v);
+}
+
+static int admin_reproject(char **args, int json)
 {
 	struct cli_req r;
 	struct sb_reply rep;
@@ -19,8 +31,7 @@ static int reproject(void)
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	cli_req_begin(&r, "admin.reproject", 0);
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK)
-		printf("projections rebuilt up to offset %llu\n",
-		       (unsigned long long)sb_map_u64(&rep.map, "checkpoint", 0));
+		print_u64(&rep, "checkpoint", "projections rebuilt up to offset %llu\n", json);
 	else
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 	sb_reply_free(&rep);
@@ -28,10 +39,26 @@ static int reproject(void)
 	return rc;
 }
 
-static int append(const char *run, const char *type, const char *json)
+static int admin_token(char **args, int json)
+{
+	char token[SB_TOKEN_HEX];
+	int rc;
+
+	if (strcmp(args[0], "create"))
+		return cli_usage("admin");
+	if ((rc = sb_home_init(cli_home)) || (rc = sb_token_create(cli_home, args[1], token)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	if (json)
+		cli_print_json(json_pack("{s:s}", "token", token));
+	else
+		printf("%s\n", token);
+	return CLI_EXIT_OK;
+}
+
+static int admin_append(char **args, int json)
 {
 	json_error_t jerr;
-	json_t *j = json_loads(json, 0, &jerr);
+	json_t *j = json_loads(args[2], 0, &jerr);
 	struct cli_req r;
 	struct sb_reply rep;
 	sb_client *c;
@@ -39,20 +66,21 @@ static int append(const char *run, const char *type, const char *json)
 
 	if (!j || !json_is_object(j)) {
 		json_decref(j);
-		return cli_fail(SB_ERR_INVAL, "payload must be a JSON object: %s", j ? "" : jerr.text);
+		return cli_fail_code(CLI_EXIT_USAGE, "admin append: the payload must be a JSON object%s%s",
+				     j ? "" : ": ", j ? "" : jerr.text);
 	}
 	if ((rc = cli_connect(1, &c))) {
 		json_decref(j);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	}
 	cli_req_begin(&r, "events.append", 3);
-	sb_pack_kstr(&r.pk, "run", run);
-	sb_pack_kstr(&r.pk, "type", type);
+	sb_pack_kstr(&r.pk, "run", args[0]);
+	sb_pack_kstr(&r.pk, "type", args[1]);
 	sb_pack_str(&r.pk, "payload");
 	sb_json_to_msgpack(j, &r.pk);
 	json_decref(j);
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK)
-		printf("%llu\n", (unsigned long long)sb_map_u64(&rep.map, "offset", 0));
+		print_u64(&rep, "offset", "%llu\n", json);
 	else
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 	sb_reply_free(&rep);
@@ -62,18 +90,11 @@ static int append(const char *run, const char *type, const char *json)
 
 int cmd_admin(int argc, char **argv)
 {
-	char token[SB_TOKEN_HEX];
-	int rc;
+	static const struct cli_sub subs[] = {
+		{"reproject", 0, 0, 1, admin_reproject},
+		{"token", 1, 1, 1, admin_token},
+		{"append", 3, 0, 1, admin_append},
+	};
 
-	if (argc == 2 && !strcmp(argv[1], "reproject"))
-		return reproject();
-	if (argc == 3 && !strcmp(argv[1], "token") && !strcmp(argv[2], "create")) {
-		if ((rc = sb_home_init(cli_home)) || (rc = sb_token_create(cli_home, NULL, token)))
-			return cli_fail(rc, "%s", sb_errmsg(rc));
-		printf("%s\n", token);
-		return 0;
-	}
-	if (argc == 5 && !strcmp(argv[1], "append"))
-		return append(argv[2], argv[3], argv[4]);
-	return cli_usage("admin");
+	return cli_sub_run(argc, argv, "admin", subs, sizeof subs / sizeof subs[0]);
 }

@@ -21,6 +21,7 @@ static int attach_cb(void *ctx, const struct sb_event *ev, const msgpack_object 
 int cmd_attach(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		CLI_OPT_HELP,
 		{"from", required_argument, NULL, 'f'},
 		{"json", no_argument, NULL, 'j'},
 		{NULL, 0, NULL, 0},
@@ -31,11 +32,15 @@ int cmd_attach(int argc, char **argv)
 	sb_client *c;
 	int ch, rc;
 
-	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (ch) {
-		case 'f': fo.from = strtoull(optarg, NULL, 10); break;
+		case 'h': return cli_help("attach");
+		case 'f':
+			if ((rc = cli_parse_u64("--from", optarg, 0, UINT64_MAX, &fo.from)))
+				return rc;
+			break;
 		case 'j': ac.json = 1; break;
-		default: return cli_usage("attach");
+		default: return cli_badopt("attach", argv, ch);
 		}
 	}
 	if (argc - optind != 1)
@@ -50,6 +55,6 @@ int cmd_attach(int argc, char **argv)
 	rc = sb_follow(c, &fo, attach_cb, &ac);
 	sb_client_close(c);
 	if (cli_detached && !ac.json)
-		fprintf(stderr, "sanbox: detached from run %s; it keeps running\n", run);
+		cli_note("detached from run %s; it keeps running", run);
 	return rc < 0 ? cli_fail(rc, "%s", sb_errmsg(rc)) : 0;
 }

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/text.h"
+#include "engine/text.h"
 #include "engine/error.h"
 #include "vmm/fsread.h"
 
@@ -106,9 +106,7 @@ int cmd_cp(int argc, char **argv)
 	} else if (e.type == SB_FS_SYMLINK && memchr(e.target, 0, e.target_len)) {
 		rc = cli_fs_refuse(gp, &e, " whose target holds a NUL byte");
 	} else if ((rc = cp_place(dest, force, f, gp, &e)) == SB_ERR_EXISTS) {
-		char *d = cli_text_escape_dup(dest, strlen(dest));
-		rc = cli_fail(rc, "%s already exists (--force replaces it)", d ? d : "?");
-		free(d);
+		rc = cli_fail(rc, "%s already exists (--force replaces it)", dest);
 	} else if (rc) {
 		rc = cli_fs_fail(rc);
 	}

@@ -1,92 +1,143 @@
 /* cmd_daemon.c - sanbox daemon start|stop|status. */
-#include <fcntl.h>
-#include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "engine/error.h"
-#include "engine/home.h"
 #include "engine/payload.h"
 
-static int status(int json)
+#define STATUS_WAIT_MS 2000 /* how long health may take before "not answering" */
+
+/* Prints the answer of a daemon that answered health: rep is its reply. */
+static void print_running(const struct sb_reply *rep, int json)
+{
+	const char *where = cli_remote ? cli_remote : cli_home;
+
+	if (json) {
+		json_t *j = sb_msgpack_to_json(&rep->map);
+		json_object_del(j, "ok");
+		json_object_set_new(j, "state", json_string("running"));
+		json_object_set_new(j, "running", json_true());
+		json_object_set_new(j, cli_remote ? "remote" : "home", json_string(where));
+		cli_print_json(j);
+		return;
+	}
+	printf("sanboxd: running %s %s (pid %llu%s, up %llus, %llu events)\n",
+	       cli_remote ? "at" : "for", where, (unsigned long long)sb_map_u64(&rep->map, "pid", 0),
+	       cli_remote ? " on its host" : "", (unsigned long long)sb_map_u64(&rep->map, "uptime_s", 0),
+	       (unsigned long long)sb_map_u64(&rep->map, "last_offset", 0));
+}
+
+/* Prints a daemon that is not running, or (silent) one that does not
+ * answer: pid holds the lock (0: not known), detail says why (or NULL). */
+static void print_down(int silent, int pid, const char *detail, int json)
+{
+	const char *where = cli_remote ? cli_remote : cli_home;
+	char w[4 * 4096 + 1], d[4 * 4096 + 1];
+
+	if (json) {
+		/* running: a process holds the lock here; of a remote one nothing is known */
+		json_t *j = json_pack("{s:s, s:b, s:s}", "state", silent ? "not-answering" : "not-running",
+				      "running", silent && !cli_remote, cli_remote ? "remote" : "home",
+				      where);
+		if (pid)
+			json_object_set_new(j, "pid", json_integer(pid));
+		if (detail)
+			json_object_set_new(j, "error", json_string(detail));
+		cli_print_json(j);
+		return;
+	}
+	cli_cell(where, 0, w, sizeof w); /* a url or home may hold anything */
+	cli_cell(detail ? detail : "", 0, d, sizeof d);
+	if (!silent)
+		printf("sanboxd: not running for %s\n", w);
+	else if (cli_remote)
+		printf("sanboxd: not answering: %s\n", d); /* the detail names the url */
+	else
+		printf("sanboxd: running but not answering for %s (pid %d); see %s/sanboxd.log\n", w,
+		       pid, w);
+}
+
+/* Asks c for health and prints it; returns the exit code. */
+static int status_of(sb_client *c, int json)
 {
 	struct cli_req r;
 	struct sb_reply rep;
-	sb_client *c;
 	int rc;
 
-	if ((rc = cli_connect(0, &c))) {
-		if (json)
-			cli_print_json(json_pack("{s:b, s:s}", "running", 0, "home", cli_home));
-		else
-			printf("sanboxd: not running for %s\n", cli_home);
-		return EXIT_UNAVAIL;
-	}
 	cli_req_begin(&r, "health", 0);
-	if ((rc = cli_call(c, &r, &rep)) == SB_OK) {
-		if (json) {
-			json_t *j = sb_msgpack_to_json(&rep.map);
-			json_object_del(j, "ok");
-			json_object_set_new(j, "running", json_true());
-			json_object_set_new(j, "home", json_string(cli_home));
-			cli_print_json(j);
-		} else {
-			printf("sanboxd: running for %s (pid %llu, up %llus, %llu events)\n", cli_home,
-			       (unsigned long long)sb_map_u64(&rep.map, "pid", 0),
-			       (unsigned long long)sb_map_u64(&rep.map, "uptime_s", 0),
-			       (unsigned long long)sb_map_u64(&rep.map, "last_offset", 0));
+	if ((rc = cli_call(c, &r, &rep)) == SB_OK)
+		print_running(&rep, json);
+	else
+		print_down(1, 0, sb_errmsg(rc), json);
+	sb_reply_free(&rep);
+	return rc ? CLI_EXIT_UNAVAIL : CLI_EXIT_OK;
+}
+
+static int daemon_status(char **args, int json)
+{
+	sb_client *c;
+	int pid, rc;
+
+	if (cli_remote) {
+		if ((rc = cli_connect(0, &c))) {
+			print_down(1, 0, sb_errmsg(rc), json);
+			return CLI_EXIT_UNAVAIL;
 		}
 	} else {
-		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+		switch (cli_daemon_find(STATUS_WAIT_MS, &c, &pid)) {
+		case CLI_DAEMON_ANSWERS: break;
+		case CLI_DAEMON_SILENT: print_down(1, pid, NULL, json); return CLI_EXIT_UNAVAIL;
+		case CLI_DAEMON_ABSENT: print_down(0, 0, NULL, json); return CLI_EXIT_UNAVAIL;
+		}
 	}
-	sb_reply_free(&rep);
+	rc = status_of(c, json);
 	sb_client_close(c);
 	return rc;
 }
 
-/* Waits up to ms for the daemon's pid file lock to be free: the daemon holds
- * it until its process ends (zombie or not). Returns 1 once free. */
-static int pidfile_wait_free(int ms)
+static int daemon_start(char **args, int json)
 {
-	char path[PATH_MAX];
-	int fd, free = 0;
+	sb_client *c;
+	int rc;
 
-	sb_home_path(cli_home, "sanboxd.pid", path, sizeof path);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return 1;
-	for (int waited = 0; !free && waited <= ms; waited += 50) {
-		free = flock(fd, LOCK_EX | LOCK_NB) == 0;
-		if (!free)
-			usleep(50000);
-	}
-	close(fd);
-	return free;
+	if (cli_remote)
+		return cli_fail_code(CLI_EXIT_USAGE, "a remote daemon is started on its host");
+	if ((rc = cli_connect(1, &c)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	rc = status_of(c, json);
+	sb_client_close(c);
+	return rc;
 }
 
 /* The answer of daemon stop --json. */
 static void print_stopped_json(uint64_t live)
 {
-	cli_print_json(json_pack("{s:b, s:s, s:I}", "running", 0, "home", cli_home, "runs_stopped",
-				 (json_int_t)live));
+	cli_print_json(json_pack("{s:s, s:b, s:s, s:I}", "state", "not-running", "running", 0, "home",
+				 cli_home, "runs_stopped", (json_int_t)live));
 }
 
-static int stop(int json)
+static int daemon_stop(char **args, int json)
 {
 	struct cli_req r;
 	struct sb_reply rep;
 	sb_client *c;
 	uint64_t live = 0;
-	int rc;
+	int pid, rc;
 
-	if (cli_connect(0, &c)) {
+	if (cli_remote)
+		return cli_fail_code(CLI_EXIT_USAGE, "a remote daemon is stopped on its host");
+	switch (cli_daemon_find(CLI_START_WAIT_MS, &c, &pid)) {
+	case CLI_DAEMON_ANSWERS: break;
+	case CLI_DAEMON_SILENT: /* there, but it cannot be asked to stop */
+		rc = cli_daemon_silent(pid);
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	case CLI_DAEMON_ABSENT:
 		if (json)
 			print_stopped_json(0);
 		else
 			printf("sanboxd: not running\n");
-		return 0;
+		return CLI_EXIT_OK;
 	}
 	cli_req_begin(&r, "daemon.stop", 0);
 	rc = cli_call(c, &r, &rep);
@@ -94,11 +145,12 @@ static int stop(int json)
 		live = sb_map_u64(&rep.map, "runs_stopped", 0);
 	sb_reply_free(&rep);
 	sb_client_close(c);
-	if (rc && rc != SB_ERR_UNAVAIL) /* UNAVAIL: it is stopping already */
-		return cli_fail(rc, "%s", sb_errmsg(rc));
-	/* wait until it has exited, so a following start does not race it */
-	if (!pidfile_wait_free(30000))
-		return cli_fail(SB_ERR_TIMEOUT, "sanboxd still runs 30 s after it was asked to stop");
+	/* wait until it has exited, so a following start does not race it; a
+	 * failed call (it is stopping already, or it ended before its reply
+	 * was sent) counts as asked when the process ends */
+	if (!cli_daemon_wait_gone(30000))
+		return rc ? cli_fail(rc, "%s", sb_errmsg(rc))
+			  : cli_fail(SB_ERR_TIMEOUT, "sanboxd still runs 30 s after it was asked to stop");
 	if (json)
 		print_stopped_json(live);
 	else if (live)
@@ -106,26 +158,16 @@ static int stop(int json)
 		       (unsigned long long)live, live == 1 ? "" : "s");
 	else
 		printf("sanboxd: stopped\n");
-	return 0;
+	return CLI_EXIT_OK;
 }
 
 int cmd_daemon(int argc, char **argv)
 {
-	int json = argc > 2 && !strcmp(argv[2], "--json");
-	sb_client *c;
-	int rc;
+	static const struct cli_sub subs[] = {
+		{"start", 0, 0, 1, daemon_start},
+		{"stop", 0, 0, 1, daemon_stop},
+		{"status", 0, 0, 1, daemon_status},
+	};
 
-	if (argc < 2 || argc > 3 || (argc == 3 && !json))
-		return cli_usage("daemon");
-	if (!strcmp(argv[1], "status"))
-		return status(json);
-	if (!strcmp(argv[1], "stop"))
-		return stop(json);
-	if (!strcmp(argv[1], "start")) {
-		if ((rc = cli_connect(1, &c)))
-			return cli_fail(rc, "%s", sb_errmsg(rc));
-		sb_client_close(c);
-		return status(json) == 0 ? 0 : 1;
-	}
-	return cli_usage("daemon");
+	return cli_sub_run(argc, argv, "daemon", subs, sizeof subs / sizeof subs[0]);
 }

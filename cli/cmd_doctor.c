@@ -21,15 +21,24 @@ struct report {
 	json_t *arr;
 };
 
+/* Reports one check; detail quotes what tools and files said, so the text
+ * view escapes it (and JSON, which cannot hold invalid UTF-8, falls back
+ * to the escaped text). */
 static void check(struct report *r, const char *name, int ok, const char *detail)
 {
+	char text[4 * 4300];
+	json_t *d;
+
 	if (!ok)
 		r->failed++;
-	if (r->json)
-		json_array_append_new(r->arr, json_pack("{s:s,s:b,s:s}", "check", name, "ok", ok,
-							"detail", detail));
-	else
-		printf("%-5s %-10s %s\n", ok ? "ok" : "FAIL", name, detail);
+	cli_cell(detail, 0, text, sizeof text);
+	if (r->json) {
+		d = json_string(detail);
+		json_array_append_new(r->arr, json_pack("{s:s,s:b,s:o}", "check", name, "ok", ok,
+							"detail", d ? d : json_string(text)));
+	} else {
+		printf("%-5s %-10s %s\n", ok ? "ok" : "FAIL", name, text);
+	}
 }
 
 /* Runs argv and puts the first line of its output into out; 0 if it ran. */
@@ -59,7 +68,7 @@ static int has_cap_net_admin(void)
 
 int cmd_doctor(int argc, char **argv)
 {
-	struct report r = {argc > 1 && !strcmp(argv[1], "--json"), 0, json_array()};
+	struct report r = {0, 0, NULL};
 	char out[512], msg[4300], cache[PATH_MAX + 16], why[256] = "";
 	char *qv[] = {"qemu-system-x86_64", "--version", NULL};
 	char *qi[] = {"qemu-img", "--version", NULL};
@@ -72,10 +81,11 @@ int cmd_doctor(int argc, char **argv)
 	sb_accel accel;
 	int fd, rc;
 
-	if (argc > 2 || (argc == 2 && !r.json)) {
-		json_decref(r.arr);
+	if ((rc = cli_parse_opts(argc, argv, "doctor", &r.json)) != CLI_GO_ON)
+		return rc;
+	if (optind != argc)
 		return cli_usage("doctor");
-	}
+	r.arr = json_array();
 	rc = first_line(qv, out, sizeof out);
 	check(&r, "qemu", rc == 0, rc == 0 ? out : "qemu-system-x86_64 not found: run 'make deps'");
 	rc = first_line(qi, out, sizeof out);
@@ -84,7 +94,8 @@ int cmd_doctor(int argc, char **argv)
 	check(&r, "debugfs", rc == 0,
 	      rc == 0 ? "e2fsprogs present" : "debugfs not found (sanbox fs needs it): run 'make deps'");
 	rc = sb_template_load(cli_home, "shell", &t);
-	snprintf(msg, sizeof msg, "template shell %.16s, kernel %s", t.hash, t.kernel_version);
+	if (rc == 0)
+		snprintf(msg, sizeof msg, "template shell %.16s, kernel %s", t.hash, t.kernel_version);
 	check(&r, "template", rc == 0, rc == 0 ? msg : sb_errmsg(rc));
 	fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
 	if (fd >= 0)

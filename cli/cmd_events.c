@@ -20,6 +20,7 @@ static int print_cb(void *ctx, const struct sb_event *ev, const msgpack_object *
 int cmd_events(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		CLI_OPT_HELP,
 		{"from", required_argument, NULL, 'f'}, {"type", required_argument, NULL, 't'},
 		{"json", no_argument, NULL, 'j'},       {"all", no_argument, NULL, 'a'},
 		{NULL, 0, NULL, 0},
@@ -31,17 +32,21 @@ int cmd_events(int argc, char **argv)
 	sb_client *c;
 	int ntypes = 0, all = 0, ch, rc;
 
-	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (ch) {
-		case 'f': fo.from = strtoull(optarg, NULL, 10); break;
+		case 'h': return cli_help("events");
+		case 'f':
+			if ((rc = cli_parse_u64("--from", optarg, 0, UINT64_MAX, &fo.from)))
+				return rc;
+			break;
 		case 't':
 			if (ntypes == 32)
-				return cli_fail(SB_ERR_INVAL, "at most 32 --type options");
+				return cli_fail_code(CLI_EXIT_USAGE, "at most 32 --type options");
 			types[ntypes++] = optarg;
 			break;
 		case 'j': pc.json = 1; break;
 		case 'a': all = 1; break;
-		default: return cli_usage("events");
+		default: return cli_badopt("events", argv, ch);
 		}
 	}
 	if (all == (optind < argc) || argc - optind > 1)

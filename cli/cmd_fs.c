@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/text.h"
+#include "engine/text.h"
 #include "engine/error.h"
 #include "vmm/fsread.h"
 
@@ -25,14 +25,9 @@ void cli_guest_path(const char *p, char *buf, size_t cap)
 
 int cli_fs_fail(int rc)
 {
-	const char *msg = sb_errmsg(rc);
-	char *esc = cli_text_escape_dup(msg, strlen(msg));
-
-	/* a missing qemu-nbd is not an unavailable daemon (exit 4) */
-	rc = cli_fail(rc == SB_ERR_UNAVAIL ? SB_ERR_IO : rc, "%s",
-		      esc ? esc : "out of memory");
-	free(esc);
-	return rc;
+	/* a missing qemu-nbd is not an unavailable daemon (exit 4); the
+	 * line is escaped by cli_fail */
+	return cli_fail(rc == SB_ERR_UNAVAIL ? SB_ERR_IO : rc, "%s", sb_errmsg(rc));
 }
 
 int cli_fs_open(const char *want, sb_fsread **out)
@@ -63,19 +58,12 @@ int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why
 	    [SB_FS_CHAR] = "a character device",
 	    [SB_FS_BLOCK] = "a block device",
 	};
-	char *p = cli_text_escape_dup(path, strlen(path));
-	char *t = e->target ? cli_text_escape_dup(e->target, e->target_len) : NULL;
-	int rc;
-
+	/* cli_fail escapes the line; a target is cut at a NUL byte */
 	if (e->type == SB_FS_SYMLINK)
-		rc = cli_fail(SB_ERR_INVAL, "%s is a symlink to %s%s", p ? p : "?",
-			      t ? t : "?", why ? why : "");
-	else
-		rc = cli_fail(SB_ERR_INVAL, "%s is %s%s", p ? p : "?", what[e->type],
-			      why ? why : "");
-	free(p);
-	free(t);
-	return rc;
+		return cli_fail(SB_ERR_INVAL, "%s is a symlink to %.*s%s", path,
+				e->target ? (int)e->target_len : 1, e->target ? e->target : "?",
+				why ? why : "");
+	return cli_fail(SB_ERR_INVAL, "%s is %s%s", path, what[e->type], why ? why : "");
 }
 
 int cli_fs_cat(const char *want, const char *path)
@@ -193,7 +181,7 @@ static void fs_mode(const struct sb_fs_entry *e, char out[11])
 static void fs_print_text(const struct sb_fs_entry *e)
 {
 	char mode[11], when[32] = "?";
-	char *name = cli_text_escape_dup(e->name, e->name_len);
+	char *name = sb_text_escape_dup(e->name, e->name_len);
 	time_t t = (time_t)e->mtime;
 	struct tm tm;
 
@@ -204,7 +192,7 @@ static void fs_print_text(const struct sb_fs_entry *e)
 	       (unsigned long long)e->size, when, name ? name : "?");
 	if (e->type == SB_FS_SYMLINK) {
 		char *to =
-		    e->target ? cli_text_escape_dup(e->target, e->target_len) : NULL;
+		    e->target ? sb_text_escape_dup(e->target, e->target_len) : NULL;
 		printf(" -> %s", to ? to : "(unreadable)");
 		free(to);
 	}
@@ -220,9 +208,9 @@ static int fs_json_bytes(json_t *o, const char *key, const char *s, size_t len)
 	char k64[32], *lossy, *b64;
 	size_t n, cap;
 
-	if (cli_text_utf8_valid(s, len))
+	if (sb_utf8_valid(s, len))
 		return json_object_set_new(o, key, json_stringn(s, len));
-	if (!(lossy = cli_text_utf8_lossy(s, len, &n)))
+	if (!(lossy = sb_utf8_lossy(s, len, &n)))
 		return -1;
 	json_object_set_new(o, key, json_stringn(lossy, n));
 	free(lossy);

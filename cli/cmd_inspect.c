@@ -1,46 +1,40 @@
 /* cmd_inspect.c - sanbox inspect: a run's resolved settings and state. */
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "engine/error.h"
+#include "engine/log/summary.h"
 #include "engine/payload.h"
 #include "projections/views.h"
 
+/* Prints map m under title, one "key value" line per field, both escaped
+ * (values as sb_summary_value writes them). */
 static void print_map(const char *title, const msgpack_object *m)
 {
+	char key[256], val[8192];
+
 	printf("%s:\n", title);
 	if (!m || m->type != MSGPACK_OBJECT_MAP) {
 		printf("  (none)\n");
 		return;
 	}
 	for (uint32_t i = 0; i < m->via.map.size; i++) {
-		json_t *v = sb_msgpack_to_json(&m->via.map.ptr[i].val);
-		char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-		printf("  %-16.*s %s\n", (int)m->via.map.ptr[i].key.via.str.size,
-		       m->via.map.ptr[i].key.via.str.ptr, s ? s : "?");
-		free(s);
-		json_decref(v);
+		sb_summary_value(&m->via.map.ptr[i].key, key, sizeof key);
+		sb_summary_value(&m->via.map.ptr[i].val, val, sizeof val);
+		printf("  %-16s %s\n", key, val);
 	}
 }
 
 int cmd_inspect(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"json", no_argument, NULL, 'j'},
-		{NULL, 0, NULL, 0},
-	};
 	struct cli_req r;
 	struct sb_reply rep;
 	sb_client *c;
-	int json = 0, ch, rc;
+	int json = 0, rc;
 
-	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		if (ch != 'j')
-			return cli_usage("inspect");
-		json = 1;
-	}
+	if ((rc = cli_parse_opts(argc, argv, "inspect", &json)) != CLI_GO_ON)
+		return rc;
 	if (argc - optind != 1)
 		return cli_usage("inspect");
 	if ((rc = cli_connect(1, &c)))

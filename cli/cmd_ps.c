@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "engine/error.h"
+#include "engine/log/summary.h"
 #include "engine/payload.h"
 #include "projections/views.h"
 
@@ -26,9 +27,36 @@ static double elapsed(const struct sb_runstate *rs)
 	return start ? end - start / 1e9 : 0;
 }
 
+/* Prints one run as a table row: every cell escaped and cut to its
+ * column, so no name or group can end the row or forge another. */
+static void print_row(const msgpack_object *m)
+{
+	struct sb_runstate rs;
+	char el[16], cost[24], status[40];
+	char run[64], name[96], group[64], tmpl[64], model[96], st[64], last[128];
+
+	if (sb_runstate_unpack(m, &rs))
+		return;
+	cli_duration(elapsed(&rs), el, sizeof el);
+	sb_usd_format(rs.cost_nusd, cost, sizeof cost);
+	if (rs.has_exit && !strcmp(rs.status, "exited"))
+		snprintf(status, sizeof status, "exited %lld", (long long)rs.exit_status);
+	else
+		snprintf(status, sizeof status, "%s", rs.status);
+	cli_cell(rs.run, 12, run, sizeof run);
+	cli_cell(rs.name, 16, name, sizeof name);
+	cli_cell(rs.group[0] ? rs.group : "-", 10, group, sizeof group);
+	cli_cell(rs.tmpl, 10, tmpl, sizeof tmpl);
+	cli_cell(rs.model[0] ? rs.model : "-", 16, model, sizeof model);
+	cli_cell(status, 0, st, sizeof st); /* never cut: "exited 127" */
+	cli_cell(rs.last_type, 0, last, sizeof last);
+	printf("%s %s %s %s %s %-9s %7s %9s  %s\n", run, name, group, tmpl, model, st, el, cost, last);
+}
+
 int cmd_ps(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		CLI_OPT_HELP,
 		{"group", required_argument, NULL, 'g'},
 		{"json", no_argument, NULL, 'j'},
 		{NULL, 0, NULL, 0},
@@ -40,11 +68,16 @@ int cmd_ps(int argc, char **argv)
 	sb_client *c;
 	int json = 0, ch, rc;
 
-	while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (ch) {
-		case 'g': group = optarg; break;
+		case 'h': return cli_help("ps");
+		case 'g':
+			if ((rc = cli_check_name("--group", optarg)))
+				return rc;
+			group = optarg;
+			break;
 		case 'j': json = 1; break;
-		default: return cli_usage("ps");
+		default: return cli_badopt("ps", argv, ch);
 		}
 	}
 	if (optind != argc)
@@ -68,21 +101,8 @@ int cmd_ps(int argc, char **argv)
 	}
 	printf("%-12s %-16s %-10s %-10s %-16s %-9s %7s %9s  %s\n", "RUN", "NAME", "GROUP", "TEMPLATE",
 	       "MODEL", "STATUS", "ELAPSED", "COST", "LAST EVENT");
-	for (uint32_t i = 0; i < runs->via.array.size; i++) {
-		struct sb_runstate rs;
-		char el[16], cost[24], status[24];
-		if (sb_runstate_unpack(&runs->via.array.ptr[i], &rs))
-			continue;
-		cli_duration(elapsed(&rs), el, sizeof el);
-		cli_usd(rs.cost_nusd, cost, sizeof cost);
-		if (rs.has_exit && !strcmp(rs.status, "exited"))
-			snprintf(status, sizeof status, "exited %lld", (long long)rs.exit_status);
-		else
-			snprintf(status, sizeof status, "%s", rs.status);
-		printf("%-12.12s %-16.16s %-10.10s %-10.10s %-16.16s %-9s %7s %9s  %s\n", rs.run,
-		       rs.name, rs.group[0] ? rs.group : "-", rs.tmpl, rs.model[0] ? rs.model : "-",
-		       status, el, cost, rs.last_type);
-	}
+	for (uint32_t i = 0; i < runs->via.array.size; i++)
+		print_row(&runs->via.array.ptr[i]);
 out:
 	sb_reply_free(&rep);
 	sb_client_close(c);

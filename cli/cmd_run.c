@@ -1,10 +1,11 @@
 /* cmd_run.c - sanbox run: resolve a run, start it, and follow it. */
 #include <errno.h>
-#include <getopt.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "engine/error.h"
@@ -19,12 +20,28 @@ struct list {
 	int n;
 };
 
+/* An --input file, opened and checked before anything is sent. */
+struct input {
+	const char *path;
+	int fd;
+	size_t size;
+	unsigned mode;
+};
+
+/* What the options say. */
+struct run_opts {
+	const char *tmpl, *name, *group, *accel, *on_budget, *net;
+	uint64_t cpus, mem, timeout, budget;
+	struct list inputs, env, secrets, models, allow;
+	int detach, json;
+};
+
 static int list_add(struct list *l, const char *s, const char *what)
 {
 	if (l->n == MAX_LIST)
-		return cli_fail(SB_ERR_INVAL, "at most %d %s options", MAX_LIST, what);
+		return cli_fail_code(CLI_EXIT_USAGE, "at most %d %s options", MAX_LIST, what);
 	l->v[l->n++] = s;
-	return 0;
+	return CLI_EXIT_OK;
 }
 
 static void pack_strs(msgpack_packer *pk, const char *key, const char *const *v, int n)
@@ -35,45 +52,222 @@ static void pack_strs(msgpack_packer *pk, const char *key, const char *const *v,
 		sb_pack_str(pk, v[i]);
 }
 
-/* Packs the input files as [{path, data, mode}]; paths are the base names. */
-static int pack_inputs(msgpack_packer *pk, const struct list *in)
+/* Parses the options of argv into o; returns CLI_GO_ON with optind at the
+ * command or prompt, or the exit code (help or a usage error, printed). */
+static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
-	size_t total = 0;
+	static const struct option opts[] = {
+		CLI_OPT_HELP,
+		{"template", required_argument, NULL, 't'}, {"cpu", required_argument, NULL, 'c'},
+		{"memory", required_argument, NULL, 'M'},   {"timeout", required_argument, NULL, 'T'},
+		{"input", required_argument, NULL, 'i'},    {"env", required_argument, NULL, 'e'},
+		{"name", required_argument, NULL, 'n'},     {"group", required_argument, NULL, 'g'},
+		{"model", required_argument, NULL, 'm'},    {"budget", required_argument, NULL, 'b'},
+		{"secret", required_argument, NULL, 's'},   {"accel", required_argument, NULL, 'a'},
+		{"on-budget", required_argument, NULL, 'o'}, {"net", required_argument, NULL, 'N'},
+		{"allow", required_argument, NULL, 'A'},
+		{"detach", no_argument, NULL, 'd'},         {"json", no_argument, NULL, 'j'},
+		{NULL, 0, NULL, 0},
+	};
+	int ch, rc = CLI_EXIT_OK;
 
+	o->tmpl = "shell";
+	/* '+': the first operand ends the options; the prompt's words are not options */
+	while (rc == CLI_EXIT_OK && (ch = getopt_long(argc, argv, "+:ht:m:", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'h': return cli_help("run");
+		case 't': o->tmpl = optarg; break;
+		case 'c':
+			rc = cli_parse_u64("--cpu", optarg, 1, 64, &o->cpus);
+			break;
+		case 'M':
+			if ((rc = cli_parse_size_mib(optarg, &o->mem)))
+				rc = cli_fail_code(CLI_EXIT_USAGE, "%s", sb_errmsg(rc));
+			break;
+		case 'T':
+			if ((rc = cli_parse_duration(optarg, &o->timeout)))
+				rc = cli_fail_code(CLI_EXIT_USAGE, "%s", sb_errmsg(rc));
+			break;
+		case 'b':
+			if ((rc = cli_parse_usd(optarg, &o->budget)))
+				rc = cli_fail_code(CLI_EXIT_USAGE, "%s", sb_errmsg(rc));
+			break;
+		case 'o':
+			if (strcmp(optarg, "stop") && strcmp(optarg, "continue"))
+				rc = cli_fail_code(CLI_EXIT_USAGE, "--on-budget takes stop or continue");
+			o->on_budget = optarg;
+			break;
+		case 'i': rc = list_add(&o->inputs, optarg, "--input"); break;
+		case 'e':
+			if (!strchr(optarg, '=') || optarg[0] == '=')
+				rc = cli_fail_code(CLI_EXIT_USAGE, "--env takes K=V, not '%s'", optarg);
+			else
+				rc = list_add(&o->env, optarg, "--env");
+			break;
+		case 's': rc = list_add(&o->secrets, optarg, "--secret"); break;
+		case 'n':
+			if (!(rc = cli_check_name("--name", optarg)))
+				o->name = optarg;
+			break;
+		case 'g':
+			if (!(rc = cli_check_name("--group", optarg)))
+				o->group = optarg;
+			break;
+		case 'm': rc = list_add(&o->models, optarg, "--model"); break;
+		case 'a': o->accel = optarg; break;
+		case 'N': o->net = optarg; break;
+		case 'A': rc = list_add(&o->allow, optarg, "--allow"); break;
+		case 'd': o->detach = 1; break;
+		case 'j': o->json = 1; break;
+		default: return cli_badopt("run", argv, ch);
+		}
+	}
+	if (rc != CLI_EXIT_OK)
+		return rc;
+	if (optind >= argc)
+		return cli_fail_code(CLI_EXIT_USAGE,
+				     "give a command after -- or a prompt (see 'sanbox help run')");
+	return CLI_GO_ON;
+}
+
+static const char *file_kind(mode_t m)
+{
+	return S_ISDIR(m)    ? "a directory"
+	       : S_ISFIFO(m) ? "a FIFO"
+	       : S_ISSOCK(m) ? "a socket"
+	       : S_ISCHR(m)  ? "a character device"
+	       : S_ISBLK(m)  ? "a block device"
+			     : "not a regular file";
+}
+
+/* Opens input path into *in without blocking (a FIFO, a terminal or a
+ * device never holds the CLI up) and checks that it is a regular file.
+ * Returns an exit code: CLI_EXIT_USAGE for what is not a regular file,
+ * CLI_EXIT_NOTFOUND for a missing one. */
+static int input_open(const char *path, struct input *in)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+
+	if (fd < 0) {
+		int err = errno;
+		if (err != ENOENT && stat(path, &st) == 0 && !S_ISREG(st.st_mode)) /* a socket */
+			return cli_fail_code(CLI_EXIT_USAGE, "input %s is %s, not a regular file", path,
+					     file_kind(st.st_mode));
+		return cli_fail(err == ENOENT ? SB_ERR_NOTFOUND : SB_ERR_IO, "input %s: %s", path,
+				strerror(err));
+	}
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return cli_fail_code(CLI_EXIT_USAGE, "input %s is %s, not a regular file", path,
+				     file_kind(st.st_mode));
+	}
+	in->path = path;
+	in->fd = fd;
+	in->size = (size_t)st.st_size;
+	in->mode = st.st_mode & 0777;
+	return CLI_EXIT_OK;
+}
+
+/* Reads in whole (its size as opened) into data. Errors: SB_ERR_IO. */
+static int input_read(const struct input *in, char *data)
+{
+	size_t got = 0;
+	ssize_t n;
+
+	while (got < in->size) {
+		n = read(in->fd, data + got, in->size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return sb_seterr(SB_ERR_IO, "input %s: %s", in->path,
+					 n < 0 ? strerror(errno) : "it shrank while it was read");
+		got += (size_t)n;
+	}
+	return SB_OK;
+}
+
+/* Packs the inputs as [{path, data, mode}]; paths are the base names.
+ * Errors: SB_ERR_IO, SB_ERR_NOMEM. */
+static int pack_inputs(msgpack_packer *pk, const struct input *in, int n)
+{
 	sb_pack_str(pk, "inputs");
-	msgpack_pack_array(pk, (size_t)in->n);
-	for (int i = 0; i < in->n; i++) {
-		const char *base = strrchr(in->v[i], '/');
-		struct stat st;
-		FILE *f = fopen(in->v[i], "rb");
-		char *data;
+	msgpack_pack_array(pk, (size_t)n);
+	for (int i = 0; i < n; i++) {
+		const char *base = strrchr(in[i].path, '/');
+		char *data = malloc(in[i].size + 1);
+		int rc;
 
-		if (!f || fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
-			if (f)
-				fclose(f);
-			return sb_seterr(SB_ERR_NOTFOUND, "input %s: %s", in->v[i],
-					 f ? "not a regular file" : strerror(errno));
-		}
-		total += (size_t)st.st_size;
-		if (total > INPUTS_MAX) {
-			fclose(f);
-			return sb_seterr(SB_ERR_TOOBIG, "inputs exceed %u MiB", INPUTS_MAX >> 20);
-		}
-		data = malloc((size_t)st.st_size + 1);
-		if (!data || fread(data, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+		if (!data)
+			return sb_seterr(SB_ERR_NOMEM, "input %s: out of memory", in[i].path);
+		if ((rc = input_read(&in[i], data))) {
 			free(data);
-			fclose(f);
-			return sb_seterr(SB_ERR_IO, "input %s: read failed", in->v[i]);
+			return rc;
 		}
-		fclose(f);
 		msgpack_pack_map(pk, 3);
-		sb_pack_kstr(pk, "path", base ? base + 1 : in->v[i]);
+		sb_pack_kstr(pk, "path", base ? base + 1 : in[i].path);
 		sb_pack_str(pk, "data");
-		msgpack_pack_bin_with_body(pk, data, (size_t)st.st_size);
-		sb_pack_ku64(pk, "mode", st.st_mode & 0777);
+		msgpack_pack_bin_with_body(pk, data, in[i].size);
+		sb_pack_ku64(pk, "mode", in[i].mode);
 		free(data);
 	}
 	return SB_OK;
+}
+
+/* Packs the run.create request for o, with the command or prompt in
+ * argv[first..argc) (a command when has_cmd). Errors: as pack_inputs. */
+static int pack_spec(struct cli_req *r, const struct run_opts *o, const struct input *in,
+		     int argc, char **argv, int first, int has_cmd)
+{
+	size_t nspec = 10 + !!o->name + !!o->group + !!o->models.n * 2 + !!o->accel +
+		       !!o->on_budget + !!o->net + !!o->allow.n;
+
+	cli_req_begin(r, "run.create", 1);
+	sb_pack_str(&r->pk, "spec");
+	msgpack_pack_map(&r->pk, nspec);
+	sb_pack_kstr(&r->pk, "template", o->tmpl);
+	if (o->name)
+		sb_pack_kstr(&r->pk, "name", o->name);
+	if (o->group)
+		sb_pack_kstr(&r->pk, "group", o->group);
+	if (o->models.n) {
+		/* the first is the run's model; the others it may use too */
+		sb_pack_kstr(&r->pk, "model", o->models.v[0]);
+		pack_strs(&r->pk, "models", o->models.v + 1, o->models.n - 1);
+	}
+	if (o->on_budget)
+		sb_pack_kstr(&r->pk, "on_budget", o->on_budget);
+	if (o->accel)
+		sb_pack_kstr(&r->pk, "accel", o->accel);
+	if (o->net)
+		sb_pack_kstr(&r->pk, "network", o->net);
+	if (o->allow.n)
+		pack_strs(&r->pk, "allow", o->allow.v, o->allow.n);
+	if (has_cmd) {
+		pack_strs(&r->pk, "argv", (const char *const *)argv + first, argc - first);
+		sb_pack_kstr(&r->pk, "prompt", "");
+	} else {
+		/* a prompt: the words after the options, for the template's harness */
+		size_t len = 0;
+		for (int i = first; i < argc; i++)
+			len += strlen(argv[i]) + 1;
+		char *prompt = calloc(1, len + 1);
+		for (int i = first; prompt && i < argc; i++) {
+			strcat(prompt, argv[i]);
+			if (i + 1 < argc)
+				strcat(prompt, " ");
+		}
+		pack_strs(&r->pk, "argv", NULL, 0);
+		sb_pack_kstr(&r->pk, "prompt", prompt ? prompt : "");
+		free(prompt);
+	}
+	pack_strs(&r->pk, "env", o->env.v, o->env.n);
+	pack_strs(&r->pk, "secrets", o->secrets.v, o->secrets.n);
+	sb_pack_ku64(&r->pk, "cpus", o->cpus);
+	sb_pack_ku64(&r->pk, "memory_mib", o->mem);
+	sb_pack_ku64(&r->pk, "timeout_s", o->timeout);
+	sb_pack_ku64(&r->pk, "budget_nusd", o->budget);
+	return pack_inputs(&r->pk, in, o->inputs.n);
 }
 
 struct run_ctx {
@@ -101,178 +295,86 @@ static int run_cb(void *vctx, const struct sb_event *ev, const msgpack_object *p
 	return 0;
 }
 
+/* The exit code of a run that ended as c says. */
+static int run_exit(const char *run, const struct run_ctx *c)
+{
+	if (!strcmp(c->reason, "timeout"))
+		return CLI_EXIT_TIMEOUT;
+	if (!strcmp(c->reason, "failed"))
+		return cli_fail_code(CLI_EXIT_RUNFAIL, "run %s failed: %s", run,
+				     c->failure[0] ? c->failure : "see its events");
+	if (!strcmp(c->reason, "budget"))
+		return cli_fail_code(CLI_EXIT_BUDGET, "run %s stopped: its LLM budget is spent", run);
+	if (!strcmp(c->reason, "daemon-stop"))
+		cli_note("run %s stopped: sanboxd was stopped", run);
+	if (c->has_exit)
+		return (int)(c->exit_status & 0xff);
+	return CLI_EXIT_STOPPED; /* stopped before the harness exited */
+}
+
 int cmd_run(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"template", required_argument, NULL, 't'}, {"cpu", required_argument, NULL, 'c'},
-		{"memory", required_argument, NULL, 'M'},   {"timeout", required_argument, NULL, 'T'},
-		{"input", required_argument, NULL, 'i'},    {"env", required_argument, NULL, 'e'},
-		{"name", required_argument, NULL, 'n'},     {"group", required_argument, NULL, 'g'},
-		{"model", required_argument, NULL, 'm'},    {"budget", required_argument, NULL, 'b'},
-		{"secret", required_argument, NULL, 's'},   {"accel", required_argument, NULL, 'a'},
-		{"on-budget", required_argument, NULL, 'o'}, {"net", required_argument, NULL, 'N'},
-		{"allow", required_argument, NULL, 'A'},
-		{"detach", no_argument, NULL, 'd'},         {"json", no_argument, NULL, 'j'},
-		{NULL, 0, NULL, 0},
-	};
-	const char *tmpl = "shell", *name = NULL, *group = NULL, *accel = NULL, *on_budget = NULL,
-		   *net = NULL;
-	uint64_t cpus = 0, mem = 0, timeout = 0, budget = 0;
-	struct list inputs = {0}, env = {0}, secrets = {0}, models = {0}, allow = {0};
+	struct run_opts o = {0};
+	struct input in[MAX_LIST];
 	struct run_ctx rc_ctx = {0};
 	struct sb_follow_opts fo = {0};
 	struct cli_req r;
-	struct sb_reply rep;
-	char run[SB_RUN_MAX], *end;
-	int detach_opt = 0, has_cmd = 0, ch, rc;
-	size_t nspec;
-	sb_client *c;
+	struct sb_reply rep = {0};
+	char run[SB_RUN_MAX];
+	sb_client *c = NULL;
+	size_t total = 0;
+	int nin = 0, has_cmd, first, rc;
 
-	while ((ch = getopt_long(argc, argv, "+t:m:", opts, NULL)) != -1) {
-		switch (ch) {
-		case 't': tmpl = optarg; break;
-		case 'c':
-			cpus = strtoull(optarg, &end, 10);
-			if (*end || cpus < 1 || cpus > 64)
-				return cli_fail(SB_ERR_INVAL, "--cpu must be between 1 and 64");
-			break;
-		case 'M':
-			if ((rc = cli_parse_size_mib(optarg, &mem)))
-				return cli_fail(rc, "%s", sb_errmsg(rc));
-			break;
-		case 'T':
-			if ((rc = cli_parse_duration(optarg, &timeout)))
-				return cli_fail(rc, "%s", sb_errmsg(rc));
-			break;
-		case 'b':
-			if ((rc = cli_parse_usd(optarg, &budget)))
-				return cli_fail(rc, "%s", sb_errmsg(rc));
-			if (!budget)
-				return cli_fail(SB_ERR_INVAL, "--budget must be positive");
-			break;
-		case 'o':
-			if (strcmp(optarg, "stop") && strcmp(optarg, "continue"))
-				return cli_fail(SB_ERR_INVAL, "--on-budget takes stop or continue");
-			on_budget = optarg;
-			break;
-		case 'i': if (list_add(&inputs, optarg, "--input")) return 1; break;
-		case 'e':
-			if (!strchr(optarg, '=') || optarg[0] == '=')
-				return cli_fail(SB_ERR_INVAL, "--env takes K=V, not '%s'", optarg);
-			if (list_add(&env, optarg, "--env"))
-				return 1;
-			break;
-		case 's': if (list_add(&secrets, optarg, "--secret")) return 1; break;
-		case 'n': name = optarg; break;
-		case 'g': group = optarg; break;
-		case 'm': if (list_add(&models, optarg, "--model")) return 1; break;
-		case 'a': accel = optarg; break;
-		case 'N': net = optarg; break;
-		case 'A': if (list_add(&allow, optarg, "--allow")) return 1; break;
-		case 'd': detach_opt = 1; break;
-		case 'j': rc_ctx.json = 1; break;
-		default: return cli_usage("run");
+	if ((rc = parse_opts(argc, argv, &o)) != CLI_GO_ON)
+		return rc;
+	first = optind;
+	has_cmd = first > 1 && !strcmp(argv[first - 1], "--");
+	/* every input is checked before anything starts */
+	for (; nin < o.inputs.n; nin++) {
+		if ((rc = input_open(o.inputs.v[nin], &in[nin])))
+			goto out;
+		total += in[nin].size;
+		if (total > INPUTS_MAX) {
+			nin++;
+			rc = cli_fail_code(CLI_EXIT_USAGE, "inputs exceed %u MiB", INPUTS_MAX >> 20);
+			goto out;
 		}
 	}
-	has_cmd = optind > 1 && !strcmp(argv[optind - 1], "--");
-	if (optind >= argc)
-		return cli_fail(SB_ERR_INVAL, "give a command after -- or a prompt (see 'sanbox help run')");
-	if ((rc = cli_connect(1, &c)))
-		return cli_fail(rc, "%s", sb_errmsg(rc));
-
-	nspec = 10 + !!name + !!group + !!models.n * 2 + !!accel + !!on_budget + !!net + !!allow.n;
-	cli_req_begin(&r, "run.create", 1);
-	sb_pack_str(&r.pk, "spec");
-	msgpack_pack_map(&r.pk, nspec);
-	sb_pack_kstr(&r.pk, "template", tmpl);
-	if (name)
-		sb_pack_kstr(&r.pk, "name", name);
-	if (group)
-		sb_pack_kstr(&r.pk, "group", group);
-	if (models.n) {
-		/* the first is the run's model; the others it may use too */
-		sb_pack_kstr(&r.pk, "model", models.v[0]);
-		pack_strs(&r.pk, "models", models.v + 1, models.n - 1);
+	if ((rc = cli_connect(1, &c))) {
+		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+		goto out;
 	}
-	if (on_budget)
-		sb_pack_kstr(&r.pk, "on_budget", on_budget);
-	if (accel)
-		sb_pack_kstr(&r.pk, "accel", accel);
-	if (net)
-		sb_pack_kstr(&r.pk, "network", net);
-	if (allow.n)
-		pack_strs(&r.pk, "allow", allow.v, allow.n);
-	if (has_cmd) {
-		pack_strs(&r.pk, "argv", (const char *const *)argv + optind, argc - optind);
-		sb_pack_kstr(&r.pk, "prompt", "");
-	} else {
-		/* a prompt: the words after the options, for the template's harness */
-		size_t len = 0;
-		for (int i = optind; i < argc; i++)
-			len += strlen(argv[i]) + 1;
-		char *prompt = calloc(1, len + 1);
-		for (int i = optind; prompt && i < argc; i++) {
-			strcat(prompt, argv[i]);
-			if (i + 1 < argc)
-				strcat(prompt, " ");
-		}
-		pack_strs(&r.pk, "argv", NULL, 0);
-		sb_pack_kstr(&r.pk, "prompt", prompt ? prompt : "");
-		free(prompt);
-	}
-	pack_strs(&r.pk, "env", env.v, env.n);
-	pack_strs(&r.pk, "secrets", secrets.v, secrets.n);
-	sb_pack_ku64(&r.pk, "cpus", cpus);
-	sb_pack_ku64(&r.pk, "memory_mib", mem);
-	sb_pack_ku64(&r.pk, "timeout_s", timeout);
-	sb_pack_ku64(&r.pk, "budget_nusd", budget);
-	if ((rc = pack_inputs(&r.pk, &inputs))) {
+	if ((rc = pack_spec(&r, &o, in, argc, argv, first, has_cmd))) {
 		msgpack_sbuffer_destroy(&r.buf);
-		sb_client_close(c);
-		return cli_fail(rc, "%s", sb_errmsg(rc));
+		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+		goto out;
 	}
 	rc = cli_call(c, &r, &rep);
 	if (rc == SB_OK && sb_map_str(&rep.map, "run", run, sizeof run) <= 0)
 		rc = sb_seterr(SB_ERR_PROTO, "malformed reply");
 	if (rc) {
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
-		sb_reply_free(&rep);
-		sb_client_close(c);
-		return rc;
+		goto out;
 	}
-	sb_reply_free(&rep);
-	if (detach_opt) {
-		if (rc_ctx.json)
-			printf("{\"run\":\"%s\"}\n", run);
+	if (o.detach) {
+		if (o.json)
+			cli_print_json(json_pack("{s:s}", "run", run));
 		else
 			printf("%s\n", run);
-		sb_client_close(c);
-		return 0;
+		goto out;
 	}
+	rc_ctx.json = o.json;
 	cli_follow_live(&fo, run);
-	rc = sb_follow(c, &fo, run_cb, &rc_ctx);
+	if ((rc = sb_follow(c, &fo, run_cb, &rc_ctx)) < 0)
+		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+	else if (cli_detached)
+		cli_note("detached from run %s; it keeps running ('sanbox attach %s')", run, run);
+	else
+		rc = run_exit(run, &rc_ctx);
+out:
+	sb_reply_free(&rep);
 	sb_client_close(c);
-	if (rc < 0)
-		return cli_fail(rc, "%s", sb_errmsg(rc));
-	if (cli_detached) {
-		fprintf(stderr, "sanbox: detached from run %s; it keeps running ('sanbox attach %s')\n",
-			run, run);
-		return 0;
-	}
-	if (!strcmp(rc_ctx.reason, "timeout"))
-		return EXIT_TIMEOUT;
-	if (!strcmp(rc_ctx.reason, "failed")) {
-		fprintf(stderr, "sanbox: run %s failed: %s\n", run,
-			rc_ctx.failure[0] ? rc_ctx.failure : "see its events");
-		return EXIT_RUNFAIL;
-	}
-	if (!strcmp(rc_ctx.reason, "budget")) {
-		fprintf(stderr, "sanbox: run %s stopped: its LLM budget is spent\n", run);
-		return EXIT_BUDGET;
-	}
-	if (!strcmp(rc_ctx.reason, "daemon-stop"))
-		fprintf(stderr, "sanbox: run %s stopped: sanboxd was stopped\n", run);
-	if (rc_ctx.has_exit)
-		return (int)(rc_ctx.exit_status & 0xff);
-	return 143; /* stopped before the harness exited */
+	while (nin-- > 0)
+		close(in[nin].fd);
+	return rc;
 }

@@ -61,21 +61,26 @@ static int read_value(const char *name, char *buf, size_t *len)
 	return rc;
 }
 
-static int secret_set(sb_client *c, const char *name)
+static int secret_set(char **args, int json)
 {
+	const char *name = args[0];
 	struct cli_req r;
 	struct sb_reply rep;
+	sb_client *c;
 	char *buf;
 	size_t len = 0;
 	int rc;
 
 	if (!sb_secret_name_ok(name))
-		return cli_fail(SB_ERR_INVAL,
-				"'%s' is not a secret name (letters, digits and _)",
-				name);
+		return cli_fail_code(CLI_EXIT_USAGE,
+				     "'%s' is not a secret name (letters, digits and _)", name);
 	if (sodium_init() < 0 || !(buf = sodium_malloc(SB_SECRET_VALUE_MAX + 2)))
 		return cli_fail(SB_ERR_NOMEM, "out of memory");
 	if ((rc = read_value(name, buf, &len))) {
+		sodium_free(buf);
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	}
+	if ((rc = cli_connect(1, &c))) {
 		sodium_free(buf);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	}
@@ -86,41 +91,48 @@ static int secret_set(sb_client *c, const char *name)
 	sodium_free(buf);
 	rc = cli_call(c, &r, &rep);
 	if (rc == SB_OK)
-		fprintf(stderr, "sanbox: secret %s set (%zu bytes)\n", name, len);
+		cli_note("secret %s set (%zu bytes)", name, len);
 	else
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 	sb_reply_free(&rep);
+	sb_client_close(c);
 	return rc;
 }
 
-static int secret_rm(sb_client *c, const char *name)
+static int secret_rm(char **args, int json)
 {
 	struct cli_req r;
 	struct sb_reply rep;
+	sb_client *c;
 	int rc;
 
+	if ((rc = cli_connect(1, &c)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
 	cli_req_begin(&r, "secret.rm", 1);
-	sb_pack_kstr(&r.pk, "name", name);
+	sb_pack_kstr(&r.pk, "name", args[0]);
 	rc = cli_call(c, &r, &rep);
 	if (rc)
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 	sb_reply_free(&rep);
+	sb_client_close(c);
 	return rc;
 }
 
-static int secret_ls(sb_client *c, int json)
+static int secret_ls(char **args, int json)
 {
 	const msgpack_object *list;
 	struct cli_req r;
 	struct sb_reply rep;
-	char name[SB_SECRET_NAME_MAX], when[32];
+	char name[SB_SECRET_NAME_MAX], cell[4 * 40 + 1], when[32];
+	sb_client *c;
 	int rc;
 
+	if ((rc = cli_connect(1, &c)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
 	cli_req_begin(&r, "secret.list", 0);
 	if ((rc = cli_call(c, &r, &rep))) {
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
-		sb_reply_free(&rep);
-		return rc;
+		goto out;
 	}
 	list = sb_map_get(&rep.map, "secrets");
 	if (json) {
@@ -132,33 +144,26 @@ static int secret_ls(sb_client *c, int json)
 		     i++) {
 			const msgpack_object *s = &list->via.array.ptr[i];
 			time_t t = (time_t)sb_map_u64(s, "set_s", 0);
+			name[0] = 0;
 			sb_map_str(s, "name", name, sizeof name);
 			strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
-			printf("%-40s %s\n", name, when);
+			cli_cell(name, 40, cell, sizeof cell);
+			printf("%s %s\n", cell, when);
 		}
 	}
+out:
 	sb_reply_free(&rep);
-	return 0;
+	sb_client_close(c);
+	return rc;
 }
 
 int cmd_secret(int argc, char **argv)
 {
-	int json = argc == 3 && !strcmp(argv[2], "--json");
-	sb_client *c;
-	int rc;
+	static const struct cli_sub subs[] = {
+		{"set", 1, 0, 0, secret_set},
+		{"ls", 0, 0, 1, secret_ls},
+		{"rm", 1, 0, 0, secret_rm},
+	};
 
-	if (argc < 2 || (!strcmp(argv[1], "ls") && argc != 2 && !json) ||
-	    (strcmp(argv[1], "ls") && argc != 3) ||
-	    (strcmp(argv[1], "ls") && strcmp(argv[1], "set") && strcmp(argv[1], "rm")))
-		return cli_usage("secret");
-	if ((rc = cli_connect(1, &c)))
-		return cli_fail(rc, "%s", sb_errmsg(rc));
-	if (!strcmp(argv[1], "set"))
-		rc = secret_set(c, argv[2]);
-	else if (!strcmp(argv[1], "rm"))
-		rc = secret_rm(c, argv[2]);
-	else
-		rc = secret_ls(c, json);
-	sb_client_close(c);
-	return rc;
+	return cli_sub_run(argc, argv, "secret", subs, sizeof subs / sizeof subs[0]);
 }

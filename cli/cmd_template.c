@@ -50,8 +50,9 @@ static int source_root(const char *bin, char *buf, size_t cap)
 /* Builds template name from SOURCE_ROOT/templates/NAME into the store, via
  * a temporary directory renamed into place, so a failed build leaves the
  * previous template intact. */
-static int build(const char *name)
+static int build(char **args, int json)
 {
+	const char *name = args[0];
 	char bin[PATH_MAX], root[PATH_MAX], store[PATH_MAX], src[PATH_MAX + 32];
 	char tmp[PATH_MAX + 32], dst[PATH_MAX + 32], old[PATH_MAX + 32], script[PATH_MAX + 32];
 	struct sb_template t;
@@ -96,11 +97,28 @@ static int build(const char *name)
 		waitpid(pid, &status, 0);
 	if ((rc = sb_template_load(cli_home, name, &t)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	printf("template %s built: %s\n", name, t.hash);
-	return 0;
+	if (json) {
+		cli_print_json(json_pack("{s:s, s:s}", "name", name, "hash", t.hash));
+	} else {
+		char cell[1024];
+		cli_cell(name, 0, cell, sizeof cell);
+		printf("template %s built: %s\n", cell, t.hash);
+	}
+	return CLI_EXIT_OK;
 }
 
-static int list(int json)
+/* Prints template t as a row of the ls table, its cells escaped. */
+static void print_row(const struct sb_template *t)
+{
+	char name[4 * 16 + 1], hash[4 * 16 + 1];
+
+	cli_cell(t->name, 16, name, sizeof name);
+	cli_cell(t->hash, 16, hash, sizeof hash);
+	printf("%s %-10llu %-8llu %-8llu %s\n", name, (unsigned long long)t->cpus,
+	       (unsigned long long)t->memory_mib, (unsigned long long)t->timeout_s, hash);
+}
+
+static int list(char **args, int json)
 {
 	char store[PATH_MAX];
 	struct dirent **ents = NULL;
@@ -122,9 +140,7 @@ static int list(int json)
 								     "timeout_s", (json_int_t)t.timeout_s,
 								     "harness", t.harness));
 			else
-				printf("%-16s %-10llu %-8llu %-8llu %.16s\n", t.name,
-				       (unsigned long long)t.cpus, (unsigned long long)t.memory_mib,
-				       (unsigned long long)t.timeout_s, t.hash);
+				print_row(&t);
 		}
 		free(ents[i]);
 	}
@@ -138,9 +154,10 @@ static int list(int json)
 
 int cmd_template(int argc, char **argv)
 {
-	if (argc == 3 && !strcmp(argv[1], "build"))
-		return build(argv[2]);
-	if (argc >= 2 && !strcmp(argv[1], "ls"))
-		return list(argc == 3 && !strcmp(argv[2], "--json"));
-	return cli_usage("template");
+	static const struct cli_sub subs[] = {
+		{"build", 1, 0, 1, build},
+		{"ls", 0, 0, 1, list},
+	};
+
+	return cli_sub_run(argc, argv, "template", subs, sizeof subs / sizeof subs[0]);
 }

@@ -1,19 +1,20 @@
 /* cmd_version.c - sanbox version: print the release. */
 #include <stdio.h>
-#include <string.h>
 
 #include "cli/cli.h"
 #include "engine/wire.h"
 
 int cmd_version(int argc, char **argv)
 {
-	int json = argc == 2 && !strcmp(argv[1], "--json");
+	int json = 0, rc;
 
-	if (argc > 1 && !json)
+	if ((rc = cli_parse_opts(argc, argv, "version", &json)) != CLI_GO_ON)
+		return rc;
+	if (optind != argc)
 		return cli_usage("version");
 	if (json)
 		cli_print_json(json_pack("{s:s}", "version", SB_VERSION));
 	else
 		printf("sanbox %s\n", SB_VERSION);
-	return 0;
+	return CLI_EXIT_OK;
 }

@@ -1,4 +1,5 @@
 /* main.c - sanbox: the command table and global options. */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,14 +23,15 @@ static const struct cli_cmd commands[] = {
 	 "then starts it in its own microVM. With a COMMAND after --, runs it as the\n"
 	 "harness; with a PROMPT (no --), runs the template's agent harness on it.\n"
 	 "Without --detach, prints the run's events until it ends and exits with the\n"
-	 "harness's status (124 on timeout, 125 if the run failed, 123 if its budget\n"
-	 "stopped it). With --detach,\n"
-	 "prints the run id and returns.\n"
+	 "harness's status, or 123 if its budget stopped it, 124 on timeout, 125 if\n"
+	 "the run failed, 143 if it was stopped first. With --detach, prints the run\n"
+	 "id and returns.\n"
 	 "  -t, --template NAME   template (default: shell)\n"
 	 "  --cpu N               vCPUs (default: the template's)\n"
 	 "  --memory SIZE         guest memory, e.g. 256M, 1G\n"
 	 "  --timeout DURATION    e.g. 90s, 10m, 8h; enforced by the host\n"
-	 "  --input PATH          copy a file into /workspace (repeatable; 48 MiB in all)\n"
+	 "  --input PATH          copy a regular file into /workspace (repeatable; 48 MiB\n"
+	 "                        in all)\n"
 	 "  --env K=V             environment for the harness (repeatable)\n"
 	 "  -m, --model MODEL     the run's model (SANBOX_MODEL; default: the settings'\n"
 	 "                        default_model); repeat to allow more models\n"
@@ -43,7 +45,8 @@ static const struct cli_cmd commands[] = {
 	 "                        default-deny tap; not available in this version)\n"
 	 "  --allow GRANT         with --net acl: [tcp/|udp/]HOST:PORT[-PORT], HOST a\n"
 	 "                        name, address or CIDR block (repeatable)\n"
-	 "  --name NAME, --group GROUP   label the run\n"
+	 "  --name NAME, --group GROUP   label the run (printable text: no control or\n"
+	 "                        bidirectional characters, valid UTF-8)\n"
 	 "  --detach              print the run id and return\n"},
 	{"attach", cmd_attach, "print a run's events and follow it live",
 	 "usage: sanbox attach RUN [--from OFFSET] [--json]\n"
@@ -65,27 +68,34 @@ static const struct cli_cmd commands[] = {
 	{"inspect", cmd_inspect, "show a run's resolved settings and state",
 	 "usage: sanbox inspect RUN [--json]\n"},
 	{"stop", cmd_stop, "stop a run",
-	 "usage: sanbox stop RUN...\n"
-	 "       sanbox stop --group GROUP\n"
+	 "usage: sanbox stop [--json] RUN...\n"
+	 "       sanbox stop [--json] --group GROUP\n"
 	 "\n"
 	 "Asks the harness to end (SIGTERM), then ends the VM after a grace period.\n"
-	 "--group stops every live run of the group.\n"},
+	 "--group stops every live run of the group. Prints the runs it stops (with\n"
+	 "--json: {\"runs\": [...]}, and \"group\" with --group).\n"},
 	{"daemon", cmd_daemon, "control the daemon",
 	 "usage: sanbox daemon start|stop|status [--json]\n"
 	 "\n"
 	 "The CLI starts an embedded daemon by itself when none runs; these\n"
 	 "commands control it explicitly. Its log is STATE_DIR/sanboxd.log.\n"
-	 "stop first stops the live runs (reason daemon-stop), then the daemon.\n"},
+	 "stop first stops the live runs (reason daemon-stop), then the daemon.\n"
+	 "status tells 'running' (it answers; exit 0) from 'not running' and\n"
+	 "'running but not answering (pid N)' (a process holds STATE_DIR/sanboxd.pid\n"
+	 "but health does not answer within 2 s; exit 4 for both). With --remote it\n"
+	 "asks the remote daemon.\n"},
 	{"admin", cmd_admin, "maintenance: reproject, tokens, append",
-	 "usage: sanbox admin reproject\n"
-	 "       sanbox admin token create\n"
-	 "       sanbox admin append RUN TYPE JSON\n"
+	 "usage: sanbox admin reproject [--json]\n"
+	 "       sanbox admin token create [NAME] [--json]\n"
+	 "       sanbox admin append [--json] RUN TYPE JSON\n"
 	 "\n"
-	 "reproject     rebuild every projection from offset 0\n"
-	 "token create  make a bearer token for remote clients (printed once)\n"
-	 "append        append a host event (operator annotation or import)\n"},
+	 "reproject     rebuild every projection from offset 0 (prints the checkpoint)\n"
+	 "token create  make a bearer token for remote clients (printed once); NAME\n"
+	 "              (letters, digits, . _ -) is who its requests are recorded as\n"
+	 "append        append an operator event, e.g. operator.note {\"text\": \"...\"}\n"
+	 "              (prints its offset)\n"},
 	{"template", cmd_template, "build and list templates",
-	 "usage: sanbox template build NAME\n"
+	 "usage: sanbox template build [--json] NAME\n"
 	 "       sanbox template ls [--json]\n"
 	 "\n"
 	 "build  makes the guest kernel, initramfs and root file system of\n"
@@ -134,7 +144,11 @@ static const struct cli_cmd commands[] = {
 	 "only the model gateway use it, as a provider key (it never enters the\n"
 	 "guest). A provider's key (key_secret in models.json) is granted with scope\n"
 	 "model to every run of its models. Names: letters, digits and _.\n"},
-	{"help", cmd_help, "show help for a command", "usage: sanbox help [COMMAND]\n"},
+	{"help", cmd_help, "show help for a command",
+	 "usage: sanbox help [COMMAND]\n"
+	 "\n"
+	 "Lists the commands and the exit codes, or shows a command's options\n"
+	 "(as 'sanbox COMMAND --help' does).\n"},
 	{"version", cmd_version, "print the version", "usage: sanbox version [--json]\n"},
 };
 
@@ -146,61 +160,73 @@ const struct cli_cmd *cli_find(const char *name)
 	return NULL;
 }
 
+static const char global_usage[] =
+	"usage: sanbox [--home DIR] [--remote tls+tcp://HOST:PORT --token T --ca PEM]\n"
+	"              COMMAND [ARGS]\n";
+
 int cmd_help(int argc, char **argv)
 {
 	const struct cli_cmd *c;
+	int rc;
 
-	if (argc > 1) {
-		if (!(c = cli_find(argv[1])))
-			return cli_fail(SB_ERR_NOTFOUND, "no command '%s' (see 'sanbox help')", argv[1]);
+	if ((rc = cli_parse_opts(argc, argv, "help", NULL)) != CLI_GO_ON)
+		return rc;
+	if (argc - optind > 1)
+		return cli_usage("help");
+	if (argc - optind == 1) {
+		if (!(c = cli_find(argv[optind])))
+			return cli_fail_code(CLI_EXIT_USAGE, "no command '%s' (see 'sanbox help')",
+					     argv[optind]);
 		fputs(c->usage, stdout);
-		return 0;
+		return CLI_EXIT_OK;
 	}
-	printf("usage: sanbox [--home DIR] [--remote tls+tcp://HOST:PORT --token T --ca PEM]\n"
-	       "              COMMAND [ARGS]\n\n"
+	printf("%s\n"
 	       "Runs AI agents in isolated microVMs with budgets, policies and a full\n"
 	       "event record. State lives in --home, $SANBOX_HOME or ~/.local/share/sanbox.\n\n"
-	       "Commands:\n");
+	       "Commands:\n",
+	       global_usage);
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		printf("  %-10s %s\n", commands[i].name, commands[i].summary);
-	printf("\nExit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 daemon unavailable;\n"
-	       "'run' exits with the harness's status (124 timeout, 125 run failed,\n"
-	       "123 budget spent).\n"
+	printf("\nExit codes ('run' without --detach exits with the harness's status,\n"
+	       "0-255, unless one of its own codes below applies):\n");
+	for (size_t i = 0; i < cli_nexits; i++)
+		printf("  %3d  %-12s %s\n", cli_exits[i].code, cli_exits[i].name, cli_exits[i].meaning);
+	printf("\nText output escapes control characters, bidirectional controls and\n"
+	       "invalid UTF-8 (\\x1b, \\n, \\u{202e}, ...); --json output is exact.\n"
 	       "--remote talks to a daemon started with --listen (token from 'sanbox admin\n"
 	       "token create' there; env SANBOX_REMOTE, SANBOX_TOKEN, SANBOX_CA); run, attach,\n"
 	       "events, ps, inspect, stop and daemon status work remotely.\n"
-	       "'sanbox help COMMAND' shows a command's options.\n");
-	return 0;
+	       "'sanbox help COMMAND' or 'sanbox COMMAND --help' shows a command's options.\n");
+	return CLI_EXIT_OK;
 }
 
 int main(int argc, char **argv)
 {
+	static const struct option opts[] = {
+		{"home", required_argument, NULL, 'H'}, {"remote", required_argument, NULL, 'r'},
+		{"token", required_argument, NULL, 'T'}, {"ca", required_argument, NULL, 'C'},
+		CLI_OPT_HELP,                           {"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
 	const char *home = NULL;
 	const struct cli_cmd *c;
-	int i = 1, rc;
+	char *help_argv[] = {"help", NULL};
+	int ch, rc;
 
-	while (i < argc && argv[i][0] == '-') {
-		if (!strcmp(argv[i], "--home") && i + 1 < argc) {
-			home = argv[i + 1];
-			i += 2;
-		} else if (!strncmp(argv[i], "--home=", 7)) {
-			home = argv[i++] + 7;
-		} else if (!strcmp(argv[i], "--remote") && i + 1 < argc) {
-			cli_remote = argv[i + 1];
-			i += 2;
-		} else if (!strcmp(argv[i], "--token") && i + 1 < argc) {
-			cli_token = argv[i + 1];
-			i += 2;
-		} else if (!strcmp(argv[i], "--ca") && i + 1 < argc) {
-			cli_ca = argv[i + 1];
-			i += 2;
-		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			return cmd_help(0, NULL);
-		} else if (!strcmp(argv[i], "--version")) {
-			return cmd_version(0, NULL);
-		} else {
-			fprintf(stderr, "sanbox: unknown option %s (see 'sanbox help')\n", argv[i]);
-			return EXIT_USAGE;
+	opterr = 0; /* the commands say what was wrong, in one line */
+	while ((ch = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'H': home = optarg; break;
+		case 'r': cli_remote = optarg; break;
+		case 'T': cli_token = optarg; break;
+		case 'C': cli_ca = optarg; break;
+		case 'h': optind = 0; return cmd_help(1, help_argv);
+		case 'V': optind = 0; return cmd_version(1, (char *[]){"version", NULL});
+		default:
+			cli_note("%s '%s'%s (see 'sanbox help')", ch == ':' ? "option" : "unknown option",
+				 argv[optind - 1], ch == ':' ? " needs a value" : "");
+			fputs(global_usage, stderr);
+			return CLI_EXIT_USAGE;
 		}
 	}
 	if (!cli_remote && getenv("SANBOX_REMOTE") && *getenv("SANBOX_REMOTE"))
@@ -209,19 +235,24 @@ int main(int argc, char **argv)
 		cli_token = getenv("SANBOX_TOKEN");
 	if (!cli_ca && getenv("SANBOX_CA") && *getenv("SANBOX_CA"))
 		cli_ca = getenv("SANBOX_CA");
-	if (cli_remote && (!cli_token || !cli_ca)) {
-		fprintf(stderr, "sanbox: --remote needs --token and --ca (or SANBOX_TOKEN, SANBOX_CA)\n");
-		return EXIT_USAGE;
+	if (cli_remote && (!cli_token || !cli_ca))
+		return cli_fail_code(CLI_EXIT_USAGE,
+				     "--remote needs --token and --ca (or SANBOX_TOKEN, SANBOX_CA)");
+	if (optind >= argc) {
+		fputs(global_usage, stderr);
+		fputs("(see 'sanbox help')\n", stderr);
+		return CLI_EXIT_USAGE;
 	}
-	if (i >= argc)
-		return cmd_help(0, NULL) ? 1 : EXIT_USAGE;
 	if ((rc = sb_home_resolve(home, cli_home, sizeof cli_home)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	if (!(c = cli_find(argv[i]))) {
-		fprintf(stderr, "sanbox: no command '%s' (see 'sanbox help')\n", argv[i]);
-		return EXIT_USAGE;
-	}
-	if (cli_wants_help(argc - i, argv + i, c->name))
-		return 0;
-	return c->fn(argc - i, argv + i);
+	if (!(c = cli_find(argv[optind])))
+		return cli_fail_code(CLI_EXIT_USAGE, "no command '%s' (see 'sanbox help')",
+				     argv[optind]);
+	argc -= optind;
+	argv += optind;
+	optind = 0; /* each command parses its own options from its argv[1] */
+	/* 'sanbox COMMAND --help' first: also for a command that parses no options */
+	if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
+		return cli_help(c->name);
+	return c->fn(argc, argv);
 }

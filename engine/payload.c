@@ -6,43 +6,7 @@
 #include <string.h>
 
 #include "engine/error.h"
-
-/* Returns a copy of s with each byte that is not part of valid UTF-8
- * replaced by U+FFFD. The caller frees. */
-static char *utf8_clean(const char *s, size_t n, size_t *outlen)
-{
-	char *out = malloc(n * 3 + 1), *o = out;
-	size_t i = 0;
-
-	if (!out)
-		return NULL;
-	while (i < n) {
-		unsigned char c = (unsigned char)s[i];
-		size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-		int ok = len > 0 && i + len <= n;
-		uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-		for (size_t k = 1; ok && k < len; k++) {
-			unsigned char cc = (unsigned char)s[i + k];
-			ok = (cc >> 6) == 2;
-			cp = cp << 6 | (cc & 0x3f);
-		}
-		if (ok && ((len == 2 && cp < 0x80) || (len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-			   (len == 4 && (cp < 0x10000 || cp > 0x10ffff))))
-			ok = 0;
-		if (ok) {
-			memcpy(o, s + i, len);
-			o += len;
-			i += len;
-		} else {
-			memcpy(o, "\xef\xbf\xbd", 3);
-			o += 3;
-			i++;
-		}
-	}
-	*o = 0;
-	*outlen = (size_t)(o - out);
-	return out;
-}
+#include "engine/text.h"
 
 /* Returns s as a JSON string; jansson refuses invalid UTF-8, so such strings
  * are cleaned first. */
@@ -54,7 +18,7 @@ static json_t *str_to_json(const char *s, size_t n)
 
 	if (j)
 		return j;
-	clean = utf8_clean(s, n, &len);
+	clean = sb_utf8_lossy(s, n, &len);
 	if (!clean)
 		return NULL;
 	j = json_stringn(clean, len);

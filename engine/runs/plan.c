@@ -124,8 +124,8 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run, const msgpack_
 	snprintf(p->run, sizeof p->run, "%s", run);
 	strcpy(p->accel, "auto");
 	prompt[0] = 0;
-	if ((rc = sb_spec_str(spec, "name", p->name, sizeof p->name)) ||
-	    (rc = sb_spec_str(spec, "group", p->group, sizeof p->group)) ||
+	if ((rc = sb_spec_name(spec, "name", p->name, sizeof p->name)) ||
+	    (rc = sb_spec_name(spec, "group", p->group, sizeof p->group)) ||
 	    (rc = sb_spec_str(spec, "template", tmpl, sizeof tmpl)) ||
 	    (rc = sb_spec_str(spec, "accel", p->accel, sizeof p->accel)) ||
 	    (rc = sb_spec_str(spec, "prompt", prompt, sizeof prompt)) ||

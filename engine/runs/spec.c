@@ -1,10 +1,12 @@
 /* spec.c - run spec fields (see spec.h). */
 #include "engine/runs/spec.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/error.h"
 #include "engine/mpack.h"
+#include "engine/text.h"
 
 int sb_spec_str(const msgpack_object *spec, const char *key, char *buf, size_t cap)
 {
@@ -20,6 +22,19 @@ int sb_spec_str(const msgpack_object *spec, const char *key, char *buf, size_t c
 	memcpy(buf, v->via.str.ptr, v->via.str.size);
 	buf[v->via.str.size] = 0;
 	return SB_OK;
+}
+
+int sb_spec_name(const msgpack_object *spec, const char *key, char *buf, size_t cap)
+{
+	const msgpack_object *v = sb_map_get(spec, key);
+	char what[80];
+	int rc;
+
+	snprintf(what, sizeof what, "spec: '%s'", key);
+	if (v && v->type == MSGPACK_OBJECT_STR &&
+	    (rc = sb_text_check(v->via.str.ptr, v->via.str.size, what)))
+		return rc; /* buf is left as it is */
+	return sb_spec_str(spec, key, buf, cap);
 }
 
 int sb_spec_strs(const msgpack_object *spec, const char *key, size_t max,

@@ -13,6 +13,13 @@
  * more). */
 int sb_spec_str(const msgpack_object *spec, const char *key, char *buf, size_t cap);
 
+/* Copies string field key of spec, a name or group, into buf, as
+ * sb_spec_str does, and checks that it is printable (sb_text_check: valid
+ * UTF-8, no control or bidirectional character); on an error buf is left
+ * as it is. Errors: SB_ERR_INVAL,
+ * with a detail naming the field and the first offending character. */
+int sb_spec_name(const msgpack_object *spec, const char *key, char *buf, size_t cap);
+
 /* Points *out at field key of spec, a list of at most max strings (NULL
  * when absent or nil). Borrowed from spec. Errors: SB_ERR_INVAL. */
 int sb_spec_strs(const msgpack_object *spec, const char *key, size_t max,

@@ -90,6 +90,7 @@ def esc(b):
         if c == 0x5c: out += "\\\\"; i += 1; continue
         if c == 0x0a: out += "\\n"; i += 1; continue
         if c == 0x09: out += "\\t"; i += 1; continue
+        if c == 0x0d: out += "\\r"; i += 1; continue
         if c < 0x20 or c == 0x7f: out += "\\x%02x" % c; i += 1; continue
         n = 1 if c < 0x80 else 2 if 0xc2 <= c <= 0xdf else 3 if 0xe0 <= c <= 0xef else 4 if 0xf0 <= c <= 0xf4 else 0
         try:
@@ -99,15 +100,15 @@ def esc(b):
         if ch is None or len(ch) != 1:
             out += "\\x%02x" % c; i += 1; continue
         cp = ord(ch)
-        if 0x80 <= cp <= 0x9f: out += "".join("\\x%02x" % x for x in b[i:i + n])
-        elif 0x202a <= cp <= 0x202e or 0x2066 <= cp <= 0x2069: out += "\\u{%04X}" % cp
+        if 0x80 <= cp <= 0x9f or cp in (0x200e, 0x200f) or 0x202a <= cp <= 0x202e or 0x2066 <= cp <= 0x2069:
+            out += "\\u{%04x}" % cp
         else: out += ch
         i += n
     return out
 text = raw.decode("utf-8")  # valid UTF-8 as a whole
 for ch in text:
     o = ord(ch)
-    assert ch == "\n" or (o >= 0x20 and o != 0x7f and not 0x80 <= o <= 0x9f and
+    assert ch == "\n" or (o >= 0x20 and o != 0x7f and not 0x80 <= o <= 0x9f and o not in (0x200e, 0x200f) and
         not 0x202a <= o <= 0x202e and not 0x2066 <= o <= 0x2069), "raw %r in output" % ch
 lines = text.split("\n")
 assert lines[-1] == "", "no final newline"
@@ -298,7 +299,7 @@ exec 9>"$tmp/qio"
 i=0
 while qemu-img info "$disk" >/dev/null 2>&1; do # until qemu-io holds its lock
 	i=$((i + 1))
-	[ $i -lt 100 ] || fail "qemu-io does not lock the layer"
+	[ $i -lt 200 ] || fail "qemu-io does not lock the layer"
 	sleep 0.05
 done
 [ "$("$SB" fs cat "$R" small.txt)" = "$A21" ] || fail "a locked layer cannot be read"

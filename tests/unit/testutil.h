@@ -167,4 +167,36 @@ static inline void tu_errmsg_has_(int rc, const char **want)
 			fail_msg("error detail '%s' lacks '%s'", m, *want);
 }
 
+/* 1 when s[0..len) is valid UTF-8, by jansson's own check (not the
+ * project's decoder). */
+static inline int tu_utf8_valid(const char *s, size_t len)
+{
+	json_t *j = json_stringn(s, len);
+
+	json_decref(j);
+	return j != NULL;
+}
+
+/* Asserts that the text out (escaped for a terminal) holds no raw control
+ * byte, no C1 and no bidirectional control, and is valid UTF-8. */
+static inline void tu_assert_printable(const char *out)
+{
+	size_t n = strlen(out);
+	const unsigned char *u = (const unsigned char *)out;
+
+	for (size_t i = 0; i < n; i++) {
+		if (u[i] < 0x20 || u[i] == 0x7f)
+			fail_msg("raw control byte 0x%02x at %zu of '%s'", u[i], i, out);
+		if (u[i] == 0xc2 && i + 1 < n && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)
+			fail_msg("raw C1 control at %zu", i);
+		if (u[i] == 0xe2 && i + 2 < n &&
+		    ((u[i + 1] == 0x80 && (u[i + 2] == 0x8e || u[i + 2] == 0x8f ||
+					   (u[i + 2] >= 0xaa && u[i + 2] <= 0xae))) ||
+		     (u[i + 1] == 0x81 && u[i + 2] >= 0xa6 && u[i + 2] <= 0xa9)))
+			fail_msg("raw bidirectional control at %zu", i);
+	}
+	if (!tu_utf8_valid(out, n))
+		fail_msg("output is not valid UTF-8: '%s'", out);
+}
+
 #endif

@@ -28,6 +28,7 @@
 
 #include "engine/error.h"
 #include "engine/mpack.h"
+#include "engine/text.h"
 #include "vmm/chan.h"
 
 #define OUTPUT_RATE    64    /* agent.output events per second */
@@ -538,23 +539,6 @@ static const char *run_setup(struct agent *ag)
 
 /* ---- the loop ---- */
 
-/* Bytes at the end of buf[0..len) that begin an unfinished UTF-8 sequence. */
-static size_t utf8_tail(const unsigned char *buf, size_t len)
-{
-	size_t i, back, need;
-
-	for (back = 1; back <= 4 && back <= len; back++) {
-		i = len - back;
-		if ((buf[i] & 0xc0) == 0x80)
-			continue;
-		if (buf[i] < 0xc0)
-			return 0;
-		need = buf[i] >= 0xf0 ? 4 : buf[i] >= 0xe0 ? 3 : 2;
-		return back < need ? back : 0;
-	}
-	return 0;
-}
-
 static void send_output(struct agent *ag, struct outpipe *o, const char *data, size_t len)
 {
 	struct agent_frame f;
@@ -586,7 +570,7 @@ static void out_read(struct agent *ag, struct outpipe *o)
 		return;
 	}
 	total = o->ncarry + (size_t)n;
-	keep = utf8_tail((unsigned char *)buf, total);
+	keep = total - sb_utf8_cut(buf, total, total); /* an unfinished character waits */
 	if (total > keep)
 		send_output(ag, o, buf, total - keep);
 	memcpy(o->carry, buf + total - keep, keep);

@@ -1,0 +1,413 @@
+/* summary.c - the table of one-line event summaries (see summary.h). */
+#include "engine/log/summary.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/mpack.h"
+#include "engine/text.h"
+
+/* A summary being written: once something did not fit, nothing more is
+ * added, so a cut line never reads as a whole one. */
+struct sum {
+	char *buf;
+	size_t cap, len;
+	int full;
+};
+
+/* Appends trusted text (literals, numbers), cut on a character boundary. */
+static void put_raw(struct sum *s, const char *t, size_t n)
+{
+	size_t room = s->cap - 1 - s->len, k;
+
+	if (s->full)
+		return;
+	k = sb_utf8_cut(t, n, room);
+	memcpy(s->buf + s->len, t, k);
+	s->len += k;
+	s->buf[s->len] = 0;
+	s->full = k < n;
+}
+
+static void put(struct sum *s, const char *lit)
+{
+	put_raw(s, lit, strlen(lit));
+}
+
+/* Appends formatted trusted text: only numbers and literals go through. */
+__attribute__((format(printf, 2, 3))) static void putf(struct sum *s, const char *fmt, ...)
+{
+	char tmp[128];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		put_raw(s, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* Appends untrusted text, escaped. */
+static void put_text(struct sum *s, const char *t, size_t n)
+{
+	if (s->full)
+		return;
+	if (sb_text_escape(t, n, s->buf + s->len, s->cap - s->len) < n)
+		s->full = 1;
+	s->len += strlen(s->buf + s->len);
+}
+
+static void put_value(struct sum *s, const msgpack_object *v, int depth);
+
+/* Appends the pairs of map m as "k<eq>v" joined by sep. */
+static void put_pairs(struct sum *s, const msgpack_object *m, const char *eq, const char *sep,
+		      int depth)
+{
+	for (uint32_t i = 0; i < m->via.map.size; i++) {
+		if (i)
+			put(s, sep);
+		put_value(s, &m->via.map.ptr[i].key, depth + 1);
+		put(s, eq);
+		put_value(s, &m->via.map.ptr[i].val, depth + 1);
+	}
+}
+
+static void put_value(struct sum *s, const msgpack_object *v, int depth)
+{
+	if (depth > 16) {
+		put(s, "…");
+		return;
+	}
+	switch (v->type) {
+	case MSGPACK_OBJECT_STR: put_text(s, v->via.str.ptr, v->via.str.size); break;
+	case MSGPACK_OBJECT_BIN: putf(s, "<%u bytes>", v->via.bin.size); break;
+	case MSGPACK_OBJECT_POSITIVE_INTEGER: putf(s, "%llu", (unsigned long long)v->via.u64); break;
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER: putf(s, "%lld", (long long)v->via.i64); break;
+	case MSGPACK_OBJECT_FLOAT32:
+	case MSGPACK_OBJECT_FLOAT64: putf(s, "%g", v->via.f64); break;
+	case MSGPACK_OBJECT_BOOLEAN: put(s, v->via.boolean ? "true" : "false"); break;
+	case MSGPACK_OBJECT_NIL: put(s, "null"); break;
+	case MSGPACK_OBJECT_ARRAY:
+		put(s, "[");
+		for (uint32_t i = 0; i < v->via.array.size; i++) {
+			if (i)
+				put(s, ", ");
+			put_value(s, &v->via.array.ptr[i], depth + 1);
+		}
+		put(s, "]");
+		break;
+	case MSGPACK_OBJECT_MAP:
+		put(s, "{");
+		put_pairs(s, v, "=", ", ", depth);
+		put(s, "}");
+		break;
+	default: put(s, "<ext>"); break;
+	}
+}
+
+/* Appends field key of p: a string escaped, another value as
+ * put_value writes it, nothing when absent. */
+static void field(struct sum *s, const msgpack_object *p, const char *key)
+{
+	const msgpack_object *v = sb_map_get(p, key);
+
+	if (v)
+		put_value(s, v, 0);
+}
+
+static uint64_t u64(const msgpack_object *p, const char *key)
+{
+	return sb_map_u64(p, key, 0);
+}
+
+/* Appends v with thousands separators: 1,204. */
+static void put_count(struct sum *s, uint64_t v)
+{
+	char tmp[32], out[48];
+	int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v), o = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (i && (n - i) % 3 == 0)
+			out[o++] = ',';
+		out[o++] = tmp[i];
+	}
+	put_raw(s, out, (size_t)o);
+}
+
+static void put_usd(struct sum *s, uint64_t nusd)
+{
+	char tmp[32];
+
+	sb_usd_format(nusd, tmp, sizeof tmp);
+	put(s, tmp);
+}
+
+/* ---- one function per type (or pair of types) ---- */
+
+typedef void (*sum_fn)(struct sum *s, const struct sb_event *ev, const msgpack_object *p);
+
+static void sum_run_created(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	const msgpack_object *g = sb_map_get(p, "group");
+
+	field(s, p, "name");
+	put(s, " (template ");
+	field(s, p, "template");
+	if (g && !(g->type == MSGPACK_OBJECT_STR && g->via.str.size == 0)) {
+		put(s, ", group ");
+		put_value(s, g, 0);
+	}
+	put(s, ")");
+}
+
+static void sum_policy(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	putf(s, "%llu cpu, %llu MiB, timeout %llus, network ", (unsigned long long)u64(p, "cpus"),
+	     (unsigned long long)u64(p, "memory_mib"), (unsigned long long)u64(p, "timeout_s"));
+	field(s, p, "network");
+	if (sb_map_get(p, "model")) {
+		put(s, ", model ");
+		field(s, p, "model");
+	}
+	put(s, ", budget ");
+	if (u64(p, "budget_nusd"))
+		put_usd(s, u64(p, "budget_nusd"));
+	else
+		put(s, "none");
+}
+
+static void sum_run_started(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	put(s, "accel ");
+	field(s, p, "accel");
+}
+
+static void sum_input_ready(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	putf(s, "%llu input files, ", (unsigned long long)u64(p, "files"));
+	put_count(s, u64(p, "bytes"));
+	put(s, " bytes");
+}
+
+static void sum_turn(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	putf(s, "turn %llu", (unsigned long long)u64(p, "turn"));
+}
+
+static void sum_message(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	const msgpack_object *stream = sb_map_get(p, "stream");
+
+	if (ev->source == SB_SRC_GATEWAY) { /* one model call, metered */
+		field(s, p, "model");
+		put(s, stream && stream->type == MSGPACK_OBJECT_BOOLEAN && stream->via.boolean
+			       ? " stream"
+			       : " call");
+		putf(s, ": HTTP %llu, ", (unsigned long long)u64(p, "status"));
+		put_count(s, u64(p, "input_tokens"));
+		put(s, " input · ");
+		put_count(s, u64(p, "output_tokens"));
+		putf(s, " output, %llums", (unsigned long long)u64(p, "duration_ms"));
+		if (sb_map_get(p, "cut"))
+			put(s, " (cut: past the budget)");
+		return;
+	}
+	field(s, p, "role");
+	if (sb_map_get(p, "text")) {
+		put(s, ": ");
+		field(s, p, "text");
+	}
+}
+
+static void sum_tool(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	field(s, p, "tool");
+	put(s, " ");
+	field(s, p, "args");
+	if (!strcmp(ev->type, "agent.tool.completed"))
+		putf(s, " (exit %lld, %llums)", (long long)sb_map_i64(p, "exit", 0),
+		     (unsigned long long)u64(p, "duration_ms"));
+}
+
+static void sum_file(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	field(s, p, "kind");
+	put(s, " ");
+	field(s, p, "path");
+	put(s, " (");
+	put_count(s, u64(p, "size"));
+	put(s, " bytes)");
+}
+
+static void sum_usage(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	put_count(s, u64(p, "input_tokens"));
+	put(s, " input · ");
+	put_count(s, u64(p, "output_tokens"));
+	put(s, " output · ");
+	put_usd(s, u64(p, "cost_nusd"));
+	put(s, " (");
+	field(s, p, "model");
+	put(s, ")");
+}
+
+static void sum_output(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	const msgpack_object *data = sb_map_get(p, "data");
+
+	field(s, p, "stream");
+	put(s, ": ");
+	if (data && data->type == MSGPACK_OBJECT_STR) {
+		size_t n = data->via.str.size;
+
+		while (n && (data->via.str.ptr[n - 1] == '\n' || data->via.str.ptr[n - 1] == '\r'))
+			n--; /* the end of a line is not shown */
+		put_text(s, data->via.str.ptr, n);
+	} else if (data) {
+		put_value(s, data, 0);
+	}
+}
+
+static void sum_snapshot(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	field(s, p, "snapshot");
+	put(s, " (");
+	field(s, p, "kind");
+	put(s, ")");
+}
+
+static void sum_reason(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	field(s, p, "reason");
+}
+
+static void sum_exited(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	putf(s, "status %lld", (long long)sb_map_i64(p, "status", 0));
+}
+
+static void sum_resumed(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	put(s, "from ");
+	field(s, p, "from_run");
+	putf(s, " at offset %llu", (unsigned long long)u64(p, "from_offset"));
+}
+
+static void sum_forked(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	put(s, "from ");
+	field(s, p, "from_run");
+	put(s, " at snapshot ");
+	field(s, p, "snapshot");
+}
+
+static void sum_warning(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	field(s, p, "message");
+}
+
+static void sum_budget(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	put(s, "spent ");
+	put_usd(s, u64(p, "spent_nusd"));
+	put(s, " of ");
+	put_usd(s, u64(p, "budget_nusd"));
+}
+
+static void sum_denied(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	field(s, p, "dst");
+	putf(s, " (%llu times)", (unsigned long long)u64(p, "count"));
+}
+
+static void sum_secret(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	field(s, p, "name");
+	put(s, " (scope ");
+	field(s, p, "scope");
+	put(s, ")");
+}
+
+static void sum_note(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	field(s, p, "by");
+	put(s, ": ");
+	field(s, p, "text");
+}
+
+static const struct summary {
+	const char *type;
+	sum_fn fn;
+} table[] = {
+	{"run.created", sum_run_created},
+	{"run.policy.resolved", sum_policy},
+	{"run.started", sum_run_started},
+	{"harness.input.ready", sum_input_ready},
+	{"agent.turn.started", sum_turn},
+	{"agent.turn.completed", sum_turn},
+	{"agent.message", sum_message},
+	{"agent.tool.started", sum_tool},
+	{"agent.tool.completed", sum_tool},
+	{"agent.file.changed", sum_file},
+	{"agent.usage.updated", sum_usage},
+	{"agent.output", sum_output},
+	{"snapshot.saved", sum_snapshot},
+	{"run.stopped", sum_reason},
+	{"run.exited", sum_exited},
+	{"run.failed", sum_reason},
+	{"run.resumed", sum_resumed},
+	{"run.forked", sum_forked},
+	{"run.warning", sum_warning},
+	{"budget.exceeded", sum_budget},
+	{"net.denied", sum_denied},
+	{"secret.granted", sum_secret},
+	{"operator.note", sum_note},
+};
+
+static const struct summary *find(const char *type)
+{
+	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+		if (!strcmp(table[i].type, type))
+			return &table[i];
+	return NULL;
+}
+
+int sb_summary_has(const char *type)
+{
+	return find(type) != NULL;
+}
+
+void sb_event_summary(const struct sb_event *ev, const msgpack_object *payload, char *buf,
+		      size_t cap)
+{
+	struct sum s = {buf, cap, 0, 0};
+	const struct summary *e;
+
+	if (!cap)
+		return;
+	buf[0] = 0;
+	if (!payload || payload->type != MSGPACK_OBJECT_MAP)
+		put(&s, "(no payload)");
+	else if ((e = find(ev->type)))
+		e->fn(&s, ev, payload);
+	else
+		put_pairs(&s, payload, "=", " ", 0); /* a type this table does not know */
+}
+
+void sb_summary_value(const msgpack_object *v, char *buf, size_t cap)
+{
+	struct sum s = {buf, cap, 0, 0};
+
+	if (!cap)
+		return;
+	buf[0] = 0;
+	put_value(&s, v, 0);
+}
+
+void sb_usd_format(uint64_t nusd, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "$%llu.%04llu", (unsigned long long)(nusd / 1000000000u),
+		 (unsigned long long)(nusd % 1000000000u / 100000u));
+}

@@ -1,0 +1,256 @@
+/* test_summary.c - the table of one-line event summaries: an entry for every
+ * schema type, what a few of them read, and hostile payloads (escape and
+ * title sequences, newlines, invalid UTF-8, bidi overrides, deep nesting)
+ * that must come out with no raw control byte. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "engine/log/summary.h"
+#include "tests/unit/testutil.h"
+
+/* Clears the screen, sets the window title, returns the carriage, forges a
+ * line, breaks UTF-8, reverses what follows and opens a C1 CSI. */
+static const char hostile[] = "MARK\x1b[2J\x1b]0;owned\x07\r\nforged row\xff\xc3\xe2\x80\xae"
+			      "exe.txt\xc2\x9b" "31m\x7f\x00tail";
+#define HOSTILE_LEN (sizeof hostile - 1)
+
+/* Fields some types show although the schema does not require them. */
+static const char *const optional[] = {"text", "model", "group", "role", "stream", "by"};
+
+/* Packs a payload for schema s: every required field (strings hostile),
+ * and the optional fields above as hostile strings. */
+static void hostile_payload(msgpack_sbuffer *sb, const struct sb_event_schema *s)
+{
+	msgpack_packer pk;
+	size_t n = 0, nopt = 0;
+	int has[sizeof optional / sizeof optional[0]] = {0};
+
+	msgpack_sbuffer_init(sb);
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	for (const struct sb_field *f = s->fields; f < s->fields + SB_FIELDS_MAX && f->name; f++) {
+		n++;
+		for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
+			has[i] |= !strcmp(f->name, optional[i]);
+	}
+	for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
+		nopt += !has[i];
+	msgpack_pack_map(&pk, n + nopt);
+	for (const struct sb_field *f = s->fields; f < s->fields + SB_FIELDS_MAX && f->name; f++) {
+		sb_pack_str(&pk, f->name);
+		if (f->type == SB_F_STR)
+			msgpack_pack_str_with_body(&pk, hostile, HOSTILE_LEN);
+		else
+			tu_pack_good(&pk, f->type, 1);
+	}
+	for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
+		if (!has[i])
+			sb_pack_kstrn(&pk, optional[i], hostile, HOSTILE_LEN);
+}
+
+/* Summarises an event of type from src with the JSON payload js (single
+ * quotes for double) into buf. */
+static void summarise(const char *type, enum sb_source src, const char *js, char *buf,
+		      size_t cap)
+{
+	msgpack_sbuffer sb;
+	msgpack_zone zone;
+	msgpack_object map;
+	struct sb_event ev;
+
+	tu_json(&sb, js);
+	assert_true(msgpack_zone_init(&zone, 1024));
+	assert_int_equal(sb_payload_parse(sb.data, sb.size, &zone, &map), 0);
+	assert_int_equal(sb_event_init(&ev, type, "0123456789ab", src, sb.data, sb.size), 0);
+	sb_event_summary(&ev, &map, buf, cap);
+	msgpack_zone_destroy(&zone);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static void test_every_type_has_an_entry(void **st)
+{
+	size_t n;
+	const struct sb_event_schema *all = sb_schema_all(&n);
+
+	(void)st;
+	assert_true(n > 20);
+	for (size_t i = 0; i < n; i++)
+		if (!sb_summary_has(all[i].type))
+			fail_msg("event type %s has no summary", all[i].type);
+	assert_false(sb_summary_has("no.such.type"));
+	assert_false(sb_summary_has(""));
+}
+
+static void test_hostile_payloads(void **st)
+{
+	size_t n;
+	const struct sb_event_schema *all = sb_schema_all(&n);
+	char buf[2048], generic[2048], small[24];
+
+	(void)st;
+	for (size_t i = 0; i < n; i++) {
+		msgpack_sbuffer sb;
+		msgpack_zone zone;
+		msgpack_object map;
+		struct sb_event ev, unknown;
+
+		hostile_payload(&sb, &all[i]);
+		assert_true(msgpack_zone_init(&zone, 4096));
+		assert_int_equal(sb_payload_parse(sb.data, sb.size, &zone, &map), 0);
+		for (unsigned src = 0; src <= SB_SRC_LAST; src++) {
+			assert_int_equal(sb_event_init(&ev, all[i].type, "0123456789ab", src, sb.data,
+						       sb.size),
+					 0);
+			sb_event_summary(&ev, &map, buf, sizeof buf);
+			tu_assert_printable(buf);
+			/* the hostile text is there, escaped: a summary shows its strings */
+			if (strstr(buf, "MARK") && !strstr(buf, "MARK\\x1b[2J\\x1b]0;owned\\x07\\r\\n"))
+				fail_msg("%s: hostile text not escaped as expected: %s", all[i].type, buf);
+			for (size_t cap = 1; cap < sizeof small; cap++) {
+				sb_event_summary(&ev, &map, small, cap);
+				assert_true(strlen(small) < cap);
+				tu_assert_printable(small);
+				assert_int_equal(strncmp(small, buf, strlen(small)), 0);
+			}
+		}
+		/* its own entry, not the generic key=value line */
+		assert_int_equal(sb_event_init(&unknown, "zz.unknown", "0123456789ab", SB_SRC_HOST,
+					       sb.data, sb.size),
+				 0);
+		sb_event_summary(&unknown, &map, generic, sizeof generic);
+		tu_assert_printable(generic);
+		sb_event_init(&ev, all[i].type, "0123456789ab", tu_allowed_source(&all[i]), sb.data,
+			      sb.size);
+		sb_event_summary(&ev, &map, buf, sizeof buf);
+		if (!strcmp(buf, generic))
+			fail_msg("%s reads as the generic summary: %s", all[i].type, buf);
+		msgpack_zone_destroy(&zone);
+		msgpack_sbuffer_destroy(&sb);
+	}
+}
+
+static void test_what_they_read(void **st)
+{
+	char buf[512];
+
+	(void)st;
+	summarise("operator.note", SB_SRC_OPERATOR, "{'text':'deploy paused','by':'local'}", buf,
+		  sizeof buf);
+	assert_string_equal(buf, "local: deploy paused");
+	summarise("operator.note", SB_SRC_OPERATOR,
+		  "{'text':'a\\u001b]0;title\\u0007\\nb\\u202e','by':'ops\\r'}", buf, sizeof buf);
+	assert_string_equal(buf, "ops\\r: a\\x1b]0;title\\x07\\nb\\u{202e}");
+	summarise("agent.file.changed", SB_SRC_GUEST,
+		  "{'path':'src/a\\nb.c','kind':'modified','size':1204,'xxh3':'x'}", buf, sizeof buf);
+	assert_string_equal(buf, "modified src/a\\nb.c (1,204 bytes)");
+	summarise("agent.output", SB_SRC_GUEST, "{'stream':'stdout','data':'one\\ntwo\\r\\n\\n'}", buf,
+		  sizeof buf);
+	assert_string_equal(buf, "stdout: one\\ntwo");
+	summarise("agent.tool.completed", SB_SRC_HARNESS,
+		  "{'tool':'sh','args':'ls\\t-l','exit':-1,'duration_ms':12}", buf, sizeof buf);
+	assert_string_equal(buf, "sh ls\\t-l (exit -1, 12ms)");
+	summarise("agent.message", SB_SRC_GATEWAY,
+		  "{'role':'assistant','model':'stub/echo','stream':true,'status':200,"
+		  "'input_tokens':12345,'output_tokens':7,'duration_ms':30,'cut':true}",
+		  buf, sizeof buf);
+	assert_string_equal(buf, "stub/echo stream: HTTP 200, 12,345 input · 7 output, 30ms "
+				 "(cut: past the budget)");
+	summarise("agent.message", SB_SRC_HARNESS, "{'role':'user','text':'hi\\nthere'}", buf,
+		  sizeof buf);
+	assert_string_equal(buf, "user: hi\\nthere");
+	summarise("budget.exceeded", SB_SRC_GATEWAY, "{'budget_nusd':500000000,'spent_nusd':512345678}",
+		  buf, sizeof buf);
+	assert_string_equal(buf, "spent $0.5123 of $0.5000");
+	summarise("run.created", SB_SRC_HOST, "{'name':'a','template':'shell','group':''}", buf,
+		  sizeof buf);
+	assert_string_equal(buf, "a (template shell)");
+	summarise("run.created", SB_SRC_HOST, "{'name':'a','template':'shell','group':'g\\u0085'}",
+		  buf, sizeof buf);
+	assert_string_equal(buf, "a (template shell, group g\\u{0085})");
+	summarise("run.failed", SB_SRC_HOST, "{'reason':'qemu: \\u001b[31mboom'}", buf, sizeof buf);
+	assert_string_equal(buf, "qemu: \\x1b[31mboom");
+	/* a type the table does not know: key=value pairs */
+	summarise("zz.new", SB_SRC_HOST, "{'a':1,'b':'x\\ny','c':[true,null,-2],'d':{'e':1.5}}", buf,
+		  sizeof buf);
+	assert_string_equal(buf, "a=1 b=x\\ny c=[true, null, -2] d={e=1.5}");
+}
+
+static void test_odd_payloads(void **st)
+{
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_zone zone;
+	msgpack_object obj;
+	struct sb_event ev;
+	char buf[256];
+
+	(void)st;
+	/* not a map */
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_array(&pk, 0);
+	assert_true(msgpack_zone_init(&zone, 1024));
+	assert_true(msgpack_unpack(sb.data, sb.size, NULL, &zone, &obj) == MSGPACK_UNPACK_SUCCESS);
+	sb_event_init(&ev, "run.started", "0123456789ab", SB_SRC_HOST, sb.data, sb.size);
+	sb_event_summary(&ev, &obj, buf, sizeof buf);
+	assert_string_equal(buf, "(no payload)");
+	sb_event_summary(&ev, NULL, buf, sizeof buf);
+	assert_string_equal(buf, "(no payload)");
+	msgpack_zone_destroy(&zone);
+	msgpack_sbuffer_destroy(&sb);
+
+	/* fields of the wrong kinds, binary, and nesting deeper than shown */
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 3);
+	sb_pack_str(&pk, "path");
+	for (int i = 0; i < 30; i++)
+		msgpack_pack_array(&pk, 1);
+	sb_pack_str(&pk, "\x1b");
+	sb_pack_str(&pk, "kind");
+	msgpack_pack_bin_with_body(&pk, "\x1b\n", 2);
+	sb_pack_str(&pk, "size");
+	sb_pack_str(&pk, "big");
+	assert_true(msgpack_zone_init(&zone, 1 << 16));
+	assert_true(msgpack_unpack(sb.data, sb.size, NULL, &zone, &obj) == MSGPACK_UNPACK_SUCCESS);
+	sb_event_init(&ev, "agent.file.changed", "0123456789ab", SB_SRC_GUEST, sb.data, sb.size);
+	sb_event_summary(&ev, &obj, buf, sizeof buf);
+	tu_assert_printable(buf);
+	assert_non_null(strstr(buf, "<2 bytes> [[[[")); /* kind, then the nested path */
+	assert_non_null(strstr(buf, "(0 bytes)"));      /* a size that is no number */
+	assert_non_null(strstr(buf, "[…]"));            /* the depth shown is bounded */
+	assert_null(strstr(buf, "\\x1b]"));             /* so the innermost string is not */
+	sb_summary_value(&obj, buf, sizeof buf);
+	tu_assert_printable(buf);
+	assert_int_equal(strncmp(buf, "{path=[[[", 9), 0);
+	msgpack_zone_destroy(&zone);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static void test_usd(void **st)
+{
+	char buf[32];
+
+	(void)st;
+	sb_usd_format(0, buf, sizeof buf);
+	assert_string_equal(buf, "$0.0000");
+	sb_usd_format(1234567890123ull, buf, sizeof buf);
+	assert_string_equal(buf, "$1234.5678");
+	sb_usd_format(99999, buf, sizeof buf); /* below a ten-thousandth: cut */
+	assert_string_equal(buf, "$0.0000");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_every_type_has_an_entry),
+		cmocka_unit_test(test_hostile_payloads),
+		cmocka_unit_test(test_what_they_read),
+		cmocka_unit_test(test_odd_payloads),
+		cmocka_unit_test(test_usd),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
