@@ -65,9 +65,8 @@ static int arg_u64(struct req *r, const char *key, uint64_t dflt, uint64_t *out)
 
 static int op_health(struct req *r)
 {
-	reply_begin(r, 6);
+	reply_begin(r, 5);
 	sb_pack_kstr(&r->pk, "version", SB_VERSION);
-	sb_pack_ku64(&r->pk, "gateway_port", sb_gateway_port(r->d->gateway));
 	sb_pack_ku64(&r->pk, "pid", (uint64_t)getpid());
 	sb_pack_ku64(&r->pk, "last_offset", sb_log_last_offset(r->d->log));
 	sb_pack_ku64(&r->pk, "checkpoint", sb_projector_checkpoint(r->d->proj));

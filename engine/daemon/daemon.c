@@ -249,7 +249,6 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 		goto fail;
 	}
 	gw.log = d->log;
-	gw.port = o->gateway_port;
 	gw.on_budget = on_budget;
 	gw.ctx = d;
 	if ((rc = sb_gateway_open(&gw, &d->gateway)))

@@ -64,6 +64,8 @@ struct run {
 	char vkey[SB_VKEY_MAX];   /* the run's virtual key at the gateway */
 	int registered;           /* known to the gateway */
 	sb_tunnel *tunnel;        /* guest streams to the gateway */
+	uint64_t gw_refused;      /* tunnel connections the gateway refused */
+	double gw_warned_ts;
 	struct run *next;
 };
 
@@ -263,7 +265,7 @@ static void run_free(struct run *r)
 	sb_watch_stop(r->boot_w);
 	sb_watch_stop(r->grace_w);
 	sb_chan_reader_free(r->reader);
-	sb_tunnel_close(r->tunnel); /* unties its connections */
+	sb_tunnel_close(r->tunnel); /* closes its gateway connections */
 	if (r->registered)
 		sb_gateway_run_remove(r->owner->d->gateway, r->id);
 	sb_access_free(&r->acc);
@@ -479,20 +481,30 @@ static size_t tun_backlog(void *ctx)
 	return r->out.size - r->out_off;
 }
 
-static void tun_tie(void *ctx, uint16_t port, int open)
+/* A connection to the gateway, tied to the run; a refusal (the run holds
+ * its share, say) is a run.warning at most once a second. */
+static int tun_connect(void *ctx, int *fd)
 {
 	struct run *r = ctx;
+	int rc = sb_gateway_connect(r->owner->d->gateway, r->id, fd);
+	double now;
 
-	if (!open)
-		sb_gateway_unbind(r->owner->d->gateway, port);
-	else if (sb_gateway_bind(r->owner->d->gateway, port, r->id))
-		warn(r, "gateway: cannot tie a tunnel connection to the run");
+	if (rc) {
+		r->gw_refused++;
+		now = sb_loop_now(r->owner->d->loop);
+		if (now - r->gw_warned_ts >= 1.0) {
+			r->gw_warned_ts = now;
+			warn(r, "gateway: tunnel connection refused (%llu so far): %s",
+			     (unsigned long long)r->gw_refused, sb_errmsg(rc));
+		}
+	}
+	return rc;
 }
 
 static const struct sb_tunnel_ops tunnel_ops = {
 	.send = tun_send,
 	.backlog = tun_backlog,
-	.tie = tun_tie,
+	.connect = tun_connect,
 };
 
 static void on_frame(struct run *r, const struct sb_chan_frame *f)
@@ -1065,7 +1077,7 @@ static int run_access(struct run *r, const msgpack_object *specmap, const struct
 	if ((rc = sb_gateway_run_add(d->gateway, &gr, r->vkey)))
 		return rc;
 	r->registered = 1;
-	return sb_tunnel_open(d->loop, sb_gateway_port(d->gateway), &tunnel_ops, r, &r->tunnel);
+	return sb_tunnel_open(d->loop, &tunnel_ops, r, &r->tunnel);
 }
 
 static void new_run_id(char run[SB_RUN_MAX])
