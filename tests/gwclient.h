@@ -3,15 +3,18 @@
  * the socket sb_gateway_connect makes (CURLOPT_OPENSOCKETFUNCTION), told it
  * is connected (CURLOPT_SOCKOPTFUNCTION), and given a URL host,
  * "sanbox-gateway", that is never looked up nor connected to.
- * Header-only; include it in one file of a program (it defines connect()).
+ * Header-only; include it in one file of a program (it defines connect()
+ * and getpeername()).
  */
 #ifndef SB_GWCLIENT_H
 #define SB_GWCLIENT_H
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "engine/gateway/gateway.h"
@@ -72,20 +75,36 @@ static inline void gw_via_setup(CURL *c, struct gw_via *v)
 	curl_easy_setopt(c, CURLOPT_SOCKOPTFUNCTION, gw_via_sockopt);
 }
 
-/* libcurl 7.88 calls connect() even on a socket its sockopt callback
- * called connected (curl/curl#10626, fixed in 8.0.0). This connect(),
- * which the program's libcurl calls instead of libc's, succeeds at once
- * for a socket that has a peer already and is the system call for any
- * other. */
+/* Two faults of libcurl 7.88 meet a socket that is connected already:
+ * it calls connect() on it even though its sockopt callback said so
+ * (curl/curl#10626, fixed in 8.0.0), and it reuses no connection whose
+ * peer address prints as "", which a socket pair's unnamed peer does. The
+ * connect() and getpeername() below, which the program's libcurl calls
+ * instead of libc's, are the system calls except for an AF_UNIX socket
+ * with a peer: connect() of it succeeds at once, and its unnamed peer is
+ * called "sanbox-gateway". */
 int connect(int fd, __CONST_SOCKADDR_ARG sa, socklen_t len)
 {
 	struct sockaddr_storage peer;
 	socklen_t plen = sizeof peer;
 
-	if (getpeername(fd, (struct sockaddr *)&peer, &plen) == 0 &&
-	    peer.ss_family == AF_UNIX)
+	if (syscall(SYS_getpeername, fd, &peer, &plen) == 0 && peer.ss_family == AF_UNIX)
 		return 0;
 	return (int)syscall(SYS_connect, fd, sa.__sockaddr__, len);
+}
+
+int getpeername(int fd, __SOCKADDR_ARG sa, socklen_t *len)
+{
+	struct sockaddr_un *un = (struct sockaddr_un *)sa.__sockaddr__;
+	socklen_t cap = *len;
+	int rc = (int)syscall(SYS_getpeername, fd, sa.__sockaddr__, len);
+
+	if (rc == 0 && un->sun_family == AF_UNIX && *len <= sizeof(sa_family_t) &&
+	    cap >= sizeof *un) {
+		snprintf(un->sun_path, sizeof un->sun_path, "sanbox-gateway");
+		*len = sizeof *un;
+	}
+	return rc;
 }
 
 #endif
