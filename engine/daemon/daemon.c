@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -323,7 +324,6 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	    (rc = sb_work_open("jobs", JOB_THREADS, &d->jobs)))
 		goto fail;
 	gw.log = d->log;
-	gw.port = o->gateway_port;
 	gw.on_budget = on_budget;
 	gw.ctx = d;
 	if ((rc = sb_gateway_open(&gw, &d->gateway)))
@@ -385,9 +385,7 @@ void sb_daemon_run(struct sb_daemon *d)
 
 void sb_daemon_describe(const struct sb_daemon *d, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "serving %s (model gateway on 127.0.0.1:%u%s%s)", d->home,
-		 (unsigned)sb_gateway_port(d->gateway), d->remote ? ", remote clients" : "",
-		 "");
+	snprintf(buf, cap, "serving %s%s", d->home, d->remote ? " (and remote clients)" : "");
 }
 
 void sb_daemon_close(struct sb_daemon *d)

@@ -11,10 +11,9 @@
 struct sb_daemon;
 
 struct sb_daemon_opts {
-	const char *home;       /* state directory (resolved) */
-	const char *listen;     /* NULL or tls+tcp://HOST:PORT */
-	const char *cert, *key; /* PEM files for listen */
-	uint16_t gateway_port;  /* 0: an ephemeral port on 127.0.0.1 */
+	const char *home;        /* state directory (resolved) */
+	const char *listen;      /* NULL or tls+tcp://HOST:PORT */
+	const char *cert, *key;  /* PEM files for listen */
 };
 
 #define SB_DAEMON_DRAIN_S 20.0 /* how long stopping waits for runs to end */

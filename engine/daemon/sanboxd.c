@@ -11,14 +11,12 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: sanboxd [--home DIR] [--listen tls+tcp://HOST:PORT --cert PEM --key PEM]\n"
-		   "               [--gateway-port PORT]\n"
 		   "\n"
 		   "Runs the Sanbox daemon for one state directory (default $SANBOX_HOME or\n"
 		   "~/.local/share/sanbox). The CLI starts it by itself when none runs.\n"
 		   "  --home DIR      state directory\n"
 		   "  --listen URL    also accept remote clients over TLS (needs --cert, --key;\n"
-		   "                  each request needs a token from 'sanbox admin token create')\n"
-		   "  --gateway-port PORT  the model gateway's port on 127.0.0.1 (default: any free)\n");
+		   "                  each request needs a token from 'sanbox admin token create')\n");
 }
 
 int main(int argc, char **argv)
@@ -26,15 +24,12 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"home", required_argument, NULL, 'H'},  {"listen", required_argument, NULL, 'l'},
 		{"cert", required_argument, NULL, 'c'},  {"key", required_argument, NULL, 'k'},
-		{"gateway-port", required_argument, NULL, 'g'},
 		{"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
 	};
 	struct sb_daemon_opts o = {0};
 	struct sb_daemon *d;
 	char home[4096], line[4200];
 	const char *home_arg = NULL;
-	unsigned long port;
-	char *end;
 	int c, rc;
 
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -43,14 +38,6 @@ int main(int argc, char **argv)
 		case 'l': o.listen = optarg; break;
 		case 'c': o.cert = optarg; break;
 		case 'k': o.key = optarg; break;
-		case 'g':
-			port = strtoul(optarg, &end, 10);
-			if (*end || !*optarg || port > 65535) {
-				fprintf(stderr, "sanboxd: --gateway-port must be a port number\n");
-				return 2;
-			}
-			o.gateway_port = (uint16_t)port;
-			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

@@ -2,33 +2,55 @@
  *
  * Threads: libmicrohttpd runs a thread per client connection; a request's
  * whole life (reading, forwarding with libcurl, streaming back, recording)
- * runs on it. Shared state (runs, budgets, port ties) is under gw->mu,
- * held only for short bookkeeping, never across I/O. A run entry is
- * reference counted: a call in flight keeps it alive after its removal.
+ * runs on it. A watchdog thread closes connections past their deadline.
+ * Shared state (runs, budgets, connections) is under gw->mu, held only for
+ * short bookkeeping, never across I/O. A run entry is reference counted: a
+ * call in flight or an open connection keeps it alive after its removal.
+ *
+ * Connections: there is no listening socket. sb_gateway_connect makes a
+ * socket pair and gives one end to libmicrohttpd (MHD_add_connection) with
+ * an address that carries the connection's number; libmicrohttpd copies
+ * that address into the connection, and the start notification (on its
+ * own thread, later) reads the number back to find the gw_conn, which
+ * becomes the connection's socket context. So the tie of a connection to
+ * its run is made before libmicrohttpd sees a byte and travels with the
+ * connection itself: no table keyed by a port or a descriptor that a new
+ * connection could reuse.
+ *
+ * Deadlines: libmicrohttpd's own timeout restarts at every byte, which a
+ * client sending one byte every few seconds defeats. The gateway keeps
+ * each connection's phase (waiting for headers, reading a body, answering)
+ * and a deadline for the first two, and the watchdog shuts down the socket
+ * of a connection past it; libmicrohttpd then sees EOF and closes it.
+ * libmicrohttpd closes a socket only after the close notification, which
+ * takes gw->mu: so while the watchdog holds gw->mu and the connection is
+ * started and not closed, its descriptor is still that connection's.
  */
 #include "engine/gateway/gateway.h"
 
-#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <msgpack.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/error.h"
 #include "engine/mpack.h"
 
 #define BODY_MAX	   (16u << 20) /* largest request body */
 #define ANSWER_MAX	   (64u << 20) /* largest answer held or recorded */
-#define CONN_LIMIT	   512
-#define IDLE_TIMEOUT_S	   900
+#define SHARE_MIN	   8	       /* a run's share of the connections: at least */
+#define SHARE_MAX	   64	       /* and at most (the tunnel's streams) */
+#define CONN_MARGIN	   64 /* libmicrohttpd's limit above ours: it never refuses first */
 #define CONNECT_TIMEOUT_MS 10000
 #define STALL_TIMEOUT_S	   300		 /* an answer that sends nothing for this long */
 #define CUT_SLACK(t)	   ((t) / 4 + 8) /* estimate above the grant before a cut */
@@ -49,24 +71,52 @@ struct gw_run {
 	size_t nmodels;
 	unsigned refs;
 	int removed;
+	unsigned conns; /* connections open */
+	unsigned trims; /* of them, being closed for being above the share */
 	struct gw_run *next;
 };
 
-struct gw_tie {
-	uint16_t port;
-	char run[SB_RUN_MAX];
+/* Where a connection is, for its deadline. */
+enum phase {
+	PH_HEADERS, /* waiting for a request's headers */
+	PH_BODY,    /* reading a request's body */
+	PH_CALL,    /* answering: no deadline */
+};
+
+/* One connection, from sb_gateway_connect until libmicrohttpd closes it,
+ * and then its socket context. The fields above curl are under gw->mu. */
+struct gw_conn {
+	uint64_t id;	    /* the number in the address libmicrohttpd got */
+	struct gw_run *run; /* the run it is tied to; a reference is held */
+	int fd;		    /* libmicrohttpd's end */
+	int added;	    /* given to libmicrohttpd */
+	int started;	    /* libmicrohttpd announced it */
+	int cut;	    /* shut down by the watchdog */
+	int trimmed;	    /* cut for being above its run's share */
+	enum phase phase;
+	uint64_t deadline; /* ms, monotonic; not in PH_CALL */
+	struct gw_conn *next;
+	CURL *curl; /* upstream handles, reused by its requests */
+	CURLM *multi;
 };
 
 struct sb_gateway {
 	struct MHD_Daemon *mhd;
 	sb_log *log;
-	uint16_t port;
 	void (*on_budget)(void *ctx, const char *run);
 	void *ctx;
+	unsigned max_conns;
+	uint64_t header_ms, body_ms;
 	pthread_mutex_t mu;
+	pthread_cond_t wake; /* the watchdog's */
+	pthread_t watchdog;
+	int watching, stopping;
+	uint64_t wake_at; /* when the watchdog wakes next (ms, monotonic) */
 	struct gw_run *runs;
-	struct gw_tie *ties;
-	size_t nties, capties;
+	unsigned nruns;
+	struct gw_conn *conns;
+	unsigned nconns;
+	uint64_t next_id;
 };
 
 enum route { R_NONE, R_CHAT, R_MESSAGES, R_MODELS };
@@ -82,12 +132,6 @@ struct gbuf {
 struct gw_req {
 	enum route route;
 	struct gbuf body;
-};
-
-/* One connection's upstream handles, reused by its requests. */
-struct gw_conn {
-	CURL *curl;
-	CURLM *multi;
 };
 
 /* One forwarded call, from reservation to record. */
@@ -143,6 +187,14 @@ static uint64_t ms_since(const struct timespec *t0)
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (uint64_t)((t.tv_sec - t0->tv_sec) * 1000 +
 			  (t.tv_nsec - t0->tv_nsec) / 1000000);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
 static void run_unref(sb_gateway *gw, struct gw_run *r)
@@ -212,6 +264,11 @@ static enum MHD_Result send_error(struct MHD_Connection *c, enum route route,
 	if (!s)
 		return MHD_NO;
 	return send_body(c, status, "application/json", s, strlen(s));
+}
+
+static enum MHD_Result send_too_large(struct MHD_Connection *c, enum route route)
+{
+	return send_error(c, route, 413, "request body above %u MiB", BODY_MAX >> 20);
 }
 
 /* --- recording --- */
@@ -675,6 +732,201 @@ static enum MHD_Result call_stream(struct gw_call *k, struct MHD_Connection *c,
 	return ret;
 }
 
+/* --- connections --- */
+
+/* How many connections one run may hold: max_conns over the registered
+ * runs, within [SHARE_MIN, SHARE_MAX] (and never above max_conns). Under
+ * gw->mu. */
+static unsigned run_share(const sb_gateway *gw)
+{
+	unsigned s = gw->max_conns / (gw->nruns ? gw->nruns : 1);
+	unsigned lo = gw->max_conns < SHARE_MIN ? gw->max_conns : SHARE_MIN;
+
+	return s < lo ? lo : s > SHARE_MAX ? SHARE_MAX : s;
+}
+
+/* Puts cn in phase p, its deadline counted from now, and wakes the
+ * watchdog when that is sooner than it would wake. Under gw->mu. */
+static void conn_set_phase(sb_gateway *gw, struct gw_conn *cn, enum phase p)
+{
+	cn->phase = p;
+	if (p == PH_CALL)
+		return;
+	cn->deadline = now_ms() + (p == PH_HEADERS ? gw->header_ms : gw->body_ms);
+	if (cn->deadline < gw->wake_at)
+		pthread_cond_signal(&gw->wake);
+}
+
+static void conn_phase(sb_gateway *gw, struct gw_conn *cn, enum phase p)
+{
+	pthread_mutex_lock(&gw->mu);
+	conn_set_phase(gw, cn, p);
+	pthread_mutex_unlock(&gw->mu);
+}
+
+/* Gives cn's place back to its run and the gateway (cn is unlinked
+ * already). Under gw->mu. */
+static void conn_uncount(sb_gateway *gw, struct gw_conn *cn)
+{
+	cn->run->conns--;
+	if (cn->trimmed)
+		cn->run->trims--;
+	gw->nconns--;
+}
+
+/* Unlinks cn and uncounts it. Under gw->mu. */
+static void conn_unlink(sb_gateway *gw, struct gw_conn *cn)
+{
+	for (struct gw_conn **p = &gw->conns; *p; p = &(*p)->next) {
+		if (*p == cn) {
+			*p = cn->next;
+			break;
+		}
+	}
+	conn_uncount(gw, cn);
+}
+
+/* Frees an unlinked cn: its upstream handles and its run reference. */
+static void conn_free(sb_gateway *gw, struct gw_conn *cn)
+{
+	if (cn->multi)
+		curl_multi_cleanup(cn->multi);
+	if (cn->curl)
+		curl_easy_cleanup(cn->curl);
+	run_unref(gw, cn->run);
+	free(cn);
+}
+
+/* Shuts down cn's socket both ways: libmicrohttpd reads EOF and closes the
+ * connection. Under gw->mu, cn started (so cn->fd is still cn's). */
+static void conn_cut(struct gw_conn *cn)
+{
+	shutdown(cn->fd, SHUT_RDWR);
+	cn->cut = 1;
+}
+
+/* One round of the watchdog at now: cuts the connections past their
+ * deadline, and those waiting for a request whose run holds more than its
+ * share (it shrinks when a run registers) or is removed; moves those that
+ * libmicrohttpd never started by their first deadline (it dropped them
+ * without a word) to *dead. Returns when the next deadline is. Under
+ * gw->mu. */
+static uint64_t watchdog_round(sb_gateway *gw, uint64_t now, struct gw_conn **dead)
+{
+	unsigned share = run_share(gw);
+	uint64_t next = UINT64_MAX;
+	struct gw_conn **p = &gw->conns;
+
+	while (*p) {
+		struct gw_conn *cn = *p;
+		struct gw_run *r = cn->run;
+		if (!cn->started && cn->added && now >= cn->deadline) {
+			*p = cn->next;
+			conn_uncount(gw, cn);
+			cn->next = *dead;
+			*dead = cn;
+			continue;
+		}
+		if (cn->started && !cn->cut && cn->phase != PH_CALL &&
+		    now >= cn->deadline) {
+			conn_cut(cn);
+		} else if (cn->started && !cn->cut && cn->phase == PH_HEADERS &&
+			   (r->removed || r->conns - r->trims > share)) {
+			conn_cut(cn);
+			cn->trimmed = 1;
+			r->trims++;
+		}
+		if (!cn->cut && cn->phase != PH_CALL && cn->deadline < next)
+			next = cn->deadline;
+		p = &cn->next;
+	}
+	return next;
+}
+
+static void *watchdog_main(void *arg)
+{
+	sb_gateway *gw = arg;
+	struct gw_conn *dead, *cn;
+	struct timespec ts;
+
+	pthread_mutex_lock(&gw->mu);
+	while (!gw->stopping) {
+		dead = NULL;
+		gw->wake_at = watchdog_round(gw, now_ms(), &dead);
+		if (dead) {
+			pthread_mutex_unlock(&gw->mu);
+			while ((cn = dead)) {
+				dead = cn->next;
+				conn_free(gw, cn);
+			}
+			pthread_mutex_lock(&gw->mu);
+			continue;
+		}
+		if (gw->wake_at == UINT64_MAX) {
+			pthread_cond_wait(&gw->wake, &gw->mu);
+		} else {
+			ts.tv_sec = (time_t)(gw->wake_at / 1000);
+			ts.tv_nsec = (long)(gw->wake_at % 1000) * 1000000;
+			pthread_cond_timedwait(&gw->wake, &gw->mu, &ts);
+		}
+	}
+	pthread_mutex_unlock(&gw->mu);
+	return NULL;
+}
+
+/* The number sb_gateway_connect put in the connection's address, or 0. */
+static uint64_t conn_number(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr_un *sa =
+	    ci ? (const struct sockaddr_un *)(const void *)ci->client_addr : NULL;
+	uint64_t id = 0;
+
+	if (sa && sa->sun_family == AF_UNIX)
+		memcpy(&id, sa->sun_path, sizeof id);
+	return id;
+}
+
+/* libmicrohttpd's start and close of a connection: at the start the
+ * gw_conn of its number becomes its socket context (a connection without
+ * one, dropped by the watchdog as never started, is shut down at once); at
+ * the close, before libmicrohttpd closes the socket, the connection is
+ * uncounted and freed. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	sb_gateway *gw = cls;
+	struct gw_conn *cn = *socket_context;
+	const union MHD_ConnectionInfo *ci;
+	uint64_t id;
+
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		id = conn_number(c);
+		pthread_mutex_lock(&gw->mu);
+		for (cn = gw->conns; cn && (cn->id != id || cn->started); cn = cn->next)
+			;
+		if (cn) {
+			cn->started = 1;
+			pthread_cond_signal(
+			    &gw->wake); /* its run may be above its share */
+		}
+		pthread_mutex_unlock(&gw->mu);
+		*socket_context = cn;
+		if (!cn &&
+		    (ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD)))
+			shutdown(ci->connect_fd, SHUT_RDWR);
+		return;
+	}
+	if (!cn)
+		return;
+	*socket_context = NULL;
+	pthread_mutex_lock(&gw->mu);
+	conn_unlink(gw, cn);
+	pthread_mutex_unlock(&gw->mu);
+	conn_free(gw, cn);
+}
+
 /* --- requests --- */
 
 /* Finds the run of key and takes a reference, or NULL. */
@@ -704,28 +956,6 @@ static const char *request_key(struct MHD_Connection *c)
 	if (a && !strncasecmp(a, "Bearer ", 7))
 		return a + 7;
 	return MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
-}
-
-/* 1 when the connection is tied to a run other than r. */
-static int tied_elsewhere(sb_gateway *gw, struct MHD_Connection *c,
-			  const struct gw_run *r)
-{
-	const union MHD_ConnectionInfo *ci =
-	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	const struct sockaddr_in *sa =
-	    ci ? (const struct sockaddr_in *)ci->client_addr : NULL;
-	uint16_t port;
-	int other = 0;
-
-	if (!sa || sa->sin_family != AF_INET)
-		return 0;
-	port = ntohs(sa->sin_port);
-	pthread_mutex_lock(&gw->mu);
-	for (size_t i = 0; i < gw->nties; i++)
-		if (gw->ties[i].port == port)
-			other = strcmp(gw->ties[i].run, r->id) != 0;
-	pthread_mutex_unlock(&gw->mu);
-	return other;
 }
 
 static enum MHD_Result send_models(struct MHD_Connection *c, const struct gw_run *r)
@@ -776,9 +1006,8 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 	enum MHD_Result ret;
 	int rc;
 
-	if (rq->body.over) {
-		ret = send_error(c, rq->route, 413, "request body above %u MiB",
-				 BODY_MAX >> 20);
+	if (rq->body.over) { /* a chunked body: its size was not declared */
+		ret = send_too_large(c, rq->route);
 		goto out;
 	}
 	if ((rc = sb_mreq_parse(api, rq->body.b.size ? rq->body.b.data : "",
@@ -865,23 +1094,49 @@ static enum route route_of(const char *method, const char *url)
 	return R_NONE;
 }
 
+/* The body length the request's headers declare (0 when chunked). */
+static uint64_t declared_length(struct MHD_Connection *c)
+{
+	const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+						    MHD_HTTP_HEADER_CONTENT_LENGTH);
+
+	return v ? strtoull(v, NULL, 10) : 0; /* libmicrohttpd checked its form */
+}
+
+/* libmicrohttpd calls this once the request's headers are in (*con_cls
+ * NULL), then for each piece of its body, then with *upload_size 0 when
+ * the body is complete: only then may a request be answered, except at
+ * the first call. */
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
 				 const char *method, const char *version,
 				 const char *upload, size_t *upload_size, void **con_cls)
 {
 	sb_gateway *gw = cls;
 	struct gw_req *rq = *con_cls;
-	const union MHD_ConnectionInfo *ci;
-	struct gw_conn *cn;
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct gw_conn *cn = ci ? ci->socket_context : NULL;
 	struct gw_run *r;
 
 	(void)version;
+	if (!cn)
+		return MHD_NO; /* not made by sb_gateway_connect: closed */
 	if (!rq) {
 		if (!(rq = calloc(1, sizeof *rq)))
 			return MHD_NO;
 		rq->route = route_of(method, url);
 		rq->body.max = BODY_MAX;
 		*con_cls = rq;
+		if (declared_length(c) > BODY_MAX) {
+			/* Refused before the body: no 100 Continue goes out,
+			 * libmicrohttpd drops what body still comes and closes
+			 * the connection after the answer. Answering after
+			 * the upload would have invited a 16 MiB upload (100
+			 * Continue) only to refuse it (413). */
+			conn_phase(gw, cn, PH_CALL);
+			return send_too_large(c, rq->route);
+		}
+		conn_phase(gw, cn, PH_BODY);
 		return MHD_YES;
 	}
 	if (*upload_size) {
@@ -890,6 +1145,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		*upload_size = 0;
 		return MHD_YES;
 	}
+	conn_phase(gw, cn, PH_CALL);
 	if (rq->route == R_NONE)
 		return send_error(c,
 				  strncmp(url, "/v1/messages", 12) ? R_CHAT : R_MESSAGES,
@@ -897,7 +1153,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 	if (!(r = run_by_key(gw, request_key(c))))
 		return send_error(c, rq->route, 401,
 				  "unknown API key: use the key Sanbox gave this run");
-	if (tied_elsewhere(gw, c, r)) {
+	if (r != cn->run) {
 		run_unref(gw, r);
 		return send_error(c, rq->route, 403, "this key belongs to another run");
 	}
@@ -906,23 +1162,22 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		run_unref(gw, r);
 		return ret;
 	}
-	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-	cn = ci ? ci->socket_context : NULL;
-	if (!cn) {
-		run_unref(gw, r);
-		return send_error(c, rq->route, 500, "gateway: connection state missing");
-	}
 	return handle_call(gw, c, cn, rq, r);
 }
 
+/* The end of a request (answered, or the connection closing): the
+ * connection waits for the next request's headers. */
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
+	sb_gateway *gw = cls;
 	struct gw_req *rq = *con_cls;
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 
-	(void)cls;
-	(void)c;
 	(void)toe;
+	if (ci && ci->socket_context)
+		conn_phase(gw, ci->socket_context, PH_HEADERS);
 	if (!rq)
 		return;
 	gbuf_free(&rq->body);
@@ -930,34 +1185,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	*con_cls = NULL;
 }
 
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
-			  enum MHD_ConnectionNotificationCode toe)
-{
-	struct gw_conn *cn = *socket_context;
-
-	(void)cls;
-	(void)c;
-	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-		*socket_context = calloc(1, sizeof(struct gw_conn));
-		return;
-	}
-	if (!cn)
-		return;
-	if (cn->multi)
-		curl_multi_cleanup(cn->multi);
-	if (cn->curl)
-		curl_easy_cleanup(cn->curl);
-	free(cn);
-	*socket_context = NULL;
-}
-
 /* --- the gateway's life --- */
 
 int sb_gateway_open(const struct sb_gateway_opts *o, sb_gateway **out)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(o->port)};
-	const union MHD_DaemonInfo *di;
+	pthread_condattr_t ca;
 	sb_gateway *gw;
+	int rc, e;
 
 	if (sodium_init() < 0)
 		return sb_seterr(SB_ERR_IO, "libsodium failed to initialise");
@@ -968,49 +1202,154 @@ int sb_gateway_open(const struct sb_gateway_opts *o, sb_gateway **out)
 	gw->log = o->log;
 	gw->on_budget = o->on_budget;
 	gw->ctx = o->ctx;
+	gw->max_conns = o->max_conns ? o->max_conns : SB_GATEWAY_MAX_CONNS;
+	gw->header_ms = 1000ull * (o->header_timeout_s ? o->header_timeout_s
+						       : SB_GATEWAY_HEADER_TIMEOUT);
+	gw->body_ms =
+	    1000ull * (o->body_timeout_s ? o->body_timeout_s : SB_GATEWAY_BODY_TIMEOUT);
+	gw->wake_at = UINT64_MAX;
 	pthread_mutex_init(&gw->mu, NULL);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&gw->wake, &ca);
+	pthread_condattr_destroy(&ca);
+	/* No listening socket: connections come from sb_gateway_connect
+	 * (MHD_add_connection, which needs the ITC to wake the daemon's
+	 * thread). poll, not select: descriptors above FD_SETSIZE are fine.
+	 * libmicrohttpd's own timeout only drops a client that takes nothing
+	 * of an answer for STALL_TIMEOUT_S; the deadlines of headers and
+	 * bodies are the watchdog's. No MHD_USE_ERROR_LOG: its messages are
+	 * about single connections, which a guest makes as it likes (and on
+	 * our AF_UNIX sockets it would complain of every TCP option); a
+	 * connection it refuses is an error of sb_gateway_connect. */
 	gw->mhd = MHD_start_daemon(
 	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-		MHD_USE_ERROR_LOG,
-	    0, NULL, NULL, on_access, gw, MHD_OPTION_SOCK_ADDR, &sa,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_LIMIT,
-	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
-	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, gw, MHD_OPTION_NOTIFY_CONNECTION,
-	    on_connection, gw, MHD_OPTION_END);
+		MHD_USE_POLL | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC,
+	    0, NULL, NULL, on_access, gw, MHD_OPTION_CONNECTION_LIMIT,
+	    gw->max_conns + CONN_MARGIN, MHD_OPTION_CONNECTION_TIMEOUT,
+	    (unsigned)STALL_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, gw,
+	    MHD_OPTION_NOTIFY_CONNECTION, on_connection, gw, MHD_OPTION_END);
 	if (!gw->mhd) {
-		int e = errno;
-		pthread_mutex_destroy(&gw->mu);
-		free(gw);
-		return sb_seterr(SB_ERR_IO, "gateway: cannot listen on 127.0.0.1:%u: %s",
-				 (unsigned)o->port, strerror(e));
+		rc = sb_seterr(SB_ERR_IO, "gateway: libmicrohttpd would not start: %s",
+			       strerror(errno));
+		goto fail;
 	}
-	di = MHD_get_daemon_info(gw->mhd, MHD_DAEMON_INFO_BIND_PORT);
-	gw->port = di ? di->port : o->port;
+	if ((e = pthread_create(&gw->watchdog, NULL, watchdog_main, gw))) {
+		rc = sb_seterr(SB_ERR_IO, "gateway: cannot start its watchdog: %s",
+			       strerror(e));
+		goto fail;
+	}
+	gw->watching = 1;
 	*out = gw;
 	return SB_OK;
-}
-
-uint16_t sb_gateway_port(const sb_gateway *gw)
-{
-	return gw->port;
+fail:
+	sb_gateway_close(gw);
+	return rc;
 }
 
 void sb_gateway_close(sb_gateway *gw)
 {
+	struct gw_conn *cn;
+
 	if (!gw)
 		return;
-	MHD_stop_daemon(gw->mhd); /* joins the connection threads */
+	pthread_mutex_lock(&gw->mu);
+	gw->stopping = 1;
+	pthread_cond_signal(&gw->wake);
+	pthread_mutex_unlock(&gw->mu);
+	if (gw->watching)
+		pthread_join(gw->watchdog, NULL);
+	if (gw->mhd)
+		MHD_stop_daemon(
+		    gw->mhd);	   /* closes its connections, joins their threads */
+	while ((cn = gw->conns)) { /* those it never started */
+		conn_unlink(gw, cn);
+		conn_free(gw, cn);
+	}
 	while (gw->runs) {
 		struct gw_run *r = gw->runs;
 		gw->runs = r->next;
 		r->removed = 1;
-		r->refs++;
-		run_unref(gw, r);
+		run_unref(gw, r); /* the list's reference */
 	}
-	free(gw->ties);
+	pthread_cond_destroy(&gw->wake);
 	pthread_mutex_destroy(&gw->mu);
 	free(gw);
+}
+
+/* Finds run, checks its share and the gateway's cap, and counts and links
+ * cn as run's. Under gw->mu. */
+static int conn_admit(sb_gateway *gw, const char *run, struct gw_conn *cn)
+{
+	unsigned share = run_share(gw);
+	struct gw_run *r;
+
+	for (r = gw->runs; r && strcmp(r->id, run); r = r->next)
+		;
+	if (!r)
+		return sb_seterr(SB_ERR_NOTFOUND,
+				 "run %s is not registered with the gateway", run);
+	if (r->conns >= share)
+		return sb_seterr(SB_ERR_FULL,
+				 "run %s holds its share of %u gateway connections", run,
+				 share);
+	if (gw->nconns >= gw->max_conns)
+		return sb_seterr(SB_ERR_FULL, "the gateway holds its %u connections",
+				 gw->max_conns);
+	cn->id = ++gw->next_id;
+	cn->run = r;
+	r->refs++;
+	r->conns++;
+	gw->nconns++;
+	cn->next = gw->conns;
+	gw->conns = cn;
+	conn_set_phase(gw, cn, PH_HEADERS);
+	return SB_OK;
+}
+
+int sb_gateway_connect(sb_gateway *gw, const char *run, int *fd)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct gw_conn *cn = calloc(1, sizeof *cn);
+	int sv[2] = {-1, -1}, rc;
+
+	if (!cn)
+		return SB_ERR_NOMEM;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv)) {
+		rc = sb_seterr(SB_ERR_IO, "gateway: socketpair: %s", strerror(errno));
+		goto fail;
+	}
+	/* Under the lock, so the start notification (on libmicrohttpd's
+	 * thread, which takes it too) finds cn linked and added. */
+	pthread_mutex_lock(&gw->mu);
+	if ((rc = conn_admit(gw, run, cn)) == SB_OK) {
+		cn->fd = sv[0];
+		memcpy(sa.sun_path, &cn->id, sizeof cn->id);
+		if (MHD_add_connection(gw->mhd, sv[0], (const struct sockaddr *)&sa,
+				       sizeof sa) == MHD_YES) {
+			cn->added = 1;
+		} else {
+			rc = sb_seterr(SB_ERR_IO,
+				       "gateway: libmicrohttpd refused a connection: %s",
+				       strerror(errno));
+			sv[0] = -1; /* it closed its end */
+			conn_unlink(gw, cn);
+		}
+	}
+	pthread_mutex_unlock(&gw->mu);
+	if (rc)
+		goto fail;
+	*fd = sv[1];
+	return SB_OK;
+fail:
+	if (cn->run)
+		run_unref(gw, cn->run);
+	if (sv[0] >= 0)
+		close(sv[0]);
+	if (sv[1] >= 0)
+		close(sv[1]);
+	free(cn);
+	return rc;
 }
 
 int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec,
@@ -1064,6 +1403,8 @@ int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec,
 	r->refs = 1; /* the list's reference */
 	r->next = gw->runs;
 	gw->runs = r;
+	gw->nruns++;
+	pthread_cond_signal(&gw->wake); /* the shares shrank */
 	pthread_mutex_unlock(&gw->mu);
 	memcpy(key, r->key, SB_VKEY_MAX);
 	return SB_OK;
@@ -1087,6 +1428,8 @@ void sb_gateway_run_remove(sb_gateway *gw, const char *run)
 			r = *p;
 			*p = r->next;
 			r->removed = 1;
+			gw->nruns--;
+			pthread_cond_signal(&gw->wake); /* its connections close */
 			break;
 		}
 	}
@@ -1111,40 +1454,4 @@ int sb_gateway_run_budget(sb_gateway *gw, const char *run, struct sb_budget *b)
 	return rc == SB_OK
 		   ? rc
 		   : sb_seterr(rc, "run %s is not registered with the gateway", run);
-}
-
-int sb_gateway_bind(sb_gateway *gw, uint16_t client_port, const char *run)
-{
-	int rc = SB_OK;
-
-	pthread_mutex_lock(&gw->mu);
-	if (gw->nties == gw->capties) {
-		size_t cap = gw->capties ? 2 * gw->capties : 16;
-		struct gw_tie *t = realloc(gw->ties, cap * sizeof *t);
-		if (!t)
-			rc = SB_ERR_NOMEM;
-		else {
-			gw->ties = t;
-			gw->capties = cap;
-		}
-	}
-	if (rc == SB_OK) {
-		gw->ties[gw->nties].port = client_port;
-		snprintf(gw->ties[gw->nties].run, SB_RUN_MAX, "%s", run);
-		gw->nties++;
-	}
-	pthread_mutex_unlock(&gw->mu);
-	return rc;
-}
-
-void sb_gateway_unbind(sb_gateway *gw, uint16_t client_port)
-{
-	pthread_mutex_lock(&gw->mu);
-	for (size_t i = 0; i < gw->nties; i++) {
-		if (gw->ties[i].port == client_port) {
-			gw->ties[i] = gw->ties[--gw->nties];
-			break;
-		}
-	}
-	pthread_mutex_unlock(&gw->mu);
 }

@@ -1,23 +1,36 @@
 /* gateway.h - the model gateway: the only way a run reaches a model.
  *
- * An HTTP server on 127.0.0.1 (libmicrohttpd, a thread per connection)
- * that a guest reaches through its channel tunnel (engine/tunnel.h). It
- * speaks the OpenAI API (POST /v1/chat/completions, GET /v1/models) and
- * the Anthropic API (POST /v1/messages), stream and non-stream. Each run is
- * registered with its resolved models and budget and gets a virtual key,
- * worthless anywhere else; the gateway maps the key to the run, checks the
- * model, reserves the call's worst case against the budget (engine/meter.h)
- * and caps max_tokens to it, swaps in the provider's key, forwards the call
- * with libcurl, meters the answer, and records it: the request and answer
- * bodies as blobs, an agent.message and an agent.usage.updated event
- * (source gateway), appended in one unit before the answer's last byte
- * leaves. All libmicrohttpd and libcurl use is in gateway.c.
+ * An HTTP server (libmicrohttpd, a thread per connection) with no
+ * listening socket: each connection is made by sb_gateway_connect for one
+ * registered run, and the run manager makes one for each stream of the
+ * run's channel tunnel (engine/gateway/tunnel.h). Nothing else on the host
+ * can reach it. It speaks the OpenAI API (POST /v1/chat/completions,
+ * GET /v1/models) and the Anthropic API (POST /v1/messages), stream and
+ * non-stream. Each run is registered with its resolved models and budget
+ * and gets a virtual key, worthless anywhere else and good only on the
+ * run's own connections; the gateway maps the key to the run, checks the
+ * model, reserves the call's worst case against the budget
+ * (engine/gateway/meter.h) and caps max_tokens to it, swaps in the
+ * provider's key, forwards the call with libcurl, meters the answer, and
+ * records it: the request and answer bodies as blobs, an agent.message and
+ * an agent.usage.updated event (source gateway), appended in one unit
+ * before the answer's last byte leaves. All libmicrohttpd and libcurl use
+ * is in gateway.c.
+ *
+ * Fair share: at most max_conns connections at once, and each run at most
+ * its share of them, clamp(max_conns / registered runs, 8, 64). A
+ * request's headers must be complete within header_timeout_s of the
+ * connection's start or of the previous request's end (so an idle
+ * keep-alive connection closes after that long too), and its body within
+ * body_timeout_s of its headers; a connection past its deadline is closed.
+ * A call in progress (forwarded upstream, streamed back) is never cut by
+ * these.
  *
  * Answers of the gateway itself: 400 bad request, 401 unknown key, 403
- * model not allowed (or the key of another run on this run's tunnel), 402
- * budget spent (then budget.exceeded is written once and, if the run's
- * policy says so, on_budget is called), 429 the rest of the budget is
- * held by calls in flight (retry), 502 the provider is unreachable.
+ * model not allowed (or the key of another run), 402 budget spent (then
+ * budget.exceeded is written once and, if the run's policy says so,
+ * on_budget is called), 413 body above 16 MiB, 429 the rest of the budget
+ * is held by calls in flight (retry), 502 the provider is unreachable.
  */
 #ifndef SB_GATEWAY_H
 #define SB_GATEWAY_H
@@ -25,18 +38,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/log/event.h"
-#include "engine/log/log.h"
 #include "engine/gateway/meter.h"
 #include "engine/gateway/models.h"
+#include "engine/log/event.h"
+#include "engine/log/log.h"
 
 typedef struct sb_gateway sb_gateway;
 
 #define SB_VKEY_MAX 48 /* a virtual key and its NUL */
 
+#define SB_GATEWAY_MAX_CONNS	  512 /* the defaults of sb_gateway_opts */
+#define SB_GATEWAY_HEADER_TIMEOUT 10
+#define SB_GATEWAY_BODY_TIMEOUT	  60
+
 struct sb_gateway_opts {
-	sb_log *log;   /* calls are recorded here; must outlive the gateway */
-	uint16_t port; /* 0: an ephemeral port */
+	sb_log *log;		   /* calls are recorded here; must outlive the gateway */
+	unsigned max_conns;	   /* connections at once, all runs (0: 512) */
+	unsigned header_timeout_s; /* a request's headers (0: 10) */
+	unsigned body_timeout_s;   /* a request's body, after its headers (0: 60) */
 	/* Called on a gateway thread when a run whose policy is to stop has
 	 * spent its budget; run is valid during the call. May be NULL. */
 	void (*on_budget)(void *ctx, const char *run);
@@ -61,14 +80,13 @@ struct sb_gateway_run {
 	size_t nmodels;
 };
 
-/* Starts the gateway on 127.0.0.1. Errors: SB_ERR_IO (cannot listen: the
- * detail says why), SB_ERR_NOMEM. */
+/* Starts the gateway (it listens nowhere: see sb_gateway_connect). The
+ * caller closes it. Errors: SB_ERR_IO (libmicrohttpd or a thread would not
+ * start: the detail says why), SB_ERR_NOMEM. */
 int sb_gateway_open(const struct sb_gateway_opts *o, sb_gateway **out);
 
-/* The port it listens on. */
-uint16_t sb_gateway_port(const sb_gateway *gw);
-
-/* Stops the gateway: waits for calls in flight to end (NULL is fine). */
+/* Stops the gateway: closes its connections, waits for calls in flight to
+ * end (NULL is fine). */
 void sb_gateway_close(sb_gateway *gw);
 
 /* Registers run r (everything is copied; provider keys into guarded
@@ -85,12 +103,14 @@ void sb_gateway_run_remove(sb_gateway *gw, const char *run);
  * Errors: SB_ERR_NOTFOUND. */
 int sb_gateway_run_budget(sb_gateway *gw, const char *run, struct sb_budget *b);
 
-/* Ties connections from 127.0.0.1:client_port to run: such a connection
- * may only use run's key (the run manager binds each tunnel connection it
- * makes). Errors: SB_ERR_NOMEM. */
-int sb_gateway_bind(sb_gateway *gw, uint16_t client_port, const char *run);
-
-/* Removes the tie of client_port. */
-void sb_gateway_unbind(sb_gateway *gw, uint16_t client_port);
+/* Opens a connection to the gateway for run and writes the caller's end,
+ * a connected AF_UNIX stream socket (non-blocking, close-on-exec; the
+ * caller closes it), into *fd. The connection is run's: a request on it
+ * with another run's key gets 403. It counts against run's share until the
+ * gateway closes its end (the caller then reads EOF). Errors:
+ * SB_ERR_NOTFOUND (run is not registered), SB_ERR_FULL (run holds its
+ * share, or the gateway max_conns), SB_ERR_IO (no socket pair, or
+ * libmicrohttpd refused the connection), SB_ERR_NOMEM. */
+int sb_gateway_connect(sb_gateway *gw, const char *run, int *fd);
 
 #endif

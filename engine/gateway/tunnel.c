@@ -1,10 +1,7 @@
 /* tunnel.c - guest streams to the gateway (see tunnel.h). */
 #include "engine/gateway/tunnel.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -19,33 +16,30 @@
 struct tstream {
 	sb_tunnel *t;
 	uint64_t id;
-	int fd;
+	int fd; /* the gateway connection */
 	sb_watch *w;
-	uint16_t lport;
-	int connected;
-	int guest_done;	     /* the guest sent CLOSE: shut our write side once flushed */
-	int host_done;	     /* the gateway ended: we sent CLOSE */
+	int guest_done; /* the guest sent CLOSE: shut our write side once flushed */
+	int gw_deaf;	/* the gateway stopped reading: the guest's bytes are dropped */
+	int host_done;	/* the gateway ended: we sent CLOSE */
 	msgpack_sbuffer out; /* bytes from the guest not yet taken by the gateway */
 };
 
 struct sb_tunnel {
 	sb_loop *loop;
-	uint16_t port;
 	const struct sb_tunnel_ops *ops;
 	void *ctx;
 	struct tstream *streams[SB_TUNNEL_STREAMS];
 	size_t n;
 };
 
-int sb_tunnel_open(sb_loop *loop, uint16_t port, const struct sb_tunnel_ops *ops,
-		   void *ctx, sb_tunnel **out)
+int sb_tunnel_open(sb_loop *loop, const struct sb_tunnel_ops *ops, void *ctx,
+		   sb_tunnel **out)
 {
 	sb_tunnel *t = calloc(1, sizeof *t);
 
 	if (!t)
 		return SB_ERR_NOMEM;
 	t->loop = loop;
-	t->port = port;
 	t->ops = ops;
 	t->ctx = ctx;
 	*out = t;
@@ -72,8 +66,6 @@ static void stream_free(struct tstream *s)
 
 	if (slot)
 		*slot = t->streams[--t->n];
-	if (s->lport)
-		t->ops->tie(t->ctx, s->lport, 0);
 	sb_watch_stop(s->w);
 	if (s->fd >= 0)
 		close(s->fd);
@@ -94,16 +86,17 @@ static void stream_watch(struct tstream *s)
 {
 	int ev = 0;
 
-	if (!s->connected || s->out.size)
+	if (s->out.size)
 		ev |= SB_WRITE;
-	if (s->connected && !s->host_done &&
-	    s->t->ops->backlog(s->t->ctx) < SB_TUNNEL_BACKLOG)
+	if (!s->host_done && s->t->ops->backlog(s->t->ctx) < SB_TUNNEL_BACKLOG)
 		ev |= SB_READ;
 	sb_watch_io_set(s->w, ev);
 }
 
-/* Writes what the gateway takes; returns -1 on a socket error. */
-static int stream_flush(struct tstream *s)
+/* Writes what the gateway takes. When it takes nothing more (it closed the
+ * connection, say after answering early), the guest's bytes are dropped
+ * from now on, and reading goes on: its answer still reaches the guest. */
+static void stream_flush(struct tstream *s)
 {
 	size_t off = 0;
 
@@ -114,23 +107,25 @@ static int stream_flush(struct tstream *s)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			break;
-		if (n < 0)
-			return -1;
+		if (n < 0) {
+			s->gw_deaf = 1;
+			off = s->out.size;
+			break;
+		}
 		off += (size_t)n;
 	}
 	if (off) {
 		memmove(s->out.data, s->out.data + off, s->out.size - off);
 		s->out.size -= off;
 	}
-	if (!s->out.size && s->guest_done)
+	if (!s->out.size && s->guest_done && !s->gw_deaf)
 		shutdown(s->fd, SHUT_WR);
-	return 0;
 }
 
 /* Returns 1 when the stream is over and was freed. */
 static int stream_over(struct tstream *s)
 {
-	if (s->guest_done && s->host_done && !s->out.size) {
+	if ((s->guest_done || s->gw_deaf) && s->host_done && !s->out.size) {
 		stream_free(s);
 		return 1;
 	}
@@ -168,20 +163,9 @@ static void stream_read(struct tstream *s)
 static void on_stream_io(void *ctx, int revents)
 {
 	struct tstream *s = ctx;
-	int err = 0;
-	socklen_t len = sizeof err;
 
-	if ((revents & SB_WRITE) && !s->connected) {
-		if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) || err) {
-			stream_abort(s);
-			return;
-		}
-		s->connected = 1;
-	}
-	if ((revents & SB_WRITE) && stream_flush(s)) {
-		stream_abort(s);
-		return;
-	}
+	if (revents & SB_WRITE)
+		stream_flush(s);
 	if (stream_over(s))
 		return;
 	if (revents & SB_READ) {
@@ -193,33 +177,22 @@ static void on_stream_io(void *ctx, int revents)
 
 static void stream_open(sb_tunnel *t, uint64_t id)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(t->port)};
-	struct sockaddr_in me;
-	socklen_t len = sizeof me;
-	struct tstream *s;
-	int one = 1;
+	struct tstream *s = NULL;
 
 	if (stream_slot(t, id) || t->n == SB_TUNNEL_STREAMS || !(id & 1) ||
-	    !(s = calloc(1, sizeof *s))) {
+	    !(s = calloc(1, sizeof *s)) || t->ops->connect(t->ctx, &s->fd)) {
+		free(s);
 		t->ops->send(t->ctx, SB_CHAN_CLOSE, id, NULL, 0);
 		return;
 	}
 	s->t = t;
 	s->id = id;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	s->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	t->streams[t->n++] = s;
-	if (s->fd < 0 ||
-	    (connect(s->fd, (struct sockaddr *)&sa, sizeof sa) && errno != EINPROGRESS) ||
-	    getsockname(s->fd, (struct sockaddr *)&me, &len)) {
+	if (!(s->w = sb_loop_io(t->loop, s->fd, SB_READ, on_stream_io, s))) {
 		stream_abort(s);
 		return;
 	}
-	setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	s->lport = ntohs(me.sin_port);
-	t->ops->tie(t->ctx, s->lport, 1); /* before the gateway can see a request */
-	if (!(s->w = sb_loop_io(t->loop, s->fd, SB_WRITE, on_stream_io, s)))
-		stream_abort(s);
+	stream_watch(s);
 }
 
 void sb_tunnel_frame(sb_tunnel *t, int kind, uint64_t stream, const msgpack_object *body)
@@ -236,13 +209,13 @@ void sb_tunnel_frame(sb_tunnel *t, int kind, uint64_t stream, const msgpack_obje
 	s = *slot;
 	if (kind == SB_CHAN_CLOSE) {
 		s->guest_done = 1;
-		if (s->connected && !s->out.size)
+		if (!s->out.size && !s->gw_deaf)
 			shutdown(s->fd, SHUT_WR);
 		if (!stream_over(s))
 			stream_watch(s);
 		return;
 	}
-	if (kind != SB_CHAN_DATA || s->guest_done)
+	if (kind != SB_CHAN_DATA || s->guest_done || s->gw_deaf)
 		return;
 	if (body->type != MSGPACK_OBJECT_BIN && body->type != MSGPACK_OBJECT_STR) {
 		stream_abort(s);
@@ -257,11 +230,9 @@ void sb_tunnel_frame(sb_tunnel *t, int kind, uint64_t stream, const msgpack_obje
 		stream_abort(s);
 		return;
 	}
-	if (s->connected && stream_flush(s)) {
-		stream_abort(s);
-		return;
-	}
-	stream_watch(s);
+	stream_flush(s);
+	if (!stream_over(s))
+		stream_watch(s);
 }
 
 void sb_tunnel_drained(sb_tunnel *t)

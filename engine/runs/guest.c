@@ -38,7 +38,6 @@ struct sb_guest {
 	const struct sb_guest_ops *ops;
 	void *ctx;
 	struct sb_guest_limits lim;
-	uint16_t gateway_port;
 	int fd;
 	sb_watch *w;
 	sb_chan_reader *rd;
@@ -323,17 +322,17 @@ static size_t tun_backlog(void *ctx)
 	return g->out.size - g->out_off;
 }
 
-static void tun_tie(void *ctx, uint16_t port, int open)
+static int tun_connect(void *ctx, int *fd)
 {
 	sb_guest *g = ctx;
 
-	g->ops->tie(g->ctx, port, open);
+	return g->ops->connect(g->ctx, fd);
 }
 
 static const struct sb_tunnel_ops tunnel_ops = {
 	.send = tun_send,
 	.backlog = tun_backlog,
-	.tie = tun_tie,
+	.connect = tun_connect,
 };
 
 /* --- frames from the guest --- */
@@ -443,7 +442,7 @@ static void on_chan_io(void *ctx, int revents)
 		chan_read(g); /* fairness: the rest on the next loop turn */
 }
 
-int sb_guest_open(sb_loop *loop, uint16_t gateway_port, const struct sb_guest_limits *lim,
+int sb_guest_open(sb_loop *loop, const struct sb_guest_limits *lim,
 		  const struct sb_guest_ops *ops, void *ctx, sb_guest **out)
 {
 	sb_guest *g = calloc(1, sizeof *g);
@@ -456,11 +455,10 @@ int sb_guest_open(sb_loop *loop, uint16_t gateway_port, const struct sb_guest_li
 	g->ctx = ctx;
 	g->lim = *lim;
 	g->fd = -1;
-	g->gateway_port = gateway_port;
 	msgpack_sbuffer_init(&g->out);
 	sb_bucket_init(&g->bucket, lim->rate, lim->burst, sb_loop_now(loop));
 	if ((rc = sb_chan_reader_new(&g->rd)) || (rc = sb_mask_new(&g->mask)) ||
-	    (rc = sb_tunnel_open(loop, gateway_port, &tunnel_ops, g, &g->tunnel))) {
+	    (rc = sb_tunnel_open(loop, &tunnel_ops, g, &g->tunnel))) {
 		sb_guest_close(g);
 		return rc;
 	}
@@ -521,7 +519,7 @@ void sb_guest_close(sb_guest *g)
 	sb_watch_stop(g->w);
 	if (g->fd >= 0)
 		close(g->fd);
-	sb_tunnel_close(g->tunnel); /* unties its connections */
+	sb_tunnel_close(g->tunnel); /* closes its gateway connections */
 	sb_chan_reader_free(g->rd);
 	sb_mask_free(g->mask);
 	sodium_memzero(g->streams, sizeof g->streams);

@@ -41,14 +41,14 @@ struct sb_guest_ops {
 	void (*done)(void *ctx, const char *error);
 	/* The channel closed (the VM is ending, or QEMU lost it). */
 	void (*closed)(void *ctx);
-	/* A tunnelled stream wants the gateway: ties 127.0.0.1:port to the
-	 * run (open 1) or unties it (open 0). */
-	void (*tie)(void *ctx, uint16_t port, int open);
+	/* A tunnelled stream wants the gateway: a connection tied to the
+	 * run into *fd. Errors: those of sb_gateway_connect. */
+	int (*connect)(void *ctx, int *fd);
 };
 
-/* Makes the channel of a run (not yet connected). gateway_port: where
- * tunnelled streams go. ops and ctx must outlive it. Errors: SB_ERR_NOMEM. */
-int sb_guest_open(sb_loop *loop, uint16_t gateway_port, const struct sb_guest_limits *lim,
+/* Makes the channel of a run (not yet connected). ops and ctx must
+ * outlive it. Errors: SB_ERR_NOMEM. */
+int sb_guest_open(sb_loop *loop, const struct sb_guest_limits *lim,
 		  const struct sb_guest_ops *ops, void *ctx, sb_guest **out);
 
 /* Masks value (n bytes) as "[masked label]" in everything recorded from

@@ -43,6 +43,8 @@ struct run {
 	char stop_reason[32];
 	char setup_error[256];
 	sb_watch *timeout_w, *boot_w, *grace_w;
+	uint64_t gw_refused; /* tunnel connections the gateway refused */
+	double gw_warned_at;
 	/* creation, across the worker */
 	const msgpack_object *spec_obj;
 	sb_runs_created_fn cb;
@@ -444,14 +446,24 @@ static void g_closed(void *ctx)
 	(void)ctx; /* the machine's end follows */
 }
 
-static void g_tie(void *ctx, uint16_t port, int open)
+/* A connection to the gateway, tied to the run; a refusal (the run holds
+ * its share, say) is a run.warning at most once a second. */
+static int g_connect(void *ctx, int *fd)
 {
 	struct run *r = ctx;
+	int rc = sb_gateway_connect(r->rs->env.gateway, r->id, fd);
+	double now;
 
-	if (!open)
-		sb_gateway_unbind(r->rs->env.gateway, port);
-	else if (sb_gateway_bind(r->rs->env.gateway, port, r->id))
-		warn(r, "gateway: cannot tie a tunnel connection to the run");
+	if (rc) {
+		r->gw_refused++;
+		now = sb_loop_now(r->rs->env.loop);
+		if (now - r->gw_warned_at >= 1.0) {
+			r->gw_warned_at = now;
+			warn(r, "gateway: tunnel connection refused (%llu so far): %s",
+			     (unsigned long long)r->gw_refused, sb_errmsg(rc));
+		}
+	}
+	return rc;
 }
 
 static const struct sb_guest_ops guest_ops = {
@@ -460,7 +472,7 @@ static const struct sb_guest_ops guest_ops = {
 	.warn = g_warn,
 	.done = g_done,
 	.closed = g_closed,
-	.tie = g_tie,
+	.connect = g_connect,
 };
 
 /* Registers r with the gateway (spent: what the run spent already) and
@@ -486,8 +498,7 @@ static int run_connect(struct run *r, uint64_t spent)
 	lim.rate = rs->env.settings->guest_events_rate;
 	lim.burst = rs->env.settings->guest_events_burst;
 	lim.quota = r->plan.record_quota ? r->plan.record_quota : rs->env.settings->run_record_quota;
-	if ((rc = sb_guest_open(rs->env.loop, sb_gateway_port(rs->env.gateway), &lim, &guest_ops, r,
-				&r->g)) ||
+	if ((rc = sb_guest_open(rs->env.loop, &lim, &guest_ops, r, &r->g)) ||
 	    (rc = sb_guest_mask(r->g, r->vkey, strlen(r->vkey), "virtual key")))
 		return rc;
 	for (size_t i = 0; i < a->ngrants; i++)

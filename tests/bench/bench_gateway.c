@@ -6,6 +6,11 @@
  * durably in a log under /tmp (its bodies as blobs, agent.message and
  * agent.usage.updated), as the daemon does.
  *
+ * The gateway listens nowhere: its clients use the connections
+ * sb_gateway_connect makes (an AF_UNIX socket pair per connection, as the
+ * daemon's tunnels do; tests/gwclient.h). The stub is reached over TCP on
+ * loopback, as the gateway reaches a provider.
+ *
  * Latency: 2000 sequential non-stream calls on one keep-alive connection,
  * straight to the stub and through the gateway; the p50 and p99 of each and
  * the difference (what the gateway adds). Throughput: 8 client threads, each
@@ -15,7 +20,8 @@
  * through the gateway is parsed, forwarded and recorded (with a synced
  * commit) on top of the stub's work. A plain proxy, the same libmicrohttpd
  * and libcurl set-up that only passes the bytes on, is measured the same
- * way: it is the most any proxy of this design gets on this machine, and
+ * way, reached the same way (socket pairs handed to MHD_add_connection):
+ * it is the most any proxy of this design gets on this machine, and
  * gateway.rps_vs_plain_proxy what metering and recording cost against it.
  * A second gateway whose log does not sync its commits (never so in the
  * daemon) shows how much of that is waiting for the disk.
@@ -28,21 +34,22 @@
 #include <curl/curl.h>
 #include <ftw.h>
 #include <microhttpd.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "engine/error.h"
 #include "engine/gateway/gateway.h"
-#include "engine/log/log.h"
 #include "engine/gateway/models.h"
+#include "engine/log/log.h"
 #include "tests/bench/benchutil.h"
+#include "tests/gwclient.h"
 
 #define LAT_CALLS    2000
 #define THREADS	     8
@@ -89,8 +96,16 @@ static size_t sink(char *p, size_t size, size_t n, void *ctx)
 	return size * n;
 }
 
-/* A keep-alive client for url with the run's key. */
-static CURL *client(const char *url, struct curl_slist **h)
+/* Where calls go: url, and when via->open is set, the connections it
+ * makes (the URL's host is then never connected to). */
+struct target {
+	const char *url;
+	struct gw_via via;
+};
+
+/* A keep-alive client of t with the run's key; its connections are made
+ * through *v, a copy of t's that the caller keeps while c lives. */
+static CURL *client(const struct target *t, struct gw_via *v, struct curl_slist **h)
 {
 	CURL *c = curl_easy_init();
 	char auth[128];
@@ -98,7 +113,11 @@ static CURL *client(const char *url, struct curl_slist **h)
 	snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
 	*h = curl_slist_append(NULL, auth);
 	*h = curl_slist_append(*h, "Content-Type: application/json");
-	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_URL, t->url);
+	if (t->via.open) {
+		*v = t->via;
+		gw_via_setup(c, v);
+	}
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, *h);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
@@ -109,12 +128,17 @@ static CURL *client(const char *url, struct curl_slist **h)
 static void one_call(CURL *c)
 {
 	long status = 0;
+	CURLcode cc = curl_easy_perform(c);
 
-	if (curl_easy_perform(c) != CURLE_OK)
+	if (cc != CURLE_OK) {
+		fprintf(stderr, "bench_gateway: call: %s\n", curl_easy_strerror(cc));
 		die("call", SB_ERR_IO);
+	}
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	if (status != 200)
+	if (status != 200) {
+		fprintf(stderr, "bench_gateway: call status %ld\n", status);
 		die("call status not 200", SB_ERR_PROTO);
+	}
 }
 
 /* --- the plain proxy: POST bodies passed to the stub, answers passed back --- */
@@ -216,25 +240,40 @@ static void plain_connection(void *cls, struct MHD_Connection *c, void **socket_
 	}
 }
 
-/* Starts the plain proxy in front of upstream; writes its port. */
-static struct MHD_Daemon *plain_start(const char *upstream, unsigned *port)
+/* Starts the plain proxy in front of upstream, without a listening
+ * socket, as the gateway runs. */
+static struct MHD_Daemon *plain_start(const char *upstream)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	const union MHD_DaemonInfo *di;
 	struct MHD_Daemon *d;
 
 	snprintf(plain_upstream, sizeof plain_upstream, "%s", upstream);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	d = MHD_start_daemon(
-	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL,
-	    NULL, plain_access, NULL, MHD_OPTION_SOCK_ADDR, &sa,
-	    MHD_OPTION_NOTIFY_COMPLETED, plain_completed, NULL,
-	    MHD_OPTION_NOTIFY_CONNECTION, plain_connection, NULL, MHD_OPTION_END);
+	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+		MHD_USE_POLL | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC,
+	    0, NULL, NULL, plain_access, NULL, MHD_OPTION_NOTIFY_COMPLETED,
+	    plain_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION, plain_connection, NULL,
+	    MHD_OPTION_END);
 	if (!d)
 		die("start the plain proxy", SB_ERR_IO);
-	di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-	*port = di ? di->port : 0;
 	return d;
+}
+
+/* A connection to the plain proxy (v->ctx): a socket pair, one end handed
+ * to it, as sb_gateway_connect does. */
+static int plain_connect(struct gw_via *v, int *fd)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv))
+		return SB_ERR_IO;
+	if (MHD_add_connection(v->ctx, sv[0], (const struct sockaddr *)&sa, sizeof sa) !=
+	    MHD_YES) {
+		close(sv[1]);
+		return SB_ERR_IO;
+	}
+	*fd = sv[1];
+	return SB_OK;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -245,11 +284,12 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Sequential calls: writes the p50 and p99 in ms. */
-static void latency(const char *url, double *p50, double *p99)
+static void latency(const struct target *t, double *p50, double *p99)
 {
 	static double ms[LAT_CALLS];
 	struct curl_slist *h;
-	CURL *c = client(url, &h);
+	struct gw_via v;
+	CURL *c = client(t, &v, &h);
 
 	for (int i = 0; i < 50; i++) /* warm up: connections, page cache */
 		one_call(c);
@@ -266,7 +306,7 @@ static void latency(const char *url, double *p50, double *p99)
 }
 
 struct tput {
-	const char *url;
+	const struct target *target;
 	double until;
 	atomic_ulong *calls;
 };
@@ -275,7 +315,8 @@ static void *tput_main(void *arg)
 {
 	struct tput *t = arg;
 	struct curl_slist *h;
-	CURL *c = client(t->url, &h);
+	struct gw_via v;
+	CURL *c = client(t->target, &v, &h);
 
 	while (bench_now() < t->until) {
 		one_call(c);
@@ -287,10 +328,10 @@ static void *tput_main(void *arg)
 }
 
 /* Calls per second from n clients. */
-static double throughput(const char *url, int n)
+static double throughput(const struct target *target, int n)
 {
 	atomic_ulong calls = 0;
-	struct tput t = {url, bench_now() + TPUT_SECONDS, &calls};
+	struct tput t = {target, bench_now() + TPUT_SECONDS, &calls};
 	pthread_t th[SLOW_THREADS];
 	double t0 = bench_now();
 
@@ -302,10 +343,14 @@ static double throughput(const char *url, int n)
 	return (double)atomic_load(&calls) / (bench_now() - t0);
 }
 
+#define BENCH_RUN "bench0gateway"
+#define VIA_URL	  "http://sanbox-gateway/v1/chat/completions"
+
 /* A gateway with its own log (synced unless flags say otherwise) in front
- * of the stub, with the bench's run registered; writes its key and url. */
+ * of the stub, with the bench's run registered; writes its key and how to
+ * reach it. */
 static sb_gateway *gateway_start(const char *stub_url, const char *name, unsigned flags,
-				 sb_log **lg, char run_key[SB_VKEY_MAX], char url[128])
+				 sb_log **lg, char run_key[SB_VKEY_MAX], struct target *t)
 {
 	struct sb_gateway_opts o = {0};
 	struct sb_gateway_model m[2];
@@ -334,26 +379,26 @@ static sb_gateway *gateway_start(const char *stub_url, const char *name, unsigne
 		snprintf(m[i].base_url, sizeof m[i].base_url, "%s", stub_url);
 		m[i].apis = SB_API_OPENAI;
 	}
-	r.run = "bench0gateway";
+	r.run = BENCH_RUN;
 	r.budget_nusd = UINT64_MAX / 4;
 	r.models = m;
 	r.nmodels = 2;
 	if ((rc = sb_gateway_run_add(gw, &r, run_key)))
 		die("register the run", rc);
-	snprintf(url, 128, "http://127.0.0.1:%u/v1/chat/completions",
-		 sb_gateway_port(gw));
+	t->url = VIA_URL;
+	t->via = (struct gw_via){.open = gw_via_gateway, .gw = gw, .run = BENCH_RUN};
 	return gw;
 }
 
 int main(void)
 {
-	char stub_url[SB_URL_MAX], url[SB_URL_MAX + 64], path[4096], gw_url[128],
-	    px_url[128], nosync_url[128], nosync_key[SB_VKEY_MAX], sync_key[SB_VKEY_MAX];
+	char stub_url[SB_URL_MAX], url[SB_URL_MAX + 64], path[4096],
+	    nosync_key[SB_VKEY_MAX], sync_key[SB_VKEY_MAX];
 	double d50, d99, g50, g99, drps, grps, prps, nrps, d20, g20;
+	struct target direct = {.url = url}, via, via_nosync, proxy = {.url = VIA_URL};
 	struct MHD_Daemon *plain;
 	sb_gateway *gw, *gw_nosync;
 	sb_log *lg, *lg_nosync;
-	unsigned px_port;
 	int rc;
 
 	if (!mkdtemp(tmpdir))
@@ -369,26 +414,25 @@ int main(void)
 		     "20, \"usage\": {\"input_tokens\": 100, \"output_tokens\": 20}}]}");
 	if ((rc = sb_stub_start(path, &stub_pid, stub_url)))
 		die("start the model stub", rc);
-	gw = gateway_start(stub_url, "log", 0, &lg, sync_key, gw_url);
+	gw = gateway_start(stub_url, "log", 0, &lg, sync_key, &via);
 	gw_nosync = gateway_start(stub_url, "log-nosync", SB_LOG_NOSYNC, &lg_nosync,
-				  nosync_key, nosync_url);
+				  nosync_key, &via_nosync);
 	snprintf(url, sizeof url, "%s/chat/completions", stub_url);
-	plain = plain_start(url, &px_port);
-	snprintf(px_url, sizeof px_url, "http://127.0.0.1:%u/v1/chat/completions",
-		 px_port);
+	plain = plain_start(url);
+	proxy.via = (struct gw_via){.open = plain_connect, .ctx = plain};
 
 	memcpy(key, sync_key, sizeof key);
-	latency(url, &d50, &d99);
-	drps = throughput(url, THREADS);
-	prps = throughput(px_url, THREADS);
-	latency(gw_url, &g50, &g99);
-	grps = throughput(gw_url, THREADS);
+	latency(&direct, &d50, &d99);
+	drps = throughput(&direct, THREADS);
+	prps = throughput(&proxy, THREADS);
+	latency(&via, &g50, &g99);
+	grps = throughput(&via, THREADS);
 	memcpy(key, nosync_key, sizeof key);
-	nrps = throughput(nosync_url, THREADS);
+	nrps = throughput(&via_nosync, THREADS);
 	memcpy(key, sync_key, sizeof key);
 	body = BODY_OF("stub/model20");
-	d20 = throughput(url, SLOW_THREADS);
-	g20 = throughput(gw_url, SLOW_THREADS);
+	d20 = throughput(&direct, SLOW_THREADS);
+	g20 = throughput(&via, SLOW_THREADS);
 
 	printf("bench gateway.direct_p50 %.3f ms\n", d50);
 	printf("bench gateway.direct_p99 %.3f ms\n", d99);

@@ -4,6 +4,9 @@
 # tunnel and the gateway; the provider key is swapped in and never enters
 # the guest or the record; usage and cost are metered exactly; budgets stop
 # a run on its third call, hold under 8 concurrent calls, and cut a stream.
+# The gateway listens nowhere on the host, and a guest that trickles a
+# header block is cut off at the header deadline while its run still
+# reaches the model.
 . "$(dirname "$0")/lib/vm.sh"
 
 work=$(mktemp -d /tmp/sbgw.XXXXXX)
@@ -233,6 +236,43 @@ EOF
 grep -q 'answer from script dir one' "$work/local.out" && grep -q 'answer from script dir two' "$work/local.out" &&
 	ok "each built-in stub provider answers from its own script directory" ||
 	bad "built-in stubs" "$(tail -n 4 "$work/local.out")"
+
+# --- 6. reachable only through a run's tunnel: the daemon listens on no TCP
+# port and names none; a slowloris inside a guest is closed at the header
+# deadline (10 s), and its run's next call is served
+python3 - "$SANBOX_HOME/sanboxd.pid" <<'EOF' && ok "the daemon listens on no TCP port" || bad "listeners" "see above"
+import os, sys
+pid = open(sys.argv[1]).read().split()[0]
+socks = set()
+for fd in os.listdir("/proc/%s/fd" % pid):
+    try:
+        link = os.readlink("/proc/%s/fd/%s" % (pid, fd))
+    except OSError:
+        continue
+    if link.startswith("socket:["):
+        socks.add(link[8:-1])
+listening = []
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(table).readlines()[1:]:
+        f = line.split()
+        if f[3] == "0A" and f[9] in socks:
+            listening.append(f[1])
+if not socks or listening:
+    print("daemon sockets %d, listening on %r" % (len(socks), listening))
+sys.exit(1 if listening or not socks else 0)
+EOF
+if "$SB" daemon status --json | grep -q gateway_port; then bad "health" "still names a gateway port"; else ok "health names no gateway port"; fi
+"$SB" run --name slow -m acme/scripted -- /bin/sh -c '
+	s=$(date +%s)
+	(printf "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+	 while :; do printf "X-Slow: a\r\n" || exit; sleep 2; done) | timeout 60 nc 127.0.0.1 4000 >/dev/null 2>&1
+	echo slow-closed-after=$(( $(date +%s) - s ))
+	wget -q -O- --header "Authorization: Bearer $OPENAI_API_KEY" $OPENAI_BASE_URL/models
+	echo' >"$work/slow.out" 2>&1
+t=$(sed -n 's/.*slow-closed-after=\([0-9]*\).*/\1/p' "$work/slow.out")
+[ -n "$t" ] && [ "$t" -ge 9 ] && [ "$t" -le 25 ] && ok "a trickled header block in the guest is closed at the deadline (${t}s)" ||
+	bad "slowloris" "$(cat "$work/slow.out")"
+grep -q '"acme/scripted"' "$work/slow.out" && ok "the run is served after it" || bad "after slowloris" "$(cat "$work/slow.out")"
 
 "$SB" daemon status >/dev/null && ok "daemon healthy afterwards" || bad "daemon" "not answering"
 exit $((failures > 0))
