@@ -10,8 +10,9 @@
 
 #include "cli/cli.h"
 #include "engine/error.h"
-#include "engine/home.h"
 #include "engine/gateway/models.h"
+#include "engine/home.h"
+#include "engine/proc.h"
 #include "engine/runs/template.h"
 #include "vmm/accel.h"
 #include "vmm/qemu.h"
@@ -34,8 +35,9 @@ static void check(struct report *r, const char *name, int ok, const char *detail
 	cli_cell(detail, 0, text, sizeof text);
 	if (r->json) {
 		d = json_string(detail);
-		json_array_append_new(r->arr, json_pack("{s:s,s:b,s:o}", "check", name, "ok", ok,
-							"detail", d ? d : json_string(text)));
+		json_array_append_new(r->arr,
+				      json_pack("{s:s,s:b,s:o}", "check", name, "ok", ok,
+						"detail", d ? d : json_string(text)));
 	} else {
 		printf("%-5s %-10s %s\n", ok ? "ok" : "FAIL", name, text);
 	}
@@ -46,7 +48,8 @@ static int first_line(char *const argv[], char *out, size_t cap)
 {
 	int status;
 
-	if (sb_proc_run(argv, 10000, out, cap, &status) || !WIFEXITED(status) || WEXITSTATUS(status))
+	if (sb_proc_run(argv, 10000, out, cap, &status) || !WIFEXITED(status) ||
+	    WEXITSTATUS(status))
 		return -1;
 	out[strcspn(out, "\n")] = 0;
 	return 0;
@@ -87,15 +90,19 @@ int cmd_doctor(int argc, char **argv)
 		return cli_usage("doctor");
 	r.arr = json_array();
 	rc = first_line(qv, out, sizeof out);
-	check(&r, "qemu", rc == 0, rc == 0 ? out : "qemu-system-x86_64 not found: run 'make deps'");
+	check(&r, "qemu", rc == 0,
+	      rc == 0 ? out : "qemu-system-x86_64 not found: run 'make deps'");
 	rc = first_line(qi, out, sizeof out);
-	check(&r, "qemu-img", rc == 0, rc == 0 ? out : "qemu-img not found: run 'make deps'");
+	check(&r, "qemu-img", rc == 0,
+	      rc == 0 ? out : "qemu-img not found: run 'make deps'");
 	rc = first_line(dv, out, sizeof out);
 	check(&r, "debugfs", rc == 0,
-	      rc == 0 ? "e2fsprogs present" : "debugfs not found (sanbox fs needs it): run 'make deps'");
+	      rc == 0 ? "e2fsprogs present"
+		      : "debugfs not found (sanbox fs needs it): run 'make deps'");
 	rc = sb_template_load(cli_home, "shell", &t);
 	if (rc == 0)
-		snprintf(msg, sizeof msg, "template shell %.16s, kernel %s", t.hash, t.kernel_version);
+		snprintf(msg, sizeof msg, "template shell %.16s, kernel %s", t.hash,
+			 t.kernel_version);
 	check(&r, "template", rc == 0, rc == 0 ? msg : sb_errmsg(rc));
 	fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
 	if (fd >= 0)
@@ -103,25 +110,30 @@ int cmd_doctor(int argc, char **argv)
 	if (rc == 0) {
 		snprintf(cache, sizeof cache, "%s/cache", cli_home);
 		sb_mkdirs(cache, 0700);
-		if (sb_accel_resolve(SB_ACCEL_AUTO, t.kernel, t.initrd, cache, &accel, why, sizeof why) == 0)
-			snprintf(msg, sizeof msg, "%s%s%s", accel == SB_ACCEL_KVM ? "KVM works" : "TCG",
+		if (sb_accel_resolve(SB_ACCEL_AUTO, t.kernel, t.initrd, cache, &accel,
+				     why, sizeof why) == 0)
+			snprintf(msg, sizeof msg, "%s%s%s",
+				 accel == SB_ACCEL_KVM ? "KVM works" : "TCG",
 				 why[0] ? ": " : "", why);
 		else
-			snprintf(msg, sizeof msg, "cannot start a probe VM: %s", sb_errmsg(SB_ERR_IO));
+			snprintf(msg, sizeof msg, "cannot start a probe VM: %s",
+				 sb_errmsg(SB_ERR_IO));
 		check(&r, "accel", 1, msg);
 	} else {
-		check(&r, "accel", 1, fd >= 0 ? "/dev/kvm opens (not probed: no template)"
-					      : "/dev/kvm unusable: runs use TCG (slower)");
+		check(&r, "accel", 1,
+		      fd >= 0 ? "/dev/kvm opens (not probed: no template)"
+			      : "/dev/kvm unusable: runs use TCG (slower)");
 	}
 	rc = first_line(nv, out, sizeof out);
 	check(&r, "nftables", rc == 0, rc == 0 ? out : "nft not found: run 'make deps'");
 	check(&r, "net-admin", has_cap_net_admin(),
-	      has_cap_net_admin() ? "CAP_NET_ADMIN held"
-				  : "no CAP_NET_ADMIN: network mode acl needs root or the capability");
+	      has_cap_net_admin()
+		  ? "CAP_NET_ADMIN held"
+		  : "no CAP_NET_ADMIN: network mode acl needs root or the capability");
 	if ((rc = sb_models_load(cli_home, &ms)) == SB_OK) {
-		snprintf(msg, sizeof msg, "%zu model%s of %zu provider%s; default %s", ms->nmodels,
-			 ms->nmodels == 1 ? "" : "s", ms->nproviders, ms->nproviders == 1 ? "" : "s",
-			 ms->default_model);
+		snprintf(msg, sizeof msg, "%zu model%s of %zu provider%s; default %s",
+			 ms->nmodels, ms->nmodels == 1 ? "" : "s", ms->nproviders,
+			 ms->nproviders == 1 ? "" : "s", ms->default_model);
 		sb_models_free(ms);
 	}
 	check(&r, "models", rc == 0, rc == 0 ? msg : sb_errmsg(rc));
@@ -130,15 +142,21 @@ int cmd_doctor(int argc, char **argv)
 	if (stat(cli_home, &st) == 0) {
 		snprintf(msg, sizeof msg, "%s mode %03o", cli_home, st.st_mode & 0777);
 		check(&r, "state-dir", (st.st_mode & 077) == 0 && st.st_uid == getuid(),
-		      (st.st_mode & 077) == 0 ? msg : "state directory is readable by others: chmod 700 it");
+		      (st.st_mode & 077) == 0
+			  ? msg
+			  : "state directory is readable by others: chmod 700 it");
 		if (statvfs(cli_home, &vfs) == 0) {
-			unsigned long long free_mib = (unsigned long long)vfs.f_bavail * vfs.f_frsize >> 20;
+			unsigned long long free_mib =
+			    (unsigned long long)vfs.f_bavail * vfs.f_frsize >> 20;
 			snprintf(msg, sizeof msg, "%llu MiB free", free_mib);
 			check(&r, "disk", free_mib >= 2048,
-			      free_mib >= 2048 ? msg : "less than 2 GiB free in the state directory");
+			      free_mib >= 2048
+				  ? msg
+				  : "less than 2 GiB free in the state directory");
 		}
 	} else {
-		check(&r, "state-dir", 1, "not created yet (the first command creates it)");
+		check(&r, "state-dir", 1,
+		      "not created yet (the first command creates it)");
 	}
 	if (r.json)
 		cli_print_json(r.arr);

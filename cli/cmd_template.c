@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "engine/error.h"
 #include "engine/home.h"
+#include "engine/proc.h"
 #include "engine/runs/template.h"
 
 /* The directory this program lives in (the build directory). */
@@ -44,7 +45,8 @@ static int source_root(const char *bin, char *buf, size_t cap)
 			return SB_OK;
 		strncat(buf, "/..", cap - strlen(buf) - 1);
 	}
-	return sb_seterr(SB_ERR_NOTFOUND, "cannot find the Sanbox sources: set SANBOX_SRC");
+	return sb_seterr(SB_ERR_NOTFOUND,
+			 "cannot find the Sanbox sources: set SANBOX_SRC");
 }
 
 /* Builds template name from SOURCE_ROOT/templates/NAME into the store, via
@@ -54,12 +56,22 @@ static int build(char **args, int json)
 {
 	const char *name = args[0];
 	char bin[PATH_MAX], root[PATH_MAX], store[PATH_MAX], src[PATH_MAX + 32];
-	char tmp[PATH_MAX + 32], dst[PATH_MAX + 32], old[PATH_MAX + 32], script[PATH_MAX + 32];
+	char tmp[PATH_MAX + 32], dst[PATH_MAX + 32], old[PATH_MAX + 32],
+	    script[PATH_MAX + 32];
+	char *build_argv[] = {
+	    "sh", "-c",	  "rm -rf \"$2\" && exec sh \"$1\" \"$3\" \"$2\"",
+	    "sh", script, tmp,
+	    src,  NULL};
+	char *rm_argv[] = {"rm", "-rf", old, NULL};
+	/* the build's output goes to the CLI's stderr */
+	struct sb_spawn build = {build_argv, -1, 2, 2, 0, 0},
+			rm = {rm_argv, -1, -1, -1, 0, 0};
 	struct sb_template t;
 	pid_t pid;
 	int status, rc;
 
-	if ((rc = self_dir(bin, sizeof bin)) || (rc = sb_template_store(cli_home, store, sizeof store)))
+	if ((rc = self_dir(bin, sizeof bin)) ||
+	    (rc = sb_template_store(cli_home, store, sizeof store)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	if ((rc = source_root(bin, root, sizeof root)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
@@ -72,29 +84,20 @@ static int build(char **args, int json)
 	snprintf(tmp, sizeof tmp, "%s/.%s.new", store, name);
 	snprintf(dst, sizeof dst, "%s/%s", store, name);
 	snprintf(old, sizeof old, "%s/.%s.old", store, name);
-	pid = fork();
-	if (pid < 0)
-		return cli_fail(SB_ERR_IO, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		setenv("BUILD", bin, 1);
-		execlp("sh", "sh", "-c", "rm -rf \"$2\" && exec sh \"$1\" \"$3\" \"$2\" >&2", "sh", script,
-		       tmp, src, (char *)NULL);
-		_exit(127);
-	}
-	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status))
-		return cli_fail(SB_ERR_IO, "template %s: build failed (see the messages above)", name);
+	setenv("BUILD", bin, 1); /* for mkimage.sh */
+	if ((rc = sb_spawn(&build, &pid)) || (rc = sb_proc_wait(pid, -1, &status)))
+		return cli_fail(rc, "template %s: %s", name, sb_errmsg(rc));
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		return cli_fail(SB_ERR_IO,
+				"template %s: build failed (see the messages above)",
+				name);
 	/* swap in the new build */
 	if (rename(dst, old) && errno != ENOENT)
 		return cli_fail(SB_ERR_IO, "rename %s: %s", dst, strerror(errno));
 	if (rename(tmp, dst))
 		return cli_fail(SB_ERR_IO, "rename %s: %s", tmp, strerror(errno));
-	pid = fork();
-	if (pid == 0) {
-		execlp("rm", "rm", "-rf", old, (char *)NULL);
-		_exit(127);
-	}
-	if (pid > 0)
-		waitpid(pid, &status, 0);
+	if (sb_spawn(&rm, &pid) == SB_OK)
+		sb_proc_wait(pid, -1, NULL);
 	if ((rc = sb_template_load(cli_home, name, &t)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	if (json) {
@@ -128,17 +131,21 @@ static int list(char **args, int json)
 	if ((rc = sb_template_store(cli_home, store, sizeof store)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	if (!json)
-		printf("%-16s %-10s %-8s %-8s %s\n", "TEMPLATE", "CPUS", "MEMORY", "TIMEOUT", "HASH");
+		printf("%-16s %-10s %-8s %-8s %s\n", "TEMPLATE", "CPUS", "MEMORY",
+		       "TIMEOUT", "HASH");
 	n = scandir(store, &ents, NULL, alphasort); /* a missing store lists nothing */
 	for (int i = 0; i < n; i++) {
 		struct sb_template t;
-		if (ents[i]->d_name[0] != '.' && sb_template_load(cli_home, ents[i]->d_name, &t) == SB_OK) {
+		if (ents[i]->d_name[0] != '.' &&
+		    sb_template_load(cli_home, ents[i]->d_name, &t) == SB_OK) {
 			if (json)
-				json_array_append_new(arr, json_pack("{s:s,s:s,s:I,s:I,s:I,s:s}", "name", t.name,
-								     "hash", t.hash, "cpus", (json_int_t)t.cpus,
-								     "memory_mib", (json_int_t)t.memory_mib,
-								     "timeout_s", (json_int_t)t.timeout_s,
-								     "harness", t.harness));
+				json_array_append_new(
+				    arr,
+				    json_pack("{s:s,s:s,s:I,s:I,s:I,s:s}", "name", t.name,
+					      "hash", t.hash, "cpus", (json_int_t)t.cpus,
+					      "memory_mib", (json_int_t)t.memory_mib,
+					      "timeout_s", (json_int_t)t.timeout_s,
+					      "harness", t.harness));
 			else
 				print_row(&t);
 		}
@@ -155,8 +162,8 @@ static int list(char **args, int json)
 int cmd_template(int argc, char **argv)
 {
 	static const struct cli_sub subs[] = {
-		{"build", 1, 0, 1, build},
-		{"ls", 0, 0, 1, list},
+	    {"build", 1, 0, 1, build},
+	    {"ls", 0, 0, 1, list},
 	};
 
 	return cli_sub_run(argc, argv, "template", subs, sizeof subs / sizeof subs[0]);

@@ -1,7 +1,7 @@
 /* common.c - helpers shared by the subcommands. */
 #include <errno.h>
-#include <getopt.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -18,8 +18,9 @@
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/log/summary.h"
-#include "engine/text.h"
 #include "engine/payload.h"
+#include "engine/text.h"
+#include "engine/units.h"
 #include "engine/wire.h"
 
 /* Prints "sanbox: <msg>" on stderr, the message escaped. */
@@ -30,7 +31,8 @@ static void vsay(const char *fmt, va_list ap)
 
 	if (n < 0)
 		n = 0;
-	sb_text_escape(msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1, out, sizeof out);
+	sb_text_escape(msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1, out,
+		       sizeof out);
 	fprintf(stderr, "sanbox: %s\n", out);
 }
 
@@ -100,13 +102,14 @@ int cli_badopt(const char *cmd, char **argv, int ch)
 int cli_parse_opts(int argc, char **argv, const char *cmd, int *json)
 {
 	static const struct option with_json[] = {
-		CLI_OPT_HELP,
-		{"json", no_argument, NULL, 'j'},
-		{NULL, 0, NULL, 0},
+	    CLI_OPT_HELP,
+	    {"json", no_argument, NULL, 'j'},
+	    {NULL, 0, NULL, 0},
 	};
 	int ch;
 
-	while ((ch = getopt_long(argc, argv, ":h", json ? with_json : with_json + 1, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":h", json ? with_json : with_json + 1,
+				 NULL)) != -1) {
 		switch (ch) {
 		case 'h': return cli_help(cmd);
 		case 'j': *json = 1; break;
@@ -116,7 +119,8 @@ int cli_parse_opts(int argc, char **argv, const char *cmd, int *json)
 	return CLI_GO_ON;
 }
 
-int cli_sub_run(int argc, char **argv, const char *cmd, const struct cli_sub *subs, size_t n)
+int cli_sub_run(int argc, char **argv, const char *cmd, const struct cli_sub *subs,
+		size_t n)
 {
 	int json = 0, rc;
 
@@ -129,12 +133,14 @@ int cli_sub_run(int argc, char **argv, const char *cmd, const struct cli_sub *su
 			continue;
 		if (argc - optind - 1 < subs[i].nargs ||
 		    argc - optind - 1 > subs[i].nargs + subs[i].more) {
-			cli_note("%s %s takes %d operand%s%s", cmd, subs[i].name, subs[i].nargs,
-				 subs[i].nargs == 1 ? "" : "s", subs[i].more ? " or more" : "");
+			cli_note("%s %s takes %d operand%s%s", cmd, subs[i].name,
+				 subs[i].nargs, subs[i].nargs == 1 ? "" : "s",
+				 subs[i].more ? " or more" : "");
 			return cli_usage(cmd);
 		}
 		if (json && !subs[i].json) {
-			cli_note("%s %s prints no data: it takes no --json", cmd, subs[i].name);
+			cli_note("%s %s prints no data: it takes no --json", cmd,
+				 subs[i].name);
 			return cli_usage(cmd);
 		}
 		return subs[i].fn(argv + optind + 1, json);
@@ -143,7 +149,8 @@ int cli_sub_run(int argc, char **argv, const char *cmd, const struct cli_sub *su
 	return cli_usage(cmd);
 }
 
-int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
+int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max,
+		  uint64_t *out)
 {
 	char *end;
 	unsigned long long v;
@@ -151,8 +158,9 @@ int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, ui
 	errno = 0;
 	v = strtoull(s, &end, 10);
 	if (!*s || *end || errno || s[0] == '-' || v < min || v > max)
-		return cli_fail_code(CLI_EXIT_USAGE, "%s takes a number from %llu to %llu, not '%s'",
-				     opt, (unsigned long long)min, (unsigned long long)max, s);
+		return cli_fail_code(CLI_EXIT_USAGE,
+				     "%s takes a number from %llu to %llu, not '%s'", opt,
+				     (unsigned long long)min, (unsigned long long)max, s);
 	*out = v;
 	return CLI_EXIT_OK;
 }
@@ -166,7 +174,8 @@ int cli_check_name(const char *opt, const char *s)
 
 void cli_cell(const char *s, int width, char *buf, size_t cap)
 {
-	size_t lim = width > 0 && (size_t)width + 1 < cap ? (size_t)width + 1 : cap, len, chars = 0;
+	size_t lim = width > 0 && (size_t)width + 1 < cap ? (size_t)width + 1 : cap, len,
+	       chars = 0;
 
 	sb_text_escape(s, strlen(s), buf, lim);
 	len = strlen(buf);
@@ -278,32 +287,25 @@ void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, i
 	strftime(when, sizeof when, "%H:%M:%S", &tm);
 	cli_cell(ev->type, 0, type, sizeof type); /* padded below, never cut */
 	sb_event_summary(ev, payload, sum, sizeof sum);
-	printf("%s.%03u %6llu  %-22s %s\n", when, (unsigned)(ev->ts_ns / 1000000u % 1000u),
-	       (unsigned long long)ev->offset, type, sum);
+	printf("%s.%03u %6llu  %-22s %s\n", when,
+	       (unsigned)(ev->ts_ns / 1000000u % 1000u), (unsigned long long)ev->offset,
+	       type, sum);
 	fflush(stdout);
 }
 
 int cli_parse_duration(const char *s, uint64_t *secs)
 {
-	char *end;
-	double v = strtod(s, &end);
-	double mul = 1;
+	double v;
+	int rc;
 
-	if (end == s || v < 0 || !isfinite(v))
-		return sb_seterr(SB_ERR_INVAL, "'%s' is not a duration (e.g. 90s, 10m, 8h)", s);
-	if (!strcmp(end, "") || !strcmp(end, "s"))
-		mul = 1;
-	else if (!strcmp(end, "m"))
-		mul = 60;
-	else if (!strcmp(end, "h"))
-		mul = 3600;
-	else if (!strcmp(end, "d"))
-		mul = 86400;
-	else
-		return sb_seterr(SB_ERR_INVAL, "'%s' is not a duration (e.g. 90s, 10m, 8h)", s);
-	*secs = (uint64_t)(v * mul + 0.5);
+	if ((rc = sb_duration_parse(s, &v)))
+		return rc;
+	if (v > 1e12)
+		return sb_seterr(SB_ERR_INVAL, "duration '%s' is too long", s);
+	*secs = (uint64_t)(v + 0.5);
 	if (*secs == 0)
-		return sb_seterr(SB_ERR_INVAL, "duration '%s' must be positive", s);
+		return sb_seterr(SB_ERR_INVAL, "duration '%s' must be at least a second",
+				 s);
 	return SB_OK;
 }
 
@@ -314,14 +316,17 @@ int cli_parse_size_mib(const char *s, uint64_t *mib)
 
 	if (end == s || v <= 0 || !isfinite(v))
 		return sb_seterr(SB_ERR_INVAL, "'%s' is not a size (e.g. 256M, 2G)", s);
-	if (!strcmp(end, "") || !strcasecmp(end, "m") || !strcasecmp(end, "mib") || !strcasecmp(end, "mb"))
+	if (!strcmp(end, "") || !strcasecmp(end, "m") || !strcasecmp(end, "mib") ||
+	    !strcasecmp(end, "mb"))
 		*mib = (uint64_t)v;
-	else if (!strcasecmp(end, "g") || !strcasecmp(end, "gib") || !strcasecmp(end, "gb"))
+	else if (!strcasecmp(end, "g") || !strcasecmp(end, "gib") ||
+		 !strcasecmp(end, "gb"))
 		*mib = (uint64_t)(v * 1024);
 	else
 		return sb_seterr(SB_ERR_INVAL, "'%s' is not a size (e.g. 256M, 2G)", s);
 	if (*mib < 64)
-		return sb_seterr(SB_ERR_INVAL, "memory %s is below the 64 MiB minimum", s);
+		return sb_seterr(SB_ERR_INVAL, "memory %s is below the 64 MiB minimum",
+				 s);
 	return SB_OK;
 }
 
@@ -331,7 +336,8 @@ int cli_parse_usd(const char *s, uint64_t *nusd)
 	double v = strtod(s[0] == '$' ? s + 1 : s, &end);
 
 	if (end == s || *end || v <= 0 || !isfinite(v) || v > 1e6)
-		return sb_seterr(SB_ERR_INVAL, "budget '%s' must be a positive amount of USD", s);
+		return sb_seterr(SB_ERR_INVAL,
+				 "budget '%s' must be a positive amount of USD", s);
 	*nusd = (uint64_t)llround(v * 1e9);
 	return SB_OK;
 }

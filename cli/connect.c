@@ -24,8 +24,9 @@
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/payload.h"
+#include "engine/proc.h"
 
-#define EXIT_WAIT_MS  2000  /* for a dying daemon to let go of the lock */
+#define EXIT_WAIT_MS 2000 /* for a dying daemon to let go of the lock */
 
 static uint64_t now_ms(void)
 {
@@ -55,7 +56,8 @@ static int ask(int timeout_ms, sb_client **out)
 	sb_client *c = NULL;
 	int rc;
 
-	if ((rc = sb_client_open(cli_home, NULL, &c)) == SB_OK && (rc = health(c, timeout_ms)) == SB_OK) {
+	if ((rc = sb_client_open(cli_home, NULL, &c)) == SB_OK &&
+	    (rc = health(c, timeout_ms)) == SB_OK) {
 		*out = c;
 		return SB_OK;
 	}
@@ -81,10 +83,10 @@ static int lock_holder(int *pid)
 		return 0;
 	if (fstat(fd, &st) == 0 && (f = fopen("/proc/locks", "re"))) {
 		while (!held && fgets(line, sizeof line, f))
-			held = sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%lu", kind, &p, &maj, &min, &ino) ==
-				       5 &&
-			       !strcmp(kind, "FLOCK") && ino == st.st_ino && maj == major(st.st_dev) &&
-			       min == minor(st.st_dev);
+			held = sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%lu", kind, &p,
+				      &maj, &min, &ino) == 5 &&
+			       !strcmp(kind, "FLOCK") && ino == st.st_ino &&
+			       maj == major(st.st_dev) && min == minor(st.st_dev);
 		fclose(f);
 		if (held)
 			*pid = p;
@@ -146,7 +148,8 @@ enum cli_daemon cli_daemon_find(int wait_ms, sb_client **out, int *pid)
 			return CLI_DAEMON_ABSENT; /* go on: starting one will tell */
 		}
 		if (held && (st == 'T' || st == 't'))
-			return CLI_DAEMON_SILENT; /* stopped (SIGSTOP): it cannot answer */
+			return CLI_DAEMON_SILENT; /* stopped (SIGSTOP): it cannot answer
+						   */
 		left = (int)(end > now_ms() ? end - now_ms() : 0);
 		if (ask(left > 3000 ? 3000 : left > 200 ? left : 200, out) == SB_OK)
 			return CLI_DAEMON_ANSWERS;
@@ -154,7 +157,8 @@ enum cli_daemon cli_daemon_find(int wait_ms, sb_client **out, int *pid)
 			return CLI_DAEMON_ABSENT;
 		if (now_ms() >= end)
 			return CLI_DAEMON_SILENT;
-		usleep(50000); /* a daemon that is starting: catching up, not listening yet */
+		usleep(50000); /* a daemon that is starting: catching up, not listening
+				  yet */
 	}
 }
 
@@ -177,39 +181,26 @@ static void daemon_path(char *buf, size_t cap)
 	snprintf(buf, cap, "sanboxd");
 }
 
-/* Starts sanboxd for cli_home, detached, logging to sanboxd.log. */
+/* Starts sanboxd for cli_home, detached (not this process's child, in a
+ * session of its own), logging to sanboxd.log. */
 static int spawn_daemon(void)
 {
 	char exe[PATH_MAX], logpath[PATH_MAX];
+	char *argv[] = {exe, "--home", cli_home, NULL};
+	struct sb_spawn sp = {argv, -1, -1, -1, 1, 1};
 	pid_t pid;
-	int status, rc;
+	int rc, log;
 
 	if ((rc = sb_home_init(cli_home)))
 		return rc;
 	daemon_path(exe, sizeof exe);
 	sb_home_path(cli_home, "sanboxd.log", logpath, sizeof logpath);
-	pid = fork();
-	if (pid < 0)
-		return sb_seterr(SB_ERR_IO, "fork: %s", strerror(errno));
-	if (pid == 0) {
-		if (fork() != 0)
-			_exit(0);
-		setsid();
-		int in = open("/dev/null", O_RDONLY);
-		int out = open(logpath, O_WRONLY | O_APPEND | O_CREAT, 0600);
-		if (in < 0 || out < 0)
-			_exit(127);
-		dup2(in, 0);
-		dup2(out, 1);
-		dup2(out, 2);
-		for (int fd = 3; fd < 1024; fd++)
-			close(fd);
-		execlp(exe, "sanboxd", "--home", cli_home, (char *)NULL);
-		fprintf(stderr, "sanbox: cannot run %s: %s\n", exe, strerror(errno));
-		_exit(127);
-	}
-	waitpid(pid, &status, 0);
-	return SB_OK;
+	if ((log = open(logpath, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600)) < 0)
+		return sb_seterr(SB_ERR_IO, "%s: %s", logpath, strerror(errno));
+	sp.out = sp.err = log;
+	rc = sb_spawn(&sp, &pid);
+	close(log);
+	return rc;
 }
 
 int cli_daemon_silent(int pid)
@@ -217,9 +208,10 @@ int cli_daemon_silent(int pid)
 	char p[32];
 
 	snprintf(p, sizeof p, pid ? "pid %d" : "pid unknown", pid);
-	return sb_seterr(SB_ERR_UNAVAIL,
-			 "sanboxd (%s) holds %s/sanboxd.pid but does not answer; see %s/sanboxd.log", p,
-			 cli_home, cli_home);
+	return sb_seterr(
+	    SB_ERR_UNAVAIL,
+	    "sanboxd (%s) holds %s/sanboxd.pid but does not answer; see %s/sanboxd.log",
+	    p, cli_home, cli_home);
 }
 
 int cli_connect(int autostart, sb_client **out)
@@ -230,11 +222,13 @@ int cli_connect(int autostart, sb_client **out)
 
 	if (cli_remote) {
 		/* a remote daemon is never started from here */
-		if ((rc = sb_client_open(cli_remote, cli_ca, &c)) || (rc = health(c, 10000))) {
+		if ((rc = sb_client_open(cli_remote, cli_ca, &c)) ||
+		    (rc = health(c, 10000))) {
 			const char *m = sb_errmsg(rc);
 			sb_client_close(c);
 			/* the detail names the url once */
-			return sb_seterr(rc == SB_ERR_DENIED ? rc : SB_ERR_UNAVAIL, "%s%s%s",
+			return sb_seterr(rc == SB_ERR_DENIED ? rc : SB_ERR_UNAVAIL,
+					 "%s%s%s",
 					 strstr(m, cli_remote) ? "" : cli_remote,
 					 strstr(m, cli_remote) ? "" : ": ", m);
 		}
@@ -255,5 +249,6 @@ int cli_connect(int autostart, sb_client **out)
 			return SB_OK;
 	if (lock_holder(&pid) && proc_state(pid) != 0)
 		return cli_daemon_silent(pid);
-	return sb_seterr(SB_ERR_UNAVAIL, "the daemon did not start; see %s/sanboxd.log", cli_home);
+	return sb_seterr(SB_ERR_UNAVAIL, "the daemon did not start; see %s/sanboxd.log",
+			 cli_home);
 }

@@ -67,9 +67,11 @@ json_t *sb_msgpack_to_json(const msgpack_object *o)
 	case MSGPACK_OBJECT_STR: return str_to_json(o->via.str.ptr, o->via.str.size);
 	case MSGPACK_OBJECT_BIN:
 	case MSGPACK_OBJECT_EXT: {
-		const void *p = o->type == MSGPACK_OBJECT_BIN ? (const void *)o->via.bin.ptr
-							      : (const void *)o->via.ext.ptr;
-		size_t n = o->type == MSGPACK_OBJECT_BIN ? o->via.bin.size : o->via.ext.size;
+		const void *p = o->type == MSGPACK_OBJECT_BIN
+				    ? (const void *)o->via.bin.ptr
+				    : (const void *)o->via.ext.ptr;
+		size_t n =
+		    o->type == MSGPACK_OBJECT_BIN ? o->via.bin.size : o->via.ext.size;
 		size_t cap = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
 		char *b = malloc(cap);
 		if (!b)
@@ -94,10 +96,12 @@ json_t *sb_msgpack_to_json(const msgpack_object *o)
 		for (uint32_t i = 0; j && i < o->via.map.size; i++) {
 			const msgpack_object *k = &o->via.map.ptr[i].key;
 			json_t *v = sb_msgpack_to_json(&o->via.map.ptr[i].val);
-			json_t *ks = k->type == MSGPACK_OBJECT_STR ? str_to_json(k->via.str.ptr, k->via.str.size)
-								   : key_to_json(k);
+			json_t *ks = k->type == MSGPACK_OBJECT_STR
+					 ? str_to_json(k->via.str.ptr, k->via.str.size)
+					 : key_to_json(k);
 			/* json_object_set_new takes v even when it fails. */
-			if (!v || !ks || json_object_set_new(j, json_string_value(ks), v)) {
+			if (!v || !ks ||
+			    json_object_set_new(j, json_string_value(ks), v)) {
 				if (!ks)
 					json_decref(v);
 				json_decref(ks);
@@ -123,7 +127,8 @@ static int pack_json(const json_t *j, msgpack_packer *pk, int depth)
 	switch (json_typeof(j)) {
 	case JSON_OBJECT:
 		msgpack_pack_map(pk, json_object_size(j));
-		json_object_foreach((json_t *)j, key, v) {
+		json_object_foreach((json_t *)j, key, v)
+		{
 			sb_pack_str(pk, key);
 			if (pack_json(v, pk, depth + 1))
 				return SB_ERR_INVAL;
@@ -131,13 +136,15 @@ static int pack_json(const json_t *j, msgpack_packer *pk, int depth)
 		return SB_OK;
 	case JSON_ARRAY:
 		msgpack_pack_array(pk, json_array_size(j));
-		json_array_foreach(j, i, v) {
+		json_array_foreach(j, i, v)
+		{
 			if (pack_json(v, pk, depth + 1))
 				return SB_ERR_INVAL;
 		}
 		return SB_OK;
 	case JSON_STRING:
-		msgpack_pack_str_with_body(pk, json_string_value(j), json_string_length(j));
+		msgpack_pack_str_with_body(pk, json_string_value(j),
+					   json_string_length(j));
 		return SB_OK;
 	case JSON_INTEGER: msgpack_pack_int64(pk, json_integer_value(j)); return SB_OK;
 	case JSON_REAL: msgpack_pack_double(pk, json_real_value(j)); return SB_OK;

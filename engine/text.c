@@ -137,11 +137,14 @@ int sb_text_check(const char *s, size_t len, const char *what)
 		if (c == CLS_PLAIN || c == CLS_BACKSLASH)
 			continue;
 		if (c == CLS_INVALID)
-			return sb_seterr(SB_ERR_INVAL, "%s is not valid UTF-8 (byte 0x%02X at byte %zu)",
-					 what, u[i], i);
+			return sb_seterr(
+			    SB_ERR_INVAL,
+			    "%s is not valid UTF-8 (byte 0x%02X at byte %zu)", what, u[i],
+			    i);
 		utf8_decode(u + i, len - i, &cp);
-		return sb_seterr(SB_ERR_INVAL, "%s has %s U+%04X at byte %zu", what,
-				 c == CLS_BIDI ? "bidirectional control" : "control character", cp, i);
+		return sb_seterr(
+		    SB_ERR_INVAL, "%s has %s U+%04X at byte %zu", what,
+		    c == CLS_BIDI ? "bidirectional control" : "control character", cp, i);
 	}
 	return SB_OK;
 }
@@ -170,7 +173,8 @@ size_t sb_utf8_cut(const char *s, size_t len, size_t max)
 
 char *sb_text_escape_dup(const char *s, size_t len)
 {
-	/* an escape is at most 4 bytes per byte it stands for (\\xNN, \\u{NNNN} of 2-3) */
+	/* an escape is at most 4 bytes per byte it stands for (\\xNN, \\u{NNNN} of 2-3)
+	 */
 	char *out = malloc(4 * len + 1);
 
 	if (out)

@@ -14,16 +14,16 @@
 #define BATCH 10000
 
 static const struct sb_projection *const builtin[] = {
-	&sb_proj_runstate,
-	&sb_proj_costs,
-	&sb_proj_resume,
+    &sb_proj_runstate,
+    &sb_proj_costs,
+    &sb_proj_resume,
 };
 #define NPROJ (sizeof builtin / sizeof builtin[0])
 
 struct sb_projector {
 	sb_log *log;
 	MDB_dbi dbi[NPROJ];
-	MDB_dbi ckpt; /* name -> checkpoint offset (8 bytes BE) */
+	MDB_dbi ckpt;	    /* name -> checkpoint offset (8 bytes BE) */
 	pthread_mutex_t mu; /* one catch-up or rebuild at a time; guards zone */
 	msgpack_zone zone;
 };
@@ -52,7 +52,8 @@ int sb_proj_get(struct sb_proj_txn *t, const void *key, size_t klen, MDB_val *va
 	return sb_log_mdb_err(rc, "projection: get");
 }
 
-int sb_proj_put(struct sb_proj_txn *t, const void *key, size_t klen, const void *val, size_t vlen)
+int sb_proj_put(struct sb_proj_txn *t, const void *key, size_t klen, const void *val,
+		size_t vlen)
 {
 	MDB_val k = {klen, (void *)key}, v = {vlen, (void *)val};
 
@@ -150,8 +151,8 @@ static int catch_up_batch(sb_projector *p, uint64_t *n)
 		msgpack_object map;
 		msgpack_zone_clear(&p->zone);
 		if ((rc = sb_payload_parse(ev.payload, ev.payload_len, &p->zone, &map))) {
-			rc = sb_seterr(SB_ERR_CORRUPT, "offset %llu: %s", (unsigned long long)ev.offset,
-				       sb_errmsg(rc));
+			rc = sb_seterr(SB_ERR_CORRUPT, "offset %llu: %s",
+				       (unsigned long long)ev.offset, sb_errmsg(rc));
 			goto fail;
 		}
 		for (size_t i = 0; i < NPROJ; i++) {
@@ -217,7 +218,8 @@ int sb_projector_rebuild(sb_projector *p)
 	}
 	for (size_t i = 0; i < NPROJ; i++) {
 		struct sb_proj_txn t = {txn, p->dbi[i]};
-		if ((rc = sb_log_mdb_err(mdb_drop(txn, p->dbi[i], 0), "projector: drop")) ||
+		if ((rc = sb_log_mdb_err(mdb_drop(txn, p->dbi[i], 0),
+					 "projector: drop")) ||
 		    (builtin[i]->init && (rc = builtin[i]->init(&t))))
 			goto out;
 	}

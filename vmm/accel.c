@@ -3,6 +3,7 @@
 #include "vmm/accel.h"
 
 #include "engine/error.h"
+#include "engine/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -136,7 +137,8 @@ static int accel_key(char *boot, size_t blen, char *qver, size_t qlen)
 	accel_slurp("/proc/sys/kernel/random/boot_id", boot, blen);
 	boot[strcspn(boot, "\n")] = 0;
 	rc = sb_proc_run(argv, 10000, qver, qlen, &st);
-	if (rc && rc != SB_ERR_TIMEOUT) /* not found, not a program: as sb_vm_spawn says it */
+	if (rc &&
+	    rc != SB_ERR_TIMEOUT) /* not found, not a program: as sb_vm_spawn says it */
 		return sb_seterr(SB_ERR_UNAVAIL, "QEMU binary %s", sb_errmsg(rc));
 	if (rc)
 		return rc;
@@ -223,7 +225,7 @@ static int accel_probe(const char *kernel, const char *initrd, const char *tmpdi
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		/* Waiting for the exit doubles as the pause between looks. */
-		exited = sb_vm_wait(pid, 20, NULL) == 0;
+		exited = sb_proc_wait(pid, 20, NULL) == 0;
 		accel_slurp(con, buf, sizeof buf);
 		if (strstr(buf, SB_VM_PROBE_OK)) {
 			*booted = 1;
@@ -236,8 +238,8 @@ static int accel_probe(const char *kernel, const char *initrd, const char *tmpdi
 			break;
 	}
 	if (!exited) {
-		sb_vm_kill(pid, SIGKILL);
-		sb_vm_wait(pid, -1, NULL);
+		sb_proc_kill(pid, SIGKILL);
+		sb_proc_wait(pid, -1, NULL);
 	}
 	if (!*booted && exited) {
 		accel_slurp(qlog, buf, 200);

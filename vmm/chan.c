@@ -11,10 +11,10 @@ static int reader_next(struct sb_chan_reader *r, struct sb_chan_frame *f);
 
 struct sb_chan_reader {
 	char *buf;
-	size_t cap; /* bytes allocated */
-	size_t off; /* first byte not yet returned as a frame */
-	size_t len; /* bytes held */
-	int err;    /* sticky framing error, 0 while the stream is sound */
+	size_t cap;  /* bytes allocated */
+	size_t off;  /* first byte not yet returned as a frame */
+	size_t len;  /* bytes held */
+	int err;     /* sticky framing error, 0 while the stream is sound */
 	int hunting; /* looking for the start of a frame (sb_chan_reader_resync) */
 	msgpack_unpacked unp;
 };
@@ -210,9 +210,10 @@ static int hunt(sb_chan_reader *r)
 {
 	while (r->len - r->off >= 6) {
 		const unsigned char *p = (const unsigned char *)r->buf + r->off;
-		uint32_t len = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-		if (len >= 3 && len <= SB_CHAN_MAX && p[4] == 0x93 && p[5] >= SB_CHAN_HELLO &&
-		    p[5] <= SB_CHAN_KIND_MAX)
+		uint32_t len = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
+			       (uint32_t)p[2] << 8 | p[3];
+		if (len >= 3 && len <= SB_CHAN_MAX && p[4] == 0x93 &&
+		    p[5] >= SB_CHAN_HELLO && p[5] <= SB_CHAN_KIND_MAX)
 			return 1;
 		r->off++;
 	}

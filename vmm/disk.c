@@ -2,6 +2,7 @@
 #include "vmm/disk.h"
 
 #include "engine/error.h"
+#include "engine/proc.h"
 #include "vmm/qemu.h"
 
 #include <errno.h>

@@ -3,6 +3,7 @@
 #include "vmm/qemu.h"
 
 #include "engine/error.h"
+#include "engine/proc.h"
 #include "vmm/accel.h"
 
 #include <errno.h>
@@ -29,30 +30,6 @@
 
 /* The fixed part of the kernel command line. */
 #define QEMU_APPEND "console=ttyS0 quiet panic=-1"
-
-static int64_t qemu_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Milliseconds left until deadline (-1 = none) in poll()'s convention. */
-static int qemu_left(int64_t deadline)
-{
-	int64_t left;
-
-	if (deadline < 0)
-		return -1;
-	left = deadline - qemu_now_ms();
-	return left < 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
-}
-
-static int64_t qemu_deadline(int timeout_ms)
-{
-	return timeout_ms < 0 ? -1 : qemu_now_ms() + timeout_ms;
-}
 
 /* A growing argv; the first failure sticks and later adds do nothing. */
 struct qemu_av {
@@ -281,124 +258,6 @@ void sb_argv_free(char **argv)
 	free(argv);
 }
 
-/* Finds the executable for name (a path, or a name searched in PATH) and
- * writes its path to buf. */
-static int qemu_find_exe(const char *name, char *buf, size_t len)
-{
-	const char *path, *p, *end;
-	size_t dl;
-
-	if (strchr(name, '/')) {
-		if (access(name, X_OK) < 0)
-			return sb_seterr(SB_ERR_UNAVAIL, "%s: %s", name, strerror(errno));
-		if ((size_t)snprintf(buf, len, "%s", name) >= len)
-			return sb_seterr(SB_ERR_INVAL, "path too long: %s", name);
-		return 0;
-	}
-	path = getenv("PATH");
-	if (!path || !*path)
-		path = "/usr/local/bin:/usr/bin:/bin";
-	for (p = path; *p; p = *end ? end + 1 : end) {
-		end = strchrnul(p, ':');
-		dl = end - p;
-		if ((size_t)snprintf(buf, len, "%.*s/%s", (int)dl, dl ? p : ".", name) >=
-		    len)
-			continue;
-		if (access(buf, X_OK) == 0)
-			return 0;
-	}
-	return sb_seterr(SB_ERR_UNAVAIL, "%s not found in PATH", name);
-}
-
-/* Moves fd to a number >= 3 with close-on-exec, so dup2() onto 0..2 in the
- * child always makes a fresh, inheritable descriptor. */
-static int qemu_fd_high(int fd)
-{
-	int nfd;
-
-	if (fd < 0 || fd > 2)
-		return fd;
-	nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-	close(fd);
-	return nfd;
-}
-
-/* In the child: set up descriptors and signals, exec path, or report errno
- * on errfd and exit. Only async-signal-safe calls. */
-static void __attribute__((noreturn))
-qemu_child(const char *path, char *const argv[], int in, int out, int errfd)
-{
-	sigset_t none;
-	int i, e;
-
-	setsid();
-	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
-		goto fail;
-	for (i = 1; i < NSIG; i++)
-		signal(i, SIG_DFL);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) < 0) {
-		long max = sysconf(_SC_OPEN_MAX);
-
-		for (i = 3; i < (max > 0 && max < 65536 ? max : 65536); i++)
-			if (i != errfd)
-				fcntl(i, F_SETFD, FD_CLOEXEC);
-	}
-	execv(path, argv);
-fail:
-	e = errno;
-	if (write(errfd, &e, sizeof e) < 0)
-		_exit(127);
-	_exit(127);
-}
-
-/* Forks and execs path with argv in a new session; stdin from in, stdout
- * and stderr to out. Returns once exec has succeeded or failed (then
- * SB_ERR_UNAVAIL, with the child reaped). */
-static int qemu_fork_exec(const char *path, char *const argv[], int in, int out,
-			  pid_t *pid)
-{
-	int ep[2] = {-1, -1}, e = 0, rc;
-	ssize_t n;
-	pid_t p;
-
-	if (pipe2(ep, O_CLOEXEC) < 0)
-		return sb_seterr(SB_ERR_IO, "pipe: %s", strerror(errno));
-	ep[0] = qemu_fd_high(ep[0]);
-	ep[1] = qemu_fd_high(ep[1]);
-	if (ep[0] < 0 || ep[1] < 0) {
-		rc = sb_seterr(SB_ERR_IO, "pipe: %s", strerror(errno));
-		goto fail;
-	}
-	p = fork();
-	if (p < 0) {
-		rc = sb_seterr(SB_ERR_IO, "fork: %s", strerror(errno));
-		goto fail;
-	}
-	if (p == 0)
-		qemu_child(path, argv, in, out, ep[1]);
-	close(ep[1]);
-	ep[1] = -1;
-	do
-		n = read(ep[0], &e, sizeof e);
-	while (n < 0 && errno == EINTR);
-	if (n == sizeof e) {
-		waitpid(p, NULL, 0);
-		rc =
-		    sb_seterr(SB_ERR_UNAVAIL, "cannot execute %s: %s", path, strerror(e));
-		goto fail;
-	}
-	*pid = p;
-	rc = 0;
-fail:
-	if (ep[0] >= 0)
-		close(ep[0]);
-	if (ep[1] >= 0)
-		close(ep[1]);
-	return rc;
-}
-
 static int qemu_need_file(const char *what, const char *path)
 {
 	if (path && access(path, R_OK) < 0)
@@ -409,14 +268,15 @@ static int qemu_need_file(const char *what, const char *path)
 
 int sb_vm_spawn(const struct sb_vm_config *c, pid_t *pid)
 {
+	struct sb_spawn sp = {0};
 	char exe[PATH_MAX], log[PATH_MAX], **argv = NULL;
 	const char *slash;
-	int in = -1, out = -1, rc;
+	int out = -1, rc;
 
 	rc = sb_vm_argv(c, &argv);
 	if (rc)
 		return rc;
-	rc = qemu_find_exe(argv[0], exe, sizeof exe);
+	rc = sb_exe_find(argv[0], exe, sizeof exe);
 	if (rc) {
 		rc = strchr(argv[0], '/')
 			 ? sb_seterr(SB_ERR_UNAVAIL, "QEMU binary %s", sb_errmsg(rc))
@@ -440,220 +300,19 @@ int sb_vm_spawn(const struct sb_vm_config *c, pid_t *pid)
 		rc = sb_seterr(SB_ERR_INVAL, "console log path too long");
 		goto fail;
 	}
-	in = qemu_fd_high(open("/dev/null", O_RDONLY | O_CLOEXEC));
-	if (in < 0) {
-		rc = sb_seterr(SB_ERR_IO, "/dev/null: %s", strerror(errno));
-		goto fail;
-	}
-	out = qemu_fd_high(open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+	out = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (out < 0) {
 		rc = sb_seterr(SB_ERR_IO, "%s: %s", log, strerror(errno));
 		goto fail;
 	}
-	rc = qemu_fork_exec(exe, argv, in, out, pid);
+	sp.argv = argv;
+	sp.in = -1;
+	sp.out = sp.err = out;
+	sp.new_session = 1;
+	rc = sb_spawn(&sp, pid);
 fail:
-	if (in >= 0)
-		close(in);
 	if (out >= 0)
 		close(out);
 	sb_argv_free(argv);
-	return rc;
-}
-
-int sb_vm_wait(pid_t pid, int timeout_ms, int *status)
-{
-	int64_t deadline = qemu_deadline(timeout_ms);
-	struct pollfd pfd = {.events = POLLIN};
-	int st = -1, rc;
-
-	if (pid <= 1)
-		return sb_seterr(SB_ERR_INVAL, "bad pid %d", (int)pid);
-	pfd.fd = syscall(SYS_pidfd_open, pid, 0);
-	if (pfd.fd < 0) {
-		if (errno != ESRCH)
-			return sb_seterr(SB_ERR_IO, "pidfd_open %d: %s", (int)pid,
-					 strerror(errno));
-		/* Gone and reaped by someone else. */
-		if (status)
-			*status = -1;
-		return 0;
-	}
-	for (;;) {
-		rc = poll(&pfd, 1, qemu_left(deadline));
-		if (rc > 0)
-			break;
-		if (rc == 0) {
-			close(pfd.fd);
-			return sb_seterr(SB_ERR_TIMEOUT,
-					 "process %d still running after %d ms", (int)pid,
-					 timeout_ms);
-		}
-		if (errno != EINTR) {
-			rc = errno;
-			close(pfd.fd);
-			return sb_seterr(SB_ERR_IO, "poll: %s", strerror(rc));
-		}
-	}
-	close(pfd.fd);
-	while (waitpid(pid, &st, 0) < 0) {
-		if (errno != EINTR) {
-			st = -1; /* not our child */
-			break;
-		}
-	}
-	if (status)
-		*status = st;
-	return 0;
-}
-
-int sb_vm_kill(pid_t pid, int sig)
-{
-	if (pid <= 1)
-		return sb_seterr(SB_ERR_INVAL, "bad pid %d", (int)pid);
-	if (kill(-pid, sig) == 0)
-		return 0;
-	if (errno == ESRCH && (kill(pid, sig) == 0 || errno == ESRCH))
-		return 0;
-	return sb_seterr(SB_ERR_IO, "kill %d: %s", (int)pid, strerror(errno));
-}
-
-int sb_unix_listen(const char *path, int *fd)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct stat st;
-	int s = -1, rc;
-
-	if (strlen(path) >= sizeof sa.sun_path)
-		return sb_seterr(SB_ERR_INVAL, "socket path longer than %zu bytes: %s",
-				 sizeof sa.sun_path - 1, path);
-	strcpy(sa.sun_path, path);
-	s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (s < 0)
-		return sb_seterr(SB_ERR_IO, "socket: %s", strerror(errno));
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			rc = sb_seterr(SB_ERR_EXISTS, "%s exists and is not a socket",
-				       path);
-			goto fail;
-		}
-		/* Someone still listening there owns it; else it is stale. */
-		if (connect(s, (struct sockaddr *)&sa, sizeof sa) == 0 ||
-		    errno == EAGAIN) {
-			rc = sb_seterr(SB_ERR_EXISTS, "socket %s is in use", path);
-			goto fail;
-		}
-		if (unlink(path) < 0 && errno != ENOENT) {
-			rc = sb_seterr(SB_ERR_IO, "unlink %s: %s", path, strerror(errno));
-			goto fail;
-		}
-		close(s);
-		s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (s < 0)
-			return sb_seterr(SB_ERR_IO, "socket: %s", strerror(errno));
-	}
-	/* The socket inode's mode (less the umask) becomes the file's. */
-	if (fchmod(s, 0600) < 0 || bind(s, (struct sockaddr *)&sa, sizeof sa) < 0 ||
-	    chmod(path, 0600) < 0 || listen(s, 8) < 0) {
-		rc = sb_seterr(SB_ERR_IO, "listen on %s: %s", path, strerror(errno));
-		goto fail;
-	}
-	*fd = s;
-	return 0;
-fail:
-	close(s);
-	return rc;
-}
-
-int sb_unix_accept(int lfd, int timeout_ms, int *fd)
-{
-	int64_t deadline = qemu_deadline(timeout_ms);
-	struct pollfd pfd = {.fd = lfd, .events = POLLIN};
-	int s, rc;
-
-	for (;;) {
-		s = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (s >= 0) {
-			*fd = s;
-			return 0;
-		}
-		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-			return sb_seterr(SB_ERR_IO, "accept: %s", strerror(errno));
-		rc = poll(&pfd, 1, qemu_left(deadline));
-		if (rc == 0)
-			return sb_seterr(SB_ERR_TIMEOUT, "no connection within %d ms",
-					 timeout_ms);
-		if (rc < 0 && errno != EINTR)
-			return sb_seterr(SB_ERR_IO, "poll: %s", strerror(errno));
-	}
-}
-
-int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen, int *status)
-{
-	int64_t deadline = qemu_deadline(timeout_ms);
-	struct pollfd pfd = {.events = POLLIN};
-	char exe[PATH_MAX], scratch[4096];
-	int pp[2] = {-1, -1}, in = -1, rc;
-	size_t used = 0;
-	ssize_t n;
-	pid_t pid = 0;
-
-	if (outlen)
-		out[0] = 0;
-	rc = qemu_find_exe(argv[0], exe, sizeof exe);
-	if (rc)
-		return rc;
-	in = qemu_fd_high(open("/dev/null", O_RDONLY | O_CLOEXEC));
-	if (in < 0 || pipe2(pp, O_CLOEXEC) < 0) {
-		rc = sb_seterr(SB_ERR_IO, "%s: %s", argv[0], strerror(errno));
-		goto fail;
-	}
-	pp[0] = qemu_fd_high(pp[0]);
-	pp[1] = qemu_fd_high(pp[1]);
-	if (pp[0] < 0 || pp[1] < 0) {
-		rc = sb_seterr(SB_ERR_IO, "pipe: %s", strerror(errno));
-		goto fail;
-	}
-	rc = qemu_fork_exec(exe, argv, in, pp[1], &pid);
-	if (rc)
-		goto fail;
-	close(pp[1]);
-	pp[1] = -1;
-	pfd.fd = pp[0];
-	for (;;) {
-		rc = poll(&pfd, 1, qemu_left(deadline));
-		if (rc == 0) {
-			sb_vm_kill(pid, SIGKILL);
-			sb_vm_wait(pid, -1, NULL);
-			rc = sb_seterr(SB_ERR_TIMEOUT, "%s: still running after %d ms",
-				       argv[0], timeout_ms);
-			goto fail;
-		}
-		if (rc < 0 && errno == EINTR)
-			continue;
-		if (used + 1 < outlen)
-			n = read(pp[0], out + used, outlen - 1 - used);
-		else
-			n = read(pp[0], scratch, sizeof scratch);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		if (used + 1 < outlen) {
-			used += n;
-			out[used] = 0;
-		}
-	}
-	rc = sb_vm_wait(pid, qemu_left(deadline), status);
-	if (rc == SB_ERR_TIMEOUT) {
-		sb_vm_kill(pid, SIGKILL);
-		sb_vm_wait(pid, -1, NULL);
-	}
-fail:
-	if (in >= 0)
-		close(in);
-	if (pp[0] >= 0)
-		close(pp[0]);
-	if (pp[1] >= 0)
-		close(pp[1]);
 	return rc;
 }

@@ -2,7 +2,8 @@
  * unix sockets QEMU connects to.
  *
  * The daemon is the server of both unix sockets of a VM (QMP and the
- * sanbox.0 channel): it listens with sb_unix_listen() before sb_vm_spawn(),
+ * sanbox.0 channel): it listens with sb_unix_listen() (engine/sock.h)
+ * before sb_vm_spawn(),
  * and QEMU connects to them as a client at start-up, and again within a
  * second whenever the connection drops (reconnect=1), so a restarted daemon
  * that listens on the same paths gets both back. QEMU runs in its own
@@ -63,41 +64,9 @@ void sb_argv_free(char **argv);
  * qemu.log in the console log's directory, a new session and process group
  * (pgid = *pid), no other descriptors, default signal state. Returns once
  * QEMU has been exec'd; *pid is a child of the caller, reap it with
- * sb_vm_wait(). Errors: SB_ERR_UNAVAIL (QEMU binary missing, or exec of it
- * failed; the detail names it), SB_ERR_NOTFOUND (kernel, initrd, disk or
- * incoming file missing), SB_ERR_INVAL, SB_ERR_IO (fork, log file; errno
- * kept), SB_ERR_NOMEM. */
+ * sb_proc_wait() (engine/proc.h). Errors: SB_ERR_UNAVAIL (QEMU binary missing, or exec of
+ * it failed; the detail names it), SB_ERR_NOTFOUND (kernel, initrd, disk or incoming file
+ * missing), SB_ERR_INVAL, SB_ERR_IO (fork, log file; errno kept), SB_ERR_NOMEM. */
 int sb_vm_spawn(const struct sb_vm_config *c, pid_t *pid);
-
-/* Waits up to timeout_ms (-1 = forever) for process pid to exit and reaps
- * it if it is the caller's child. *status (may be NULL) gets the waitpid()
- * status, or -1 when pid is not the caller's child (e.g. a VM started by a
- * daemon before its restart). Errors: SB_ERR_TIMEOUT (still running),
- * SB_ERR_INVAL (pid <= 1), SB_ERR_IO. */
-int sb_vm_wait(pid_t pid, int timeout_ms, int *status);
-
-/* Sends sig to the process group of a VM started by sb_vm_spawn (QEMU and
- * any helper it forked, e.g. the "exec:" of a migration). A group that is
- * already gone is not an error. Errors: SB_ERR_INVAL (pid <= 1), SB_ERR_IO. */
-int sb_vm_kill(pid_t pid, int sig);
-
-/* Listens on a unix stream socket at path (mode 0600, close-on-exec,
- * non-blocking), replacing a stale socket left there. *fd is the caller's
- * to close. Errors: SB_ERR_INVAL (path too long), SB_ERR_EXISTS (path is
- * not a socket), SB_ERR_IO. */
-int sb_unix_listen(const char *path, int *fd);
-
-/* Accepts one connection on lfd, waiting up to timeout_ms (-1 = forever).
- * *fd is blocking and close-on-exec; the caller closes it.
- * Errors: SB_ERR_TIMEOUT, SB_ERR_IO. */
-int sb_unix_accept(int lfd, int timeout_ms, int *fd);
-
-/* Runs argv[0] (searched in PATH) with argv, stdin from /dev/null, and
- * collects its stdout and stderr (NUL-terminated, truncated to outlen - 1)
- * into out (may be NULL when outlen is 0). Kills it after timeout_ms.
- * *status gets the waitpid() status. Errors: SB_ERR_UNAVAIL (program
- * missing, or exec of it failed), SB_ERR_TIMEOUT, SB_ERR_IO. */
-int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen,
-		int *status);
 
 #endif

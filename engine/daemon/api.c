@@ -6,19 +6,19 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/daemon/token.h"
 #include "engine/error.h"
+#include "engine/gateway/secrets.h"
 #include "engine/payload.h"
 #include "engine/runs/runs.h"
-#include "engine/gateway/secrets.h"
-#include "engine/daemon/token.h"
 #include "engine/wire.h"
 #include "projections/views.h"
 
 #include <time.h>
 
 #define READ_LIMIT_DEFAULT 1000
-#define READ_LIMIT_MAX 10000
-#define OP_LATER 2 /* an op's return: it answers later (req_finish) */
+#define READ_LIMIT_MAX	   10000
+#define OP_LATER	   2 /* an op's return: it answers later (req_finish) */
 
 struct sb_api {
 	struct sb_api_env env;
@@ -61,8 +61,10 @@ static int arg_str(struct req *r, const char *key, char *buf, size_t cap, int re
 	if (n < 0) {
 		buf[0] = 0;
 		if (sb_map_get(r->args, key))
-			return sb_seterr(SB_ERR_INVAL, "argument '%s' must be a string", key);
-		return required ? sb_seterr(SB_ERR_INVAL, "argument '%s' missing", key) : SB_OK;
+			return sb_seterr(SB_ERR_INVAL, "argument '%s' must be a string",
+					 key);
+		return required ? sb_seterr(SB_ERR_INVAL, "argument '%s' missing", key)
+				: SB_OK;
 	}
 	if ((size_t)n >= cap)
 		return sb_seterr(SB_ERR_INVAL, "argument '%s' too long", key);
@@ -80,7 +82,8 @@ static int arg_u64(struct req *r, const char *key, uint64_t dflt, uint64_t *out)
 	if (!v)
 		return SB_OK;
 	if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-		return sb_seterr(SB_ERR_INVAL, "argument '%s' must be a non-negative integer", key);
+		return sb_seterr(SB_ERR_INVAL,
+				 "argument '%s' must be a non-negative integer", key);
 	*out = v->via.u64;
 	return SB_OK;
 }
@@ -167,7 +170,8 @@ static int resolve_run(const struct sb_api_env *e, const char *want, char out[SB
 	if (c.matches == 0)
 		return sb_seterr(SB_ERR_NOTFOUND, "no run '%s'", want);
 	if (c.matches > 1)
-		return sb_seterr(SB_ERR_AMBIGUOUS, "run '%s' is ambiguous: give more characters", want);
+		return sb_seterr(SB_ERR_AMBIGUOUS,
+				 "run '%s' is ambiguous: give more characters", want);
 	memcpy(out, c.found, SB_RUN_MAX);
 	return SB_OK;
 }
@@ -202,7 +206,8 @@ static int type_wanted(const msgpack_object *types, const char *type)
 		const msgpack_object *t = &types->via.array.ptr[i];
 		size_t n = t->type == MSGPACK_OBJECT_STR ? t->via.str.size : 0;
 		/* "agent.tool" matches agent.tool.started and agent.tool.completed */
-		if (n && !strncmp(type, t->via.str.ptr, n) && (type[n] == 0 || type[n] == '.'))
+		if (n && !strncmp(type, t->via.str.ptr, n) &&
+		    (type[n] == 0 || type[n] == '.'))
 			return 1;
 	}
 	return 0;
@@ -256,7 +261,8 @@ static int arg_bool(struct req *r, const char *key, int *out)
 static int op_events_read(struct req *r)
 {
 	char want[96], run[SB_RUN_MAX] = "";
-	uint64_t from, limit, seq, next, last = sb_log_last_offset(r->e->log), n = 0, scanned = 0;
+	uint64_t from, limit, seq, next, last = sb_log_last_offset(r->e->log), n = 0,
+					 scanned = 0;
 	const msgpack_object *types = sb_map_get(r->args, "types");
 	sb_log_iter *it;
 	struct sb_event ev;
@@ -265,15 +271,18 @@ static int op_events_read(struct req *r)
 	size_t at, len;
 	int rc, records;
 
-	if ((rc = arg_str(r, "run", want, sizeof want, 0)) || (rc = arg_u64(r, "from", 0, &from)) ||
+	if ((rc = arg_str(r, "run", want, sizeof want, 0)) ||
+	    (rc = arg_u64(r, "from", 0, &from)) ||
 	    (rc = arg_u64(r, "limit", READ_LIMIT_DEFAULT, &limit)) ||
 	    (rc = arg_bool(r, "records", &records)))
 		return rc;
 	if (types && types->type != MSGPACK_OBJECT_ARRAY)
-		return sb_seterr(SB_ERR_INVAL, "argument 'types' must be an array of strings");
+		return sb_seterr(SB_ERR_INVAL,
+				 "argument 'types' must be an array of strings");
 	for (uint32_t i = 0; types && i < types->via.array.size; i++)
 		if (types->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
-			return sb_seterr(SB_ERR_INVAL, "argument 'types' must be an array of strings");
+			return sb_seterr(SB_ERR_INVAL,
+					 "argument 'types' must be an array of strings");
 	if (want[0] && (rc = resolve_run(r->e, want, run)))
 		return rc;
 	if (!limit)
@@ -390,7 +399,8 @@ static int op_runs_list(struct req *r)
 }
 
 /* Packs the payload of run's first event of type as key (nil if none). */
-static int pack_first_payload(struct req *r, const char *run, const char *type, const char *key)
+static int pack_first_payload(struct req *r, const char *run, const char *type,
+			      const char *key)
 {
 	sb_log_iter *it;
 	struct sb_event ev;
@@ -610,7 +620,8 @@ static int op_secret_rm(struct req *r)
 	char name[SB_SECRET_NAME_MAX];
 	int rc;
 
-	if ((rc = arg_str(r, "name", name, sizeof name, 1)) || (rc = sb_secret_rm(r->e->home, name)))
+	if ((rc = arg_str(r, "name", name, sizeof name, 1)) ||
+	    (rc = sb_secret_rm(r->e->home, name)))
 		return rc;
 	reply_begin(r, 1);
 	sb_pack_kstr(&r->pk, "name", name);
@@ -649,21 +660,21 @@ static const struct op {
 	int (*fn)(struct req *r);
 	unsigned flags;
 } ops[] = {
-	{"health", op_health, 0},
-	{"events.read", op_events_read, 0},
-	{"events.append", op_events_append, 0},
-	{"runs.list", op_runs_list, 0},
-	{"run.get", op_run_get, 0},
-	{"run.resolve", op_run_resolve, 0},
-	{"run.create", op_run_create, ON_LOOP},
-	{"run.stop", op_run_stop, ON_LOOP},
-	{"group.stop", op_group_stop, ON_LOOP},
-	{"costs.get", op_costs, 0},
-	{"secret.set", op_secret_set, 0},
-	{"secret.rm", op_secret_rm, 0},
-	{"secret.list", op_secret_list, 0},
-	{"admin.reproject", op_reproject, LOCAL_ONLY},
-	{"daemon.stop", op_daemon_stop, LOCAL_ONLY | ON_LOOP},
+    {"health", op_health, 0},
+    {"events.read", op_events_read, 0},
+    {"events.append", op_events_append, 0},
+    {"runs.list", op_runs_list, 0},
+    {"run.get", op_run_get, 0},
+    {"run.resolve", op_run_resolve, 0},
+    {"run.create", op_run_create, ON_LOOP},
+    {"run.stop", op_run_stop, ON_LOOP},
+    {"group.stop", op_group_stop, ON_LOOP},
+    {"costs.get", op_costs, 0},
+    {"secret.set", op_secret_set, 0},
+    {"secret.rm", op_secret_rm, 0},
+    {"secret.list", op_secret_list, 0},
+    {"admin.reproject", op_reproject, LOCAL_ONLY},
+    {"daemon.stop", op_daemon_stop, LOCAL_ONLY | ON_LOOP},
 };
 
 /* Sends r's reply (an error reply for rc) and frees r; OP_LATER: not yet
@@ -728,7 +739,8 @@ static void req_run(void *ctx)
 	if (!r->op)
 		goto done;
 	if (sb_sp_req_remote(r->sp) && (r->op->flags & LOCAL_ONLY)) {
-		rc = sb_seterr(SB_ERR_DENIED, "'%s' is only allowed on the local socket", op);
+		rc = sb_seterr(SB_ERR_DENIED, "'%s' is only allowed on the local socket",
+			       op);
 		goto done;
 	}
 	if (r->op->flags & ON_LOOP) {

@@ -29,11 +29,11 @@ struct sb_api_env {
 	const char *home;
 	sb_log *log;
 	sb_projector *proj;
-	struct sb_runs *runs; /* used on loop only */
-	sb_loop *loop;        /* the daemon's loop */
-	sb_work *work;        /* the workers requests are served on */
+	struct sb_runs *runs;  /* used on loop only */
+	sb_loop *loop;	       /* the daemon's loop */
+	sb_work *work;	       /* the workers requests are served on */
 	sb_sp *local, *remote; /* for health's counters (remote may be NULL) */
-	double started;       /* sb_loop_now(loop) at the daemon's start */
+	double started;	       /* sb_loop_now(loop) at the daemon's start */
 	/* Called on the loop for daemon.stop. */
 	void (*stop)(void *ctx);
 	/* 1 once the daemon is stopping: requests are refused. Any thread. */

@@ -8,11 +8,11 @@
 #include "engine/daemon/daemon.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <stdatomic.h>
-#include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +46,7 @@ struct sb_daemon {
 	sb_log *log;
 	sb_projector *proj;
 	sb_work *apiw, *projw, *jobs; /* API requests, projections, blocking jobs */
-	sb_sp *local, *remote;        /* the socket servers */
+	sb_sp *local, *remote;	      /* the socket servers */
 	sb_api *api;
 	struct sb_runs *runs;
 	struct sb_local_runner local_runner;
@@ -195,9 +195,9 @@ static void sp_log(void *ctx, const char *line)
 }
 
 static const struct sb_sp_ops sp_ops = {
-	.request = sb_api_request,
-	.authenticate = sb_api_authenticate,
-	.log = sp_log,
+    .request = sb_api_request,
+    .authenticate = sb_api_authenticate,
+    .log = sp_log,
 };
 
 /* Takes the pid file lock, so one daemon runs per state directory. */
@@ -215,8 +215,8 @@ static int lock_pidfile(struct sb_daemon *d)
 		n = read(fd, buf, sizeof buf - 1);
 		buf[n > 0 ? n : 0] = 0;
 		close(fd);
-		return sb_seterr(SB_ERR_EXISTS, "another sanboxd runs for %s (pid %d)", d->home,
-				 atoi(buf));
+		return sb_seterr(SB_ERR_EXISTS, "another sanboxd runs for %s (pid %d)",
+				 d->home, atoi(buf));
 	}
 	if (ftruncate(fd, 0) == 0) {
 		n = snprintf(buf, sizeof buf, "%d\n", (int)getpid());
@@ -312,8 +312,10 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	if ((rc = sb_log_open(path, 0, &d->log)))
 		goto fail;
 	if (sb_log_upgrade_get(d->log, &up))
-		fprintf(stderr, "sanboxd: log upgraded from format %u to %u: %llu blobs re-keyed\n",
-			up.from, up.to, (unsigned long long)up.blobs);
+		fprintf(
+		    stderr,
+		    "sanboxd: log upgraded from format %u to %u: %llu blobs re-keyed\n",
+		    up.from, up.to, (unsigned long long)up.blobs);
 	if ((rc = sb_projector_open(d->log, &d->proj)))
 		goto fail;
 	if ((rc = sb_loop_open(&d->loop)))
@@ -385,7 +387,8 @@ void sb_daemon_run(struct sb_daemon *d)
 
 void sb_daemon_describe(const struct sb_daemon *d, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "serving %s%s", d->home, d->remote ? " (and remote clients)" : "");
+	snprintf(buf, cap, "serving %s%s", d->home,
+		 d->remote ? " (and remote clients)" : "");
 }
 
 void sb_daemon_close(struct sb_daemon *d)

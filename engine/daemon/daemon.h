@@ -11,9 +11,9 @@
 struct sb_daemon;
 
 struct sb_daemon_opts {
-	const char *home;        /* state directory (resolved) */
-	const char *listen;      /* NULL or tls+tcp://HOST:PORT */
-	const char *cert, *key;  /* PEM files for listen */
+	const char *home;	/* state directory (resolved) */
+	const char *listen;	/* NULL or tls+tcp://HOST:PORT */
+	const char *cert, *key; /* PEM files for listen */
 };
 
 #define SB_DAEMON_DRAIN_S 20.0 /* how long stopping waits for runs to end */

@@ -27,8 +27,8 @@ struct post {
 
 struct sb_loop {
 	struct ev_loop *ev;
-	ev_async post_w;      /* wakes the loop for posted functions */
-	pthread_mutex_t mu;   /* guards the post queue */
+	ev_async post_w;    /* wakes the loop for posted functions */
+	pthread_mutex_t mu; /* guards the post queue */
 	struct post *head, **tail;
 };
 
@@ -45,8 +45,8 @@ struct sb_watch {
 	enum kind kind;
 	sb_loop *loop;
 	void *ctx;
-	int fd;      /* K_CHILD: the pidfd, or -1 once closed */
-	int gone;    /* K_CHILD: the process was gone at the start (w.timer) */
+	int fd;	  /* K_CHILD: the pidfd, or -1 once closed */
+	int gone; /* K_CHILD: the process was gone at the start (w.timer) */
 	pid_t pid;
 	union {
 		void (*io)(void *ctx, int revents);
@@ -162,7 +162,8 @@ static void io_cb(struct ev_loop *ev, ev_io *io, int revents)
 	sb_watch *w = (sb_watch *)io;
 
 	(void)ev;
-	w->cb.io(w->ctx, (revents & EV_READ ? SB_READ : 0) | (revents & EV_WRITE ? SB_WRITE : 0));
+	w->cb.io(w->ctx,
+		 (revents & EV_READ ? SB_READ : 0) | (revents & EV_WRITE ? SB_WRITE : 0));
 }
 
 static int ev_events(int events)
@@ -170,7 +171,8 @@ static int ev_events(int events)
 	return (events & SB_READ ? EV_READ : 0) | (events & SB_WRITE ? EV_WRITE : 0);
 }
 
-sb_watch *sb_loop_io(sb_loop *l, int fd, int events, void (*cb)(void *ctx, int revents), void *ctx)
+sb_watch *sb_loop_io(sb_loop *l, int fd, int events, void (*cb)(void *ctx, int revents),
+		     void *ctx)
 {
 	sb_watch *w = watch_new(l, K_IO, ctx);
 
@@ -203,7 +205,8 @@ static void timer_cb(struct ev_loop *ev, ev_timer *t, int revents)
 	w->cb.plain(w->ctx);
 }
 
-sb_watch *sb_loop_timer(sb_loop *l, double after, double repeat, void (*cb)(void *ctx), void *ctx)
+sb_watch *sb_loop_timer(sb_loop *l, double after, double repeat, void (*cb)(void *ctx),
+			void *ctx)
 {
 	sb_watch *w = watch_new(l, K_TIMER, ctx);
 
@@ -224,7 +227,8 @@ static void child_cb(struct ev_loop *ev, ev_io *io, int revents)
 
 	(void)revents;
 	ev_io_stop(ev, io);
-	if (w->fd >= 0 && waitid((idtype_t)P_PIDFD, (id_t)w->fd, &si, WEXITED | WNOHANG) == 0 &&
+	if (w->fd >= 0 &&
+	    waitid((idtype_t)P_PIDFD, (id_t)w->fd, &si, WEXITED | WNOHANG) == 0 &&
 	    si.si_pid) {
 		if (si.si_code == CLD_EXITED)
 			status = (si.si_status & 0xff) << 8;
@@ -250,7 +254,8 @@ static void child_gone_cb(struct ev_loop *ev, ev_timer *t, int revents)
 	w->cb.child(w->ctx, status);
 }
 
-sb_watch *sb_loop_child(sb_loop *l, pid_t pid, void (*cb)(void *ctx, int status), void *ctx)
+sb_watch *sb_loop_child(sb_loop *l, pid_t pid, void (*cb)(void *ctx, int status),
+			void *ctx)
 {
 	sb_watch *w = watch_new(l, K_CHILD, ctx);
 

@@ -14,7 +14,7 @@
 typedef struct sb_loop sb_loop;
 typedef struct sb_watch sb_watch;
 
-#define SB_READ  1
+#define SB_READ	 1
 #define SB_WRITE 2
 
 /* Creates a loop. No loop reaps child processes it does not watch.
@@ -49,7 +49,8 @@ sb_watch *sb_loop_timer(sb_loop *l, double after, double repeat, void (*cb)(void
  * its status cannot be known) or already gone when the watch began. The
  * child is reaped. Works through a pidfd, so a child started on any
  * thread is watched. Returns NULL when out of memory. */
-sb_watch *sb_loop_child(sb_loop *l, pid_t pid, void (*cb)(void *ctx, int status), void *ctx);
+sb_watch *sb_loop_child(sb_loop *l, pid_t pid, void (*cb)(void *ctx, int status),
+			void *ctx);
 
 /* Calls cb on the loop thread after sb_watch_wake (from any thread); wakes
  * that come before cb runs are merged into one call. */

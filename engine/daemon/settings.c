@@ -11,9 +11,10 @@
 
 #include "engine/error.h"
 #include "engine/home.h"
+#include "engine/units.h"
 
 #define FILE_MAX (1u << 20)
-#define MIB (1024.0 * 1024.0)
+#define MIB	 (1024.0 * 1024.0)
 
 enum kind { U64, DBL };
 
@@ -25,30 +26,36 @@ static const struct setting {
 	size_t off;
 	double min, max, scale;
 } table[] = {
-#define U(sec, nm, field, lo, hi, sc) {sec, nm, U64, offsetof(struct sb_settings, field), lo, hi, sc}
-#define D(sec, nm, field, lo, hi) {sec, nm, DBL, offsetof(struct sb_settings, field), lo, hi, 1}
-	U("local", "max_conns", local_max_conns, 8, 65536, 1),
-	U("local", "max_request_mib", local_max_request, 1, 1024, MIB),
-	U("local", "max_inflight", local_max_inflight, 1, 4096, 1),
-	U("local", "max_buffered_mib", local_max_buffered, 64, 65536, MIB),
-	D("local", "handshake_timeout_s", local_handshake_s, 0.1, 3600),
-	U("remote", "max_conns", remote_max_conns, 1, 65536, 1),
-	U("remote", "max_conns_per_peer", remote_max_conns_per_peer, 1, 65536, 1),
-	D("remote", "accept_rate", remote_accept_rate, 0.1, 100000),
-	D("remote", "accept_burst", remote_accept_burst, 1, 100000),
-	D("remote", "handshake_timeout_s", remote_handshake_s, 0.1, 3600),
-	D("remote", "unauth_timeout_s", remote_unauth_s, 0.1, 3600),
-	D("remote", "idle_timeout_s", remote_idle_s, 1, 86400),
-	U("remote", "preauth_bytes", remote_preauth_bytes, 256, 1 << 20, 1),
-	U("remote", "max_request_mib", remote_max_request, 1, 1024, MIB),
-	U("remote", "max_denied", remote_max_denied, 1, 1000, 1),
-	U("gateway", "max_conns", gateway_max_conns, 16, 65536, 1),
-	D("gateway", "header_timeout_s", gateway_header_s, 0.1, 3600),
-	D("gateway", "body_timeout_s", gateway_body_s, 0.1, 3600),
-	U("runs", "record_quota_mib", run_record_quota, 1, 1 << 20, MIB),
-	D("runs", "guest_events_per_s", guest_events_rate, 1, 1e6),
-	D("runs", "guest_events_burst", guest_events_burst, 1, 1e7),
-	D("runs", "boot_timeout_s", boot_timeout_s, 1, 86400),
+#define U(sec, nm, field, lo, hi, sc)                                                    \
+	{                                                                                \
+		sec, nm, U64, offsetof(struct sb_settings, field), lo, hi, sc            \
+	}
+#define D(sec, nm, field, lo, hi)                                                        \
+	{                                                                                \
+		sec, nm, DBL, offsetof(struct sb_settings, field), lo, hi, 1             \
+	}
+    U("local", "max_conns", local_max_conns, 8, 65536, 1),
+    U("local", "max_request_mib", local_max_request, 1, 1024, MIB),
+    U("local", "max_inflight", local_max_inflight, 1, 4096, 1),
+    U("local", "max_buffered_mib", local_max_buffered, 64, 65536, MIB),
+    D("local", "handshake_timeout_s", local_handshake_s, 0.1, 3600),
+    U("remote", "max_conns", remote_max_conns, 1, 65536, 1),
+    U("remote", "max_conns_per_peer", remote_max_conns_per_peer, 1, 65536, 1),
+    D("remote", "accept_rate", remote_accept_rate, 0.1, 100000),
+    D("remote", "accept_burst", remote_accept_burst, 1, 100000),
+    D("remote", "handshake_timeout_s", remote_handshake_s, 0.1, 3600),
+    D("remote", "unauth_timeout_s", remote_unauth_s, 0.1, 3600),
+    D("remote", "idle_timeout_s", remote_idle_s, 1, 86400),
+    U("remote", "preauth_bytes", remote_preauth_bytes, 256, 1 << 20, 1),
+    U("remote", "max_request_mib", remote_max_request, 1, 1024, MIB),
+    U("remote", "max_denied", remote_max_denied, 1, 1000, 1),
+    U("gateway", "max_conns", gateway_max_conns, 16, 65536, 1),
+    D("gateway", "header_timeout_s", gateway_header_s, 0.1, 3600),
+    D("gateway", "body_timeout_s", gateway_body_s, 0.1, 3600),
+    U("runs", "record_quota_mib", run_record_quota, 1, 1 << 20, MIB),
+    D("runs", "guest_events_per_s", guest_events_rate, 1, 1e6),
+    D("runs", "guest_events_burst", guest_events_burst, 1, 1e7),
+    D("runs", "boot_timeout_s", boot_timeout_s, 1, 86400),
 #undef U
 #undef D
 };
@@ -80,32 +87,11 @@ void sb_settings_defaults(struct sb_settings *s)
 	s->boot_timeout_s = 120;
 }
 
-int sb_duration_parse(const char *text, double *secs)
-{
-	char *end;
-	double v = strtod(text, &end), mul = 0;
-
-	if (end != text) {
-		if (!*end || !strcmp(end, "s"))
-			mul = 1;
-		else if (!strcmp(end, "m"))
-			mul = 60;
-		else if (!strcmp(end, "h"))
-			mul = 3600;
-		else if (!strcmp(end, "d"))
-			mul = 86400;
-	}
-	if (!mul || !isfinite(v) || !(v * mul > 0))
-		return sb_seterr(SB_ERR_INVAL, "'%.40s' is not a duration (e.g. 90, 90s, 10m, 8h)",
-				 text);
-	*secs = v * mul;
-	return SB_OK;
-}
-
 static const struct setting *find(const char *section, const char *name)
 {
 	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-		if (!strcmp(table[i].section, section) && (!name || !strcmp(table[i].name, name)))
+		if (!strcmp(table[i].section, section) &&
+		    (!name || !strcmp(table[i].name, name)))
 			return &table[i];
 	return NULL;
 }
@@ -120,24 +106,29 @@ static int apply(const char *path, json_t *root, struct sb_settings *s)
 	json_object_foreach(root, sec, obj)
 	{
 		if (!find(sec, NULL))
-			return sb_seterr(SB_ERR_INVAL, "%s: unknown section '%.40s'", path, sec);
+			return sb_seterr(SB_ERR_INVAL, "%s: unknown section '%.40s'",
+					 path, sec);
 		if (!json_is_object(obj))
-			return sb_seterr(SB_ERR_INVAL, "%s: section '%s' is not an object", path, sec);
+			return sb_seterr(SB_ERR_INVAL,
+					 "%s: section '%s' is not an object", path, sec);
 		json_object_foreach(obj, name, v)
 		{
 			const struct setting *t = find(sec, name);
 			double x = json_number_value(v);
 			if (!t)
-				return sb_seterr(SB_ERR_INVAL, "%s: unknown setting %s.%.40s", path, sec,
-						 name);
+				return sb_seterr(SB_ERR_INVAL,
+						 "%s: unknown setting %s.%.40s", path,
+						 sec, name);
 			if (!json_is_number(v) || !(x >= t->min && x <= t->max) ||
 			    (t->kind == U64 && x != floor(x)))
-				return sb_seterr(SB_ERR_INVAL, "%s: %s.%s must be %s from %g to %g",
-						 path, sec, name,
-						 t->kind == U64 ? "a whole number" : "a number",
-						 t->min, t->max);
+				return sb_seterr(
+				    SB_ERR_INVAL, "%s: %s.%s must be %s from %g to %g",
+				    path, sec, name,
+				    t->kind == U64 ? "a whole number" : "a number",
+				    t->min, t->max);
 			if (t->kind == U64)
-				*(uint64_t *)((char *)s + t->off) = (uint64_t)(x * t->scale);
+				*(uint64_t *)((char *)s + t->off) =
+				    (uint64_t)(x * t->scale);
 			else
 				*(double *)((char *)s + t->off) = x;
 		}
@@ -159,9 +150,11 @@ int sb_settings_load(const char *home, struct sb_settings *s)
 		return rc;
 	if (stat(path, &st) == 0) {
 		if (st.st_size > FILE_MAX)
-			return sb_seterr(SB_ERR_INVAL, "%s: larger than %u bytes", path, FILE_MAX);
+			return sb_seterr(SB_ERR_INVAL, "%s: larger than %u bytes", path,
+					 FILE_MAX);
 		if (!(root = json_load_file(path, JSON_REJECT_DUPLICATES, &je)))
-			return sb_seterr(SB_ERR_INVAL, "%s: line %d: %s", path, je.line, je.text);
+			return sb_seterr(SB_ERR_INVAL, "%s: line %d: %s", path, je.line,
+					 je.text);
 		rc = apply(path, root, s);
 		json_decref(root);
 		if (rc)
@@ -170,10 +163,11 @@ int sb_settings_load(const char *home, struct sb_settings *s)
 	if (env && *env) {
 		double v;
 		if (sb_duration_parse(env, &v) || v < 1 || v > 86400)
-			return sb_seterr(SB_ERR_INVAL,
-					 "SANBOX_BOOT_TIMEOUT must be 1 to 86400 seconds (e.g. 120, "
-					 "90s, 3m), not '%.40s'",
-					 env);
+			return sb_seterr(
+			    SB_ERR_INVAL,
+			    "SANBOX_BOOT_TIMEOUT must be 1 to 86400 seconds (e.g. 120, "
+			    "90s, 3m), not '%.40s'",
+			    env);
 		s->boot_timeout_s = v;
 	}
 	return SB_OK;

@@ -14,7 +14,7 @@
 struct sb_settings {
 	/* the local sockets (api.sock, events.sock) */
 	uint64_t local_max_conns;
-	uint64_t local_max_request;  /* bytes */
+	uint64_t local_max_request; /* bytes */
 	uint64_t local_max_inflight;
 	uint64_t local_max_buffered; /* bytes */
 	double local_handshake_s;
@@ -30,7 +30,7 @@ struct sb_settings {
 	uint64_t gateway_max_conns;
 	double gateway_header_s, gateway_body_s;
 	/* runs */
-	uint64_t run_record_quota;   /* bytes a run's guest may put in the record */
+	uint64_t run_record_quota; /* bytes a run's guest may put in the record */
 	double guest_events_rate, guest_events_burst;
 	double boot_timeout_s;
 };
@@ -43,10 +43,5 @@ void sb_settings_defaults(struct sb_settings *s);
  * 90s or 3m). Errors: SB_ERR_INVAL (a bad file or value: the detail names
  * the file and the setting), SB_ERR_IO. */
 int sb_settings_load(const char *home, struct sb_settings *s);
-
-/* Parses a duration: a number of seconds, or a number with s, m, h or d
- * ("90", "90s", "2.5m", "8h", "1d") into *secs. Errors: SB_ERR_INVAL (also
- * for a value that is not positive and finite). */
-int sb_duration_parse(const char *text, double *secs);
 
 #endif

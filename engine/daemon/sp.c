@@ -38,6 +38,7 @@
 #include "engine/bucket.h"
 #include "engine/daemon/loop.h"
 #include "engine/error.h"
+#include "engine/sock.h"
 
 #define SWEEP_S	       0.25
 #define READ_BUDGET    (256u << 10) /* bytes read from one connection per wake-up */
@@ -67,10 +68,10 @@ struct peer {
 	char key[48];
 	unsigned conns;
 	struct sb_bucket accepts;
-	unsigned denied;          /* refused requests, decaying */
+	unsigned denied; /* refused requests, decaying */
 	double penalty_until, last_seen;
-	double log_at;            /* last log line about it */
-	uint64_t log_denied;      /* refused since that line */
+	double log_at;	     /* last log line about it */
+	uint64_t log_denied; /* refused since that line */
 	struct peer *next;
 };
 
@@ -101,14 +102,14 @@ struct conn {
 	enum rstate rs;
 	uint8_t mhdr[9];
 	size_t mhdr_got;
-	uint64_t msg_len;         /* declared length, backtrace included */
+	uint64_t msg_len; /* declared length, backtrace included */
 	uint8_t bt[4 * BT_WORDS_MAX];
 	size_t bt_len;
 	uint8_t *body;
 	size_t body_cap, body_got; /* buffer size (accounted), bytes in it */
-	uint64_t body_len;        /* msg_len - bt_len */
-	uint64_t skip;            /* R_SKIP: bytes still to drop */
-	int authed;               /* the current message is authenticated */
+	uint64_t body_len;	   /* msg_len - bt_len */
+	uint64_t skip;		   /* R_SKIP: bytes still to drop */
+	int authed;		   /* the current message is authenticated */
 	int ever_authed;
 	unsigned denied;
 	char who[64];
@@ -183,7 +184,7 @@ static void stat_add(sb_sp *s, uint64_t *field, int64_t d)
 }
 
 static void sp_log(sb_sp *s, struct ratelimit *rl, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 /* Logs a line unless rl logged one in the last LOG_EVERY_S (then counts it). */
 static void sp_log(sb_sp *s, struct ratelimit *rl, const char *fmt, ...)
@@ -205,8 +206,8 @@ static void sp_log(sb_sp *s, struct ratelimit *rl, const char *fmt, ...)
 	va_end(ap);
 	if (rl && rl->more) {
 		n = (int)strlen(line);
-		snprintf(line + n, sizeof line - (size_t)n, " (and %llu more like it since)",
-			 (unsigned long long)rl->more);
+		snprintf(line + n, sizeof line - (size_t)n,
+			 " (and %llu more like it since)", (unsigned long long)rl->more);
 	}
 	if (rl) {
 		rl->last = now;
@@ -487,7 +488,9 @@ static void msg_deny(struct conn *c)
 		c->resume_at = now + penalty_s(c->denied, c->peer->denied);
 		c->peer->penalty_until = c->resume_at;
 		if (now - c->peer->log_at >= LOG_EVERY_S) {
-			sp_log(s, NULL, "peer %s: %llu requests refused (no valid token) in the last %.0f s",
+			sp_log(s, NULL,
+			       "peer %s: %llu requests refused (no valid token) in the "
+			       "last %.0f s",
 			       c->peer->key, (unsigned long long)c->peer->log_denied,
 			       c->peer->log_at ? now - c->peer->log_at : 0.0);
 			c->peer->log_at = now;
@@ -541,8 +544,10 @@ static int msg_begin(struct conn *c)
 		return -1;
 	}
 	if (c->msg_len > s->lim.max_request + 4 * BT_WORDS_MAX) {
-		sp_log(s, &s->rl_limit, "a request of %llu bytes is above the %zu-byte limit: "
-		       "connection closed", (unsigned long long)c->msg_len, s->lim.max_request);
+		sp_log(s, &s->rl_limit,
+		       "a request of %llu bytes is above the %zu-byte limit: "
+		       "connection closed",
+		       (unsigned long long)c->msg_len, s->lim.max_request);
 		conn_drop(c, NULL);
 		return -1;
 	}
@@ -627,7 +632,9 @@ static size_t msg_feed(struct conn *c, const uint8_t *p, size_t n)
 			}
 			break;
 		case R_BODY:
-			k = c->body_cap - c->body_got < n - used ? c->body_cap - c->body_got : n - used;
+			k = c->body_cap - c->body_got < n - used
+				? c->body_cap - c->body_got
+				: n - used;
 			memcpy(c->body + c->body_got, p + used, k);
 			c->body_got += k;
 			used += k;
@@ -680,7 +687,8 @@ static void conn_update(struct conn *c)
 	}
 	if (!conn_paused(c))
 		ev |= SB_READ;
-	if (c->want_write || (c->out_head && (c->state == C_OPEN || c->state == C_HEADER)))
+	if (c->want_write ||
+	    (c->out_head && (c->state == C_OPEN || c->state == C_HEADER)))
 		ev |= SB_WRITE;
 	if (c->tls && c->state == C_TLS)
 		ev |= SB_READ; /* the handshake reads regardless */
@@ -694,8 +702,8 @@ static void conn_drop(struct conn *c, const char *why)
 	if (c->closed)
 		return;
 	if (why) {
-		sp_log(s, &s->rl_proto, "%s%s%s: connection closed", why, c->peer ? " from " : "",
-		       c->peer ? c->peer->key : "");
+		sp_log(s, &s->rl_proto, "%s%s%s: connection closed", why,
+		       c->peer ? " from " : "", c->peer ? c->peer->key : "");
 		stat_add(s, &s->st.dropped_conns, 1);
 	}
 	c->closed = 1;
@@ -800,8 +808,10 @@ static void conn_write(struct conn *c)
 	while (c->out_head && !c->closed) {
 		if (c->tls) {
 			struct frame *f = c->out_head->f;
-			int r = mbedtls_ssl_write(&c->ssl, f->data + c->out_off, f->len - c->out_off);
-			if (r == MBEDTLS_ERR_SSL_WANT_WRITE || r == MBEDTLS_ERR_SSL_WANT_READ) {
+			int r = mbedtls_ssl_write(&c->ssl, f->data + c->out_off,
+						  f->len - c->out_off);
+			if (r == MBEDTLS_ERR_SSL_WANT_WRITE ||
+			    r == MBEDTLS_ERR_SSL_WANT_READ) {
 				c->want_write = r == MBEDTLS_ERR_SSL_WANT_WRITE;
 				return;
 			}
@@ -815,13 +825,15 @@ static void conn_write(struct conn *c)
 			int n = 0;
 			size_t off = c->out_off;
 			ssize_t w;
-			for (struct out *o = c->out_head; o && n < IOV_MAX_SP; o = o->next, n++) {
+			for (struct out *o = c->out_head; o && n < IOV_MAX_SP;
+			     o = o->next, n++) {
 				iov[n].iov_base = o->f->data + off;
 				iov[n].iov_len = o->f->len - off;
 				off = 0;
 			}
 			w = writev(c->fd, iov, n);
-			if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			if (w < 0 &&
+			    (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 				return;
 			if (w < 0) {
 				conn_drop(c, NULL); /* the peer went away */
@@ -899,8 +911,8 @@ static void conn_io(struct conn *c, int revents)
 	if (c->out_head)
 		conn_write(c);
 	/* TLS may hold decrypted bytes the socket no longer signals */
-	if (c->tls && !c->closed && !conn_paused(c) && mbedtls_ssl_get_bytes_avail(&c->ssl) &&
-	    !c->later)
+	if (c->tls && !c->closed && !conn_paused(c) &&
+	    mbedtls_ssl_get_bytes_avail(&c->ssl) && !c->later)
 		c->later = sb_loop_timer(c->s->loop, 0, 0, on_later, c);
 	conn_update(c);
 }
@@ -929,8 +941,8 @@ static void conn_new(struct listener *l, int fd, const struct sockaddr_storage *
 	char key[48];
 
 	if (s->nconns >= s->lim.max_conns) {
-		sp_log(s, &s->rl_limit, "%u connections: the limit; a new one was refused",
-		       s->nconns);
+		sp_log(s, &s->rl_limit,
+		       "%u connections: the limit; a new one was refused", s->nconns);
 		goto refuse;
 	}
 	if (l->tls) {
@@ -939,13 +951,17 @@ static void conn_new(struct listener *l, int fd, const struct sockaddr_storage *
 			goto refuse;
 		p->last_seen = now;
 		if (p->conns >= s->lim.max_conns_per_peer) {
-			sp_log(s, &s->rl_accept, "peer %s: at its connection limit; a new "
-			       "connection was refused", key);
+			sp_log(s, &s->rl_accept,
+			       "peer %s: at its connection limit; a new "
+			       "connection was refused",
+			       key);
 			goto refuse;
 		}
 		if (!sb_bucket_take(&p->accepts, now)) {
-			sp_log(s, &s->rl_accept, "peer %s: connecting too fast; a new connection "
-			       "was refused", key);
+			sp_log(s, &s->rl_accept,
+			       "peer %s: connecting too fast; a new connection "
+			       "was refused",
+			       key);
 			goto refuse;
 		}
 	}
@@ -1009,13 +1025,15 @@ static void on_accept(void *ctx, int revents)
 	for (int i = 0; i < ACCEPT_BURST; i++) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof ss;
-		int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
 			    errno == ENOMEM) {
 				/* no descriptor now: wait for the sweep to retry
 				 * rather than spin on a readable listener */
-				sp_log(s, &s->rl_limit, "cannot accept: %s", strerror(errno));
+				sp_log(s, &s->rl_limit, "cannot accept: %s",
+				       strerror(errno));
 				sb_watch_io_set(l->w, 0);
 			}
 			return;
@@ -1040,7 +1058,8 @@ static void on_sweep(void *ctx)
 		next = c->next;
 		if (c->state != C_OPEN && now - c->t_start > s->lim.handshake_s)
 			conn_drop(c, "handshake not done in time");
-		else if (c->tls && !c->ever_authed && now - c->t_start > s->lim.unauth_idle_s)
+		else if (c->tls && !c->ever_authed &&
+			 now - c->t_start > s->lim.unauth_idle_s)
 			conn_drop(c, "no authenticated request in time");
 		else if (c->tls && !c->inflight && !c->out_head &&
 			 now - c->t_last > s->lim.idle_s)
@@ -1128,19 +1147,32 @@ int sb_sp_open(const struct sb_sp_opts *o, sb_sp **out)
 	s->o = *o;
 	l = &s->lim;
 	*l = o->limits;
-	if (!l->max_conns) l->max_conns = 1024;
-	if (!l->max_conns_per_peer) l->max_conns_per_peer = 16;
-	if (!(l->accept_rate > 0)) l->accept_rate = 10;
-	if (!(l->accept_burst >= 1)) l->accept_burst = 20;
-	if (!(l->handshake_s > 0)) l->handshake_s = 10;
-	if (!(l->unauth_idle_s > 0)) l->unauth_idle_s = 10;
-	if (!(l->idle_s > 0)) l->idle_s = 300;
-	if (!l->max_request) l->max_request = 64u << 20;
-	if (!l->preauth_max) l->preauth_max = 4096;
-	if (!l->max_inflight) l->max_inflight = 64;
-	if (!l->max_buffered) l->max_buffered = 512u << 20;
-	if (!l->pub_queue) l->pub_queue = 8192;
-	if (!l->max_denied) l->max_denied = 8;
+	if (!l->max_conns)
+		l->max_conns = 1024;
+	if (!l->max_conns_per_peer)
+		l->max_conns_per_peer = 16;
+	if (!(l->accept_rate > 0))
+		l->accept_rate = 10;
+	if (!(l->accept_burst >= 1))
+		l->accept_burst = 20;
+	if (!(l->handshake_s > 0))
+		l->handshake_s = 10;
+	if (!(l->unauth_idle_s > 0))
+		l->unauth_idle_s = 10;
+	if (!(l->idle_s > 0))
+		l->idle_s = 300;
+	if (!l->max_request)
+		l->max_request = 64u << 20;
+	if (!l->preauth_max)
+		l->preauth_max = 4096;
+	if (!l->max_inflight)
+		l->max_inflight = 64;
+	if (!l->max_buffered)
+		l->max_buffered = 512u << 20;
+	if (!l->pub_queue)
+		l->pub_queue = 8192;
+	if (!l->max_denied)
+		l->max_denied = 8;
 	pthread_mutex_init(&s->pub_mu, NULL);
 	pthread_mutex_init(&s->st_mu, NULL);
 	s->pub_tail = &s->pub_head;
@@ -1190,29 +1222,12 @@ static int listener_add(sb_sp *s, int fd, int proto, int tls, const char *path)
 
 int sb_sp_listen_ipc(sb_sp *s, const char *path, int proto)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct stat st;
-	int fd;
+	int fd, rc;
 
 	if (proto != SB_SP_PROTO_REP && proto != SB_SP_PROTO_PUB)
 		return sb_seterr(SB_ERR_INVAL, "a unix socket serves REP or PUB");
-	if (strlen(path) >= sizeof sa.sun_path)
-		return sb_seterr(SB_ERR_INVAL, "socket path too long: %s", path);
-	strcpy(sa.sun_path, path);
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode))
-			return sb_seterr(SB_ERR_EXISTS, "%s exists and is not a socket", path);
-		unlink(path); /* stale: the pid file lock says no daemon owns it */
-	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return sb_seterr(SB_ERR_IO, "socket: %s", strerror(errno));
-	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) || chmod(path, 0600) ||
-	    listen(fd, 128)) {
-		int e = errno;
-		close(fd);
-		return sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(e));
-	}
+	if ((rc = sb_unix_listen(path, &fd)))
+		return rc;
 	return listener_add(s, fd, proto, 0, path);
 }
 
@@ -1245,10 +1260,12 @@ static int tls_setup(sb_sp *s, const char *cert_pem, const char *key_pem)
 	mbedtls_ssl_conf_rng(&s->conf, mbedtls_ctr_drbg_random, &s->drbg);
 	mbedtls_ssl_conf_min_version(&s->conf, MBEDTLS_SSL_MAJOR_VERSION_3,
 				     MBEDTLS_SSL_MINOR_VERSION_3); /* TLS 1.2 and later */
-	mbedtls_ssl_conf_authmode(&s->conf, MBEDTLS_SSL_VERIFY_NONE); /* tokens, not certificates */
+	mbedtls_ssl_conf_authmode(&s->conf,
+				  MBEDTLS_SSL_VERIFY_NONE); /* tokens, not certificates */
 	if ((r = mbedtls_ssl_conf_own_cert(&s->conf, &s->cert, &s->key))) {
 		mbedtls_strerror(r, e, sizeof e);
-		return sb_seterr(SB_ERR_INVAL, "certificate and key do not go together: %s", e);
+		return sb_seterr(SB_ERR_INVAL,
+				 "certificate and key do not go together: %s", e);
 	}
 	return SB_OK;
 fail:
@@ -1258,13 +1275,15 @@ fail:
 
 int sb_sp_listen_tls(sb_sp *s, const char *url, const char *cert_pem, const char *key_pem)
 {
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE},
+			*ai = NULL;
 	char host[256], port[16];
 	const char *h, *colon;
 	int fd = -1, one = 1, rc, g;
 
 	if (strncmp(url, "tls+tcp://", 10))
-		return sb_seterr(SB_ERR_INVAL, "a remote listener is tls+tcp://HOST:PORT, not %.80s",
+		return sb_seterr(SB_ERR_INVAL,
+				 "a remote listener is tls+tcp://HOST:PORT, not %.80s",
 				 url);
 	if (!s->o.ops->authenticate)
 		return sb_seterr(SB_ERR_INVAL, "a remote listener needs authentication");
@@ -1284,10 +1303,12 @@ int sb_sp_listen_tls(sb_sp *s, const char *url, const char *cert_pem, const char
 	if (!port[0] || strspn(port, "0123456789") != strlen(port))
 		return sb_seterr(SB_ERR_INVAL, "bad port in %.80s", url);
 	if (!cert_pem || !key_pem)
-		return sb_seterr(SB_ERR_INVAL, "a remote listener needs a certificate and a key");
+		return sb_seterr(SB_ERR_INVAL,
+				 "a remote listener needs a certificate and a key");
 	if (!s->has_tls && (rc = tls_setup(s, cert_pem, key_pem)))
 		return rc;
-	if ((g = getaddrinfo(host[0] && strcmp(host, "*") ? host : NULL, port, &hints, &ai)))
+	if ((g = getaddrinfo(host[0] && strcmp(host, "*") ? host : NULL, port, &hints,
+			     &ai)))
 		return sb_seterr(SB_ERR_INVAL, "%.80s: %s", url, gai_strerror(g));
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
@@ -1296,8 +1317,8 @@ int sb_sp_listen_tls(sb_sp *s, const char *url, const char *cert_pem, const char
 		if (fd >= 0)
 			close(fd);
 		freeaddrinfo(ai);
-		return sb_seterr(e == EADDRINUSE ? SB_ERR_EXISTS : SB_ERR_IO, "%.80s: %s", url,
-				 strerror(e));
+		return sb_seterr(e == EADDRINUSE ? SB_ERR_EXISTS : SB_ERR_IO, "%.80s: %s",
+				 url, strerror(e));
 	}
 	freeaddrinfo(ai);
 	return listener_add(s, fd, SB_SP_PROTO_REP, 1, NULL);
@@ -1316,7 +1337,8 @@ int sb_sp_start(sb_sp *s)
 	char name[16];
 
 	if (pthread_create(&s->thread, NULL, sp_thread, s))
-		return sb_seterr(SB_ERR_IO, "cannot start the %s socket thread", s->o.name);
+		return sb_seterr(SB_ERR_IO, "cannot start the %s socket thread",
+				 s->o.name);
 	snprintf(name, sizeof name, "sb:%.12s", s->o.name);
 	pthread_setname_np(s->thread, name);
 	s->started = 1;

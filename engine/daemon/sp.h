@@ -41,23 +41,23 @@ typedef struct sb_sp_req sb_sp_req;
 
 /* What a server bounds. A zero field takes the default in brackets. */
 struct sb_sp_limits {
-	unsigned max_conns;          /* connections at once [1024] */
+	unsigned max_conns;	     /* connections at once [1024] */
 	unsigned max_conns_per_peer; /* TLS: per peer (IPv4 address, IPv6 /64) [16] */
-	double accept_rate;          /* TLS: new connections per second per peer [10] */
-	double accept_burst;         /* TLS: ... with this burst [20] */
-	double handshake_s;          /* accept to headers (and TLS) done [10] */
-	double unauth_idle_s;        /* TLS: to the first authenticated request [10] */
-	double idle_s;               /* TLS: no request, no reply in flight [300] */
-	size_t max_request;          /* bytes of one request [64 MiB] */
-	size_t preauth_max;          /* TLS: bytes read before a request is
+	double accept_rate;	     /* TLS: new connections per second per peer [10] */
+	double accept_burst;	     /* TLS: ... with this burst [20] */
+	double handshake_s;	     /* accept to headers (and TLS) done [10] */
+	double unauth_idle_s;	     /* TLS: to the first authenticated request [10] */
+	double idle_s;		     /* TLS: no request, no reply in flight [300] */
+	size_t max_request;	     /* bytes of one request [64 MiB] */
+	size_t preauth_max;	     /* TLS: bytes read before a request is
 				      * authenticated [4096] */
-	unsigned max_inflight;       /* requests of one connection not yet answered [64] */
-	size_t max_buffered;         /* bytes of requests held at once, all
-				      * connections; past it reading pauses [512 MiB] */
-	unsigned pub_queue;          /* PUB: messages queued per subscriber; more
-				      * are dropped for it (it reads the log) [8192] */
-	unsigned max_denied;         /* TLS: refused requests before a connection
-				      * is closed [8] */
+	unsigned max_inflight; /* requests of one connection not yet answered [64] */
+	size_t max_buffered;   /* bytes of requests held at once, all
+				* connections; past it reading pauses [512 MiB] */
+	unsigned pub_queue;    /* PUB: messages queued per subscriber; more
+				* are dropped for it (it reads the log) [8192] */
+	unsigned max_denied;   /* TLS: refused requests before a connection
+				* is closed [8] */
 };
 
 struct sb_sp_ops {
@@ -72,32 +72,32 @@ struct sb_sp_ops {
 	 * needed, or SB_ERR_DENIED. A request not accepted within preauth_max
 	 * bytes is refused: it gets deny_reply and the rest of it is read and
 	 * dropped. Refusals slow the connection and its peer down. */
-	int (*authenticate)(void *ctx, const void *body, size_t len, int complete, char *who,
-			    size_t cap);
+	int (*authenticate)(void *ctx, const void *body, size_t len, int complete,
+			    char *who, size_t cap);
 	/* One line for the daemon's log (peers refused, limits reached),
 	 * rate-limited by the server. May be NULL. */
 	void (*log)(void *ctx, const char *line);
 };
 
 struct sb_sp_opts {
-	const char *name;                /* for threads and log lines ("local") */
-	const struct sb_sp_ops *ops;     /* must outlive the server */
+	const char *name;	     /* for threads and log lines ("local") */
+	const struct sb_sp_ops *ops; /* must outlive the server */
 	void *ctx;
 	struct sb_sp_limits limits;
-	const void *deny_reply;          /* TLS: the body answering a refused
-					  * request (copied) */
+	const void *deny_reply; /* TLS: the body answering a refused
+				 * request (copied) */
 	size_t deny_len;
 };
 
 /* Counters of a server, since it opened. */
 struct sb_sp_stats {
-	uint64_t conns;          /* connections now */
-	uint64_t accepted;       /* connections accepted */
-	uint64_t refused_conns;  /* closed at once: a limit was reached */
-	uint64_t dropped_conns;  /* closed: protocol error, timeout, too large */
-	uint64_t requests;       /* requests delivered */
-	uint64_t denied;         /* requests refused by authenticate */
-	uint64_t pub_dropped;    /* messages a slow subscriber did not get */
+	uint64_t conns;		/* connections now */
+	uint64_t accepted;	/* connections accepted */
+	uint64_t refused_conns; /* closed at once: a limit was reached */
+	uint64_t dropped_conns; /* closed: protocol error, timeout, too large */
+	uint64_t requests;	/* requests delivered */
+	uint64_t denied;	/* requests refused by authenticate */
+	uint64_t pub_dropped;	/* messages a slow subscriber did not get */
 };
 
 /* Creates a server (not yet started) with opts (copied).
@@ -116,7 +116,8 @@ int sb_sp_listen_ipc(sb_sp *s, const char *path, int proto);
  * sb_sp_start. Needs ops->authenticate. Errors: SB_ERR_INVAL (url, files
  * that do not parse: the detail names them), SB_ERR_EXISTS (address in
  * use), SB_ERR_IO. */
-int sb_sp_listen_tls(sb_sp *s, const char *url, const char *cert_pem, const char *key_pem);
+int sb_sp_listen_tls(sb_sp *s, const char *url, const char *cert_pem,
+		     const char *key_pem);
 
 /* Starts the server's thread. Errors: SB_ERR_IO. */
 int sb_sp_start(sb_sp *s);

@@ -28,7 +28,10 @@ static int name_ok(const char *s)
 	size_t n = strlen(s);
 
 	return n > 0 && n < SB_TOKEN_NAME_MAX &&
-	       strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+	       strspn(
+		   s,
+		   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+		   n;
 }
 
 /* Reads one line of the tokens file into its hash and name ("token-" and
@@ -54,7 +57,8 @@ static int line_parse(const char *line, char hash[HASH_HEX], char *name, size_t 
 int sb_token_create(const char *home, const char *name, char out[SB_TOKEN_HEX])
 {
 	unsigned char raw[32];
-	char path[4096], hex[HASH_HEX], line[160], h[HASH_HEX], other[SB_TOKEN_NAME_MAX + 16];
+	char path[4096], hex[HASH_HEX], line[160], h[HASH_HEX],
+	    other[SB_TOKEN_NAME_MAX + 16];
 	char nm[SB_TOKEN_NAME_MAX + 16];
 	FILE *f;
 	int fd, n;
@@ -62,15 +66,18 @@ int sb_token_create(const char *home, const char *name, char out[SB_TOKEN_HEX])
 	if (sodium_init() < 0)
 		return sb_seterr(SB_ERR_IO, "libsodium failed to initialise");
 	if (name && !name_ok(name))
-		return sb_seterr(SB_ERR_INVAL,
-				 "a token name is 1 to %d letters, digits, '.', '_' or '-'",
-				 SB_TOKEN_NAME_MAX - 1);
+		return sb_seterr(
+		    SB_ERR_INVAL,
+		    "a token name is 1 to %d letters, digits, '.', '_' or '-'",
+		    SB_TOKEN_NAME_MAX - 1);
 	sb_home_path(home, "tokens", path, sizeof path);
 	if (name && (f = fopen(path, "re"))) {
 		while (fgets(line, sizeof line, f)) {
-			if (line_parse(line, h, other, sizeof other) == 0 && !strcmp(other, name)) {
+			if (line_parse(line, h, other, sizeof other) == 0 &&
+			    !strcmp(other, name)) {
 				fclose(f);
-				return sb_seterr(SB_ERR_EXISTS, "a token named %s exists", name);
+				return sb_seterr(SB_ERR_EXISTS, "a token named %s exists",
+						 name);
 			}
 		}
 		fclose(f);
@@ -99,7 +106,8 @@ static int denied(void)
 	return sb_seterr(SB_ERR_DENIED, "remote requests need a valid token");
 }
 
-int sb_token_check(const char *home, const char *token, size_t len, char *name, size_t cap)
+int sb_token_check(const char *home, const char *token, size_t len, char *name,
+		   size_t cap)
 {
 	char want[HASH_HEX], line[160], hash[HASH_HEX], path[4096];
 	FILE *f;
@@ -131,7 +139,8 @@ static size_t map_header(const uint8_t *p, size_t n, uint32_t *count)
 		return 3;
 	}
 	if (n >= 5 && p[0] == 0xdf) {
-		*count = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
+		*count = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 |
+			 (uint32_t)p[3] << 8 | p[4];
 		return 5;
 	}
 	return 0;
@@ -164,12 +173,13 @@ int sb_token_check_request(const char *home, const void *req, size_t len, int co
 		    MSGPACK_UNPACK_SUCCESS) {
 			rc = denied();
 		} else if (sb_obj_is_str(&k, "token")) {
-			if (msgpack_unpack((const char *)p + at + klen, vlen, NULL, &zone, &v) !=
-				MSGPACK_UNPACK_SUCCESS ||
+			if (msgpack_unpack((const char *)p + at + klen, vlen, NULL, &zone,
+					   &v) != MSGPACK_UNPACK_SUCCESS ||
 			    v.type != MSGPACK_OBJECT_STR)
 				rc = denied();
 			else
-				rc = sb_token_check(home, v.via.str.ptr, v.via.str.size, name, cap);
+				rc = sb_token_check(home, v.via.str.ptr, v.via.str.size,
+						    name, cap);
 		}
 		at += klen + vlen;
 	}

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#define SB_TOKEN_HEX 65     /* a token and its NUL */
+#define SB_TOKEN_HEX	  65 /* a token and its NUL */
 #define SB_TOKEN_NAME_MAX 49 /* a name (letters, digits, . _ -) and its NUL */
 
 /* Makes a new token named name (NULL: "token-" and the first 8 digits of
@@ -20,7 +20,8 @@ int sb_token_create(const char *home, const char *name, char out[SB_TOKEN_HEX]);
 
 /* Checks token (len bytes, not NUL-terminated) against the stored hashes
  * and writes its name into name (cap bytes). Errors: SB_ERR_DENIED. */
-int sb_token_check(const char *home, const char *token, size_t len, char *name, size_t cap);
+int sb_token_check(const char *home, const char *token, size_t len, char *name,
+		   size_t cap);
 
 /* Finds the "token" field in the first len bytes of a msgpack request map
  * (all of it when complete is 1) and checks it as sb_token_check does.

@@ -54,8 +54,10 @@ int sb_work_open(const char *name, unsigned nthreads, sb_work **out)
 	int rc = SB_OK;
 
 	if (nthreads < 1 || nthreads > 64)
-		return sb_seterr(SB_ERR_INVAL, "a pool has 1 to 64 threads, not %u", nthreads);
-	if (!(w = calloc(1, sizeof *w)) || !(w->threads = calloc(nthreads, sizeof *w->threads))) {
+		return sb_seterr(SB_ERR_INVAL, "a pool has 1 to 64 threads, not %u",
+				 nthreads);
+	if (!(w = calloc(1, sizeof *w)) ||
+	    !(w->threads = calloc(nthreads, sizeof *w->threads))) {
 		free(w);
 		return SB_ERR_NOMEM;
 	}
@@ -65,7 +67,8 @@ int sb_work_open(const char *name, unsigned nthreads, sb_work **out)
 	snprintf(tname, sizeof tname, "sb:%.12s", name);
 	for (; w->nthreads < nthreads; w->nthreads++) {
 		if (pthread_create(&w->threads[w->nthreads], NULL, worker, w)) {
-			rc = sb_seterr(SB_ERR_IO, "cannot start a %s worker thread", name);
+			rc =
+			    sb_seterr(SB_ERR_IO, "cannot start a %s worker thread", name);
 			break;
 		}
 		pthread_setname_np(w->threads[w->nthreads], tname);

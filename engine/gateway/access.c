@@ -28,11 +28,13 @@ static int grant_add(struct sb_access *a, const char *name, int model_scope)
 	struct sb_access_grant *g;
 
 	if (!sb_secret_name_ok(name))
-		return sb_seterr(SB_ERR_INVAL, "spec: '%.64s' is not a secret name", name);
+		return sb_seterr(SB_ERR_INVAL, "spec: '%.64s' is not a secret name",
+				 name);
 	if (grant_find(a, name))
 		return sb_seterr(SB_ERR_INVAL, "spec: secret %s is granted twice", name);
 	if (a->ngrants == SB_ACCESS_SECRETS)
-		return sb_seterr(SB_ERR_INVAL, "spec: at most %d secrets", SB_ACCESS_SECRETS);
+		return sb_seterr(SB_ERR_INVAL, "spec: at most %d secrets",
+				 SB_ACCESS_SECRETS);
 	g = &a->grants[a->ngrants++];
 	memset(g, 0, sizeof *g);
 	snprintf(g->name, sizeof g->name, "%s", name);
@@ -48,7 +50,8 @@ static int grant_parse(struct sb_access *a, const char *s, size_t len, int from_
 	int model_scope = 0;
 
 	if (len >= sizeof buf)
-		return sb_seterr(SB_ERR_INVAL, "spec: secret '%.*s...' is too long", 20, s);
+		return sb_seterr(SB_ERR_INVAL, "spec: secret '%.*s...' is too long", 20,
+				 s);
 	memcpy(buf, s, len);
 	buf[len] = 0;
 	if ((colon = strchr(buf, ':'))) {
@@ -56,9 +59,10 @@ static int grant_parse(struct sb_access *a, const char *s, size_t len, int from_
 		if (!strcmp(colon, "model"))
 			model_scope = 1;
 		else if (strcmp(colon, "env"))
-			return sb_seterr(SB_ERR_INVAL,
-					 "spec: secret %s: scope must be env or model, not '%s'",
-					 buf, colon);
+			return sb_seterr(
+			    SB_ERR_INVAL,
+			    "spec: secret %s: scope must be env or model, not '%s'", buf,
+			    colon);
 	}
 	if (from_template && grant_find(a, buf))
 		return SB_OK;
@@ -66,7 +70,8 @@ static int grant_parse(struct sb_access *a, const char *s, size_t len, int from_
 }
 
 /* Adds model name with its price from the settings (once). */
-static int model_name_add(struct sb_access *a, const struct sb_models *ms, const char *name)
+static int model_name_add(struct sb_access *a, const struct sb_models *ms,
+			  const char *name)
 {
 	const struct sb_model *m = sb_models_find(ms, name);
 
@@ -79,7 +84,8 @@ static int model_name_add(struct sb_access *a, const struct sb_models *ms, const
 				 "(STATE_DIR/models.json)",
 				 name);
 	if (a->nmodels == SB_ACCESS_MODELS)
-		return sb_seterr(SB_ERR_INVAL, "spec: at most %d models", SB_ACCESS_MODELS);
+		return sb_seterr(SB_ERR_INVAL, "spec: at most %d models",
+				 SB_ACCESS_MODELS);
 	memset(&a->models[a->nmodels], 0, sizeof a->models[0]);
 	a->models[a->nmodels++].model = *m;
 	return SB_OK;
@@ -95,9 +101,10 @@ static int model_arm(struct sb_access *a, sb_stubs *stubs, const struct sb_model
 	int rc;
 
 	if (!m || !(p = sb_models_provider(ms, m->provider)))
-		return sb_seterr(SB_ERR_INVAL,
-				 "model '%s' is not in the model settings (STATE_DIR/models.json)",
-				 gm->model.name);
+		return sb_seterr(
+		    SB_ERR_INVAL,
+		    "model '%s' is not in the model settings (STATE_DIR/models.json)",
+		    gm->model.name);
 	/* the price stays the one resolved (recorded) for the run */
 	snprintf(gm->model.upstream, sizeof gm->model.upstream, "%s", m->upstream);
 	snprintf(gm->model.provider, sizeof gm->model.provider, "%s", m->provider);
@@ -127,8 +134,8 @@ int sb_access_arm(const char *home, sb_stubs *stubs, struct sb_access *a)
 		if (!a->grants[i].value)
 			rc = sb_secret_get(home, a->grants[i].name, &a->grants[i].value);
 	for (size_t i = 0; rc == SB_OK && i < a->nmodels; i++) {
-		const struct sb_provider *p =
-		    sb_models_provider(ms, sb_models_find(ms, a->models[i].model.name)->provider);
+		const struct sb_provider *p = sb_models_provider(
+		    ms, sb_models_find(ms, a->models[i].model.name)->provider);
 		if (p->key_secret[0])
 			a->models[i].key = grant_find(a, p->key_secret)->value->value;
 	}
@@ -153,13 +160,15 @@ int sb_access_resolve(const char *home, sb_stubs *stubs, const msgpack_object *s
 	    (rc = sb_spec_u64(spec, "budget_nusd", UINT64_MAX / 4, &budget)))
 		return rc;
 	if (policy[0] && strcmp(policy, "stop") && strcmp(policy, "continue"))
-		return sb_seterr(SB_ERR_INVAL, "spec: on_budget must be stop or continue");
+		return sb_seterr(SB_ERR_INVAL,
+				 "spec: on_budget must be stop or continue");
 	a->stop_on_budget = strcmp(policy, "continue") != 0;
 	if ((rc = sb_models_load(home, &ms)))
 		return rc;
 	a->budget_nusd = budget ? budget : ms->default_budget_nusd;
 	if (!a->model[0])
-		snprintf(a->model, sizeof a->model, "%s", t->model[0] ? t->model : ms->default_model);
+		snprintf(a->model, sizeof a->model, "%s",
+			 t->model[0] ? t->model : ms->default_model);
 	for (uint32_t i = 0; rc == SB_OK && secrets && i < secrets->via.array.size; i++)
 		rc = grant_parse(a, secrets->via.array.ptr[i].via.str.ptr,
 				 secrets->via.array.ptr[i].via.str.size, 0);
@@ -195,17 +204,21 @@ static int obj_str(const msgpack_object *o, char *buf, size_t cap)
 
 int sb_access_from_record(const msgpack_object *p, struct sb_access *a)
 {
-	const msgpack_object *models = sb_map_get(p, "models"), *prices = sb_map_get(p, "prices");
+	const msgpack_object *models = sb_map_get(p, "models"),
+			     *prices = sb_map_get(p, "prices");
 	const msgpack_object *secrets = sb_map_get(p, "secrets");
 	char policy[16];
 
 	memset(a, 0, sizeof *a);
 	if (sb_map_str(p, "model", a->model, sizeof a->model) <= 0 ||
 	    sb_map_str(p, "on_budget", policy, sizeof policy) <= 0 || !models ||
-	    models->type != MSGPACK_OBJECT_ARRAY || models->via.array.size > SB_ACCESS_MODELS ||
-	    !prices || prices->type != MSGPACK_OBJECT_MAP || !secrets ||
-	    secrets->type != MSGPACK_OBJECT_ARRAY || secrets->via.array.size > SB_ACCESS_SECRETS)
-		return sb_seterr(SB_ERR_CORRUPT, "the recorded model access is incomplete");
+	    models->type != MSGPACK_OBJECT_ARRAY ||
+	    models->via.array.size > SB_ACCESS_MODELS || !prices ||
+	    prices->type != MSGPACK_OBJECT_MAP || !secrets ||
+	    secrets->type != MSGPACK_OBJECT_ARRAY ||
+	    secrets->via.array.size > SB_ACCESS_SECRETS)
+		return sb_seterr(SB_ERR_CORRUPT,
+				 "the recorded model access is incomplete");
 	a->budget_nusd = sb_map_u64(p, "budget_nusd", 0);
 	a->stop_on_budget = strcmp(policy, "continue") != 0;
 	for (uint32_t i = 0; i < models->via.array.size; i++) {
@@ -213,7 +226,8 @@ int sb_access_from_record(const msgpack_object *p, struct sb_access *a)
 		const msgpack_object *pr;
 		if (obj_str(&models->via.array.ptr[i], m->name, sizeof m->name) ||
 		    !(pr = sb_map_get(prices, m->name)))
-			return sb_seterr(SB_ERR_CORRUPT, "recorded model %u has no price", i);
+			return sb_seterr(SB_ERR_CORRUPT, "recorded model %u has no price",
+					 i);
 		m->in_price = sb_map_u64(pr, "input", 0);
 		m->out_price = sb_map_u64(pr, "output", 0);
 		m->cached_price = sb_map_u64(pr, "cached", 0);
@@ -225,7 +239,8 @@ int sb_access_from_record(const msgpack_object *p, struct sb_access *a)
 		char scope[8];
 		if (obj_str(sb_map_get(s, "name"), g->name, sizeof g->name) ||
 		    obj_str(sb_map_get(s, "scope"), scope, sizeof scope))
-			return sb_seterr(SB_ERR_CORRUPT, "recorded secret %u is malformed", i);
+			return sb_seterr(SB_ERR_CORRUPT,
+					 "recorded secret %u is malformed", i);
 		g->model_scope = !strcmp(scope, "model");
 		a->ngrants++;
 	}

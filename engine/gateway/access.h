@@ -23,7 +23,6 @@
 #include "engine/gateway/stubs.h"
 #include "engine/runs/template.h"
 
-
 #define SB_ACCESS_MODELS  16 /* models a run may name */
 #define SB_ACCESS_SECRETS 32 /* secrets a run may be granted */
 

@@ -8,7 +8,6 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +18,11 @@
 
 #include "engine/error.h"
 #include "engine/home.h"
+#include "engine/proc.h"
 
 #define PRICE_MAX_USD	    1e6 /* per million tokens */
 #define MAX_OUTPUT_DEFAULT  4096
 #define BUDGET_DEFAULT_NUSD 1000000000ull /* $1.00 */
-
-extern char **environ;
 
 static const char builtin_json[] =
     "{\"default_model\": \"stub/scripted\", \"default_budget_usd\": 1.0,"
@@ -414,8 +412,9 @@ int sb_stub_find(char *buf, size_t cap)
 int sb_stub_start(const char *script_dir, pid_t *pid, char url[SB_URL_MAX])
 {
 	char bin[PATH_MAX], line[128], parent[24];
-	char *argv[] = {bin, "--listen", "127.0.0.1:0", "--parent", parent, NULL, NULL, NULL};
-	posix_spawn_file_actions_t fa;
+	char *argv[] = {bin,	"--listen", "127.0.0.1:0", "--parent",
+			parent, NULL,	    NULL,	   NULL};
+	struct sb_spawn sp = {argv, -1, -1, -1, 0, 0};
 	struct pollfd pfd;
 	size_t got = 0;
 	int fds[2], rc;
@@ -430,16 +429,13 @@ int sb_stub_start(const char *script_dir, pid_t *pid, char url[SB_URL_MAX])
 	}
 	if (pipe2(fds, O_CLOEXEC))
 		return sb_seterr(SB_ERR_IO, "pipe: %s", strerror(errno));
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-	rc = posix_spawn(pid, bin, &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
+	sp.out = fds[1];
+	sp.err = 2; /* its diagnostics go to the daemon's log */
+	rc = sb_spawn(&sp, pid);
 	close(fds[1]);
 	if (rc) {
 		close(fds[0]);
-		*pid = 0;
-		return sb_seterr(SB_ERR_UNAVAIL, "cannot start %s: %s", bin,
-				 strerror(rc));
+		return rc;
 	}
 	/* its first line: "listening 127.0.0.1:PORT" */
 	pfd.fd = fds[0];

@@ -133,8 +133,8 @@ static int key_load(const char *home, unsigned char *key)
 	return SB_OK;
 }
 
-int sb_secret_derive(const char *home, const char *purpose, const char *id, unsigned char *out,
-		     size_t n)
+int sb_secret_derive(const char *home, const char *purpose, const char *id,
+		     unsigned char *out, size_t n)
 {
 	unsigned char *key = sodium_malloc(KEY_LEN);
 	crypto_generichash_state st;
@@ -143,12 +143,14 @@ int sb_secret_derive(const char *home, const char *purpose, const char *id, unsi
 	if (!key)
 		return SB_ERR_NOMEM;
 	if (n < crypto_generichash_BYTES_MIN || n > crypto_generichash_BYTES_MAX)
-		rc = sb_seterr(SB_ERR_INVAL, "a derived value is %d to %d bytes",
-			       crypto_generichash_BYTES_MIN, crypto_generichash_BYTES_MAX);
+		rc =
+		    sb_seterr(SB_ERR_INVAL, "a derived value is %d to %d bytes",
+			      crypto_generichash_BYTES_MIN, crypto_generichash_BYTES_MAX);
 	else if ((rc = key_load(home, key)) == SB_OK) {
 		/* keyed BLAKE2b over "purpose", NUL, id: a PRF of the store's key */
 		crypto_generichash_init(&st, key, KEY_LEN, n);
-		crypto_generichash_update(&st, (const unsigned char *)purpose, strlen(purpose) + 1);
+		crypto_generichash_update(&st, (const unsigned char *)purpose,
+					  strlen(purpose) + 1);
 		crypto_generichash_update(&st, (const unsigned char *)id, strlen(id));
 		crypto_generichash_final(&st, out, n);
 	}

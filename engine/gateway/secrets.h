@@ -51,8 +51,8 @@ int sb_secret_rm(const char *home, const char *name);
  * (keyed BLAKE2b), the same on every call and in every daemon of home: a
  * run's virtual key, so a restarted daemon knows it again. Errors:
  * SB_ERR_INVAL, SB_ERR_IO, SB_ERR_CORRUPT (the store's key). */
-int sb_secret_derive(const char *home, const char *purpose, const char *id, unsigned char *out,
-		     size_t n);
+int sb_secret_derive(const char *home, const char *purpose, const char *id,
+		     unsigned char *out, size_t n);
 
 /* Calls fn for each stored secret, in name order, with its name and the
  * time it was last set (seconds since the epoch), until fn returns non-zero

@@ -61,9 +61,10 @@ int sb_stubs_url(sb_stubs *s, const char *script_dir, char url[SB_URL_MAX])
 			free_one = st;
 	}
 	if (!free_one) {
-		rc = sb_seterr(SB_ERR_FULL,
-			       "the built-in model stub runs for %d script directories already",
-			       SB_STUBS_MAX);
+		rc = sb_seterr(
+		    SB_ERR_FULL,
+		    "the built-in model stub runs for %d script directories already",
+		    SB_STUBS_MAX);
 		goto out;
 	}
 	if ((rc = sb_stub_start(script_dir, &free_one->pid, free_one->url)))

@@ -24,8 +24,9 @@
 
 enum drop { D_RATE, D_MALFORMED, D_SCHEMA, D_QUOTA, D_COUNT };
 
-static const char *const drop_what[D_COUNT] = {
-	"over the event rate limit", "malformed", "refused by the schema", "past the record quota"};
+static const char *const drop_what[D_COUNT] = {"over the event rate limit", "malformed",
+					       "refused by the schema",
+					       "past the record quota"};
 
 /* An output stream whose end is held back for masking. */
 struct stream {
@@ -47,15 +48,16 @@ struct sb_guest {
 	sb_mask *mask;
 	struct stream streams[2];
 	struct sb_bucket bucket;
-	uint64_t recorded;           /* payload bytes recorded */
-	uint64_t dropped[D_COUNT];   /* events dropped, by why */
-	uint64_t warned[D_COUNT];    /* ... as of the last warning */
-	char last_detail[200];       /* why the last one was dropped */
+	uint64_t recorded;	   /* payload bytes recorded */
+	uint64_t dropped[D_COUNT]; /* events dropped, by why */
+	uint64_t warned[D_COUNT];  /* ... as of the last warning */
+	char last_detail[200];	   /* why the last one was dropped */
 	double warned_at;
 	int quota_said;
 };
 
-static void guest_warn(sb_guest *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void guest_warn(sb_guest *g, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static void guest_warn(sb_guest *g, const char *fmt, ...)
 {
@@ -82,8 +84,9 @@ static void drops_report(sb_guest *g, int now)
 		uint64_t n = g->dropped[i] - g->warned[i];
 		if (!n)
 			continue;
-		at += (size_t)snprintf(line + at, sizeof line - at, "%s%llu %s", at ? ", " : "",
-				       (unsigned long long)n, drop_what[i]);
+		at +=
+		    (size_t)snprintf(line + at, sizeof line - at, "%s%llu %s",
+				     at ? ", " : "", (unsigned long long)n, drop_what[i]);
 		g->warned[i] = g->dropped[i];
 		if (at >= sizeof line)
 			break;
@@ -125,7 +128,8 @@ static void record_packed(sb_guest *g, const char *type, enum sb_source src,
 		if (!g->quota_said) {
 			g->quota_said = 1;
 			guest_warn(g,
-				   "the run's record quota of %llu bytes is reached: its output and "
+				   "the run's record quota of %llu bytes is reached: its "
+				   "output and "
 				   "events are no longer recorded, only counted",
 				   (unsigned long long)g->lim.quota);
 		}
@@ -191,9 +195,9 @@ static void guest_event(sb_guest *g, const char *type, enum sb_source src,
 		return;
 	}
 	msgpack_sbuffer_init(&buf);
-	if (src == SB_SRC_GUEST && !strcmp(type, "agent.output") && payload->via.map.size == 2 &&
-	    stream && stream->type == MSGPACK_OBJECT_STR && data &&
-	    data->type == MSGPACK_OBJECT_STR &&
+	if (src == SB_SRC_GUEST && !strcmp(type, "agent.output") &&
+	    payload->via.map.size == 2 && stream && stream->type == MSGPACK_OBJECT_STR &&
+	    data && data->type == MSGPACK_OBJECT_STR &&
 	    (s = stream_of(g, stream->via.str.ptr, stream->via.str.size))) {
 		if (pack_output(g, s, data->via.str.ptr, data->via.str.size, 0, &buf))
 			record_packed(g, type, src, &buf);
@@ -221,13 +225,15 @@ static void harness_line(sb_guest *g, const msgpack_object *body)
 		drop(g, D_MALFORMED, "a harness line frame without bytes");
 		return;
 	}
-	j = json_loadb(body->via.bin.ptr, body->via.bin.size, JSON_REJECT_DUPLICATES, &jerr);
+	j = json_loadb(body->via.bin.ptr, body->via.bin.size, JSON_REJECT_DUPLICATES,
+		       &jerr);
 	type = json_object_get(j, "type");
 	payload = json_object_get(j, "payload");
 	if (!j || !json_is_string(type) || json_string_length(type) >= SB_TYPE_MAX ||
 	    !json_is_object(payload)) {
 		drop(g, D_MALFORMED,
-		     j ? "a harness line needs {\"type\": ..., \"payload\": {...}}" : jerr.text);
+		     j ? "a harness line needs {\"type\": ..., \"payload\": {...}}"
+		       : jerr.text);
 		json_decref(j);
 		return;
 	}
@@ -252,7 +258,8 @@ static void harness_line(sb_guest *g, const msgpack_object *body)
 static void out_flush(sb_guest *g)
 {
 	while (g->fd >= 0 && g->out_off < g->out.size) {
-		ssize_t n = write(g->fd, g->out.data + g->out_off, g->out.size - g->out_off);
+		ssize_t n =
+		    write(g->fd, g->out.data + g->out_off, g->out.size - g->out_off);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -279,8 +286,8 @@ void sb_guest_send(sb_guest *g, const void *frames, size_t len)
 
 /* Sends a frame whose body the caller packs through pk between begin and
  * end. */
-static void send_frame(sb_guest *g, int kind, uint64_t stream, const void *bin, size_t len,
-		       int sig)
+static void send_frame(sb_guest *g, int kind, uint64_t stream, const void *bin,
+		       size_t len, int sig)
 {
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
@@ -312,7 +319,8 @@ void sb_guest_signal(sb_guest *g, int sig)
 
 static void tun_send(void *ctx, int kind, uint64_t stream, const void *data, size_t len)
 {
-	send_frame(ctx, kind == SB_CHAN_CLOSE ? SB_CHAN_CLOSE : SB_CHAN_DATA, stream, data, len, 0);
+	send_frame(ctx, kind == SB_CHAN_CLOSE ? SB_CHAN_CLOSE : SB_CHAN_DATA, stream,
+		   data, len, 0);
 }
 
 static size_t tun_backlog(void *ctx)
@@ -330,9 +338,9 @@ static int tun_connect(void *ctx, int *fd)
 }
 
 static const struct sb_tunnel_ops tunnel_ops = {
-	.send = tun_send,
-	.backlog = tun_backlog,
-	.connect = tun_connect,
+    .send = tun_send,
+    .backlog = tun_backlog,
+    .connect = tun_connect,
 };
 
 /* --- frames from the guest --- */
@@ -351,8 +359,9 @@ static void on_frame(sb_guest *g, const struct sb_chan_frame *f)
 	case SB_CHAN_EVENT:
 		type = sb_map_get(&f->body, "type");
 		payload = sb_map_get(&f->body, "payload");
-		if (!type || type->type != MSGPACK_OBJECT_STR || type->via.str.size >= sizeof t ||
-		    !payload || payload->type != MSGPACK_OBJECT_MAP) {
+		if (!type || type->type != MSGPACK_OBJECT_STR ||
+		    type->via.str.size >= sizeof t || !payload ||
+		    payload->type != MSGPACK_OBJECT_MAP) {
 			drop(g, D_MALFORMED, "an event frame without {type, payload}");
 			break;
 		}
@@ -360,9 +369,7 @@ static void on_frame(sb_guest *g, const struct sb_chan_frame *f)
 		t[type->via.str.size] = 0;
 		guest_event(g, t, SB_SRC_GUEST, payload);
 		break;
-	case SB_CHAN_EVENT_JSON:
-		harness_line(g, &f->body);
-		break;
+	case SB_CHAN_EVENT_JSON: harness_line(g, &f->body); break;
 	case SB_CHAN_OPEN:
 	case SB_CHAN_DATA:
 	case SB_CHAN_CLOSE:
@@ -375,8 +382,7 @@ static void on_frame(sb_guest *g, const struct sb_chan_frame *f)
 				*p = ' '; /* guest text: keep the reason one line */
 		g->ops->done(g->ctx, error);
 		break;
-	default:
-		break; /* LOG: the agent's diagnostics, not recorded */
+	default: break; /* LOG: the agent's diagnostics, not recorded */
 	}
 }
 
@@ -418,7 +424,8 @@ static int chan_read(sb_guest *g)
 			else if (sb_chan_reader_error(g->rd))
 				break; /* framing lost */
 			else
-				drop(g, D_MALFORMED, sb_errmsg(rc)); /* a bad frame, skipped */
+				drop(g, D_MALFORMED,
+				     sb_errmsg(rc)); /* a bad frame, skipped */
 			if (g->fd < 0)
 				return 0;
 		}
@@ -427,7 +434,8 @@ static int chan_read(sb_guest *g)
 	}
 	if (g->fd < 0 || budget == 0)
 		return budget == 0;
-	guest_warn(g, "the guest channel broke its framing (%s); closing it", sb_errmsg(rc));
+	guest_warn(g, "the guest channel broke its framing (%s); closing it",
+		   sb_errmsg(rc));
 	chan_drop(g);
 	return 0;
 }
@@ -506,9 +514,10 @@ void sb_guest_finish(sb_guest *g)
 		msgpack_sbuffer_destroy(&buf);
 	}
 	if (g->dropped[D_QUOTA])
-		guest_warn(g, "not recorded past the record quota of %llu bytes: %llu events",
-			   (unsigned long long)g->lim.quota,
-			   (unsigned long long)g->dropped[D_QUOTA]);
+		guest_warn(
+		    g, "not recorded past the record quota of %llu bytes: %llu events",
+		    (unsigned long long)g->lim.quota,
+		    (unsigned long long)g->dropped[D_QUOTA]);
 	drops_report(g, 1);
 }
 

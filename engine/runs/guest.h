@@ -23,7 +23,7 @@ typedef struct sb_guest sb_guest;
 
 struct sb_guest_limits {
 	double rate, burst; /* guest events per second, and at once */
-	uint64_t quota;     /* bytes of events the guest may put in the record */
+	uint64_t quota;	    /* bytes of events the guest may put in the record */
 };
 
 /* What the channel tells its run; ctx is the run's. */
@@ -33,8 +33,8 @@ struct sb_guest_ops {
 	void (*hello)(void *ctx, const char *version, int resume);
 	/* An event to record (checked, masked, within the quota): payload
 	 * is one msgpack map, valid during the call. */
-	void (*event)(void *ctx, const char *type, enum sb_source src, const void *payload,
-		      size_t len);
+	void (*event)(void *ctx, const char *type, enum sb_source src,
+		      const void *payload, size_t len);
 	/* A line for run.warning. */
 	void (*warn)(void *ctx, const char *line);
 	/* DONE: the harness ended; error is its set-up failure or "". */

@@ -23,6 +23,8 @@
 #include "engine/daemon/loop.h"
 #include "engine/error.h"
 #include "engine/home.h"
+#include "engine/proc.h"
+#include "engine/sock.h"
 #include "vmm/accel.h"
 #include "vmm/disk.h"
 #include "vmm/qemu.h"
@@ -32,7 +34,8 @@
 struct sb_machine {
 	struct sb_local_runner *lr;
 	char run[SB_RUN_MAX];
-	char dir[PATH_MAX], disk[PATH_CAP], chan[PATH_CAP], qmp[PATH_CAP], console[PATH_CAP];
+	char dir[PATH_MAX], disk[PATH_CAP], chan[PATH_CAP], qmp[PATH_CAP],
+	    console[PATH_CAP];
 	char kernel[PATH_MAX], initrd[PATH_MAX];
 	unsigned cpus, memory_mib;
 	sb_accel accel;
@@ -41,7 +44,7 @@ struct sb_machine {
 	sb_watch *chan_lw, *qmp_lw, *child_w, *grace_w;
 	const struct sb_machine_events *ev;
 	void *ctx;
-	int again;  /* the next channel is a reconnection */
+	int again; /* the next channel is a reconnection */
 	int ended;
 };
 
@@ -85,8 +88,8 @@ static void local_free(struct sb_machine *m)
 	free(m);
 }
 
-static int local_create(void *runner, const struct sb_plan *p, sb_machine **out, char *accel,
-			char *warning, size_t cap)
+static int local_create(void *runner, const struct sb_plan *p, sb_machine **out,
+			char *accel, char *warning, size_t cap)
 {
 	struct sb_local_runner *lr = runner;
 	struct sb_machine *m = machine_new(lr);
@@ -99,12 +102,14 @@ static int local_create(void *runner, const struct sb_plan *p, sb_machine **out,
 	warning[0] = 0;
 	snprintf(cache, sizeof cache, "%s/cache", lr->home);
 	if ((rc = machine_paths(m, lr->home, p->run)) || (rc = sb_mkdirs(m->dir, 0700)) ||
-	    (rc = sb_mkdirs(cache, 0700)) || (rc = sb_disk_layer_create(p->t.rootfs, "raw", m->disk)))
+	    (rc = sb_mkdirs(cache, 0700)) ||
+	    (rc = sb_disk_layer_create(p->t.rootfs, "raw", m->disk)))
 		goto fail;
 	want = !strcmp(p->accel, "kvm")	  ? SB_ACCEL_KVM
 	       : !strcmp(p->accel, "tcg") ? SB_ACCEL_TCG
 					  : SB_ACCEL_AUTO;
-	if ((rc = sb_accel_resolve(want, p->t.kernel, p->t.initrd, cache, &m->accel, warning, cap)))
+	if ((rc = sb_accel_resolve(want, p->t.kernel, p->t.initrd, cache, &m->accel,
+				   warning, cap)))
 		goto fail;
 	snprintf(m->kernel, sizeof m->kernel, "%s", p->t.kernel);
 	snprintf(m->initrd, sizeof m->initrd, "%s", p->t.initrd);
@@ -142,18 +147,23 @@ static void end_reason(struct sb_machine *m, int status, char *buf, size_t cap)
 	FILE *f;
 
 	if (status == -1) {
-		snprintf(buf, cap, "the VM ended while no daemon watched it (its exit status is "
-				   "unknown; see console.log)");
+		snprintf(buf, cap,
+			 "the VM ended while no daemon watched it (its exit status is "
+			 "unknown; see console.log)");
 	} else if (WIFSIGNALED(status)) {
-		snprintf(buf, cap, "QEMU was killed by signal %d (%s) before the harness reported",
+		snprintf(buf, cap,
+			 "QEMU was killed by signal %d (%s) before the harness reported",
 			 WTERMSIG(status), strsignal(WTERMSIG(status)));
 	} else if (WIFEXITED(status) && WEXITSTATUS(status)) {
 		snprintf(path, sizeof path, "%s/qemu.log", m->dir);
 		last_line(path, line, sizeof line);
-		snprintf(buf, cap, "QEMU exited with status %d before the harness reported%s%.300s",
+		snprintf(buf, cap,
+			 "QEMU exited with status %d before the harness reported%s%.300s",
 			 WEXITSTATUS(status), line[0] ? ": " : "", line);
 	} else {
-		snprintf(buf, cap, "the VM powered off before the harness reported (see console.log)");
+		snprintf(
+		    buf, cap,
+		    "the VM powered off before the harness reported (see console.log)");
 	}
 	if (!(f = fopen(m->console, "re")))
 		return;
@@ -207,21 +217,24 @@ static void on_qmp_accept(void *ctx, int revents)
 }
 
 /* Listens on the machine's sockets and watches its QEMU (pid set). */
-static int machine_watch(struct sb_machine *m, const struct sb_machine_events *ev, void *ctx)
+static int machine_watch(struct sb_machine *m, const struct sb_machine_events *ev,
+			 void *ctx)
 {
 	sb_loop *l = m->lr->loop;
 	int rc;
 
 	m->ev = ev;
 	m->ctx = ctx;
-	if ((rc = sb_unix_listen(m->chan, &m->chan_lfd)) || (rc = sb_unix_listen(m->qmp, &m->qmp_lfd)))
+	if ((rc = sb_unix_listen(m->chan, &m->chan_lfd)) ||
+	    (rc = sb_unix_listen(m->qmp, &m->qmp_lfd)))
 		return rc;
 	m->chan_lw = sb_loop_io(l, m->chan_lfd, SB_READ, on_chan_accept, m);
 	m->qmp_lw = sb_loop_io(l, m->qmp_lfd, SB_READ, on_qmp_accept, m);
 	return m->chan_lw && m->qmp_lw ? SB_OK : SB_ERR_NOMEM;
 }
 
-static int local_start(struct sb_machine *m, const struct sb_machine_events *ev, void *ctx)
+static int local_start(struct sb_machine *m, const struct sb_machine_events *ev,
+		       void *ctx)
 {
 	struct sb_vm_config vc = {0};
 	char path[PATH_CAP], pidbuf[32];
@@ -250,7 +263,7 @@ static int local_start(struct sb_machine *m, const struct sb_machine_events *ev,
 	if (!(m->child_w = sb_loop_child(m->lr->loop, m->pid, on_child, m)))
 		rc = SB_ERR_NOMEM;
 	if (rc) {
-		sb_vm_kill(m->pid, SIGKILL);
+		sb_proc_kill(m->pid, SIGKILL);
 		return rc;
 	}
 	return SB_OK;
@@ -260,7 +273,7 @@ static int local_signal(struct sb_machine *m, int sig)
 {
 	if (m->ended || m->pid <= 1)
 		return sb_seterr(SB_ERR_STATE, "the VM of run %s has ended", m->run);
-	return sb_vm_kill(m->pid, sig);
+	return sb_proc_kill(m->pid, sig);
 }
 
 static void on_kill_grace(void *ctx)
@@ -270,14 +283,14 @@ static void on_kill_grace(void *ctx)
 	sb_watch_stop(m->grace_w);
 	m->grace_w = NULL;
 	if (!m->ended)
-		sb_vm_kill(m->pid, SIGKILL);
+		sb_proc_kill(m->pid, SIGKILL);
 }
 
 static void local_stop(struct sb_machine *m, double grace_s)
 {
 	if (m->ended || m->grace_w)
 		return;
-	sb_vm_kill(m->pid, SIGTERM);
+	sb_proc_kill(m->pid, SIGTERM);
 	m->grace_w = sb_loop_timer(m->lr->loop, grace_s, 0, on_kill_grace, m);
 }
 
@@ -324,8 +337,8 @@ static pid_t machine_pid(const char *dir, const char *run)
 	return strstr(cmd, want) ? (pid_t)pid : 0;
 }
 
-static int local_reattach(void *runner, const struct sb_plan *p, const struct sb_machine_events *ev,
-			  void *ctx, sb_machine **out)
+static int local_reattach(void *runner, const struct sb_plan *p,
+			  const struct sb_machine_events *ev, void *ctx, sb_machine **out)
 {
 	struct sb_local_runner *lr = runner;
 	struct sb_machine *m = machine_new(lr);
@@ -361,18 +374,18 @@ static void local_reap(void *runner, const char *run)
 
 	snprintf(dir, sizeof dir, "%s/runs/%s", lr->home, run);
 	if ((pid = machine_pid(dir, run)))
-		sb_vm_kill(pid, SIGKILL);
+		sb_proc_kill(pid, SIGKILL);
 }
 
 const struct sb_runner_ops sb_local_runner_ops = {
-	.name = "local",
-	.create = local_create,
-	.start = local_start,
-	.signal = local_signal,
-	.stop = local_stop,
-	.snapshot = local_snapshot,
-	.restore = local_restore,
-	.reattach = local_reattach,
-	.reap = local_reap,
-	.free = local_free,
+    .name = "local",
+    .create = local_create,
+    .start = local_start,
+    .signal = local_signal,
+    .stop = local_stop,
+    .snapshot = local_snapshot,
+    .restore = local_restore,
+    .reattach = local_reattach,
+    .reap = local_reap,
+    .free = local_free,
 };

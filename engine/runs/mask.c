@@ -11,7 +11,7 @@
 struct value {
 	unsigned char *v; /* sodium_malloc */
 	size_t n;
-	char shown[80];   /* "[masked NAME]" */
+	char shown[80]; /* "[masked NAME]" */
 };
 
 struct sb_mask {
@@ -33,9 +33,11 @@ int sb_mask_add(sb_mask *m, const void *value, size_t n, const char *label)
 	if (n < SB_MASK_MIN)
 		return SB_OK;
 	if (n > SB_MASK_HOLD_MAX)
-		return sb_seterr(SB_ERR_TOOBIG, "a value of %zu bytes is too long to mask", n);
+		return sb_seterr(SB_ERR_TOOBIG,
+				 "a value of %zu bytes is too long to mask", n);
 	if (m->count == SB_MASK_VALUES)
-		return sb_seterr(SB_ERR_FULL, "at most %d values are masked", SB_MASK_VALUES);
+		return sb_seterr(SB_ERR_FULL, "at most %d values are masked",
+				 SB_MASK_VALUES);
 	v = &m->vals[m->count];
 	if (!(v->v = sodium_malloc(n)))
 		return SB_ERR_NOMEM;
@@ -112,8 +114,8 @@ size_t sb_mask_apply(const sb_mask *m, const void *in, size_t n, msgpack_sbuffer
 	return mask_span(m, in, n, n, out, &used);
 }
 
-size_t sb_mask_stream(const sb_mask *m, struct sb_mask_stream *st, const void *in, size_t n,
-		      int end, msgpack_sbuffer *out)
+size_t sb_mask_stream(const sb_mask *m, struct sb_mask_stream *st, const void *in,
+		      size_t n, int end, msgpack_sbuffer *out)
 {
 	unsigned char *buf;
 	size_t total = st->nhold + n, keep = 0, used, count;
@@ -164,7 +166,8 @@ size_t sb_mask_object(const sb_mask *m, const msgpack_object *o, msgpack_packer 
 	case MSGPACK_OBJECT_STR:
 		msgpack_sbuffer_init(&tmp);
 		count = sb_mask_apply(m, o->via.str.ptr, o->via.str.size, &tmp);
-		msgpack_pack_str_with_body(pk, tmp.data ? tmp.data : "", tmp.data ? tmp.size : 0);
+		msgpack_pack_str_with_body(pk, tmp.data ? tmp.data : "",
+					   tmp.data ? tmp.size : 0);
 		if (tmp.data)
 			sodium_memzero(tmp.data, tmp.size);
 		msgpack_sbuffer_destroy(&tmp);
@@ -184,12 +187,11 @@ size_t sb_mask_object(const sb_mask *m, const msgpack_object *o, msgpack_packer 
 	case MSGPACK_OBJECT_BIN:
 		msgpack_sbuffer_init(&tmp);
 		count = sb_mask_apply(m, o->via.bin.ptr, o->via.bin.size, &tmp);
-		msgpack_pack_bin_with_body(pk, tmp.data ? tmp.data : "", tmp.data ? tmp.size : 0);
+		msgpack_pack_bin_with_body(pk, tmp.data ? tmp.data : "",
+					   tmp.data ? tmp.size : 0);
 		msgpack_sbuffer_destroy(&tmp);
 		return count;
-	default:
-		msgpack_pack_object(pk, *o);
-		return 0;
+	default: msgpack_pack_object(pk, *o); return 0;
 	}
 }
 

@@ -47,8 +47,8 @@ size_t sb_mask_apply(const sb_mask *m, const void *in, size_t n, msgpack_sbuffer
  * a tail that may begin a value; end: the stream ends, nothing is held.
  * The bytes appended never end inside a UTF-8 sequence that the chunk
  * completes. Returns how many values were masked. */
-size_t sb_mask_stream(const sb_mask *m, struct sb_mask_stream *st, const void *in, size_t n,
-		      int end, msgpack_sbuffer *out);
+size_t sb_mask_stream(const sb_mask *m, struct sb_mask_stream *st, const void *in,
+		      size_t n, int end, msgpack_sbuffer *out);
 
 /* Masks every string (map keys too) in a msgpack object and packs it with
  * pk. Returns how many values were masked. */

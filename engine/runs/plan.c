@@ -30,7 +30,8 @@ static int strv_copy(const msgpack_object *o, char ***out, size_t *n)
 	if (!v)
 		return -1;
 	for (uint32_t i = 0; i < len; i++) {
-		if (!(v[i] = strndup(o->via.array.ptr[i].via.str.ptr, o->via.array.ptr[i].via.str.size))) {
+		if (!(v[i] = strndup(o->via.array.ptr[i].via.str.ptr,
+				     o->via.array.ptr[i].via.str.size))) {
 			while (i--)
 				free(v[i]);
 			free(v);
@@ -82,24 +83,29 @@ static int inputs_resolve(const msgpack_object *spec, struct sb_plan *p)
 	if (ins->type != MSGPACK_OBJECT_ARRAY)
 		return sb_seterr(SB_ERR_INVAL, "spec: inputs must be a list");
 	if (ins->via.array.size > SB_CHAN_INPUT_FILES)
-		return sb_seterr(SB_ERR_TOOBIG, "spec: more than %u input files", SB_CHAN_INPUT_FILES);
+		return sb_seterr(SB_ERR_TOOBIG, "spec: more than %u input files",
+				 SB_CHAN_INPUT_FILES);
 	if (!(p->inputs = calloc(ins->via.array.size + 1, sizeof *p->inputs)))
 		return SB_ERR_NOMEM;
 	for (uint32_t i = 0; i < ins->via.array.size; i++) {
 		const msgpack_object *in = &ins->via.array.ptr[i];
-		const msgpack_object *path = sb_map_get(in, "path"), *d = sb_map_get(in, "data");
+		const msgpack_object *path = sb_map_get(in, "path"),
+				     *d = sb_map_get(in, "data");
 		const msgpack_object *mode = sb_map_get(in, "mode");
 		struct sb_plan_input *x = &p->inputs[i];
 
 		if (!path || path->type != MSGPACK_OBJECT_STR ||
 		    !input_path_ok(path->via.str.ptr, path->via.str.size) || !d ||
 		    d->type != MSGPACK_OBJECT_BIN)
-			return sb_seterr(SB_ERR_INVAL, "spec: input %u needs a relative path and data", i);
+			return sb_seterr(SB_ERR_INVAL,
+					 "spec: input %u needs a relative path and data",
+					 i);
 		memcpy(x->path, path->via.str.ptr, path->via.str.size);
 		x->path[path->via.str.size] = 0;
 		x->size = d->via.bin.size;
 		x->data = d->via.bin.ptr;
-		x->mode = mode && mode->type == MSGPACK_OBJECT_POSITIVE_INTEGER && (mode->via.u64 & 07777)
+		x->mode = mode && mode->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+				  (mode->via.u64 & 07777)
 			      ? (uint32_t)(mode->via.u64 & 07777)
 			      : 0644;
 		sb_blob_hash(x->data, x->size, x->blob);
@@ -107,13 +113,14 @@ static int inputs_resolve(const msgpack_object *spec, struct sb_plan *p)
 		p->ninputs++;
 	}
 	if (p->input_bytes > SB_CHAN_INPUTS_MAX)
-		return sb_seterr(SB_ERR_TOOBIG, "inputs total %llu bytes, above the %u MiB limit",
-				 (unsigned long long)p->input_bytes, SB_CHAN_INPUTS_MAX >> 20);
+		return sb_seterr(
+		    SB_ERR_TOOBIG, "inputs total %llu bytes, above the %u MiB limit",
+		    (unsigned long long)p->input_bytes, SB_CHAN_INPUTS_MAX >> 20);
 	return SB_OK;
 }
 
-int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run, const msgpack_object *spec,
-		    struct sb_plan *p)
+int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
+		    const msgpack_object *spec, struct sb_plan *p)
 {
 	const msgpack_object *argv, *env;
 	char tmpl[64] = "shell", prompt[PROMPT_MAX];
@@ -137,22 +144,29 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run, const msgpack_
 	    (rc = sb_spec_u64(spec, "record_quota", QUOTA_MAX, &quota)) ||
 	    (rc = sb_netpolicy_resolve(spec, &p->net)))
 		return rc;
-	if (strcmp(p->accel, "auto") && strcmp(p->accel, "kvm") && strcmp(p->accel, "tcg"))
+	if (strcmp(p->accel, "auto") && strcmp(p->accel, "kvm") &&
+	    strcmp(p->accel, "tcg"))
 		return sb_seterr(SB_ERR_INVAL, "spec: accel must be auto, kvm or tcg");
 	if ((!argv || argv->via.array.size == 0) && !prompt[0])
 		return sb_seterr(SB_ERR_INVAL, "spec: give a command (argv) or a prompt");
 	if (p->memory_mib && p->memory_mib < MEMORY_MIN)
-		return sb_seterr(SB_ERR_INVAL, "spec: memory below the %u MiB minimum", MEMORY_MIN);
+		return sb_seterr(SB_ERR_INVAL, "spec: memory below the %u MiB minimum",
+				 MEMORY_MIN);
 	for (uint32_t i = 0; env && i < env->via.array.size; i++) {
 		const msgpack_object *e = &env->via.array.ptr[i];
 		const char *eq = memchr(e->via.str.ptr, '=', e->via.str.size);
-		if (!eq || eq == e->via.str.ptr || memchr(e->via.str.ptr, 0, e->via.str.size))
-			return sb_seterr(SB_ERR_INVAL, "spec: env entry %u is not K=V", i);
+		if (!eq || eq == e->via.str.ptr ||
+		    memchr(e->via.str.ptr, 0, e->via.str.size))
+			return sb_seterr(SB_ERR_INVAL, "spec: env entry %u is not K=V",
+					 i);
 	}
 	for (uint32_t i = 0; argv && i < argv->via.array.size; i++)
-		if (memchr(argv->via.array.ptr[i].via.str.ptr, 0, argv->via.array.ptr[i].via.str.size))
-			return sb_seterr(SB_ERR_INVAL, "spec: argv entry %u holds a NUL byte", i);
-	if ((rc = inputs_resolve(spec, p)) || (rc = sb_template_load(c->home, tmpl, &p->t)))
+		if (memchr(argv->via.array.ptr[i].via.str.ptr, 0,
+			   argv->via.array.ptr[i].via.str.size))
+			return sb_seterr(SB_ERR_INVAL,
+					 "spec: argv entry %u holds a NUL byte", i);
+	if ((rc = inputs_resolve(spec, p)) ||
+	    (rc = sb_template_load(c->home, tmpl, &p->t)))
 		return rc;
 	if (strv_copy(argv, &p->argv, &p->argc) || strv_copy(env, &p->env, &p->nenv) ||
 	    !(p->prompt = strdup(p->argc ? "" : prompt)))
@@ -212,7 +226,7 @@ void sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk)
 	sb_pack_kstr(pk, "accel", p->accel);
 	sb_pack_ku64(pk, "record_quota", p->record_quota);
 	sb_pack_ku64(pk, "input_bytes", p->input_bytes);
-	sb_netpolicy_pack(&p->net, pk);        /* 2 pairs */
+	sb_netpolicy_pack(&p->net, pk);	       /* 2 pairs */
 	sb_access_pack_policy(&p->access, pk); /* 6 pairs */
 	sb_pack_kstr(pk, "run", p->run);
 }
@@ -280,10 +294,12 @@ int sb_plan_pack_guest(const struct sb_plan *p, const char *vkey, uint16_t tunne
 			return rc;
 		if (!x->data && len != x->size) {
 			free(data);
-			return sb_seterr(SB_ERR_CORRUPT, "input %s: its blob has %zu bytes, not %llu",
+			return sb_seterr(SB_ERR_CORRUPT,
+					 "input %s: its blob has %zu bytes, not %llu",
 					 x->path, len, (unsigned long long)x->size);
 		}
-		rc = sb_chan_pack_input(out, (uint32_t)i, x->data ? x->data : data, x->size);
+		rc = sb_chan_pack_input(out, (uint32_t)i, x->data ? x->data : data,
+					x->size);
 		free(data);
 	}
 	return rc;
@@ -295,10 +311,12 @@ static int record_strv(const msgpack_object *m, const char *key, char ***v, size
 	const msgpack_object *o = sb_map_get(m, key);
 
 	if (o && o->type != MSGPACK_OBJECT_ARRAY)
-		return sb_seterr(SB_ERR_CORRUPT, "the recorded plan's %s is not a list", key);
+		return sb_seterr(SB_ERR_CORRUPT, "the recorded plan's %s is not a list",
+				 key);
 	for (uint32_t i = 0; o && i < o->via.array.size; i++)
 		if (o->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
-			return sb_seterr(SB_ERR_CORRUPT, "the recorded plan's %s holds a non-string",
+			return sb_seterr(SB_ERR_CORRUPT,
+					 "the recorded plan's %s holds a non-string",
 					 key);
 	return strv_copy(o, v, n) ? SB_ERR_NOMEM : SB_OK;
 }
@@ -316,7 +334,8 @@ int sb_plan_from_record(const char *run, const msgpack_object *created,
 	    sb_map_str(created, "group", p->group, sizeof p->group) < 0 ||
 	    sb_map_str(created, "template", p->t.name, sizeof p->t.name) <= 0 ||
 	    sb_map_str(pol, "template_hash", p->t.hash, sizeof p->t.hash) <= 0)
-		return sb_seterr(SB_ERR_CORRUPT, "run %s: its record has no name or template", run);
+		return sb_seterr(SB_ERR_CORRUPT,
+				 "run %s: its record has no name or template", run);
 	sb_map_str(pol, "kernel", p->t.kernel_version, sizeof p->t.kernel_version);
 	sb_map_str(pol, "harness", p->t.harness, sizeof p->t.harness);
 	sb_map_str(pol, "prompt", prompt, sizeof prompt);
@@ -328,14 +347,16 @@ int sb_plan_from_record(const char *run, const msgpack_object *created,
 	p->record_quota = sb_map_u64(pol, "record_quota", 0);
 	p->input_bytes = sb_map_u64(pol, "input_bytes", 0);
 	if (!p->cpus || !p->memory_mib || !p->timeout_s)
-		return sb_seterr(SB_ERR_CORRUPT, "run %s: its recorded limits are missing", run);
+		return sb_seterr(SB_ERR_CORRUPT,
+				 "run %s: its recorded limits are missing", run);
 	if ((rc = record_strv(pol, "argv", &p->argv, &p->argc)) ||
 	    (rc = record_strv(pol, "env", &p->env, &p->nenv)))
 		return rc;
 	if (!(p->prompt = strdup(prompt)))
 		return SB_ERR_NOMEM;
 	if (ins && ins->type != MSGPACK_OBJECT_ARRAY)
-		return sb_seterr(SB_ERR_CORRUPT, "run %s: its recorded inputs are not a list", run);
+		return sb_seterr(SB_ERR_CORRUPT,
+				 "run %s: its recorded inputs are not a list", run);
 	if (ins && !(p->inputs = calloc(ins->via.array.size + 1, sizeof *p->inputs)))
 		return SB_ERR_NOMEM;
 	for (uint32_t i = 0; ins && i < ins->via.array.size; i++) {
@@ -343,14 +364,17 @@ int sb_plan_from_record(const char *run, const msgpack_object *created,
 		struct sb_plan_input *x = &p->inputs[i];
 		char hex[2 * SB_HASH_LEN + 8];
 		if (sb_map_str(in, "path", x->path, sizeof x->path) <= 0 ||
-		    sb_map_str(in, "blob", hex, sizeof hex) <= 0 || sb_hash_parse(hex, x->blob))
-			return sb_seterr(SB_ERR_CORRUPT, "run %s: recorded input %u is malformed",
-					 run, i);
+		    sb_map_str(in, "blob", hex, sizeof hex) <= 0 ||
+		    sb_hash_parse(hex, x->blob))
+			return sb_seterr(SB_ERR_CORRUPT,
+					 "run %s: recorded input %u is malformed", run,
+					 i);
 		x->size = sb_map_u64(in, "size", 0);
 		x->mode = (uint32_t)sb_map_u64(in, "mode", 0644) & 07777;
 		p->ninputs++;
 	}
-	if ((rc = sb_netpolicy_resolve(pol, &p->net)) == SB_ERR_INVAL && p->net.mode == SB_NET_ACL)
+	if ((rc = sb_netpolicy_resolve(pol, &p->net)) == SB_ERR_INVAL &&
+	    p->net.mode == SB_NET_ACL)
 		rc = SB_OK; /* recorded as asked; enforcement decides at start */
 	if (rc)
 		return sb_seterr(SB_ERR_CORRUPT, "run %s: its recorded network: %s", run,
@@ -367,9 +391,10 @@ int sb_plan_load_template(const char *home, struct sb_plan *p)
 	if ((rc = sb_template_load(home, p->t.name, &p->t)))
 		return rc;
 	if (strcmp(hash, p->t.hash))
-		return sb_seterr(SB_ERR_STATE,
-				 "template %s changed since the run started (hash %.12s, now %.12s)",
-				 p->t.name, hash, p->t.hash);
+		return sb_seterr(
+		    SB_ERR_STATE,
+		    "template %s changed since the run started (hash %.12s, now %.12s)",
+		    p->t.name, hash, p->t.hash);
 	return SB_OK;
 }
 

@@ -19,35 +19,35 @@
 #include "engine/runs/template.h"
 #include "netpolicy/netpolicy.h"
 
-#define SB_PLAN_VERSION 1 /* the "plan" field of run.policy.resolved */
+#define SB_PLAN_VERSION	 1 /* the "plan" field of run.policy.resolved */
 #define SB_PLAN_NAME_MAX 64
 
 struct sb_plan_input {
-	char path[256];            /* relative to /workspace */
-	uint32_t mode;             /* permission bits */
+	char path[256]; /* relative to /workspace */
+	uint32_t mode;	/* permission bits */
 	uint64_t size;
 	uint8_t blob[SB_HASH_LEN]; /* the contents' key in the blob table */
-	const void *data;          /* the contents while the plan has them, else NULL */
+	const void *data;	   /* the contents while the plan has them, else NULL */
 };
 
 struct sb_plan {
 	char run[SB_RUN_MAX];
 	char name[SB_PLAN_NAME_MAX], group[SB_PLAN_NAME_MAX];
-	struct sb_template t;   /* name, hash, kernel, harness, files */
-	char **argv;            /* the command given (NULL-terminated), or none */
+	struct sb_template t; /* name, hash, kernel, harness, files */
+	char **argv;	      /* the command given (NULL-terminated), or none */
 	size_t argc;
-	char *prompt;           /* for the template's harness; "" with a command */
-	char **env;             /* "K=V" given for the harness (NULL-terminated) */
+	char *prompt; /* for the template's harness; "" with a command */
+	char **env;   /* "K=V" given for the harness (NULL-terminated) */
 	size_t nenv;
 	struct sb_plan_input *inputs;
 	size_t ninputs;
 	uint64_t input_bytes;
 	uint64_t cpus, memory_mib, timeout_s;
-	uint64_t record_quota;  /* bytes the guest may put in the record */
-	char accel[8];          /* auto, kvm or tcg */
+	uint64_t record_quota; /* bytes the guest may put in the record */
+	char accel[8];	       /* auto, kvm or tcg */
 	struct sb_netpolicy net;
 	struct sb_access access;
-	void **loaded;          /* input contents read from blobs (owned) */
+	void **loaded; /* input contents read from blobs (owned) */
 };
 
 /* What resolving a plan reads from. */
@@ -65,8 +65,8 @@ struct sb_plan_ctx {
  * Errors: SB_ERR_INVAL (a bad field: the detail names it), SB_ERR_TOOBIG
  * (inputs over the limits), SB_ERR_NOTFOUND (template, secret), and those
  * of sb_access_resolve. */
-int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run, const msgpack_object *spec,
-		    struct sb_plan *p);
+int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
+		    const msgpack_object *spec, struct sb_plan *p);
 
 /* Packs the payload of run.created {name, group, template, model}. */
 void sb_plan_pack_created(const struct sb_plan *p, msgpack_packer *pk);

@@ -44,8 +44,8 @@ struct sb_runner_ops {
 	/* Prepares a machine for plan (on a worker: may block). *accel gets
 	 * the accelerator it will use ("kvm", "tcg"), *warning (cap bytes) a
 	 * line for run.warning or "". Errors: the runner's, with a detail. */
-	int (*create)(void *runner, const struct sb_plan *plan, sb_machine **out, char *accel,
-		      char *warning, size_t cap);
+	int (*create)(void *runner, const struct sb_plan *plan, sb_machine **out,
+		      char *accel, char *warning, size_t cap);
 	/* Starts m; ev/ctx must outlive it. Errors: the runner's. */
 	int (*start)(sb_machine *m, const struct sb_machine_events *ev, void *ctx);
 	/* Sends sig to the machine as a whole (not to its harness: that goes
@@ -61,8 +61,8 @@ struct sb_runner_ops {
 	/* Finds the machine of plan's run that a previous daemon started and
 	 * watches it as start does (ev->channel with again = 1). Errors:
 	 * SB_ERR_NOTFOUND (it is gone). */
-	int (*reattach)(void *runner, const struct sb_plan *plan, const struct sb_machine_events *ev,
-			void *ctx, sb_machine **out);
+	int (*reattach)(void *runner, const struct sb_plan *plan,
+			const struct sb_machine_events *ev, void *ctx, sb_machine **out);
 	/* Ends a machine of run id left by a previous daemon that is not to
 	 * be reattached (NULL-safe on a machine that is gone). */
 	void (*reap)(void *runner, const char *run);

@@ -23,9 +23,9 @@
 #include "projections/views.h"
 #include "vmm/chan.h"
 
-#define STOP_GRACE_S	   5.0  /* SIGTERM to the harness, then the machine ends */
-#define KILL_GRACE_S	   5.0  /* the machine ends gracefully, then by force */
-#define GUEST_TUNNEL_PORT  4000 /* the gateway, as the harness sees it */
+#define STOP_GRACE_S	  5.0  /* SIGTERM to the harness, then the machine ends */
+#define KILL_GRACE_S	  5.0  /* the machine ends gracefully, then by force */
+#define GUEST_TUNNEL_PORT 4000 /* the gateway, as the harness sees it */
 
 enum rstate { R_CREATING, R_RUNNING };
 
@@ -37,7 +37,7 @@ struct run {
 	sb_machine *m;
 	sb_guest *g;
 	char vkey[SB_VKEY_MAX];
-	int registered;      /* known to the gateway */
+	int registered;	      /* known to the gateway */
 	msgpack_sbuffer spec; /* the SPEC frames, until sent (they hold secrets) */
 	int hello, done, exited, reattached;
 	char stop_reason[32];
@@ -71,7 +71,8 @@ struct sb_runs {
 	size_t nitems, capitems;
 };
 
-static void runs_log(struct sb_runs *rs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void runs_log(struct sb_runs *rs, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static void runs_log(struct sb_runs *rs, const char *fmt, ...)
 {
@@ -121,8 +122,8 @@ static void on_flush(void *ctx)
 }
 
 /* Adds an event (payload: one msgpack map) to the batch. */
-static void batch_add(struct sb_runs *rs, const char *run, const char *type, enum sb_source src,
-		      const void *payload, size_t len)
+static void batch_add(struct sb_runs *rs, const char *run, const char *type,
+		      enum sb_source src, const void *payload, size_t len)
 {
 	struct batch_item *it;
 
@@ -130,7 +131,8 @@ static void batch_add(struct sb_runs *rs, const char *run, const char *type, enu
 		size_t cap = rs->capitems ? 2 * rs->capitems : 64;
 		struct batch_item *n = realloc(rs->items, cap * sizeof *n);
 		if (!n) {
-			runs_log(rs, "run %s: out of memory: an event %s is lost", run, type);
+			runs_log(rs, "run %s: out of memory: an event %s is lost", run,
+				 type);
 			return;
 		}
 		rs->items = n;
@@ -184,7 +186,8 @@ static int host_event(struct sb_runs *rs, const char *run, const char *type, ...
 	return rc;
 }
 
-static void warn(struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(struct run *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Records a run.warning of r (with the guest's events, in order). */
 static void warn(struct run *r, const char *fmt, ...)
@@ -308,7 +311,8 @@ static void run_stop(struct run *r, const char *reason)
 		return; /* the creation sees it when it is done */
 	if (r->hello && sb_guest_connected(r->g)) {
 		sb_guest_signal(r->g, SIGTERM);
-		r->grace_w = sb_loop_timer(r->rs->env.loop, STOP_GRACE_S, 0, on_kill_grace, r);
+		r->grace_w =
+		    sb_loop_timer(r->rs->env.loop, STOP_GRACE_S, 0, on_kill_grace, r);
 	} else {
 		r->rs->env.runner->stop(r->m, KILL_GRACE_S);
 	}
@@ -365,7 +369,8 @@ static void m_ended(void *ctx, int status, const char *why)
 	} else {
 		if (r->setup_error[0])
 			snprintf(reason, sizeof reason,
-				 "the guest agent could not set the run up: %s", r->setup_error);
+				 "the guest agent could not set the run up: %s",
+				 r->setup_error);
 		else
 			snprintf(reason, sizeof reason, "%s", why);
 		record_failed(rs, r->id, reason);
@@ -381,8 +386,8 @@ static void m_channel(void *ctx, int fd, int again)
 }
 
 static const struct sb_machine_events machine_events = {
-	.channel = m_channel,
-	.ended = m_ended,
+    .channel = m_channel,
+    .ended = m_ended,
 };
 
 /* --- the guest's channel --- */
@@ -394,10 +399,11 @@ static void g_hello(void *ctx, const char *version, int resume)
 
 	if (strcmp(version, SB_CHAN_VERSION)) {
 		char reason[300];
-		snprintf(reason, sizeof reason,
-			 "the guest agent is version %.40s, this daemon needs %s: rebuild the "
-			 "template (sanbox template build %s)",
-			 version, SB_CHAN_VERSION, r->plan.t.name);
+		snprintf(
+		    reason, sizeof reason,
+		    "the guest agent is version %.40s, this daemon needs %s: rebuild the "
+		    "template (sanbox template build %s)",
+		    version, SB_CHAN_VERSION, r->plan.t.name);
 		run_fail(r, reason);
 		return;
 	}
@@ -407,7 +413,8 @@ static void g_hello(void *ctx, const char *version, int resume)
 	if (resume)
 		return; /* it is past its set-up: a restarted daemon met it again */
 	if (!r->spec.size &&
-	    (rc = sb_plan_pack_guest(&r->plan, r->vkey, GUEST_TUNNEL_PORT, r->rs->env.log, &r->spec))) {
+	    (rc = sb_plan_pack_guest(&r->plan, r->vkey, GUEST_TUNNEL_PORT, r->rs->env.log,
+				     &r->spec))) {
 		char reason[300];
 		snprintf(reason, sizeof reason, "cannot make the guest's SPEC again: %s",
 			 sb_errmsg(rc));
@@ -467,12 +474,12 @@ static int g_connect(void *ctx, int *fd)
 }
 
 static const struct sb_guest_ops guest_ops = {
-	.hello = g_hello,
-	.event = g_event,
-	.warn = g_warn,
-	.done = g_done,
-	.closed = g_closed,
-	.connect = g_connect,
+    .hello = g_hello,
+    .event = g_event,
+    .warn = g_warn,
+    .done = g_done,
+    .closed = g_closed,
+    .connect = g_connect,
 };
 
 /* Registers r with the gateway (spent: what the run spent already) and
@@ -497,14 +504,15 @@ static int run_connect(struct run *r, uint64_t spent)
 	r->registered = 1;
 	lim.rate = rs->env.settings->guest_events_rate;
 	lim.burst = rs->env.settings->guest_events_burst;
-	lim.quota = r->plan.record_quota ? r->plan.record_quota : rs->env.settings->run_record_quota;
+	lim.quota = r->plan.record_quota ? r->plan.record_quota
+					 : rs->env.settings->run_record_quota;
 	if ((rc = sb_guest_open(rs->env.loop, &lim, &guest_ops, r, &r->g)) ||
 	    (rc = sb_guest_mask(r->g, r->vkey, strlen(r->vkey), "virtual key")))
 		return rc;
 	for (size_t i = 0; i < a->ngrants; i++)
 		if (!a->grants[i].model_scope && a->grants[i].value &&
-		    (rc = sb_guest_mask(r->g, a->grants[i].value->value, a->grants[i].value->len,
-					a->grants[i].name)))
+		    (rc = sb_guest_mask(r->g, a->grants[i].value->value,
+					a->grants[i].value->len, a->grants[i].name)))
 			return rc;
 	return SB_OK;
 }
@@ -541,16 +549,18 @@ static int record_plan(struct sb_runs *rs, const struct sb_plan *p)
 	gat[p->access.ngrants] = g.size;
 	rc = !a.data || !b.data || (p->access.ngrants && !g.data) ? SB_ERR_NOMEM : SB_OK;
 	if (rc == SB_OK)
-		rc = sb_event_init(&evs[0], "run.created", p->run, SB_SRC_HOST, a.data, a.size);
+		rc = sb_event_init(&evs[0], "run.created", p->run, SB_SRC_HOST, a.data,
+				   a.size);
 	if (rc == SB_OK)
-		rc = sb_event_init(&evs[1], "run.policy.resolved", p->run, SB_SRC_HOST, b.data,
-				   b.size);
+		rc = sb_event_init(&evs[1], "run.policy.resolved", p->run, SB_SRC_HOST,
+				   b.data, b.size);
 	for (size_t i = 0; rc == SB_OK && i < p->access.ngrants; i++)
 		rc = sb_event_init(&evs[2 + i], "secret.granted", p->run, SB_SRC_HOST,
 				   g.data + gat[i], gat[i + 1] - gat[i]);
 	n = sb_plan_blobs(p, blobs);
 	if (rc == SB_OK)
-		rc = sb_log_append_blobs(rs->env.log, blobs, n, evs, 2 + p->access.ngrants);
+		rc = sb_log_append_blobs(rs->env.log, blobs, n, evs,
+					 2 + p->access.ngrants);
 	free(blobs);
 	msgpack_sbuffer_destroy(&a);
 	msgpack_sbuffer_destroy(&b);
@@ -563,21 +573,24 @@ static void create_job(void *ctx)
 {
 	struct run *r = ctx;
 	struct sb_runs *rs = r->rs;
-	struct sb_plan_ctx pc = {rs->env.home, rs->env.stubs, rs->env.settings->run_record_quota};
+	struct sb_plan_ctx pc = {rs->env.home, rs->env.stubs,
+				 rs->env.settings->run_record_quota};
 	int rc;
 
 	sb_clearerr();
 	if ((rc = sb_plan_resolve(&pc, r->id, r->spec_obj, &r->plan)) ||
 	    (rc = vkey_derive(rs->env.home, r->id, r->vkey)) ||
-	    (rc = sb_plan_pack_guest(&r->plan, r->vkey, GUEST_TUNNEL_PORT, rs->env.log, &r->spec))) {
+	    (rc = sb_plan_pack_guest(&r->plan, r->vkey, GUEST_TUNNEL_PORT, rs->env.log,
+				     &r->spec))) {
 		r->create_rc = rc;
 		goto out;
 	}
 	if ((rc = record_plan(rs, &r->plan))) {
 		r->create_rc = rc;
 		if (rc == SB_ERR_FULL)
-			snprintf(r->create_err, sizeof r->create_err, "cannot record the run in %s: %s",
-				 rs->env.home, sb_errmsg(rc));
+			snprintf(r->create_err, sizeof r->create_err,
+				 "cannot record the run in %s: %s", rs->env.home,
+				 sb_errmsg(rc));
 		goto out;
 	}
 	r->recorded = 1;
@@ -592,7 +605,8 @@ static void create_job(void *ctx)
 	}
 out:
 	if (r->create_rc && !r->create_err[0])
-		snprintf(r->create_err, sizeof r->create_err, "%s", sb_errmsg(r->create_rc));
+		snprintf(r->create_err, sizeof r->create_err, "%s",
+			 sb_errmsg(r->create_rc));
 	if (sb_loop_post(rs->env.loop, create_done, r))
 		abort(); /* the loop cannot hear of the run: nothing sane is left */
 }
@@ -627,7 +641,8 @@ static void create_done(void *ctx)
 		return;
 	}
 	r->st = R_RUNNING;
-	if ((rc = run_connect(r, 0)) || (rc = rs->env.runner->start(r->m, &machine_events, r))) {
+	if ((rc = run_connect(r, 0)) ||
+	    (rc = rs->env.runner->start(r->m, &machine_events, r))) {
 		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
 		rs->env.runner->signal(r->m, SIGKILL);
 		record_failed(rs, id, reason);
@@ -637,7 +652,8 @@ static void create_done(void *ctx)
 	}
 	r->boot_w = sb_loop_timer(rs->env.loop, rs->env.settings->boot_timeout_s, 0,
 				  on_boot_deadline, r);
-	r->timeout_w = sb_loop_timer(rs->env.loop, (double)r->plan.timeout_s, 0, on_timeout, r);
+	r->timeout_w =
+	    sb_loop_timer(rs->env.loop, (double)r->plan.timeout_s, 0, on_timeout, r);
 	if (r->accel_warning[0])
 		warn(r, "%s", r->accel_warning);
 	batch_flush(rs);
@@ -684,7 +700,8 @@ int sb_runs_stop(struct sb_runs *rs, const char *id, const char *reason)
 	if ((rc = sb_runstate_get(rs->env.proj, id, &st)))
 		return rc;
 	if (!sb_runstate_is_live(&st))
-		return sb_seterr(SB_ERR_STATE, "run %s is not running (%s)", id, st.status);
+		return sb_seterr(SB_ERR_STATE, "run %s is not running (%s)", id,
+				 st.status);
 	/* a record without a machine (it never started): close it */
 	return host_event(rs, id, "run.stopped", "reason", reason, NULL);
 }
@@ -726,9 +743,11 @@ static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 		if (rc)
 			break;
 		if (!strcmp(ev.type, "run.created") && !rec->created.size)
-			msgpack_sbuffer_write(&rec->created, (const char *)ev.payload, ev.payload_len);
+			msgpack_sbuffer_write(&rec->created, (const char *)ev.payload,
+					      ev.payload_len);
 		else if (!strcmp(ev.type, "run.policy.resolved") && !rec->policy.size)
-			msgpack_sbuffer_write(&rec->policy, (const char *)ev.payload, ev.payload_len);
+			msgpack_sbuffer_write(&rec->policy, (const char *)ev.payload,
+					      ev.payload_len);
 		else if (!strcmp(ev.type, "run.started"))
 			rec->started_ns = ev.ts_ns;
 		else if (!strcmp(ev.type, "run.exited"))
@@ -780,18 +799,21 @@ static void reattach(struct sb_runs *rs, const char *run)
 		record_failed(rs, run, "daemon-restart");
 		goto out_free;
 	}
-	if ((rc = rs->env.runner->reattach(rs->env.runner_ctx, &r->plan, &machine_events, r, &r->m))) {
+	if ((rc = rs->env.runner->reattach(rs->env.runner_ctx, &r->plan, &machine_events,
+					   r, &r->m))) {
 		if (rec.exited)
 			host_event(rs, run, "run.stopped", "reason", "exited", NULL);
 		else
-			record_failed(rs, run, "its VM ended while sanboxd was not running");
+			record_failed(rs, run,
+				      "its VM ended while sanboxd was not running");
 		goto out_free;
 	}
 	sb_costs_get(rs->env.proj, "run", run, &cost);
 	if ((rc = vkey_derive(rs->env.home, run, r->vkey)) ||
 	    (rc = sb_access_arm(rs->env.home, rs->env.stubs, &r->plan.access)) ||
 	    (rc = run_connect(r, cost.cost_nusd))) {
-		snprintf(reason, sizeof reason, "cannot take the run up again: %s", sb_errmsg(rc));
+		snprintf(reason, sizeof reason, "cannot take the run up again: %s",
+			 sb_errmsg(rc));
 		rs->env.runner->signal(r->m, SIGKILL);
 		record_failed(rs, run, reason);
 		goto out_free;
@@ -803,8 +825,8 @@ static void reattach(struct sb_runs *rs, const char *run)
 	       ((double)now.tv_sec + now.tv_nsec / 1e9 - (double)rec.started_ns / 1e9);
 	r->timeout_w = sb_loop_timer(rs->env.loop, left > 0 ? left : 0, 0, on_timeout, r);
 	if (!rec.ready)
-		r->boot_w = sb_loop_timer(rs->env.loop, rs->env.settings->boot_timeout_s, 0,
-					  on_boot_deadline, r);
+		r->boot_w = sb_loop_timer(rs->env.loop, rs->env.settings->boot_timeout_s,
+					  0, on_boot_deadline, r);
 	run_link(r);
 	warn(r, "taken up again by a restarted daemon");
 	r = NULL;

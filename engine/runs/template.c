@@ -13,10 +13,12 @@
 int sb_template_store(const char *home, char *buf, size_t cap)
 {
 	const char *env = getenv("SANBOX_TEMPLATES");
-	int n = env && *env ? snprintf(buf, cap, "%s", env) : snprintf(buf, cap, "%s/templates", home);
+	int n = env && *env ? snprintf(buf, cap, "%s", env)
+			    : snprintf(buf, cap, "%s/templates", home);
 
-	return n < 0 || (size_t)n >= cap ? sb_seterr(SB_ERR_TOOBIG, "template store path too long")
-					 : SB_OK;
+	return n < 0 || (size_t)n >= cap
+		   ? sb_seterr(SB_ERR_TOOBIG, "template store path too long")
+		   : SB_OK;
 }
 
 static int valid_name(const char *name)
@@ -26,8 +28,9 @@ static int valid_name(const char *name)
 	if (!n || n >= 64 || name[0] == '.')
 		return 0;
 	for (size_t i = 0; i < n; i++)
-		if (!(name[i] >= 'a' && name[i] <= 'z') && !(name[i] >= '0' && name[i] <= '9') &&
-		    name[i] != '-' && name[i] != '_' && name[i] != '.')
+		if (!(name[i] >= 'a' && name[i] <= 'z') &&
+		    !(name[i] >= '0' && name[i] <= '9') && name[i] != '-' &&
+		    name[i] != '_' && name[i] != '.')
 			return 0;
 	return 1;
 }
@@ -56,8 +59,10 @@ int sb_template_load(const char *home, const char *name, struct sb_template *t)
 		return SB_ERR_TOOBIG;
 	snprintf(path, sizeof path, "%s/%s/template.json", store, name);
 	if (access(path, R_OK))
-		return sb_seterr(SB_ERR_NOTFOUND,
-				 "template %s is not built (run 'sanbox template build %s')", name, name);
+		return sb_seterr(
+		    SB_ERR_NOTFOUND,
+		    "template %s is not built (run 'sanbox template build %s')", name,
+		    name);
 	j = json_load_file(path, 0, &jerr);
 	if (!j)
 		return sb_seterr(SB_ERR_CORRUPT, "%s: %s", path, jerr.text);
@@ -74,9 +79,11 @@ int sb_template_load(const char *home, const char *name, struct sb_template *t)
 	json_array_foreach(secrets, i, one)
 	{
 		const char *v = json_string_value(one);
-		if (!v || strlen(v) >= sizeof t->secrets[0] || t->nsecrets == SB_TEMPLATE_SECRETS) {
+		if (!v || strlen(v) >= sizeof t->secrets[0] ||
+		    t->nsecrets == SB_TEMPLATE_SECRETS) {
 			json_decref(j);
-			return sb_seterr(SB_ERR_CORRUPT, "%s: bad secrets (at most %d names)", path,
+			return sb_seterr(SB_ERR_CORRUPT,
+					 "%s: bad secrets (at most %d names)", path,
 					 SB_TEMPLATE_SECRETS);
 		}
 		memcpy(t->secrets[t->nsecrets++], v, strlen(v) + 1);
@@ -94,7 +101,9 @@ int sb_template_load(const char *home, const char *name, struct sb_template *t)
 	n = snprintf(t->kernel, sizeof t->kernel, "%s/%s/vmlinux", store, name);
 	n |= snprintf(t->initrd, sizeof t->initrd, "%s/%s/initrd.img", store, name);
 	n |= snprintf(t->rootfs, sizeof t->rootfs, "%s/%s/rootfs.img", store, name);
-	if (n < 0 || access(t->kernel, R_OK) || access(t->initrd, R_OK) || access(t->rootfs, R_OK))
-		return sb_seterr(SB_ERR_CORRUPT, "template %s is incomplete: rebuild it", name);
+	if (n < 0 || access(t->kernel, R_OK) || access(t->initrd, R_OK) ||
+	    access(t->rootfs, R_OK))
+		return sb_seterr(SB_ERR_CORRUPT, "template %s is incomplete: rebuild it",
+				 name);
 	return SB_OK;
 }

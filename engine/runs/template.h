@@ -16,10 +16,10 @@
 
 struct sb_template {
 	char name[64];
-	char hash[72];          /* sha256 over the three file hashes */
+	char hash[72]; /* sha256 over the three file hashes */
 	char kernel_version[64];
-	char harness[256];      /* default harness command */
-	char model[96];         /* default model of its runs ("" = the settings') */
+	char harness[256]; /* default harness command */
+	char model[96];	   /* default model of its runs ("" = the settings') */
 	char secrets[SB_TEMPLATE_SECRETS][72]; /* granted to every run: NAME[:SCOPE] */
 	size_t nsecrets;
 	uint64_t cpus, memory_mib, timeout_s;

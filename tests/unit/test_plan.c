@@ -18,13 +18,13 @@
 #include "engine/error.h"
 #include "engine/gateway/secrets.h"
 #include "engine/home.h"
-#include "engine/payload.h"
 #include "engine/log/log.h"
 #include "engine/mpack.h"
+#include "engine/payload.h"
 #include "engine/runs/plan.h"
 #include "tests/unit/testutil.h"
 
-#define RUN "0123456789ab"
+#define RUN  "0123456789ab"
 #define VKEY "sk-sb-0000000000000000000000000000000000000000"
 
 struct fix {
@@ -51,19 +51,25 @@ static int setup(void **state)
 	snprintf(path, sizeof path, "%s/templates/box", f->home);
 	assert_int_equal(sb_mkdirs(path, 0700), SB_OK);
 	snprintf(path, sizeof path, "%s/templates/box/template.json", f->home);
-	write_file(path, "{\"name\":\"box\",\"hash\":\"feedface\",\"harness\":\"/usr/bin/agent\","
-			 "\"kernel_version\":\"6.1.0\",\"cpus\":2,\"memory_mib\":256,\"timeout_s\":600}");
+	write_file(
+	    path,
+	    "{\"name\":\"box\",\"hash\":\"feedface\",\"harness\":\"/usr/bin/agent\","
+	    "\"kernel_version\":\"6.1.0\",\"cpus\":2,\"memory_mib\":256,\"timeout_s\":"
+	    "600}");
 	for (int i = 0; i < 3; i++) {
-		static const char *const files[] = {"vmlinux", "initrd.img", "rootfs.img"};
+		static const char *const files[] = {"vmlinux", "initrd.img",
+						    "rootfs.img"};
 		snprintf(path, sizeof path, "%s/templates/box/%s", f->home, files[i]);
 		write_file(path, "");
 	}
 	/* a provider that is not the built-in stub: arming starts nothing */
 	snprintf(path, sizeof path, "%s/models.json", f->home);
-	write_file(path, "{\"default_model\":\"acme/m1\",\"providers\":{\"acme\":{\"base_url\":"
-			 "\"http://127.0.0.1:1/v1\",\"api\":\"openai\",\"key_secret\":\"ACME_KEY\"}},"
-			 "\"models\":{\"acme/m1\":{\"provider\":\"acme\",\"input\":1,\"output\":2},"
-			 "\"acme/m2\":{\"provider\":\"acme\",\"input\":3,\"output\":4}}}");
+	write_file(
+	    path,
+	    "{\"default_model\":\"acme/m1\",\"providers\":{\"acme\":{\"base_url\":"
+	    "\"http://127.0.0.1:1/v1\",\"api\":\"openai\",\"key_secret\":\"ACME_KEY\"}},"
+	    "\"models\":{\"acme/m1\":{\"provider\":\"acme\",\"input\":1,\"output\":2},"
+	    "\"acme/m2\":{\"provider\":\"acme\",\"input\":3,\"output\":4}}}");
 	setenv("SANBOX_TEMPLATES", "", 1);
 	unsetenv("SANBOX_TEMPLATES");
 	assert_int_equal(sb_secret_set(f->home, "ACME_KEY", "provider-key", 12), SB_OK);
@@ -128,7 +134,8 @@ static void spec_pack(msgpack_sbuffer *sb, const char *in1, size_t n1)
 }
 
 /* Packs the payloads of run.created and run.policy.resolved of p. */
-static void record_of(const struct sb_plan *p, msgpack_sbuffer *created, msgpack_sbuffer *policy)
+static void record_of(const struct sb_plan *p, msgpack_sbuffer *created,
+		      msgpack_sbuffer *policy)
 {
 	msgpack_packer pk;
 
@@ -178,9 +185,10 @@ static void test_round_trip(void **state)
 	record_of(&p, &c1, &p1);
 	nb = sb_plan_blobs(&p, blobs);
 	assert_int_equal(nb, 2);
-	assert_int_equal(sb_event_init(&evs[0], "run.created", RUN, SB_SRC_HOST, c1.data, c1.size), 0);
-	assert_int_equal(sb_event_init(&evs[1], "run.policy.resolved", RUN, SB_SRC_HOST, p1.data,
-				       p1.size),
+	assert_int_equal(
+	    sb_event_init(&evs[0], "run.created", RUN, SB_SRC_HOST, c1.data, c1.size), 0);
+	assert_int_equal(sb_event_init(&evs[1], "run.policy.resolved", RUN, SB_SRC_HOST,
+				       p1.data, p1.size),
 			 0);
 	assert_int_equal(sb_log_append_blobs(f->log, blobs, nb, evs, 2), SB_OK);
 	msgpack_sbuffer_init(&g1);
@@ -229,14 +237,16 @@ static void test_bad_records(void **state)
 	    "{'template_hash':'x','cpus':1,'memory_mib':64,'timeout_s':1}",
 	    "{'template_hash':'x','cpus':1,'memory_mib':64,'timeout_s':1,'argv':'ls',"
 	    "'model':'m','on_budget':'stop','models':[],'prices':{},'secrets':[]}",
-	    "{'template_hash':'x','cpus':1,'memory_mib':64,'timeout_s':1,'argv':[],'inputs':[{'path':'a'}],"
+	    "{'template_hash':'x','cpus':1,'memory_mib':64,'timeout_s':1,'argv':[],'"
+	    "inputs':[{'path':'a'}],"
 	    "'model':'m','on_budget':'stop','models':[],'prices':{},'secrets':[]}",
 	    "{'template_hash':'x','cpus':1,'memory_mib':64,'timeout_s':1,'argv':[],"
 	    "'model':'m','on_budget':'stop','models':['m'],'prices':{},'secrets':[]}",
 	    "{'template_hash':'x','cpus':1,'memory_mib':64,'timeout_s':1,'argv':[7],"
 	    "'model':'m','on_budget':'stop','models':[],'prices':{},'secrets':[]}",
 	    "{'template_hash':'x','cpus':1,'memory_mib':64,'timeout_s':1,'argv':[],"
-	    "'model':'m','on_budget':'stop','models':[],'prices':{},'secrets':[{'name':1}]}",
+	    "'model':'m','on_budget':'stop','models':[],'prices':{},'secrets':[{'name':1}"
+	    "]}",
 	};
 	msgpack_sbuffer c, p;
 	msgpack_zone zone;
@@ -272,7 +282,8 @@ static void test_refused_specs(void **state)
 	    {"{'template':'box','argv':['ls'],'accel':'xen'}", "accel"},
 	    {"{'template':'box','argv':['ls'],'env':['NOEQUALS']}", "env"},
 	    {"{'template':'box','argv':['ls'],'memory_mib':8}", "memory"},
-	    {"{'template':'box','argv':['ls'],'inputs':[{'path':'../x','data':'a'}]}", "input"},
+	    {"{'template':'box','argv':['ls'],'inputs':[{'path':'../x','data':'a'}]}",
+	     "input"},
 	    {"{'template':'nope','argv':['ls']}", "nope"},
 	    {"{'template':'box','argv':['ls'],'secrets':['UNSET']}", "UNSET"},
 	    {"{'template':'box','argv':['ls'],'model':'acme/none'}", "acme/none"},
@@ -291,7 +302,8 @@ static void test_refused_specs(void **state)
 		if (rc == SB_OK)
 			fail_msg("spec %zu accepted", i);
 		if (!strstr(sb_errmsg(rc), bad[i].word))
-			fail_msg("spec %zu: '%s' does not name %s", i, sb_errmsg(rc), bad[i].word);
+			fail_msg("spec %zu: '%s' does not name %s", i, sb_errmsg(rc),
+				 bad[i].word);
 		sb_plan_free(&p);
 		msgpack_sbuffer_destroy(&sb);
 	}
@@ -301,9 +313,9 @@ static void test_refused_specs(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
-		cmocka_unit_test(test_bad_records),
-		cmocka_unit_test_setup_teardown(test_refused_specs, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+	    cmocka_unit_test(test_bad_records),
+	    cmocka_unit_test_setup_teardown(test_refused_specs, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

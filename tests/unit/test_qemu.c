@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "engine/proc.h"
+#include "engine/sock.h"
 #include "tests/unit/testutil.h"
 #include "vmm/accel.h"
 #include "vmm/disk.h"
@@ -31,8 +33,8 @@ static char *tmp;
 static int teardown(void **state)
 {
 	if (live_pid > 1) {
-		sb_vm_kill(live_pid, SIGKILL);
-		sb_vm_wait(live_pid, 5000, NULL);
+		sb_proc_kill(live_pid, SIGKILL);
+		sb_proc_wait(live_pid, 5000, NULL);
 	}
 	live_pid = 0;
 	tu_rmrf(tmp);
@@ -393,7 +395,7 @@ static void test_spawn_fake(void **state)
 	sigprocmask(SIG_SETMASK, &old, NULL);
 	close(leak);
 	assert_true(pid > 1);
-	assert_int_equal(sb_vm_wait(pid, 5000, &st), 0);
+	assert_int_equal(sb_proc_wait(pid, 5000, &st), 0);
 	live_pid = 0;
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 3);
@@ -514,12 +516,12 @@ static void test_wait_kill(void **state)
 	}
 	assert_true(kid > 1);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	assert_int_equal(sb_vm_wait(pid, 150, &st), SB_ERR_TIMEOUT);
+	assert_int_equal(sb_proc_wait(pid, 150, &st), SB_ERR_TIMEOUT);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	assert_true(
 	    (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= 140);
-	assert_int_equal(sb_vm_kill(pid, SIGKILL), 0);
-	assert_int_equal(sb_vm_wait(pid, 5000, &st), 0);
+	assert_int_equal(sb_proc_kill(pid, SIGKILL), 0);
+	assert_int_equal(sb_proc_wait(pid, 5000, &st), 0);
 	live_pid = 0;
 	assert_true(WIFSIGNALED(st));
 	assert_int_equal(WTERMSIG(st), SIGKILL);
@@ -529,11 +531,11 @@ static void test_wait_kill(void **state)
 		usleep(10000);
 	assert_true(proc_state(kid) == 0 || proc_state(kid) == 'Z');
 	/* Already reaped: waiting again is not an error, status unknown. */
-	assert_int_equal(sb_vm_wait(pid, 100, &st), 0);
+	assert_int_equal(sb_proc_wait(pid, 100, &st), 0);
 	assert_int_equal(st, -1);
-	assert_int_equal(sb_vm_kill(pid, SIGKILL), 0);
-	assert_int_equal(sb_vm_kill(1, SIGKILL), SB_ERR_INVAL);
-	assert_int_equal(sb_vm_wait(0, 10, NULL), SB_ERR_INVAL);
+	assert_int_equal(sb_proc_kill(pid, SIGKILL), 0);
+	assert_int_equal(sb_proc_kill(1, SIGKILL), SB_ERR_INVAL);
+	assert_int_equal(sb_proc_wait(0, 10, NULL), SB_ERR_INVAL);
 	free(fake);
 }
 

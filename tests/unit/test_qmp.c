@@ -24,6 +24,8 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "engine/proc.h"
+#include "engine/sock.h"
 #include "tests/unit/testutil.h"
 #include "vmm/accel.h"
 #include "vmm/disk.h"
@@ -70,8 +72,8 @@ static int teardown(void **state)
 {
 	for (size_t i = 0; i < sizeof vms / sizeof vms[0]; i++)
 		if (vms[i] > 1) {
-			sb_vm_kill(vms[i], SIGKILL);
-			sb_vm_wait(vms[i], 10000, NULL);
+			sb_proc_kill(vms[i], SIGKILL);
+			sb_proc_wait(vms[i], 10000, NULL);
 			vms[i] = 0;
 		}
 	tu_rmrf(tmp);
@@ -300,7 +302,7 @@ static void vm_quit(struct vm *v)
 	int st = -2;
 
 	cmd_ok(v->q, "quit", NULL);
-	assert_int_equal(sb_vm_wait(v->pid, 10000, &st), 0);
+	assert_int_equal(sb_proc_wait(v->pid, 10000, &st), 0);
 	untrack(v->pid);
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/bucket.h"
 #include "engine/error.h"
 #include "engine/mpack.h"
 #include "engine/text.h"
@@ -70,8 +71,7 @@ struct agent {
 	pid_t harness;		 /* also its process group; 0 before start */
 	int exited, status, sig; /* harness wait status, once exited */
 	struct outpipe out[2];
-	double tokens; /* output rate limit bucket */
-	int64_t tokens_at;
+	struct sb_bucket output; /* agent.output events: OUTPUT_RATE a second */
 	int fifo_rd, fifo_wr;
 	char *line;
 	size_t line_len;
@@ -547,7 +547,7 @@ static void send_output(struct agent *ag, struct outpipe *o, const char *data, s
 	agent_pack_kv_str(&f, "stream", o->name);
 	agent_pack_kv_strn(&f, "data", data, len);
 	agent_frame_send(&ag->port, &f);
-	ag->tokens -= 1;
+	ag->output.tokens -= 1; /* the pipe was read only with a token there */
 }
 
 /* Reads one event's worth of a harness pipe. */
@@ -671,14 +671,6 @@ static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 	}
 }
 
-static void refill_tokens(struct agent *ag, int64_t now)
-{
-	ag->tokens += (double)(now - ag->tokens_at) * OUTPUT_RATE / 1000.0;
-	if (ag->tokens > OUTPUT_RATE)
-		ag->tokens = OUTPUT_RATE;
-	ag->tokens_at = now;
-}
-
 enum { P_PORT, P_OUT0, P_OUT1, P_FIFO, P_WATCH, P_SIG, P_TUNNEL };
 
 /* Runs until the harness has exited and its pipes are drained. */
@@ -690,11 +682,11 @@ static void run_loop(struct agent *ag)
 	size_t n, cap = 0, ntun, i;
 	int timeout, killed = 0;
 
-	ag->tokens = OUTPUT_RATE;
-	ag->tokens_at = agent_now_ms();
+	sb_bucket_init(&ag->output, OUTPUT_RATE, OUTPUT_RATE,
+		       (double)agent_now_ms() / 1000);
 	for (;;) {
 		now = agent_now_ms();
-		refill_tokens(ag, now);
+		sb_bucket_refill(&ag->output, (double)now / 1000);
 		if (ag->exited && !deadline)
 			deadline = now + DRAIN_MS;
 		if (ag->exited && ag->out[0].fd < 0 && ag->out[1].fd < 0)
@@ -721,7 +713,8 @@ static void run_loop(struct agent *ag)
 					      .events = POLLIN};
 		for (i = 0; i < 2; i++)
 			pfd[P_OUT0 + i] = (struct pollfd){
-			    .fd = ag->tokens >= 1 ? ag->out[i].fd : -1, .events = POLLIN};
+			    .fd = ag->output.tokens >= 1 ? ag->out[i].fd : -1,
+			    .events = POLLIN};
 		pfd[P_FIFO] = (struct pollfd){.fd = ag->fifo_rd, .events = POLLIN};
 		pfd[P_WATCH] = (struct pollfd){.fd = ag->watch ? watch_fd(ag->watch) : -1,
 					       .events = POLLIN};
@@ -729,8 +722,8 @@ static void run_loop(struct agent *ag)
 		ntun = ag->tunnel ? tunnel_poll_fill(ag->tunnel, pfd + P_TUNNEL) : 0;
 
 		wait = -1;
-		if (ag->tokens < 1)
-			wait = (int64_t)((1 - ag->tokens) * 1000 / OUTPUT_RATE) + 1;
+		if (ag->output.tokens < 1)
+			wait = (int64_t)(sb_bucket_wait(&ag->output) * 1000) + 1;
 		if (deadline && (wait < 0 || deadline - now < wait))
 			wait = deadline - now;
 		if (ag->port_hup && (wait < 0 || ag->port_retry - now < wait))
@@ -750,8 +743,11 @@ static void run_loop(struct agent *ag)
 				tunnel_close(ag->tunnel);
 				ag->tunnel = NULL;
 				if (ag->spec.tunnel_port &&
-				    tunnel_open(ag->spec.tunnel_port, &ag->port, &ag->tunnel))
-					agent_log(&ag->port, "cannot listen on the tunnel port again");
+				    tunnel_open(ag->spec.tunnel_port, &ag->port,
+						&ag->tunnel))
+					agent_log(
+					    &ag->port,
+					    "cannot listen on the tunnel port again");
 			}
 			while (next_frame(ag, &f) == 0)
 				handle_frame(ag, &f);
