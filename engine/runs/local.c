@@ -28,20 +28,23 @@
 #include "vmm/accel.h"
 #include "vmm/disk.h"
 #include "vmm/qemu.h"
+#include "vmm/qmp.h"
 
 #define PATH_CAP (PATH_MAX + 32)
 
 struct sb_machine {
 	struct sb_local_runner *lr;
 	char run[SB_RUN_MAX];
-	char dir[PATH_MAX], disk[PATH_CAP], chan[PATH_CAP], qmp[PATH_CAP],
+	char dir[PATH_MAX], disk[PATH_CAP], chan[PATH_CAP], qmp_path[PATH_CAP],
 	    console[PATH_CAP];
 	char kernel[PATH_MAX], initrd[PATH_MAX];
 	unsigned cpus, memory_mib;
 	sb_accel accel;
 	pid_t pid;
-	int chan_lfd, qmp_lfd, qmp_fd;
-	sb_watch *chan_lw, *qmp_lw, *child_w, *grace_w;
+	int chan_lfd, qmp_lfd;
+	sb_qmp *qmp;        /* QEMU's monitor, driven on the loop */
+	int qmp_ready;      /* its greeting and capabilities are done */
+	sb_watch *chan_lw, *qmp_lw, *qmp_w, *qmp_timer, *child_w, *grace_w;
 	const struct sb_machine_events *ev;
 	void *ctx;
 	int again; /* the next channel is a reconnection */
@@ -55,7 +58,7 @@ static int machine_paths(struct sb_machine *m, const char *home, const char *run
 		return sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
 	snprintf(m->disk, sizeof m->disk, "%s/disk.qcow2", m->dir);
 	snprintf(m->chan, sizeof m->chan, "%s/chan.sock", m->dir);
-	snprintf(m->qmp, sizeof m->qmp, "%s/qmp.sock", m->dir);
+	snprintf(m->qmp_path, sizeof m->qmp_path, "%s/qmp.sock", m->dir);
 	snprintf(m->console, sizeof m->console, "%s/console.log", m->dir);
 	return SB_OK;
 }
@@ -66,15 +69,26 @@ static struct sb_machine *machine_new(struct sb_local_runner *lr)
 
 	if (m) {
 		m->lr = lr;
-		m->chan_lfd = m->qmp_lfd = m->qmp_fd = -1;
+		m->chan_lfd = m->qmp_lfd = -1;
 	}
 	return m;
+}
+
+static void qmp_drop(struct sb_machine *m)
+{
+	sb_watch_stop(m->qmp_w);
+	sb_watch_stop(m->qmp_timer);
+	m->qmp_w = m->qmp_timer = NULL;
+	sb_qmp_close(m->qmp);
+	m->qmp = NULL;
+	m->qmp_ready = 0;
 }
 
 static void local_free(struct sb_machine *m)
 {
 	if (!m)
 		return;
+	qmp_drop(m);
 	sb_watch_stop(m->chan_lw);
 	sb_watch_stop(m->qmp_lw);
 	sb_watch_stop(m->child_w);
@@ -83,8 +97,6 @@ static void local_free(struct sb_machine *m)
 		close(m->chan_lfd);
 	if (m->qmp_lfd >= 0)
 		close(m->qmp_lfd);
-	if (m->qmp_fd >= 0)
-		close(m->qmp_fd);
 	free(m);
 }
 
@@ -204,6 +216,72 @@ static void on_chan_accept(void *ctx, int revents)
 	m->ev->channel(m->ctx, fd, again);
 }
 
+static int64_t loop_ms(struct sb_machine *m)
+{
+	return (int64_t)(sb_loop_now(m->lr->loop) * 1000);
+}
+
+static void qmp_arm(struct sb_machine *m);
+
+static void on_qmp_io(void *ctx, int revents)
+{
+	struct sb_machine *m = ctx;
+
+	sb_qmp_io(m->qmp, (revents & SB_READ ? SB_QMP_READ : 0) |
+			      (revents & SB_WRITE ? SB_QMP_WRITE : 0));
+	if (m->qmp)
+		qmp_arm(m);
+}
+
+static void on_qmp_timer(void *ctx)
+{
+	struct sb_machine *m = ctx;
+
+	sb_watch_stop(m->qmp_timer);
+	m->qmp_timer = NULL;
+	sb_qmp_tick(m->qmp, loop_ms(m));
+	if (m->qmp)
+		qmp_arm(m);
+}
+
+/* Watches the monitor's socket for what the client wants, and its next
+ * deadline. */
+static void qmp_arm(struct sb_machine *m)
+{
+	unsigned w = sb_qmp_wants(m->qmp);
+	int64_t dl = sb_qmp_deadline(m->qmp);
+
+	sb_watch_io_set(m->qmp_w, (w & SB_QMP_READ ? SB_READ : 0) | (w & SB_QMP_WRITE ? SB_WRITE : 0));
+	sb_watch_stop(m->qmp_timer);
+	m->qmp_timer = NULL;
+	if (dl >= 0) {
+		double after = (double)(dl - loop_ms(m)) / 1000;
+		m->qmp_timer = sb_loop_timer(m->lr->loop, after > 0 ? after : 0, 0, on_qmp_timer, m);
+	}
+}
+
+/* The monitor went away (QEMU ends, or reconnects): it is taken again on
+ * the next connection. */
+static void qmp_down(void *ctx, int err)
+{
+	struct sb_machine *m = ctx;
+
+	(void)err;
+	qmp_drop(m);
+}
+
+static const struct sb_qmp_ops qmp_ops = {
+	.down = qmp_down,
+};
+
+static void on_qmp_ready(void *ctx, int rc, json_t *ret)
+{
+	struct sb_machine *m = ctx;
+
+	(void)ret;
+	m->qmp_ready = rc == SB_OK;
+}
+
 static void on_qmp_accept(void *ctx, int revents)
 {
 	struct sb_machine *m = ctx;
@@ -211,9 +289,18 @@ static void on_qmp_accept(void *ctx, int revents)
 
 	if (sb_unix_accept(m->qmp_lfd, 0, &fd))
 		return;
-	if (m->qmp_fd >= 0)
-		close(m->qmp_fd);
-	m->qmp_fd = fd; /* kept open: QEMU waits on its monitor otherwise */
+	qmp_drop(m); /* one monitor connection at a time */
+	if (sb_qmp_open_async(fd, loop_ms(m), 10000, &qmp_ops, m, &m->qmp))
+		return;
+	if (!(m->qmp_w = sb_loop_io(m->lr->loop, sb_qmp_fd(m->qmp), SB_READ, on_qmp_io, m))) {
+		qmp_drop(m);
+		return;
+	}
+	/* a first command: ready once the greeting and capabilities are done */
+	if (sb_qmp_send(m->qmp, loop_ms(m), "query-status", NULL, 10000, on_qmp_ready, m))
+		qmp_drop(m);
+	else
+		qmp_arm(m);
 }
 
 /* Listens on the machine's sockets and watches its QEMU (pid set). */
@@ -226,7 +313,7 @@ static int machine_watch(struct sb_machine *m, const struct sb_machine_events *e
 	m->ev = ev;
 	m->ctx = ctx;
 	if ((rc = sb_unix_listen(m->chan, &m->chan_lfd)) ||
-	    (rc = sb_unix_listen(m->qmp, &m->qmp_lfd)))
+	    (rc = sb_unix_listen(m->qmp_path, &m->qmp_lfd)))
 		return rc;
 	m->chan_lw = sb_loop_io(l, m->chan_lfd, SB_READ, on_chan_accept, m);
 	m->qmp_lw = sb_loop_io(l, m->qmp_lfd, SB_READ, on_qmp_accept, m);
@@ -246,7 +333,7 @@ static int local_start(struct sb_machine *m, const struct sb_machine_events *ev,
 	vc.initrd = m->initrd;
 	vc.disk = m->disk;
 	vc.chan_socket = m->chan;
-	vc.qmp_socket = m->qmp;
+	vc.qmp_socket = m->qmp_path;
 	vc.console_log = m->console;
 	vc.cpus = m->cpus;
 	vc.memory_mib = m->memory_mib;
@@ -286,11 +373,27 @@ static void on_kill_grace(void *ctx)
 		sb_proc_kill(m->pid, SIGKILL);
 }
 
+static void on_quit(void *ctx, int rc, json_t *ret)
+{
+	struct sb_machine *m = ctx;
+
+	(void)ret;
+	/* the connection's end is QEMU going: the quit was taken */
+	if (rc && rc != SB_ERR_IO && !m->ended)
+		sb_proc_kill(m->pid, SIGTERM);
+}
+
+/* Ends the machine: QMP quit when the monitor is there (QEMU exits at
+ * once, cleanly), else SIGTERM; SIGKILL after grace_s either way. */
 static void local_stop(struct sb_machine *m, double grace_s)
 {
 	if (m->ended || m->grace_w)
 		return;
-	sb_proc_kill(m->pid, SIGTERM);
+	if (!m->qmp_ready ||
+	    sb_qmp_send(m->qmp, loop_ms(m), "quit", NULL, (int)(grace_s * 500), on_quit, m))
+		sb_proc_kill(m->pid, SIGTERM);
+	else
+		qmp_arm(m);
 	m->grace_w = sb_loop_timer(m->lr->loop, grace_s, 0, on_kill_grace, m);
 }
 
