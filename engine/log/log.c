@@ -2,6 +2,7 @@
 #include "engine/log/log.h"
 
 #include <errno.h>
+#include <sys/statvfs.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +98,17 @@ static uint64_t be64_get(const void *vp)
 	for (int i = 0; i < 8; i++)
 		v = v << 8 | p[i];
 	return v;
+}
+
+/* 1 when the file system of the log has (next to) no room left. */
+static int disk_full(sb_log *log)
+{
+	const char *dir = NULL;
+	struct statvfs st;
+
+	if (mdb_env_get_path(log->env, &dir) || !dir || statvfs(dir, &st))
+		return 0;
+	return (uint64_t)st.f_bavail * st.f_frsize < (1u << 20);
 }
 
 int sb_log_mdb_err(int rc, const char *what)
@@ -509,6 +521,8 @@ static int commit_group(sb_log *log, struct pending *group)
 		goto fail_sb;
 	mdb_cursor_close(ec);
 	rc = mdb_txn_commit(txn);
+	if (rc == EIO && disk_full(log))
+		rc = ENOSPC; /* LMDB reports a write cut short by a full disk as EIO */
 	if (rc)
 		return sb_log_mdb_err(rc, "log: commit");
 	if (log->hook)
