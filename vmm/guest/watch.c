@@ -3,7 +3,8 @@
  * Every directory of the tree has a watch. A regular file closed after
  * writing or moved in is reported "created" the first time its path is seen
  * and "modified" after; a file deleted or moved away is "deleted" when it was
- * known. Directories created or moved in are watched and their files
+ * known (a file written and deleted before its close was read is known
+ * without a report, so its deletion is still reported). Directories created or moved in are watched and their files
  * reported; a directory moved away is one "deleted" for its own path.
  * Known paths are a set of XXH3 hashes of the path (8 bytes a file).
  * A new directory is watched once its IN_CREATE is read: what happened in it
@@ -146,6 +147,12 @@ static void report_file(struct watch *w, const char *path)
 	ssize_t n;
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 
+	if (fd < 0 && errno == ENOENT) {
+		/* written and already gone (its IN_DELETE follows): known, so
+		 * the deletion is reported, though its content never was */
+		known_add(w, path);
+		goto out;
+	}
 	if (fd < 0 || fstat(fd, &sb) || !S_ISREG(sb.st_mode))
 		goto out;
 	st = XXH3_createState();
