@@ -25,16 +25,9 @@
 #include "engine/home.h"
 #include "engine/payload.h"
 #include "engine/proc.h"
+#include "engine/units.h"
 
 #define EXIT_WAIT_MS 2000 /* for a dying daemon to let go of the lock */
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static int health(sb_client *c, int timeout_ms)
 {
@@ -124,15 +117,15 @@ int cli_daemon_wait_gone(int ms)
 {
 	int pid;
 
-	for (uint64_t end = now_ms() + (uint64_t)ms; lock_holder(&pid); usleep(20000))
-		if (now_ms() >= end)
+	for (uint64_t end = (uint64_t)sb_now_ms() + (uint64_t)ms; lock_holder(&pid); usleep(20000))
+		if ((uint64_t)sb_now_ms() >= end)
 			return 0;
 	return 1;
 }
 
 enum cli_daemon cli_daemon_find(int wait_ms, sb_client **out, int *pid)
 {
-	uint64_t end = now_ms() + (uint64_t)wait_ms;
+	uint64_t end = (uint64_t)sb_now_ms() + (uint64_t)wait_ms;
 	int held, waited = 0, left;
 	char st;
 
@@ -150,12 +143,12 @@ enum cli_daemon cli_daemon_find(int wait_ms, sb_client **out, int *pid)
 		if (held && (st == 'T' || st == 't'))
 			return CLI_DAEMON_SILENT; /* stopped (SIGSTOP): it cannot answer
 						   */
-		left = (int)(end > now_ms() ? end - now_ms() : 0);
+		left = (int)(end > (uint64_t)sb_now_ms() ? end - (uint64_t)sb_now_ms() : 0);
 		if (ask(left > 3000 ? 3000 : left > 200 ? left : 200, out) == SB_OK)
 			return CLI_DAEMON_ANSWERS;
 		if (!held)
 			return CLI_DAEMON_ABSENT;
-		if (now_ms() >= end)
+		if ((uint64_t)sb_now_ms() >= end)
 			return CLI_DAEMON_SILENT;
 		usleep(50000); /* a daemon that is starting: catching up, not listening
 				  yet */
@@ -244,7 +237,7 @@ int cli_connect(int autostart, sb_client **out)
 		return sb_seterr(SB_ERR_UNAVAIL, "no daemon runs for %s", cli_home);
 	if ((rc = spawn_daemon()))
 		return rc;
-	for (end = now_ms() + CLI_START_WAIT_MS; now_ms() < end; usleep(50000))
+	for (end = (uint64_t)sb_now_ms() + CLI_START_WAIT_MS; (uint64_t)sb_now_ms() < end; usleep(50000))
 		if (ask(1000, out) == SB_OK)
 			return SB_OK;
 	if (lock_holder(&pid) && proc_state(pid) != 0)

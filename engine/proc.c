@@ -16,34 +16,11 @@
 #include <unistd.h>
 
 #include "engine/error.h"
+#include "engine/units.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Milliseconds left until deadline (-1 = none) in poll()'s convention. */
-static int ms_left(int64_t deadline)
-{
-	int64_t left;
-
-	if (deadline < 0)
-		return -1;
-	left = deadline - now_ms();
-	return left < 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
-}
-
-static int64_t deadline_of(int timeout_ms)
-{
-	return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
-}
 
 int sb_exe_find(const char *name, char *buf, size_t len)
 {
@@ -188,7 +165,7 @@ out:
 
 int sb_proc_wait(pid_t pid, int timeout_ms, int *status)
 {
-	int64_t deadline = deadline_of(timeout_ms);
+	int64_t deadline = sb_deadline(timeout_ms);
 	struct pollfd pfd = {.events = POLLIN};
 	int st = -1, rc;
 
@@ -205,7 +182,7 @@ int sb_proc_wait(pid_t pid, int timeout_ms, int *status)
 		return 0;
 	}
 	for (;;) {
-		rc = poll(&pfd, 1, ms_left(deadline));
+		rc = poll(&pfd, 1, sb_ms_left(deadline));
 		if (rc > 0)
 			break;
 		if (rc == 0) {
@@ -245,7 +222,7 @@ int sb_proc_kill(pid_t pid, int sig)
 
 int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen, int *status)
 {
-	int64_t deadline = deadline_of(timeout_ms);
+	int64_t deadline = sb_deadline(timeout_ms);
 	struct pollfd pfd = {.events = POLLIN};
 	struct sb_spawn sp = {argv, -1, -1, -1, 1, 0};
 	char scratch[4096];
@@ -265,7 +242,7 @@ int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen, in
 	pp[1] = -1;
 	pfd.fd = pp[0];
 	for (;;) {
-		rc = poll(&pfd, 1, ms_left(deadline));
+		rc = poll(&pfd, 1, sb_ms_left(deadline));
 		if (rc == 0) {
 			sb_proc_kill(pid, SIGKILL);
 			sb_proc_wait(pid, -1, NULL);
@@ -288,7 +265,7 @@ int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen, in
 			out[used] = 0;
 		}
 	}
-	rc = sb_proc_wait(pid, ms_left(deadline), status);
+	rc = sb_proc_wait(pid, sb_ms_left(deadline), status);
 	if (rc == SB_ERR_TIMEOUT) {
 		sb_proc_kill(pid, SIGKILL);
 		sb_proc_wait(pid, -1, NULL);

@@ -13,30 +13,7 @@
 #include <unistd.h>
 
 #include "engine/error.h"
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Milliseconds left until deadline (-1 = none) in poll()'s convention. */
-static int ms_left(int64_t deadline)
-{
-	int64_t left;
-
-	if (deadline < 0)
-		return -1;
-	left = deadline - now_ms();
-	return left < 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
-}
-
-static int64_t deadline_of(int timeout_ms)
-{
-	return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
-}
+#include "engine/units.h"
 
 int sb_unix_listen(const char *path, int *fd)
 {
@@ -87,7 +64,7 @@ fail:
 
 int sb_unix_accept(int lfd, int timeout_ms, int *fd)
 {
-	int64_t deadline = deadline_of(timeout_ms);
+	int64_t deadline = sb_deadline(timeout_ms);
 	struct pollfd pfd = {.fd = lfd, .events = POLLIN};
 	int s, rc;
 
@@ -99,7 +76,7 @@ int sb_unix_accept(int lfd, int timeout_ms, int *fd)
 		}
 		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
 			return sb_seterr(SB_ERR_IO, "accept: %s", strerror(errno));
-		rc = poll(&pfd, 1, ms_left(deadline));
+		rc = poll(&pfd, 1, sb_ms_left(deadline));
 		if (rc == 0)
 			return sb_seterr(SB_ERR_TIMEOUT, "no connection within %d ms",
 					 timeout_ms);

@@ -3,6 +3,7 @@
 #include "vmm/qmp.h"
 
 #include "engine/error.h"
+#include "engine/units.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -552,14 +553,6 @@ void sb_qmp_close(sb_qmp *q)
 
 /* --- the blocking API: the core driven with poll() --- */
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Queues an event for sb_qmp_event_next, dropping the oldest when full. */
 static void queue_event(void *ctx, json_t *ev)
 {
@@ -578,7 +571,7 @@ static int drive(sb_qmp *q, int64_t deadline, int (*done)(sb_qmp *, void *), voi
 {
 	for (;;) {
 		struct pollfd pfd = {.fd = q->fd};
-		int64_t t = mono_ms(), d = sb_qmp_deadline(q);
+		int64_t t = sb_now_ms(), d = sb_qmp_deadline(q);
 		unsigned want = sb_qmp_wants(q), ready = 0;
 		int wait, n;
 
@@ -598,10 +591,10 @@ static int drive(sb_qmp *q, int64_t deadline, int (*done)(sb_qmp *, void *), voi
 				(pfd.revents & POLLOUT ? SB_QMP_WRITE : 0);
 			sb_qmp_io(q, ready);
 		}
-		sb_qmp_tick(q, mono_ms());
+		sb_qmp_tick(q, sb_now_ms());
 		if (done(q, arg))
 			return SB_OK;
-		if (deadline >= 0 && mono_ms() >= deadline)
+		if (deadline >= 0 && sb_now_ms() >= deadline)
 			return SB_ERR_TIMEOUT;
 	}
 }
@@ -618,7 +611,7 @@ int sb_qmp_open(int fd, int timeout_ms, sb_qmp **out)
 	int rc;
 
 	*out = NULL;
-	if ((rc = sb_qmp_open_async(fd, mono_ms(), timeout_ms, &blocking_ops, NULL, &q)))
+	if ((rc = sb_qmp_open_async(fd, sb_now_ms(), timeout_ms, &blocking_ops, NULL, &q)))
 		return rc;
 	q->ctx = q;
 	if (!(q->events = json_array())) {
@@ -665,7 +658,7 @@ int sb_qmp_command(sb_qmp *q, const char *cmd, json_t *args, int timeout_ms, jso
 
 	if (ret)
 		*ret = NULL;
-	if ((rc = sb_qmp_send(q, mono_ms(), cmd, args, timeout_ms, wait_reply, &w)))
+	if ((rc = sb_qmp_send(q, sb_now_ms(), cmd, args, timeout_ms, wait_reply, &w)))
 		return rc;
 	drive(q, -1, is_answered, &w); /* the core ends the command in every case */
 	if (w.rc) {
@@ -687,7 +680,7 @@ static int has_event(sb_qmp *q, void *arg)
 
 int sb_qmp_event_wait(sb_qmp *q, int timeout_ms, json_t **ev)
 {
-	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : sb_now_ms() + timeout_ms;
 	int rc;
 
 	*ev = NULL;

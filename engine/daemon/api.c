@@ -11,6 +11,7 @@
 #include "engine/gateway/secrets.h"
 #include "engine/payload.h"
 #include "engine/runs/runs.h"
+#include "engine/units.h"
 #include "engine/wire.h"
 #include "projections/views.h"
 
@@ -110,16 +111,13 @@ static void pack_sp_stats(msgpack_packer *pk, const char *key, sb_sp *s)
 
 static int op_health(struct req *r)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	reply_begin(r, 7);
 	sb_pack_kstr(&r->pk, "version", SB_VERSION);
 	sb_pack_ku64(&r->pk, "pid", (uint64_t)getpid());
 	sb_pack_ku64(&r->pk, "last_offset", sb_log_last_offset(r->e->log));
 	sb_pack_ku64(&r->pk, "checkpoint", sb_projector_checkpoint(r->e->proj));
 	sb_pack_ku64(&r->pk, "uptime_s",
-		     (uint64_t)((double)ts.tv_sec + ts.tv_nsec / 1e9 - r->e->started));
+		     (uint64_t)((double)sb_now_ms() / 1000 - r->e->started));
 	pack_sp_stats(&r->pk, "local", r->e->local);
 	pack_sp_stats(&r->pk, "remote", r->e->remote);
 	return SB_OK;

@@ -33,6 +33,7 @@
 #include "engine/log/log.h"
 #include "engine/runs/runner.h"
 #include "engine/runs/runs.h"
+#include "engine/units.h"
 #include "engine/wire.h"
 #include "projections/projection.h"
 
@@ -59,14 +60,6 @@ struct sb_daemon {
 };
 
 static void daemon_stop(struct sb_daemon *d);
-
-static double mono_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* The projections catch up on their own worker, never on the loop (each
  * catch-up is a synced commit). A commit that lands while one runs asks for
@@ -320,7 +313,7 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 		goto fail;
 	if ((rc = sb_loop_open(&d->loop)))
 		goto fail;
-	d->started = mono_now();
+	d->started = (double)sb_now_ms() / 1000;
 	if ((rc = sb_work_open("api", API_THREADS, &d->apiw)) ||
 	    (rc = sb_work_open("proj", 1, &d->projw)) ||
 	    (rc = sb_work_open("jobs", JOB_THREADS, &d->jobs)))

@@ -18,73 +18,63 @@
 
 enum kind { U64, DBL };
 
-/* One setting: where it lives in the file, in the struct, its range. The
- * file gives sizes in MiB where the name says so; the struct holds bytes. */
+/* One setting: where it lives in the file and in the struct, its default
+ * and its range, in the file's unit. The file gives sizes in MiB where the
+ * name says so (scale); the struct holds bytes. */
 static const struct setting {
 	const char *section, *name;
 	enum kind kind;
 	size_t off;
-	double min, max, scale;
+	double dflt, min, max, scale;
 } table[] = {
-#define U(sec, nm, field, lo, hi, sc)                                                    \
+#define U(sec, nm, field, dflt, lo, hi, sc)                                              \
 	{                                                                                \
-		sec, nm, U64, offsetof(struct sb_settings, field), lo, hi, sc            \
+		sec, nm, U64, offsetof(struct sb_settings, field), dflt, lo, hi, sc      \
 	}
-#define D(sec, nm, field, lo, hi)                                                        \
+#define D(sec, nm, field, dflt, lo, hi)                                                  \
 	{                                                                                \
-		sec, nm, DBL, offsetof(struct sb_settings, field), lo, hi, 1             \
+		sec, nm, DBL, offsetof(struct sb_settings, field), dflt, lo, hi, 1       \
 	}
-    U("local", "max_conns", local_max_conns, 8, 65536, 1),
-    U("local", "max_request_mib", local_max_request, 1, 1024, MIB),
-    U("local", "max_inflight", local_max_inflight, 1, 4096, 1),
-    U("local", "max_buffered_mib", local_max_buffered, 64, 65536, MIB),
-    D("local", "handshake_timeout_s", local_handshake_s, 0.1, 3600),
-    U("remote", "max_conns", remote_max_conns, 1, 65536, 1),
-    U("remote", "max_conns_per_peer", remote_max_conns_per_peer, 1, 65536, 1),
-    D("remote", "accept_rate", remote_accept_rate, 0.1, 100000),
-    D("remote", "accept_burst", remote_accept_burst, 1, 100000),
-    D("remote", "handshake_timeout_s", remote_handshake_s, 0.1, 3600),
-    D("remote", "unauth_timeout_s", remote_unauth_s, 0.1, 3600),
-    D("remote", "idle_timeout_s", remote_idle_s, 1, 86400),
-    U("remote", "preauth_bytes", remote_preauth_bytes, 256, 1 << 20, 1),
-    U("remote", "max_request_mib", remote_max_request, 1, 1024, MIB),
-    U("remote", "max_denied", remote_max_denied, 1, 1000, 1),
-    U("gateway", "max_conns", gateway_max_conns, 16, 65536, 1),
-    D("gateway", "header_timeout_s", gateway_header_s, 0.1, 3600),
-    D("gateway", "body_timeout_s", gateway_body_s, 0.1, 3600),
-    U("runs", "record_quota_mib", run_record_quota, 1, 1 << 20, MIB),
-    D("runs", "guest_events_per_s", guest_events_rate, 1, 1e6),
-    D("runs", "guest_events_burst", guest_events_burst, 1, 1e7),
-    D("runs", "boot_timeout_s", boot_timeout_s, 1, 86400),
+    U("local", "max_conns", local_max_conns, 1024, 8, 65536, 1),
+    U("local", "max_request_mib", local_max_request, 64, 1, 1024, MIB),
+    U("local", "max_inflight", local_max_inflight, 64, 1, 4096, 1),
+    U("local", "max_buffered_mib", local_max_buffered, 512, 64, 65536, MIB),
+    D("local", "handshake_timeout_s", local_handshake_s, 10, 0.1, 3600),
+    U("remote", "max_conns", remote_max_conns, 256, 1, 65536, 1),
+    U("remote", "max_conns_per_peer", remote_max_conns_per_peer, 16, 1, 65536, 1),
+    D("remote", "accept_rate", remote_accept_rate, 10, 0.1, 100000),
+    D("remote", "accept_burst", remote_accept_burst, 20, 1, 100000),
+    D("remote", "handshake_timeout_s", remote_handshake_s, 10, 0.1, 3600),
+    D("remote", "unauth_timeout_s", remote_unauth_s, 10, 0.1, 3600),
+    D("remote", "idle_timeout_s", remote_idle_s, 300, 1, 86400),
+    U("remote", "preauth_bytes", remote_preauth_bytes, 4096, 256, 1 << 20, 1),
+    U("remote", "max_request_mib", remote_max_request, 64, 1, 1024, MIB),
+    U("remote", "max_denied", remote_max_denied, 8, 1, 1000, 1),
+    U("gateway", "max_conns", gateway_max_conns, 512, 16, 65536, 1),
+    D("gateway", "header_timeout_s", gateway_header_s, 10, 0.1, 3600),
+    D("gateway", "body_timeout_s", gateway_body_s, 60, 0.1, 3600),
+    U("runs", "record_quota_mib", run_record_quota, 1024, 1, 1 << 20, MIB),
+    D("runs", "guest_events_per_s", guest_events_rate, 200, 1, 1e6),
+    D("runs", "guest_events_burst", guest_events_burst, 2000, 1, 1e7),
+    D("runs", "boot_timeout_s", boot_timeout_s, 120, 1, 86400),
 #undef U
 #undef D
 };
 
+/* Sets setting t of s to v (in the file's unit). */
+static void setting_put(struct sb_settings *s, const struct setting *t, double v)
+{
+	if (t->kind == U64)
+		*(uint64_t *)((char *)s + t->off) = (uint64_t)(v * t->scale);
+	else
+		*(double *)((char *)s + t->off) = v;
+}
+
 void sb_settings_defaults(struct sb_settings *s)
 {
 	memset(s, 0, sizeof *s);
-	s->local_max_conns = 1024;
-	s->local_max_request = 64u << 20;
-	s->local_max_inflight = 64;
-	s->local_max_buffered = 512u << 20;
-	s->local_handshake_s = 10;
-	s->remote_max_conns = 256;
-	s->remote_max_conns_per_peer = 16;
-	s->remote_accept_rate = 10;
-	s->remote_accept_burst = 20;
-	s->remote_handshake_s = 10;
-	s->remote_unauth_s = 10;
-	s->remote_idle_s = 300;
-	s->remote_preauth_bytes = 4096;
-	s->remote_max_request = 64u << 20;
-	s->remote_max_denied = 8;
-	s->gateway_max_conns = 512;
-	s->gateway_header_s = 10;
-	s->gateway_body_s = 60;
-	s->run_record_quota = 1024ull << 20;
-	s->guest_events_rate = 200;
-	s->guest_events_burst = 2000;
-	s->boot_timeout_s = 120;
+	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+		setting_put(s, &table[i], table[i].dflt);
 }
 
 static const struct setting *find(const char *section, const char *name)
