@@ -19,7 +19,7 @@ url=tls+tcp://127.0.0.1:$port
 	>"$SANBOX_HOME/d.log" 2>&1 &
 for i in $(seq 1 50); do "$SB" daemon status >/dev/null 2>&1 && break; sleep 0.1; done
 "$SB" daemon status >/dev/null || { echo "FAIL setup: daemon: $(cat "$SANBOX_HOME/d.log")"; exit 1; }
-token=$("$SB" admin token create)
+token=$("$SB" admin token create ci-bot)
 remote() { "$SB" --remote "$url" --token "$token" --ca "$certs/server.pem" "$@"; }
 
 R=$(remote run --detach --timeout 120s -- /bin/sh -c 'echo remote-hi; exit 5')
@@ -30,6 +30,14 @@ case "$out" in *remote-hi*run.stopped*) ok "remote attach follows to the end" ;;
 remote ps --json | grep -q "\"$R\"" && ok "remote ps" || bad "remote ps" "run not listed"
 [ "$(remote inspect "$R" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["exit_status"])')" = 5 ] &&
 	ok "remote inspect" || bad "remote inspect" "exit status"
+off=$(remote admin append "$R" operator.note '{"text":"looked at it","by":"root"}' 2>&1)
+remote events "$R" --json --type operator.note | python3 -c '
+import json, sys
+e = [json.loads(l) for l in sys.stdin if l.strip()]
+sys.exit(0 if len(e) == 1 and e[0]["source"] == "operator" and e[0]["payload"]["by"] == "ci-bot" else 1)' &&
+	ok "a remote note is recorded with the token's name" || bad "remote note" "$off"
+remote admin append "$R" run.stopped '{"reason":"forged"}' >/dev/null 2>&1 &&
+	bad "forged host event" "a token holder wrote run.stopped" || ok "a token holder cannot write the host's events"
 "$SB" --remote "$url" --token "0000$token" --ca "$certs/server.pem" ps >/dev/null 2>"$SANBOX_HOME/e1"
 grep -q "token" "$SANBOX_HOME/e1" && ok "wrong token refused" || bad "wrong token" "$(cat "$SANBOX_HOME/e1")"
 "$SB" --remote "$url" --ca "$certs/server.pem" ps >/dev/null 2>&1

@@ -102,7 +102,7 @@ static void check(const uint8_t *buf, size_t len)
 	CHECK(ev.payload_len > 0);
 	CHECK(strlen(ev.type) > 0 && strlen(ev.type) < SB_TYPE_MAX);
 	CHECK(strlen(ev.run) > 0 && strlen(ev.run) < SB_RUN_MAX);
-	CHECK((unsigned)ev.source <= SB_SRC_GATEWAY);
+	CHECK((unsigned)ev.source <= SB_SRC_LAST);
 
 	msgpack_sbuffer_init(&sb);
 	CHECK(sb_record_encode(&ev, &sb) == SB_OK);
