@@ -1,6 +1,7 @@
 /* chan.c - frame codec of the host <-> guest channel. */
 #include "vmm/chan.h"
 
+#include <endian.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,6 +9,15 @@
 #include "engine/mpack.h"
 
 static int reader_next(struct sb_chan_reader *r, struct sb_chan_frame *f);
+
+/* The 32-bit big-endian number at p. */
+static uint32_t be32_at(const unsigned char *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, 4);
+	return be32toh(v);
+}
 
 struct sb_chan_reader {
 	char *buf;
@@ -66,6 +76,7 @@ int sb_chan_end(msgpack_sbuffer *out, size_t start)
 	unsigned char *p = (unsigned char *)out->data + start;
 	size_t len = out->size - start - 4;
 	size_t head = 2 + uint_size(p[6]); /* array byte, kind byte, stream */
+	uint32_t be;
 	int err;
 
 	if (len <= head) {
@@ -77,10 +88,8 @@ int sb_chan_end(msgpack_sbuffer *out, size_t start)
 				SB_CHAN_MAX);
 		goto fail;
 	}
-	p[0] = len >> 24;
-	p[1] = len >> 16;
-	p[2] = len >> 8;
-	p[3] = len;
+	be = htobe32((uint32_t)len);
+	memcpy(p, &be, 4);
 	return 0;
 fail:
 	out->size = start;
@@ -210,8 +219,7 @@ static int hunt(sb_chan_reader *r)
 {
 	while (r->len - r->off >= 6) {
 		const unsigned char *p = (const unsigned char *)r->buf + r->off;
-		uint32_t len = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
-			       (uint32_t)p[2] << 8 | p[3];
+		uint32_t len = be32_at(p);
 		if (len >= 3 && len <= SB_CHAN_MAX && p[4] == 0x93 &&
 		    p[5] >= SB_CHAN_HELLO && p[5] <= SB_CHAN_KIND_MAX)
 			return 1;
@@ -261,7 +269,7 @@ static int reader_next(sb_chan_reader *r, struct sb_chan_frame *f)
 	if (avail < 4)
 		return SB_END;
 	p = (const unsigned char *)r->buf + r->off;
-	len = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+	len = be32_at(p);
 	if (len == 0) {
 		r->err = SB_ERR_PROTO;
 		return sb_seterr(r->err, "chan: frame of length 0");

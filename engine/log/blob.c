@@ -45,14 +45,8 @@ int sb_hash_is_legacy(const uint8_t hash[SB_HASH_LEN])
 
 void sb_hash_hex(const uint8_t hash[SB_HASH_LEN], char out[SB_HASH_HEX])
 {
-	static const char hex[] = "0123456789abcdef";
-	int n = sb_hash_is_legacy(hash) ? SB_HASH_LEGACY_LEN : SB_HASH_LEN;
-
-	for (int i = 0; i < n; i++) {
-		out[2 * i] = hex[hash[i] >> 4];
-		out[2 * i + 1] = hex[hash[i] & 15];
-	}
-	out[2 * n] = 0;
+	sodium_bin2hex(out, SB_HASH_HEX, hash,
+		       sb_hash_is_legacy(hash) ? SB_HASH_LEGACY_LEN : SB_HASH_LEN);
 }
 
 int sb_hash_parse(const char *hex, uint8_t hash[SB_HASH_LEN])
