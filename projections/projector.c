@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/bytes.h"
 #include "engine/error.h"
 #include "engine/payload.h"
 #include "projections/views.h"
@@ -28,19 +29,6 @@ struct sb_projector {
 	msgpack_zone zone;
 };
 
-static void be64_put(uint8_t *p, uint64_t v)
-{
-	v = htobe64(v);
-	memcpy(p, &v, 8);
-}
-
-static uint64_t be64_get(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return be64toh(v);
-}
 
 int sb_proj_get(struct sb_proj_txn *t, const void *key, size_t klen, MDB_val *val)
 {
@@ -114,7 +102,7 @@ static uint64_t ckpt_get(sb_projector *p, MDB_txn *txn, size_t i)
 
 	if (mdb_get(txn, p->ckpt, &k, &v) || v.mv_size != 8)
 		return 0;
-	return be64_get(v.mv_data);
+	return sb_be64_get(v.mv_data);
 }
 
 static int ckpt_put(sb_projector *p, MDB_txn *txn, size_t i, uint64_t off)
@@ -122,7 +110,7 @@ static int ckpt_put(sb_projector *p, MDB_txn *txn, size_t i, uint64_t off)
 	MDB_val k = {strlen(builtin[i]->name), (void *)builtin[i]->name}, v;
 	uint8_t b[8];
 
-	be64_put(b, off);
+	sb_be64_put(b, off);
 	v.mv_size = 8;
 	v.mv_data = b;
 	return sb_log_mdb_err(mdb_put(txn, p->ckpt, &k, &v, 0), "projector: checkpoint");
@@ -289,10 +277,10 @@ int sb_projector_digest(sb_projector *p, const char *name, uint8_t out[32])
 	}
 	crypto_hash_sha256_init(&st);
 	while (!(rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))) {
-		be64_put(len, k.mv_size);
+		sb_be64_put(len, k.mv_size);
 		crypto_hash_sha256_update(&st, len, 8);
 		crypto_hash_sha256_update(&st, k.mv_data, k.mv_size);
-		be64_put(len, v.mv_size);
+		sb_be64_put(len, v.mv_size);
 		crypto_hash_sha256_update(&st, len, 8);
 		crypto_hash_sha256_update(&st, v.mv_data, v.mv_size);
 	}

@@ -5,6 +5,7 @@
  */
 #include <string.h>
 
+#include "engine/bytes.h"
 #include "engine/error.h"
 #include "engine/payload.h"
 #include "projections/fields.h"
@@ -23,8 +24,7 @@ static size_t rp_key(uint8_t *key, const char *run, uint64_t offset)
 
 	memcpy(key, run, rl);
 	key[rl] = 0;
-	for (int i = 7; i >= 0; i--, offset >>= 8)
-		key[rl + 1 + i] = (uint8_t)offset;
+	sb_be64_put(key + rl + 1, offset);
 	return rl + 9;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/bytes.h"
 #include "engine/error.h"
 #include "engine/log/record.h"
 #include "engine/log/schema.h"
@@ -84,21 +85,6 @@ struct sb_log_iter {
 	int started;
 };
 
-static void be64_put(uint8_t *p, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (uint8_t)v;
-}
-
-static uint64_t be64_get(const void *vp)
-{
-	const uint8_t *p = vp;
-	uint64_t v = 0;
-
-	for (int i = 0; i < 8; i++)
-		v = v << 8 | p[i];
-	return v;
-}
 
 /* 1 when the file system of the log has (next to) no room left. */
 static int disk_full(sb_log *log)
@@ -148,9 +134,9 @@ static int format_get(sb_log *log, MDB_txn *txn, uint64_t *fmt)
 		return SB_OK;
 	if (rc)
 		return sb_log_mdb_err(rc, "log: read format");
-	if (v.mv_size != 8 || !be64_get(v.mv_data))
+	if (v.mv_size != 8 || !sb_be64_get(v.mv_data))
 		return sb_seterr(SB_ERR_CORRUPT, "log: format version malformed");
-	*fmt = be64_get(v.mv_data);
+	*fmt = sb_be64_get(v.mv_data);
 	return SB_OK;
 }
 
@@ -159,7 +145,7 @@ static int format_put(sb_log *log, MDB_txn *txn, uint64_t fmt)
 	uint8_t b[8];
 	MDB_val k = {7, "version"}, v = {8, b};
 
-	be64_put(b, fmt);
+	sb_be64_put(b, fmt);
 	return sb_log_mdb_err(mdb_put(txn, log->meta, &k, &v, 0), "log: write format");
 }
 
@@ -351,10 +337,10 @@ static int tail_get(MDB_txn *txn, MDB_dbi dbi, const char *run, uint64_t *block,
 		return sb_log_mdb_err(rc, "log: run index");
 	if (v.mv_size < 8 || v.mv_size > TAIL_MAX || (v.mv_size - 8) % 8)
 		return sb_seterr(SB_ERR_CORRUPT, "run index of run %s malformed", run);
-	*block = be64_get(v.mv_data);
+	*block = sb_be64_get(v.mv_data);
 	*n = (unsigned)((v.mv_size - 8) / 8);
 	for (unsigned i = 0; offs && i < *n; i++)
-		offs[i] = be64_get((uint8_t *)v.mv_data + 8 + 8 * i);
+		offs[i] = sb_be64_get((uint8_t *)v.mv_data + 8 + 8 * i);
 	return SB_OK;
 }
 
@@ -364,7 +350,7 @@ static size_t idx_key(uint8_t *key, const char *run, uint64_t block)
 
 	memcpy(key, run, rl);
 	key[rl] = 0;
-	be64_put(key + rl + 1, block);
+	sb_be64_put(key + rl + 1, block);
 	return rl + 9;
 }
 
@@ -451,8 +437,8 @@ static int runindex_add(sb_log *log, MDB_txn *txn, const char *run, uint64_t off
 
 	if ((rc = tail_find(log, txn, run, &t)))
 		return rc;
-	block = be64_get(t->val);
-	be64_put(t->val + 8 + 8 * t->n, offset);
+	block = sb_be64_get(t->val);
+	sb_be64_put(t->val + 8 + 8 * t->n, offset);
 	*seq = block * BLOCK + ++t->n;
 	if (t->n < BLOCK)
 		return SB_OK;
@@ -463,7 +449,7 @@ static int runindex_add(sb_log *log, MDB_txn *txn, const char *run, uint64_t off
 	v.mv_data = t->val + 8;
 	if ((rc = mdb_put(txn, log->runidx, &k, &v, MDB_NOOVERWRITE)))
 		return sb_log_mdb_err(rc, "log: run index");
-	be64_put(t->val, block + 1);
+	sb_be64_put(t->val, block + 1);
 	t->n = 0;
 	return SB_OK;
 }
@@ -489,7 +475,7 @@ static int commit_group(sb_log *log, struct pending *group)
 		goto fail;
 	rc = mdb_cursor_get(ec, &k, &v, MDB_LAST);
 	if (rc == 0)
-		last = be64_get(k.mv_data);
+		last = sb_be64_get(k.mv_data);
 	else if (rc != MDB_NOTFOUND)
 		goto fail;
 	for (struct pending *p = group; p; p = p->next) {
@@ -504,7 +490,7 @@ static int commit_group(sb_log *log, struct pending *group)
 				goto fail_sb;
 			if (!ev->ts_ns)
 				ev->ts_ns = ts;
-			be64_put(key, ev->offset);
+			sb_be64_put(key, ev->offset);
 			k.mv_size = 8;
 			k.mv_data = key;
 			v.mv_size = sb_record_size(ev);
@@ -757,7 +743,7 @@ uint64_t sb_log_last_offset(sb_log *log)
 		return 0;
 	if (!mdb_cursor_open(txn, log->events, &c)) {
 		if (!mdb_cursor_get(c, &k, &v, MDB_LAST) && k.mv_size == 8)
-			last = be64_get(k.mv_data);
+			last = sb_be64_get(k.mv_data);
 		mdb_cursor_close(c);
 	}
 	mdb_txn_abort(txn);
@@ -833,7 +819,7 @@ int sb_log_iter_open_run(sb_log *log, const char *run, uint64_t from_seq, sb_log
 /* Decodes the record at (k, v) into ev; on failure ev->offset names it. */
 static int iter_decode(const MDB_val *k, const MDB_val *v, struct sb_event *ev)
 {
-	uint64_t off = k->mv_size == 8 ? be64_get(k->mv_data) : 0;
+	uint64_t off = k->mv_size == 8 ? sb_be64_get(k->mv_data) : 0;
 	int rc = sb_record_decode(v->mv_data, v->mv_size, ev);
 
 	if (rc == SB_OK && ev->offset != off)
@@ -875,7 +861,7 @@ static int load_block(sb_log_iter *it, uint64_t b)
 	if (rc)
 		return sb_log_mdb_err(rc, "log: read run");
 	for (unsigned i = 0; i < BLOCK; i++)
-		it->offs[i] = be64_get((uint8_t *)v.mv_data + 8 * i);
+		it->offs[i] = sb_be64_get((uint8_t *)v.mv_data + 8 * i);
 	it->nblock = BLOCK;
 	return SB_OK;
 }
@@ -890,13 +876,13 @@ static int seek_offset(sb_log_iter *it, uint64_t off, MDB_val *v)
 
 	if (it->at && off == it->at + 1) {
 		rc = mdb_cursor_get(it->cur, &k, v, MDB_NEXT);
-		if (rc == 0 && k.mv_size == 8 && be64_get(k.mv_data) == off) {
+		if (rc == 0 && k.mv_size == 8 && sb_be64_get(k.mv_data) == off) {
 			it->at = off;
 			return 0;
 		}
 	}
 	it->at = 0;
-	be64_put(key, off);
+	sb_be64_put(key, off);
 	k.mv_size = 8;
 	k.mv_data = key;
 	rc = mdb_cursor_get(it->cur, &k, v, MDB_SET_KEY);
@@ -935,7 +921,7 @@ static int iter_next_run(sb_log_iter *it, struct sb_event *ev, MDB_val *evv)
 					   (unsigned long long)off)
 			       : sb_log_mdb_err(rc, "log: read");
 	}
-	be64_put(key, off);
+	sb_be64_put(key, off);
 	ek.mv_size = 8;
 	ek.mv_data = key;
 	if ((rc = iter_decode(&ek, evv, ev)))
@@ -959,7 +945,7 @@ static int iter_step(sb_log_iter *it, struct sb_event *ev, MDB_val *v)
 		return iter_next_run(it, ev, v);
 	if (!it->started) {
 		it->started = 1;
-		be64_put(key, it->from);
+		sb_be64_put(key, it->from);
 		k.mv_size = 8;
 		k.mv_data = key;
 		rc = mdb_cursor_get(it->cur, &k, v, MDB_SET_RANGE);

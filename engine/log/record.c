@@ -9,15 +9,10 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "engine/bytes.h"
 #include "engine/error.h"
 
 #define HEADER_FIELDS 7
-
-static void put_be64(uint8_t *p, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (uint8_t)v;
-}
 
 static uint64_t get_be(const uint8_t *p, unsigned w)
 {
@@ -116,7 +111,7 @@ void sb_record_write(const struct sb_event *ev, uint8_t *out)
 	size_t hl = header_write(ev, out);
 
 	memcpy(out + hl, ev->payload, ev->payload_len);
-	put_be64(out + hl + ev->payload_len, XXH3_64bits(out, hl + ev->payload_len));
+	sb_be64_put(out + hl + ev->payload_len, XXH3_64bits(out, hl + ev->payload_len));
 }
 
 int sb_record_encode(const struct sb_event *ev, msgpack_sbuffer *out)
@@ -130,7 +125,7 @@ int sb_record_encode(const struct sb_event *ev, msgpack_sbuffer *out)
 	if (msgpack_sbuffer_write(out, (const char *)hdr, hl) ||
 	    msgpack_sbuffer_write(out, (const char *)ev->payload, ev->payload_len))
 		return SB_ERR_NOMEM;
-	put_be64(sum, XXH3_64bits(out->data + start, out->size - start));
+	sb_be64_put(sum, XXH3_64bits(out->data + start, out->size - start));
 	if (msgpack_sbuffer_write(out, (const char *)sum, sizeof sum))
 		return SB_ERR_NOMEM;
 	return SB_OK;
