@@ -76,7 +76,8 @@ int cmd_doctor(int argc, char **argv)
 	char *qv[] = {"qemu-system-x86_64", "--version", NULL};
 	char *qi[] = {"qemu-img", "--version", NULL};
 	char *nv[] = {"nft", "--version", NULL};
-	char *dv[] = {"debugfs", "-V", NULL};
+	char *dv[] = {"qemu-nbd", "--version", NULL};
+	char *mv[] = {"mkfs.ext4", "-V", NULL};
 	struct sb_template t;
 	struct sb_models *ms;
 	struct statvfs vfs;
@@ -96,9 +97,12 @@ int cmd_doctor(int argc, char **argv)
 	check(&r, "qemu-img", rc == 0,
 	      rc == 0 ? out : "qemu-img not found: run 'make deps'");
 	rc = first_line(dv, out, sizeof out);
-	check(&r, "debugfs", rc == 0,
+	check(&r, "qemu-nbd", rc == 0,
+	      rc == 0 ? out : "qemu-nbd not found (sanbox fs and cp need it): run 'make deps'");
+	rc = first_line(mv, out, sizeof out);
+	check(&r, "mkfs.ext4", rc == 0,
 	      rc == 0 ? "e2fsprogs present"
-		      : "debugfs not found (sanbox fs needs it): run 'make deps'");
+		      : "mkfs.ext4 not found (template build needs it): run 'make deps'");
 	rc = sb_template_load(cli_home, "shell", &t);
 	if (rc == 0)
 		snprintf(msg, sizeof msg, "template shell %.16s, kernel %s", t.hash,
