@@ -180,7 +180,14 @@ void cli_print_json(json_t *j);
  * Errors: SB_ERR_INVAL. */
 int cli_parse_duration(const char *s, uint64_t *secs);
 
-/* Parses "256M", "4G", "512" (MiB). Errors: SB_ERR_INVAL. */
+/* Parses a size into bytes: a number (fractions too) and a suffix B, K,
+ * M, G or T (powers of 1024; "KiB" and "KB" spellings too, any case); a
+ * bare number counts units of unit bytes. Errors: SB_ERR_INVAL (not a
+ * size, not positive, or above max bytes). */
+int cli_parse_size(const char *s, uint64_t unit, uint64_t max, uint64_t *bytes);
+
+/* Parses a memory size, "256M", "4G" or "512" (MiB), at least 64 MiB.
+ * Errors: SB_ERR_INVAL. */
 int cli_parse_size_mib(const char *s, uint64_t *mib);
 
 /* Parses "$1.50" or "1.5" into nano-USD. Errors: SB_ERR_INVAL. */

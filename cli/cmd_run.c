@@ -14,6 +14,7 @@
 
 #define MAX_LIST 64
 #define INPUTS_MAX SB_CHAN_INPUTS_MAX
+#define RECORD_QUOTA_MAX (1ull << 40) /* the daemon's limit too (engine/runs/plan.c) */
 
 struct list {
 	const char *v[MAX_LIST];
@@ -31,7 +32,7 @@ struct input {
 /* What the options say. */
 struct run_opts {
 	const char *tmpl, *name, *group, *accel, *on_budget, *net;
-	uint64_t cpus, mem, timeout, budget;
+	uint64_t cpus, mem, timeout, budget, quota;
 	struct list inputs, env, secrets, models, allow;
 	int detach, json;
 };
@@ -65,7 +66,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 		{"model", required_argument, NULL, 'm'},    {"budget", required_argument, NULL, 'b'},
 		{"secret", required_argument, NULL, 's'},   {"accel", required_argument, NULL, 'a'},
 		{"on-budget", required_argument, NULL, 'o'}, {"net", required_argument, NULL, 'N'},
-		{"allow", required_argument, NULL, 'A'},
+		{"allow", required_argument, NULL, 'A'},    {"record-quota", required_argument, NULL, 'Q'},
 		{"detach", no_argument, NULL, 'd'},         {"json", no_argument, NULL, 'j'},
 		{NULL, 0, NULL, 0},
 	};
@@ -83,6 +84,10 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 		case 'M':
 			if ((rc = cli_parse_size_mib(optarg, &o->mem)))
 				rc = cli_fail_code(CLI_EXIT_USAGE, "%s", sb_errmsg(rc));
+			break;
+		case 'Q':
+			if ((rc = cli_parse_size(optarg, 1, RECORD_QUOTA_MAX, &o->quota)))
+				rc = cli_fail_code(CLI_EXIT_USAGE, "--record-quota: %s", sb_errmsg(rc));
 			break;
 		case 'T':
 			if ((rc = cli_parse_duration(optarg, &o->timeout)))
@@ -220,7 +225,7 @@ static int pack_spec(struct cli_req *r, const struct run_opts *o, const struct i
 		     int argc, char **argv, int first, int has_cmd)
 {
 	size_t nspec = 10 + !!o->name + !!o->group + !!o->models.n * 2 + !!o->accel +
-		       !!o->on_budget + !!o->net + !!o->allow.n;
+		       !!o->on_budget + !!o->net + !!o->allow.n + !!o->quota;
 
 	cli_req_begin(r, "run.create", 1);
 	sb_pack_str(&r->pk, "spec");
@@ -267,6 +272,8 @@ static int pack_spec(struct cli_req *r, const struct run_opts *o, const struct i
 	sb_pack_ku64(&r->pk, "memory_mib", o->mem);
 	sb_pack_ku64(&r->pk, "timeout_s", o->timeout);
 	sb_pack_ku64(&r->pk, "budget_nusd", o->budget);
+	if (o->quota)
+		sb_pack_ku64(&r->pk, "record_quota", o->quota);
 	return pack_inputs(&r->pk, in, o->inputs.n);
 }
 

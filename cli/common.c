@@ -309,21 +309,48 @@ int cli_parse_duration(const char *s, uint64_t *secs)
 	return SB_OK;
 }
 
-int cli_parse_size_mib(const char *s, uint64_t *mib)
+/* The multiplier of a size suffix ("" is unit), or 0 when suf is none. */
+static uint64_t size_suffix(const char *suf, uint64_t unit)
+{
+	static const char letters[] = "kmgt";
+	const char *at;
+
+	if (!*suf)
+		return unit;
+	if (!strcasecmp(suf, "b"))
+		return 1;
+	if (!(at = strchr(letters, suf[0] | 0x20)) || !*at)
+		return 0;
+	if (suf[1] && strcasecmp(suf + 1, "b") && strcasecmp(suf + 1, "ib"))
+		return 0;
+	return 1ull << (10 * (at - letters + 1));
+}
+
+int cli_parse_size(const char *s, uint64_t unit, uint64_t max, uint64_t *bytes)
 {
 	char *end;
 	double v = strtod(s, &end);
+	uint64_t mul;
 
-	if (end == s || v <= 0 || !isfinite(v))
-		return sb_seterr(SB_ERR_INVAL, "'%s' is not a size (e.g. 256M, 2G)", s);
-	if (!strcmp(end, "") || !strcasecmp(end, "m") || !strcasecmp(end, "mib") ||
-	    !strcasecmp(end, "mb"))
-		*mib = (uint64_t)v;
-	else if (!strcasecmp(end, "g") || !strcasecmp(end, "gib") ||
-		 !strcasecmp(end, "gb"))
-		*mib = (uint64_t)(v * 1024);
-	else
-		return sb_seterr(SB_ERR_INVAL, "'%s' is not a size (e.g. 256M, 2G)", s);
+	if (end == s || s[0] == '-' || !isfinite(v) || !(mul = size_suffix(end, unit)))
+		return sb_seterr(SB_ERR_INVAL, "'%s' is not a size (e.g. 64K, 256M, 2G)", s);
+	if (v * (double)mul > (double)max)
+		return sb_seterr(SB_ERR_INVAL, "size %s is above %llu bytes", s,
+				 (unsigned long long)max);
+	*bytes = (uint64_t)(v * (double)mul);
+	if (*bytes == 0)
+		return sb_seterr(SB_ERR_INVAL, "size %s must be positive", s);
+	return SB_OK;
+}
+
+int cli_parse_size_mib(const char *s, uint64_t *mib)
+{
+	uint64_t bytes;
+	int rc = cli_parse_size(s, 1ull << 20, 1ull << 40, &bytes);
+
+	if (rc)
+		return rc;
+	*mib = bytes >> 20;
 	if (*mib < 64)
 		return sb_seterr(SB_ERR_INVAL, "memory %s is below the 64 MiB minimum",
 				 s);

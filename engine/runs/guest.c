@@ -17,16 +17,20 @@
 #include "engine/log/schema.h"
 #include "engine/payload.h"
 #include "engine/runs/mask.h"
+#include "engine/text.h"
 #include "vmm/chan.h"
 
 #define GUEST_READ_BUDGET (256u << 10) /* bytes read from one guest per wake-up */
 #define WARN_EVERY_S	  1.0
 
-enum drop { D_RATE, D_MALFORMED, D_SCHEMA, D_QUOTA, D_COUNT };
+enum drop { D_RATE, D_MALFORMED, D_SCHEMA, D_REPEATED, D_QUOTA, D_COUNT };
 
 static const char *const drop_what[D_COUNT] = {"over the event rate limit", "malformed",
-					       "refused by the schema",
+					       "refused by the schema", "repeated",
 					       "past the record quota"};
+
+/* The agent's events that happen once in a run (see once_bit). */
+enum { ONCE_READY = 1, ONCE_EXITED = 2 };
 
 /* An output stream whose end is held back for masking. */
 struct stream {
@@ -53,11 +57,49 @@ struct sb_guest {
 	uint64_t warned[D_COUNT];  /* ... as of the last warning */
 	char last_detail[200];	   /* why the last one was dropped */
 	double warned_at;
-	int quota_said;
+	int quota_said; /* the quota is reached: nothing more but once-events */
+	unsigned once;	/* ONCE_* recorded */
 };
 
 static void guest_warn(sb_guest *g, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Copies guest text (n bytes) into out (cap bytes, cap > 0) masked, as
+ * one line (control bytes become spaces) cut on a UTF-8 boundary: the
+ * masking comes before the cut, so no part of a value is left. */
+static void guest_text(const sb_guest *g, const char *in, size_t n, char *out, size_t cap)
+{
+	msgpack_sbuffer buf;
+	size_t len = 0;
+
+	msgpack_sbuffer_init(&buf);
+	sb_mask_apply(g->mask, in, n, &buf);
+	if (buf.data)
+		len = sb_utf8_cut(buf.data, buf.size, cap - 1);
+	for (size_t i = 0; i < len; i++)
+		out[i] = (unsigned char)buf.data[i] < 0x20 || buf.data[i] == 0x7f
+			     ? ' '
+			     : buf.data[i];
+	out[len] = 0;
+	if (buf.data)
+		sodium_memzero(buf.data, buf.size);
+	msgpack_sbuffer_destroy(&buf);
+}
+
+/* guest_text of the string body[key] ("" when it is none); returns 1
+ * when there was one. */
+static int guest_field(const sb_guest *g, const msgpack_object *body, const char *key,
+		       char *out, size_t cap)
+{
+	const msgpack_object *v = sb_map_get(body, key);
+
+	if (!v || v->type != MSGPACK_OBJECT_STR) {
+		out[0] = 0;
+		return 0;
+	}
+	guest_text(g, v->via.str.ptr, v->via.str.size, out, cap);
+	return 1;
+}
 
 static void guest_warn(sb_guest *g, const char *fmt, ...)
 {
@@ -100,14 +142,35 @@ static void drops_report(sb_guest *g, int now)
 static void drop(sb_guest *g, enum drop why, const char *detail)
 {
 	g->dropped[why]++;
-	snprintf(g->last_detail, sizeof g->last_detail, "%s", detail);
+	/* the detail may quote the guest (a refused type): masked */
+	guest_text(g, detail, strlen(detail), g->last_detail, sizeof g->last_detail);
 	drops_report(g, 0);
 }
 
-/* Types the agent's run needs to end right: recorded past the quota. */
-static int essential(const char *type)
+/* The agent's events that happen once (its run needs them to end right):
+ * ONCE_*, or 0 for another type or source. */
+static unsigned once_bit(const char *type, enum sb_source src)
 {
-	return !strcmp(type, "run.exited") || !strcmp(type, "harness.input.ready");
+	if (src != SB_SRC_GUEST)
+		return 0;
+	return !strcmp(type, "harness.input.ready") ? ONCE_READY
+	       : !strcmp(type, "run.exited")	    ? ONCE_EXITED
+						    : 0;
+}
+
+/* Counts an event past the quota; the first says the quota is reached. */
+static void quota_drop(sb_guest *g)
+{
+	if (!g->quota_said) {
+		g->quota_said = 1;
+		guest_warn(
+		    g,
+		    "the run's record quota of %llu bytes is reached: its output and "
+		    "events are no longer recorded, only counted",
+		    (unsigned long long)g->lim.quota);
+	}
+	g->dropped[D_QUOTA]++;
+	g->warned[D_QUOTA] = g->dropped[D_QUOTA]; /* said in the summary */
 }
 
 /* Checks and records one event whose payload is packed in buf. */
@@ -124,19 +187,12 @@ static void record_packed(sb_guest *g, const char *type, enum sb_source src,
 		drop(g, D_SCHEMA, sb_errmsg(rc));
 		return;
 	}
-	if (g->recorded + buf->size > g->lim.quota && !essential(type)) {
-		if (!g->quota_said) {
-			g->quota_said = 1;
-			guest_warn(g,
-				   "the run's record quota of %llu bytes is reached: its "
-				   "output and "
-				   "events are no longer recorded, only counted",
-				   (unsigned long long)g->lim.quota);
-		}
-		g->dropped[D_QUOTA]++;
-		g->warned[D_QUOTA] = g->dropped[D_QUOTA]; /* said in the summary */
+	if (!once_bit(type, src) &&
+	    (g->quota_said || g->recorded + buf->size > g->lim.quota)) {
+		quota_drop(g);
 		return;
 	}
+	g->once |= once_bit(type, src);
 	g->recorded += buf->size;
 	g->ops->event(g->ctx, type, src, buf->data, buf->size);
 }
@@ -180,20 +236,51 @@ static int pack_output(sb_guest *g, struct stream *s, const char *data, size_t n
 	return any;
 }
 
-/* An event the guest sent: rate, masking, schema, quota, then recorded. */
+/* Records the output each stream still holds back for masking. */
+static void streams_flush(sb_guest *g)
+{
+	msgpack_sbuffer buf;
+
+	for (int i = 0; i < 2; i++) {
+		struct stream *s = &g->streams[i];
+		if (!s->name[0] || !s->hold.nhold)
+			continue;
+		msgpack_sbuffer_init(&buf);
+		if (pack_output(g, s, "", 0, 1, &buf))
+			record_packed(g, "agent.output", SB_SRC_GUEST, &buf);
+		if (buf.data)
+			sodium_memzero(buf.data, buf.size);
+		msgpack_sbuffer_destroy(&buf);
+	}
+}
+
+/* An event the guest sent: rate, masking, schema, quota, then recorded.
+ * The agent's once-events are not rate-limited (a flood of harness lines
+ * must not cost the run its run.exited) and a second one is dropped. */
 static void guest_event(sb_guest *g, const char *type, enum sb_source src,
 			const msgpack_object *payload)
 {
 	const msgpack_object *stream = sb_map_get(payload, "stream");
 	const msgpack_object *data = sb_map_get(payload, "data");
+	unsigned once = once_bit(type, src);
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
 	struct stream *s;
 
-	if (!sb_bucket_take(&g->bucket, sb_loop_now(g->loop))) {
+	if (once & g->once) {
+		drop(g, D_REPEATED, type);
+		return;
+	}
+	if (!once && !sb_bucket_take(&g->bucket, sb_loop_now(g->loop))) {
 		drop(g, D_RATE, type);
 		return;
 	}
+	if (!once && g->quota_said) {
+		quota_drop(g); /* not worth masking */
+		return;
+	}
+	if (once == ONCE_EXITED)
+		streams_flush(g); /* the output's end comes before run.exited */
 	msgpack_sbuffer_init(&buf);
 	if (src == SB_SRC_GUEST && !strcmp(type, "agent.output") &&
 	    payload->via.map.size == 2 && stream && stream->type == MSGPACK_OBJECT_STR &&
@@ -348,11 +435,11 @@ static const struct sb_tunnel_ops tunnel_ops = {
 static void on_frame(sb_guest *g, const struct sb_chan_frame *f)
 {
 	const msgpack_object *type, *payload;
-	char t[SB_TYPE_MAX], version[32], error[256] = "";
+	char t[SB_TYPE_MAX], version[32], error[256];
 
 	switch (f->kind) {
 	case SB_CHAN_HELLO:
-		if (sb_map_str(&f->body, "version", version, sizeof version) <= 0)
+		if (!guest_field(g, &f->body, "version", version, sizeof version))
 			snprintf(version, sizeof version, "?");
 		g->ops->hello(g->ctx, version, sb_map_u64(&f->body, "resume", 0) == 1);
 		break;
@@ -376,10 +463,8 @@ static void on_frame(sb_guest *g, const struct sb_chan_frame *f)
 		sb_tunnel_frame(g->tunnel, f->kind, f->stream, &f->body);
 		break;
 	case SB_CHAN_DONE:
-		sb_map_str(&f->body, "error", error, sizeof error);
-		for (char *p = error; *p; p++)
-			if ((unsigned char)*p < 0x20 || *p == 0x7f)
-				*p = ' '; /* guest text: keep the reason one line */
+		guest_field(g, &f->body, "error", error,
+			    sizeof error); /* recorded as a reason */
 		g->ops->done(g->ctx, error);
 		break;
 	default: break; /* LOG: the agent's diagnostics, not recorded */
@@ -479,6 +564,11 @@ int sb_guest_mask(sb_guest *g, const void *value, size_t n, const char *label)
 	return sb_mask_add(g->mask, value, n, label);
 }
 
+void sb_guest_recorded(sb_guest *g, const char *type)
+{
+	g->once |= once_bit(type, SB_SRC_GUEST);
+}
+
 void sb_guest_attach(sb_guest *g, int fd, int resync)
 {
 	sb_watch_stop(g->w);
@@ -500,19 +590,9 @@ int sb_guest_connected(const sb_guest *g)
 
 void sb_guest_finish(sb_guest *g)
 {
-	msgpack_sbuffer buf;
-
 	while (g->fd >= 0 && chan_read(g))
 		;
-	for (int i = 0; i < 2; i++) {
-		struct stream *s = &g->streams[i];
-		if (!s->name[0] || !s->hold.nhold)
-			continue;
-		msgpack_sbuffer_init(&buf);
-		if (pack_output(g, s, "", 0, 1, &buf))
-			record_packed(g, "agent.output", SB_SRC_GUEST, &buf);
-		msgpack_sbuffer_destroy(&buf);
-	}
+	streams_flush(g);
 	if (g->dropped[D_QUOTA])
 		guest_warn(
 		    g, "not recorded past the record quota of %llu bytes: %llu events",

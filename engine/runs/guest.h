@@ -5,7 +5,8 @@
  * source harness) are rate-limited, masked (engine/runs/mask.h), checked
  * against the schema and counted against the run's record quota before
  * the run records them; whatever is dropped is counted and said in a
- * rate-limited warning. Tunnelled streams go to the model gateway
+ * rate-limited warning. The agent's harness.input.ready and run.exited
+ * are recorded once each, past the rate limit and the quota. Tunnelled streams go to the model gateway
  * (engine/gateway/tunnel.h). One wake-up reads at most GUEST_READ_BUDGET
  * bytes, so a flooding guest cannot starve the others. Everything runs on
  * the daemon's loop.
@@ -54,6 +55,11 @@ int sb_guest_open(sb_loop *loop, const struct sb_guest_limits *lim,
 /* Masks value (n bytes) as "[masked label]" in everything recorded from
  * now on. Errors: those of sb_mask_add. */
 int sb_guest_mask(sb_guest *g, const void *value, size_t n, const char *label);
+
+/* Tells g that the run's record holds the agent's type already (a run
+ * taken up by a restarted daemon), so that another from the guest is
+ * dropped as repeated: harness.input.ready and run.exited happen once. */
+void sb_guest_recorded(sb_guest *g, const char *type);
 
 /* Takes fd (connected, non-blocking) as the channel, replacing one it
  * had (frames queued for that one are dropped). resync: the stream may

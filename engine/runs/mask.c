@@ -141,8 +141,9 @@ size_t sb_mask_stream(const sb_mask *m, struct sb_mask_stream *st, const void *i
 				break;
 			}
 		}
-		/* and the emitted part does not end inside a UTF-8 sequence */
-		while (keep < total && keep < SB_MASK_HOLD_MAX &&
+		/* and the emitted part does not end inside a UTF-8 sequence
+		 * (with nothing held it ends where the chunk does) */
+		while (keep > 0 && keep < total && keep < SB_MASK_HOLD_MAX &&
 		       (buf[total - keep] & 0xc0) == 0x80)
 			keep++;
 		if (keep > SB_MASK_HOLD_MAX)
@@ -185,10 +186,20 @@ size_t sb_mask_object(const sb_mask *m, const msgpack_object *o, msgpack_packer 
 		}
 		return count;
 	case MSGPACK_OBJECT_BIN:
+	case MSGPACK_OBJECT_EXT:
 		msgpack_sbuffer_init(&tmp);
-		count = sb_mask_apply(m, o->via.bin.ptr, o->via.bin.size, &tmp);
-		msgpack_pack_bin_with_body(pk, tmp.data ? tmp.data : "",
-					   tmp.data ? tmp.size : 0);
+		if (o->type == MSGPACK_OBJECT_BIN) {
+			count = sb_mask_apply(m, o->via.bin.ptr, o->via.bin.size, &tmp);
+			msgpack_pack_bin_with_body(pk, tmp.data ? tmp.data : "",
+						   tmp.data ? tmp.size : 0);
+		} else {
+			count = sb_mask_apply(m, o->via.ext.ptr, o->via.ext.size, &tmp);
+			msgpack_pack_ext_with_body(pk, tmp.data ? tmp.data : "",
+						   tmp.data ? tmp.size : 0,
+						   o->via.ext.type);
+		}
+		if (tmp.data)
+			sodium_memzero(tmp.data, tmp.size);
 		msgpack_sbuffer_destroy(&tmp);
 		return count;
 	default: msgpack_pack_object(pk, *o); return 0;

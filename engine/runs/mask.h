@@ -50,8 +50,9 @@ size_t sb_mask_apply(const sb_mask *m, const void *in, size_t n, msgpack_sbuffer
 size_t sb_mask_stream(const sb_mask *m, struct sb_mask_stream *st, const void *in,
 		      size_t n, int end, msgpack_sbuffer *out);
 
-/* Masks every string (map keys too) in a msgpack object and packs it with
- * pk. Returns how many values were masked. */
+/* Masks every string (map keys too) and every bin and ext body in a
+ * msgpack object and packs it with pk. Returns how many values were
+ * masked. */
 size_t sb_mask_object(const sb_mask *m, const msgpack_object *o, msgpack_packer *pk);
 
 /* Wipes and frees m (NULL is fine). */

@@ -819,7 +819,11 @@ static void reattach(struct sb_runs *rs, const char *run)
 		goto out_free;
 	}
 	r->exited = rec.exited;
-	r->hello = rec.ready; /* an agent past its set-up takes SIGNAL frames */
+	r->hello = rec.ready;
+	if (rec.exited)
+		sb_guest_recorded(r->g, "run.exited");
+	if (rec.ready)
+		sb_guest_recorded(r->g, "harness.input.ready"); /* an agent past its set-up takes SIGNAL frames */
 	clock_gettime(CLOCK_REALTIME, &now);
 	left = (double)r->plan.timeout_s -
 	       ((double)now.tv_sec + now.tv_nsec / 1e9 - (double)rec.started_ns / 1e9);

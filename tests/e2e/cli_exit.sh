@@ -75,7 +75,7 @@ done
 [ -z "$(daemon_pid)" ] || fail "a usage error started a daemon"
 # bad option values: one line, exit 2
 for args in "--cpu 0" "--cpu 65" "--cpu x" "--memory 1" "--timeout soon" "--budget -1" \
-	"--on-budget maybe" "--env novalue"; do
+	"--on-budget maybe" "--env novalue" "--record-quota 0" "--record-quota 12X" "--record-quota 2T"; do
 	# shellcheck disable=SC2086
 	"$SB" run $args -- true >"$tmp/out" 2>"$tmp/err"
 	rc=$?

@@ -1,0 +1,337 @@
+/* test_guest.c - the run's guest channel (engine/runs/guest.c) against a
+ * hostile agent that writes frames itself over a socket pair: its
+ * harness.input.ready and run.exited are recorded once each, past an empty
+ * rate bucket and past the quota, and the output still held for masking
+ * comes before run.exited; a reached quota stays reached; the text of
+ * HELLO, DONE and of the drop warnings is masked before it is cut; every
+ * drop is counted in the warnings.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <sodium.h>
+#include <sys/socket.h>
+
+#include "engine/runs/guest.h"
+#include "tests/unit/testutil.h"
+#include "vmm/chan.h"
+
+#define KEY "SECRETVALUE1"
+
+struct seen {
+	char type[64][SB_TYPE_MAX];
+	json_t *payload[64];
+	int src[64];
+	int n;
+	char warn[16][512];
+	int nwarn;
+	char version[64], error[512];
+};
+
+static void on_hello(void *ctx, const char *version, int resume)
+{
+	snprintf(((struct seen *)ctx)->version, 64, "%s", version);
+}
+
+static void on_event(void *ctx, const char *type, enum sb_source src, const void *p,
+		     size_t len)
+{
+	struct seen *s = ctx;
+	msgpack_zone zone;
+	msgpack_object o;
+
+	assert_true(s->n < 64);
+	assert_true(msgpack_zone_init(&zone, 1024));
+	assert_int_equal(sb_payload_parse(p, len, &zone, &o), SB_OK);
+	snprintf(s->type[s->n], SB_TYPE_MAX, "%s", type);
+	s->payload[s->n] = sb_msgpack_to_json(&o);
+	s->src[s->n++] = src;
+	msgpack_zone_destroy(&zone);
+}
+
+static void on_warn(void *ctx, const char *line)
+{
+	struct seen *s = ctx;
+
+	assert_true(s->nwarn < 16);
+	snprintf(s->warn[s->nwarn++], 512, "%s", line);
+}
+
+static void on_done(void *ctx, const char *error)
+{
+	snprintf(((struct seen *)ctx)->error, 512, "%s", error);
+}
+
+static void on_closed(void *ctx)
+{
+}
+
+static int on_connect(void *ctx, int *fd)
+{
+	return SB_ERR_STATE;
+}
+
+static const struct sb_guest_ops ops = {
+    .hello = on_hello,
+    .event = on_event,
+    .warn = on_warn,
+    .done = on_done,
+    .closed = on_closed,
+    .connect = on_connect,
+};
+
+struct rig {
+	sb_loop *loop;
+	sb_guest *g;
+	int peer; /* the agent's end */
+	struct seen seen;
+};
+
+static void rig_open(struct rig *r, double rate, double burst, uint64_t quota)
+{
+	struct sb_guest_limits lim = {rate, burst, quota};
+	int sv[2];
+
+	memset(r, 0, sizeof *r);
+	assert_int_equal(sb_loop_open(&r->loop), SB_OK);
+	assert_int_equal(sb_guest_open(r->loop, &lim, &ops, &r->seen, &r->g), SB_OK);
+	assert_int_equal(sb_guest_mask(r->g, KEY, strlen(KEY), "K"), SB_OK);
+	assert_int_equal(
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+	sb_guest_attach(r->g, sv[0], 0);
+	r->peer = sv[1];
+}
+
+static void rig_close(struct rig *r)
+{
+	sb_guest_close(r->g);
+	close(r->peer);
+	sb_loop_close(r->loop);
+	for (int i = 0; i < r->seen.n; i++)
+		json_decref(r->seen.payload[i]);
+}
+
+/* Sends a frame of kind whose body is the JSON js (quotes as '). */
+static void send_body(struct rig *r, int kind, const char *js)
+{
+	msgpack_sbuffer body, sb;
+	msgpack_packer pk;
+	size_t start;
+
+	tu_json(&body, js);
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	assert_int_equal(sb_chan_begin(&sb, &pk, kind, 0, &start), SB_OK);
+	msgpack_sbuffer_write(&sb, body.data, body.size);
+	assert_int_equal(sb_chan_end(&sb, start), SB_OK);
+	assert_int_equal(write(r->peer, sb.data, sb.size), (ssize_t)sb.size);
+	msgpack_sbuffer_destroy(&body);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* An agent's EVENT {type, payload}. */
+static void send_event(struct rig *r, const char *type, const char *payload_js)
+{
+	char js[8192];
+
+	snprintf(js, sizeof js, "{'type': '%s', 'payload': %s}", type, payload_js);
+	send_body(r, SB_CHAN_EVENT, js);
+}
+
+static void send_output(struct rig *r, const char *data)
+{
+	char js[4096];
+
+	snprintf(js, sizeof js, "{'stream': 'stdout', 'data': '%s'}", data);
+	send_event(r, "agent.output", js);
+}
+
+static void on_tick(void *ctx)
+{
+	sb_loop_break(ctx);
+}
+
+/* Lets the loop read what was sent. */
+static void spin(struct rig *r)
+{
+	sb_watch *w = sb_loop_timer(r->loop, 0.05, 0, on_tick, r->loop);
+
+	sb_loop_run(r->loop);
+	sb_watch_stop(w);
+}
+
+/* The sum of "N what" over the "dropped guest events" warnings. */
+static unsigned long dropped(const struct seen *s, const char *what)
+{
+	unsigned long sum = 0;
+
+	for (int i = 0; i < s->nwarn; i++) {
+		const char *p = s->warn[i], *end;
+		if (strncmp(p, "dropped guest events: ", 22))
+			continue;
+		end = strstr(p, " (last: ");
+		for (p += 22; p && p < end; p = strstr(p, ", "), p = p ? p + 2 : NULL) {
+			char *after;
+			unsigned long n = strtoul(p, &after, 10);
+			if (!strncmp(after + 1, what, strlen(what)))
+				sum += n;
+		}
+	}
+	return sum;
+}
+
+static const char *data_of(const struct seen *s, int i)
+{
+	return json_string_value(json_object_get(s->payload[i], "data"));
+}
+
+/* Once-events: past an empty bucket, once each; held output before run.exited. */
+static void test_once_events(void **state)
+{
+	struct rig r;
+	struct seen *s = &r.seen;
+
+	rig_open(&r, 0.001, 3, 1 << 20);
+	send_event(&r, "harness.input.ready", "{'files': 0, 'bytes': 0}");
+	send_output(&r, "x");
+	send_output(&r, "y");
+	send_output(&r, "tail SECRETV"); /* may begin the value: held */
+	send_output(&r, "z");		 /* the bucket is empty */
+	send_event(&r, "harness.input.ready", "{'files': 9, 'bytes': 9}");
+	send_event(&r, "run.exited", "{'status': 0, 'signal': 0}");
+	send_event(&r, "run.exited", "{'status': 77, 'signal': 0}");
+	spin(&r);
+	sb_guest_finish(r.g);
+	assert_int_equal(s->n, 6);
+	assert_string_equal(s->type[0], "harness.input.ready");
+	assert_int_equal(json_integer_value(json_object_get(s->payload[0], "files")), 0);
+	assert_string_equal(data_of(s, 1), "x");
+	assert_string_equal(data_of(s, 2), "y");
+	assert_string_equal(data_of(s, 3), "tail ");
+	assert_string_equal(data_of(s, 4),
+			    "SECRETV"); /* never completed: flushed before the end */
+	assert_string_equal(s->type[5], "run.exited");
+	assert_int_equal(s->src[5], SB_SRC_GUEST);
+	assert_int_equal(json_integer_value(json_object_get(s->payload[5], "status")), 0);
+	assert_int_equal(dropped(s, "over the event rate limit"), 1);
+	assert_int_equal(dropped(s, "repeated"), 2);
+	rig_close(&r);
+}
+
+/* A run taken up again: what its record holds is not recorded twice. */
+static void test_recorded(void **state)
+{
+	struct rig r;
+
+	rig_open(&r, 100, 100, 1 << 20);
+	sb_guest_recorded(r.g, "run.exited");
+	sb_guest_recorded(r.g, "agent.output"); /* not a once-event: no effect */
+	send_event(&r, "run.exited", "{'status': 0, 'signal': 0}");
+	send_output(&r, "still");
+	spin(&r);
+	sb_guest_finish(r.g);
+	assert_int_equal(r.seen.n, 1);
+	assert_string_equal(data_of(&r.seen, 0), "still");
+	assert_int_equal(dropped(&r.seen, "repeated"), 1);
+	rig_close(&r);
+}
+
+/* A reached quota stays reached; once-events still go in. */
+static void test_quota(void **state)
+{
+	struct rig r;
+	struct seen *s = &r.seen;
+	char big[101];
+	int said = 0, summary = 0;
+
+	memset(big, 'b', 100);
+	big[100] = 0;
+	rig_open(&r, 100, 100, 200);
+	send_output(&r, big);  /* about 120 bytes: in */
+	send_output(&r, big);  /* over 200: out, and the quota is said */
+	send_output(&r, "ok"); /* would fit, but the quota is reached */
+	send_event(&r, "harness.input.ready", "{'files': 0, 'bytes': 0}");
+	send_event(&r, "run.exited", "{'status': 3, 'signal': 0}");
+	spin(&r);
+	sb_guest_finish(r.g);
+	assert_int_equal(s->n, 3);
+	assert_string_equal(data_of(s, 0), big);
+	assert_string_equal(s->type[1], "harness.input.ready");
+	assert_string_equal(s->type[2], "run.exited");
+	for (int i = 0; i < s->nwarn; i++) {
+		said +=
+		    strstr(s->warn[i], "record quota of 200 bytes is reached") != NULL;
+		summary +=
+		    !strcmp(s->warn[i],
+			    "not recorded past the record quota of 200 bytes: 2 events");
+	}
+	assert_int_equal(said, 1);
+	assert_int_equal(summary, 1);
+	rig_close(&r);
+}
+
+/* Guest text that the run records (HELLO's version, DONE's error, drop
+ * details) is masked, then cut: no part of the value is left. */
+static void test_masked_text(void **state)
+{
+	struct rig r;
+	struct seen *s = &r.seen;
+	char js[1024], line[600];
+	int named = 0;
+
+	rig_open(&r, 100, 100, 1 << 20);
+	send_body(&r, SB_CHAN_HELLO, "{'version': 'v-" KEY "', 'resume': 0}");
+	send_event(&r, KEY, "{}"); /* refused: the detail names the type */
+	snprintf(line, sizeof line, "{'type': '%s', 'payload': {}}", KEY);
+	for (char *c = line; *c; c++)
+		if (*c == '\'')
+			*c = '"';
+	{
+		msgpack_sbuffer sb;
+		msgpack_packer pk;
+		size_t start;
+		msgpack_sbuffer_init(&sb);
+		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+		assert_int_equal(sb_chan_begin(&sb, &pk, SB_CHAN_EVENT_JSON, 0, &start),
+				 SB_OK);
+		msgpack_pack_bin_with_body(&pk, line, strlen(line));
+		assert_int_equal(sb_chan_end(&sb, start), SB_OK);
+		assert_int_equal(write(r.peer, sb.data, sb.size), (ssize_t)sb.size);
+		msgpack_sbuffer_destroy(&sb);
+	}
+	/* a value across the cut of DONE's error (255 bytes) */
+	memset(js, 0, sizeof js);
+	strcpy(js, "{'error': '");
+	memset(js + strlen(js), 'e', 250);
+	strcat(js, KEY "\\n'}");
+	send_body(&r, SB_CHAN_DONE, js);
+	spin(&r);
+	sb_guest_finish(r.g);
+	assert_string_equal(s->version, "v-[masked K]");
+	assert_null(strstr(s->error, "SECRE"));
+	assert_non_null(strstr(s->error, "eeee[mask")); /* the label cut, not the value */
+	for (int i = 0; i < s->nwarn; i++) {
+		assert_null(strstr(s->warn[i], "SECRE"));
+		named += strstr(s->warn[i], "'[masked K]'") != NULL;
+	}
+	assert_true(named >= 1);
+	assert_int_equal(dropped(s, "refused by the schema"), 2);
+	assert_int_equal(s->n, 0);
+	rig_close(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_once_events),
+	    cmocka_unit_test(test_recorded),
+	    cmocka_unit_test(test_quota),
+	    cmocka_unit_test(test_masked_text),
+	};
+	if (sodium_init() < 0)
+		return 1;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
