@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "engine/mpack.h"
+#include "engine/runs/mask.h"
 #include "engine/runs/spec.h"
 #include "vmm/chan.h"
 
@@ -177,7 +178,18 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	p->record_quota = quota ? quota : c->record_quota;
 	if (!p->name[0])
 		snprintf(p->name, sizeof p->name, "%s", run);
-	return sb_access_resolve(c->home, c->stubs, spec, &p->t, &p->access);
+	if ((rc = sb_access_resolve(c->home, c->stubs, spec, &p->t, &p->access)))
+		return rc;
+	/* what the guest is given is masked in what it records */
+	for (size_t i = 0; i < p->access.ngrants; i++) {
+		const struct sb_access_grant *g = &p->access.grants[i];
+		if (!g->model_scope && g->value->len > SB_MASK_HOLD_MAX)
+			return sb_seterr(SB_ERR_INVAL,
+					 "secret %s has %zu bytes: one given to the guest (scope "
+					 "env) is at most %d, so that it can be masked in the record",
+					 g->name, g->value->len, SB_MASK_HOLD_MAX);
+	}
+	return SB_OK;
 }
 
 void sb_plan_pack_created(const struct sb_plan *p, msgpack_packer *pk)

@@ -74,6 +74,11 @@ static int setup(void **state)
 	unsetenv("SANBOX_TEMPLATES");
 	assert_int_equal(sb_secret_set(f->home, "ACME_KEY", "provider-key", 12), SB_OK);
 	assert_int_equal(sb_secret_set(f->home, "TEAM", "team-value", 10), SB_OK);
+	{
+		char huge[5000];
+		memset(huge, 'h', sizeof huge);
+		assert_int_equal(sb_secret_set(f->home, "HUGE", huge, sizeof huge), SB_OK);
+	}
 	snprintf(path, sizeof path, "%s/log", f->home);
 	assert_int_equal(sb_mkdirs(path, 0700), SB_OK);
 	assert_int_equal(sb_log_open(path, SB_LOG_NOSYNC, &f->log), SB_OK);
@@ -287,6 +292,7 @@ static void test_refused_specs(void **state)
 	    {"{'template':'nope','argv':['ls']}", "nope"},
 	    {"{'template':'box','argv':['ls'],'secrets':['UNSET']}", "UNSET"},
 	    {"{'template':'box','argv':['ls'],'model':'acme/none'}", "acme/none"},
+	    {"{'template':'box','argv':['ls'],'secrets':['HUGE']}", "HUGE has 5000 bytes"},
 	};
 	msgpack_sbuffer sb;
 	msgpack_zone zone;
