@@ -55,15 +55,17 @@ static int io_err(const char *what, const char *path)
 			 "%s %s: %s", what, path, strerror(e));
 }
 
-/* Writes len bytes to path atomically: a temporary file beside it, synced,
- * then renamed over it (or, when exclusive, linked: EEXIST if path exists). */
+/* Writes len bytes to path atomically: a temporary file beside it (a name
+ * of its own per call, as threads of one process may write the same path
+ * at once), synced, then renamed over it (or, when exclusive, linked:
+ * EEXIST if path exists). */
 static int write_atomic(const char *path, const void *data, size_t len, int exclusive)
 {
 	char tmp[4096 + 16];
 	int fd, rc = SB_OK;
 
-	snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+	fd = mkostemp(tmp, O_CLOEXEC); /* mode 0600 */
 	if (fd < 0)
 		return io_err("create", tmp);
 	if (write(fd, data, len) != (ssize_t)len || fsync(fd))

@@ -469,14 +469,20 @@ fail:
 	return rc;
 }
 
+pid_t sb_local_qemu_pid(const char *home, const char *run)
+{
+	char dir[PATH_CAP];
+
+	snprintf(dir, sizeof dir, "%s/runs/%s", home, run);
+	return machine_pid(dir, run);
+}
+
 static void local_reap(void *runner, const char *run)
 {
 	struct sb_local_runner *lr = runner;
-	char dir[PATH_CAP];
 	pid_t pid;
 
-	snprintf(dir, sizeof dir, "%s/runs/%s", lr->home, run);
-	if ((pid = machine_pid(dir, run)))
+	if ((pid = sb_local_qemu_pid(lr->home, run)))
 		sb_proc_kill(pid, SIGKILL);
 }
 

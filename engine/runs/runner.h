@@ -15,6 +15,8 @@
 #ifndef SB_RUNNER_H
 #define SB_RUNNER_H
 
+#include <sys/types.h>
+
 #include "engine/daemon/loop.h"
 #include "engine/runs/plan.h"
 
@@ -77,5 +79,10 @@ struct sb_local_runner {
 };
 
 extern const struct sb_runner_ops sb_local_runner_ops;
+
+/* The pid of run's QEMU in home (from home/runs/RUN/qemu.pid) while that
+ * process lives and its command line names the run's directory, else 0
+ * (none, ended, or the pid is now another process's). */
+pid_t sb_local_qemu_pid(const char *home, const char *run);
 
 #endif

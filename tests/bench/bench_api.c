@@ -16,15 +16,32 @@
  * sb_follow without follow from offset 0, for the run (what attach does)
  * and for the whole log; the best of three of each.
  *
+ * Under load: health and events.read (RUN_READ's records, 100 at a time,
+ * as sb_follow asks for them), each from a prober thread of its own at
+ * PROBE_HZ requests/s, idle for IDLE_S, then while LOAD_RUNS run.create
+ * requests go out at once from as many connections (real microVMs under
+ * TCG, template shell) and FLOODERS of those guests print as fast as they
+ * can; p50 and p99 of each phase and the ratio load/idle. Latency counts
+ * from when a request was due, so a stall also counts for the requests it
+ * delayed. The rate one flooding guest gets recorded (agent.output events
+ * and their bytes, by their timestamps, over FLOOD_S) and, with the
+ * daemon's guest event limits raised in sanboxd.json, the rate of one
+ * guest writing event lines to $SANBOX_EVENTS (not limited by the agent):
+ * the daemon's own ceiling. The microVM figures need BUILD/templates/shell
+ * (built with BUILD/sanbox when missing); without it they are skipped,
+ * with one line on stderr. State on /tmp, a disk, as a real daemon's.
+ *
  * Prints only lines "bench NAME VALUE UNIT"; errors go to stderr with exit
  * status 1.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,10 +55,13 @@
 #include "engine/daemon/bus.h"
 #include "engine/client.h"
 #include "engine/error.h"
+#include "engine/proc.h"
 #include "engine/home.h"
 #include "engine/log/log.h"
 #include "engine/payload.h"
+#include "engine/runs/runner.h"
 #include "tests/bench/benchutil.h"
+#include "vmm/qemu.h"
 
 #define LAT_EVENTS 2000
 #define LAT_GAP_US 2000 /* 500 events/s */
@@ -53,6 +73,23 @@
 #define RUN_LAT64 "b2b2b2b2b2b2"
 #define RUN_PROC "c3c3c3c3c3c3"
 #define RUN_BIG "d4d4d4d4d4d4"
+#define RUN_READ "e5e5e5e5e5e5"
+
+#define PROBE_HZ 50	     /* requests/s of each prober */
+#define PROBE_SAMPLES 30000  /* kept per phase: 600 s at PROBE_HZ */
+#define IDLE_S 20
+#define LOAD_RUNS 8
+#define FLOODERS 4	     /* of LOAD_RUNS; the others sleep */
+#define FLOOD_SKIP_S 1	     /* from a guest's first event: its agent's burst */
+#define FLOOD_S 10	     /* the window its events are counted in */
+#define READ_EVENTS 1000     /* agent.output events seeded into RUN_READ */
+#define READ_LIMIT 100
+#define LOAD_GROUP "benchload"
+#define FLOOD_CMD "yes flood | head -c 50000000"
+#define IDLE_CMD "sleep 600"
+#define LINES_CMD                                                          \
+	"yes '{\"type\":\"agent.turn.started\",\"payload\":{\"turn\":1}}' " \
+	">\"$SANBOX_EVENTS\""
 
 static char homes[2][64];   /* removed at exit */
 static pid_t daemons[2];    /* killed at exit */
@@ -64,6 +101,28 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Kills each QEMU of home's runs that is still alive; returns how many. */
+static int qemu_reap(const char *home)
+{
+	char dir[PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
+
+	snprintf(dir, sizeof dir, "%s/runs", home);
+	if (!(d = opendir(dir)))
+		return 0;
+	while ((de = readdir(d))) {
+		pid_t pid;
+		if (de->d_name[0] != '.' && (pid = sb_local_qemu_pid(home, de->d_name))) {
+			sb_proc_kill(pid, SIGKILL);
+			n++;
+		}
+	}
+	closedir(d);
+	return n;
 }
 
 static void cleanup(void)
@@ -84,6 +143,7 @@ static void cleanup(void)
 			daemons[i] = 0;
 		}
 		if (homes[i][0]) {
+			qemu_reap(homes[i]);
 			bench_rmrf(homes[i]);
 			snprintf(log, sizeof log, "%s.log", homes[i]);
 			unlink(log);
@@ -92,11 +152,89 @@ static void cleanup(void)
 	}
 }
 
-static void die(const char *what, int rc)
+/* Prints "bench_api: " and the message on stderr, cleans up and exits 1. */
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
 {
-	fprintf(stderr, "bench_api: %s: %s\n", what, rc ? sb_errmsg(rc) : "failed");
+	va_list ap;
+
+	fputs("bench_api: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
 	cleanup();
 	exit(1);
+}
+
+static void die(const char *what, int rc)
+{
+	fail("%s: %s", what, rc ? sb_errmsg(rc) : "failed");
+}
+
+/* The signals that end the benchmark: blocked in every thread but
+ * signal_thread, which cleans up (cleanup) and exits. */
+static sigset_t stop_sigs;
+
+static void *signal_thread(void *arg)
+{
+	int sig = SIGTERM;
+
+	sigwait(&stop_sigs, &sig);
+	cleanup();
+	_exit(128 + sig);
+}
+
+static void signals_init(void)
+{
+	pthread_t th;
+
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&stop_sigs);
+	sigaddset(&stop_sigs, SIGINT);
+	sigaddset(&stop_sigs, SIGTERM);
+	sigaddset(&stop_sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
+	if (pthread_create(&th, NULL, signal_thread, NULL))
+		die("thread", SB_ERR_NOMEM);
+	pthread_detach(th);
+}
+
+/* The build directory: this program is BUILD/bench/bench_api. */
+static void build_dir(char *buf, size_t cap)
+{
+	ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+	char *slash;
+
+	if (n <= 0)
+		die("readlink", SB_ERR_IO);
+	buf[n] = 0;
+	for (int k = 0; k < 2; k++) {
+		if (!(slash = strrchr(buf, '/')))
+			die("exe path", SB_ERR_IO);
+		*slash = 0;
+	}
+}
+
+/* Starts argv[0] (a path) with argv, stdout and stderr appended to log and
+ * the stop signals unblocked; returns its pid. */
+static pid_t spawn(const char *log, char *const argv[])
+{
+	pid_t pid = fork();
+
+	if (pid < 0)
+		die("fork", SB_ERR_IO);
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		sigprocmask(SIG_UNBLOCK, &stop_sigs, NULL);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	return pid;
 }
 
 static void report(const char *name, double value, const char *unit)
@@ -159,34 +297,15 @@ static void seed_run(const char *home, const char *run)
 /* Starts sanboxd for home (slot i); the caller waits for it to answer. */
 static void daemon_spawn(int i)
 {
-	char exe[PATH_MAX], log[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	char *slash;
+	char exe[PATH_MAX], log[PATH_MAX + 8];
+	char *argv[] = {exe, "--home", homes[i], NULL};
 
-	if (n <= 0)
-		die("readlink", SB_ERR_IO);
-	exe[n] = 0;
-	for (int k = 0; k < 2; k++) {
-		if (!(slash = strrchr(exe, '/')))
-			die("exe path", SB_ERR_IO);
-		*slash = 0;
-	}
+	build_dir(exe, sizeof exe - 16);
 	strcat(exe, "/sanboxd");
 	if (access(exe, X_OK))
 		die(exe, SB_ERR_NOTFOUND);
 	snprintf(log, sizeof log, "%s.log", homes[i]);
-	daemons[i] = fork();
-	if (daemons[i] < 0)
-		die("fork", SB_ERR_IO);
-	if (daemons[i] == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execl(exe, "sanboxd", "--home", homes[i], (char *)NULL);
-		_exit(127);
-	}
+	daemons[i] = spawn(log, argv);
 }
 
 /* Waits (at most secs) until the daemon of home answers health. */
@@ -291,9 +410,10 @@ static double lat_write(const char *home, const char *run, size_t n, unsigned ga
 		msgpack_pack_map(&pk, 4);
 		sb_pack_kstr(&pk, "op", "events.append");
 		sb_pack_kstr(&pk, "run", run);
-		sb_pack_kstr(&pk, "type", "agent.turn.started");
+		sb_pack_kstr(&pk, "type", "operator.note"); /* what an operator may append */
 		sb_pack_str(&pk, "payload");
-		msgpack_pack_map(&pk, 2);
+		msgpack_pack_map(&pk, 3);
+		sb_pack_kstr(&pk, "text", "bench");
 		sb_pack_ku64(&pk, "turn", i);
 		sb_pack_ku64(&pk, "stamp", now_ns());
 		rc = sb_request(c, &req, 10000, &rep);
@@ -313,16 +433,24 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Sorts the n latencies and reports p50 and p99 as NAME_p50_SUFFIX etc. */
-static void report_lat(uint32_t *us, size_t n, const char *suffix)
+/* Sorts the n latencies (microseconds) and reports p50 and p99 as
+ * api.WHAT_p50_SUFFIX and api.WHAT_p99_SUFFIX, in ms when in_ms, else in
+ * us; returns the p99 as reported. */
+static double report_lat(const char *what, uint32_t *us, size_t n, const char *suffix,
+			 int in_ms)
 {
-	char name[64];
+	double scale = in_ms ? 1e-3 : 1;
+	const char *unit = in_ms ? "ms" : "us";
+	char name[96];
 
+	if (!n)
+		fail("no %s latencies measured (%s)", what, suffix);
 	qsort(us, n, sizeof *us, cmp_u32);
-	snprintf(name, sizeof name, "api.latency_p50_%s", suffix);
-	report(name, us[n / 2], "us");
-	snprintf(name, sizeof name, "api.latency_p99_%s", suffix);
-	report(name, us[n * 99 / 100], "us");
+	snprintf(name, sizeof name, "api.%s_p50_%s", what, suffix);
+	report(name, us[n / 2] * scale, unit);
+	snprintf(name, sizeof name, "api.%s_p99_%s", what, suffix);
+	report(name, us[n * 99 / 100] * scale, unit);
+	return us[n * 99 / 100] * scale;
 }
 
 static void wait_ready(_Atomic int *ready, int n)
@@ -360,7 +488,7 @@ static void bench_latency_threads(const char *home, const char *run, int nthread
 		if (l[i].rc < 0 || l[i].got != n)
 			die("subscriber", l[i].rc < 0 ? l[i].rc : 0);
 	}
-	report_lat(all, (size_t)nthreads * n, suffix);
+	report_lat("latency", all, (size_t)nthreads * n, suffix, 0);
 	free(all);
 	free(ready);
 	free(l);
@@ -409,7 +537,7 @@ static void procs_finish(struct procs *p)
 			die("subscriber process failed", 0);
 		subs_pids[i] = 0;
 	}
-	report_lat(p->us, (size_t)SUBS * LAT_EVENTS, "64proc");
+	report_lat("latency", p->us, (size_t)SUBS * LAT_EVENTS, "64proc", 0);
 }
 
 /* --- catch-up --- */
@@ -485,16 +613,549 @@ static void make_tool_payload(msgpack_sbuffer *pl)
 	sb_pack_ku64(&pk, "duration_ms", 1234);
 }
 
+/* --- under load --- */
+
+enum phase { PH_WARM, PH_IDLE, PH_LOAD, PH_END };
+static _Atomic int phase; /* what the probers' samples are filed under */
+
+/* One prober: a connection and a thread of its own, one request due every
+ * 1/PROBE_HZ s; each latency (microseconds) counts from when its request
+ * was due, so a stall also counts for the requests it delayed. */
+struct probe {
+	const char *home;
+	int read;        /* events.read of RUN_READ, else health */
+	uint32_t *us[2]; /* samples of PH_IDLE and PH_LOAD */
+	size_t n[2];
+	int rc;
+	char err[256];   /* rc's detail (details are per thread) */
+	pthread_t th;
+};
+
+/* Packs the prober's i-th request into req (emptied first). */
+static void probe_pack(const struct probe *p, msgpack_sbuffer *req, uint64_t i)
+{
+	msgpack_packer pk;
+
+	req->size = 0;
+	msgpack_packer_init(&pk, req, msgpack_sbuffer_write);
+	if (!p->read) {
+		msgpack_pack_map(&pk, 1);
+		sb_pack_kstr(&pk, "op", "health");
+		return;
+	}
+	/* stored records, as sb_follow asks; from walks over the run's
+	 * offsets 2..READ_EVENTS+1 (1 is its run.created) */
+	msgpack_pack_map(&pk, 5);
+	sb_pack_kstr(&pk, "op", "events.read");
+	sb_pack_kstr(&pk, "run", RUN_READ);
+	sb_pack_ku64(&pk, "from", 2 + i * READ_LIMIT % (READ_EVENTS - READ_LIMIT));
+	sb_pack_ku64(&pk, "limit", READ_LIMIT);
+	sb_pack_kbool(&pk, "records", 1);
+}
+
+/* Checks a reply: an events.read brings READ_LIMIT records. */
+static int probe_check(const struct probe *p, const struct sb_reply *rep)
+{
+	const msgpack_object *recs = sb_map_get(&rep->map, "records");
+
+	if (p->read && (!recs || recs->type != MSGPACK_OBJECT_ARRAY ||
+			recs->via.array.size != READ_LIMIT))
+		return sb_seterr(SB_ERR_PROTO, "events.read of %s did not bring %d records",
+				 RUN_READ, READ_LIMIT);
+	return SB_OK;
+}
+
+static void *probe_thread(void *arg)
+{
+	struct probe *p = arg;
+	struct timespec due;
+	msgpack_sbuffer req;
+	sb_client *c = NULL;
+	int ph;
+
+	msgpack_sbuffer_init(&req);
+	if ((p->rc = sb_client_open(p->home, NULL, &c)))
+		goto done;
+	clock_gettime(CLOCK_MONOTONIC, &due);
+	for (uint64_t i = 0; atomic_load(&phase) != PH_END; i++) {
+		struct sb_reply rep = {0};
+		uint64_t due_ns = (uint64_t)due.tv_sec * 1000000000u + (uint64_t)due.tv_nsec, t;
+
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL);
+		probe_pack(p, &req, i);
+		ph = atomic_load(&phase);
+		p->rc = req.data ? sb_request(c, &req, 10000, &rep) : SB_ERR_NOMEM;
+		t = now_ns();
+		if (p->rc == SB_OK)
+			p->rc = probe_check(p, &rep);
+		sb_reply_free(&rep);
+		if (p->rc)
+			break;
+		if ((ph == PH_IDLE || ph == PH_LOAD) && p->n[ph - PH_IDLE] < PROBE_SAMPLES) {
+			size_t *n = &p->n[ph - PH_IDLE];
+			p->us[ph - PH_IDLE][(*n)++] = (uint32_t)((t - due_ns) / 1000u);
+		}
+		due.tv_nsec += 1000000000 / PROBE_HZ;
+		if (due.tv_nsec >= 1000000000) {
+			due.tv_sec++;
+			due.tv_nsec -= 1000000000;
+		}
+	}
+done:
+	if (p->rc)
+		snprintf(p->err, sizeof p->err, "%s: %s", p->read ? "events.read" : "health",
+			 sb_errmsg(p->rc));
+	sb_client_close(c);
+	msgpack_sbuffer_destroy(&req);
+	return NULL;
+}
+
+/* One run.create of the load, from a connection of its own. */
+struct creator {
+	const char *home, *cmd;
+	char run[SB_RUN_MAX];
+	double secs; /* until answered, that is until its VM started */
+	int rc;
+	char err[256];
+	pthread_t th;
+};
+
+/* Packs run.create of template shell running sh -c cmd under TCG into req. */
+static void create_pack(msgpack_sbuffer *req, const char *cmd)
+{
+	msgpack_packer pk;
+
+	msgpack_packer_init(&pk, req, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2);
+	sb_pack_kstr(&pk, "op", "run.create");
+	sb_pack_str(&pk, "spec");
+	msgpack_pack_map(&pk, 6);
+	sb_pack_kstr(&pk, "template", "shell");
+	sb_pack_kstr(&pk, "group", LOAD_GROUP);
+	sb_pack_kstr(&pk, "accel", "tcg");
+	sb_pack_str(&pk, "argv");
+	msgpack_pack_array(&pk, 3);
+	sb_pack_str(&pk, "sh");
+	sb_pack_str(&pk, "-c");
+	sb_pack_str(&pk, cmd);
+	sb_pack_ku64(&pk, "memory_mib", 256);
+	sb_pack_ku64(&pk, "timeout_s", 600); /* in case this program dies */
+}
+
+static void *create_thread(void *arg)
+{
+	struct creator *cr = arg;
+	struct sb_reply rep = {0};
+	msgpack_sbuffer req;
+	sb_client *c = NULL;
+	double t0 = bench_now();
+
+	msgpack_sbuffer_init(&req);
+	create_pack(&req, cr->cmd);
+	if ((cr->rc = sb_client_open(cr->home, NULL, &c)) == SB_OK)
+		cr->rc = req.data ? sb_request(c, &req, 300000, &rep) : SB_ERR_NOMEM;
+	cr->secs = bench_now() - t0;
+	if (cr->rc == SB_OK && sb_map_str(&rep.map, "run", cr->run, sizeof cr->run) <= 0)
+		cr->rc = sb_seterr(SB_ERR_PROTO, "no run in the reply");
+	if (cr->rc)
+		snprintf(cr->err, sizeof cr->err, "run.create: %s", sb_errmsg(cr->rc));
+	sb_reply_free(&rep);
+	sb_client_close(c);
+	msgpack_sbuffer_destroy(&req);
+	return NULL;
+}
+
+/* Waits (at most secs) for run's first event of type; a run that ends
+ * before it is an error that says why. */
+static int run_wait_event(sb_client *c, const char *run, const char *type, double secs)
+{
+	double t0 = bench_now();
+	msgpack_sbuffer req;
+	msgpack_packer pk;
+	int rc;
+
+	msgpack_sbuffer_init(&req);
+	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 4);
+	sb_pack_kstr(&pk, "op", "events.read");
+	sb_pack_kstr(&pk, "run", run);
+	sb_pack_ku64(&pk, "limit", 1);
+	sb_pack_str(&pk, "types");
+	msgpack_pack_array(&pk, 3);
+	sb_pack_str(&pk, type);
+	sb_pack_str(&pk, "run.failed");
+	sb_pack_str(&pk, "run.stopped");
+	for (;;) {
+		struct sb_reply rep = {0};
+		const msgpack_object *evs;
+		char got[SB_TYPE_MAX] = "", why[256] = "";
+
+		rc = req.data ? sb_request(c, &req, 10000, &rep) : SB_ERR_NOMEM;
+		evs = rc ? NULL : sb_map_get(&rep.map, "events");
+		if (evs && evs->type == MSGPACK_OBJECT_ARRAY && evs->via.array.size) {
+			sb_map_str(&evs->via.array.ptr[0], "type", got, sizeof got);
+			sb_map_str(sb_map_get(&evs->via.array.ptr[0], "payload"), "reason", why,
+				   sizeof why);
+		}
+		sb_reply_free(&rep);
+		if (rc || !strcmp(got, type))
+			break;
+		if (got[0]) {
+			rc = sb_seterr(SB_ERR_STATE, "run %s ended before its first %s: %s", run,
+				       type, why[0] ? why : got);
+			break;
+		}
+		if (bench_now() - t0 > secs) {
+			rc = sb_seterr(SB_ERR_TIMEOUT, "run %s: no %s within %.0f s", run, type,
+				       secs);
+			break;
+		}
+		usleep(200000);
+	}
+	msgpack_sbuffer_destroy(&req);
+	return rc;
+}
+
+/* A run's events of one type in a window, by their timestamps: FLOOD_S
+ * from FLOOD_SKIP_S after the first. */
+struct window {
+	uint64_t lo, hi; /* wall clock ns, [lo, hi) */
+	uint64_t n, bytes; /* events in it, and the bytes of their "data" */
+	int closed;      /* an event after the window was seen */
+};
+
+static int window_cb(void *ctx, const struct sb_event *ev, const msgpack_object *payload)
+{
+	struct window *w = ctx;
+	const msgpack_object *data = sb_map_get(payload, "data");
+
+	if (!w->lo) {
+		w->lo = ev->ts_ns + FLOOD_SKIP_S * 1000000000ull;
+		w->hi = w->lo + FLOOD_S * 1000000000ull;
+	}
+	if (ev->ts_ns >= w->hi) {
+		w->closed = 1;
+		return 1;
+	}
+	if (ev->ts_ns >= w->lo) {
+		w->n++;
+		w->bytes += data && data->type == MSGPACK_OBJECT_STR ? data->via.str.size : 0;
+	}
+	return 0;
+}
+
+/* Counts run's events of type in its window (see struct window); the
+ * guest must still be sending when the window ends. */
+static void window_count(sb_client *c, const char *home, const char *run, const char *type,
+			 struct window *w)
+{
+	const char *types[] = {type, NULL};
+	struct sb_follow_opts o = {0};
+	int rc;
+
+	memset(w, 0, sizeof *w);
+	o.home = home;
+	o.run = run;
+	o.types = types;
+	if ((rc = sb_follow(c, &o, window_cb, w)) < 0)
+		die("counting a guest's events", rc);
+	if (!w->closed)
+		fail("run %s: its %s events ended before the %d s window did", run, type, FLOOD_S);
+}
+
+/* Whether the shell template is in SANBOX_TEMPLATES (BUILD/templates, set
+ * by main), building it with BUILD/sanbox when it is missing (output in
+ * home/template-build.log); else why holds the build's last line. */
+static int template_ready(const char *home, char *why, size_t cap)
+{
+	char tpl[PATH_MAX + 32], sb[PATH_MAX], log[PATH_MAX + 32], line[512];
+	char *argv[] = {sb, "--home", (char *)home, "template", "build", "shell", NULL};
+	int status;
+	FILE *f;
+	pid_t pid;
+
+	snprintf(tpl, sizeof tpl, "%s/shell/template.json", getenv("SANBOX_TEMPLATES"));
+	if (!access(tpl, R_OK))
+		return 1;
+	build_dir(sb, sizeof sb - 16);
+	strcat(sb, "/sanbox");
+	snprintf(log, sizeof log, "%s/template-build.log", home);
+	pid = spawn(log, argv);
+	if (waitpid(pid, &status, 0) == pid && WIFEXITED(status) && !WEXITSTATUS(status) &&
+	    !access(tpl, R_OK))
+		return 1;
+	snprintf(why, cap, "its build failed");
+	if ((f = fopen(log, "r"))) {
+		while (fgets(line, sizeof line, f))
+			if (line[0] != '\n')
+				snprintf(why, cap, "%.*s", (int)strcspn(line, "\n"), line);
+		fclose(f);
+	}
+	return 0;
+}
+
+/* Sends {op} (with key: val when key is not NULL) to the daemon of home
+ * and ignores the answer: for stopping, where a daemon gone is fine. */
+static void request_op(const char *home, const char *op, const char *key, const char *val)
+{
+	struct sb_reply rep = {0};
+	msgpack_sbuffer req;
+	msgpack_packer pk;
+	sb_client *c;
+
+	if (sb_client_open(home, NULL, &c))
+		return;
+	msgpack_sbuffer_init(&req);
+	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, key ? 2 : 1);
+	sb_pack_kstr(&pk, "op", op);
+	if (key)
+		sb_pack_kstr(&pk, key, val);
+	if (req.data)
+		sb_request(c, &req, 30000, &rep);
+	sb_reply_free(&rep);
+	msgpack_sbuffer_destroy(&req);
+	sb_client_close(c);
+}
+
+/* Ends the daemon of slot i and its runs: group.stop of the load's group,
+ * daemon.stop, then waits for its pid (SIGKILL after 30 s); a QEMU still
+ * named by runs/ * /qemu.pid afterwards is killed and said on stderr. */
+static void daemon_stop_runs(int i)
+{
+	double t0;
+	int n;
+
+	request_op(homes[i], "group.stop", "group", LOAD_GROUP);
+	request_op(homes[i], "daemon.stop", NULL, NULL);
+	for (t0 = bench_now(); waitpid(daemons[i], NULL, WNOHANG) == 0; usleep(50000)) {
+		if (bench_now() - t0 > 30) {
+			fprintf(stderr, "bench_api: sanboxd did not stop within 30 s: killed\n");
+			kill(daemons[i], SIGKILL);
+			waitpid(daemons[i], NULL, 0);
+			break;
+		}
+	}
+	daemons[i] = 0;
+	if ((n = qemu_reap(homes[i])))
+		fprintf(stderr, "bench_api: %d QEMU left running after daemon.stop: killed\n", n);
+}
+
+static void make_output_payload(msgpack_sbuffer *pl)
+{
+	char data[513];
+	msgpack_packer pk;
+
+	for (int k = 0; k < 512; k++)
+		data[k] = k % 64 == 63 ? '\n' : (char)('a' + k * 7 % 26);
+	data[512] = 0;
+	msgpack_sbuffer_init(pl);
+	msgpack_packer_init(&pk, pl, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2);
+	sb_pack_kstr(&pk, "stream", "stdout");
+	sb_pack_kstr(&pk, "data", data);
+}
+
+static void probes_start(struct probe *p, const char *home, uint32_t *buf)
+{
+	for (int k = 0; k < 2; k++) {
+		p[k] = (struct probe){.home = home, .read = k};
+		p[k].us[0] = buf + (size_t)(2 * k) * PROBE_SAMPLES;
+		p[k].us[1] = buf + (size_t)(2 * k + 1) * PROBE_SAMPLES;
+		if (pthread_create(&p[k].th, NULL, probe_thread, &p[k]))
+			die("thread", SB_ERR_NOMEM);
+	}
+}
+
+static void probes_join(struct probe *p)
+{
+	atomic_store(&phase, PH_END);
+	for (int k = 0; k < 2; k++)
+		pthread_join(p[k].th, NULL);
+	for (int k = 0; k < 2; k++)
+		if (p[k].rc)
+			fail("%s", p[k].err);
+}
+
+/* What load_runs measured besides the probers' latencies. */
+struct load {
+	double create_s;   /* the slowest run.create to be answered */
+	double events_s;   /* agent.output events/s recorded per flooding guest */
+	double bytes_s;    /* their bytes of output/s */
+};
+
+/* Starts LOAD_RUNS runs at once (the first FLOODERS flood their output),
+ * waits for every flood to begin and lasts through the window; fills l. */
+static void load_runs(const char *home, struct load *l)
+{
+	struct creator cr[LOAD_RUNS];
+	struct window w;
+	sb_client *c;
+	int rc;
+
+	for (int k = 0; k < LOAD_RUNS; k++) {
+		cr[k] = (struct creator){.home = home, .cmd = k < FLOODERS ? FLOOD_CMD : IDLE_CMD};
+		if (pthread_create(&cr[k].th, NULL, create_thread, &cr[k]))
+			die("thread", SB_ERR_NOMEM);
+	}
+	for (int k = 0; k < LOAD_RUNS; k++)
+		pthread_join(cr[k].th, NULL);
+	for (int k = 0; k < LOAD_RUNS; k++) {
+		if (cr[k].rc)
+			fail("%s", cr[k].err);
+		l->create_s = cr[k].secs > l->create_s ? cr[k].secs : l->create_s;
+	}
+	if ((rc = sb_client_open(home, NULL, &c)))
+		die("client", rc);
+	for (int k = 0; k < FLOODERS; k++)
+		if ((rc = run_wait_event(c, cr[k].run, "agent.output", 300)))
+			die("flood", rc);
+	usleep((FLOOD_SKIP_S + FLOOD_S) * 1000000u + 500000u);
+	atomic_store(&phase, PH_WARM); /* the load is over: samples no longer kept */
+	for (int k = 0; k < FLOODERS; k++) {
+		window_count(c, home, cr[k].run, "agent.output", &w);
+		l->events_s += (double)w.n / FLOOD_S / FLOODERS;
+		l->bytes_s += (double)w.bytes / FLOOD_S / FLOODERS;
+	}
+	sb_client_close(c);
+}
+
+/* Latency of health and events.read, idle and under load (see the top of
+ * this file); the load only when the shell template can be had. Returns
+ * whether it could. */
+static int bench_load(void)
+{
+	uint32_t *buf = calloc(4 * (size_t)PROBE_SAMPLES, sizeof *buf);
+	const char *what[2] = {"health", "events_read"};
+	struct load l = {0};
+	struct probe p[2];
+	msgpack_sbuffer pl;
+	char why[512];
+	double idle[2];
+	char *home;
+	int vm, rc;
+
+	if (!buf)
+		die("memory", SB_ERR_NOMEM);
+	home = home_new(0, "/tmp");
+	seed_run(home, RUN_READ);
+	make_output_payload(&pl);
+	seed(home, RUN_READ, "agent.output", &pl, READ_EVENTS);
+	msgpack_sbuffer_destroy(&pl);
+	vm = template_ready(home, why, sizeof why);
+	sync(); /* what earlier parts left for the disk is not this part's idle */
+	daemon_spawn(0);
+	if ((rc = daemon_wait(home, 60)))
+		die("sanboxd did not start", rc);
+	atomic_store(&phase, PH_WARM);
+	probes_start(p, home, buf);
+	sleep(1);
+	atomic_store(&phase, PH_IDLE);
+	sleep(IDLE_S);
+	if (vm) {
+		atomic_store(&phase, PH_LOAD);
+		load_runs(home, &l);
+	}
+	probes_join(p);
+	for (int k = 0; k < 2; k++)
+		idle[k] = report_lat(what[k], p[k].us[0], p[k].n[0], "idle", 1);
+	for (int k = 0; vm && k < 2; k++) {
+		char name[64];
+		double load = report_lat(what[k], p[k].us[1], p[k].n[1], "load", 1);
+		snprintf(name, sizeof name, "api.%s_p99_load_vs_idle", what[k]);
+		report(name, load / idle[k], "x");
+	}
+	if (vm) {
+		report("api.run_create_slowest_of_8", l.create_s, "s");
+		report("api.guest_events_per_s", l.events_s, "events/s");
+		report("api.guest_output_bytes_per_s", l.bytes_s, "B/s");
+	}
+
+	if (!vm)
+		fprintf(stderr, "bench_api: no shell template (%s): the load figures are skipped\n",
+			why);
+	daemon_stop_runs(0);
+	cleanup();
+	free(buf);
+	return vm;
+}
+
+/* CPU seconds (user and system) that process pid has used so far. */
+static double cpu_secs(pid_t pid)
+{
+	unsigned long long ut = 0, st = 0;
+	char path[64], buf[1024], *p;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	p = fgets(buf, sizeof buf, f) ? strrchr(buf, ')') : NULL;
+	fclose(f);
+	/* after "pid (comm)": state is field 3, utime and stime 14 and 15 */
+	if (!p || sscanf(p + 2, "%*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu %llu", &ut,
+			 &st) != 2)
+		return 0;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* One guest writing event lines to $SANBOX_EVENTS as fast as it can, with
+ * the daemon's guest event limits raised: the daemon's own ceiling, or the
+ * guest's; the daemon's CPU over the window says which. */
+static void bench_guest_ceiling(void)
+{
+	struct creator cr = {0};
+	char path[PATH_MAX + 16];
+	struct window w;
+	double cpu;
+	sb_client *c;
+	FILE *f;
+	int rc;
+
+	cr.home = home_new(0, "/tmp");
+	cr.cmd = LINES_CMD;
+	snprintf(path, sizeof path, "%s/sanboxd.json", cr.home);
+	if (!(f = fopen(path, "w")))
+		die(path, SB_ERR_IO);
+	fprintf(f, "{\"runs\": {\"guest_events_per_s\": 1000000, "
+		   "\"guest_events_burst\": 10000000}}\n");
+	fclose(f);
+	daemon_spawn(0);
+	if ((rc = daemon_wait(cr.home, 60)))
+		die("sanboxd did not start", rc);
+	create_thread(&cr);
+	if (cr.rc)
+		fail("%s", cr.err);
+	if ((rc = sb_client_open(cr.home, NULL, &c)))
+		die("client", rc);
+	if ((rc = run_wait_event(c, cr.run, "agent.turn.started", 300)))
+		die("event lines", rc);
+	usleep(FLOOD_SKIP_S * 1000000u);
+	cpu = cpu_secs(daemons[0]);
+	usleep(FLOOD_S * 1000000u);
+	cpu = cpu_secs(daemons[0]) - cpu;
+	usleep(500000);
+	window_count(c, cr.home, cr.run, "agent.turn.started", &w);
+	sb_client_close(c);
+	report("api.guest_events_per_s_raised_limits", (double)w.n / FLOOD_S, "events/s");
+	report("api.guest_events_raised_limits_daemon_cpu", 100 * cpu / FLOOD_S, "%");
+	daemon_stop_runs(0);
+	cleanup();
+}
+
 int main(void)
 {
 	struct stat st;
 	struct procs procs;
 	msgpack_sbuffer pl;
 	const char *fast = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-	char *home;
+	char *home, exe[PATH_MAX];
 	int rc;
 
-	signal(SIGPIPE, SIG_IGN);
+	signals_init();
+	build_dir(exe, sizeof exe - 16);
+	strcat(exe, "/templates");
+	setenv("SANBOX_TEMPLATES", exe, 1); /* for the daemons and template build */
 
 	/* latency, state in memory */
 	home = home_new(0, fast);
@@ -539,5 +1200,9 @@ int main(void)
 	report("api.catchup_all", catchup_best(home, "", CATCHUP_EVENTS + 2), "events/s");
 	daemon_stop(1);
 	cleanup();
+
+	/* health and events.read idle and under load; guest event rates */
+	if (bench_load())
+		bench_guest_ceiling();
 	return 0;
 }

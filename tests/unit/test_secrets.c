@@ -1,5 +1,6 @@
 /* test_secrets.c - the encrypted secret store: round trip, encryption at
- * rest, names, tampering, listing, removal. */
+ * rest, names, tampering, listing, removal, the key made by many threads
+ * at once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +8,7 @@
 #include <cmocka.h>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 #include "engine/gateway/secrets.h"
@@ -171,12 +173,59 @@ static void test_list_and_remove(void **state)
 	tu_rmrf(home);
 }
 
+#define RACERS 16
+
+struct racer {
+	const char *home;
+	pthread_barrier_t *go;
+	unsigned char out[32];
+	int rc;
+	pthread_t th;
+};
+
+static void *racer_main(void *arg)
+{
+	struct racer *r = arg;
+
+	pthread_barrier_wait(r->go);
+	r->rc = sb_secret_derive(r->home, "vkey", "run1", r->out, sizeof r->out);
+	return NULL;
+}
+
+/* Runs created at once each derive their virtual key on a worker thread
+ * of one daemon: the first use of a store makes its key once, and every
+ * thread reads the whole key (not a file another thread is still
+ * writing), so all derive the same bytes. */
+static void test_key_made_by_threads_at_once(void **state)
+{
+	struct racer r[RACERS];
+	pthread_barrier_t go;
+
+	for (int round = 0; round < 20; round++) {
+		char *home = tu_tmpdir();
+		pthread_barrier_init(&go, NULL, RACERS);
+		for (int i = 0; i < RACERS; i++) {
+			r[i] = (struct racer){.home = home, .go = &go};
+			assert_int_equal(pthread_create(&r[i].th, NULL, racer_main, &r[i]), 0);
+		}
+		for (int i = 0; i < RACERS; i++)
+			pthread_join(r[i].th, NULL);
+		pthread_barrier_destroy(&go);
+		for (int i = 0; i < RACERS; i++) {
+			assert_int_equal(r[i].rc, SB_OK);
+			assert_memory_equal(r[i].out, r[0].out, sizeof r[0].out);
+		}
+		tu_rmrf(home);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_round_trip_encrypted), cmocka_unit_test(test_names),
 	    cmocka_unit_test(test_tampering_detected),	 cmocka_unit_test(test_too_big),
 	    cmocka_unit_test(test_list_and_remove),
+	    cmocka_unit_test(test_key_made_by_threads_at_once),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
