@@ -292,14 +292,14 @@ A21=$(printf 'A%.0s' $(seq 21))
 
 # -- a layer held by a writer (as by a running VM) is read with force-share
 mkfifo "$tmp/qio"
-qemu-io -f qcow2 "$disk" <"$tmp/qio" >/dev/null 2>&1 &
+qemu-io -f qcow2 "$disk" <"$tmp/qio" >/dev/null 2>"$tmp/qio.err" &
 qio=$!
 bg="$bg $qio"
 exec 9>"$tmp/qio"
 i=0
 while qemu-img info "$disk" >/dev/null 2>&1; do # until qemu-io holds its lock
 	i=$((i + 1))
-	[ $i -lt 200 ] || fail "qemu-io does not lock the layer"
+	[ $i -lt 200 ] || fail "qemu-io does not lock the layer ($(proc_alive "$qio" && echo running || echo gone): $(cat "$tmp/qio.err"); $(qemu-img info "$disk" 2>&1 | head -n 2 | tr '\n' ' '))"
 	sleep 0.05
 done
 [ "$("$SB" fs cat "$R" small.txt)" = "$A21" ] || fail "a locked layer cannot be read"
