@@ -1122,7 +1122,7 @@ static void test_starved_runs_still_served(void **state)
 	const unsigned share = 128 / NRUNS; /* 14: between 8 and 64 */
 	static int fds[NRUNS - 1][64];
 	static double t0[NRUNS - 1][64], closed[NRUNS - 1][64];
-	char runs[NRUNS][16], keys[NRUNS][SB_VKEY_MAX], body[512];
+	char runs[NRUNS][24], keys[NRUNS][SB_VKEY_MAX], body[512];
 	unsigned n[NRUNS - 1];
 	struct resp r;
 	int rc, fd;
@@ -1202,7 +1202,7 @@ static void test_shares_and_cap(void **state)
 	struct sb_gateway_opts o = {0};
 	static int fds[5][64];
 	double t0[32], closed[32], start;
-	char runs[5][16], keys[5][SB_VKEY_MAX], req[256], buf[4096];
+	char runs[5][24], keys[5][SB_VKEY_MAX], req[256], buf[4096];
 	unsigned n[5], gone;
 	struct raw_answer a;
 	sb_gateway *g;
