@@ -822,6 +822,7 @@ static void conn_write(struct conn *c)
 			c->out_off += (size_t)r;
 		} else {
 			struct iovec iov[IOV_MAX_SP];
+			struct msghdr mh = {.msg_iov = iov};
 			int n = 0;
 			size_t off = c->out_off;
 			ssize_t w;
@@ -831,7 +832,10 @@ static void conn_write(struct conn *c)
 				iov[n].iov_len = o->f->len - off;
 				off = 0;
 			}
-			w = writev(c->fd, iov, n);
+			mh.msg_iovlen = (size_t)n;
+			/* not writev: a peer gone raises SIGPIPE, which would end
+			 * a process that has not ignored it */
+			w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
 			if (w < 0 &&
 			    (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 				return;
