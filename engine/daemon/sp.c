@@ -548,6 +548,7 @@ static int msg_begin(struct conn *c)
 		       "a request of %llu bytes is above the %zu-byte limit: "
 		       "connection closed",
 		       (unsigned long long)c->msg_len, s->lim.max_request);
+		stat_add(s, &s->st.dropped_conns, 1); /* logged above, on its own limit */
 		conn_drop(c, NULL);
 		return -1;
 	}
