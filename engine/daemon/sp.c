@@ -527,6 +527,18 @@ static void msg_authenticate(struct conn *c)
 	msg_deny(c);
 }
 
+/* Closes c for a request of len bytes, over max_request. */
+static void msg_too_large(struct conn *c, uint64_t len)
+{
+	sb_sp *s = c->s;
+
+	sp_log(s, &s->rl_limit,
+	       "a request of %llu bytes is above the %zu-byte limit: connection closed",
+	       (unsigned long long)len, s->lim.max_request);
+	stat_add(s, &s->st.dropped_conns, 1); /* logged here, on its own limit */
+	conn_drop(c, NULL);
+}
+
 /* A message header is in: checks it and makes room for the message. */
 static int msg_begin(struct conn *c)
 {
@@ -543,13 +555,9 @@ static int msg_begin(struct conn *c)
 		conn_drop(c, "a request without its id");
 		return -1;
 	}
+	/* the body is checked once the backtrace's length is known */
 	if (c->msg_len > s->lim.max_request + 4 * BT_WORDS_MAX) {
-		sp_log(s, &s->rl_limit,
-		       "a request of %llu bytes is above the %zu-byte limit: "
-		       "connection closed",
-		       (unsigned long long)c->msg_len, s->lim.max_request);
-		stat_add(s, &s->st.dropped_conns, 1); /* logged above, on its own limit */
-		conn_drop(c, NULL);
+		msg_too_large(c, c->msg_len - 4);
 		return -1;
 	}
 	c->bt_len = 0;
@@ -565,6 +573,10 @@ static int body_begin(struct conn *c)
 	size_t cap;
 
 	c->body_len = c->msg_len - c->bt_len;
+	if (c->body_len > s->lim.max_request) {
+		msg_too_large(c, c->body_len);
+		return -1;
+	}
 	cap = (size_t)c->body_len;
 	if (c->tls && cap > s->lim.preauth_max)
 		cap = s->lim.preauth_max;
