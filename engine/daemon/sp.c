@@ -627,7 +627,8 @@ static size_t msg_feed(struct conn *c, const uint8_t *p, size_t n)
 		}
 		case R_BT:
 			k = 4 - c->bt_len % 4 < n - used ? 4 - c->bt_len % 4 : n - used;
-			if (c->bt_len + k > c->msg_len) {
+			/* the whole word must fit in the declared length */
+			if (c->bt_len - c->bt_len % 4 + 4 > c->msg_len) {
 				conn_drop(c, "a request shorter than its id");
 				return used;
 			}
