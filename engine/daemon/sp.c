@@ -90,7 +90,8 @@ struct conn {
 	sb_sp *s;
 	struct listener *l;
 	int fd, tls, proto;
-	sb_watch *w, *later; /* io; a zero timer when TLS holds decrypted bytes */
+	sb_watch *w, *later; /* io; a zero timer when bytes wait to be fed (rest,
+			      * or decrypted bytes TLS holds) */
 	mbedtls_ssl_context ssl;
 	enum cstate state;
 	double t_start, t_last, resume_at;
@@ -109,6 +110,8 @@ struct conn {
 	size_t body_cap, body_got; /* buffer size (accounted), bytes in it */
 	uint64_t body_len;	   /* msg_len - bt_len */
 	uint64_t skip;		   /* R_SKIP: bytes still to drop */
+	uint8_t *rest;		   /* bytes read past a pause, fed first when it ends */
+	size_t rest_off, rest_len;
 	int authed;		   /* the current message is authenticated */
 	int ever_authed;
 	unsigned denied;
@@ -173,6 +176,7 @@ struct sb_sp {
 
 static void conn_update(struct conn *c);
 static void conn_drop(struct conn *c, const char *why);
+static int conn_paused(struct conn *c);
 
 /* --- small helpers --- */
 
@@ -606,14 +610,16 @@ static void body_done(struct conn *c)
 }
 
 /* Feeds n bytes read from c into its message state. Returns the bytes
- * used (all of them unless the connection was dropped). A connection that
- * reaches a limit stops reading before its next read, so it may go past
- * it by the messages of one read (one large message at most). */
+ * used: all of them, unless the connection was dropped or paused (a limit
+ * reached at a message's end, a refusal's penalty, closing after
+ * max_denied), where it stops; the caller keeps the rest for later. So a
+ * connection goes past max_inflight by nothing, and past max_buffered by
+ * the one message it had begun. */
 static size_t msg_feed(struct conn *c, const uint8_t *p, size_t n)
 {
 	size_t used = 0, k;
 
-	while (used < n && !c->closed) {
+	while (used < n && !c->closed && !conn_paused(c)) {
 		switch (c->rs) {
 		case R_MSGHDR: {
 			size_t need = c->tls ? 8 : 9;
@@ -689,6 +695,8 @@ static int conn_paused(struct conn *c)
 	return c->resume_at > sb_loop_now(s->loop);
 }
 
+static void on_later(void *ctx);
+
 static void conn_update(struct conn *c)
 {
 	int ev = 0;
@@ -707,6 +715,10 @@ static void conn_update(struct conn *c)
 	if (c->tls && c->state == C_TLS)
 		ev |= SB_READ; /* the handshake reads regardless */
 	sb_watch_io_set(c->w, ev);
+	/* bytes already read (or decrypted) wake no io watcher */
+	if (!c->later && c->state != C_TLS && !conn_paused(c) &&
+	    (c->rest_len || (c->tls && mbedtls_ssl_get_bytes_avail(&c->ssl))))
+		c->later = sb_loop_timer(c->s->loop, 0, 0, on_later, c);
 }
 
 static void conn_drop(struct conn *c, const char *why)
@@ -734,6 +746,9 @@ static void conn_drop(struct conn *c, const char *why)
 	free(c->body);
 	c->body = NULL;
 	c->body_cap = 0;
+	free(c->rest);
+	c->rest = NULL;
+	c->rest_len = 0;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -873,7 +888,37 @@ static void conn_write(struct conn *c)
 	}
 }
 
-static void on_later(void *ctx);
+/* Feeds the bytes kept from an earlier read, as far as c goes now. */
+static void conn_feed_rest(struct conn *c)
+{
+	size_t k = msg_feed(c, c->rest + c->rest_off, c->rest_len);
+
+	if (c->closed)
+		return;
+	c->rest_off += k;
+	c->rest_len -= k;
+	if (!c->rest_len) {
+		free(c->rest);
+		c->rest = NULL;
+		c->rest_off = 0;
+	}
+}
+
+/* Feeds n bytes just read into c, and keeps what it does not take now. */
+static void conn_feed(struct conn *c, const uint8_t *buf, size_t n)
+{
+	size_t k = msg_feed(c, buf, n);
+
+	if (c->closed || k == n)
+		return;
+	if (!(c->rest = malloc(n - k))) {
+		conn_drop(c, "out of memory");
+		return;
+	}
+	memcpy(c->rest, buf + k, n - k);
+	c->rest_off = 0;
+	c->rest_len = n - k;
+}
 
 static void conn_io(struct conn *c, int revents)
 {
@@ -916,23 +961,23 @@ static void conn_io(struct conn *c, int revents)
 			}
 			continue;
 		}
+		if (c->rest_len) {
+			conn_feed_rest(c);
+			continue;
+		}
 		n = conn_read(c, buf, sizeof buf < budget ? sizeof buf : budget);
 		if (n <= 0)
 			break;
 		budget -= (size_t)n;
 		if (c->proto == SB_SP_PROTO_PUB)
 			continue; /* subscribers send nothing we need */
-		msg_feed(c, buf, (size_t)n);
+		conn_feed(c, buf, (size_t)n);
 	}
 	if (c->closed)
 		return;
 	if (c->out_head)
 		conn_write(c);
-	/* TLS may hold decrypted bytes the socket no longer signals */
-	if (c->tls && !c->closed && !conn_paused(c) &&
-	    mbedtls_ssl_get_bytes_avail(&c->ssl) && !c->later)
-		c->later = sb_loop_timer(c->s->loop, 0, 0, on_later, c);
-	conn_update(c);
+	conn_update(c); /* and the zero timer when bytes wait */
 }
 
 static void on_conn_io(void *ctx, int revents)
