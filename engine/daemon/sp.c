@@ -677,8 +677,8 @@ static size_t msg_feed(struct conn *c, const uint8_t *p, size_t n)
 
 /* --- connections --- */
 
-/* 1 when c should not read now (too many requests in flight, memory,
- * a penalty, or it is closing). */
+/* 1 when c should not read now (too many requests in flight or replies
+ * not yet taken by the peer, memory, a penalty, or it is closing). */
 static int conn_paused(struct conn *c)
 {
 	sb_sp *s = c->s;
@@ -689,8 +689,11 @@ static int conn_paused(struct conn *c)
 		return 0;
 	if (c->proto == SB_SP_PROTO_PUB)
 		return 0;
+	/* a peer that does not read its replies stops being read: they are
+	 * held here, so they count with the requests being served */
 	if (c->rs == R_MSGHDR && c->mhdr_got == 0 &&
-	    (c->inflight >= s->lim.max_inflight || s->buffered >= s->lim.max_buffered))
+	    (c->inflight + c->nout >= s->lim.max_inflight ||
+	     s->buffered >= s->lim.max_buffered))
 		return 1;
 	return c->resume_at > sb_loop_now(s->loop);
 }

@@ -51,7 +51,9 @@ struct sb_sp_limits {
 	size_t max_request;	     /* bytes of one request [64 MiB] */
 	size_t preauth_max;	     /* TLS: bytes read before a request is
 				      * authenticated [4096] */
-	unsigned max_inflight; /* requests of one connection not yet answered [64] */
+	unsigned max_inflight; /* requests of one connection not yet answered,
+				* with replies its peer has not taken yet;
+				* past it the connection is not read [64] */
 	size_t max_buffered;   /* bytes of requests held at once, all
 				* connections; past it reading pauses [512 MiB] */
 	unsigned pub_queue;    /* PUB: messages queued per subscriber; more
