@@ -135,7 +135,8 @@ struct sb_sp_req {
 	int remote;
 	void *reply;
 	size_t reply_len;
-	struct sb_sp_req *prev, *next; /* the server's requests not yet answered */
+	int answered; /* sb_sp_reply was called (under req_mu) */
+	struct sb_sp_req *prev, *next; /* the server's requests not yet delivered */
 };
 
 struct ratelimit {
@@ -157,7 +158,12 @@ struct sb_sp {
 	unsigned nconns;
 	size_t buffered;
 	struct peer *peers[PEER_BUCKETS];
+	/* requests handed out and not yet delivered: the loop thread's, but
+	 * after sb_sp_close (shut) the repliers' under req_mu; the last of
+	 * them frees the server once its close is done */
 	struct sb_sp_req *reqs;
+	pthread_mutex_t req_mu;
+	int shut, done;
 	/* TLS */
 	int has_tls;
 	mbedtls_ssl_config conf;
@@ -404,18 +410,42 @@ static void reply_deliver(void *arg)
 	free(r);
 }
 
+static void sp_free(sb_sp *s)
+{
+	pthread_mutex_destroy(&s->pub_mu);
+	pthread_mutex_destroy(&s->st_mu);
+	pthread_mutex_destroy(&s->req_mu);
+	free(s);
+}
+
 void sb_sp_reply(sb_sp_req *r, const void *body, size_t len)
 {
+	sb_sp *s = r->s;
+	int last;
+
+	pthread_mutex_lock(&s->req_mu);
+	if (s->shut) {
+		/* the server is closed: the reply has nowhere to go */
+		req_unlink(r);
+		free(r);
+		last = s->done && !s->reqs;
+		pthread_mutex_unlock(&s->req_mu);
+		if (last)
+			sp_free(s);
+		return;
+	}
+	r->answered = 1;
 	r->reply = malloc(len ? len : 1);
 	if (r->reply) {
 		memcpy(r->reply, body, len);
 		r->reply_len = len;
 	}
 	/* without memory the reply is lost, and the client's call times out */
-	if (sb_loop_post(r->s->loop, reply_deliver, r)) {
+	if (sb_loop_post(s->loop, reply_deliver, r)) {
 		free(r->reply);
 		r->reply = NULL; /* freed by sb_sp_close */
 	}
+	pthread_mutex_unlock(&s->req_mu);
 }
 
 const char *sb_sp_req_who(const sb_sp_req *r)
@@ -1241,6 +1271,7 @@ int sb_sp_open(const struct sb_sp_opts *o, sb_sp **out)
 		l->max_denied = 8;
 	pthread_mutex_init(&s->pub_mu, NULL);
 	pthread_mutex_init(&s->st_mu, NULL);
+	pthread_mutex_init(&s->req_mu, NULL);
 	s->pub_tail = &s->pub_head;
 	if (o->deny_len && !(s->deny = malloc(o->deny_len))) {
 		sb_sp_close(s);
@@ -1425,20 +1456,14 @@ static void on_stop(void *ctx)
 
 void sb_sp_close(sb_sp *s)
 {
+	int last;
+
 	if (!s)
 		return;
 	if (s->started && sb_loop_post(s->loop, on_stop, s) == SB_OK)
 		pthread_join(s->thread, NULL);
 	while (s->conns)
 		conn_drop(s->conns, NULL); /* kept while requests refer to it */
-	while (s->reqs) {
-		struct sb_sp_req *r = s->reqs;
-		s->reqs = r->next;
-		if (--r->c->refs == 0)
-			conn_free(r->c);
-		free(r->reply);
-		free(r);
-	}
 	while (s->listeners) {
 		struct listener *l = s->listeners;
 		s->listeners = l->next;
@@ -1463,6 +1488,24 @@ void sb_sp_close(sb_sp *s)
 	}
 	sb_watch_stop(s->sweep_w);
 	sb_watch_stop(s->pub_w);
+	/* From here on, replies go nowhere (no more posts to the loop).
+	 * Requests answered already, whose replies were posted and will not
+	 * be delivered now, are freed; the others stay for their replies. */
+	pthread_mutex_lock(&s->req_mu);
+	s->shut = 1;
+	for (struct sb_sp_req *r = s->reqs, *next; r; r = next) {
+		next = r->next;
+		if (--r->c->refs == 0)
+			conn_free(r->c);
+		r->c = NULL;
+		free(r->reply);
+		r->reply = NULL;
+		if (r->answered) {
+			req_unlink(r);
+			free(r);
+		}
+	}
+	pthread_mutex_unlock(&s->req_mu);
 	sb_loop_close(s->loop);
 	if (s->has_tls) {
 		mbedtls_ssl_config_free(&s->conf);
@@ -1471,8 +1514,11 @@ void sb_sp_close(sb_sp *s)
 		mbedtls_ctr_drbg_free(&s->drbg);
 		mbedtls_entropy_free(&s->entropy);
 	}
-	pthread_mutex_destroy(&s->pub_mu);
-	pthread_mutex_destroy(&s->st_mu);
 	free(s->deny);
-	free(s);
+	pthread_mutex_lock(&s->req_mu);
+	s->done = 1;
+	last = !s->reqs;
+	pthread_mutex_unlock(&s->req_mu);
+	if (last)
+		sp_free(s); /* else the last reply does */
 }

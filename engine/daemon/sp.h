@@ -144,7 +144,10 @@ void sb_sp_stats(sb_sp *s, struct sb_sp_stats *st);
 
 /* Stops the thread, closes every connection and listener (unix sockets
  * are removed) and frees the server (NULL is fine). Requests not yet
- * answered are freed: none may be answered after this. */
+ * answered stay valid until they are: each must still get its one
+ * sb_sp_reply, from any thread, during or after this call; those replies
+ * are dropped, and the last of them frees what is left of the server.
+ * Nothing else of the server may be called after this. */
 void sb_sp_close(sb_sp *s);
 
 #endif
