@@ -377,6 +377,19 @@ static void conn_free(struct conn *c)
 	free(c);
 }
 
+/* Keeps c allocated while a callback works on it: conn_drop frees a
+ * connection no one holds, and the callback still reads it after. */
+static void conn_hold(struct conn *c)
+{
+	c->refs++;
+}
+
+static void conn_release(struct conn *c)
+{
+	if (--c->refs == 0 && c->closed)
+		conn_free(c);
+}
+
 /* On the server's thread: a reply to deliver. */
 static void reply_deliver(void *arg)
 {
@@ -404,8 +417,7 @@ static void reply_deliver(void *arg)
 	}
 	if (!c->closed)
 		conn_update(c);
-	if (--c->refs == 0 && c->closed)
-		conn_free(c);
+	conn_release(c); /* the request's hold */
 	free(r->reply);
 	free(r);
 }
@@ -1015,7 +1027,11 @@ static void conn_io(struct conn *c, int revents)
 
 static void on_conn_io(void *ctx, int revents)
 {
-	conn_io(ctx, revents);
+	struct conn *c = ctx;
+
+	conn_hold(c);
+	conn_io(c, revents);
+	conn_release(c);
 }
 
 static void on_later(void *ctx)
@@ -1024,7 +1040,9 @@ static void on_later(void *ctx)
 
 	sb_watch_stop(c->later);
 	c->later = NULL;
+	conn_hold(c);
 	conn_io(c, SB_READ);
+	conn_release(c);
 }
 
 static void conn_new(struct listener *l, int fd, const struct sockaddr_storage *ss)
@@ -1205,7 +1223,8 @@ static void on_publish(void *ctx)
 	pthread_mutex_unlock(&s->pub_mu);
 	for (; o; o = next) {
 		next = o->next;
-		for (struct conn *c = s->conns; c; c = c->next) {
+		for (struct conn *c = s->conns, *cn; c; c = cn) {
+			cn = c->next; /* without memory, conn_queue drops c */
 			if (c->proto != SB_SP_PROTO_PUB || c->state != C_OPEN)
 				continue;
 			if (c->nout >= s->lim.pub_queue) {
@@ -1223,9 +1242,11 @@ static void on_publish(void *ctx)
 	for (struct conn *c = s->conns, *cn; c; c = cn) {
 		cn = c->next;
 		if (c->proto == SB_SP_PROTO_PUB && c->out_head) {
+			conn_hold(c);
 			conn_write(c);
 			if (!c->closed)
 				conn_update(c);
+			conn_release(c);
 		}
 	}
 }
