@@ -920,6 +920,7 @@ static void conn_write(struct conn *c)
 			c->out_off += (size_t)w;
 		}
 		c->want_write = 0;
+		c->t_last = sb_loop_now(c->s->loop); /* the peer takes its replies */
 		while (c->out_head && c->out_off >= c->out_head->f->len) {
 			struct out *o = c->out_head;
 			c->out_off -= o->f->len;
@@ -1175,9 +1176,9 @@ static void on_sweep(void *ctx)
 		else if (c->tls && !c->ever_authed &&
 			 now - c->t_start > s->lim.unauth_idle_s)
 			conn_drop(c, "no authenticated request in time");
-		else if (c->tls && !c->inflight && !c->out_head &&
-			 now - c->t_last > s->lim.idle_s)
-			conn_drop(c, NULL); /* idle */
+		else if (c->tls && !c->inflight && now - c->t_last > s->lim.idle_s)
+			/* idle, or its replies have not moved for as long */
+			conn_drop(c, c->out_head ? "replies not read in time" : NULL);
 		else
 			conn_update(c);
 	}

@@ -47,7 +47,8 @@ struct sb_sp_limits {
 	double accept_burst;	     /* TLS: ... with this burst [20] */
 	double handshake_s;	     /* accept to headers (and TLS) done [10] */
 	double unauth_idle_s;	     /* TLS: to the first authenticated request [10] */
-	double idle_s;		     /* TLS: no request, no reply in flight [300] */
+	double idle_s;		     /* TLS: no request, no reply in flight or
+				      * taken by the peer [300] */
 	size_t max_request;	     /* bytes of one request [64 MiB] */
 	size_t preauth_max;	     /* TLS: bytes read before a request is
 				      * authenticated [4096] */
