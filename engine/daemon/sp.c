@@ -68,7 +68,7 @@ struct peer {
 	char key[48];
 	unsigned conns;
 	struct sb_bucket accepts;
-	unsigned denied; /* refused requests, decaying */
+	unsigned denied; /* refused requests while it is remembered */
 	double penalty_until, last_seen;
 	double log_at;	     /* last log line about it */
 	uint64_t log_denied; /* refused since that line */
@@ -112,7 +112,7 @@ struct conn {
 	uint64_t skip;		   /* R_SKIP: bytes still to drop */
 	uint8_t *rest;		   /* bytes read past a pause, fed first when it ends */
 	size_t rest_off, rest_len;
-	int authed;		   /* the current message is authenticated */
+	int authed; /* the current message is authenticated */
 	int ever_authed;
 	unsigned denied;
 	char who[64];
@@ -135,7 +135,7 @@ struct sb_sp_req {
 	int remote;
 	void *reply;
 	size_t reply_len;
-	int answered; /* sb_sp_reply was called (under req_mu) */
+	int answered;		       /* sb_sp_reply was called (under req_mu) */
 	struct sb_sp_req *prev, *next; /* the server's requests not yet delivered */
 };
 
