@@ -25,6 +25,7 @@ BENCH_SRCS := $(wildcard tests/bench/bench_*.c)
 BENCH_BINS := $(BENCH_SRCS:tests/bench/%.c=$(BUILD)/bench/%) \
               $(patsubst tests/bench/%.sh,$(BUILD)/bench/%,$(wildcard tests/bench/bench_*.sh))
 TOOL_BINS := $(patsubst tools/%.c,$(BUILD)/sanbox-%,$(wildcard tools/*.c))
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 PROGS := $(BUILD)/sanboxd $(BUILD)/sanbox $(TOOL_BINS) \
          $(if $(wildcard vmm/guest/*.c),$(BUILD)/sanbox-agent)
@@ -68,11 +69,19 @@ $(BUILD)/bench/%: tests/bench/%.sh
 	@mkdir -p $(dir $@)
 	cp $< $@ && chmod +x $@
 
-# libFuzzer target for the record decoder (clang only).
+# libFuzzer targets (clang only), each with the sources it tests:
+# tests/fuzz/fuzz_NAME.c is built into $(BUILD)/fuzz/fuzz_NAME.
+FUZZ_CC := clang -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined
+
+# the record decoder
 $(BUILD)/fuzz/fuzz_record: tests/fuzz/fuzz_record.c engine/log/record.c engine/error.c engine/payload.c engine/mpack.c engine/text.c
 	@mkdir -p $(dir $@)
-	clang -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined \
-	    -o $@ $^ -lmsgpackc -lxxhash -ljansson -lsodium -lm
+	$(FUZZ_CC) -o $@ $^ -lmsgpackc -lxxhash -ljansson -lsodium -lm
+
+# the token check on a remote request's first bytes
+$(BUILD)/fuzz/fuzz_token: tests/fuzz/fuzz_token.c engine/daemon/token.c engine/home.c engine/mpack.c engine/error.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $^ -lmsgpackc -lsodium
 
 deps:
 	@sh tools/deps.sh
@@ -81,7 +90,7 @@ deps:
 images: all
 	SANBOX_TEMPLATES=$(abspath $(BUILD))/templates $(BUILD)/sanbox template build shell
 
-test: deps-check all $(UNIT_BINS) $(if $(wildcard tests/fuzz/*.c),$(BUILD)/fuzz/fuzz_record)
+test: deps-check all $(UNIT_BINS) $(FUZZ_BINS)
 	@BUILD=$(BUILD) sh tests/run.sh
 
 deps-check:

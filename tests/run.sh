@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs the whole suite: cmocka unit programs, the fuzz smoke run, and the
+# Runs the whole suite: cmocka unit programs, the fuzz smoke runs, and the
 # end-to-end scripts. Ends with the line "N passed, N failed".
 # TESTS=pattern runs only the tests whose name contains pattern.
 BUILD=${BUILD:-build}
@@ -29,20 +29,27 @@ for t in "$BUILD"/tests/test_*; do
 	[ "$f" = 0 ] || failed="$failed $name"
 done
 
-if [ -x "$BUILD/fuzz/fuzz_record" ] && want fuzz_record; then
-	echo "== fuzz_record (smoke)"
+# Every fuzz target, a short deterministic run from its seeds: fuzz_record's
+# are tests/fuzz/corpus (it came first), every other fuzz_NAME's are
+# tests/fuzz/corpus_NAME.
+for t in "$BUILD"/fuzz/fuzz_*; do
+	[ -x "$t" ] || continue
+	name=$(basename "$t")
+	want "$name" || continue
+	seeds=tests/fuzz/corpus_${name#fuzz_}
+	[ "$name" = fuzz_record ] && seeds=tests/fuzz/corpus
+	echo "== $name (smoke)"
 	corpus=$(mktemp -d)
-	if "$BUILD/fuzz/fuzz_record" -runs=200000 -max_len=4096 -seed=1 "$corpus" \
-		tests/fuzz/corpus >"$log" 2>&1; then
+	if "$t" -runs=200000 -max_len=4096 -seed=1 "$corpus" "$seeds" >"$log" 2>&1; then
 		pass=$((pass + 1))
 		tail -1 "$log"
 	else
 		cat "$log"
 		fail=$((fail + 1))
-		failed="$failed fuzz_record"
+		failed="$failed $name"
 	fi
 	rm -rf "$corpus"
-fi
+done
 
 for t in tests/e2e/*.sh; do
 	[ -f "$t" ] || continue

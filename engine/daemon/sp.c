@@ -68,7 +68,7 @@ struct peer {
 	char key[48];
 	unsigned conns;
 	struct sb_bucket accepts;
-	unsigned denied; /* refused requests, decaying */
+	unsigned denied; /* refused requests while it is remembered */
 	double penalty_until, last_seen;
 	double log_at;	     /* last log line about it */
 	uint64_t log_denied; /* refused since that line */
@@ -90,7 +90,8 @@ struct conn {
 	sb_sp *s;
 	struct listener *l;
 	int fd, tls, proto;
-	sb_watch *w, *later; /* io; a zero timer when TLS holds decrypted bytes */
+	sb_watch *w, *later; /* io; a zero timer when bytes wait to be fed (rest,
+			      * or decrypted bytes TLS holds) */
 	mbedtls_ssl_context ssl;
 	enum cstate state;
 	double t_start, t_last, resume_at;
@@ -109,7 +110,9 @@ struct conn {
 	size_t body_cap, body_got; /* buffer size (accounted), bytes in it */
 	uint64_t body_len;	   /* msg_len - bt_len */
 	uint64_t skip;		   /* R_SKIP: bytes still to drop */
-	int authed;		   /* the current message is authenticated */
+	uint8_t *rest;		   /* bytes read past a pause, fed first when it ends */
+	size_t rest_off, rest_len;
+	int authed; /* the current message is authenticated */
 	int ever_authed;
 	unsigned denied;
 	char who[64];
@@ -132,7 +135,8 @@ struct sb_sp_req {
 	int remote;
 	void *reply;
 	size_t reply_len;
-	struct sb_sp_req *prev, *next; /* the server's requests not yet answered */
+	int answered;		       /* sb_sp_reply was called (under req_mu) */
+	struct sb_sp_req *prev, *next; /* the server's requests not yet delivered */
 };
 
 struct ratelimit {
@@ -154,7 +158,12 @@ struct sb_sp {
 	unsigned nconns;
 	size_t buffered;
 	struct peer *peers[PEER_BUCKETS];
+	/* requests handed out and not yet delivered: the loop thread's, but
+	 * after sb_sp_close (shut) the repliers' under req_mu; the last of
+	 * them frees the server once its close is done */
 	struct sb_sp_req *reqs;
+	pthread_mutex_t req_mu;
+	int shut, done;
 	/* TLS */
 	int has_tls;
 	mbedtls_ssl_config conf;
@@ -173,6 +182,7 @@ struct sb_sp {
 
 static void conn_update(struct conn *c);
 static void conn_drop(struct conn *c, const char *why);
+static int conn_paused(struct conn *c);
 
 /* --- small helpers --- */
 
@@ -367,6 +377,19 @@ static void conn_free(struct conn *c)
 	free(c);
 }
 
+/* Keeps c allocated while a callback works on it: conn_drop frees a
+ * connection no one holds, and the callback still reads it after. */
+static void conn_hold(struct conn *c)
+{
+	c->refs++;
+}
+
+static void conn_release(struct conn *c)
+{
+	if (--c->refs == 0 && c->closed)
+		conn_free(c);
+}
+
 /* On the server's thread: a reply to deliver. */
 static void reply_deliver(void *arg)
 {
@@ -394,24 +417,47 @@ static void reply_deliver(void *arg)
 	}
 	if (!c->closed)
 		conn_update(c);
-	if (--c->refs == 0 && c->closed)
-		conn_free(c);
+	conn_release(c); /* the request's hold */
 	free(r->reply);
 	free(r);
 }
 
+static void sp_free(sb_sp *s)
+{
+	pthread_mutex_destroy(&s->pub_mu);
+	pthread_mutex_destroy(&s->st_mu);
+	pthread_mutex_destroy(&s->req_mu);
+	free(s);
+}
+
 void sb_sp_reply(sb_sp_req *r, const void *body, size_t len)
 {
+	sb_sp *s = r->s;
+	int last;
+
+	pthread_mutex_lock(&s->req_mu);
+	if (s->shut) {
+		/* the server is closed: the reply has nowhere to go */
+		req_unlink(r);
+		free(r);
+		last = s->done && !s->reqs;
+		pthread_mutex_unlock(&s->req_mu);
+		if (last)
+			sp_free(s);
+		return;
+	}
+	r->answered = 1;
 	r->reply = malloc(len ? len : 1);
 	if (r->reply) {
 		memcpy(r->reply, body, len);
 		r->reply_len = len;
 	}
 	/* without memory the reply is lost, and the client's call times out */
-	if (sb_loop_post(r->s->loop, reply_deliver, r)) {
+	if (sb_loop_post(s->loop, reply_deliver, r)) {
 		free(r->reply);
 		r->reply = NULL; /* freed by sb_sp_close */
 	}
+	pthread_mutex_unlock(&s->req_mu);
 }
 
 const char *sb_sp_req_who(const sb_sp_req *r)
@@ -527,6 +573,18 @@ static void msg_authenticate(struct conn *c)
 	msg_deny(c);
 }
 
+/* Closes c for a request of len bytes, over max_request. */
+static void msg_too_large(struct conn *c, uint64_t len)
+{
+	sb_sp *s = c->s;
+
+	sp_log(s, &s->rl_limit,
+	       "a request of %llu bytes is above the %zu-byte limit: connection closed",
+	       (unsigned long long)len, s->lim.max_request);
+	stat_add(s, &s->st.dropped_conns, 1); /* logged here, on its own limit */
+	conn_drop(c, NULL);
+}
+
 /* A message header is in: checks it and makes room for the message. */
 static int msg_begin(struct conn *c)
 {
@@ -543,12 +601,9 @@ static int msg_begin(struct conn *c)
 		conn_drop(c, "a request without its id");
 		return -1;
 	}
+	/* the body is checked once the backtrace's length is known */
 	if (c->msg_len > s->lim.max_request + 4 * BT_WORDS_MAX) {
-		sp_log(s, &s->rl_limit,
-		       "a request of %llu bytes is above the %zu-byte limit: "
-		       "connection closed",
-		       (unsigned long long)c->msg_len, s->lim.max_request);
-		conn_drop(c, NULL);
+		msg_too_large(c, c->msg_len - 4);
 		return -1;
 	}
 	c->bt_len = 0;
@@ -564,6 +619,10 @@ static int body_begin(struct conn *c)
 	size_t cap;
 
 	c->body_len = c->msg_len - c->bt_len;
+	if (c->body_len > s->lim.max_request) {
+		msg_too_large(c, c->body_len);
+		return -1;
+	}
 	cap = (size_t)c->body_len;
 	if (c->tls && cap > s->lim.preauth_max)
 		cap = s->lim.preauth_max;
@@ -593,14 +652,16 @@ static void body_done(struct conn *c)
 }
 
 /* Feeds n bytes read from c into its message state. Returns the bytes
- * used (all of them unless the connection was dropped). A connection that
- * reaches a limit stops reading before its next read, so it may go past
- * it by the messages of one read (one large message at most). */
+ * used: all of them, unless the connection was dropped or paused (a limit
+ * reached at a message's end, a refusal's penalty, closing after
+ * max_denied), where it stops; the caller keeps the rest for later. So a
+ * connection goes past max_inflight by nothing, and past max_buffered by
+ * the one message it had begun. */
 static size_t msg_feed(struct conn *c, const uint8_t *p, size_t n)
 {
 	size_t used = 0, k;
 
-	while (used < n && !c->closed) {
+	while (used < n && !c->closed && !conn_paused(c)) {
 		switch (c->rs) {
 		case R_MSGHDR: {
 			size_t need = c->tls ? 8 : 9;
@@ -614,7 +675,8 @@ static size_t msg_feed(struct conn *c, const uint8_t *p, size_t n)
 		}
 		case R_BT:
 			k = 4 - c->bt_len % 4 < n - used ? 4 - c->bt_len % 4 : n - used;
-			if (c->bt_len + k > c->msg_len) {
+			/* the whole word must fit in the declared length */
+			if (c->bt_len - c->bt_len % 4 + 4 > c->msg_len) {
 				conn_drop(c, "a request shorter than its id");
 				return used;
 			}
@@ -657,8 +719,8 @@ static size_t msg_feed(struct conn *c, const uint8_t *p, size_t n)
 
 /* --- connections --- */
 
-/* 1 when c should not read now (too many requests in flight, memory,
- * a penalty, or it is closing). */
+/* 1 when c should not read now (too many requests in flight or replies
+ * not yet taken by the peer, memory, a penalty, or it is closing). */
 static int conn_paused(struct conn *c)
 {
 	sb_sp *s = c->s;
@@ -669,11 +731,16 @@ static int conn_paused(struct conn *c)
 		return 0;
 	if (c->proto == SB_SP_PROTO_PUB)
 		return 0;
+	/* a peer that does not read its replies stops being read: they are
+	 * held here, so they count with the requests being served */
 	if (c->rs == R_MSGHDR && c->mhdr_got == 0 &&
-	    (c->inflight >= s->lim.max_inflight || s->buffered >= s->lim.max_buffered))
+	    (c->inflight + c->nout >= s->lim.max_inflight ||
+	     s->buffered >= s->lim.max_buffered))
 		return 1;
 	return c->resume_at > sb_loop_now(s->loop);
 }
+
+static void on_later(void *ctx);
 
 static void conn_update(struct conn *c)
 {
@@ -693,6 +760,10 @@ static void conn_update(struct conn *c)
 	if (c->tls && c->state == C_TLS)
 		ev |= SB_READ; /* the handshake reads regardless */
 	sb_watch_io_set(c->w, ev);
+	/* bytes already read (or decrypted) wake no io watcher */
+	if (!c->later && c->state != C_TLS && !conn_paused(c) &&
+	    (c->rest_len || (c->tls && mbedtls_ssl_get_bytes_avail(&c->ssl))))
+		c->later = sb_loop_timer(c->s->loop, 0, 0, on_later, c);
 }
 
 static void conn_drop(struct conn *c, const char *why)
@@ -720,6 +791,9 @@ static void conn_drop(struct conn *c, const char *why)
 	free(c->body);
 	c->body = NULL;
 	c->body_cap = 0;
+	free(c->rest);
+	c->rest = NULL;
+	c->rest_len = 0;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -822,6 +896,7 @@ static void conn_write(struct conn *c)
 			c->out_off += (size_t)r;
 		} else {
 			struct iovec iov[IOV_MAX_SP];
+			struct msghdr mh = {.msg_iov = iov};
 			int n = 0;
 			size_t off = c->out_off;
 			ssize_t w;
@@ -831,7 +906,10 @@ static void conn_write(struct conn *c)
 				iov[n].iov_len = o->f->len - off;
 				off = 0;
 			}
-			w = writev(c->fd, iov, n);
+			mh.msg_iovlen = (size_t)n;
+			/* not writev: a peer gone raises SIGPIPE, which would end
+			 * a process that has not ignored it */
+			w = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
 			if (w < 0 &&
 			    (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 				return;
@@ -842,6 +920,7 @@ static void conn_write(struct conn *c)
 			c->out_off += (size_t)w;
 		}
 		c->want_write = 0;
+		c->t_last = sb_loop_now(c->s->loop); /* the peer takes its replies */
 		while (c->out_head && c->out_off >= c->out_head->f->len) {
 			struct out *o = c->out_head;
 			c->out_off -= o->f->len;
@@ -855,7 +934,37 @@ static void conn_write(struct conn *c)
 	}
 }
 
-static void on_later(void *ctx);
+/* Feeds the bytes kept from an earlier read, as far as c goes now. */
+static void conn_feed_rest(struct conn *c)
+{
+	size_t k = msg_feed(c, c->rest + c->rest_off, c->rest_len);
+
+	if (c->closed)
+		return;
+	c->rest_off += k;
+	c->rest_len -= k;
+	if (!c->rest_len) {
+		free(c->rest);
+		c->rest = NULL;
+		c->rest_off = 0;
+	}
+}
+
+/* Feeds n bytes just read into c, and keeps what it does not take now. */
+static void conn_feed(struct conn *c, const uint8_t *buf, size_t n)
+{
+	size_t k = msg_feed(c, buf, n);
+
+	if (c->closed || k == n)
+		return;
+	if (!(c->rest = malloc(n - k))) {
+		conn_drop(c, "out of memory");
+		return;
+	}
+	memcpy(c->rest, buf + k, n - k);
+	c->rest_off = 0;
+	c->rest_len = n - k;
+}
 
 static void conn_io(struct conn *c, int revents)
 {
@@ -898,28 +1007,32 @@ static void conn_io(struct conn *c, int revents)
 			}
 			continue;
 		}
+		if (c->rest_len) {
+			conn_feed_rest(c);
+			continue;
+		}
 		n = conn_read(c, buf, sizeof buf < budget ? sizeof buf : budget);
 		if (n <= 0)
 			break;
 		budget -= (size_t)n;
 		if (c->proto == SB_SP_PROTO_PUB)
 			continue; /* subscribers send nothing we need */
-		msg_feed(c, buf, (size_t)n);
+		conn_feed(c, buf, (size_t)n);
 	}
 	if (c->closed)
 		return;
 	if (c->out_head)
 		conn_write(c);
-	/* TLS may hold decrypted bytes the socket no longer signals */
-	if (c->tls && !c->closed && !conn_paused(c) &&
-	    mbedtls_ssl_get_bytes_avail(&c->ssl) && !c->later)
-		c->later = sb_loop_timer(c->s->loop, 0, 0, on_later, c);
-	conn_update(c);
+	conn_update(c); /* and the zero timer when bytes wait */
 }
 
 static void on_conn_io(void *ctx, int revents)
 {
-	conn_io(ctx, revents);
+	struct conn *c = ctx;
+
+	conn_hold(c);
+	conn_io(c, revents);
+	conn_release(c);
 }
 
 static void on_later(void *ctx)
@@ -928,7 +1041,9 @@ static void on_later(void *ctx)
 
 	sb_watch_stop(c->later);
 	c->later = NULL;
+	conn_hold(c);
 	conn_io(c, SB_READ);
+	conn_release(c);
 }
 
 static void conn_new(struct listener *l, int fd, const struct sockaddr_storage *ss)
@@ -1061,9 +1176,9 @@ static void on_sweep(void *ctx)
 		else if (c->tls && !c->ever_authed &&
 			 now - c->t_start > s->lim.unauth_idle_s)
 			conn_drop(c, "no authenticated request in time");
-		else if (c->tls && !c->inflight && !c->out_head &&
-			 now - c->t_last > s->lim.idle_s)
-			conn_drop(c, NULL); /* idle */
+		else if (c->tls && !c->inflight && now - c->t_last > s->lim.idle_s)
+			/* idle, or its replies have not moved for as long */
+			conn_drop(c, c->out_head ? "replies not read in time" : NULL);
 		else
 			conn_update(c);
 	}
@@ -1109,7 +1224,8 @@ static void on_publish(void *ctx)
 	pthread_mutex_unlock(&s->pub_mu);
 	for (; o; o = next) {
 		next = o->next;
-		for (struct conn *c = s->conns; c; c = c->next) {
+		for (struct conn *c = s->conns, *cn; c; c = cn) {
+			cn = c->next; /* without memory, conn_queue drops c */
 			if (c->proto != SB_SP_PROTO_PUB || c->state != C_OPEN)
 				continue;
 			if (c->nout >= s->lim.pub_queue) {
@@ -1127,9 +1243,11 @@ static void on_publish(void *ctx)
 	for (struct conn *c = s->conns, *cn; c; c = cn) {
 		cn = c->next;
 		if (c->proto == SB_SP_PROTO_PUB && c->out_head) {
+			conn_hold(c);
 			conn_write(c);
 			if (!c->closed)
 				conn_update(c);
+			conn_release(c);
 		}
 	}
 }
@@ -1175,6 +1293,7 @@ int sb_sp_open(const struct sb_sp_opts *o, sb_sp **out)
 		l->max_denied = 8;
 	pthread_mutex_init(&s->pub_mu, NULL);
 	pthread_mutex_init(&s->st_mu, NULL);
+	pthread_mutex_init(&s->req_mu, NULL);
 	s->pub_tail = &s->pub_head;
 	if (o->deny_len && !(s->deny = malloc(o->deny_len))) {
 		sb_sp_close(s);
@@ -1359,20 +1478,14 @@ static void on_stop(void *ctx)
 
 void sb_sp_close(sb_sp *s)
 {
+	int last;
+
 	if (!s)
 		return;
 	if (s->started && sb_loop_post(s->loop, on_stop, s) == SB_OK)
 		pthread_join(s->thread, NULL);
 	while (s->conns)
 		conn_drop(s->conns, NULL); /* kept while requests refer to it */
-	while (s->reqs) {
-		struct sb_sp_req *r = s->reqs;
-		s->reqs = r->next;
-		if (--r->c->refs == 0)
-			conn_free(r->c);
-		free(r->reply);
-		free(r);
-	}
 	while (s->listeners) {
 		struct listener *l = s->listeners;
 		s->listeners = l->next;
@@ -1397,6 +1510,24 @@ void sb_sp_close(sb_sp *s)
 	}
 	sb_watch_stop(s->sweep_w);
 	sb_watch_stop(s->pub_w);
+	/* From here on, replies go nowhere (no more posts to the loop).
+	 * Requests answered already, whose replies were posted and will not
+	 * be delivered now, are freed; the others stay for their replies. */
+	pthread_mutex_lock(&s->req_mu);
+	s->shut = 1;
+	for (struct sb_sp_req *r = s->reqs, *next; r; r = next) {
+		next = r->next;
+		if (--r->c->refs == 0)
+			conn_free(r->c);
+		r->c = NULL;
+		free(r->reply);
+		r->reply = NULL;
+		if (r->answered) {
+			req_unlink(r);
+			free(r);
+		}
+	}
+	pthread_mutex_unlock(&s->req_mu);
 	sb_loop_close(s->loop);
 	if (s->has_tls) {
 		mbedtls_ssl_config_free(&s->conf);
@@ -1405,8 +1536,11 @@ void sb_sp_close(sb_sp *s)
 		mbedtls_ctr_drbg_free(&s->drbg);
 		mbedtls_entropy_free(&s->entropy);
 	}
-	pthread_mutex_destroy(&s->pub_mu);
-	pthread_mutex_destroy(&s->st_mu);
 	free(s->deny);
-	free(s);
+	pthread_mutex_lock(&s->req_mu);
+	s->done = 1;
+	last = !s->reqs;
+	pthread_mutex_unlock(&s->req_mu);
+	if (last)
+		sp_free(s); /* else the last reply does */
 }

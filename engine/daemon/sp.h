@@ -47,11 +47,14 @@ struct sb_sp_limits {
 	double accept_burst;	     /* TLS: ... with this burst [20] */
 	double handshake_s;	     /* accept to headers (and TLS) done [10] */
 	double unauth_idle_s;	     /* TLS: to the first authenticated request [10] */
-	double idle_s;		     /* TLS: no request, no reply in flight [300] */
+	double idle_s;		     /* TLS: no request, no reply in flight or
+				      * taken by the peer [300] */
 	size_t max_request;	     /* bytes of one request [64 MiB] */
 	size_t preauth_max;	     /* TLS: bytes read before a request is
 				      * authenticated [4096] */
-	unsigned max_inflight; /* requests of one connection not yet answered [64] */
+	unsigned max_inflight; /* requests of one connection not yet answered,
+				* with replies its peer has not taken yet;
+				* past it the connection is not read [64] */
 	size_t max_buffered;   /* bytes of requests held at once, all
 				* connections; past it reading pauses [512 MiB] */
 	unsigned pub_queue;    /* PUB: messages queued per subscriber; more
@@ -142,7 +145,10 @@ void sb_sp_stats(sb_sp *s, struct sb_sp_stats *st);
 
 /* Stops the thread, closes every connection and listener (unix sockets
  * are removed) and frees the server (NULL is fine). Requests not yet
- * answered are freed: none may be answered after this. */
+ * answered stay valid until they are: each must still get its one
+ * sb_sp_reply, from any thread, during or after this call; those replies
+ * are dropped, and the last of them frees what is left of the server.
+ * Nothing else of the server may be called after this. */
 void sb_sp_close(sb_sp *s);
 
 #endif
