@@ -9,7 +9,7 @@ CFLAGS  ?= -O2 -g
 override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow \
            -Wstrict-prototypes -Wmissing-prototypes -D_GNU_SOURCE -I. \
            -I/usr/include/x86_64-linux-gnu -pthread $(SAN)
-override LDFLAGS += -pthread $(SAN)
+override LDFLAGS += -pthread -Wl,--as-needed $(SAN)
 LIBS    := -llmdb -lmsgpackc -lxxhash -lev -lnng -lmbedtls -lmbedx509 -lmbedcrypto \
            -ljansson -lsodium -lcurl -lmicrohttpd -lnftables -lext2fs -lcom_err -lnbd -lm
 

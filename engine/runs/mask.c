@@ -78,6 +78,13 @@ static int begins_value(const sb_mask *m, const unsigned char *p, size_t n)
 	return 0;
 }
 
+/* Appends n bytes of p to out; nothing when n is 0 (p may then be NULL). */
+static void sbuf_put(msgpack_sbuffer *out, const void *p, size_t n)
+{
+	if (n)
+		msgpack_sbuffer_write(out, p, n);
+}
+
 /* Masks buf[0..upto) into out (a match may extend past upto, up to n);
  * returns the count and sets *used to the bytes consumed. */
 static size_t mask_span(const sb_mask *m, const unsigned char *buf, size_t n, size_t upto,
@@ -91,14 +98,14 @@ static size_t mask_span(const sb_mask *m, const unsigned char *buf, size_t n, si
 			i++;
 			continue;
 		}
-		msgpack_sbuffer_write(out, (const char *)buf + from, i - from);
-		msgpack_sbuffer_write(out, v->shown, strlen(v->shown));
+		sbuf_put(out, (const char *)buf + from, i - from);
+		sbuf_put(out, v->shown, strlen(v->shown));
 		i += v->n;
 		from = i;
 		count++;
 	}
 	if (i > from)
-		msgpack_sbuffer_write(out, (const char *)buf + from, i - from);
+		sbuf_put(out, (const char *)buf + from, i - from);
 	*used = i;
 	return count;
 }
@@ -108,7 +115,7 @@ size_t sb_mask_apply(const sb_mask *m, const void *in, size_t n, msgpack_sbuffer
 	size_t used;
 
 	if (sb_mask_empty(m)) {
-		msgpack_sbuffer_write(out, in, n);
+		sbuf_put(out, in, n);
 		return 0;
 	}
 	return mask_span(m, in, n, n, out, &used);
@@ -121,8 +128,8 @@ size_t sb_mask_stream(const sb_mask *m, struct sb_mask_stream *st, const void *i
 	size_t total = st->nhold + n, keep = 0, used, count;
 
 	if (sb_mask_empty(m)) {
-		msgpack_sbuffer_write(out, (const char *)st->hold, st->nhold);
-		msgpack_sbuffer_write(out, in, n);
+		sbuf_put(out, (const char *)st->hold, st->nhold);
+		sbuf_put(out, in, n);
 		st->nhold = 0;
 		return 0;
 	}
