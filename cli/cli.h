@@ -217,6 +217,11 @@ int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why
  * want to standard output; returns an exit code. */
 int cli_fs_cat(const char *want, const char *path);
 
+/* Prints run's events from offset from until it stops (Ctrl-C detaches)
+ * and returns the exit code its end means, as 'sanbox run' does
+ * (cli/cmd_run.c). */
+int cli_run_follow(sb_client *c, const char *run, uint64_t from, int json);
+
 /* The commands, one per file cli/cmd_<name>.c. */
 int cmd_attach(int argc, char **argv);
 int cmd_events(int argc, char **argv);
@@ -233,5 +238,9 @@ int cmd_cp(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_secret(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_snapshot(int argc, char **argv);
+int cmd_snapshots(int argc, char **argv);
+int cmd_fork(int argc, char **argv);
+int cmd_resume(int argc, char **argv);
 
 #endif

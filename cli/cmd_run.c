@@ -31,7 +31,7 @@ struct input {
 
 /* What the options say. */
 struct run_opts {
-	const char *tmpl, *name, *group, *accel, *on_budget, *net;
+	const char *tmpl, *name, *group, *accel, *on_budget, *net, *snapshots;
 	uint64_t cpus, mem, timeout, budget, quota;
 	struct list inputs, env, secrets, models, allow;
 	int detach, json;
@@ -68,6 +68,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 		{"on-budget", required_argument, NULL, 'o'}, {"net", required_argument, NULL, 'N'},
 		{"allow", required_argument, NULL, 'A'},    {"record-quota", required_argument, NULL, 'Q'},
 		{"detach", no_argument, NULL, 'd'},         {"json", no_argument, NULL, 'j'},
+		{"snapshots", required_argument, NULL, 'S'},
 		{NULL, 0, NULL, 0},
 	};
 	int ch, rc = CLI_EXIT_OK;
@@ -120,6 +121,13 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 			break;
 		case 'm': rc = list_add(&o->models, optarg, "--model"); break;
 		case 'a': o->accel = optarg; break;
+		case 'S':
+			if (strcmp(optarg, "turn") && strcmp(optarg, "stop") && strcmp(optarg, "off"))
+				return cli_fail_code(CLI_EXIT_USAGE,
+						     "--snapshots takes turn, stop or off, not '%s'",
+						     optarg);
+			o->snapshots = optarg;
+			break;
 		case 'N': o->net = optarg; break;
 		case 'A': rc = list_add(&o->allow, optarg, "--allow"); break;
 		case 'd': o->detach = 1; break;
@@ -225,7 +233,7 @@ static int pack_spec(struct cli_req *r, const struct run_opts *o, const struct i
 		     int argc, char **argv, int first, int has_cmd)
 {
 	size_t nspec = 10 + !!o->name + !!o->group + !!o->models.n * 2 + !!o->accel +
-		       !!o->on_budget + !!o->net + !!o->allow.n + !!o->quota;
+		       !!o->on_budget + !!o->net + !!o->allow.n + !!o->quota + !!o->snapshots;
 
 	cli_req_begin(r, "run.create", 1);
 	sb_pack_str(&r->pk, "spec");
@@ -244,6 +252,8 @@ static int pack_spec(struct cli_req *r, const struct run_opts *o, const struct i
 		sb_pack_kstr(&r->pk, "on_budget", o->on_budget);
 	if (o->accel)
 		sb_pack_kstr(&r->pk, "accel", o->accel);
+	if (o->snapshots)
+		sb_pack_kstr(&r->pk, "snapshots", o->snapshots);
 	if (o->net)
 		sb_pack_kstr(&r->pk, "network", o->net);
 	if (o->allow.n)
@@ -319,12 +329,27 @@ static int run_exit(const char *run, const struct run_ctx *c)
 	return CLI_EXIT_STOPPED; /* stopped before the harness exited */
 }
 
+int cli_run_follow(sb_client *c, const char *run, uint64_t from, int json)
+{
+	struct run_ctx ctx = {.json = json};
+	struct sb_follow_opts fo = {0};
+	int rc;
+
+	cli_follow_live(&fo, run);
+	fo.from = from;
+	if ((rc = sb_follow(c, &fo, run_cb, &ctx)) < 0)
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	if (cli_detached) {
+		cli_note("detached from run %s; it keeps running ('sanbox attach %s')", run, run);
+		return 0;
+	}
+	return run_exit(run, &ctx);
+}
+
 int cmd_run(int argc, char **argv)
 {
 	struct run_opts o = {0};
 	struct input in[MAX_LIST];
-	struct run_ctx rc_ctx = {0};
-	struct sb_follow_opts fo = {0};
 	struct cli_req r;
 	struct sb_reply rep = {0};
 	char run[SB_RUN_MAX];
@@ -370,14 +395,7 @@ int cmd_run(int argc, char **argv)
 			printf("%s\n", run);
 		goto out;
 	}
-	rc_ctx.json = o.json;
-	cli_follow_live(&fo, run);
-	if ((rc = sb_follow(c, &fo, run_cb, &rc_ctx)) < 0)
-		rc = cli_fail(rc, "%s", sb_errmsg(rc));
-	else if (cli_detached)
-		cli_note("detached from run %s; it keeps running ('sanbox attach %s')", run, run);
-	else
-		rc = run_exit(run, &rc_ctx);
+	rc = cli_run_follow(c, run, 0, o.json);
 out:
 	sb_reply_free(&rep);
 	sb_client_close(c);

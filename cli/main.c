@@ -17,7 +17,8 @@ static const struct cli_cmd commands[] = {
 	 "                  [--input PATH]... [--env K=V]... [--name NAME] [--group GROUP]\n"
 	 "                  [-m MODEL]... [--budget USD] [--on-budget stop|continue]\n"
 	 "                  [--secret NAME[:env|:model]]... [--net none|acl [--allow GRANT]...]\n"
-	 "                  [--record-quota SIZE] [--accel auto|kvm|tcg] [--detach] [--json]\n"
+	 "                  [--record-quota SIZE] [--accel auto|kvm|tcg]\n"
+	 "                  [--snapshots turn|stop|off] [--detach] [--json]\n"
 	 "                  [-- COMMAND... | PROMPT]\n"
 	 "\n"
 	 "Resolves the run's template, limits, inputs, env, secrets, model and budget,\n"
@@ -49,6 +50,9 @@ static const struct cli_cmd commands[] = {
 	 "  --record-quota SIZE   bytes of output and events the guest may put in the\n"
 	 "                        record, e.g. 64K, 10M (default: the settings'\n"
 	 "                        runs.record_quota_mib); past it they are counted only\n"
+	 "  --snapshots WHEN      disk snapshots: after each agent turn and when the run\n"
+	 "                        ends (turn, the default), when it ends only (stop), or\n"
+	 "                        none (off); 'sanbox snapshot' takes one any time\n"
 	 "  --name NAME, --group GROUP   label the run (printable text: no control or\n"
 	 "                        bidirectional characters, valid UTF-8)\n"
 	 "  --detach              print the run id and return\n"},
@@ -78,6 +82,41 @@ static const struct cli_cmd commands[] = {
 	 "Asks the harness to end (SIGTERM), then ends the VM after a grace period.\n"
 	 "--group stops every live run of the group. Prints the runs it stops (with\n"
 	 "--json: {\"runs\": [...]}, and \"group\" with --group).\n"},
+	{"snapshot", cmd_snapshot, "take or remove a snapshot of a run",
+	 "usage: sanbox snapshot RUN [--memory] [--json]\n"
+	 "       sanbox snapshot rm RUN ID [--json]\n"
+	 "\n"
+	 "Takes a snapshot of a running run: the guest writes its files out, then\n"
+	 "its disk layer is frozen (constant time) and the run goes on in a new\n"
+	 "one; --memory also saves the guest's memory and device state. Prints the\n"
+	 "snapshot's id (sN). rm deletes a snapshot of a run that has ended, unless\n"
+	 "another run (a fork) reads it: that is refused, naming the run.\n"},
+	{"snapshots", cmd_snapshots, "list a run's snapshots",
+	 "usage: sanbox snapshots RUN [--json]\n"
+	 "\n"
+	 "Lists the run's snapshots, oldest first: id, kind (disk or memory), what\n"
+	 "took it (demand, turn or end), the offset in the run's record it was\n"
+	 "taken at, its time and size, and the runs that read it.\n"},
+	{"fork", cmd_fork, "start new runs from a run's snapshot",
+	 "usage: sanbox fork RUN [--snapshot ID | --at OFFSET] [-n COUNT] [--name NAME]\n"
+	 "                  [--prompt TEXT] [--detach] [--json]\n"
+	 "\n"
+	 "Starts COUNT (default 1, at most 64) new runs with RUN's settings, each on\n"
+	 "a new disk layer over the snapshot (constant time and space), from the\n"
+	 "snapshot ID or the newest one at or before OFFSET (default: RUN's newest).\n"
+	 "RUN itself is left as it is. The harness starts again, on the snapshot's\n"
+	 "files, with RUN's command or prompt (or --prompt). With one fork and no\n"
+	 "--detach, prints its events as 'sanbox run' does; else prints the ids.\n"},
+	{"resume", cmd_resume, "continue a run that ended, from a snapshot",
+	 "usage: sanbox resume RUN [--snapshot ID | --at OFFSET] [--prompt TEXT]\n"
+	 "                    [--detach] [--json]\n"
+	 "\n"
+	 "Continues RUN (it keeps its id, its record and its budget) on a new disk\n"
+	 "layer over the snapshot ID or the newest one at or before OFFSET\n"
+	 "(default: its last, taken when it ended). The harness starts again with\n"
+	 "the run's command or prompt, or --prompt. A run still running is refused\n"
+	 "(fork it instead). Files changed after the snapshot's offset and up to\n"
+	 "OFFSET are not rolled forward yet: the CLI says so.\n"},
 	{"daemon", cmd_daemon, "control the daemon",
 	 "usage: sanbox daemon start|stop|status [--json]\n"
 	 "\n"

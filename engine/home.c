@@ -2,9 +2,11 @@
 #include "engine/home.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "engine/error.h"
@@ -24,6 +26,18 @@ int sb_home_resolve(const char *explicit_dir, char *buf, size_t cap)
 		return sb_seterr(SB_ERR_INVAL, "set SANBOX_HOME or HOME");
 	if (n < 0 || (size_t)n >= cap || n > 90)
 		return sb_seterr(SB_ERR_INVAL, "state directory path is too long (max 90 bytes)");
+	if (buf[0] != '/') {
+		/* absolute, so that a daemon and a disk layer's backing file
+		 * name mean the same place from anywhere */
+		char cwd[PATH_MAX], rel[100];
+		snprintf(rel, sizeof rel, "%s", buf);
+		if (!getcwd(cwd, sizeof cwd))
+			return sb_seterr(SB_ERR_INVAL, "SANBOX_HOME %s is relative and the current directory is unknown", rel);
+		n = snprintf(buf, cap, "%s/%s", cwd, rel);
+		if (n < 0 || (size_t)n >= cap || n > 90)
+			return sb_seterr(SB_ERR_INVAL,
+					 "state directory path is too long (max 90 bytes)");
+	}
 	return SB_OK;
 }
 

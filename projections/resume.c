@@ -14,7 +14,9 @@
 #define RP struct sb_resume_point
 static const struct sb_fdesc rp_fields[] = {
 	SB_FU64(RP, offset),     SB_FU64(RP, seq),  SB_FU64(RP, ts_ns),
-	SB_FSTR(RP, snapshot),   SB_FSTR(RP, kind),
+	SB_FSTR(RP, snapshot),   SB_FSTR(RP, kind), SB_FSTR(RP, trigger),
+	SB_FSTR(RP, layer),      SB_FSTR(RP, memory), SB_FU64(RP, bytes),
+	SB_FU64(RP, synced),
 };
 #define NF (sizeof rp_fields / sizeof rp_fields[0])
 
@@ -28,12 +30,47 @@ static size_t rp_key(uint8_t *key, const char *run, uint64_t offset)
 	return rl + 9;
 }
 
+/* Drops run's point of snapshot id (snapshot.removed). */
+static int rp_remove(struct sb_proj_txn *t, const char *run, const char *id)
+{
+	struct sb_resume_point rp;
+	uint8_t key[SB_RUN_MAX + 9];
+	size_t kl = rp_key(key, run, 0), pl = strlen(run) + 1;
+	MDB_cursor *c;
+	MDB_val k = {kl, key}, v;
+	int rc;
+
+	if ((rc = mdb_cursor_open(t->txn, t->dbi, &c)))
+		return sb_log_mdb_err(rc, "resume: remove");
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (k.mv_size != kl || memcmp(k.mv_data, key, pl))
+			break;
+		if ((rc = sb_fields_load(t, k.mv_data, k.mv_size, rp_fields, NF, &rp, sizeof rp)))
+			break;
+		if (!strcmp(rp.snapshot, id)) {
+			rc = mdb_cursor_del(c, 0);
+			break;
+		}
+	}
+	mdb_cursor_close(c);
+	if (rc == MDB_NOTFOUND)
+		return SB_OK;
+	return rc > 0 ? sb_log_mdb_err(rc, "resume: remove") : rc;
+}
+
 static int rp_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgpack_object *map)
 {
 	struct sb_resume_point rp;
 	uint8_t key[SB_RUN_MAX + 9];
 	size_t kl;
 
+	if (!strcmp(ev->type, "snapshot.removed")) {
+		char id[sizeof rp.snapshot];
+		if (sb_map_str(map, "snapshot", id, sizeof id) <= 0)
+			return SB_OK;
+		return rp_remove(t, ev->run, id);
+	}
 	if (strcmp(ev->type, "snapshot.saved"))
 		return SB_OK;
 	memset(&rp, 0, sizeof rp);
@@ -42,6 +79,14 @@ static int rp_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 	rp.ts_ns = ev->ts_ns;
 	sb_map_str(map, "snapshot", rp.snapshot, sizeof rp.snapshot);
 	sb_map_str(map, "kind", rp.kind, sizeof rp.kind);
+	sb_map_str(map, "trigger", rp.trigger, sizeof rp.trigger);
+	sb_map_str(map, "layer", rp.layer, sizeof rp.layer);
+	sb_map_str(map, "memory", rp.memory, sizeof rp.memory);
+	rp.bytes = sb_map_u64(map, "bytes", 0);
+	{
+		const msgpack_object *sy = sb_map_get(map, "synced");
+		rp.synced = sy && sy->type == MSGPACK_OBJECT_BOOLEAN && sy->via.boolean;
+	}
 	kl = rp_key(key, ev->run, ev->offset);
 	return sb_fields_store(t, key, kl, rp_fields, NF, &rp);
 }

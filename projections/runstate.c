@@ -17,7 +17,8 @@ static const struct sb_fdesc rs_fields[] = {
 	SB_FU64(RS, budget_nusd), SB_FU64(RS, created_ns),  SB_FU64(RS, started_ns),
 	SB_FU64(RS, ended_ns),    SB_FI64(RS, exit_status), SB_FU64(RS, has_exit),
 	SB_FU64(RS, cost_nusd),   SB_FU64(RS, last_offset), SB_FU64(RS, last_seq),
-	SB_FU64(RS, events),
+	SB_FU64(RS, events),      SB_FU64(RS, forks),       SB_FU64(RS, snapshots),
+	SB_FSTR(RS, parent_snapshot),
 };
 #define NF (sizeof rs_fields / sizeof rs_fields[0])
 
@@ -39,6 +40,21 @@ static void set_str(char *dst, size_t cap, const msgpack_object *map, const char
 }
 
 #define SET(field, key) set_str(rs.field, sizeof rs.field, map, key)
+
+/* One more fork of parent (its record, when it has one). */
+static int count_fork(struct sb_proj_txn *t, const char *parent)
+{
+	struct sb_runstate ps;
+	size_t kl = strlen(parent);
+	int rc = sb_fields_load(t, parent, kl, rs_fields, NF, &ps, sizeof ps);
+
+	if (rc == SB_ERR_NOTFOUND)
+		return SB_OK;
+	if (rc)
+		return rc;
+	ps.forks++;
+	return sb_fields_store(t, parent, kl, rs_fields, NF, &ps);
+}
 
 static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgpack_object *map)
 {
@@ -95,10 +111,25 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 		if (!rs.ended_ns)
 			rs.ended_ns = ev->ts_ns;
 	} else if (!strcmp(ty, "run.resumed")) {
+		/* it goes on: live again, its end to come */
 		SET(parent, "from_run");
+		SET(parent_snapshot, "snapshot");
 		rs.parent_offset = sb_map_u64(map, "from_offset", 0);
+		strcpy(rs.status, "created");
+		rs.reason[0] = 0;
+		rs.has_exit = 0;
+		rs.exit_status = 0;
+		rs.ended_ns = 0;
 	} else if (!strcmp(ty, "run.forked")) {
 		SET(parent, "from_run");
+		SET(parent_snapshot, "snapshot");
+		rs.parent_offset = sb_map_u64(map, "from_offset", 0);
+		if ((rc = count_fork(t, rs.parent)))
+			return rc;
+	} else if (!strcmp(ty, "snapshot.saved")) {
+		rs.snapshots++;
+	} else if (!strcmp(ty, "snapshot.removed")) {
+		rs.snapshots -= rs.snapshots > 0;
 	} else if (!strcmp(ty, "agent.usage.updated") && ev->source == SB_SRC_GATEWAY) {
 		rs.cost_nusd += sb_map_u64(map, "cost_nusd", 0);
 	} else if (!strcmp(ty, "budget.exceeded")) {

@@ -2,7 +2,8 @@
  *
  *   runstate  one record per run: status, settings, times, exit, last event
  *   costs     token and cost totals per run, per group and per model
- *   resume    per run, the snapshots it saved, by offset: its resume points
+ *   resume    per run, the snapshots it saved (and did not remove), by offset:
+ *             its resume points
  *
  * Costs are integers in nano-USD (1e-9 USD), so totals are exact.
  */
@@ -37,6 +38,9 @@ struct sb_runstate {
 	uint64_t has_exit;
 	uint64_t cost_nusd;     /* authoritative: from gateway usage events */
 	uint64_t last_offset, last_seq, events;
+	uint64_t forks;		/* runs forked from it */
+	uint64_t snapshots;	/* its snapshots (saved and not removed) */
+	char parent_snapshot[16]; /* the parent's snapshot it continues */
 };
 
 /* Packs rs as a msgpack map with a fixed key order. */
@@ -76,9 +80,13 @@ int sb_costs_each(sb_projector *p, const char *scope,
 		  int (*fn)(void *ctx, const char *id, const struct sb_cost *c), void *ctx);
 
 struct sb_resume_point {
-	uint64_t offset, seq, ts_ns;
-	char snapshot[72];
-	char kind[16];
+	uint64_t offset, seq, ts_ns; /* of its snapshot.saved */
+	char snapshot[72];	      /* "sN" */
+	char kind[16];		      /* disk or memory */
+	char trigger[16];	      /* demand, turn or end */
+	char layer[160], memory[160]; /* files, relative to the state directory */
+	uint64_t bytes;
+	uint64_t synced; /* 1: the guest wrote its files out first */
 };
 
 /* Calls fn for each resume point of run, oldest first, until fn returns

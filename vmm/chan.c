@@ -32,7 +32,8 @@ struct sb_chan_reader {
 /* Indexed by enum sb_chan_kind. */
 static const char *const kind_names[] = {"?",	       "HELLO", "SPEC", "EVENT",
 					 "EVENT_JSON", "OPEN",	"DATA", "CLOSE",
-					 "SIGNAL",     "DONE",	"LOG",	"INPUT"};
+					 "SIGNAL",     "DONE",	"LOG",	"INPUT",
+					 "SYNC",       "SYNCED"};
 
 const char *sb_chan_kind_name(int kind)
 {

@@ -7,6 +7,8 @@
 #ifndef SB_VMM_DISK_H
 #define SB_VMM_DISK_H
 
+#include <stddef.h>
+
 /* Creates the qcow2 file path on top of base (format base_fmt, "raw" or
  * "qcow2"), with `qemu-img create -f qcow2 -b BASE -F FMT PATH`. The
  * backing path is recorded absolute, so the layer works from any
@@ -15,5 +17,17 @@
  * SB_ERR_UNAVAIL (qemu-img missing), SB_ERR_IO (qemu-img failed: its last
  * line of output is the detail), SB_ERR_TIMEOUT. */
 int sb_disk_layer_create(const char *base, const char *base_fmt, const char *path);
+
+/* Reads the backing file named in the header of the qcow2 file path into
+ * buf ("" when it has none). Reads the header only (no qemu-img).
+ * Errors: SB_ERR_NOTFOUND, SB_ERR_IO (unreadable), SB_ERR_CORRUPT (not a
+ * qcow2 file, or a backing name out of the file or longer than cap - 1). */
+int sb_disk_backing(const char *path, char *buf, size_t cap);
+
+/* Makes the qcow2 layer path read from base (format base_fmt) instead of
+ * its backing file, keeping what a reader of path sees: `qemu-img rebase`
+ * copies into path what differs between the two (safe mode). No process
+ * may have path open for writing. Errors: as sb_disk_layer_create. */
+int sb_disk_layer_rebase(const char *path, const char *base, const char *base_fmt);
 
 #endif

@@ -93,8 +93,7 @@ static char *qemu_esc(const char *s)
 	return e;
 }
 
-/* Quotes s for /bin/sh between single quotes. The caller frees it. */
-static char *qemu_shquote(const char *s)
+char *sb_vm_shquote(const char *s)
 {
 	size_t n = strlen(s), i, j = 0;
 	char *q = malloc(4 * n + 3);
@@ -231,7 +230,7 @@ int sb_vm_argv(const struct sb_vm_config *c, char ***out)
 		av_add2(&a, "-mon", "chardev=qmp0,mode=control");
 	}
 	if (c->incoming) {
-		q = qemu_shquote(c->incoming);
+		q = sb_vm_shquote(c->incoming);
 		if (!q)
 			a.err = SB_ERR_NOMEM;
 		av_addf(&a, "-S");

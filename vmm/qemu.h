@@ -57,6 +57,10 @@ const char *sb_vm_qemu(void);
  * cpus or memory out of range, a newline in a string), SB_ERR_NOMEM. */
 int sb_vm_argv(const struct sb_vm_config *c, char ***out);
 
+/* Quotes s for /bin/sh between single quotes (for a migration's "exec:"
+ * URI). The caller frees it; NULL when out of memory. */
+char *sb_vm_shquote(const char *s);
+
 /* Frees an argv from sb_vm_argv(); NULL is allowed. */
 void sb_argv_free(char **argv);
 

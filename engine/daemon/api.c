@@ -2,6 +2,7 @@
 #include "engine/daemon/api.h"
 
 #include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include "engine/error.h"
 #include "engine/gateway/secrets.h"
 #include "engine/payload.h"
+#include "engine/runs/layers.h"
 #include "engine/runs/runs.h"
 #include "engine/units.h"
 #include "engine/wire.h"
@@ -541,6 +543,279 @@ static int op_run_stop(struct req *r)
 	return SB_OK;
 }
 
+/* --- snapshots, forks and resumes --- */
+
+static void snapshot_taken(void *ctx, int rc, const char *snapshot)
+{
+	struct req *r = ctx;
+
+	if (rc == SB_OK) {
+		reply_begin(r, 1);
+		sb_pack_kstr(&r->pk, "snapshot", snapshot);
+	}
+	req_finish(r, rc);
+}
+
+/* run.snapshot {run, memory}: answered once the snapshot is recorded. */
+static int op_run_snapshot(struct req *r)
+{
+	char run[SB_RUN_MAX];
+	const msgpack_object *mem = sb_map_get(r->args, "memory");
+	int rc;
+
+	if (mem && mem->type != MSGPACK_OBJECT_BOOLEAN)
+		return sb_seterr(SB_ERR_INVAL, "argument 'memory' must be a boolean");
+	if ((rc = arg_run(r, run)) ||
+	    (rc = sb_runs_snapshot(r->e->runs, run, mem && mem->via.boolean, snapshot_taken, r)))
+		return rc;
+	return OP_LATER;
+}
+
+#define FORKS_MAX 64
+
+/* The forks of one run.fork, answered when the last is made. */
+struct forks {
+	struct req *r;
+	unsigned want, done;
+	int rc;
+	char err[300];
+	char runs[FORKS_MAX][SB_RUN_MAX];
+	unsigned n;
+};
+
+static void fork_made(void *ctx, int rc, const char *run)
+{
+	struct forks *f = ctx;
+
+	if (rc == SB_OK)
+		snprintf(f->runs[f->n++], SB_RUN_MAX, "%s", run);
+	else if (!f->rc) {
+		f->rc = rc;
+		snprintf(f->err, sizeof f->err, "%s", sb_errmsg(rc));
+	}
+	if (++f->done < f->want)
+		return;
+	rc = f->n ? SB_OK : sb_seterr(f->rc, "%s", f->err);
+	if (rc == SB_OK) {
+		reply_begin(f->r, f->rc ? 2 : 1);
+		sb_pack_str(&f->r->pk, "runs");
+		msgpack_pack_array(&f->r->pk, f->n);
+		for (unsigned i = 0; i < f->n; i++)
+			sb_pack_str(&f->r->pk, f->runs[i]);
+		if (f->rc) /* some were made, not all */
+			sb_pack_kstr(&f->r->pk, "error", f->err);
+	}
+	req_finish(f->r, rc);
+	free(f);
+}
+
+/* The arguments a fork and a resume share: {run, snapshot, at, prompt}. */
+static int arg_from(struct req *r, struct sb_runs_from *f, char run[SB_RUN_MAX],
+		    char snap[72], char **prompt)
+{
+	const msgpack_object *p = sb_map_get(r->args, "prompt");
+	int rc;
+
+	memset(f, 0, sizeof *f);
+	*prompt = NULL;
+	if ((rc = arg_run(r, run)) || (rc = arg_str(r, "snapshot", snap, 72, 0)) ||
+	    (rc = arg_u64(r, "at", UINT64_MAX, &f->at)))
+		return rc;
+	if (snap[0] && sb_map_get(r->args, "at"))
+		return sb_seterr(SB_ERR_INVAL, "give 'snapshot' or 'at', not both");
+	if (p && (p->type != MSGPACK_OBJECT_STR || memchr(p->via.str.ptr, 0, p->via.str.size)))
+		return sb_seterr(SB_ERR_INVAL, "argument 'prompt' must be a string");
+	if (p && !(*prompt = strndup(p->via.str.ptr, p->via.str.size)))
+		return SB_ERR_NOMEM;
+	f->run = run;
+	f->snapshot = snap[0] ? snap : NULL;
+	f->prompt = *prompt;
+	return SB_OK;
+}
+
+/* run.fork {run, snapshot | at, count, name, prompt}: new runs from a
+ * snapshot; answered with their ids once all are made. */
+static int op_run_fork(struct req *r)
+{
+	char run[SB_RUN_MAX], snap[72], name[64];
+	struct sb_runs_from f;
+	struct forks *fk;
+	uint64_t count;
+	char *prompt;
+	int rc;
+
+	if ((rc = arg_from(r, &f, run, snap, &prompt)))
+		return rc;
+	if ((rc = arg_u64(r, "count", 1, &count)) || (rc = arg_str(r, "name", name, sizeof name, 0)))
+		goto out;
+	if (count < 1 || count > FORKS_MAX) {
+		rc = sb_seterr(SB_ERR_INVAL, "argument 'count' must be 1 to %d", FORKS_MAX);
+		goto out;
+	}
+	if (!(fk = calloc(1, sizeof *fk))) {
+		rc = SB_ERR_NOMEM;
+		goto out;
+	}
+	fk->r = r;
+	fk->want = (unsigned)count;
+	f.name = name[0] ? name : NULL;
+	for (unsigned i = 0; i < fk->want; i++) {
+		if ((rc = sb_runs_from(r->e->runs, &f, fork_made, fk))) {
+			if (i == 0) { /* nothing under way: this call's error */
+				free(fk);
+				goto out;
+			}
+			fk->want = i; /* the ones under way answer */
+			fk->rc = rc;
+			snprintf(fk->err, sizeof fk->err, "%s", sb_errmsg(rc));
+			break;
+		}
+	}
+	rc = OP_LATER;
+out:
+	free(prompt);
+	return rc;
+}
+
+static void resumed(void *ctx, int rc, const char *run)
+{
+	struct req *r = ctx;
+
+	if (rc == SB_OK) {
+		reply_begin(r, 1);
+		sb_pack_kstr(&r->pk, "run", run);
+	}
+	req_finish(r, rc);
+}
+
+/* run.resume {run, snapshot | at, prompt}: the run goes on from a snapshot. */
+static int op_run_resume(struct req *r)
+{
+	char run[SB_RUN_MAX], snap[72];
+	struct sb_runs_from f;
+	char *prompt;
+	int rc;
+
+	if ((rc = arg_from(r, &f, run, snap, &prompt)))
+		return rc;
+	f.resume = 1;
+	rc = sb_runs_from(r->e->runs, &f, resumed, r);
+	free(prompt);
+	return rc ? rc : OP_LATER;
+}
+
+struct snaps_ctx {
+	struct req *r;
+	const char *run;
+	msgpack_sbuffer items;
+	msgpack_packer pk;
+	uint32_t n;
+};
+
+static int snaps_cb(void *vctx, const struct sb_resume_point *rp)
+{
+	struct snaps_ctx *c = vctx;
+	char users[8][SB_RUN_MAX];
+	size_t nu = 0;
+	unsigned layer;
+
+	if (sscanf(rp->snapshot, "s%u", &layer) != 1 ||
+	    sb_layers_users(c->r->e->home, c->run, layer, users, 8, &nu))
+		nu = 0;
+	msgpack_pack_map(&c->pk, 10);
+	sb_pack_kstr(&c->pk, "snapshot", rp->snapshot);
+	sb_pack_kstr(&c->pk, "kind", rp->kind);
+	sb_pack_kstr(&c->pk, "trigger", rp->trigger);
+	sb_pack_ku64(&c->pk, "offset", rp->offset);
+	sb_pack_ku64(&c->pk, "ts_ns", rp->ts_ns);
+	sb_pack_ku64(&c->pk, "bytes", rp->bytes);
+	sb_pack_kstr(&c->pk, "layer", rp->layer);
+	sb_pack_kstr(&c->pk, "memory", rp->memory);
+	sb_pack_kbool(&c->pk, "synced", rp->synced != 0);
+	sb_pack_str(&c->pk, "used_by");
+	msgpack_pack_array(&c->pk, nu < 8 ? nu : 8);
+	for (size_t i = 0; i < nu && i < 8; i++)
+		sb_pack_str(&c->pk, users[i]);
+	c->n++;
+	return 0;
+}
+
+/* snapshots.list {run}: the run's snapshots, oldest first. */
+static int op_snapshots_list(struct req *r)
+{
+	char run[SB_RUN_MAX];
+	struct snaps_ctx c = {.r = r, .run = run};
+	int rc;
+
+	if ((rc = arg_run(r, run)))
+		return rc;
+	catch_up(r->e);
+	msgpack_sbuffer_init(&c.items);
+	msgpack_packer_init(&c.pk, &c.items, msgpack_sbuffer_write);
+	if ((rc = sb_resume_each(r->e->proj, run, snaps_cb, &c)) == SB_OK) {
+		reply_begin(r, 2);
+		sb_pack_kstr(&r->pk, "run", run);
+		sb_pack_str(&r->pk, "snapshots");
+		msgpack_pack_array(&r->pk, c.n);
+		if (c.items.size)
+			msgpack_sbuffer_write(r->out, c.items.data, c.items.size);
+	}
+	msgpack_sbuffer_destroy(&c.items);
+	return rc;
+}
+
+/* 1 (the walk stops) at the point of snapshot id ctx. */
+static int has_snap_cb(void *ctx, const struct sb_resume_point *rp)
+{
+	return !strcmp(rp->snapshot, ctx);
+}
+
+/* snapshot.rm {run, snapshot}: deletes a stopped run's snapshot that no
+ * other run reads; records snapshot.removed. */
+static int op_snapshot_rm(struct req *r)
+{
+	char run[SB_RUN_MAX], snap[72], hold[72];
+	struct sb_runstate st;
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	struct sb_event ev;
+	unsigned layer;
+	int rc;
+
+	if ((rc = arg_run(r, run)) || (rc = arg_str(r, "snapshot", snap, sizeof snap, 1)))
+		return rc;
+	catch_up(r->e);
+	if ((rc = sb_runstate_get(r->e->proj, run, &st)))
+		return rc;
+	if ((rc = sb_resume_each(r->e->proj, run, has_snap_cb, snap)) < 0)
+		return rc;
+	if (rc != 1 || sscanf(snap, "s%u%71s", &layer, hold) != 1)
+		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s", run, snap);
+	if (sb_runstate_is_live(&st))
+		return sb_seterr(SB_ERR_STATE, "run %s is running: stop it before removing its "
+					       "snapshots", run);
+	if ((rc = sb_layers_remove(r->e->home, run, layer)))
+		return sb_seterr(rc, "cannot remove snapshot %s of run %s: %s", snap, run,
+				 sb_errmsg(rc));
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2);
+	sb_pack_kstr(&pk, "snapshot", snap);
+	sb_pack_kstr(&pk, "by", r->who);
+	rc = buf.data ? sb_event_init(&ev, "snapshot.removed", run, SB_SRC_HOST, buf.data,
+				      buf.size)
+		      : SB_ERR_NOMEM;
+	if (rc == SB_OK)
+		rc = sb_log_append(r->e->log, &ev, 1);
+	msgpack_sbuffer_destroy(&buf);
+	if (rc)
+		return rc;
+	reply_begin(r, 2);
+	sb_pack_kstr(&r->pk, "run", run);
+	sb_pack_kstr(&r->pk, "snapshot", snap);
+	return SB_OK;
+}
+
 /* group.stop {group}: stops every live run of the group. */
 static int op_group_stop(struct req *r)
 {
@@ -667,6 +942,11 @@ static const struct op {
     {"run.create", op_run_create, ON_LOOP},
     {"run.stop", op_run_stop, ON_LOOP},
     {"group.stop", op_group_stop, ON_LOOP},
+    {"run.snapshot", op_run_snapshot, ON_LOOP},
+    {"run.fork", op_run_fork, ON_LOOP},
+    {"run.resume", op_run_resume, ON_LOOP},
+    {"snapshots.list", op_snapshots_list, 0},
+    {"snapshot.rm", op_snapshot_rm, 0},
     {"costs.get", op_costs, 0},
     {"secret.set", op_secret_set, 0},
     {"secret.rm", op_secret_rm, 0},

@@ -56,6 +56,7 @@ static const struct setting {
     U("runs", "record_quota_mib", run_record_quota, 1024, 1, 1 << 20, MIB),
     D("runs", "guest_events_per_s", guest_events_rate, 200, 1, 1e6),
     D("runs", "guest_events_burst", guest_events_burst, 2000, 1, 1e7),
+    D("runs", "snapshot_interval_s", snapshot_interval_s, 5, 0, 86400),
     D("runs", "boot_timeout_s", boot_timeout_s, 120, 1, 86400),
 #undef U
 #undef D

@@ -32,6 +32,7 @@ struct sb_settings {
 	/* runs */
 	uint64_t run_record_quota; /* bytes a run's guest may put in the record */
 	double guest_events_rate, guest_events_burst;
+	double snapshot_interval_s; /* between automatic snapshots of a run */
 	double boot_timeout_s;
 };
 

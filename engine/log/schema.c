@@ -34,6 +34,7 @@ static const struct sb_event_schema schema[] = {
 	  {"cost_nusd", SB_F_UINT}, {"total_nusd", SB_F_UINT}}},
 	{"agent.output", HOST | GUEST, {{"stream", SB_F_STR}, {"data", SB_F_STR}}},
 	{"snapshot.saved", HOST, {{"snapshot", SB_F_STR}, {"kind", SB_F_STR}}},
+	{"snapshot.removed", HOST, {{"snapshot", SB_F_STR}}},
 	{"run.stopped", HOST, {{"reason", SB_F_STR}}},
 	{"run.exited", HOST | GUEST, {{"status", SB_F_INT}}},
 	{"run.failed", HOST, {{"reason", SB_F_STR}}},

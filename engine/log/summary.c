@@ -275,7 +275,16 @@ static void sum_snapshot(struct sum *s, const struct sb_event *ev, const msgpack
 	field(s, p, "snapshot");
 	put(s, " (");
 	field(s, p, "kind");
+	put(s, ", ");
+	field(s, p, "trigger");
 	put(s, ")");
+}
+
+static void sum_snapshot_rm(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	field(s, p, "snapshot");
+	put(s, " removed by ");
+	field(s, p, "by");
 }
 
 static void sum_reason(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
@@ -290,17 +299,29 @@ static void sum_exited(struct sum *s, const struct sb_event *ev, const msgpack_o
 
 static void sum_resumed(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
+	const msgpack_object *ex = sb_map_get(p, "exact");
+
 	put(s, "from ");
 	field(s, p, "from_run");
+	if (sb_map_get(p, "snapshot")) {
+		put(s, " snapshot ");
+		field(s, p, "snapshot");
+	}
 	putf(s, " at offset %llu", (unsigned long long)u64(p, "from_offset"));
+	if (ex && ex->type == MSGPACK_OBJECT_BOOLEAN && !ex->via.boolean)
+		put(s, " (not exact: files changed after the snapshot are not rolled forward)");
 }
 
 static void sum_forked(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
+	const msgpack_object *ex = sb_map_get(p, "exact");
+
 	put(s, "from ");
 	field(s, p, "from_run");
 	put(s, " at snapshot ");
 	field(s, p, "snapshot");
+	if (ex && ex->type == MSGPACK_OBJECT_BOOLEAN && !ex->via.boolean)
+		put(s, " (not exact: files changed after the snapshot are not rolled forward)");
 }
 
 static void sum_warning(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
@@ -354,6 +375,7 @@ static const struct summary {
 	{"agent.usage.updated", sum_usage},
 	{"agent.output", sum_output},
 	{"snapshot.saved", sum_snapshot},
+	{"snapshot.removed", sum_snapshot_rm},
 	{"run.stopped", sum_reason},
 	{"run.exited", sum_exited},
 	{"run.failed", sum_reason},

@@ -386,6 +386,9 @@ static void send_frame(sb_guest *g, int kind, uint64_t stream, const void *bin,
 		if (kind == SB_CHAN_SIGNAL) {
 			msgpack_pack_map(&pk, 1);
 			sb_pack_ku64(&pk, "signal", (uint64_t)sig);
+		} else if (kind == SB_CHAN_SYNC) {
+			msgpack_pack_map(&pk, 1);
+			sb_pack_ku64(&pk, "id", stream);
 		} else if (kind == SB_CHAN_DATA) {
 			msgpack_pack_bin_with_body(&pk, bin, len);
 		} else {
@@ -400,6 +403,11 @@ static void send_frame(sb_guest *g, int kind, uint64_t stream, const void *bin,
 void sb_guest_signal(sb_guest *g, int sig)
 {
 	send_frame(g, SB_CHAN_SIGNAL, 0, NULL, 0, sig);
+}
+
+void sb_guest_sync(sb_guest *g, uint64_t id)
+{
+	send_frame(g, SB_CHAN_SYNC, id, NULL, 0, 0);
 }
 
 /* --- the tunnel's view of the guest (engine/gateway/tunnel.h) --- */
@@ -461,6 +469,10 @@ static void on_frame(sb_guest *g, const struct sb_chan_frame *f)
 	case SB_CHAN_DATA:
 	case SB_CHAN_CLOSE:
 		sb_tunnel_frame(g->tunnel, f->kind, f->stream, &f->body);
+		break;
+	case SB_CHAN_SYNCED:
+		if (g->ops->synced)
+			g->ops->synced(g->ctx, sb_map_u64(&f->body, "id", 0));
 		break;
 	case SB_CHAN_DONE:
 		guest_field(g, &f->body, "error", error,

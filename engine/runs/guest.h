@@ -42,6 +42,9 @@ struct sb_guest_ops {
 	void (*done)(void *ctx, const char *error);
 	/* The channel closed (the VM is ending, or QEMU lost it). */
 	void (*closed)(void *ctx);
+	/* SYNCED {id}: the guest wrote its files out for SYNC id (it may
+	 * lie, or never answer: the caller has its own deadline). */
+	void (*synced)(void *ctx, uint64_t id);
 	/* A tunnelled stream wants the gateway: a connection tied to the
 	 * run into *fd. Errors: those of sb_gateway_connect. */
 	int (*connect)(void *ctx, int *fd);
@@ -75,6 +78,10 @@ void sb_guest_send(sb_guest *g, const void *frames, size_t len);
 
 /* Sends SIGNAL {signal: sig} (the harness's process group). */
 void sb_guest_signal(sb_guest *g, int sig);
+
+/* Sends SYNC {id}: the agent writes the guest's files out to its disk
+ * and answers SYNCED {id} (ops->synced). */
+void sb_guest_sync(sb_guest *g, uint64_t id);
 
 /* Reads what the guest sent and not yet read, records output still held
  * back for masking, and the quota's summary when anything was dropped:

@@ -1,9 +1,9 @@
 /* local.c - the local runner: QEMU microVMs on this host (see runner.h).
  *
- * A machine's files live in home/runs/RUN/: its disk layer (disk.qcow2
- * over the template's read-only root file system), the sockets QEMU
- * connects to (chan.sock: the guest channel; qmp.sock: QMP), console.log,
- * qemu.log and qemu.pid. QEMU runs in its own session and process group
+ * A machine's files live in home/runs/RUN/: its disk layers (layers/N.qcow2,
+ * see layers.h: the snapshot store), the sockets QEMU connects to
+ * (chan.sock: the guest channel; qmp.sock: QMP), console.log, qemu.log and
+ * qemu.pid. QEMU runs in its own session and process group
  * and outlives the daemon; it reconnects to both sockets within a second
  * when they drop (reconnect=1), so a restarted daemon that listens on the
  * same paths gets the machine back.
@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/proc.h"
+#include "engine/runs/layers.h"
 #include "engine/sock.h"
 #include "vmm/accel.h"
 #include "vmm/disk.h"
@@ -31,6 +33,8 @@
 #include "vmm/qmp.h"
 
 #define PATH_CAP (PATH_MAX + 32)
+
+struct snap_op;
 
 struct sb_machine {
 	struct sb_local_runner *lr;
@@ -49,6 +53,8 @@ struct sb_machine {
 	void *ctx;
 	int again; /* the next channel is a reconnection */
 	int ended;
+	char top_node[64]; /* QMP node-name of the disk's top layer */
+	struct snap_op *snap; /* the snapshot being taken, or NULL */
 };
 
 static int machine_paths(struct sb_machine *m, const char *home, const char *run)
@@ -56,7 +62,6 @@ static int machine_paths(struct sb_machine *m, const char *home, const char *run
 	snprintf(m->run, sizeof m->run, "%s", run);
 	if (snprintf(m->dir, sizeof m->dir, "%s/runs/%s", home, run) >= PATH_MAX)
 		return sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
-	snprintf(m->disk, sizeof m->disk, "%s/disk.qcow2", m->dir);
 	snprintf(m->chan, sizeof m->chan, "%s/chan.sock", m->dir);
 	snprintf(m->qmp_path, sizeof m->qmp_path, "%s/qmp.sock", m->dir);
 	snprintf(m->console, sizeof m->console, "%s/console.log", m->dir);
@@ -84,10 +89,13 @@ static void qmp_drop(struct sb_machine *m)
 	m->qmp_ready = 0;
 }
 
+static void snap_orphan(struct sb_machine *m);
+
 static void local_free(struct sb_machine *m)
 {
 	if (!m)
 		return;
+	snap_orphan(m);
 	qmp_drop(m);
 	sb_watch_stop(m->chan_lw);
 	sb_watch_stop(m->qmp_lw);
@@ -100,13 +108,15 @@ static void local_free(struct sb_machine *m)
 	free(m);
 }
 
-static int local_create(void *runner, const struct sb_plan *p, sb_machine **out,
-			char *accel, char *warning, size_t cap)
+/* Prepares m for plan p with a disk layer over base (format base_fmt). */
+static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
+			   const char *base, const char *base_fmt, sb_machine **out, char *accel,
+			   char *warning, size_t cap)
 {
-	struct sb_local_runner *lr = runner;
 	struct sb_machine *m = machine_new(lr);
-	char cache[PATH_CAP];
+	char cache[PATH_CAP], layer[SB_LAYER_PATH_MAX];
 	sb_accel want;
+	unsigned n;
 	int rc;
 
 	if (!m)
@@ -115,8 +125,14 @@ static int local_create(void *runner, const struct sb_plan *p, sb_machine **out,
 	snprintf(cache, sizeof cache, "%s/cache", lr->home);
 	if ((rc = machine_paths(m, lr->home, p->run)) || (rc = sb_mkdirs(m->dir, 0700)) ||
 	    (rc = sb_mkdirs(cache, 0700)) ||
-	    (rc = sb_disk_layer_create(p->t.rootfs, "raw", m->disk)))
+	    (rc = sb_layers_create(lr->home, p->run, base, base_fmt, &n)) ||
+	    (rc = sb_layers_path(lr->home, p->run, n, layer, sizeof layer)))
 		goto fail;
+	/* QEMU names the next layer's backing file after this path: absolute */
+	if (!realpath(layer, m->disk)) {
+		rc = sb_seterr(SB_ERR_IO, "%s: %s", layer, strerror(errno));
+		goto fail;
+	}
 	want = !strcmp(p->accel, "kvm")	  ? SB_ACCEL_KVM
 	       : !strcmp(p->accel, "tcg") ? SB_ACCEL_TCG
 					  : SB_ACCEL_AUTO;
@@ -133,6 +149,31 @@ static int local_create(void *runner, const struct sb_plan *p, sb_machine **out,
 fail:
 	local_free(m);
 	return rc;
+}
+
+static int local_create(void *runner, const struct sb_plan *p, sb_machine **out,
+			char *accel, char *warning, size_t cap)
+{
+	return machine_prepare(runner, p, p->t.rootfs, "raw", out, accel, warning, cap);
+}
+
+static int local_create_from(void *runner, const struct sb_plan *p, const char *from_run,
+			     unsigned base_layer, sb_machine **out, char *accel, char *warning,
+			     size_t cap)
+{
+	struct sb_local_runner *lr = runner;
+	char base[SB_LAYER_PATH_MAX];
+	struct stat st;
+	int rc;
+
+	if ((rc = sb_layers_path(lr->home, from_run, base_layer, base, sizeof base)))
+		return rc;
+	if (stat(base, &st))
+		return sb_seterr(SB_ERR_NOTFOUND, "snapshot s%u of run %s: %s: %s", base_layer,
+				 from_run, base, strerror(errno));
+	if (st.st_mode & 0222)
+		return sb_seterr(SB_ERR_STATE, "layer %s is not frozen: not a snapshot", base);
+	return machine_prepare(lr, p, base, "qcow2", out, accel, warning, cap);
 }
 
 /* Copies the last non-empty line of file into buf ("" when none). */
@@ -397,15 +438,314 @@ static void local_stop(struct sb_machine *m, double grace_s)
 	m->grace_w = sb_loop_timer(m->lr->loop, grace_s, 0, on_kill_grace, m);
 }
 
-static int local_snapshot(struct sb_machine *m, const struct sb_snapshot_req *req)
+/* --- snapshots --- */
+
+#define SNAP_CMD_MS	 30000 /* one monitor command of a snapshot */
+#define SNAP_MIGRATE_MS	 120000 /* saving the memory, in all */
+#define SNAP_POLL_S	 0.02  /* how often the migration's state is asked */
+
+enum snap_stage { S_QUERY, S_STOP, S_FREEZE, S_MIGRATE, S_POLL, S_CONT, S_DONE };
+
+/* A snapshot being taken through the monitor, one command at a time. */
+struct snap_op {
+	struct sb_machine *m; /* NULL once the machine is freed */
+	int memory;
+	enum snap_stage stage;
+	sb_snapshot_fn cb;
+	void *ctx;
+	struct sb_snapshot_info info;
+	char next[SB_LAYER_PATH_MAX]; /* the new top layer QEMU makes */
+	double t_pause;
+	int rc;		/* the first failure, kept while the guest is resumed */
+	sb_watch *w;	/* the migration poll's timer, or the done callback's */
+};
+
+static void snap_step(struct snap_op *op);
+
+static double now_ms(struct sb_machine *m)
 {
-	return sb_seterr(SB_ERR_UNAVAIL, "snapshots are not in this version");
+	return sb_loop_now(m->lr->loop) * 1000;
 }
 
-static int local_restore(void *runner, const struct sb_plan *plan, const char *snapshot,
-			 sb_machine **out)
+static uint64_t file_size(const char *path)
 {
-	return sb_seterr(SB_ERR_UNAVAIL, "snapshots are not in this version");
+	struct stat st;
+
+	return path[0] && stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Reports op's end (from a timer or a monitor callback: never inside the
+ * snapshot op's call) and frees it. */
+static void snap_finish(struct snap_op *op)
+{
+	struct sb_machine *m = op->m;
+	sb_snapshot_fn cb = op->cb;
+	void *ctx = op->ctx;
+	int rc = op->rc;
+	struct sb_snapshot_info info = op->info;
+
+	sb_watch_stop(op->w);
+	free(op);
+	if (!m)
+		return; /* the machine was freed: nobody to tell */
+	m->snap = NULL;
+	if (rc == SB_OK) {
+		info.bytes = file_size(info.layer_path) + file_size(info.memory_path);
+		info.duration_ms = now_ms(m) - info.duration_ms;
+	}
+	cb(ctx, rc, rc == SB_OK ? &info : NULL);
+}
+
+/* The machine is being freed: an op waiting on a timer goes now; one
+ * waiting on a command goes when the closing monitor fails it. */
+static void snap_orphan(struct sb_machine *m)
+{
+	struct snap_op *op = m->snap;
+
+	if (!op)
+		return;
+	m->snap = NULL;
+	op->m = NULL;
+	if (op->w) {
+		sb_watch_stop(op->w);
+		free(op);
+	}
+}
+
+/* Fails op with rc (detail kept); a paused guest is resumed first. */
+static void snap_fail(struct snap_op *op, int rc)
+{
+	char detail[512];
+
+	snprintf(detail, sizeof detail, "%s", sb_errmsg(rc));
+	op->rc = sb_seterr(rc, "%s", detail);
+	if (op->m && op->t_pause > 0 && op->stage < S_CONT) {
+		op->stage = S_CONT; /* the guest goes on, the snapshot failed */
+		snap_step(op);
+		return;
+	}
+	snap_finish(op);
+}
+
+static void on_snap_poll(void *ctx);
+
+static void on_snap_reply(void *ctx, int rc, json_t *ret)
+{
+	struct snap_op *op = ctx;
+	struct sb_machine *m = op->m;
+	const char *st;
+
+	if (!m) {
+		free(op); /* the machine was freed while this command waited */
+		return;
+	}
+	if (rc && op->stage == S_CONT) {
+		op->rc = op->rc ? op->rc : rc;
+		snap_finish(op);
+		return;
+	}
+	if (rc) {
+		snap_fail(op, rc);
+		return;
+	}
+	switch (op->stage) {
+	case S_QUERY: {
+		/* the disk's top node: the device's inserted node */
+		json_t *dev = json_is_array(ret) ? json_array_get(ret, 0) : NULL;
+		json_t *ins = json_object_get(dev, "inserted");
+		const char *node = json_string_value(json_object_get(ins, "node-name"));
+		if (!node || strlen(node) >= sizeof m->top_node) {
+			snap_fail(op, sb_seterr(SB_ERR_PROTO, "QEMU names no disk node"));
+			return;
+		}
+		snprintf(m->top_node, sizeof m->top_node, "%s", node);
+		op->stage = op->memory ? S_STOP : S_FREEZE;
+		break;
+	}
+	case S_STOP:
+		op->stage = S_FREEZE;
+		break;
+	case S_FREEZE:
+		if ((rc = sb_layers_advance(m->lr->home, m->run, op->info.layer + 1))) {
+			snap_fail(op, rc);
+			return;
+		}
+		if (!op->memory) {
+			op->info.paused_ms = now_ms(m) - op->t_pause;
+			op->stage = S_DONE;
+			snap_finish(op);
+			return;
+		}
+		op->stage = S_MIGRATE;
+		break;
+	case S_MIGRATE:
+		op->stage = S_POLL;
+		break;
+	case S_POLL:
+		st = json_string_value(json_object_get(ret, "status"));
+		if (st && !strcmp(st, "completed")) {
+			op->stage = S_CONT;
+			break;
+		}
+		if (st && (!strcmp(st, "failed") || !strcmp(st, "cancelled"))) {
+			const char *why = json_string_value(json_object_get(ret, "error-desc"));
+			snap_fail(op, sb_seterr(SB_ERR_IO, "saving the memory failed: %s",
+						why ? why : st));
+			return;
+		}
+		op->w = sb_loop_timer(m->lr->loop, SNAP_POLL_S, 0, on_snap_poll, op);
+		if (!op->w)
+			snap_fail(op, SB_ERR_NOMEM);
+		return;
+	case S_CONT:
+		op->info.paused_ms = now_ms(m) - op->t_pause;
+		op->stage = S_DONE;
+		snap_finish(op);
+		return;
+	case S_DONE:
+		return;
+	}
+	snap_step(op);
+}
+
+static void on_snap_poll(void *ctx)
+{
+	struct snap_op *op = ctx;
+
+	sb_watch_stop(op->w);
+	op->w = NULL;
+	snap_step(op);
+}
+
+/* Sends the command of op's stage. */
+static void snap_step(struct snap_op *op)
+{
+	struct sb_machine *m = op->m;
+	json_t *args = NULL;
+	const char *cmd = NULL;
+	char node[24], uri[PATH_CAP + 32];
+	int rc, ms = SNAP_CMD_MS;
+
+	switch (op->stage) {
+	case S_QUERY:
+		cmd = "query-block";
+		break;
+	case S_STOP:
+		cmd = "stop";
+		op->t_pause = now_ms(m);
+		break;
+	case S_FREEZE:
+		snprintf(node, sizeof node, "layer%u", op->info.layer + 1);
+		if (!op->memory)
+			op->t_pause = now_ms(m); /* the disk's requests wait meanwhile */
+		cmd = "blockdev-snapshot-sync";
+		args = json_pack("{s:s, s:s, s:s, s:s, s:s}", "node-name", m->top_node,
+				 "snapshot-file", op->next, "snapshot-node-name", node,
+				 "format", "qcow2", "mode", "absolute-paths");
+		break;
+	case S_MIGRATE: {
+		char *q = sb_vm_shquote(op->info.memory_path);
+		cmd = "migrate";
+		if (q)
+			snprintf(uri, sizeof uri, "exec:cat > %s", q);
+		free(q);
+		args = q ? json_pack("{s:s}", "uri", uri) : NULL;
+		ms = SNAP_MIGRATE_MS;
+		break;
+	}
+	case S_POLL:
+		cmd = "query-migrate";
+		break;
+	case S_CONT:
+		cmd = "cont";
+		break;
+	case S_DONE:
+		return;
+	}
+	if (op->stage == S_FREEZE || op->stage == S_MIGRATE) {
+		if (!args) {
+			snap_fail(op, SB_ERR_NOMEM);
+			return;
+		}
+	}
+	if (!m->qmp) {
+		rc = sb_seterr(SB_ERR_IO, "QEMU's monitor went away during the snapshot");
+	} else {
+		rc = sb_qmp_send(m->qmp, loop_ms(m), cmd, args, ms, on_snap_reply, op);
+		if (rc == SB_OK)
+			qmp_arm(m);
+	}
+	json_decref(args);
+	if (rc) {
+		if (op->stage == S_CONT) { /* nothing more can be done */
+			op->rc = op->rc ? op->rc : rc;
+			op->stage = S_DONE;
+			snap_finish(op);
+		} else {
+			snap_fail(op, rc);
+		}
+	}
+}
+
+static void on_snap_ended(void *ctx)
+{
+	snap_finish(ctx);
+}
+
+static int local_snapshot(struct sb_machine *m, const struct sb_snapshot_req *req,
+			  sb_snapshot_fn cb, void *ctx)
+{
+	struct snap_op *op;
+	unsigned top, n;
+	int rc;
+
+	if (m->snap)
+		return sb_seterr(SB_ERR_STATE, "a snapshot of run %s is being taken", m->run);
+	if (m->ended && req->memory)
+		return sb_seterr(SB_ERR_STATE, "run %s has ended: no memory to save", m->run);
+	if (!m->ended && !m->qmp_ready)
+		return sb_seterr(SB_ERR_UNAVAIL, "the VM's monitor is not connected yet");
+	if (!(op = calloc(1, sizeof *op)))
+		return SB_ERR_NOMEM;
+	op->m = m;
+	op->memory = req->memory;
+	op->cb = cb;
+	op->ctx = ctx;
+	op->info.duration_ms = now_ms(m); /* made a duration at the end */
+	if (m->ended) {
+		/* the disk as the machine left it: its top, frozen */
+		if ((rc = sb_layers_top(m->lr->home, m->run, &top)) ||
+		    (rc = sb_layers_freeze(m->lr->home, m->run, top)) ||
+		    (rc = sb_layers_path(m->lr->home, m->run, top, op->info.layer_path,
+					 sizeof op->info.layer_path)))
+			goto fail;
+		op->info.layer = top;
+		if (!(op->w = sb_loop_timer(m->lr->loop, 0, 0, on_snap_ended, op))) {
+			rc = SB_ERR_NOMEM;
+			goto fail;
+		}
+		m->snap = op;
+		return SB_OK;
+	}
+	/* the top is frozen as snapshot s<top>; QEMU makes layer top + 1 */
+	if ((rc = sb_layers_next(m->lr->home, m->run, &n, op->next, sizeof op->next)) ||
+	    (rc = sb_layers_path(m->lr->home, m->run, n - 1, op->info.layer_path,
+				 sizeof op->info.layer_path)))
+		goto fail;
+	op->info.layer = n - 1;
+	if (req->memory)
+		snprintf(op->info.memory_path, sizeof op->info.memory_path,
+			 "%s/layers/%u.mem", m->dir, n - 1);
+	/* the first command is sent here: a failure is this call's */
+	if ((rc = sb_qmp_send(m->qmp, loop_ms(m), "query-block", NULL, SNAP_CMD_MS,
+			      on_snap_reply, op)))
+		goto fail;
+	qmp_arm(m);
+	m->snap = op;
+	return SB_OK;
+fail:
+	free(op);
+	return rc;
 }
 
 /* The pid in dir/qemu.pid when that process is QEMU for this run (its
@@ -493,7 +833,7 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .signal = local_signal,
     .stop = local_stop,
     .snapshot = local_snapshot,
-    .restore = local_restore,
+    .create_from = local_create_from,
     .reattach = local_reattach,
     .reap = local_reap,
     .free = local_free,

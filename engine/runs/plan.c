@@ -131,11 +131,13 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	memset(p, 0, sizeof *p);
 	snprintf(p->run, sizeof p->run, "%s", run);
 	strcpy(p->accel, "auto");
+	strcpy(p->snapshots, "turn");
 	prompt[0] = 0;
 	if ((rc = sb_spec_name(spec, "name", p->name, sizeof p->name)) ||
 	    (rc = sb_spec_name(spec, "group", p->group, sizeof p->group)) ||
 	    (rc = sb_spec_str(spec, "template", tmpl, sizeof tmpl)) ||
 	    (rc = sb_spec_str(spec, "accel", p->accel, sizeof p->accel)) ||
+	    (rc = sb_spec_str(spec, "snapshots", p->snapshots, sizeof p->snapshots)) ||
 	    (rc = sb_spec_str(spec, "prompt", prompt, sizeof prompt)) ||
 	    (rc = sb_spec_strs(spec, "argv", ARGV_MAX, &argv)) ||
 	    (rc = sb_spec_strs(spec, "env", ENV_MAX, &env)) ||
@@ -148,6 +150,9 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	if (strcmp(p->accel, "auto") && strcmp(p->accel, "kvm") &&
 	    strcmp(p->accel, "tcg"))
 		return sb_seterr(SB_ERR_INVAL, "spec: accel must be auto, kvm or tcg");
+	if (strcmp(p->snapshots, "turn") && strcmp(p->snapshots, "stop") &&
+	    strcmp(p->snapshots, "off"))
+		return sb_seterr(SB_ERR_INVAL, "spec: snapshots must be turn, stop or off");
 	if ((!argv || argv->via.array.size == 0) && !prompt[0])
 		return sb_seterr(SB_ERR_INVAL, "spec: give a command (argv) or a prompt");
 	if (p->memory_mib && p->memory_mib < MEMORY_MIN)
@@ -213,7 +218,7 @@ void sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk)
 {
 	char hex[SB_HASH_HEX];
 
-	msgpack_pack_map(pk, 14 + 2 + 6 + 1);
+	msgpack_pack_map(pk, 15 + 2 + 6 + 1);
 	sb_pack_ku64(pk, "plan", SB_PLAN_VERSION);
 	sb_pack_kstr(pk, "template_hash", p->t.hash);
 	sb_pack_kstr(pk, "kernel", p->t.kernel_version);
@@ -236,6 +241,7 @@ void sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk)
 	sb_pack_ku64(pk, "memory_mib", p->memory_mib);
 	sb_pack_ku64(pk, "timeout_s", p->timeout_s);
 	sb_pack_kstr(pk, "accel", p->accel);
+	sb_pack_kstr(pk, "snapshots", p->snapshots);
 	sb_pack_ku64(pk, "record_quota", p->record_quota);
 	sb_pack_ku64(pk, "input_bytes", p->input_bytes);
 	sb_netpolicy_pack(&p->net, pk);	       /* 2 pairs */
@@ -353,6 +359,8 @@ int sb_plan_from_record(const char *run, const msgpack_object *created,
 	sb_map_str(pol, "prompt", prompt, sizeof prompt);
 	if (sb_map_str(pol, "accel", p->accel, sizeof p->accel) <= 0)
 		strcpy(p->accel, "auto");
+	if (sb_map_str(pol, "snapshots", p->snapshots, sizeof p->snapshots) <= 0)
+		strcpy(p->snapshots, "off"); /* a record from before snapshots */
 	p->cpus = sb_map_u64(pol, "cpus", 0);
 	p->memory_mib = sb_map_u64(pol, "memory_mib", 0);
 	p->timeout_s = sb_map_u64(pol, "timeout_s", 0);
@@ -396,11 +404,12 @@ int sb_plan_from_record(const char *run, const msgpack_object *created,
 
 int sb_plan_load_template(const char *home, struct sb_plan *p)
 {
-	char hash[sizeof p->t.hash];
+	char hash[sizeof p->t.hash], name[sizeof p->t.name];
 	int rc;
 
 	memcpy(hash, p->t.hash, sizeof hash);
-	if ((rc = sb_template_load(home, p->t.name, &p->t)))
+	memcpy(name, p->t.name, sizeof name); /* loading fills p->t afresh */
+	if ((rc = sb_template_load(home, name, &p->t)))
 		return rc;
 	if (strcmp(hash, p->t.hash))
 		return sb_seterr(

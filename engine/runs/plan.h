@@ -45,6 +45,8 @@ struct sb_plan {
 	uint64_t cpus, memory_mib, timeout_s;
 	uint64_t record_quota; /* bytes the guest may put in the record */
 	char accel[8];	       /* auto, kvm or tcg */
+	char snapshots[8];     /* turn (after each agent turn and at the end),
+				* stop (at the end only) or off */
 	struct sb_netpolicy net;
 	struct sb_access access;
 	void **loaded; /* input contents read from blobs (owned) */

@@ -15,6 +15,8 @@
 #ifndef SB_RUNNER_H
 #define SB_RUNNER_H
 
+#include <limits.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "engine/daemon/loop.h"
@@ -36,10 +38,27 @@ struct sb_machine_events {
 	void (*ended)(void *ctx, int status, const char *why);
 };
 
-/* What a snapshot of a machine is (step 7 of the product: not yet). */
+/* A snapshot to take. */
 struct sb_snapshot_req {
-	int memory; /* 1: memory and device state too */
+	int memory; /* 1: the guest's memory and device state too (a live
+		     * machine only) */
 };
+
+/* A snapshot taken: the machine's disk layer frozen (and its memory
+ * saved), and the machine going on in a new layer. */
+struct sb_snapshot_info {
+	unsigned layer;	    /* the frozen layer's number: the snapshot is "s<layer>" */
+	char layer_path[PATH_MAX + 64]; /* its file */
+	char memory_path[PATH_MAX + 64]; /* the memory state file, or "" */
+	uint64_t bytes;	    /* the frozen layer's and memory file's sizes */
+	double paused_ms;   /* the guest stood still (or its disk did) this long */
+	double duration_ms; /* from the request to done */
+};
+
+/* How a snapshot ended: rc SB_OK with info, or an error (info NULL; the
+ * detail during the call). Called once, on the loop, never inside the
+ * snapshot op; not at all once the machine is freed. */
+typedef void (*sb_snapshot_fn)(void *ctx, int rc, const struct sb_snapshot_info *info);
 
 struct sb_runner_ops {
 	const char *name; /* "local" */
@@ -55,11 +74,22 @@ struct sb_runner_ops {
 	int (*signal)(sb_machine *m, int sig);
 	/* Ends the machine: at once gracefully, by force after grace_s. */
 	void (*stop)(sb_machine *m, double grace_s);
-	/* Snapshot and restore of a running machine: not in this version
-	 * (SB_ERR_UNAVAIL). */
-	int (*snapshot)(sb_machine *m, const struct sb_snapshot_req *req);
-	int (*restore)(void *runner, const struct sb_plan *plan, const char *snapshot,
-		       sb_machine **out);
+	/* Takes a snapshot of m; cb(ctx, ...) says how it went. A live
+	 * machine's goes through its monitor without blocking the loop; an
+	 * ended machine's disk is frozen as it is (req->memory must be 0).
+	 * One at a time per machine. Errors (cb is then not called):
+	 * SB_ERR_STATE (a snapshot is being taken; memory of an ended
+	 * machine), SB_ERR_UNAVAIL (the monitor is not connected yet),
+	 * SB_ERR_NOMEM. */
+	int (*snapshot)(sb_machine *m, const struct sb_snapshot_req *req, sb_snapshot_fn cb,
+			void *ctx);
+	/* Prepares a machine for plan (a fork or a resume) whose disk
+	 * continues the frozen layer base_layer of run from_run (on a
+	 * worker: may block). As create otherwise. Errors: those of create,
+	 * SB_ERR_NOTFOUND (the layer is gone). */
+	int (*create_from)(void *runner, const struct sb_plan *plan, const char *from_run,
+			   unsigned base_layer, sb_machine **out, char *accel, char *warning,
+			   size_t cap);
 	/* Finds the machine of plan's run that a previous daemon started and
 	 * watches it as start does (ev->channel with again = 1). Errors:
 	 * SB_ERR_NOTFOUND (it is gone). */

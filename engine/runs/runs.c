@@ -20,6 +20,7 @@
 #include "engine/mpack.h"
 #include "engine/runs/guest.h"
 #include "engine/runs/plan.h"
+#include "engine/runs/snapper.h"
 #include "projections/views.h"
 #include "vmm/chan.h"
 
@@ -36,6 +37,9 @@ struct run {
 	struct sb_plan plan;
 	sb_machine *m;
 	sb_guest *g;
+	sb_snapper *snap;
+	int end_status;	     /* the machine's, kept for the end's record */
+	char end_why[600];
 	char vkey[SB_VKEY_MAX];
 	int registered;	      /* known to the gateway */
 	msgpack_sbuffer spec; /* the SPEC frames, until sent (they hold secrets) */
@@ -45,6 +49,12 @@ struct run {
 	sb_watch *timeout_w, *boot_w, *grace_w;
 	uint64_t gw_refused; /* tunnel connections the gateway refused */
 	double gw_warned_at;
+	/* a fork or resume: what it continues */
+	int from, resume, exact;
+	char from_run[SB_RUN_MAX], from_snap[72];
+	unsigned from_layer;
+	uint64_t from_offset, at, spent;
+	char *new_prompt, new_name[SB_PLAN_NAME_MAX];
 	/* creation, across the worker */
 	const msgpack_object *spec_obj;
 	sb_runs_created_fn cb;
@@ -235,10 +245,12 @@ static void run_free(struct run *r)
 	sb_watch_stop(r->grace_w);
 	sb_guest_close(r->g);
 	if (r->m)
-		r->rs->env.runner->free(r->m);
+		r->rs->env.runner->free(r->m); /* before the snapper: no callback after */
+	sb_snapper_close(r->snap);
 	if (r->registered)
 		sb_gateway_run_remove(r->rs->env.gateway, r->id);
 	sb_plan_free(&r->plan);
+	free(r->new_prompt);
 	spec_wipe(r);
 	sodium_memzero(r->vkey, sizeof r->vkey);
 	free(r);
@@ -354,14 +366,12 @@ static void on_boot_deadline(void *ctx)
 	run_fail(r, reason);
 }
 
-/* The machine is gone: the run's last events, and the run ends. */
-static void m_ended(void *ctx, int status, const char *why)
+/* The run's last events, and the run ends. */
+static void run_finish(struct run *r)
 {
-	struct run *r = ctx;
 	struct sb_runs *rs = r->rs;
-	char reason[600];
+	char reason[700];
 
-	sb_guest_finish(r->g); /* what the guest sent before it went away */
 	if (r->stop_reason[0]) {
 		host_event(rs, r->id, "run.stopped", "reason", r->stop_reason, NULL);
 	} else if (r->exited) {
@@ -372,10 +382,34 @@ static void m_ended(void *ctx, int status, const char *why)
 				 "the guest agent could not set the run up: %s",
 				 r->setup_error);
 		else
-			snprintf(reason, sizeof reason, "%s", why);
+			snprintf(reason, sizeof reason, "%s", r->end_why);
 		record_failed(rs, r->id, reason);
 	}
 	run_end(r);
+}
+
+static void on_final_snapshot(void *ctx, int rc, const char *snapshot)
+{
+	struct run *r = ctx;
+
+	if (rc)
+		warn(r, "no snapshot of the run's end: %s", sb_errmsg(rc));
+	run_finish(r);
+}
+
+/* The machine is gone: its disk is the run's last snapshot (unless the
+ * run has snapshots off), then the run's last events. */
+static void m_ended(void *ctx, int status, const char *why)
+{
+	struct run *r = ctx;
+
+	sb_guest_finish(r->g); /* what the guest sent before it went away */
+	r->end_status = status;
+	snprintf(r->end_why, sizeof r->end_why, "%s", why);
+	if (r->snap && strcmp(r->plan.snapshots, "off") &&
+	    sb_snapper_final(r->snap, on_final_snapshot, r) == SB_OK)
+		return;
+	run_finish(r);
 }
 
 static void m_channel(void *ctx, int fd, int again)
@@ -433,6 +467,17 @@ static void g_event(void *ctx, const char *type, enum sb_source src, const void 
 	batch_add(r->rs, r->id, type, src, payload, len);
 	if (src == SB_SRC_GUEST && !strcmp(type, "run.exited"))
 		r->exited = 1;
+	if (!strcmp(type, "agent.turn.completed") && r->snap &&
+	    !strcmp(r->plan.snapshots, "turn"))
+		sb_snapper_turn(r->snap);
+}
+
+static void g_synced(void *ctx, uint64_t id)
+{
+	struct run *r = ctx;
+
+	if (r->snap)
+		sb_snapper_synced(r->snap, id);
 }
 
 static void g_warn(void *ctx, const char *line)
@@ -480,7 +525,73 @@ static const struct sb_guest_ops guest_ops = {
     .done = g_done,
     .closed = g_closed,
     .connect = g_connect,
+    .synced = g_synced,
 };
+
+/* --- snapshots --- */
+
+/* Records snapshot.saved (after the events before it, in order). */
+static int snap_saved(void *ctx, const struct sb_snap_done *d)
+{
+	struct run *r = ctx;
+	struct sb_runs *rs = r->rs;
+	const struct sb_snapshot_info *in = d->info;
+	size_t hl = strlen(rs->env.home) + 1;
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	struct sb_event ev;
+	char id[16];
+	int rc;
+
+	snprintf(id, sizeof id, "s%u", in->layer);
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 10);
+	sb_pack_kstr(&pk, "snapshot", id);
+	sb_pack_kstr(&pk, "kind", d->kind);
+	sb_pack_kstr(&pk, "trigger", d->trigger);
+	/* paths relative to the state directory */
+	sb_pack_kstr(&pk, "layer", strlen(in->layer_path) > hl ? in->layer_path + hl : in->layer_path);
+	sb_pack_kstr(&pk, "memory",
+		     strlen(in->memory_path) > hl ? in->memory_path + hl : in->memory_path);
+	sb_pack_ku64(&pk, "layer_no", in->layer);
+	sb_pack_ku64(&pk, "bytes", in->bytes);
+	sb_pack_str(&pk, "paused_ms");
+	msgpack_pack_double(&pk, in->paused_ms);
+	sb_pack_str(&pk, "duration_ms");
+	msgpack_pack_double(&pk, in->duration_ms);
+	sb_pack_kbool(&pk, "synced", d->synced);
+	batch_flush(rs);
+	rc = buf.data ? sb_event_init(&ev, "snapshot.saved", r->id, SB_SRC_HOST, buf.data,
+				      buf.size)
+		      : SB_ERR_NOMEM;
+	if (rc == SB_OK)
+		rc = sb_log_append(rs->env.log, &ev, 1);
+	msgpack_sbuffer_destroy(&buf);
+	return rc;
+}
+
+static void snap_warn(void *ctx, const char *line)
+{
+	warn(ctx, "%s", line);
+}
+
+static int run_snapper(struct run *r)
+{
+	struct sb_snapper_env se = {
+	    .loop = r->rs->env.loop,
+	    .runner = r->rs->env.runner,
+	    .min_interval_s = r->rs->env.settings->snapshot_interval_s,
+	    .saved = snap_saved,
+	    .warn = snap_warn,
+	    .ctx = r,
+	};
+	int rc = sb_snapper_open(&se, &r->snap);
+
+	if (rc == SB_OK)
+		sb_snapper_set(r->snap, r->m, r->g);
+	return rc;
+}
 
 /* Registers r with the gateway (spent: what the run spent already) and
  * opens its guest channel, masking its env-scope secrets and its key. */
@@ -514,20 +625,20 @@ static int run_connect(struct run *r, uint64_t spent)
 		    (rc = sb_guest_mask(r->g, a->grants[i].value->value,
 					a->grants[i].value->len, a->grants[i].name)))
 			return rc;
-	return SB_OK;
+	return run_snapper(r);
 }
 
 /* --- creating --- */
 
 static void create_done(void *ctx);
 
-/* Packs and records run.created, run.policy.resolved (inputs as blobs)
- * and one secret.granted per grant, in one append. */
-static int record_plan(struct sb_runs *rs, const struct sb_plan *p)
+/* Packs and records run.created, run.policy.resolved (inputs as blobs),
+ * one secret.granted per grant and extra (NULL: none), in one append. */
+static int record_plan(struct sb_runs *rs, const struct sb_plan *p, const struct sb_event *extra)
 {
 	msgpack_sbuffer a, b, g;
 	msgpack_packer pa, pb, pg;
-	struct sb_event evs[2 + SB_ACCESS_SECRETS];
+	struct sb_event evs[3 + SB_ACCESS_SECRETS];
 	size_t gat[SB_ACCESS_SECRETS + 1], n;
 	struct sb_blob *blobs = calloc(p->ninputs + 1, sizeof *blobs);
 	int rc;
@@ -558,9 +669,11 @@ static int record_plan(struct sb_runs *rs, const struct sb_plan *p)
 		rc = sb_event_init(&evs[2 + i], "secret.granted", p->run, SB_SRC_HOST,
 				   g.data + gat[i], gat[i + 1] - gat[i]);
 	n = sb_plan_blobs(p, blobs);
+	if (extra)
+		evs[2 + p->access.ngrants] = *extra;
 	if (rc == SB_OK)
 		rc = sb_log_append_blobs(rs->env.log, blobs, n, evs,
-					 2 + p->access.ngrants);
+					 2 + p->access.ngrants + !!extra);
 	free(blobs);
 	msgpack_sbuffer_destroy(&a);
 	msgpack_sbuffer_destroy(&b);
@@ -585,7 +698,7 @@ static void create_job(void *ctx)
 		r->create_rc = rc;
 		goto out;
 	}
-	if ((rc = record_plan(rs, &r->plan))) {
+	if ((rc = record_plan(rs, &r->plan, NULL))) {
 		r->create_rc = rc;
 		if (rc == SB_ERR_FULL)
 			snprintf(r->create_err, sizeof r->create_err,
@@ -641,7 +754,7 @@ static void create_done(void *ctx)
 		return;
 	}
 	r->st = R_RUNNING;
-	if ((rc = run_connect(r, 0)) ||
+	if ((rc = run_connect(r, r->spent)) ||
 	    (rc = rs->env.runner->start(r->m, &machine_events, r))) {
 		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
 		rs->env.runner->signal(r->m, SIGKILL);
@@ -724,6 +837,8 @@ struct record {
 	msgpack_sbuffer created, policy;
 	uint64_t started_ns;
 	int exited, ready;
+	/* asked for: files changed in (from_offset, offset_at] (0: not asked) */
+	uint64_t from_offset, offset_at, changed_after;
 };
 
 static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
@@ -732,7 +847,11 @@ static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 	struct sb_event ev;
 	int rc;
 
+	uint64_t from = rec->from_offset, at = rec->offset_at;
+
 	memset(rec, 0, sizeof *rec);
+	rec->from_offset = from;
+	rec->offset_at = at;
 	msgpack_sbuffer_init(&rec->created);
 	msgpack_sbuffer_init(&rec->policy);
 	if ((rc = sb_log_iter_open_run(rs->env.log, run, 1, &it)))
@@ -754,6 +873,11 @@ static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 			rec->exited = 1;
 		else if (!strcmp(ev.type, "harness.input.ready"))
 			rec->ready = 1;
+		else if (!strcmp(ev.type, "run.resumed"))
+			rec->started_ns = rec->exited = rec->ready = 0; /* a new start */
+		else if (rec->offset_at && ev.offset > rec->from_offset &&
+			 ev.offset <= rec->offset_at && !strcmp(ev.type, "agent.file.changed"))
+			rec->changed_after++;
 	}
 	sb_log_iter_close(it);
 	return rc == SB_END ? SB_OK : rc;
@@ -769,7 +893,7 @@ static void record_free(struct record *rec)
 static void reattach(struct sb_runs *rs, const char *run)
 {
 	struct run *r = calloc(1, sizeof *r);
-	struct record rec;
+	struct record rec = {0};
 	msgpack_zone zone;
 	msgpack_object created, policy;
 	struct sb_cost cost = {0};
@@ -838,6 +962,216 @@ out_free:
 	run_free(r);
 	record_free(&rec);
 	msgpack_zone_destroy(&zone);
+}
+
+/* --- forks and resumes --- */
+
+/* Packs the from event: run.forked of a fork, run.resumed of a resume. */
+static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event *ev)
+{
+	msgpack_packer pk;
+
+	msgpack_packer_init(&pk, buf, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, r->resume ? 5 : 4);
+	sb_pack_kstr(&pk, "from_run", r->from_run);
+	sb_pack_ku64(&pk, "from_offset", r->from_offset);
+	sb_pack_kstr(&pk, "snapshot", r->from_snap);
+	sb_pack_kbool(&pk, "exact", r->exact);
+	if (r->resume)
+		sb_pack_kstr(&pk, "prompt", r->new_prompt ? r->new_prompt : "");
+	if (!buf->data)
+		return SB_ERR_NOMEM;
+	return sb_event_init(ev, r->resume ? "run.resumed" : "run.forked", r->id, SB_SRC_HOST,
+			     buf->data, buf->size);
+}
+
+/* On a worker: the plan from the record of the run continued, its
+ * record, and a machine on a new layer over the snapshot. */
+static void from_job(void *ctx)
+{
+	struct run *r = ctx;
+	struct sb_runs *rs = r->rs;
+	struct record rec = {.from_offset = r->from_offset, .offset_at = r->at};
+	msgpack_zone zone;
+	msgpack_object created, policy;
+	msgpack_sbuffer fb;
+	struct sb_event fev;
+	int rc;
+
+	sb_clearerr();
+	msgpack_sbuffer_init(&fb);
+	if (!msgpack_zone_init(&zone, 4096)) {
+		r->create_rc = SB_ERR_NOMEM;
+		goto out;
+	}
+	if ((rc = record_read(rs, r->from_run, &rec)) == SB_OK &&
+	    (!rec.created.size || !rec.policy.size ||
+	     sb_payload_parse(rec.created.data, rec.created.size, &zone, &created) ||
+	     sb_payload_parse(rec.policy.data, rec.policy.size, &zone, &policy)))
+		rc = sb_seterr(SB_ERR_CORRUPT, "run %s: its plan cannot be read back from its record",
+			       r->from_run);
+	if (rc || (rc = sb_plan_from_record(r->id, &created, &policy, &r->plan)) ||
+	    (rc = sb_plan_load_template(rs->env.home, &r->plan)) ||
+	    (rc = sb_access_arm(rs->env.home, rs->env.stubs, &r->plan.access)) ||
+	    (rc = vkey_derive(rs->env.home, r->id, r->vkey))) {
+		r->create_rc = rc;
+		goto out;
+	}
+	r->exact = rec.changed_after == 0;
+	r->plan.ninputs = 0; /* they are on the disk already */
+	if (r->new_prompt) {
+		free(r->plan.prompt);
+		if (!(r->plan.prompt = strdup(r->new_prompt))) {
+			r->create_rc = SB_ERR_NOMEM;
+			goto out;
+		}
+	}
+	if (!r->resume) /* its own name, else its id as a new run's */
+		snprintf(r->plan.name, sizeof r->plan.name, "%s", r->new_name[0] ? r->new_name : r->id);
+	if ((rc = sb_plan_pack_guest(&r->plan, r->vkey, GUEST_TUNNEL_PORT, rs->env.log,
+				     &r->spec)) ||
+	    (rc = pack_from(r, &fb, &fev))) {
+		r->create_rc = rc;
+		goto out;
+	}
+	rc = r->resume ? sb_log_append(rs->env.log, &fev, 1) : record_plan(rs, &r->plan, &fev);
+	if (rc) {
+		r->create_rc = rc;
+		goto out;
+	}
+	r->recorded = 1;
+	if ((rc = rs->env.runner->create_from(rs->env.runner_ctx, &r->plan, r->from_run,
+					      r->from_layer, &r->m, r->accel,
+					      r->accel_warning, sizeof r->accel_warning))) {
+		char reason[700];
+		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
+		record_failed(rs, r->id, reason);
+		r->start_failed = 1;
+	}
+out:
+	if (r->create_rc && !r->create_err[0])
+		snprintf(r->create_err, sizeof r->create_err, "%s", sb_errmsg(r->create_rc));
+	record_free(&rec);
+	msgpack_zone_destroy(&zone);
+	msgpack_sbuffer_destroy(&fb);
+	if (sb_loop_post(rs->env.loop, create_done, r))
+		abort();
+}
+
+struct point_ctx {
+	const char *snapshot;
+	uint64_t at;
+	struct sb_resume_point *out;
+	int found;
+};
+
+static int point_cb(void *vctx, const struct sb_resume_point *rp)
+{
+	struct point_ctx *c = vctx;
+
+	if (c->snapshot ? !strcmp(rp->snapshot, c->snapshot) : rp->offset <= c->at) {
+		*c->out = *rp;
+		c->found = 1;
+		if (c->snapshot)
+			return 1;
+	}
+	return 0;
+}
+
+/* Parses "sN" into *n. */
+static int snapshot_layer(const char *id, unsigned *n)
+{
+	char *end;
+	unsigned long v;
+
+	if (id[0] != 's' || id[1] < '0' || id[1] > '9')
+		return 0;
+	v = strtoul(id + 1, &end, 10);
+	if (*end || v > 1u << 30)
+		return 0;
+	*n = (unsigned)v;
+	return 1;
+}
+
+int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_created_fn cb,
+		 void *ctx)
+{
+	struct sb_runstate st;
+	struct sb_resume_point rp;
+	struct point_ctx pc = {f->snapshot, f->at, &rp, 0};
+	struct sb_cost cost = {0};
+	struct run *r;
+	unsigned char raw[SB_RUN_ID_LEN / 2];
+	int rc;
+
+	sb_projector_catch_up(rs->env.proj, NULL);
+	if ((rc = sb_runstate_get(rs->env.proj, f->run, &st)))
+		return rc;
+	if (f->resume && (run_find(rs, f->run) || sb_runstate_is_live(&st)))
+		return sb_seterr(SB_ERR_STATE, "run %s is still running: fork it instead",
+				 f->run);
+	if ((rc = sb_resume_each(rs->env.proj, f->run, point_cb, &pc)) < 0)
+		return rc;
+	if (!pc.found) {
+		if (f->snapshot)
+			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s", f->run,
+					 f->snapshot);
+		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot at or before offset %llu",
+				 f->run, (unsigned long long)f->at);
+	}
+	if (!(r = calloc(1, sizeof *r)))
+		return SB_ERR_NOMEM;
+	r->rs = rs;
+	r->st = R_CREATING;
+	r->from = 1;
+	r->resume = f->resume;
+	snprintf(r->from_run, sizeof r->from_run, "%s", f->run);
+	snprintf(r->from_snap, sizeof r->from_snap, "%s", rp.snapshot);
+	if (!snapshot_layer(rp.snapshot, &r->from_layer)) {
+		free(r);
+		return sb_seterr(SB_ERR_CORRUPT, "run %s: snapshot id '%s' is malformed", f->run,
+				 rp.snapshot);
+	}
+	r->from_offset = rp.offset;
+	/* the offset continued from: the one asked for, else the snapshot's */
+	r->at = f->snapshot || f->at == UINT64_MAX ? rp.offset : f->at;
+	if (f->at == UINT64_MAX && !f->snapshot)
+		r->at = st.last_offset;
+	if (f->prompt && !(r->new_prompt = strdup(f->prompt))) {
+		free(r);
+		return SB_ERR_NOMEM;
+	}
+	snprintf(r->new_name, sizeof r->new_name, "%s", f->name ? f->name : "");
+	if (f->resume) {
+		snprintf(r->id, sizeof r->id, "%s", f->run);
+		sb_costs_get(rs->env.proj, "run", f->run, &cost);
+		r->spent = cost.cost_nusd; /* the budget goes on */
+	} else {
+		randombytes_buf(raw, sizeof raw);
+		sodium_bin2hex(r->id, sizeof r->id, raw, sizeof raw);
+	}
+	r->cb = cb;
+	r->cb_ctx = ctx;
+	msgpack_sbuffer_init(&r->spec);
+	if ((rc = sb_work_submit(rs->env.jobs, from_job, r))) {
+		free(r->new_prompt);
+		free(r);
+		return rc;
+	}
+	run_link(r);
+	return SB_OK;
+}
+
+int sb_runs_snapshot(struct sb_runs *rs, const char *run, int memory, sb_snap_fn cb,
+		     void *ctx)
+{
+	struct run *r = run_find(rs, run);
+
+	if (!r || r->st != R_RUNNING || !r->snap)
+		return sb_seterr(SB_ERR_STATE, "run %s is not running: its last snapshot is "
+					       "taken when it stops",
+				 run);
+	return sb_snapper_take(r->snap, memory, cb, ctx);
 }
 
 int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)

@@ -22,6 +22,7 @@
 #include "engine/log/event.h"
 #include "engine/log/log.h"
 #include "engine/runs/runner.h"
+#include "engine/runs/snapper.h"
 #include "projections/projection.h"
 
 struct sb_runs;
@@ -68,6 +69,33 @@ typedef void (*sb_runs_created_fn)(void *ctx, int rc, const char *run);
  * called): SB_ERR_NOMEM, SB_ERR_UNAVAIL (the daemon is stopping). */
 int sb_runs_create(struct sb_runs *r, const msgpack_object *spec, sb_runs_created_fn cb,
 		   void *ctx);
+
+/* What a fork or a resume continues. */
+struct sb_runs_from {
+	const char *run;      /* the run continued */
+	const char *snapshot; /* its snapshot ("sN"), or NULL: the newest at or
+			       * before at */
+	uint64_t at;	      /* an offset of run's record; UINT64_MAX: its end */
+	int resume;	      /* 1: run itself goes on (it must have ended);
+			       * 0: a new run (a fork), run is left as it is */
+	const char *name;     /* the fork's name (NULL: the run's) */
+	const char *prompt;   /* a new prompt for the harness, or NULL */
+};
+
+/* Creates a fork of f->run, or resumes it, from a snapshot: the plan is
+ * read back from its record, the disk is a new layer over the snapshot's,
+ * and the machine starts as for sb_runs_create (cb the same way; for a
+ * resume the id is f->run's). Errors (cb not called): SB_ERR_NOTFOUND (no
+ * such run or snapshot), SB_ERR_STATE (a resume of a live run),
+ * SB_ERR_NOMEM, SB_ERR_UNAVAIL. */
+int sb_runs_from(struct sb_runs *r, const struct sb_runs_from *f, sb_runs_created_fn cb,
+		 void *ctx);
+
+/* Takes a snapshot of live run (memory: with its memory), answered
+ * through cb once, later. Errors (cb not called): SB_ERR_STATE (the run
+ * is not running), SB_ERR_NOMEM. */
+int sb_runs_snapshot(struct sb_runs *r, const char *run, int memory, sb_snap_fn cb,
+		     void *ctx);
 
 /* Stops run: asks the harness to end (SIGTERM), then ends the machine
  * after a grace period; reason goes into run.stopped. Errors:

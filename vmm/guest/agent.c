@@ -645,6 +645,28 @@ static void reap(struct agent *ag)
 	}
 }
 
+/* SYNC {id}: the changes seen so far are reported and every file is
+ * written out to the disk, then SYNCED {id} (the host snapshots the disk
+ * next). */
+static void send_synced(struct agent *ag, const msgpack_object *id)
+{
+	struct agent_frame f;
+
+	if (!id || id->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
+		agent_log(&ag->port, "SYNC without an id");
+		return;
+	}
+	if (ag->watch && watch_read(ag->watch)) {
+		watch_close(ag->watch);
+		ag->watch = NULL;
+	}
+	sync();
+	agent_frame_begin(&f, SB_CHAN_SYNCED, 0);
+	msgpack_pack_map(&f.pk, 1);
+	agent_pack_kv_uint(&f, "id", id->via.u64);
+	agent_frame_send(&ag->port, &f);
+}
+
 static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 {
 	const msgpack_object *sig;
@@ -664,6 +686,9 @@ static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 	case SB_CHAN_CLOSE:
 		if (ag->tunnel)
 			tunnel_frame(ag->tunnel, f->kind, f->stream, &f->body);
+		break;
+	case SB_CHAN_SYNC:
+		send_synced(ag, sb_map_get(&f->body, "id"));
 		break;
 	default:
 		agent_log(&ag->port, "ignored %s frame while running",

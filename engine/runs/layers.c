@@ -1,0 +1,421 @@
+/* layers.c - a run's disk layers and snapshots (see layers.h). */
+#include "engine/runs/layers.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/error.h"
+#include "engine/home.h"
+#include "vmm/disk.h"
+
+#define LAYERS_MAX 4096 /* layers of one run this reads */
+
+/* Formats a path into buf; 0, or -1 when it does not fit. */
+static int pathf(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int pathf(char *buf, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, cap, fmt, ap);
+	va_end(ap);
+	return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+static int layers_dir(const char *home, const char *run, char *buf, size_t cap)
+{
+	if ((size_t)snprintf(buf, cap, "%s/runs/%s/layers", home, run) >= cap)
+		return sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
+	return SB_OK;
+}
+
+int sb_layers_path(const char *home, const char *run, unsigned n, char *buf, size_t cap)
+{
+	if ((size_t)snprintf(buf, cap, "%s/runs/%s/layers/%u.qcow2", home, run, n) >= cap)
+		return sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
+	return SB_OK;
+}
+
+/* Parses "N.qcow2" (N decimal, no sign or leading zero) into *n. */
+static int layer_name(const char *name, unsigned *n)
+{
+	char *end;
+	unsigned long v;
+
+	if (name[0] < '0' || name[0] > '9' || (name[0] == '0' && name[1] != '.'))
+		return 0;
+	errno = 0;
+	v = strtoul(name, &end, 10);
+	if (errno || v > LAYERS_MAX * 1024u || strcmp(end, ".qcow2"))
+		return 0;
+	*n = (unsigned)v;
+	return 1;
+}
+
+/* Lists the numbers of the layers in dir into a new array *ns (sorted),
+ * *count of them. A missing dir is SB_ERR_NOTFOUND. */
+static int layers_list(const char *dir, unsigned **ns, size_t *count)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	unsigned *v = NULL, n;
+	size_t k = 0;
+
+	*ns = NULL;
+	*count = 0;
+	if (!d)
+		return sb_seterr(errno == ENOENT ? SB_ERR_NOTFOUND : SB_ERR_IO, "%s: %s",
+				 dir, strerror(errno));
+	if (!(v = malloc(LAYERS_MAX * sizeof *v))) {
+		closedir(d);
+		return SB_ERR_NOMEM;
+	}
+	while ((e = readdir(d)) && k < LAYERS_MAX)
+		if (layer_name(e->d_name, &n))
+			v[k++] = n;
+	closedir(d);
+	for (size_t i = 1; i < k; i++) /* insertion sort: k is small */
+		for (size_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			unsigned t = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	*ns = v;
+	*count = k;
+	return SB_OK;
+}
+
+/* The newest layer file of run (or SB_ERR_NOTFOUND). */
+static int layers_max(const char *home, const char *run, unsigned *max)
+{
+	char dir[SB_LAYER_PATH_MAX];
+	unsigned *ns;
+	size_t k;
+	int rc;
+
+	if ((rc = layers_dir(home, run, dir, sizeof dir)) ||
+	    (rc = layers_list(dir, &ns, &k)))
+		return rc;
+	if (k)
+		*max = ns[k - 1];
+	free(ns);
+	return k ? SB_OK : sb_seterr(SB_ERR_NOTFOUND, "run %s has no disk layer", run);
+}
+
+int sb_layers_top(const char *home, const char *run, unsigned *top)
+{
+	char link[SB_LAYER_PATH_MAX], target[64];
+	ssize_t n;
+
+	/* the top is what disk.qcow2 names: a newer file is a snapshot that
+	 * failed half-way */
+	if (pathf(link, sizeof link, "%s/runs/%s/disk.qcow2", home, run))
+		return sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
+	n = readlink(link, target, sizeof target - 1);
+	if (n > 7 && !strncmp(target, "layers/", 7)) {
+		target[n] = 0;
+		if (layer_name(target + 7, top))
+			return SB_OK;
+	}
+	return layers_max(home, run, top);
+}
+
+/* Points home/runs/RUN/disk.qcow2 at layer n (a new link renamed over). */
+static int link_top(const char *home, const char *run, unsigned n)
+{
+	char link[SB_LAYER_PATH_MAX], tmp[SB_LAYER_PATH_MAX + 8], target[32];
+
+	snprintf(target, sizeof target, "layers/%u.qcow2", n);
+	if ((size_t)snprintf(link, sizeof link, "%s/runs/%s/disk.qcow2", home, run) >=
+	    sizeof link)
+		return sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
+	snprintf(tmp, sizeof tmp, "%s.new", link);
+	unlink(tmp);
+	if (symlink(target, tmp) || rename(tmp, link))
+		return sb_seterr(SB_ERR_IO, "%s: %s", link, strerror(errno));
+	return SB_OK;
+}
+
+int sb_layers_create(const char *home, const char *run, const char *base,
+		     const char *base_fmt, unsigned *n)
+{
+	char dir[SB_LAYER_PATH_MAX], path[SB_LAYER_PATH_MAX];
+	unsigned top;
+	int rc;
+
+	if ((rc = layers_dir(home, run, dir, sizeof dir)) || (rc = sb_mkdirs(dir, 0700)))
+		return rc;
+	rc = sb_layers_top(home, run, &top);
+	if (rc && rc != SB_ERR_NOTFOUND)
+		return rc;
+	*n = rc ? 0 : top + 1;
+	if ((rc = sb_layers_path(home, run, *n, path, sizeof path)) ||
+	    (rc = sb_disk_layer_create(base, base_fmt, path)))
+		return rc;
+	return link_top(home, run, *n);
+}
+
+int sb_layers_next(const char *home, const char *run, unsigned *n, char *path, size_t cap)
+{
+	char dir[SB_LAYER_PATH_MAX], real[PATH_MAX];
+	unsigned top, max;
+	int rc;
+
+	if ((rc = sb_layers_top(home, run, &top)) || (rc = layers_max(home, run, &max)) ||
+	    (rc = layers_dir(home, run, dir, sizeof dir)))
+		return rc;
+	/* the files of snapshots that failed half-way */
+	for (unsigned k = top + 1; k <= max; k++)
+		if (!sb_layers_path(home, run, k, path, cap) && unlink(path) &&
+		    errno != ENOENT)
+			return sb_seterr(SB_ERR_EXISTS, "%s is in the way: %s", path,
+					 strerror(errno));
+	/* QEMU writes this name into the next layer as its backing file's:
+	 * canonical, so that the chain is found by name */
+	if (!realpath(dir, real))
+		return sb_seterr(SB_ERR_IO, "%s: %s", dir, strerror(errno));
+	if (pathf(path, cap, "%s/%u.qcow2", real, top + 1))
+		return sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
+	*n = top + 1;
+	return SB_OK;
+}
+
+int sb_layers_freeze(const char *home, const char *run, unsigned n)
+{
+	char path[SB_LAYER_PATH_MAX];
+	int rc;
+
+	if ((rc = sb_layers_path(home, run, n, path, sizeof path)))
+		return rc;
+	if (chmod(path, 0444))
+		return sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(errno));
+	return SB_OK;
+}
+
+int sb_layers_advance(const char *home, const char *run, unsigned n)
+{
+	char path[SB_LAYER_PATH_MAX];
+	struct stat st;
+	unsigned top;
+	int rc;
+
+	if ((rc = sb_layers_path(home, run, n, path, sizeof path)))
+		return rc;
+	if (stat(path, &st))
+		return sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(errno));
+	if (sb_layers_top(home, run, &top) == SB_OK && top != n &&
+	    (rc = sb_layers_freeze(home, run, top)))
+		return rc;
+	return link_top(home, run, n);
+}
+
+/* --- who reads a layer --- */
+
+/* A run's layers, each with the layer of the same run it was made on. */
+struct chain {
+	char dir[PATH_MAX]; /* the real path of the run's layers directory */
+	unsigned *ns;
+	long *below; /* index into ns of the layer below, -1 for another file */
+	char (*backing)[PATH_MAX];
+	size_t k;
+};
+
+/* Parses path as a layer of c (dir/N.qcow2) into its index in c->ns. */
+static long chain_index(const struct chain *c, const char *path)
+{
+	size_t dl = strlen(c->dir);
+	unsigned n;
+
+	if (strncmp(path, c->dir, dl) || path[dl] != '/' ||
+	    !layer_name(path + dl + 1, &n))
+		return -1;
+	for (size_t i = 0; i < c->k; i++)
+		if (c->ns[i] == n)
+			return (long)i;
+	return -1;
+}
+
+static void chain_free(struct chain *c)
+{
+	free(c->ns);
+	free(c->below);
+	free(c->backing);
+}
+
+static int chain_load(const char *home, const char *run, struct chain *c)
+{
+	char dir[SB_LAYER_PATH_MAX], path[SB_LAYER_PATH_MAX];
+	int rc;
+
+	memset(c, 0, sizeof *c);
+	if ((rc = layers_dir(home, run, dir, sizeof dir)))
+		return rc;
+	if (!realpath(dir, c->dir))
+		return sb_seterr(errno == ENOENT ? SB_ERR_NOTFOUND : SB_ERR_IO, "%s: %s",
+				 dir, strerror(errno));
+	if ((rc = layers_list(dir, &c->ns, &c->k)))
+		return rc;
+	c->below = calloc(c->k + 1, sizeof *c->below);
+	c->backing = calloc(c->k + 1, sizeof *c->backing);
+	if (!c->below || !c->backing) {
+		chain_free(c);
+		return SB_ERR_NOMEM;
+	}
+	for (size_t i = 0; i < c->k; i++) {
+		pathf(path, sizeof path, "%s/%u.qcow2", dir, c->ns[i]);
+		if ((rc = sb_disk_backing(path, c->backing[i], sizeof c->backing[i]))) {
+			chain_free(c);
+			return rc;
+		}
+	}
+	for (size_t i = 0; i < c->k; i++) {
+		char real[PATH_MAX];
+		c->below[i] =
+		    chain_index(c, realpath(c->backing[i], real) ? real : c->backing[i]);
+	}
+	return SB_OK;
+}
+
+/* 1 when reading layer index i of c reads layer index want. */
+static int chain_reads(const struct chain *c, long i, long want)
+{
+	for (size_t hops = 0; i >= 0 && hops <= c->k; hops++, i = c->below[i])
+		if (i == want)
+			return 1;
+	return 0;
+}
+
+/* Finds the index of layer n in c, or -1. */
+static long chain_find(const struct chain *c, unsigned n)
+{
+	for (size_t i = 0; i < c->k; i++)
+		if (c->ns[i] == n)
+			return (long)i;
+	return -1;
+}
+
+int sb_layers_users(const char *home, const char *run, unsigned n,
+		    char (*users)[SB_RUN_MAX], size_t max, size_t *count)
+{
+	char runs[SB_LAYER_PATH_MAX], path[SB_LAYER_PATH_MAX], backing[PATH_MAX];
+	struct chain c;
+	struct dirent *e;
+	DIR *d;
+	long want;
+	int rc;
+
+	*count = 0;
+	if ((rc = chain_load(home, run, &c)))
+		return rc;
+	if ((want = chain_find(&c, n)) < 0) {
+		chain_free(&c);
+		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no layer %u", run, n);
+	}
+	snprintf(runs, sizeof runs, "%s/runs", home);
+	if (!(d = opendir(runs))) {
+		chain_free(&c);
+		return sb_seterr(SB_ERR_IO, "%s: %s", runs, strerror(errno));
+	}
+	while ((e = readdir(d))) {
+		char dir[SB_LAYER_PATH_MAX];
+		unsigned *ns;
+		size_t k;
+		int uses = 0;
+
+		if (e->d_name[0] == '.' || !strcmp(e->d_name, run) ||
+		    strlen(e->d_name) >= SB_RUN_MAX)
+			continue;
+		if (pathf(dir, sizeof dir, "%s/%s/layers", runs, e->d_name) ||
+		    layers_list(dir, &ns, &k))
+			continue; /* no layers: reads nothing */
+		for (size_t i = 0; i < k && !uses; i++) {
+			char real[PATH_MAX];
+			uses = !pathf(path, sizeof path, "%s/%u.qcow2", dir, ns[i]) &&
+			       sb_disk_backing(path, backing, sizeof backing) == SB_OK &&
+			       realpath(backing, real) &&
+			       chain_reads(&c, chain_index(&c, real), want);
+		}
+		free(ns);
+		if (uses) {
+			if (*count < max)
+				memcpy(users[*count], e->d_name, strlen(e->d_name) + 1);
+			(*count)++;
+		}
+	}
+	closedir(d);
+	chain_free(&c);
+	return SB_OK;
+}
+
+/* "qcow2" when file is a qcow2 file, else "raw" (a template's root). */
+static const char *file_format(const char *file)
+{
+	char b[PATH_MAX];
+
+	return sb_disk_backing(file, b, sizeof b) == SB_OK ? "qcow2" : "raw";
+}
+
+int sb_layers_remove(const char *home, const char *run, unsigned n)
+{
+	char path[SB_LAYER_PATH_MAX], user[1][SB_RUN_MAX];
+	struct chain c;
+	struct stat st;
+	unsigned top = UINT_MAX;
+	size_t count;
+	long want;
+	int rc;
+
+	if ((rc = sb_layers_users(home, run, n, user, 1, &count)))
+		return rc;
+	if (count)
+		return sb_seterr(SB_ERR_STATE, "run %s%s reads it", user[0],
+				 count > 1 ? " (and others)" : "");
+	if ((rc = chain_load(home, run, &c)))
+		return rc;
+	want = chain_find(&c, n);
+	if (want < 0) {
+		chain_free(&c);
+		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no layer %u", run, n);
+	}
+	pathf(path, sizeof path, "%s/%u.qcow2", c.dir, n);
+	if (sb_layers_top(home, run, &top) == SB_OK && top == n &&
+	    (stat(path, &st) || (st.st_mode & 0222))) {
+		chain_free(&c);
+		return sb_seterr(SB_ERR_STATE,
+				 "layer %u is the top of run %s: the run writes it", n,
+				 run);
+	}
+	/* the layers made on it read its backing file instead */
+	for (size_t i = 0; i < c.k && rc == SB_OK; i++) {
+		if (c.below[i] != want)
+			continue;
+		pathf(path, sizeof path, "%s/%u.qcow2", c.dir, c.ns[i]);
+		if (stat(path, &st)) {
+			rc = sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(errno));
+			break;
+		}
+		chmod(path, 0644);
+		rc = sb_disk_layer_rebase(path, c.backing[want],
+					  file_format(c.backing[want]));
+		chmod(path, st.st_mode & 07777); /* frozen stays frozen */
+	}
+	/* a frozen top (the run ended): disk.qcow2 names the layer below */
+	if (rc == SB_OK && top == n && c.below[want] >= 0)
+		rc = link_top(home, run, c.ns[c.below[want]]);
+	if (rc == SB_OK) {
+		pathf(path, sizeof path, "%s/%u.qcow2", c.dir, n);
+		if (unlink(path))
+			rc = sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(errno));
+	}
+	chain_free(&c);
+	return rc;
+}

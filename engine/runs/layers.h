@@ -1,0 +1,76 @@
+/* layers.h - the local runner's snapshot store: a run's disk layers, under
+ * home/runs/RUN/.
+ *
+ *   layers/N.qcow2  the run's qcow2 layers, N = 0, 1, ... in the order they
+ *                   were made. The highest is the top: the layer the
+ *                   machine writes. A snapshot freezes the top (mode 0444)
+ *                   and the machine goes on in a new one, so snapshot sN of
+ *                   a run is its frozen layer N.
+ *   disk.qcow2      a symbolic link to the top (layers/N.qcow2), for
+ *                   readers of the run's disk.
+ *
+ * Each layer's backing file (an absolute path in its qcow2 header) is the
+ * layer it was made on: a layer of the same run (the one below, or an
+ * older snapshot's for a resume), a frozen layer of another run (a fork),
+ * or the template's root file system. Layers are never written once
+ * frozen; one is deleted only when no other run's chain reads it.
+ *
+ * These calls touch files only and may block (qemu-img): call them off
+ * the loop, or where a short wait is fine (a qcow2 header read). None
+ * keeps state: the files are the state.
+ */
+#ifndef SB_LAYERS_H
+#define SB_LAYERS_H
+
+#include <limits.h>
+#include <stddef.h>
+
+#include "engine/log/event.h"
+
+#define SB_LAYER_PATH_MAX (PATH_MAX + 64)
+
+/* Writes the path of run's layer n into buf (cap >= SB_LAYER_PATH_MAX).
+ * Errors: SB_ERR_TOOBIG. */
+int sb_layers_path(const char *home, const char *run, unsigned n, char *buf, size_t cap);
+
+/* Sets *top to the number of run's top layer. Errors: SB_ERR_NOTFOUND (no
+ * layer: the run never had a disk here, or its directory is gone),
+ * SB_ERR_IO. */
+int sb_layers_top(const char *home, const char *run, unsigned *top);
+
+/* Makes run's next layer over base (format "raw" or "qcow2": a template's
+ * root file system, or a frozen layer) and points disk.qcow2 at it: layer
+ * 0 of a new run or a fork, or a new top over a snapshot for a resume.
+ * *n gets its number. Errors: those of sb_disk_layer_create, SB_ERR_IO. */
+int sb_layers_create(const char *home, const char *run, const char *base,
+		     const char *base_fmt, unsigned *n);
+
+/* Writes into path the file of the layer a live machine's snapshot makes
+ * (top + 1; QEMU creates it), and its number into *n. Errors: those of
+ * sb_layers_top, SB_ERR_EXISTS (a file is in the way: an earlier snapshot
+ * failed half-way; it is removed first, so this means it could not be). */
+int sb_layers_next(const char *home, const char *run, unsigned *n, char *path,
+		   size_t cap);
+
+/* After QEMU made layer n over the old top: freezes the old top and points
+ * disk.qcow2 at n. Errors: SB_ERR_IO. */
+int sb_layers_advance(const char *home, const char *run, unsigned n);
+
+/* Freezes layer n (mode 0444): the snapshot of a machine that ended. */
+int sb_layers_freeze(const char *home, const char *run, unsigned n);
+
+/* Lists into users (room for max) the runs other than run one of whose
+ * layers reads run's layer n, directly or through run's later layers;
+ * *count gets how many there are (possibly more than max). Errors:
+ * SB_ERR_IO. */
+int sb_layers_users(const char *home, const char *run, unsigned n,
+		    char (*users)[SB_RUN_MAX], size_t max, size_t *count);
+
+/* Deletes run's frozen layer n, which no other run reads: each layer of
+ * run made on it is rebased onto n's own backing file first (qemu-img
+ * rebase: what it reads stays the same). The run's machine must not be
+ * running. Errors: SB_ERR_STATE (n is the top, or another run reads it:
+ * the detail names one), SB_ERR_NOTFOUND, those of sb_disk_layer_rebase. */
+int sb_layers_remove(const char *home, const char *run, unsigned n);
+
+#endif

@@ -1,0 +1,273 @@
+/* snapper.c - when a run's snapshots are taken, and how (see snapper.h). */
+#include "engine/runs/snapper.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/error.h"
+
+enum snap_kind { K_DEMAND, K_TURN, K_FINAL };
+
+struct req {
+	enum snap_kind kind;
+	int memory;
+	sb_snap_fn cb;
+	void *ctx;
+	struct req *next;
+};
+
+enum snap_state { S_IDLE, S_SYNCING, S_TAKING };
+
+struct sb_snapper {
+	struct sb_snapper_env env;
+	sb_machine *m;
+	sb_guest *g;
+	struct req *head, *cur;
+	enum snap_state st;
+	uint64_t sync_id;
+	int synced;
+	int ended; /* the final snapshot is asked for: no more automatic ones */
+	double last_auto;
+	sb_watch *kick_w, *sync_w, *turn_w;
+};
+
+static void kick(sb_snapper *s);
+
+int sb_snapper_open(const struct sb_snapper_env *env, sb_snapper **out)
+{
+	sb_snapper *s = calloc(1, sizeof *s);
+
+	if (!s)
+		return SB_ERR_NOMEM;
+	s->env = *env;
+	s->last_auto = -1e9;
+	*out = s;
+	return SB_OK;
+}
+
+void sb_snapper_set(sb_snapper *s, sb_machine *m, sb_guest *g)
+{
+	s->m = m;
+	s->g = g;
+}
+
+static void on_kick(void *ctx)
+{
+	sb_snapper *s = ctx;
+
+	sb_watch_stop(s->kick_w);
+	s->kick_w = NULL;
+	kick(s);
+}
+
+/* Runs kick from the loop soon (callbacks never run inside a caller's
+ * call). */
+static void kick_later(sb_snapper *s)
+{
+	if (!s->kick_w)
+		s->kick_w = sb_loop_timer(s->env.loop, 0, 0, on_kick, s);
+}
+
+static void enqueue(sb_snapper *s, struct req *r)
+{
+	struct req **p = &s->head;
+
+	while (*p)
+		p = &(*p)->next;
+	*p = r;
+	kick_later(s);
+}
+
+/* The current snapshot ended with rc (id valid when rc is SB_OK). */
+static void finish(sb_snapper *s, int rc, const char *id)
+{
+	struct req *r = s->cur;
+	char line[600];
+
+	s->cur = NULL;
+	s->st = S_IDLE;
+	if (r->cb) {
+		r->cb(r->ctx, rc, id);
+	} else if (rc && s->env.warn) {
+		snprintf(line, sizeof line, "automatic snapshot failed: %s",
+			 sb_errmsg(rc));
+		s->env.warn(s->env.ctx, line);
+	}
+	free(r);
+	if (s->head)
+		kick_later(s);
+}
+
+static void on_taken(void *ctx, int rc, const struct sb_snapshot_info *info)
+{
+	sb_snapper *s = ctx;
+	struct sb_snap_done d;
+	char id[16];
+
+	if (rc == SB_OK) {
+		d.info = info;
+		d.kind = info->memory_path[0] ? "memory" : "disk";
+		d.trigger = s->cur->kind == K_DEMAND ? "demand"
+			    : s->cur->kind == K_TURN ? "turn"
+						     : "end";
+		d.synced = s->synced;
+		snprintf(id, sizeof id, "s%u", info->layer);
+		rc = s->env.saved(s->env.ctx, &d);
+	}
+	finish(s, rc, id);
+}
+
+/* The guest answered (synced 1) or its time is up: the snapshot itself. */
+static void take(sb_snapper *s, int synced)
+{
+	struct sb_snapshot_req q = {.memory = s->cur->memory};
+	int rc;
+
+	sb_watch_stop(s->sync_w);
+	s->sync_w = NULL;
+	s->synced = synced;
+	s->st = S_TAKING;
+	if (!s->m)
+		rc = sb_seterr(SB_ERR_STATE, "the run has no machine");
+	else
+		rc = s->env.runner->snapshot(s->m, &q, on_taken, s);
+	if (rc)
+		finish(s, rc, NULL);
+}
+
+static void on_sync_timeout(void *ctx)
+{
+	take(ctx, 0); /* the guest did not answer: its disk as it is */
+}
+
+static void kick(sb_snapper *s)
+{
+	if (s->st != S_IDLE || !s->head)
+		return;
+	s->cur = s->head;
+	s->head = s->cur->next;
+	if (s->cur->kind == K_TURN)
+		s->last_auto = sb_loop_now(s->env.loop);
+	if (s->cur->kind == K_FINAL || !s->g || !sb_guest_connected(s->g)) {
+		take(s, s->cur->kind == K_FINAL);
+		return;
+	}
+	s->st = S_SYNCING;
+	sb_guest_sync(s->g, ++s->sync_id);
+	s->sync_w = sb_loop_timer(s->env.loop, SB_SNAP_SYNC_S, 0, on_sync_timeout, s);
+	if (!s->sync_w)
+		take(s, 0);
+}
+
+void sb_snapper_synced(sb_snapper *s, uint64_t id)
+{
+	if (s->st == S_SYNCING && id == s->sync_id)
+		take(s, 1);
+}
+
+static struct req *req_new(enum snap_kind kind, int memory, sb_snap_fn cb, void *ctx)
+{
+	struct req *r = calloc(1, sizeof *r);
+
+	if (r) {
+		r->kind = kind;
+		r->memory = memory;
+		r->cb = cb;
+		r->ctx = ctx;
+	}
+	return r;
+}
+
+int sb_snapper_take(sb_snapper *s, int memory, sb_snap_fn cb, void *ctx)
+{
+	struct req *r;
+
+	if (!s->m || s->ended)
+		return sb_seterr(SB_ERR_STATE, "the run is not running");
+	if (!(r = req_new(K_DEMAND, memory, cb, ctx)))
+		return SB_ERR_NOMEM;
+	enqueue(s, r);
+	return SB_OK;
+}
+
+/* 1 when an automatic snapshot waits in the queue. */
+static int turn_queued(const sb_snapper *s)
+{
+	for (const struct req *r = s->head; r; r = r->next)
+		if (r->kind == K_TURN)
+			return 1;
+	return 0;
+}
+
+static void on_turn_due(void *ctx)
+{
+	sb_snapper *s = ctx;
+	struct req *r;
+
+	sb_watch_stop(s->turn_w);
+	s->turn_w = NULL;
+	if (!s->ended && !turn_queued(s) && (r = req_new(K_TURN, 0, NULL, NULL)))
+		enqueue(s, r);
+}
+
+void sb_snapper_turn(sb_snapper *s)
+{
+	double wait;
+
+	if (s->ended || s->turn_w || turn_queued(s))
+		return; /* one is coming: this turn is in it */
+	wait = s->last_auto + s->env.min_interval_s - sb_loop_now(s->env.loop);
+	if (s->cur && s->cur->kind == K_TURN && wait < s->env.min_interval_s)
+		wait =
+		    s->env.min_interval_s; /* the one being taken may predate the turn */
+	s->turn_w = sb_loop_timer(s->env.loop, wait > 0 ? wait : 0, 0, on_turn_due, s);
+}
+
+int sb_snapper_busy(const sb_snapper *s)
+{
+	return s->st != S_IDLE || s->head || s->turn_w;
+}
+
+/* Answers and frees every waiting demand with rc; drops automatic ones. */
+static void drain(sb_snapper *s, int rc, const char *why)
+{
+	struct req *r;
+
+	while ((r = s->head)) {
+		s->head = r->next;
+		if (r->cb)
+			r->cb(r->ctx, sb_seterr(rc, "%s", why), NULL);
+		free(r);
+	}
+}
+
+int sb_snapper_final(sb_snapper *s, sb_snap_fn cb, void *ctx)
+{
+	struct req *r = req_new(K_FINAL, 0, cb, ctx);
+
+	if (!r)
+		return SB_ERR_NOMEM;
+	s->ended = 1;
+	sb_watch_stop(s->turn_w);
+	s->turn_w = NULL;
+	drain(s, SB_ERR_STATE, "the run ended before its snapshot was taken");
+	s->head = r;
+	kick_later(s);
+	return SB_OK;
+}
+
+void sb_snapper_close(sb_snapper *s)
+{
+	if (!s)
+		return;
+	sb_watch_stop(s->kick_w);
+	sb_watch_stop(s->sync_w);
+	sb_watch_stop(s->turn_w);
+	if (s->cur) {
+		s->cur->next = s->head;
+		s->head = s->cur;
+		s->cur = NULL;
+	}
+	drain(s, SB_ERR_STATE, "the run ended before its snapshot was taken");
+	free(s);
+}
