@@ -10,12 +10,31 @@
 
 struct attach_ctx {
 	int json;
+	uint64_t resumed; /* the run's last run.resumed: stops before it do not end it */
 };
 
-static int attach_cb(void *ctx, const struct sb_event *ev, const msgpack_object *payload)
+static int attach_cb(void *vctx, const struct sb_event *ev, const msgpack_object *payload)
 {
-	cli_print_event(ev, payload, ((struct attach_ctx *)ctx)->json);
-	return !strcmp(ev->type, "run.stopped") ? 1 : 0; /* the run is over */
+	struct attach_ctx *c = vctx;
+
+	cli_print_event(ev, payload, c->json);
+	/* the run is over, unless it was resumed after this */
+	return !strcmp(ev->type, "run.stopped") && ev->offset > c->resumed ? 1 : 0;
+}
+
+/* The offset of run's last run.resumed (0: none, or unknown). */
+static uint64_t resumed_at(sb_client *c, const char *run)
+{
+	struct cli_req r;
+	struct sb_reply rep = {0};
+	uint64_t off = 0;
+
+	cli_req_begin(&r, "run.get", 1);
+	sb_pack_kstr(&r.pk, "run", run);
+	if (cli_call(c, &r, &rep) == SB_OK)
+		off = sb_map_u64(sb_map_get(&rep.map, "run"), "resumed_offset", 0);
+	sb_reply_free(&rep);
+	return off;
 }
 
 int cmd_attach(int argc, char **argv)
@@ -51,6 +70,7 @@ int cmd_attach(int argc, char **argv)
 		sb_client_close(c);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	}
+	ac.resumed = resumed_at(c, run);
 	cli_follow_live(&fo, run);
 	rc = sb_follow(c, &fo, attach_cb, &ac);
 	sb_client_close(c);

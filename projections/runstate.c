@@ -18,7 +18,7 @@ static const struct sb_fdesc rs_fields[] = {
 	SB_FU64(RS, ended_ns),    SB_FI64(RS, exit_status), SB_FU64(RS, has_exit),
 	SB_FU64(RS, cost_nusd),   SB_FU64(RS, last_offset), SB_FU64(RS, last_seq),
 	SB_FU64(RS, events),      SB_FU64(RS, forks),       SB_FU64(RS, snapshots),
-	SB_FSTR(RS, parent_snapshot),
+	SB_FSTR(RS, parent_snapshot), SB_FU64(RS, resumed_offset),
 };
 #define NF (sizeof rs_fields / sizeof rs_fields[0])
 
@@ -115,6 +115,7 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 		SET(parent, "from_run");
 		SET(parent_snapshot, "snapshot");
 		rs.parent_offset = sb_map_u64(map, "from_offset", 0);
+		rs.resumed_offset = ev->offset;
 		strcpy(rs.status, "created");
 		rs.reason[0] = 0;
 		rs.has_exit = 0;

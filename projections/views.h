@@ -41,6 +41,7 @@ struct sb_runstate {
 	uint64_t forks;		/* runs forked from it */
 	uint64_t snapshots;	/* its snapshots (saved and not removed) */
 	char parent_snapshot[16]; /* the parent's snapshot it continues */
+	uint64_t resumed_offset;  /* its last run.resumed (0: never resumed) */
 };
 
 /* Packs rs as a msgpack map with a fixed key order. */

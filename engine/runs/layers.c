@@ -419,3 +419,23 @@ int sb_layers_remove(const char *home, const char *run, unsigned n)
 	chain_free(&c);
 	return rc;
 }
+
+int sb_layers_drop(const char *home, const char *run, unsigned n)
+{
+	char path[SB_LAYER_PATH_MAX], dir[SB_LAYER_PATH_MAX];
+	unsigned max;
+	int rc;
+
+	if ((rc = sb_layers_path(home, run, n, path, sizeof path)))
+		return rc;
+	if (unlink(path) && errno != ENOENT)
+		return sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(errno));
+	if (layers_max(home, run, &max) == SB_OK)
+		return link_top(home, run, max);
+	/* it was the run's only layer: nothing of the run's disk is left */
+	if (!pathf(path, sizeof path, "%s/runs/%s/disk.qcow2", home, run))
+		unlink(path);
+	if (!layers_dir(home, run, dir, sizeof dir))
+		rmdir(dir);
+	return SB_OK;
+}

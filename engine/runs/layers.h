@@ -73,4 +73,9 @@ int sb_layers_users(const char *home, const char *run, unsigned n,
  * the detail names one), SB_ERR_NOTFOUND, those of sb_disk_layer_rebase. */
 int sb_layers_remove(const char *home, const char *run, unsigned n);
 
+/* Deletes layer n, just made and never used (a fork or resume that could
+ * not be recorded), and points disk.qcow2 at the newest layer left (or
+ * removes it and the layers directory when none is). Errors: SB_ERR_IO. */
+int sb_layers_drop(const char *home, const char *run, unsigned n);
+
 #endif

@@ -52,6 +52,7 @@ struct sb_machine {
 	const struct sb_machine_events *ev;
 	void *ctx;
 	int again; /* the next channel is a reconnection */
+	unsigned layer; /* the number of the layer create made */
 	int ended;
 	char top_node[64]; /* QMP node-name of the disk's top layer */
 	struct snap_op *snap; /* the snapshot being taken, or NULL */
@@ -125,20 +126,22 @@ static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
 	snprintf(cache, sizeof cache, "%s/cache", lr->home);
 	if ((rc = machine_paths(m, lr->home, p->run)) || (rc = sb_mkdirs(m->dir, 0700)) ||
 	    (rc = sb_mkdirs(cache, 0700)) ||
-	    (rc = sb_layers_create(lr->home, p->run, base, base_fmt, &n)) ||
-	    (rc = sb_layers_path(lr->home, p->run, n, layer, sizeof layer)))
+	    (rc = sb_layers_create(lr->home, p->run, base, base_fmt, &n)))
 		goto fail;
+	m->layer = n;
+	if ((rc = sb_layers_path(lr->home, p->run, n, layer, sizeof layer)))
+		goto fail_layer;
 	/* QEMU names the next layer's backing file after this path: absolute */
 	if (!realpath(layer, m->disk)) {
 		rc = sb_seterr(SB_ERR_IO, "%s: %s", layer, strerror(errno));
-		goto fail;
+		goto fail_layer;
 	}
 	want = !strcmp(p->accel, "kvm")	  ? SB_ACCEL_KVM
 	       : !strcmp(p->accel, "tcg") ? SB_ACCEL_TCG
 					  : SB_ACCEL_AUTO;
 	if ((rc = sb_accel_resolve(want, p->t.kernel, p->t.initrd, cache, &m->accel,
 				   warning, cap)))
-		goto fail;
+		goto fail_layer;
 	snprintf(m->kernel, sizeof m->kernel, "%s", p->t.kernel);
 	snprintf(m->initrd, sizeof m->initrd, "%s", p->t.initrd);
 	m->cpus = (unsigned)p->cpus;
@@ -146,6 +149,8 @@ static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
 	snprintf(accel, 8, "%s", m->accel == SB_ACCEL_KVM ? "kvm" : "tcg");
 	*out = m;
 	return SB_OK;
+fail_layer:
+	sb_layers_drop(lr->home, p->run, n);
 fail:
 	local_free(m);
 	return rc;
@@ -395,6 +400,14 @@ static int local_start(struct sb_machine *m, const struct sb_machine_events *ev,
 		return rc;
 	}
 	return SB_OK;
+}
+
+static void local_discard(struct sb_machine *m)
+{
+	if (!m)
+		return;
+	sb_layers_drop(m->lr->home, m->run, m->layer);
+	local_free(m);
 }
 
 static int local_signal(struct sb_machine *m, int sig)
@@ -837,4 +850,5 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .reattach = local_reattach,
     .reap = local_reap,
     .free = local_free,
+    .discard = local_discard,
 };

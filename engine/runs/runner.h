@@ -100,6 +100,9 @@ struct sb_runner_ops {
 	void (*reap)(void *runner, const char *run);
 	/* Frees m (NULL is fine). A machine still running keeps running. */
 	void (*free)(sb_machine *m);
+	/* Frees m, made by create or create_from and never started, and
+	 * deletes what was made for it (its disk layer). NULL is fine. */
+	void (*discard)(sb_machine *m);
 };
 
 /* The local runner: QEMU microVMs on this host, under home/runs/RUN/. */

@@ -1034,20 +1034,22 @@ static void from_job(void *ctx)
 		r->create_rc = rc;
 		goto out;
 	}
+	/* the machine first: a snapshot that is gone or broken changes no
+	 * record */
+	if ((rc = rs->env.runner->create_from(rs->env.runner_ctx, &r->plan, r->from_run,
+					      r->from_layer, &r->m, r->accel,
+					      r->accel_warning, sizeof r->accel_warning))) {
+		r->create_rc = rc;
+		goto out;
+	}
 	rc = r->resume ? sb_log_append(rs->env.log, &fev, 1) : record_plan(rs, &r->plan, &fev);
 	if (rc) {
+		rs->env.runner->discard(r->m);
+		r->m = NULL;
 		r->create_rc = rc;
 		goto out;
 	}
 	r->recorded = 1;
-	if ((rc = rs->env.runner->create_from(rs->env.runner_ctx, &r->plan, r->from_run,
-					      r->from_layer, &r->m, r->accel,
-					      r->accel_warning, sizeof r->accel_warning))) {
-		char reason[700];
-		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
-		record_failed(rs, r->id, reason);
-		r->start_failed = 1;
-	}
 out:
 	if (r->create_rc && !r->create_err[0])
 		snprintf(r->create_err, sizeof r->create_err, "%s", sb_errmsg(r->create_rc));

@@ -1,0 +1,140 @@
+#!/bin/sh
+# Snapshots, forks and resumes of real microVMs:
+#   a run writes a.txt and is snapshotted on demand (s0); stopped, its
+#   harness writes b.txt, and the run's end is snapshotted (s1). A fork of
+#   s0 sees only a.txt, a fork of s1 both; 5 forks of s1 run at once,
+#   diverge (each its own random bytes) and leave the parent unchanged;
+#   removing a snapshot a fork reads is refused, naming the fork, and one
+#   nobody reads goes; a fork of a snapshot whose layer is gone fails in one
+#   line naming the file and records nothing; a live run cannot be resumed;
+#   an ended run resumes from its end snapshot and keeps its id; agent
+#   turns give automatic snapshots, rate-limited (a guest reporting 300
+#   turns causes no storm); --snapshots off takes none.
+. "$(dirname "$0")/lib/vm.sh"
+
+# What every run here runs: the first time (no a.txt) it writes a.txt and
+# waits; SIGTERM (sanbox stop) makes it write b.txt and exit. Run again on a
+# disk that has a.txt (a fork, a resume) it records what it sees and eight
+# random bytes, and exits.
+CMD='if [ -e a.txt ]; then echo $(ls) > seen.txt; od -An -N8 -tx1 /dev/urandom > rand.txt; exit 0; fi
+trap "echo two > b.txt; exit 0" TERM
+echo one > a.txt; sleep 600 & wait'
+
+status() { "$SB" inspect "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["status"])'; }
+# snaps RUN [FILTER]: the ids of RUN's snapshots (FILTER: a python condition on s)
+snaps() {
+	"$SB" snapshots "$1" --json | python3 -c "
+import json, sys
+print(' '.join(s['snapshot'] for s in json.load(sys.stdin)['snapshots'] if ${2:-True}))"
+}
+# seen_of RUN: waits for RUN to end, prints its seen.txt
+seen_of() {
+	"$SB" attach "$1" >/dev/null 2>&1
+	"$SB" fs cat "$1" seen.txt 2>&1
+}
+nruns() { "$SB" ps --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
+
+# ---- a snapshot of a live run, and the one of its end ----
+P=$("$SB" run --detach --accel tcg --name parent --snapshots stop --timeout 600s -- /bin/sh -c "$CMD")
+wait_event "$P" "e['type']=='agent.file.changed' and e['payload']['path']=='/workspace/a.txt'" 120 ||
+	bad "setup" "the parent never wrote a.txt"
+S0=$("$SB" snapshot "$P" 2>&1)
+[ "$S0" = s0 ] && ok "snapshot of a live run: s0" || bad "snapshot" "$S0"
+has_event "$P" "e['type']=='snapshot.saved' and e['payload']['snapshot']=='s0' and e['payload']['synced'] and e['payload']['trigger']=='demand' and e['payload']['kind']=='disk'" &&
+	ok "snapshot.saved s0: disk, on demand, the guest synced first" ||
+	bad "snapshot.saved" "$(events_json "$P" | grep snapshot)"
+[ "$(readlink "$SANBOX_HOME/runs/$P/disk.qcow2")" = layers/1.qcow2 ] &&
+	[ -z "$(find "$SANBOX_HOME/runs/$P/layers/0.qcow2" -perm /222)" ] &&
+	ok "s0's layer frozen, the run writes a new one" || bad "layers" "$(ls -l "$SANBOX_HOME/runs/$P/layers")"
+out=$("$SB" resume "$P" 2>&1)
+[ $? = 1 ] && [ "$out" = "sanbox: run $P is still running: fork it instead" ] &&
+	ok "a live run cannot be resumed" || bad "resume live" "$out"
+"$SB" stop "$P" >/dev/null
+"$SB" attach "$P" >/dev/null 2>&1
+[ "$(snaps "$P")" = "s0 s1" ] && has_event "$P" "e['type']=='snapshot.saved' and e['payload']['snapshot']=='s1' and e['payload']['trigger']=='end'" &&
+	ok "the run's end is snapshot s1" || bad "end snapshot" "$(snaps "$P")"
+[ "$(status "$P")" = stopped ] && ok "the parent stopped" || bad "parent" "$(status "$P")"
+
+# ---- forks ----
+F0=$("$SB" fork "$P" --snapshot s0 --detach)
+F1=$("$SB" fork "$P" --detach) # the newest: s1
+[ "$(seen_of "$F0")" = a.txt ] && ok "a fork of s0 sees only a.txt" || bad "fork s0" "$(seen_of "$F0")"
+[ "$(seen_of "$F1")" = "a.txt b.txt" ] && ok "a fork of s1 sees a.txt and b.txt" || bad "fork s1" "$(seen_of "$F1")"
+[ "$(status "$F0")" = exited ] && has_event "$F0" "e['type']=='run.forked' and e['payload']['from_run']=='$P' and e['payload']['snapshot']=='s0'" &&
+	ok "the fork's record says where it came from" || bad "run.forked" "$(events_json "$F0" | head -n 3)"
+parent=$("$SB" inspect "$F0" --json | python3 -c 'import json,sys; r=json.load(sys.stdin)["run"]; print(r["parent"], r["parent_snapshot"])')
+[ "$parent" = "$P s0" ] && ok "lineage: the fork's parent and snapshot" || bad "lineage" "$parent"
+
+t0=$(date +%s)
+FORKS=$("$SB" fork "$P" --snapshot s1 -n 5 --detach)
+[ "$(echo "$FORKS" | wc -l)" = 5 ] && ok "5 forks of one snapshot at once" || bad "fork -n 5" "$FORKS"
+rands=""
+for F in $FORKS; do
+	s=$(seen_of "$F")
+	[ "$s" = "a.txt b.txt" ] || bad "fork $F" "saw $s"
+	rands="$rands$("$SB" fs cat "$F" rand.txt)
+"
+done
+[ "$(printf '%s' "$rands" | sort -u | grep -c .)" = 5 ] && ok "the 5 forks diverged (5 different random streams)" ||
+	bad "divergence" "$rands"
+echo "bench-ish: 5 forks ran in $(($(date +%s) - t0)) s" >&2
+out=$("$SB" fs ls "$P" 2>&1)
+case $out in *seen.txt* | *rand.txt*) bad "parent unchanged" "$out" ;; *a.txt*b.txt*) ok "the parent is unchanged" ;; *) bad "parent" "$out" ;; esac
+forks=$("$SB" inspect "$P" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["forks"])')
+[ "$forks" = 7 ] && ok "the parent counts its 7 forks" || bad "forks count" "$forks"
+
+# ---- removing snapshots ----
+out=$("$SB" snapshot rm "$P" s0 2>&1)
+[ $? = 1 ] && case $out in "sanbox: cannot remove snapshot s0 of run $P: run "*" reads it") true ;; *) false ;; esac &&
+	ok "a snapshot a fork reads is not removed" || bad "rm refused" "$out"
+[ -f "$SANBOX_HOME/runs/$P/layers/0.qcow2" ] && ok "its layer is still there" || bad "rm refused" "layer gone"
+used=$("$SB" snapshots "$P" --json | python3 -c 'import json,sys; print(len([s for s in json.load(sys.stdin)["snapshots"] if s["snapshot"]=="s0"][0]["used_by"]))')
+[ "$used" -ge 1 ] && ok "snapshots lists who reads s0" || bad "used_by" "$used"
+
+# a run of its own, whose middle snapshot nobody reads
+L=$("$SB" run --detach --accel tcg --name lonely --snapshots stop --timeout 600s -- /bin/sh -c "$CMD")
+wait_event "$L" "e['type']=='agent.file.changed' and e['payload']['path']=='/workspace/a.txt'" 120
+"$SB" snapshot "$L" >/dev/null
+"$SB" stop "$L" >/dev/null
+"$SB" attach "$L" >/dev/null 2>&1
+out=$("$SB" snapshot rm "$L" s0 2>&1)
+[ "$out" = "$L s0 removed" ] && [ ! -e "$SANBOX_HOME/runs/$L/layers/0.qcow2" ] && [ "$(snaps "$L")" = s1 ] &&
+	has_event "$L" "e['type']=='snapshot.removed' and e['payload']['snapshot']=='s0'" &&
+	ok "a snapshot nobody reads is removed (snapshot.removed)" || bad "rm" "$out: $(snaps "$L")"
+[ "$("$SB" fs cat "$L" a.txt)" = one ] && [ "$("$SB" fs cat "$L" b.txt)" = two ] &&
+	ok "the run's disk reads the same after the removal" || bad "rebase" "$("$SB" fs ls "$L" 2>&1)"
+
+# ---- a snapshot whose file is gone ----
+n=$(nruns)
+mv "$SANBOX_HOME/runs/$L/layers/1.qcow2" "$SANBOX_HOME/runs/$L/layers/1.gone"
+out=$("$SB" fork "$L" --snapshot s1 --detach 2>&1)
+rc=$?
+[ $rc = 3 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && case $out in *"/runs/$L/layers/1.qcow2"*) true ;; *) false ;; esac &&
+	ok "a fork of a missing snapshot file: one line naming it" || bad "missing layer" "exit $rc: $out"
+[ "$(nruns)" = "$n" ] && ok "and nothing recorded" || bad "missing layer" "runs $n -> $(nruns)"
+mv "$SANBOX_HOME/runs/$L/layers/1.gone" "$SANBOX_HOME/runs/$L/layers/1.qcow2"
+
+# ---- resume ----
+out=$("$SB" resume "$P" --detach 2>&1)
+[ "$out" = "$P" ] && ok "resume keeps the run's id" || bad "resume" "$out"
+[ "$(seen_of "$P")" = "a.txt b.txt" ] && [ "$(status "$P")" = exited ] &&
+	ok "the resumed run continued from its end snapshot and exited" || bad "resume" "$(status "$P"): $(seen_of "$P")"
+has_event "$P" "e['type']=='run.resumed' and e['payload']['snapshot']=='s1' and e['payload']['exact']" &&
+	ok "run.resumed: from s1, exact" || bad "run.resumed" "$(events_json "$P" | grep resumed)"
+
+# ---- automatic snapshots after turns ----
+T=$("$SB" run --detach --accel tcg --name turns --timeout 300s -- /bin/sh -c '
+	i=0; while [ $i -lt 300 ]; do i=$((i + 1)); echo "{\"type\":\"agent.turn.completed\",\"payload\":{\"turn\":$i}}"; done > $SANBOX_EVENTS
+	sleep 2; exit 0')
+"$SB" attach "$T" >/dev/null 2>&1
+turns=$(snaps "$T" "s['trigger']=='turn'" | wc -w)
+ends=$(snaps "$T" "s['trigger']=='end'" | wc -w)
+nturn=$(events_json "$T" | grep -c '"agent.turn.completed"')
+[ "$nturn" = 300 ] && [ "$turns" -ge 1 ] && [ "$turns" -le 2 ] && [ "$ends" = 1 ] &&
+	ok "300 turns: $turns automatic snapshots (rate-limited) and the end's" ||
+	bad "turn snapshots" "$nturn turns, $turns turn snapshots, $ends end"
+O=$("$SB" run --detach --accel tcg --snapshots off --timeout 300s -- true)
+"$SB" attach "$O" >/dev/null 2>&1
+[ -z "$(snaps "$O")" ] && ok "--snapshots off: none" || bad "snapshots off" "$(snaps "$O")"
+"$SB" daemon status >/dev/null && ok "daemon healthy afterwards" || bad "daemon" "not answering"
+exit $((failures > 0))
