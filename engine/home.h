@@ -6,7 +6,7 @@
  *   events.sock     live event feed (mode 0600)
  *   sanboxd.pid     the daemon's pid, locked while it runs
  *   sanboxd.log     the embedded daemon's log
- *   runs/RUN/       per-run files: disk layer, console log, sockets
+ *   runs/RUN/       per-run files: disk layers, console log, sockets
  *   templates/NAME/ built templates
  *   secrets/        encrypted secrets and their key
  */
@@ -16,7 +16,8 @@
 #include <stddef.h>
 
 /* Resolves the state directory into buf: explicit (may be NULL), else
- * $SANBOX_HOME, else ~/.local/share/sanbox. Errors: SB_ERR_INVAL (path too
+ * $SANBOX_HOME, else ~/.local/share/sanbox; a relative path is made
+ * absolute against the current directory. Errors: SB_ERR_INVAL (path too
  * long or no home). */
 int sb_home_resolve(const char *explicit_dir, char *buf, size_t cap);
 
