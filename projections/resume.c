@@ -16,7 +16,7 @@ static const struct sb_fdesc rp_fields[] = {
 	SB_FU64(RP, offset),     SB_FU64(RP, seq),  SB_FU64(RP, ts_ns),
 	SB_FSTR(RP, snapshot),   SB_FSTR(RP, kind), SB_FSTR(RP, trigger),
 	SB_FSTR(RP, layer),      SB_FSTR(RP, memory), SB_FU64(RP, bytes),
-	SB_FU64(RP, synced),
+	SB_FU64(RP, synced),     SB_FU64(RP, memory_bytes),
 };
 #define NF (sizeof rp_fields / sizeof rp_fields[0])
 
@@ -83,6 +83,7 @@ static int rp_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 	sb_map_str(map, "layer", rp.layer, sizeof rp.layer);
 	sb_map_str(map, "memory", rp.memory, sizeof rp.memory);
 	rp.bytes = sb_map_u64(map, "bytes", 0);
+	rp.memory_bytes = sb_map_u64(map, "memory_bytes", 0);
 	{
 		const msgpack_object *sy = sb_map_get(map, "synced");
 		rp.synced = sy && sy->type == MSGPACK_OBJECT_BOOLEAN && sy->via.boolean;

@@ -86,7 +86,7 @@ struct sb_resume_point {
 	char kind[16];		      /* disk or memory */
 	char trigger[16];	      /* demand, turn or end */
 	char layer[160], memory[160]; /* files, relative to the state directory */
-	uint64_t bytes;
+	uint64_t bytes, memory_bytes; /* all of it; its memory file */
 	uint64_t synced; /* 1: the guest wrote its files out first */
 };
 

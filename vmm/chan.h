@@ -48,7 +48,11 @@ enum sb_chan_kind {
 	SB_CHAN_SYNC = 12,	/* host->guest {id}: write the guest's files out
 				 * (before a disk snapshot) */
 	SB_CHAN_SYNCED = 13,	/* guest->host {id}: done, the disk holds them */
-	SB_CHAN_KIND_MAX = SB_CHAN_SYNCED,
+	SB_CHAN_RESTORED = 14,	/* host->guest {time_ns, seed}: the guest was
+				 * restored from a memory snapshot: set the
+				 * clock, reseed the kernel's randomness, and
+				 * say HELLO again */
+	SB_CHAN_KIND_MAX = SB_CHAN_RESTORED,
 };
 
 /* Returns the name of a frame kind ("HELLO"), or "?" when unknown. */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/bucket.h"
@@ -408,6 +409,32 @@ void sb_guest_signal(sb_guest *g, int sig)
 void sb_guest_sync(sb_guest *g, uint64_t id)
 {
 	send_frame(g, SB_CHAN_SYNC, id, NULL, 0, 0);
+}
+
+void sb_guest_restored(sb_guest *g)
+{
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	unsigned char seed[32];
+	struct timespec ts;
+	size_t start;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	randombytes_buf(seed, sizeof seed);
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	if (sb_chan_begin(&buf, &pk, SB_CHAN_RESTORED, 0, &start) == SB_OK) {
+		msgpack_pack_map(&pk, 2);
+		sb_pack_ku64(&pk, "time_ns", (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+		sb_pack_str(&pk, "seed");
+		msgpack_pack_bin_with_body(&pk, seed, sizeof seed);
+		if (sb_chan_end(&buf, start) == SB_OK)
+			sb_guest_send(g, buf.data, buf.size);
+	}
+	sodium_memzero(seed, sizeof seed);
+	if (buf.data)
+		sodium_memzero(buf.data, buf.size);
+	msgpack_sbuffer_destroy(&buf);
 }
 
 /* --- the tunnel's view of the guest (engine/gateway/tunnel.h) --- */

@@ -83,6 +83,11 @@ void sb_guest_signal(sb_guest *g, int sig);
  * and answers SYNCED {id} (ops->synced). */
 void sb_guest_sync(sb_guest *g, uint64_t id);
 
+/* Sends RESTORED {time_ns, seed}: the guest is a copy of a memory
+ * snapshot; the agent sets its clock to the host's, reseeds its kernel's
+ * randomness with the 32 fresh bytes and says HELLO (resume 1). */
+void sb_guest_restored(sb_guest *g);
+
 /* Reads what the guest sent and not yet read, records output still held
  * back for masking, and the quota's summary when anything was dropped:
  * at the end of the run. */

@@ -53,6 +53,10 @@ struct sb_machine {
 	void *ctx;
 	int again; /* the next channel is a reconnection */
 	unsigned layer; /* the number of the layer create made */
+	char incoming[SB_LAYER_PATH_MAX + 8]; /* the memory state it starts from, or "" */
+	int cont_sent;		 /* ... and QMP cont was sent once it loaded */
+	sb_watch *incoming_w;	 /* the next look at the incoming migration */
+	char fail_why[512]; /* how it ended, when the runner ended it */
 	int ended;
 	char top_node[64]; /* QMP node-name of the disk's top layer */
 	struct snap_op *snap; /* the snapshot being taken, or NULL */
@@ -102,6 +106,7 @@ static void local_free(struct sb_machine *m)
 	sb_watch_stop(m->qmp_lw);
 	sb_watch_stop(m->child_w);
 	sb_watch_stop(m->grace_w);
+	sb_watch_stop(m->incoming_w);
 	if (m->chan_lfd >= 0)
 		close(m->chan_lfd);
 	if (m->qmp_lfd >= 0)
@@ -163,11 +168,11 @@ static int local_create(void *runner, const struct sb_plan *p, sb_machine **out,
 }
 
 static int local_create_from(void *runner, const struct sb_plan *p, const char *from_run,
-			     unsigned base_layer, sb_machine **out, char *accel, char *warning,
-			     size_t cap)
+			     unsigned base_layer, uint64_t memory_bytes, sb_machine **out,
+			     char *accel, char *warning, size_t cap)
 {
 	struct sb_local_runner *lr = runner;
-	char base[SB_LAYER_PATH_MAX];
+	char base[SB_LAYER_PATH_MAX], mem[SB_LAYER_PATH_MAX + 8];
 	struct stat st;
 	int rc;
 
@@ -178,7 +183,22 @@ static int local_create_from(void *runner, const struct sb_plan *p, const char *
 				 from_run, base, strerror(errno));
 	if (st.st_mode & 0222)
 		return sb_seterr(SB_ERR_STATE, "layer %s is not frozen: not a snapshot", base);
-	return machine_prepare(lr, p, base, "qcow2", out, accel, warning, cap);
+	if (memory_bytes) {
+		snprintf(mem, sizeof mem, "%.*s.mem", (int)(strlen(base) - 6), base);
+		if (stat(mem, &st))
+			return sb_seterr(SB_ERR_NOTFOUND, "snapshot s%u of run %s: %s: %s",
+					 base_layer, from_run, mem, strerror(errno));
+		if ((uint64_t)st.st_size != memory_bytes)
+			return sb_seterr(SB_ERR_CORRUPT,
+					 "snapshot s%u of run %s: %s holds %llu bytes, %llu were saved",
+					 base_layer, from_run, mem, (unsigned long long)st.st_size,
+					 (unsigned long long)memory_bytes);
+	}
+	if ((rc = machine_prepare(lr, p, base, "qcow2", out, accel, warning, cap)))
+		return rc;
+	if (memory_bytes)
+		snprintf((*out)->incoming, sizeof (*out)->incoming, "%s", mem);
+	return SB_OK;
 }
 
 /* Copies the last non-empty line of file into buf ("" when none). */
@@ -246,7 +266,11 @@ static void on_child(void *ctx, int status)
 	sb_watch_stop(m->grace_w);
 	m->grace_w = NULL;
 	m->ended = 1;
+	sb_watch_stop(m->incoming_w);
+	m->incoming_w = NULL;
 	end_reason(m, status, why, sizeof why);
+	if (m->fail_why[0])
+		memcpy(why, m->fail_why, sizeof m->fail_why);
 	m->ev->ended(m->ctx, status, why); /* may free m */
 }
 
@@ -320,12 +344,65 @@ static const struct sb_qmp_ops qmp_ops = {
 	.down = qmp_down,
 };
 
+static void incoming_poll(struct sb_machine *m);
+
+static void on_incoming_timer(void *ctx)
+{
+	struct sb_machine *m = ctx;
+
+	sb_watch_stop(m->incoming_w);
+	m->incoming_w = NULL;
+	incoming_poll(m);
+}
+
+static void on_cont(void *ctx, int rc, json_t *ret)
+{
+	(void)ctx;
+	(void)rc;
+	(void)ret; /* a guest that does not go on misses its boot deadline */
+}
+
+/* The state of the incoming migration: once it is completed, cont. */
+static void on_incoming_state(void *ctx, int rc, json_t *ret)
+{
+	struct sb_machine *m = ctx;
+	const char *st = rc ? NULL : json_string_value(json_object_get(ret, "status"));
+
+	if (st && !strcmp(st, "completed")) {
+		if (!m->cont_sent && m->qmp &&
+		    sb_qmp_send(m->qmp, loop_ms(m), "cont", NULL, 10000, on_cont, m) == SB_OK) {
+			m->cont_sent = 1;
+			qmp_arm(m);
+		}
+		return;
+	}
+	if (st && !strcmp(st, "failed")) {
+		snprintf(m->fail_why, sizeof m->fail_why,
+			 "loading the memory snapshot %.400s failed (see qemu.log)", m->incoming);
+		sb_proc_kill(m->pid, SIGKILL);
+		return;
+	}
+	/* none yet, setup, active: again soon */
+	m->incoming_w = sb_loop_timer(m->lr->loop, 0.02, 0, on_incoming_timer, m);
+}
+
+static void incoming_poll(struct sb_machine *m)
+{
+	if (!m->qmp || m->cont_sent || m->ended)
+		return;
+	if (sb_qmp_send(m->qmp, loop_ms(m), "query-migrate", NULL, 10000, on_incoming_state,
+			m) == SB_OK)
+		qmp_arm(m);
+}
+
 static void on_qmp_ready(void *ctx, int rc, json_t *ret)
 {
 	struct sb_machine *m = ctx;
 
 	(void)ret;
 	m->qmp_ready = rc == SB_OK;
+	if (m->qmp_ready && m->incoming[0] && !m->cont_sent)
+		incoming_poll(m);
 }
 
 static void on_qmp_accept(void *ctx, int revents)
@@ -384,6 +461,10 @@ static int local_start(struct sb_machine *m, const struct sb_machine_events *ev,
 	vc.cpus = m->cpus;
 	vc.memory_mib = m->memory_mib;
 	vc.accel = m->accel;
+	if (m->incoming[0]) {
+		vc.incoming = m->incoming;
+		m->again = 1; /* the guest was talking to a host already */
+	}
 	if ((rc = sb_vm_spawn(&vc, &m->pid)))
 		return rc;
 	snprintf(path, sizeof path, "%s/qemu.pid", m->dir);
@@ -503,7 +584,8 @@ static void snap_finish(struct snap_op *op)
 		return; /* the machine was freed: nobody to tell */
 	m->snap = NULL;
 	if (rc == SB_OK) {
-		info.bytes = file_size(info.layer_path) + file_size(info.memory_path);
+		info.memory_bytes = file_size(info.memory_path);
+		info.bytes = file_size(info.layer_path) + info.memory_bytes;
 		info.duration_ms = now_ms(m) - info.duration_ms;
 	}
 	cb(ctx, rc, rc == SB_OK ? &info : NULL);

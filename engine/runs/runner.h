@@ -51,6 +51,7 @@ struct sb_snapshot_info {
 	char layer_path[PATH_MAX + 64]; /* its file */
 	char memory_path[PATH_MAX + 64]; /* the memory state file, or "" */
 	uint64_t bytes;	    /* the frozen layer's and memory file's sizes */
+	uint64_t memory_bytes; /* the memory file's size (0: a disk snapshot) */
 	double paused_ms;   /* the guest stood still (or its disk did) this long */
 	double duration_ms; /* from the request to done */
 };
@@ -85,11 +86,16 @@ struct sb_runner_ops {
 			void *ctx);
 	/* Prepares a machine for plan (a fork or a resume) whose disk
 	 * continues the frozen layer base_layer of run from_run (on a
-	 * worker: may block). As create otherwise. Errors: those of create,
-	 * SB_ERR_NOTFOUND (the layer is gone). */
+	 * worker: may block). memory_bytes > 0: the machine also continues
+	 * that snapshot's memory (its file must hold exactly memory_bytes):
+	 * its guest's processes go on where they were, and its channel
+	 * comes as a reconnection (again = 1). As create otherwise.
+	 * Errors: those of create, SB_ERR_NOTFOUND (the layer or memory file
+	 * is gone), SB_ERR_CORRUPT (the memory file is not the size
+	 * recorded). */
 	int (*create_from)(void *runner, const struct sb_plan *plan, const char *from_run,
-			   unsigned base_layer, sb_machine **out, char *accel, char *warning,
-			   size_t cap);
+			   unsigned base_layer, uint64_t memory_bytes, sb_machine **out,
+			   char *accel, char *warning, size_t cap);
 	/* Finds the machine of plan's run that a previous daemon started and
 	 * watches it as start does (ev->channel with again = 1). Errors:
 	 * SB_ERR_NOTFOUND (it is gone). */

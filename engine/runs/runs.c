@@ -54,6 +54,8 @@ struct run {
 	char from_run[SB_RUN_MAX], from_snap[72];
 	unsigned from_layer;
 	uint64_t from_offset, at, spent;
+	uint64_t memory_bytes; /* > 0: the machine continues a memory snapshot */
+	int restored_sent, memory_skipped;
 	char *new_prompt, new_name[SB_PLAN_NAME_MAX];
 	/* creation, across the worker */
 	const msgpack_object *spec_obj;
@@ -417,6 +419,11 @@ static void m_channel(void *ctx, int fd, int again)
 	struct run *r = ctx;
 
 	sb_guest_attach(r->g, fd, again);
+	if (r->memory_bytes && !r->restored_sent) {
+		/* a copy of a snapshot's guest: its clock and randomness */
+		sb_guest_restored(r->g);
+		r->restored_sent = 1;
+	}
 }
 
 static const struct sb_machine_events machine_events = {
@@ -546,7 +553,7 @@ static int snap_saved(void *ctx, const struct sb_snap_done *d)
 	snprintf(id, sizeof id, "s%u", in->layer);
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 10);
+	msgpack_pack_map(&pk, 11);
 	sb_pack_kstr(&pk, "snapshot", id);
 	sb_pack_kstr(&pk, "kind", d->kind);
 	sb_pack_kstr(&pk, "trigger", d->trigger);
@@ -556,6 +563,7 @@ static int snap_saved(void *ctx, const struct sb_snap_done *d)
 		     strlen(in->memory_path) > hl ? in->memory_path + hl : in->memory_path);
 	sb_pack_ku64(&pk, "layer_no", in->layer);
 	sb_pack_ku64(&pk, "bytes", in->bytes);
+	sb_pack_ku64(&pk, "memory_bytes", in->memory_bytes);
 	sb_pack_str(&pk, "paused_ms");
 	msgpack_pack_double(&pk, in->paused_ms);
 	sb_pack_str(&pk, "duration_ms");
@@ -769,6 +777,10 @@ static void create_done(void *ctx)
 	    sb_loop_timer(rs->env.loop, (double)r->plan.timeout_s, 0, on_timeout, r);
 	if (r->accel_warning[0])
 		warn(r, "%s", r->accel_warning);
+	if (r->memory_skipped)
+		warn(r, "forked from the disk of memory snapshot %s: its processes are not "
+			"continued (forks of a memory snapshot boot in this version)",
+		     r->from_snap);
 	batch_flush(rs);
 	host_event(rs, id, "run.started", "accel", r->accel, NULL);
 	cb(cb_ctx, SB_OK, id);
@@ -972,11 +984,12 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 	msgpack_packer pk;
 
 	msgpack_packer_init(&pk, buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, r->resume ? 5 : 4);
+	msgpack_pack_map(&pk, r->resume ? 6 : 5);
 	sb_pack_kstr(&pk, "from_run", r->from_run);
 	sb_pack_ku64(&pk, "from_offset", r->from_offset);
 	sb_pack_kstr(&pk, "snapshot", r->from_snap);
 	sb_pack_kbool(&pk, "exact", r->exact);
+	sb_pack_kbool(&pk, "memory", r->memory_bytes > 0);
 	if (r->resume)
 		sb_pack_kstr(&pk, "prompt", r->new_prompt ? r->new_prompt : "");
 	if (!buf->data)
@@ -1037,7 +1050,7 @@ static void from_job(void *ctx)
 	/* the machine first: a snapshot that is gone or broken changes no
 	 * record */
 	if ((rc = rs->env.runner->create_from(rs->env.runner_ctx, &r->plan, r->from_run,
-					      r->from_layer, &r->m, r->accel,
+					      r->from_layer, r->memory_bytes, &r->m, r->accel,
 					      r->accel_warning, sizeof r->accel_warning))) {
 		r->create_rc = rc;
 		goto out;
@@ -1135,6 +1148,14 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 				 rp.snapshot);
 	}
 	r->from_offset = rp.offset;
+	/* a memory snapshot asked for by id (or at its very offset) is
+	 * continued with its processes: a resume only, forks boot its disk */
+	if (!strcmp(rp.kind, "memory") && (f->snapshot || f->at == rp.offset)) {
+		if (f->resume)
+			r->memory_bytes = rp.memory_bytes;
+		else
+			r->memory_skipped = 1;
+	}
 	/* the offset continued from: the one asked for, else the snapshot's */
 	r->at = f->snapshot || f->at == UINT64_MAX ? rp.offset : f->at;
 	if (f->at == UINT64_MAX && !f->snapshot)
