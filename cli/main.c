@@ -114,9 +114,11 @@ static const struct cli_cmd commands[] = {
 	 "Continues RUN (it keeps its id, its record and its budget) on a new disk\n"
 	 "layer over the snapshot ID or the newest one at or before OFFSET\n"
 	 "(default: its last, taken when it ended). The harness starts again with\n"
-	 "the run's command or prompt, or --prompt. A run still running is refused\n"
+	 "the run's command or prompt, or --prompt; from a memory snapshot\n"
+	 "(--snapshot ID of one taken with 'snapshot --memory') the guest's\n"
+	 "processes go on where they were instead. A run still running is refused\n"
 	 "(fork it instead). Files changed after the snapshot's offset and up to\n"
-	 "OFFSET are not rolled forward yet: the CLI says so.\n"},
+	 "OFFSET are not rolled forward yet: run.resumed says so (exact false).\n"},
 	{"daemon", cmd_daemon, "control the daemon",
 	 "usage: sanbox daemon start|stop|status [--json]\n"
 	 "\n"
