@@ -176,6 +176,9 @@ void cli_duration(double secs, char *buf, size_t cap);
 /* Prints a JSON value on stdout with a newline and decrefs it. */
 void cli_print_json(json_t *j);
 
+/* Prints a daemon's reply map as JSON, without its "ok" (for --json). */
+void cli_print_reply(const msgpack_object *reply);
+
 /* Parses "10m", "90s", "2h", "1d" or a number of seconds.
  * Errors: SB_ERR_INVAL. */
 int cli_parse_duration(const char *s, uint64_t *secs);

@@ -147,9 +147,7 @@ static int from_run(int argc, char **argv, int fork)
 			 runs->via.array.ptr[0].via.str.ptr);
 	if (o.detach || (fork && runs->via.array.size > 1)) {
 		if (o.json) {
-			json_t *j = sb_msgpack_to_json(&rep.map);
-			json_object_del(j, "ok");
-			cli_print_json(j);
+			cli_print_reply(&rep.map);
 		} else if (fork) {
 			for (uint32_t i = 0; i < runs->via.array.size; i++)
 				if (runs->via.array.ptr[i].type == MSGPACK_OBJECT_STR)

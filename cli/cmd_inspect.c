@@ -44,9 +44,7 @@ int cmd_inspect(int argc, char **argv)
 	if ((rc = cli_call(c, &r, &rep))) {
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 	} else if (json) {
-		json_t *j = sb_msgpack_to_json(&rep.map);
-		json_object_del(j, "ok");
-		cli_print_json(j);
+		cli_print_reply(&rep.map);
 	} else {
 		print_map("run", sb_map_get(&rep.map, "run"));
 		print_map("policy", sb_map_get(&rep.map, "policy"));

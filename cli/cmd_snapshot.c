@@ -32,9 +32,7 @@ static int snapshot_call(const char *op, const char *run, const char *id, int me
 	if (rc) {
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 	} else if (json) {
-		json_t *j = sb_msgpack_to_json(&rep.map);
-		json_object_del(j, "ok");
-		cli_print_json(j);
+		cli_print_reply(&rep.map);
 	} else if (id) {
 		if (sb_map_str(&rep.map, "run", got, sizeof got) <= 0)
 			snprintf(got, sizeof got, "%s", run);

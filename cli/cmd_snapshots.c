@@ -62,9 +62,7 @@ int cmd_snapshots(int argc, char **argv)
 	if (rc) {
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 	} else if (json) {
-		json_t *j = sb_msgpack_to_json(&rep.map);
-		json_object_del(j, "ok");
-		cli_print_json(j);
+		cli_print_reply(&rep.map);
 	} else {
 		printf("%-6s %-6s %-7s %10s %-19s %12s %s\n", "ID", "KIND", "TRIGGER",
 		       "OFFSET", "TIME", "SIZE", "USED BY");

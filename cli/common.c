@@ -272,6 +272,14 @@ void cli_print_json(json_t *j)
 	json_decref(j);
 }
 
+void cli_print_reply(const msgpack_object *reply)
+{
+	json_t *j = sb_msgpack_to_json(reply);
+
+	json_object_del(j, "ok");
+	cli_print_json(j);
+}
+
 void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, int json)
 {
 	char sum[1024], type[4 * SB_TYPE_MAX], when[32];

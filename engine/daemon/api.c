@@ -506,15 +506,11 @@ static int op_events_append(struct req *r)
 static void req_finish(struct req *r, int rc);
 
 /* On the loop: the run manager is done with a run.create. */
+static void reply_one(struct req *r, int rc, const char *key, const char *val);
+
 static void run_created(void *ctx, int rc, const char *run)
 {
-	struct req *r = ctx;
-
-	if (rc == SB_OK) {
-		reply_begin(r, 1);
-		sb_pack_kstr(&r->pk, "run", run);
-	}
-	req_finish(r, rc);
+	reply_one(ctx, rc, "run", run);
 }
 
 /* run.create {spec}: answered once the run is recorded and its machine
@@ -545,15 +541,19 @@ static int op_run_stop(struct req *r)
 
 /* --- snapshots, forks and resumes --- */
 
-static void snapshot_taken(void *ctx, int rc, const char *snapshot)
+/* Answers r: {key: val} when rc is SB_OK, else the error. */
+static void reply_one(struct req *r, int rc, const char *key, const char *val)
 {
-	struct req *r = ctx;
-
 	if (rc == SB_OK) {
 		reply_begin(r, 1);
-		sb_pack_kstr(&r->pk, "snapshot", snapshot);
+		sb_pack_kstr(&r->pk, key, val);
 	}
 	req_finish(r, rc);
+}
+
+static void snapshot_taken(void *ctx, int rc, const char *snapshot)
+{
+	reply_one(ctx, rc, "snapshot", snapshot);
 }
 
 /* run.snapshot {run, memory}: answered once the snapshot is recorded. */
@@ -677,17 +677,6 @@ out:
 	return rc;
 }
 
-static void resumed(void *ctx, int rc, const char *run)
-{
-	struct req *r = ctx;
-
-	if (rc == SB_OK) {
-		reply_begin(r, 1);
-		sb_pack_kstr(&r->pk, "run", run);
-	}
-	req_finish(r, rc);
-}
-
 /* run.resume {run, snapshot | at, prompt}: the run goes on from a snapshot. */
 static int op_run_resume(struct req *r)
 {
@@ -699,7 +688,7 @@ static int op_run_resume(struct req *r)
 	if ((rc = arg_from(r, &f, run, snap, &prompt)))
 		return rc;
 	f.resume = 1;
-	rc = sb_runs_from(r->e->runs, &f, resumed, r);
+	rc = sb_runs_from(r->e->runs, &f, run_created, r); /* answered as a run.create */
 	free(prompt);
 	return rc ? rc : OP_LATER;
 }

@@ -329,6 +329,7 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 		goto fail;
 	d->local_runner.home = d->home;
 	d->local_runner.loop = d->loop;
+	d->local_runner.warm = d->settings.warm_start >= 1;
 	re.home = d->home;
 	re.settings = &d->settings;
 	re.loop = d->loop;

@@ -58,6 +58,7 @@ static const struct setting {
     D("runs", "guest_events_burst", guest_events_burst, 2000, 1, 1e7),
     D("runs", "snapshot_interval_s", snapshot_interval_s, 5, 0, 86400),
     D("runs", "boot_timeout_s", boot_timeout_s, 120, 1, 86400),
+    D("runs", "warm_start", warm_start, 1, 0, 1),
 #undef U
 #undef D
 };
@@ -160,6 +161,12 @@ int sb_settings_load(const char *home, struct sb_settings *s)
 			    "90s, 3m), not '%.40s'",
 			    env);
 		s->boot_timeout_s = v;
+	}
+	if ((env = getenv("SANBOX_WARM_START")) && *env) {
+		if (strcmp(env, "0") && strcmp(env, "1"))
+			return sb_seterr(SB_ERR_INVAL, "SANBOX_WARM_START must be 0 or 1, not '%.40s'",
+					 env);
+		s->warm_start = *env == '1';
 	}
 	return SB_OK;
 }

@@ -34,6 +34,7 @@ struct sb_settings {
 	double guest_events_rate, guest_events_burst;
 	double snapshot_interval_s; /* between automatic snapshots of a run */
 	double boot_timeout_s;
+	double warm_start; /* 1: runs restore their template's warm image */
 };
 
 /* Fills s with the defaults. */

@@ -297,10 +297,17 @@ static void sum_exited(struct sum *s, const struct sb_event *ev, const msgpack_o
 	putf(s, "status %lld", (long long)sb_map_i64(p, "status", 0));
 }
 
-static void sum_resumed(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+/* Says so when a fork or resume is not exact (run.forked, run.resumed). */
+static void put_inexact(struct sum *s, const msgpack_object *p)
 {
 	const msgpack_object *ex = sb_map_get(p, "exact");
 
+	if (ex && ex->type == MSGPACK_OBJECT_BOOLEAN && !ex->via.boolean)
+		put(s, " (not exact: files changed after the snapshot are not rolled forward)");
+}
+
+static void sum_resumed(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
 	put(s, "from ");
 	field(s, p, "from_run");
 	if (sb_map_get(p, "snapshot")) {
@@ -308,20 +315,16 @@ static void sum_resumed(struct sum *s, const struct sb_event *ev, const msgpack_
 		field(s, p, "snapshot");
 	}
 	putf(s, " at offset %llu", (unsigned long long)u64(p, "from_offset"));
-	if (ex && ex->type == MSGPACK_OBJECT_BOOLEAN && !ex->via.boolean)
-		put(s, " (not exact: files changed after the snapshot are not rolled forward)");
+	put_inexact(s, p);
 }
 
 static void sum_forked(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
-	const msgpack_object *ex = sb_map_get(p, "exact");
-
 	put(s, "from ");
 	field(s, p, "from_run");
 	put(s, " at snapshot ");
 	field(s, p, "snapshot");
-	if (ex && ex->type == MSGPACK_OBJECT_BOOLEAN && !ex->via.boolean)
-		put(s, " (not exact: files changed after the snapshot are not rolled forward)");
+	put_inexact(s, p);
 }
 
 static void sum_warning(struct sum *s, const struct sb_event *ev, const msgpack_object *p)

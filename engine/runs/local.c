@@ -26,6 +26,7 @@
 #include "engine/home.h"
 #include "engine/proc.h"
 #include "engine/runs/layers.h"
+#include "engine/runs/warm.h"
 #include "engine/sock.h"
 #include "vmm/accel.h"
 #include "vmm/disk.h"
@@ -57,6 +58,7 @@ struct sb_machine {
 	int cont_sent;		 /* ... and QMP cont was sent once it loaded */
 	sb_watch *incoming_w;	 /* the next look at the incoming migration */
 	char fail_why[512]; /* how it ended, when the runner ended it */
+	char warm_key[SB_WARM_KEY_LEN + 1]; /* a warm start's image, or "" */
 	int ended;
 	char top_node[64]; /* QMP node-name of the disk's top layer */
 	struct snap_op *snap; /* the snapshot being taken, or NULL */
@@ -114,10 +116,30 @@ static void local_free(struct sb_machine *m)
 	free(m);
 }
 
-/* Prepares m for plan p with a disk layer over base (format base_fmt). */
+/* A run of a template with the template's own machine (vCPUs, memory)
+ * restores the template's warm image when there is one; else it boots,
+ * and the image is built meanwhile for the next runs. */
+static void warm_prepare(struct sb_machine *m, const struct sb_plan *p)
+{
+	struct sb_warm_spec w = {p->t.hash, p->t.kernel, p->t.initrd, p->t.rootfs,
+				 m->accel,  m->cpus,	m->memory_mib};
+	char key[SB_WARM_KEY_LEN + 1];
+
+	if (sb_warm_key(&w, key))
+		return;
+	if (sb_warm_find(m->lr->home, key, m->incoming, sizeof m->incoming) == SB_OK) {
+		memcpy(m->warm_key, key, sizeof key);
+		return;
+	}
+	m->incoming[0] = 0;
+	sb_warm_build_async(m->lr->home, key, &w);
+}
+
+/* Prepares m for plan p with a disk layer over base (format base_fmt);
+ * warm: it may start from the template's warm image. */
 static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
-			   const char *base, const char *base_fmt, sb_machine **out, char *accel,
-			   char *warning, size_t cap)
+			   const char *base, const char *base_fmt, int warm, sb_machine **out,
+			   char *accel, char *warning, size_t cap)
 {
 	struct sb_machine *m = machine_new(lr);
 	char cache[PATH_CAP], layer[SB_LAYER_PATH_MAX];
@@ -152,10 +174,16 @@ static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
 	m->cpus = (unsigned)p->cpus;
 	m->memory_mib = (unsigned)p->memory_mib;
 	snprintf(accel, 8, "%s", m->accel == SB_ACCEL_KVM ? "kvm" : "tcg");
+	if (warm && lr->warm)
+		warm_prepare(m, p);
 	*out = m;
 	return SB_OK;
-fail_layer:
-	sb_layers_drop(lr->home, p->run, n);
+fail_layer: {
+	char detail[512];
+	snprintf(detail, sizeof detail, "%s", sb_errmsg(rc));
+	sb_layers_drop(lr->home, p->run, n); /* keeps rc's detail */
+	rc = sb_seterr(rc, "%s", detail);
+}
 fail:
 	local_free(m);
 	return rc;
@@ -164,7 +192,7 @@ fail:
 static int local_create(void *runner, const struct sb_plan *p, sb_machine **out,
 			char *accel, char *warning, size_t cap)
 {
-	return machine_prepare(runner, p, p->t.rootfs, "raw", out, accel, warning, cap);
+	return machine_prepare(runner, p, p->t.rootfs, "raw", 1, out, accel, warning, cap);
 }
 
 static int local_create_from(void *runner, const struct sb_plan *p, const char *from_run,
@@ -194,7 +222,7 @@ static int local_create_from(void *runner, const struct sb_plan *p, const char *
 					 base_layer, from_run, mem, (unsigned long long)st.st_size,
 					 (unsigned long long)memory_bytes);
 	}
-	if ((rc = machine_prepare(lr, p, base, "qcow2", out, accel, warning, cap)))
+	if ((rc = machine_prepare(lr, p, base, "qcow2", 0, out, accel, warning, cap)))
 		return rc;
 	if (memory_bytes)
 		snprintf((*out)->incoming, sizeof (*out)->incoming, "%s", mem);
@@ -256,6 +284,8 @@ static void end_reason(struct sb_machine *m, int status, char *buf, size_t cap)
 	fclose(f);
 }
 
+static int machine_spawn(struct sb_machine *m);
+
 static void on_child(void *ctx, int status)
 {
 	struct sb_machine *m = ctx;
@@ -263,6 +293,21 @@ static void on_child(void *ctx, int status)
 
 	sb_watch_stop(m->child_w); /* safe inside its callback */
 	m->child_w = NULL;
+	if (m->warm_key[0] && m->incoming[0] && !m->cont_sent && !m->grace_w) {
+		/* the warm image did not load: it goes, and the machine boots */
+		sb_warm_drop(m->lr->home, m->warm_key);
+		snprintf(why, sizeof why,
+			 "the template's warm image did not load (QEMU %s %d): booting cold",
+			 WIFSIGNALED(status) ? "signal" : "status",
+			 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+		m->incoming[0] = 0;
+		qmp_drop(m);
+		if (machine_spawn(m) == SB_OK) {
+			if (m->ev->warning)
+				m->ev->warning(m->ctx, why);
+			return;
+		}
+	}
 	sb_watch_stop(m->grace_w);
 	m->grace_w = NULL;
 	m->ended = 1;
@@ -377,9 +422,11 @@ static void on_incoming_state(void *ctx, int rc, json_t *ret)
 		return;
 	}
 	if (st && !strcmp(st, "failed")) {
-		snprintf(m->fail_why, sizeof m->fail_why,
-			 "loading the memory snapshot %.400s failed (see qemu.log)", m->incoming);
-		sb_proc_kill(m->pid, SIGKILL);
+		if (!m->warm_key[0])
+			snprintf(m->fail_why, sizeof m->fail_why,
+				 "loading the memory snapshot %.400s failed (see qemu.log)",
+				 m->incoming);
+		sb_proc_kill(m->pid, SIGKILL); /* a warm start boots cold instead */
 		return;
 	}
 	/* none yet, setup, active: again soon */
@@ -443,15 +490,13 @@ static int machine_watch(struct sb_machine *m, const struct sb_machine_events *e
 	return m->chan_lw && m->qmp_lw ? SB_OK : SB_ERR_NOMEM;
 }
 
-static int local_start(struct sb_machine *m, const struct sb_machine_events *ev,
-		       void *ctx)
+/* Starts QEMU for m (its sockets listening) and watches it. */
+static int machine_spawn(struct sb_machine *m)
 {
 	struct sb_vm_config vc = {0};
 	char path[PATH_CAP], pidbuf[32];
-	int rc, fd, n;
+	int rc = SB_OK, fd, n;
 
-	if ((rc = machine_watch(m, ev, ctx)))
-		return rc;
 	vc.kernel = m->kernel;
 	vc.initrd = m->initrd;
 	vc.disk = m->disk;
@@ -481,6 +526,26 @@ static int local_start(struct sb_machine *m, const struct sb_machine_events *ev,
 		return rc;
 	}
 	return SB_OK;
+}
+
+static int local_start(struct sb_machine *m, const struct sb_machine_events *ev,
+		       void *ctx)
+{
+	int rc;
+
+	if ((rc = machine_watch(m, ev, ctx)))
+		return rc;
+	return machine_spawn(m);
+}
+
+static int local_restored(struct sb_machine *m)
+{
+	return m->incoming[0] != 0;
+}
+
+static int local_warm(struct sb_machine *m)
+{
+	return m->warm_key[0] && m->incoming[0];
 }
 
 static void local_discard(struct sb_machine *m)
@@ -933,4 +998,6 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .reap = local_reap,
     .free = local_free,
     .discard = local_discard,
+    .restored = local_restored,
+    .warm = local_warm,
 };

@@ -36,6 +36,9 @@ struct sb_machine_events {
 	 * killed by signal 9 (Killed)", "guest kernel panic: ..."), for a
 	 * run that ended without its harness's report. */
 	void (*ended)(void *ctx, int status, const char *why);
+	/* A line for run.warning (the machine went on another way than
+	 * planned: a warm image that did not load, so it boots). */
+	void (*warning)(void *ctx, const char *line);
 };
 
 /* A snapshot to take. */
@@ -109,12 +112,19 @@ struct sb_runner_ops {
 	/* Frees m, made by create or create_from and never started, and
 	 * deletes what was made for it (its disk layer). NULL is fine. */
 	void (*discard)(sb_machine *m);
+	/* 1 when m starts from saved memory (a memory snapshot, or a warm
+	 * image) rather than booting: its guest is told so once its channel
+	 * connects (RESTORED). */
+	int (*restored)(sb_machine *m);
+	/* 1 when that memory is the template's warm image. */
+	int (*warm)(sb_machine *m);
 };
 
 /* The local runner: QEMU microVMs on this host, under home/runs/RUN/. */
 struct sb_local_runner {
 	const char *home;
 	sb_loop *loop; /* the daemon's */
+	int warm;      /* 1: runs start from their template's warm image */
 };
 
 extern const struct sb_runner_ops sb_local_runner_ops;

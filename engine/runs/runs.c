@@ -62,7 +62,7 @@ struct run {
 	sb_runs_created_fn cb;
 	void *cb_ctx;
 	int create_rc, recorded, start_failed;
-	char create_err[600], accel[8], accel_warning[256];
+	char create_err[1024], accel[8], accel_warning[256];
 	struct run *next;
 };
 
@@ -221,11 +221,12 @@ static void warn(struct run *r, const char *fmt, ...)
 	msgpack_sbuffer_destroy(&buf);
 }
 
-/* run.failed with reason, then run.stopped (failed). */
-static void record_failed(struct sb_runs *rs, const char *run, const char *reason)
+/* run.failed with reason, then run.stopped (failed). Errors: the log's. */
+static int record_failed(struct sb_runs *rs, const char *run, const char *reason)
 {
-	if (host_event(rs, run, "run.failed", "reason", reason, NULL) == SB_OK)
-		host_event(rs, run, "run.stopped", "reason", "failed", NULL);
+	int rc = host_event(rs, run, "run.failed", "reason", reason, NULL);
+
+	return rc ? rc : host_event(rs, run, "run.stopped", "reason", "failed", NULL);
 }
 
 /* --- one run --- */
@@ -419,16 +420,22 @@ static void m_channel(void *ctx, int fd, int again)
 	struct run *r = ctx;
 
 	sb_guest_attach(r->g, fd, again);
-	if (r->memory_bytes && !r->restored_sent) {
+	if (r->rs->env.runner->restored(r->m) && !r->restored_sent) {
 		/* a copy of a snapshot's guest: its clock and randomness */
 		sb_guest_restored(r->g);
 		r->restored_sent = 1;
 	}
 }
 
+static void m_warning(void *ctx, const char *line)
+{
+	warn(ctx, "%s", line);
+}
+
 static const struct sb_machine_events machine_events = {
     .channel = m_channel,
     .ended = m_ended,
+    .warning = m_warning,
 };
 
 /* --- the guest's channel --- */
@@ -721,8 +728,15 @@ static void create_job(void *ctx)
 					 r->accel_warning, sizeof r->accel_warning))) {
 		char reason[700];
 		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
-		record_failed(rs, r->id, reason);
 		r->start_failed = 1;
+		if ((rc = record_failed(rs, r->id, reason))) {
+			/* its end is not in the record: the request says it */
+			r->create_rc = rc;
+			snprintf(r->create_err, sizeof r->create_err,
+				 "cannot record the run in %.100s: it could not start (%.400s), "
+				 "and then: %.300s",
+				 rs->env.home, reason, sb_errmsg(rc));
+		}
 	}
 out:
 	if (r->create_rc && !r->create_err[0])
@@ -751,8 +765,9 @@ static void create_done(void *ctx)
 		return;
 	}
 	if (r->start_failed) {
+		rc = r->create_rc ? sb_seterr(r->create_rc, "%s", r->create_err) : SB_OK;
 		run_end(r);
-		cb(cb_ctx, SB_OK, id);
+		cb(cb_ctx, rc, rc ? NULL : id);
 		return;
 	}
 	if (r->stop_reason[0]) { /* stopped while it was being made */
@@ -782,7 +797,11 @@ static void create_done(void *ctx)
 			"continued (forks of a memory snapshot boot in this version)",
 		     r->from_snap);
 	batch_flush(rs);
-	host_event(rs, id, "run.started", "accel", r->accel, NULL);
+	host_event(rs, id, "run.started", "accel", r->accel, "boot",
+		   !rs->env.runner->restored(r->m) ? "cold"
+		   : rs->env.runner->warm(r->m)	   ? "warm"
+						   : "memory",
+		   NULL);
 	cb(cb_ctx, SB_OK, id);
 }
 
@@ -1057,9 +1076,10 @@ static void from_job(void *ctx)
 	}
 	rc = r->resume ? sb_log_append(rs->env.log, &fev, 1) : record_plan(rs, &r->plan, &fev);
 	if (rc) {
-		rs->env.runner->discard(r->m);
-		r->m = NULL;
 		r->create_rc = rc;
+		snprintf(r->create_err, sizeof r->create_err, "%s", sb_errmsg(rc));
+		rs->env.runner->discard(r->m); /* its own errors are not this one */
+		r->m = NULL;
 		goto out;
 	}
 	r->recorded = 1;

@@ -296,12 +296,17 @@ qemu-io -f qcow2 "$disk" <"$tmp/qio" >/dev/null 2>"$tmp/qio.err" &
 qio=$!
 bg="$bg $qio"
 exec 9>"$tmp/qio"
+# until qemu-io holds its lock: looked for in /proc/locks (a probe that
+# opens the image, qemu-img info, takes a lock itself and can make
+# qemu-io's fail)
+ino=$(stat -c %i "$disk")
 i=0
-while qemu-img info "$disk" >/dev/null 2>&1; do # until qemu-io holds its lock
+while ! grep -q ":$ino " /proc/locks; do
 	i=$((i + 1))
-	[ $i -lt 200 ] || fail "qemu-io does not lock the layer ($(proc_alive "$qio" && echo running || echo gone): $(cat "$tmp/qio.err"); $(qemu-img info "$disk" 2>&1 | head -n 2 | tr '\n' ' '))"
+	[ $i -lt 200 ] || fail "qemu-io does not lock the layer ($(proc_alive "$qio" && echo running || echo gone): $(cat "$tmp/qio.err"))"
 	sleep 0.05
 done
+qemu-img info "$disk" >/dev/null 2>&1 && fail "the layer is not locked against a second opener"
 [ "$("$SB" fs cat "$R" small.txt)" = "$A21" ] || fail "a locked layer cannot be read"
 exec 9>&-
 proc_wait_gone "$qio" 50 || kill "$qio"

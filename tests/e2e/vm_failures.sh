@@ -201,7 +201,7 @@ if mount -t tmpfs -o size=48m,mode=0700 sanbox-test "$full"; then
 			events_json "$A" | python3 -c "
 import json, sys
 t = [json.loads(l)['type'] for l in sys.stdin if l.strip()]
-sys.exit(0 if t[:3] == ['run.created', 'run.policy.resolved', 'run.started'] and t[-2:] == ['run.exited', 'run.stopped'] else 1)"
+sys.exit(0 if t[:3] == ['run.created', 'run.policy.resolved', 'run.started'] and t[-3:] == ['run.exited', 'snapshot.saved', 'run.stopped'] else 1)"
 		}
 		check_before || fail "events of the run before the disk filled up are damaged"
 		rm -f "$full/filler"

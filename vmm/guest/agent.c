@@ -502,6 +502,42 @@ static void send_hello(struct agent *ag, int resume)
 	agent_frame_send(&ag->port, &f);
 }
 
+/* RESTORED {time_ns, seed}: this guest is a copy of a memory snapshot.
+ * Its clock is the snapshot's and its randomness the snapshot's (a fork
+ * would share both with its siblings): the host's time and fresh bytes
+ * for the kernel's pool, then HELLO, so the host knows it is up. */
+static void restored(struct agent *ag, const msgpack_object *body, int resume)
+{
+	const msgpack_object *t = sb_map_get(body, "time_ns"), *seed = sb_map_get(body, "seed");
+	struct {
+		int entropy_count, buf_size;
+		unsigned char buf[64];
+	} ent;
+	int fd;
+
+	if (t && t->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+		struct timespec ts = {(time_t)(t->via.u64 / 1000000000u),
+				      (long)(t->via.u64 % 1000000000u)};
+		if (clock_settime(CLOCK_REALTIME, &ts))
+			agent_log(&ag->port, "cannot set the clock: %s", strerror(errno));
+	}
+	if (seed && seed->type == MSGPACK_OBJECT_BIN && seed->via.bin.size >= 16 &&
+	    seed->via.bin.size <= sizeof ent.buf) {
+		ent.entropy_count = (int)seed->via.bin.size * 8;
+		ent.buf_size = (int)seed->via.bin.size;
+		memcpy(ent.buf, seed->via.bin.ptr, seed->via.bin.size);
+		/* mixed in, then the generator reseeded now (not at its next
+		 * periodic reseed: a copy's first bytes must differ already) */
+		if ((fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC)) < 0 ||
+		    ioctl(fd, RNDADDENTROPY, &ent) || ioctl(fd, RNDRESEEDCRNG))
+			agent_log(&ag->port, "cannot reseed the kernel's randomness: %s",
+				  strerror(errno));
+		if (fd >= 0)
+			close(fd);
+	}
+	send_hello(ag, resume);
+}
+
 /* Waits for SPEC and sets the run up; returns an error message or NULL. */
 static const char *run_setup(struct agent *ag)
 {
@@ -514,6 +550,10 @@ static const char *run_setup(struct agent *ag)
 		wait_frame(ag, &f);
 		if (f.kind == SB_CHAN_SPEC)
 			break;
+		if (f.kind == SB_CHAN_RESTORED) { /* a warm start: a copy of this guest */
+			restored(ag, &f.body, 0);
+			continue;
+		}
 		agent_log(&ag->port, "ignored %s frame before SPEC",
 			  sb_chan_kind_name(f.kind));
 	}
@@ -669,40 +709,6 @@ static void send_synced(struct agent *ag, const msgpack_object *id)
 	agent_frame_send(&ag->port, &f);
 }
 
-/* RESTORED {time_ns, seed}: this guest is a copy of a memory snapshot.
- * Its clock is the snapshot's and its randomness the snapshot's (a fork
- * would share both with its siblings): the host's time and fresh bytes
- * for the kernel's pool, then HELLO, so the host knows it is up. */
-static void restored(struct agent *ag, const msgpack_object *body)
-{
-	const msgpack_object *t = sb_map_get(body, "time_ns"), *seed = sb_map_get(body, "seed");
-	struct {
-		int entropy_count, buf_size;
-		unsigned char buf[64];
-	} ent;
-	int fd;
-
-	if (t && t->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
-		struct timespec ts = {(time_t)(t->via.u64 / 1000000000u),
-				      (long)(t->via.u64 % 1000000000u)};
-		if (clock_settime(CLOCK_REALTIME, &ts))
-			agent_log(&ag->port, "cannot set the clock: %s", strerror(errno));
-	}
-	if (seed && seed->type == MSGPACK_OBJECT_BIN && seed->via.bin.size >= 16 &&
-	    seed->via.bin.size <= sizeof ent.buf) {
-		ent.entropy_count = (int)seed->via.bin.size * 8;
-		ent.buf_size = (int)seed->via.bin.size;
-		memcpy(ent.buf, seed->via.bin.ptr, seed->via.bin.size);
-		if ((fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC)) < 0 ||
-		    ioctl(fd, RNDADDENTROPY, &ent))
-			agent_log(&ag->port, "cannot reseed the kernel's randomness: %s",
-				  strerror(errno));
-		if (fd >= 0)
-			close(fd);
-	}
-	send_hello(ag, 1);
-}
-
 static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 {
 	const msgpack_object *sig;
@@ -727,7 +733,7 @@ static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 		send_synced(ag, sb_map_get(&f->body, "id"));
 		break;
 	case SB_CHAN_RESTORED:
-		restored(ag, &f->body);
+		restored(ag, &f->body, 1);
 		break;
 	default:
 		agent_log(&ag->port, "ignored %s frame while running",

@@ -32,6 +32,7 @@ chmod +x "$tmp/fake-qemu"
 # without a guest until its run is stopped: a run that stays "running".
 export SANBOX_QEMU=$tmp/fake-qemu
 export SANBOX_BOOT_TIMEOUT=600
+export SANBOX_WARM_START=0 # no warm image of a template that cannot boot
 runs_hang() { : >"$tmp/hang"; }
 runs_fail() { rm -f "$tmp/hang"; }
 

@@ -11,12 +11,15 @@ SB=$BUILD/sanbox
 . "$(dirname "$0")/lib/proc.sh"
 export SANBOX_TEMPLATES=$BUILD/templates
 export SANBOX_HOME=$(mktemp -d /tmp/sbvm.XXXXXX)
+# Runs boot cold, so each test's timing does not depend on a warm image
+# being built beside it; tests/e2e/vm_warm.sh tests warm starts.
+export SANBOX_WARM_START=${SANBOX_WARM_START:-0}
 failures=0
 vm_extra_cleanup=
 
 # vm_stop_home HOME: ends every QEMU of HOME and its daemon, by pid.
 vm_stop_home() {
-	for p in "$1"/runs/*/qemu.pid; do
+	for p in "$1"/runs/*/qemu.pid "$1"/cache/warm/*.build/qemu.pid; do
 		[ -f "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null
 	done
 	if [ -f "$1/sanboxd.pid" ]; then

@@ -1,0 +1,255 @@
+#!/bin/sh
+# bench_snapshot.sh - snapshot and fork figures (make bench BENCH=snapshot).
+# Prints only lines "bench NAME VALUE UNIT" (diagnostics go to stderr):
+#   snapshot.disk_pause_256m     ms paused_ms of `sanbox snapshot` of a booted,
+#                                idle 256 MiB guest (median of 5)
+#   snapshot.memory_pause_256m   ms paused_ms of `sanbox snapshot --memory`,
+#   snapshot.memory_pause_1g        256 MiB and 1 GiB guests (median of 3)
+#   snapshot.memory_bytes_256m   MiB bytes of the 256 MiB guest's memory
+#                                snapshot (layer and memory file; median)
+#   snapshot.fork_64m            ms wall time of `sanbox fork RUN --detach` of a
+#   snapshot.fork_4g                run that ended (its end snapshot), 64 MiB and
+#                                4 GiB disks (median of 5; each fork is
+#                                stopped before the next)
+#   snapshot.fork_4g_vs_64m      ratio of the two (constant time: ~1)
+#   snapshot.qcow2_layer_create  ms of `qemu-img create -f qcow2 -b LAYER` over
+#                                the 4 GiB run's frozen end layer (median of 5):
+#                                the primitive a fork is made of
+#   snapshot.fork_8_at_once      ms wall time of `sanbox fork RUN --detach -n 8`
+#   snapshot.fork_8_to_harness   s from that fork to the last of the 8 forks'
+#                                harness.input.ready
+#   snapshot.cold_run_to_harness s from one `sanbox run` (256 MiB, daemon warm)
+#                                to its harness.input.ready, the baseline
+# The 64 MiB and 4 GiB templates are built here (the shell template with
+# another disk =) into a store of the bench's own, with shell linked in.
+# Every guest is TCG. A failing memory snapshot is reported on stderr and its
+# lines are left out; the other figures are still printed.
+set -u
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD=$(pwd)/$BUILD ;; esac
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+[ -f "$repo/tools/mkimage.sh" ] || repo=$(pwd)
+SB=$BUILD/sanbox
+export SANBOX_TEMPLATES=$BUILD/templates
+export SANBOX_HOME=$(mktemp -d /tmp/sbbench.XXXXXX)
+tmp=$SANBOX_HOME/bench
+mkdir -p "$tmp"
+
+cleanup() {
+	rc=$?
+	# the home goes: a failure's traces go to stderr first
+	[ "$rc" = 0 ] || tail -n 20 "$SANBOX_HOME/sanboxd.log" >&2 2>/dev/null
+	for p in "$SANBOX_HOME"/runs/*/qemu.pid; do
+		[ -f "$p" ] && kill -9 "$(cat "$p")" 2>/dev/null
+	done
+	if [ -f "$SANBOX_HOME/sanboxd.pid" ]; then
+		kill "$(cat "$SANBOX_HOME/sanboxd.pid")" 2>/dev/null
+		sleep 0.3
+		kill -9 "$(cat "$SANBOX_HOME/sanboxd.pid")" 2>/dev/null
+	fi
+	rm -rf "$SANBOX_HOME"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+die() { echo "bench_snapshot: $*" >&2; exit 1; }
+note() { echo "bench_snapshot: $*" >&2; }
+now() { date +%s%N; }
+# ms NS: nanoseconds as milliseconds, one decimal
+ms() { awk -v n="$1" 'BEGIN { printf "%.1f", n / 1e6 }'; }
+# median VALUE...
+median() {
+	printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 }
+		END { if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+# f2 NUMBER: with two decimals
+f2() { awk -v n="$1" 'BEGIN { printf "%.2f", n }'; }
+# json EXPR: evaluates EXPR on the JSON document j read from stdin
+json() { python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
+
+[ -f "$SANBOX_TEMPLATES/shell/template.json" ] || "$SB" template build shell >/dev/null 2>&1 ||
+	die "cannot build the shell template"
+
+# ---- the bench's template store: shell, d64m and d4g (disk = 64M, 4G) ----
+store=$SANBOX_HOME/tpl
+mkdir -p "$store"
+ln -s "$SANBOX_TEMPLATES/shell" "$store/shell"
+for t in d64m:64M d4g:4G; do
+	name=${t%%:*}
+	mkdir -p "$tmp/$name-src"
+	sed "s/^name = .*/name = $name/; s/^disk = .*/disk = ${t#*:}/" \
+		"$repo/templates/shell/template.conf" >"$tmp/$name-src/template.conf"
+	BUILD=$BUILD sh "$repo/tools/mkimage.sh" "$tmp/$name-src" "$store/$name" \
+		>"$tmp/mkimage-$name.log" 2>&1 ||
+		die "template $name: $(tail -n 1 "$tmp/mkimage-$name.log")"
+done
+export SANBOX_TEMPLATES=$store
+
+# status RUN: the run's status (created, running, exited, stopped, ...)
+status() { "$SB" inspect "$1" --json 2>/dev/null | json 'j["run"]["status"]'; }
+# ready_ts RUN: ts (ns) of the run's harness.input.ready, or nothing yet
+ready_ts() {
+	"$SB" events "$1" --type harness.input.ready --json 2>/dev/null | python3 -c 'import json,sys
+for l in sys.stdin: print(json.loads(l)["ts"]); break'
+}
+# wait_ready RUN: waits (3 min at most) for harness.input.ready; prints its ts
+wait_ready() {
+	for i in $(seq 1 900); do
+		t=$(ready_ts "$1")
+		[ -n "$t" ] && { echo "$t"; return 0; }
+		case $(status "$1") in created | running | "") ;; *) break ;; esac
+		sleep 0.2
+	done
+	note "run $1 did not reach the harness (status $(status "$1")): $(tail -n 3 "$SANBOX_HOME/runs/$1/console.log" 2>/dev/null)"
+	return 1
+}
+# wait_ended RUN...: waits (1 min at most each) until the runs are no longer live
+wait_ended() {
+	for r in "$@"; do
+		for i in $(seq 1 300); do
+			case $(status "$r") in created | running) sleep 0.2 ;; *) break ;; esac
+		done
+	done
+}
+# start_idle MEMORY: a detached idle run; prints its id
+start_idle() {
+	"$SB" run --detach --accel tcg --memory "$1" --timeout 600s -- sleep 600 2>"$tmp/err" ||
+		die "run --memory $1: $(cat "$tmp/err")"
+}
+# saved RUN ID FIELD: FIELD of the payload of the run's snapshot.saved for ID
+saved() {
+	"$SB" events "$1" --type snapshot.saved --json | python3 -c 'import json,sys
+for l in sys.stdin:
+	p = json.loads(l)["payload"]
+	if p["snapshot"] == sys.argv[1]: print(p[sys.argv[2]]); break' "$2" "$3"
+}
+# take RUN [--memory]: takes a snapshot; prints its id (error on stderr)
+take() {
+	out=$("$SB" snapshot "$@" --json 2>"$tmp/err") && [ -n "$out" ] &&
+		echo "$out" | json 'j["snapshot"]' && return 0
+	note "sanbox snapshot $*: failed: $(cat "$tmp/err") $out"
+	return 1
+}
+# mem_pauses RUN: paused_ms of 3 memory snapshots (and bytes into $tmp/bytes);
+# fails at the first that fails
+mem_pauses() {
+	: >"$tmp/bytes"
+	p=""
+	for i in 1 2 3; do
+		id=$(take "$1" --memory) || return 1
+		p="$p $(saved "$1" "$id" paused_ms)"
+		saved "$1" "$id" bytes >>"$tmp/bytes"
+		sleep 0.5
+	done
+	note "memory snapshot paused_ms ($1):$p"
+	echo "$p"
+}
+# mem_failed RUN SIZE: what the daemon and QEMU said, on stderr
+mem_failed() {
+	note "memory snapshots of the $2 guest (run $1) failed; sanboxd.log and runs/$1/qemu.log end:"
+	tail -n 10 "$SANBOX_HOME/sanboxd.log" "$SANBOX_HOME/runs/$1/qemu.log" >&2 2>/dev/null
+}
+
+"$SB" daemon start >/dev/null 2>&1 || die "daemon start: $("$SB" daemon start 2>&1)"
+
+# ---- memory snapshots of a 1 GiB guest (its boot also warms QEMU up) ----
+big=$(start_idle 1G)
+wait_ready "$big" >/dev/null || die "the 1 GiB guest did not boot"
+sleep 1
+mem1g=""
+p=$(mem_pauses "$big") && mem1g=$(median $p) ||
+	mem_failed "$big" 1G
+"$SB" stop "$big" >/dev/null 2>&1
+wait_ended "$big"
+
+# ---- one cold run to the harness; disk and memory snapshots of it ----
+t0=$(now)
+a=$(start_idle 256M)
+t1=$(wait_ready "$a") || die "the 256 MiB guest did not boot"
+cold_ns=$((t1 - t0))
+sleep 1
+p=""
+for i in 1 2 3 4 5; do
+	id=$(take "$a") || die "disk snapshot failed"
+	[ "$i" = 1 ] && first=$id
+	p="$p $(saved "$a" "$id" paused_ms)"
+	sleep 0.3
+done
+note "disk snapshot paused_ms:$p"
+disk=$(median $p)
+mem256=""
+p=$(mem_pauses "$a") && mem256=$(median $p) &&
+	mem256_mib=$(awk -v b="$(median $(cat "$tmp/bytes"))" 'BEGIN { printf "%.1f", b / 1048576 }') ||
+	mem_failed "$a" 256M
+"$SB" stop "$a" >/dev/null 2>&1
+wait_ended "$a"
+
+echo "bench snapshot.disk_pause_256m $(f2 "$disk") ms"
+if [ -n "$mem256" ]; then
+	echo "bench snapshot.memory_pause_256m $(f2 "$mem256") ms"
+	echo "bench snapshot.memory_bytes_256m $mem256_mib MiB"
+fi
+[ -n "$mem1g" ] && echo "bench snapshot.memory_pause_1g $(f2 "$mem1g") ms"
+
+# ---- 8 forks at once of the idle guest's first disk snapshot ----
+t0=$(now)
+ids=$("$SB" fork "$a" --snapshot "$first" --detach -n 8 2>"$tmp/err") || die "fork -n 8: $(cat "$tmp/err")"
+t1=$(now)
+[ "$(echo "$ids" | wc -w)" = 8 ] || die "fork -n 8 printed: $ids"
+last=0
+for r in $ids; do
+	t=$(wait_ready "$r") || die "a fork did not reach the harness"
+	[ "$t" -gt "$last" ] && last=$t
+done
+"$SB" stop $ids >/dev/null 2>&1
+echo "bench snapshot.fork_8_at_once $(ms $((t1 - t0))) ms"
+echo "bench snapshot.fork_8_to_harness $(awk -v n=$((last - t0)) 'BEGIN { printf "%.3f", n / 1e9 }') s"
+echo "bench snapshot.cold_run_to_harness $(awk -v n=$cold_ns 'BEGIN { printf "%.3f", n / 1e9 }') s"
+wait_ended $ids
+
+# ---- forks of runs that ended, 64 MiB and 4 GiB disks ----
+for t in d64m d4g; do
+	r=$("$SB" run --detach --accel tcg --template "$t" --snapshots stop --timeout 600s -- true 2>"$tmp/err") ||
+		die "run --template $t: $(cat "$tmp/err")"
+	eval "run_$t=$r"
+done
+for t in d64m d4g; do
+	eval "r=\$run_$t"
+	layer=""
+	for i in $(seq 1 900); do
+		layer=$("$SB" snapshots "$r" --json 2>/dev/null | json '(j["snapshots"] or [{}])[-1].get("layer", "")')
+		[ -n "$layer" ] && break
+		sleep 0.2
+	done
+	[ -n "$layer" ] || die "run $r ($t) has no end snapshot (status $(status "$r"))"
+	eval "layer_$t=\$SANBOX_HOME/\$layer"
+done
+# taken in turns, 64M then 4G, so that both see the same load
+p_d64m="" p_d4g=""
+for i in 1 2 3 4 5; do
+	for t in d64m d4g; do
+		eval "r=\$run_$t"
+		t0=$(now)
+		f=$("$SB" fork "$r" --detach 2>"$tmp/err") || die "fork $r ($t): $(cat "$tmp/err")"
+		t1=$(now)
+		"$SB" stop "$f" >/dev/null 2>&1
+		eval "p_$t=\"\$p_$t $((t1 - t0))\""
+		wait_ended "$f"
+	done
+done
+note "fork ns, 64M:$p_d64m; 4G:$p_d4g"
+fork_d64m=$(median $p_d64m)
+fork_d4g=$(median $p_d4g)
+echo "bench snapshot.fork_64m $(ms "$fork_d64m") ms"
+echo "bench snapshot.fork_4g $(ms "$fork_d4g") ms"
+echo "bench snapshot.fork_4g_vs_64m $(awk -v a="$fork_d4g" -v b="$fork_d64m" 'BEGIN { printf "%.2f", a / b }') x"
+
+# ---- the primitive: a qcow2 layer over the same frozen (4 GiB) layer ----
+p=""
+for i in 1 2 3 4 5; do
+	t0=$(now)
+	qemu-img create -q -f qcow2 -b "$layer_d4g" -F qcow2 "$tmp/new$i.qcow2" || die "qemu-img create"
+	t1=$(now)
+	p="$p $((t1 - t0))"
+done
+echo "bench snapshot.qcow2_layer_create $(ms "$(median $p)") ms"
+exit 0
