@@ -15,6 +15,13 @@
  * The loop ends with an answer without tool calls (printed on stdout) or
  * after --max-turns turns (default 20).
  *
+ * The conversation (the messages sent to the model) is kept in
+ * $SANBOX_CONVERSATION (default /var/lib/sanbox/conversation.json, on the
+ * run's disk but outside /workspace) after each turn, written whole and
+ * renamed into place. A harness that finds one there when it starts (a
+ * run resumed or forked from a snapshot) continues it: the prompt it is
+ * given is the next user message.
+ *
  * When $SANBOX_EVENTS is set, the harness writes one JSON line per event
  * there (one write(2) per line): agent.turn.started, agent.tool.started,
  * agent.tool.completed, agent.turn.completed, agent.message.
@@ -27,6 +34,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -87,6 +95,7 @@ struct harness {
 	const char *model;
 	int max_turns;
 	int events_fd; /* -1 when $SANBOX_EVENTS is not set */
+	const char *conv; /* where the conversation is kept */
 	CURL *curl;
 	json_t *tools;
 	json_t *messages;
@@ -579,6 +588,53 @@ done:
 	return ret;
 }
 
+/* ---- the conversation on disk ---- */
+
+/* Creates the directories above path (mode 0700). */
+static void mkdirs_above(const char *path)
+{
+	char dir[PATH_MAX];
+	char *p;
+
+	snprintf(dir, sizeof dir, "%s", path);
+	for (p = dir + 1; (p = strchr(p, '/')); p++) {
+		*p = 0;
+		mkdir(dir, 0700);
+		*p = '/';
+	}
+}
+
+/* Writes the conversation to h->conv (a new file renamed over the old:
+ * a snapshot never holds half of it). Failing is not fatal. */
+static void conv_save(struct harness *h)
+{
+	char tmp[PATH_MAX + 8];
+
+	snprintf(tmp, sizeof tmp, "%s.new", h->conv);
+	mkdirs_above(h->conv);
+	if (json_dump_file(h->messages, tmp, JSON_COMPACT) || rename(tmp, h->conv)) {
+		fprintf(stderr, "sanbox-harness: cannot keep the conversation in %s: %s\n",
+			h->conv, strerror(errno));
+		unlink(tmp);
+	}
+}
+
+/* The conversation kept by an earlier run of this disk, or NULL: an
+ * array of messages that begins with the system message. */
+static json_t *conv_load(const char *path)
+{
+	json_t *m = json_load_file(path, 0, NULL);
+	json_t *first = json_array_get(m, 0);
+
+	if (!json_is_array(m) || json_array_size(m) < 2 ||
+	    !json_is_string(json_object_get(first, "role")) ||
+	    strcmp(json_string_value(json_object_get(first, "role")), "system")) {
+		json_decref(m);
+		return NULL;
+	}
+	return m;
+}
+
 /* ---- the loop ---- */
 
 static int run(struct harness *h)
@@ -632,6 +688,7 @@ static int run(struct harness *h)
 					   ? text_json(text, strlen(text), EVENT_TEXT_MAX)
 					   : NULL));
 		}
+		conv_save(h);
 		emit(h, "agent.turn.completed", json_pack("{s:i}", "turn", turn));
 		json_decref(answer);
 		answer = NULL;
@@ -713,9 +770,21 @@ int main(int argc, char **argv)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	h.curl = curl_easy_init();
 	h.tools = json_loads(TOOLS_JSON, 0, NULL);
-	h.messages = json_pack("[{s:s, s:s}, {s:s, s:o}]", "role", "system", "content",
-			       SYSTEM_PROMPT, "role", "user", "content",
-			       text_json(prompt.data, prompt.len, (size_t)-1));
+	h.conv = getenv("SANBOX_CONVERSATION");
+	if (!h.conv || !*h.conv)
+		h.conv = "/var/lib/sanbox/conversation.json";
+	if ((h.messages = conv_load(h.conv))) {
+		/* a run resumed or forked: the conversation goes on */
+		fprintf(stderr, "sanbox-harness: continuing a conversation of %zu messages\n",
+			json_array_size(h.messages));
+		json_array_append_new(h.messages,
+				      json_pack("{s:s, s:o}", "role", "user", "content",
+						text_json(prompt.data, prompt.len, (size_t)-1)));
+	} else {
+		h.messages = json_pack("[{s:s, s:s}, {s:s, s:o}]", "role", "system", "content",
+				       SYSTEM_PROMPT, "role", "user", "content",
+				       text_json(prompt.data, prompt.len, (size_t)-1));
+	}
 	if (!h.curl || !h.tools || !h.messages)
 		fprintf(stderr, "sanbox-harness: cannot initialise\n");
 	else

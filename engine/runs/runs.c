@@ -409,7 +409,8 @@ static void m_ended(void *ctx, int status, const char *why)
 	sb_guest_finish(r->g); /* what the guest sent before it went away */
 	r->end_status = status;
 	snprintf(r->end_why, sizeof r->end_why, "%s", why);
-	if (r->snap && strcmp(r->plan.snapshots, "off") &&
+	/* a guest that never said HELLO never touched its disk: no snapshot */
+	if (r->snap && r->hello && strcmp(r->plan.snapshots, "off") &&
 	    sb_snapper_final(r->snap, on_final_snapshot, r) == SB_OK)
 		return;
 	run_finish(r);

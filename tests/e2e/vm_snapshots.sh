@@ -182,5 +182,27 @@ rc=$?
 	ok "a truncated memory file: one line naming it" || bad "truncated memory" "exit $rc: $out"
 [ "$(events_json "$M" | wc -l)" = "$nev" ] && [ "$(status "$M")" = stopped ] &&
 	ok "and nothing recorded" || bad "truncated memory" "events $nev -> $(events_json "$M" | wc -l)"
+# ---- the reference harness continues its conversation ----
+H=$("$SB" run --detach --accel tcg --timeout 300s "fix the failing test")
+"$SB" attach "$H" >/dev/null 2>&1
+out=$("$SB" resume "$H" --prompt "now add a test" 2>&1)
+[ $? = 0 ] && ok "a harness run resumed with a new prompt" || bad "harness resume" "$(printf '%s' "$out" | tail -n 3)"
+roles=$("$SB" fs cat "$H" /var/lib/sanbox/conversation.json | python3 -c "
+import json, sys
+m = json.load(sys.stdin)
+print(m[0]['role'], [x['content'] for x in m if x['role'] == 'user'], m[-1]['role'])")
+[ "$roles" = "system ['fix the failing test', 'now add a test'] assistant" ] &&
+	ok "the conversation on the disk goes on from the first prompt" || bad "conversation" "$roles"
+grow=$(events_json "$H" | python3 -c "
+import json, sys
+evs = [json.loads(l) for l in sys.stdin]
+res = [e['offset'] for e in evs if e['type'] == 'run.resumed'][-1]
+calls = [(e['offset'], e['payload']['input_tokens']) for e in evs
+         if e['type'] == 'agent.message' and e['source'] == 'gateway']
+before = [t for o, t in calls if o < res]
+after = [t for o, t in calls if o > res]
+print(bool(before and after and after[0] > before[-1]))")
+[ "$grow" = True ] && ok "the model saw the earlier turns after the resume (more input tokens)" ||
+	bad "conversation" "$(events_json "$H" | grep -c agent.message) messages"
 "$SB" daemon status >/dev/null && ok "daemon healthy afterwards" || bad "daemon" "not answering"
 exit $((failures > 0))
