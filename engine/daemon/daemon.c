@@ -111,6 +111,29 @@ static void on_budget_stop(void *ctx)
 	free(b);
 }
 
+static void on_call_loop(void *ctx)
+{
+	struct budget_stop *b = ctx;
+
+	sb_runs_model_call(b->d->runs, b->run);
+	free(b);
+}
+
+/* Gateway thread: a model call of run was recorded (a harness that
+ * reports no turns gets its automatic snapshots after its calls). */
+static void on_call(void *ctx, const char *run)
+{
+	struct sb_daemon *d = ctx;
+	struct budget_stop *b = malloc(sizeof *b);
+
+	if (!b)
+		return;
+	b->d = d;
+	snprintf(b->run, sizeof b->run, "%s", run);
+	if (sb_loop_post(d->loop, on_call_loop, b))
+		free(b);
+}
+
 /* Gateway thread: a run whose policy is to stop has spent its budget. */
 static void on_budget(void *ctx, const char *run)
 {
@@ -320,6 +343,7 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 		goto fail;
 	gw.log = d->log;
 	gw.on_budget = on_budget;
+	gw.on_call = on_call;
 	gw.ctx = d;
 	if ((rc = sb_gateway_open(&gw, &d->gateway)))
 		goto fail;

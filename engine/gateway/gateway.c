@@ -104,6 +104,7 @@ struct sb_gateway {
 	struct MHD_Daemon *mhd;
 	sb_log *log;
 	void (*on_budget)(void *ctx, const char *run);
+	void (*on_call)(void *ctx, const char *run);
 	void *ctx;
 	unsigned max_conns;
 	uint64_t header_ms, body_ms;
@@ -370,6 +371,8 @@ static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t co
 		append_events(gw, blobs, 2, evs, n);
 	msgpack_sbuffer_destroy(&b1);
 	msgpack_sbuffer_destroy(&b2);
+	if (gw->on_call)
+		gw->on_call(gw->ctx, r->id);
 }
 
 /* The run cannot pay for calls any more: budget.exceeded once, then the
@@ -1201,6 +1204,7 @@ int sb_gateway_open(const struct sb_gateway_opts *o, sb_gateway **out)
 		return SB_ERR_NOMEM;
 	gw->log = o->log;
 	gw->on_budget = o->on_budget;
+	gw->on_call = o->on_call;
 	gw->ctx = o->ctx;
 	gw->max_conns = o->max_conns ? o->max_conns : SB_GATEWAY_MAX_CONNS;
 	gw->header_ms = 1000ull * (o->header_timeout_s ? o->header_timeout_s

@@ -59,6 +59,9 @@ struct sb_gateway_opts {
 	/* Called on a gateway thread when a run whose policy is to stop has
 	 * spent its budget; run is valid during the call. May be NULL. */
 	void (*on_budget)(void *ctx, const char *run);
+	/* Called on a gateway thread once a model call of run is recorded
+	 * (run valid during the call). May be NULL. */
+	void (*on_call)(void *ctx, const char *run);
 	void *ctx;
 };
 

@@ -56,6 +56,7 @@ struct run {
 	uint64_t from_offset, at, spent;
 	uint64_t memory_bytes; /* > 0: the machine continues a memory snapshot */
 	int restored_sent, memory_skipped;
+	int turns; /* the harness reports its turns (else its model calls count) */
 	char *new_prompt, new_name[SB_PLAN_NAME_MAX];
 	/* creation, across the worker */
 	const msgpack_object *spec_obj;
@@ -482,9 +483,11 @@ static void g_event(void *ctx, const char *type, enum sb_source src, const void 
 	batch_add(r->rs, r->id, type, src, payload, len);
 	if (src == SB_SRC_GUEST && !strcmp(type, "run.exited"))
 		r->exited = 1;
-	if (!strcmp(type, "agent.turn.completed") && r->snap &&
-	    !strcmp(r->plan.snapshots, "turn"))
-		sb_snapper_turn(r->snap);
+	if (!strcmp(type, "agent.turn.completed")) {
+		r->turns = 1;
+		if (r->snap && !strcmp(r->plan.snapshots, "turn"))
+			sb_snapper_turn(r->snap);
+	}
 }
 
 static void g_synced(void *ctx, uint64_t id)
@@ -1204,6 +1207,14 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 	}
 	run_link(r);
 	return SB_OK;
+}
+
+void sb_runs_model_call(struct sb_runs *rs, const char *run)
+{
+	struct run *r = run_find(rs, run);
+
+	if (r && r->st == R_RUNNING && r->snap && !r->turns && !strcmp(r->plan.snapshots, "turn"))
+		sb_snapper_turn(r->snap);
 }
 
 int sb_runs_snapshot(struct sb_runs *rs, const char *run, int memory, sb_snap_fn cb,

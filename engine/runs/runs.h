@@ -97,6 +97,10 @@ int sb_runs_from(struct sb_runs *r, const struct sb_runs_from *f, sb_runs_create
 int sb_runs_snapshot(struct sb_runs *r, const char *run, int memory, sb_snap_fn cb,
 		     void *ctx);
 
+/* A model call of run was recorded: for a run whose harness reports no
+ * turns, an automatic snapshot (as after a turn). On the loop. */
+void sb_runs_model_call(struct sb_runs *r, const char *run);
+
 /* Stops run: asks the harness to end (SIGTERM), then ends the machine
  * after a grace period; reason goes into run.stopped. Errors:
  * SB_ERR_NOTFOUND, SB_ERR_STATE (the run is not running). */
