@@ -57,6 +57,7 @@ static const struct setting {
     D("runs", "guest_events_per_s", guest_events_rate, 200, 1, 1e6),
     D("runs", "guest_events_burst", guest_events_burst, 2000, 1, 1e7),
     D("runs", "snapshot_interval_s", snapshot_interval_s, 5, 0, 86400),
+    D("runs", "snapshots_keep", snapshots_keep, 32, 0, 100000),
     D("runs", "boot_timeout_s", boot_timeout_s, 120, 1, 86400),
     D("runs", "warm_start", warm_start, 1, 0, 1),
 #undef U

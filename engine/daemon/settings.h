@@ -33,6 +33,7 @@ struct sb_settings {
 	uint64_t run_record_quota; /* bytes a run's guest may put in the record */
 	double guest_events_rate, guest_events_burst;
 	double snapshot_interval_s; /* between automatic snapshots of a run */
+	double snapshots_keep;	    /* automatic snapshots kept per run (0: all) */
 	double boot_timeout_s;
 	double warm_start; /* 1: runs restore their template's warm image */
 };

@@ -62,6 +62,7 @@ struct sb_machine {
 	int ended;
 	char top_node[64]; /* QMP node-name of the disk's top layer */
 	struct snap_op *snap; /* the snapshot being taken, or NULL */
+	struct merge_op *merge; /* the merge under way, or NULL */
 };
 
 static int machine_paths(struct sb_machine *m, const char *home, const char *run)
@@ -97,12 +98,14 @@ static void qmp_drop(struct sb_machine *m)
 }
 
 static void snap_orphan(struct sb_machine *m);
+static void merge_orphan(struct sb_machine *m);
 
 static void local_free(struct sb_machine *m)
 {
 	if (!m)
 		return;
 	snap_orphan(m);
+	merge_orphan(m);
 	qmp_drop(m);
 	sb_watch_stop(m->chan_lw);
 	sb_watch_stop(m->qmp_lw);
@@ -125,8 +128,8 @@ static void warm_prepare(struct sb_machine *m, const struct sb_plan *p)
 				 m->accel,  m->cpus,	m->memory_mib};
 	char key[SB_WARM_KEY_LEN + 1];
 
-	if (sb_warm_key(&w, key))
-		return;
+	if (p->cpus != p->t.cpus || p->memory_mib != p->t.memory_mib || sb_warm_key(&w, key))
+		return; /* another machine than the template's: it boots */
 	if (sb_warm_find(m->lr->home, key, m->incoming, sizeof m->incoming) == SB_OK) {
 		memcpy(m->warm_key, key, sizeof key);
 		return;
@@ -603,7 +606,11 @@ static void local_stop(struct sb_machine *m, double grace_s)
 #define SNAP_MIGRATE_MS	 120000 /* saving the memory, in all */
 #define SNAP_POLL_S	 0.02  /* how often the migration's state is asked */
 
-enum snap_stage { S_QUERY, S_STOP, S_FREEZE, S_MIGRATE, S_POLL, S_CONT, S_DONE };
+enum snap_stage { S_QUERY, S_STOP, S_SPEED, S_FREEZE, S_MIGRATE, S_POLL, S_CONT, S_DONE };
+
+/* The guest is paused while its memory is saved: as fast as the disk
+ * takes it, not at QEMU's default 128 MiB/s. */
+#define SNAP_MIGRATE_BPS (64ull << 30)
 
 /* A snapshot being taken through the monitor, one command at a time. */
 struct snap_op {
@@ -661,6 +668,7 @@ static void snap_finish(struct snap_op *op)
 static void snap_orphan(struct sb_machine *m)
 {
 	struct snap_op *op = m->snap;
+
 
 	if (!op)
 		return;
@@ -723,6 +731,9 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 		break;
 	}
 	case S_STOP:
+		op->stage = S_SPEED;
+		break;
+	case S_SPEED:
 		op->stage = S_FREEZE;
 		break;
 	case S_FREEZE:
@@ -744,6 +755,7 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 	case S_POLL:
 		st = json_string_value(json_object_get(ret, "status"));
 		if (st && !strcmp(st, "completed")) {
+			chmod(op->info.memory_path, 0444); /* frozen, as its layer */
 			op->stage = S_CONT;
 			break;
 		}
@@ -794,6 +806,10 @@ static void snap_step(struct snap_op *op)
 		cmd = "stop";
 		op->t_pause = now_ms(m);
 		break;
+	case S_SPEED:
+		cmd = "migrate-set-parameters";
+		args = json_pack("{s:I}", "max-bandwidth", (json_int_t)SNAP_MIGRATE_BPS);
+		break;
 	case S_FREEZE:
 		snprintf(node, sizeof node, "layer%u", op->info.layer + 1);
 		if (!op->memory)
@@ -822,7 +838,7 @@ static void snap_step(struct snap_op *op)
 	case S_DONE:
 		return;
 	}
-	if (op->stage == S_FREEZE || op->stage == S_MIGRATE) {
+	if (op->stage == S_FREEZE || op->stage == S_MIGRATE || op->stage == S_SPEED) {
 		if (!args) {
 			snap_fail(op, SB_ERR_NOMEM);
 			return;
@@ -847,6 +863,238 @@ static void snap_step(struct snap_op *op)
 	}
 }
 
+/* --- merging a frozen layer into the one above it --- */
+
+enum merge_stage { M_NODES, M_STREAM, M_POLL };
+
+struct merge_op {
+	struct sb_machine *m; /* NULL once the machine is freed */
+	enum merge_stage stage;
+	unsigned layer;
+	char path[PATH_MAX], upper[PATH_MAX], base[PATH_MAX];
+	char upper_node[64], base_node[64];
+	sb_snapshot_fn cb;
+	void *ctx;
+	sb_watch *w;
+};
+
+static void merge_step(struct merge_op *op);
+
+static void merge_finish(struct merge_op *op, int rc)
+{
+	struct sb_machine *m = op->m;
+	sb_snapshot_fn cb = op->cb;
+	void *ctx = op->ctx;
+
+	sb_watch_stop(op->w);
+	free(op);
+	if (!m)
+		return;
+	m->merge = NULL;
+	cb(ctx, rc, NULL);
+}
+
+/* The format node (not its file node) of the image file path, in a
+ * query-named-block-nodes answer; NULL when none. */
+static json_t *node_of(json_t *nodes, const char *path)
+{
+	size_t i;
+	json_t *n;
+
+	json_array_foreach(nodes, i, n)
+	{
+		const char *f = json_string_value(json_object_get(n, "file"));
+		const char *drv = json_string_value(json_object_get(n, "drv"));
+		if (f && drv && strcmp(drv, "file") && !strcmp(f, path))
+			return n;
+	}
+	return NULL;
+}
+
+/* The node whose backing file is path. */
+static json_t *node_above(json_t *nodes, const char *path)
+{
+	size_t i;
+	json_t *n;
+
+	json_array_foreach(nodes, i, n)
+	{
+		const char *b = json_string_value(json_object_get(n, "backing_file"));
+		if (b && !strcmp(b, path))
+			return n;
+	}
+	return NULL;
+}
+
+static void on_merge_timer(void *ctx)
+{
+	struct merge_op *op = ctx;
+
+	sb_watch_stop(op->w);
+	op->w = NULL;
+	merge_step(op);
+}
+
+static void on_merge_reply(void *ctx, int rc, json_t *ret)
+{
+	struct merge_op *op = ctx;
+	char backing[PATH_MAX];
+	json_t *k, *u, *b;
+	size_t i;
+	json_t *job;
+	int running = 0;
+
+	if (!op->m) {
+		free(op);
+		return;
+	}
+	if (rc) {
+		merge_finish(op, rc);
+		return;
+	}
+	switch (op->stage) {
+	case M_NODES:
+		k = node_of(ret, op->path);
+		u = node_above(ret, op->path);
+		if (!k || !u) {
+			merge_finish(op, sb_seterr(SB_ERR_NOTFOUND, "layer %s is not in the VM's chain",
+						   op->path));
+			return;
+		}
+		snprintf(op->base, sizeof op->base, "%s",
+			 json_string_value(json_object_get(k, "backing_file"))
+			     ? json_string_value(json_object_get(k, "backing_file"))
+			     : "");
+		b = op->base[0] ? node_of(ret, op->base) : NULL;
+		snprintf(op->upper, sizeof op->upper, "%s",
+			 json_string_value(json_object_get(u, "file")));
+		snprintf(op->upper_node, sizeof op->upper_node, "%s",
+			 json_string_value(json_object_get(u, "node-name")));
+		snprintf(op->base_node, sizeof op->base_node, "%s",
+			 b ? json_string_value(json_object_get(b, "node-name")) : "");
+		if (!b || !op->upper_node[0] || !op->base_node[0]) {
+			merge_finish(op, sb_seterr(SB_ERR_NOTFOUND,
+						   "the nodes around layer %s are not named", op->path));
+			return;
+		}
+		op->stage = M_STREAM;
+		break;
+	case M_STREAM:
+		op->stage = M_POLL;
+		break;
+	case M_POLL:
+		json_array_foreach(ret, i, job)
+		{
+			const char *id = json_string_value(json_object_get(job, "device"));
+			running |= id && !strcmp(id, "sb-merge");
+		}
+		if (running) {
+			if (!(op->w = sb_loop_timer(op->m->lr->loop, 0.05, 0, on_merge_timer, op)))
+				merge_finish(op, SB_ERR_NOMEM);
+			return;
+		}
+		/* done: the layer above reads the base now, or the job failed */
+		if (sb_disk_backing(op->upper, backing, sizeof backing) || strcmp(backing, op->base)) {
+			merge_finish(op, sb_seterr(SB_ERR_IO, "merging layer %s into %s failed "
+							      "(see qemu.log)",
+						   op->path, op->upper));
+			return;
+		}
+		if (unlink(op->path))
+			rc = sb_seterr(SB_ERR_IO, "%s: %s", op->path, strerror(errno));
+		merge_finish(op, rc);
+		return;
+	}
+	merge_step(op);
+}
+
+static void merge_step(struct merge_op *op)
+{
+	struct sb_machine *m = op->m;
+	json_t *args = NULL;
+	const char *cmd = "query-named-block-nodes";
+	int rc;
+
+	if (op->stage == M_STREAM) {
+		cmd = "block-stream";
+		args = json_pack("{s:s, s:s, s:s}", "job-id", "sb-merge", "device", op->upper_node,
+				 "base-node", op->base_node);
+		if (!args) {
+			merge_finish(op, SB_ERR_NOMEM);
+			return;
+		}
+	} else if (op->stage == M_POLL) {
+		cmd = "query-block-jobs";
+	}
+	rc = m->qmp ? sb_qmp_send(m->qmp, loop_ms(m), cmd, args, SNAP_CMD_MS, on_merge_reply, op)
+		    : sb_seterr(SB_ERR_IO, "QEMU's monitor went away during a merge");
+	json_decref(args);
+	if (rc)
+		merge_finish(op, rc);
+	else
+		qmp_arm(m);
+}
+
+/* As snap_orphan, for a merge. */
+static void merge_orphan(struct sb_machine *m)
+{
+	if (!m->merge)
+		return;
+	m->merge->m = NULL;
+	if (m->merge->w) {
+		sb_watch_stop(m->merge->w);
+		free(m->merge);
+	}
+	m->merge = NULL;
+}
+
+static int local_readers(void *runner, const char *run, unsigned layer, size_t *count)
+{
+	struct sb_local_runner *lr = runner;
+	char one[1][SB_RUN_MAX];
+
+	return sb_layers_users(lr->home, run, layer, one, 1, count);
+}
+
+static int local_merge(struct sb_machine *m, unsigned layer, sb_snapshot_fn cb, void *ctx)
+{
+	char path[SB_LAYER_PATH_MAX];
+	struct merge_op *op;
+	size_t readers;
+	int rc;
+
+	if (m->snap || m->merge || m->ended)
+		return sb_seterr(SB_ERR_STATE, "run %s: a snapshot or merge is under way, or it ended",
+				 m->run);
+	if (!m->qmp_ready)
+		return sb_seterr(SB_ERR_UNAVAIL, "the VM's monitor is not connected yet");
+	if ((rc = local_readers(m->lr, m->run, layer, &readers)))
+		return rc;
+	if (readers)
+		return sb_seterr(SB_ERR_STATE, "layer %u of run %s is read by %zu other runs",
+				 layer, m->run, readers);
+	if ((rc = sb_layers_path(m->lr->home, m->run, layer, path, sizeof path)))
+		return rc;
+	if (!(op = calloc(1, sizeof *op)))
+		return SB_ERR_NOMEM;
+	if (!realpath(path, op->path)) {
+		free(op);
+		return sb_seterr(SB_ERR_NOTFOUND, "%s: %s", path, strerror(errno));
+	}
+	op->m = m;
+	op->layer = layer;
+	op->cb = cb;
+	op->ctx = ctx;
+	if ((rc = sb_qmp_send(m->qmp, loop_ms(m), "query-named-block-nodes", NULL, SNAP_CMD_MS,
+			      on_merge_reply, op))) {
+		free(op);
+		return rc;
+	}
+	qmp_arm(m);
+	m->merge = op;
+	return SB_OK;
+}
+
 static void on_snap_ended(void *ctx)
 {
 	snap_finish(ctx);
@@ -859,7 +1107,7 @@ static int local_snapshot(struct sb_machine *m, const struct sb_snapshot_req *re
 	unsigned top, n;
 	int rc;
 
-	if (m->snap)
+	if (m->snap || m->merge)
 		return sb_seterr(SB_ERR_STATE, "a snapshot of run %s is being taken", m->run);
 	if (m->ended && req->memory)
 		return sb_seterr(SB_ERR_STATE, "run %s has ended: no memory to save", m->run);
@@ -994,6 +1242,8 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .stop = local_stop,
     .snapshot = local_snapshot,
     .create_from = local_create_from,
+    .merge = local_merge,
+    .readers = local_readers,
     .reattach = local_reattach,
     .reap = local_reap,
     .free = local_free,

@@ -548,6 +548,8 @@ static const struct sb_guest_ops guest_ops = {
 
 /* --- snapshots --- */
 
+static void retention(struct run *r);
+
 /* Records snapshot.saved (after the events before it, in order). */
 static int snap_saved(void *ctx, const struct sb_snap_done *d)
 {
@@ -587,7 +589,63 @@ static int snap_saved(void *ctx, const struct sb_snap_done *d)
 	if (rc == SB_OK)
 		rc = sb_log_append(rs->env.log, &ev, 1);
 	msgpack_sbuffer_destroy(&buf);
+	if (rc == SB_OK && !strcmp(d->trigger, "turn"))
+		retention(r);
 	return rc;
+}
+
+/* --- retention: a live run keeps its newest automatic snapshots --- */
+
+struct turn_points {
+	unsigned layers[64];
+	size_t n, total;
+};
+
+static int turn_cb(void *ctx, const struct sb_resume_point *rp)
+{
+	struct turn_points *t = ctx;
+	unsigned n;
+
+	if (strcmp(rp->trigger, "turn") || sscanf(rp->snapshot, "s%u", &n) != 1)
+		return 0;
+	if (t->n < sizeof t->layers / sizeof t->layers[0])
+		t->layers[t->n++] = n;
+	t->total++;
+	return 0;
+}
+
+static void on_retired(void *ctx, int rc, const char *snapshot)
+{
+	struct run *r = ctx;
+
+	if (rc == SB_OK)
+		host_event(r->rs, r->id, "snapshot.removed", "snapshot", snapshot, "by",
+			   "retention", NULL);
+	else if (rc != SB_ERR_NOTFOUND && rc != SB_ERR_STATE)
+		warn(r, "cannot merge snapshot %s away: %s", snapshot ? snapshot : "?",
+		     sb_errmsg(rc));
+}
+
+/* Past runs.snapshots_keep automatic snapshots, the oldest that no other
+ * run reads is merged into the layer above it (the run's chain stays
+ * short) and its record says snapshot.removed (by retention). */
+static void retention(struct run *r)
+{
+	struct sb_runs *rs = r->rs;
+	uint64_t keep = (uint64_t)rs->env.settings->snapshots_keep;
+	struct turn_points t = {0};
+	size_t readers;
+
+	if (!keep || sb_projector_catch_up(rs->env.proj, NULL) ||
+	    sb_resume_each(rs->env.proj, r->id, turn_cb, &t) < 0 || t.total <= keep)
+		return;
+	for (size_t i = 0; i < t.n && i < t.total - keep; i++) {
+		if (rs->env.runner->readers(rs->env.runner_ctx, r->id, t.layers[i], &readers) ||
+		    readers)
+			continue;
+		sb_snapper_merge(r->snap, t.layers[i], on_retired, r);
+		return;
+	}
 }
 
 static void snap_warn(void *ctx, const char *line)

@@ -6,11 +6,12 @@
 
 #include "engine/error.h"
 
-enum snap_kind { K_DEMAND, K_TURN, K_FINAL };
+enum snap_kind { K_DEMAND, K_TURN, K_FINAL, K_MERGE };
 
 struct req {
 	enum snap_kind kind;
 	int memory;
+	unsigned layer; /* K_MERGE: the layer that goes */
 	sb_snap_fn cb;
 	void *ctx;
 	struct req *next;
@@ -135,6 +136,16 @@ static void take(sb_snapper *s, int synced)
 		finish(s, rc, NULL);
 }
 
+static void on_merged(void *ctx, int rc, const struct sb_snapshot_info *info)
+{
+	sb_snapper *s = ctx;
+	char id[16];
+
+	(void)info;
+	snprintf(id, sizeof id, "s%u", s->cur->layer);
+	finish(s, rc, id);
+}
+
 static void on_sync_timeout(void *ctx)
 {
 	take(ctx, 0); /* the guest did not answer: its disk as it is */
@@ -148,6 +159,15 @@ static void kick(sb_snapper *s)
 	s->head = s->cur->next;
 	if (s->cur->kind == K_TURN)
 		s->last_auto = sb_loop_now(s->env.loop);
+	if (s->cur->kind == K_MERGE) {
+		int rc;
+		s->st = S_TAKING;
+		rc = s->m ? s->env.runner->merge(s->m, s->cur->layer, on_merged, s)
+			  : sb_seterr(SB_ERR_STATE, "the run has no machine");
+		if (rc)
+			finish(s, rc, NULL);
+		return;
+	}
 	if (s->cur->kind == K_FINAL || !s->g || !sb_guest_connected(s->g)) {
 		take(s, s->cur->kind == K_FINAL);
 		return;
@@ -186,6 +206,24 @@ int sb_snapper_take(sb_snapper *s, int memory, sb_snap_fn cb, void *ctx)
 		return sb_seterr(SB_ERR_STATE, "the run is not running");
 	if (!(r = req_new(K_DEMAND, memory, cb, ctx)))
 		return SB_ERR_NOMEM;
+	enqueue(s, r);
+	return SB_OK;
+}
+
+int sb_snapper_merge(sb_snapper *s, unsigned layer, sb_snap_fn cb, void *ctx)
+{
+	struct req *r;
+
+	if (!s->m || s->ended)
+		return sb_seterr(SB_ERR_STATE, "the run is not running");
+	for (r = s->head; r; r = r->next)
+		if (r->kind == K_MERGE)
+			return sb_seterr(SB_ERR_STATE, "a merge waits already");
+	if (s->cur && s->cur->kind == K_MERGE)
+		return sb_seterr(SB_ERR_STATE, "a merge is under way");
+	if (!(r = req_new(K_MERGE, 0, cb, ctx)))
+		return SB_ERR_NOMEM;
+	r->layer = layer;
 	enqueue(s, r);
 	return SB_OK;
 }

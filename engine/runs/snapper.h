@@ -60,6 +60,12 @@ void sb_snapper_set(sb_snapper *s, sb_machine *m, sb_guest *g);
  * SB_ERR_STATE (no machine), SB_ERR_NOMEM. */
 int sb_snapper_take(sb_snapper *s, int memory, sb_snap_fn cb, void *ctx);
 
+/* Merges snapshot s<layer> of the live machine away (the runner's merge
+ * op), in turn with the snapshots; cb as for sb_snapper_take. Errors
+ * (cb not called): SB_ERR_STATE (no machine, or a merge waits already),
+ * SB_ERR_NOMEM. */
+int sb_snapper_merge(sb_snapper *s, unsigned layer, sb_snap_fn cb, void *ctx);
+
 /* An agent turn completed: an automatic disk snapshot, at most one per
  * min_interval_s (later turns are folded into the next one). */
 void sb_snapper_turn(sb_snapper *s);

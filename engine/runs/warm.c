@@ -197,6 +197,14 @@ static int save_state(sb_qmp *q, const char *file, int64_t deadline)
 	if ((rc = sb_qmp_command(q, "stop", NULL, 10000, NULL)))
 		return rc;
 	{
+		/* paused: saved as fast as the disk takes it */
+		json_t *sp = json_pack("{s:I}", "max-bandwidth", (json_int_t)(64ll << 30));
+		rc = sp ? sb_qmp_command(q, "migrate-set-parameters", sp, 10000, NULL) : SB_ERR_NOMEM;
+		json_decref(sp);
+		if (rc)
+			return rc;
+	}
+	{
 		json_t *args = json_pack("{s:s}", "uri", uri);
 		rc =
 		    args ? sb_qmp_command(q, "migrate", args, 10000, NULL) : SB_ERR_NOMEM;

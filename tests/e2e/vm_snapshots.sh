@@ -12,7 +12,9 @@
 #   turns causes no storm); --snapshots off takes none. A memory snapshot
 #   of a live run, resumed, continues a counter in the guest's running
 #   process where it was; with its memory file truncated, the resume fails
-#   in one line naming the file and records nothing.
+#   in one line naming the file and records nothing. With
+#   runs.snapshots_keep 2, a live run's older automatic snapshots are merged
+#   away (QMP block-stream) as it goes, and its files all stay readable.
 . "$(dirname "$0")/lib/vm.sh"
 
 # What every run here runs: the first time (no a.txt) it writes a.txt and
@@ -205,4 +207,23 @@ print(bool(before and after and after[0] > before[-1]))")
 [ "$grow" = True ] && ok "the model saw the earlier turns after the resume (more input tokens)" ||
 	bad "conversation" "$(events_json "$H" | grep -c agent.message) messages"
 "$SB" daemon status >/dev/null && ok "daemon healthy afterwards" || bad "daemon" "not answering"
+
+# ---- retention: the chain of a live run stays short ----
+"$SB" daemon stop >/dev/null 2>&1
+echo '{"runs": {"snapshots_keep": 2, "snapshot_interval_s": 0}}' >"$SANBOX_HOME/sanboxd.json"
+K=$("$SB" run --detach --accel tcg --timeout 300s -- /bin/sh -c '
+	for i in 1 2 3 4 5 6; do
+		echo $i > f$i.txt
+		echo "{\"type\":\"agent.turn.completed\",\"payload\":{\"turn\":$i}}" > $SANBOX_EVENTS
+		sleep 2
+	done')
+"$SB" attach "$K" >/dev/null 2>&1
+turns=$(snaps "$K" "s['trigger']=='turn'" | wc -w)
+removed=$(events_json "$K" | grep -c '"snapshot.removed".*"retention"')
+layers=$(ls "$SANBOX_HOME/runs/$K/layers" | wc -l)
+files=$(for i in 1 2 3 4 5 6; do "$SB" fs cat "$K" "f$i.txt"; done | tr '\n' ' ')
+[ "$turns" = 2 ] && [ "$removed" -ge 3 ] && [ "$layers" = 3 ] && [ "$files" = "1 2 3 4 5 6 " ] &&
+	ok "retention: 2 turn snapshots kept, $removed merged away live, every file readable" ||
+	bad "retention" "$turns turn snapshots, $removed removed, $layers layers, files '$files'"
+rm -f "$SANBOX_HOME/sanboxd.json"
 exit $((failures > 0))
