@@ -20,10 +20,19 @@
 #                                harness.input.ready
 #   snapshot.cold_run_to_harness s from one `sanbox run` (256 MiB, daemon warm)
 #                                to its harness.input.ready, the baseline
+#   snapshot.warm_to_harness     s from `sanbox run` to harness.input.ready of a
+#                                run that restores the template's warm image
+#                                (median of 3), and its ratio to the cold run
+#                                (snapshot.warm_vs_cold_to_harness)
+#   snapshot.pss_cold_idle,      MiB proportional set size of an idle cold-booted
+#   snapshot.pss_warm_idle       and warm-started sandbox's QEMU, and their ratio
+#                                (snapshot.pss_warm_vs_cold)
 # The 64 MiB and 4 GiB templates are built here (the shell template with
 # another disk =) into a store of the bench's own, with shell linked in.
-# Every guest is TCG. A failing memory snapshot is reported on stderr and its
-# lines are left out; the other figures are still printed.
+# Every guest is TCG and boots (SANBOX_WARM_START=0) but in the warm-start
+# part, which restarts the daemon with warm starts on. A
+# failing memory snapshot is reported on stderr and its lines are left out;
+# the other figures are still printed.
 set -u
 BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD=$(pwd)/$BUILD ;; esac
@@ -32,6 +41,9 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 SB=$BUILD/sanbox
 export SANBOX_TEMPLATES=$BUILD/templates
 export SANBOX_HOME=$(mktemp -d /tmp/sbbench.XXXXXX)
+# every run boots: the cold run is the baseline, forks boot anyway, and no
+# warm image is built beside the runs measured
+export SANBOX_WARM_START=0
 tmp=$SANBOX_HOME/bench
 mkdir -p "$tmp"
 
@@ -252,4 +264,40 @@ for i in 1 2 3 4 5; do
 	p="$p $((t1 - t0))"
 done
 echo "bench snapshot.qcow2_layer_create $(ms "$(median $p)") ms"
+
+# ---- warm starts: a daemon with them on ----
+# pss_kib RUN: the proportional set size of the run's QEMU, in KiB
+pss_kib() { awk '/^Pss:/ { print $2 }' "/proc/$(cat "$SANBOX_HOME/runs/$1/qemu.pid")/smaps_rollup"; }
+"$SB" daemon stop >/dev/null 2>&1
+SANBOX_WARM_START=1 "$SB" daemon start >/dev/null || die "daemon start (warm starts on)"
+c=$("$SB" run --detach --accel tcg --timeout 600s -- sleep 600) || die "first warm-daemon run"
+wait_ready "$c" >/dev/null || die "the first run did not reach the harness"
+for i in $(seq 1 600); do
+	ls "$SANBOX_HOME"/cache/warm/*.mem >/dev/null 2>&1 && break
+	sleep 0.2
+done
+ls "$SANBOX_HOME"/cache/warm/*.mem >/dev/null 2>&1 || die "no warm image was built"
+sleep 3 # the cold guest settles before its memory is measured
+pss_cold=$(pss_kib "$c")
+p="" ws=""
+for i in 1 2 3; do
+	t0=$(now)
+	w=$("$SB" run --detach --accel tcg --timeout 600s -- sleep 600) || die "warm run"
+	t1=$(wait_ready "$w") || die "a warm run did not reach the harness"
+	boot=$("$SB" events "$w" --type run.started --json | json 'j["payload"].get("boot")')
+	[ "$boot" = warm ] || die "run $w booted $boot, not warm"
+	p="$p $((t1 - t0))" # as cold_ns: from the CLI's call to the harness
+	ws="$ws $w"
+done
+sleep 3
+pss_warm=$(pss_kib "$(echo $ws | cut -d' ' -f1)")
+note "warm to harness ns:$p; PSS cold $pss_cold KiB, warm $pss_warm KiB"
+warm_ns=$(median $p)
+echo "bench snapshot.warm_to_harness $(awk -v n="$warm_ns" 'BEGIN { printf "%.3f", n / 1e9 }') s"
+echo "bench snapshot.warm_vs_cold_to_harness $(awk -v a="$warm_ns" -v b="$cold_ns" 'BEGIN { printf "%.3f", a / b }') x"
+echo "bench snapshot.pss_cold_idle $(awk -v n="$pss_cold" 'BEGIN { printf "%.1f", n / 1024 }') MiB"
+echo "bench snapshot.pss_warm_idle $(awk -v n="$pss_warm" 'BEGIN { printf "%.1f", n / 1024 }') MiB"
+echo "bench snapshot.pss_warm_vs_cold $(awk -v a="$pss_warm" -v b="$pss_cold" 'BEGIN { printf "%.2f", a / b }') x"
+"$SB" stop "$c" $ws >/dev/null 2>&1
+wait_ended "$c" $ws
 exit 0
