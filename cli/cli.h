@@ -202,10 +202,19 @@ int cli_parse_usd(const char *s, uint64_t *nusd);
  * /workspace. */
 void cli_guest_path(const char *p, char *buf, size_t cap);
 
-/* Opens the disk of run want (an id prefix or a name) into *out, which
- * the caller closes with sb_fsread_close; returns 0, or prints the error
- * and returns its exit code. */
-int cli_fs_open(const char *want, sb_fsread **out);
+/* Which disk of a run fs reads: its current one (both unset), its
+ * snapshot sN, or its newest snapshot at or before offset at. */
+struct cli_fs_at {
+	const char *snapshot;
+	uint64_t at;
+};
+
+/* Opens the disk of run want (an id prefix or a name) chosen by sel (NULL:
+ * its current one) into *out, which the caller closes with
+ * sb_fsread_close; returns 0, or prints the error and returns its exit
+ * code. Reading at an offset past the snapshot's, it says on stderr how
+ * many file changes recorded after the snapshot it does not hold. */
+int cli_fs_open(const char *want, const struct cli_fs_at *sel, sb_fsread **out);
 
 /* Prints the error rc of a disk read (its detail, escaped) and returns
  * its exit code: 3 for not found, else 1. */
@@ -218,7 +227,7 @@ int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why
 
 /* Writes the regular file at path (relative: under /workspace) of run
  * want to standard output; returns an exit code. */
-int cli_fs_cat(const char *want, const char *path);
+int cli_fs_cat(const char *want, const struct cli_fs_at *sel, const char *path);
 
 /* Prints run's events from offset from until it stops (Ctrl-C detaches)
  * and returns the exit code its end means, as 'sanbox run' does

@@ -95,9 +95,9 @@ int cmd_cp(int argc, char **argv)
 	memcpy(want, src, (size_t)(colon - src));
 	want[colon - src] = 0;
 	if (!strcmp(dest, "-"))
-		return cli_fs_cat(want, colon + 1);
+		return cli_fs_cat(want, NULL, colon + 1);
 	cli_guest_path(colon + 1, gp, sizeof gp);
-	if ((rc = cli_fs_open(want, &f)))
+	if ((rc = cli_fs_open(want, NULL, &f)))
 		return rc;
 	if ((rc = sb_fsread_stat(f, gp, &e))) {
 		rc = cli_fs_fail(rc);

@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "engine/text.h"
 #include "engine/error.h"
+#include "engine/payload.h"
 #include "vmm/fsread.h"
 
 void cli_guest_path(const char *p, char *buf, size_t cap)
@@ -30,7 +31,80 @@ int cli_fs_fail(int rc)
 	return cli_fail(rc == SB_ERR_UNAVAIL ? SB_ERR_IO : rc, "%s", sb_errmsg(rc));
 }
 
-int cli_fs_open(const char *want, sb_fsread **out)
+/* The number of agent.file.changed events of run in (from, to]. */
+static uint64_t changes_between(sb_client *c, const char *run, uint64_t from, uint64_t to)
+{
+	struct cli_req r;
+	struct sb_reply rep = {0};
+	const msgpack_object *evs;
+	uint64_t n = 0;
+
+	cli_req_begin(&r, "events.read", 4);
+	sb_pack_kstr(&r.pk, "run", run);
+	sb_pack_ku64(&r.pk, "from", from + 1);
+	sb_pack_ku64(&r.pk, "limit", 10000);
+	sb_pack_str(&r.pk, "types");
+	msgpack_pack_array(&r.pk, 1);
+	sb_pack_str(&r.pk, "agent.file.changed");
+	if (cli_call(c, &r, &rep) == SB_OK && (evs = sb_map_get(&rep.map, "events")) &&
+	    evs->type == MSGPACK_OBJECT_ARRAY)
+		for (uint32_t i = 0; i < evs->via.array.size; i++)
+			n += sb_map_u64(&evs->via.array.ptr[i], "offset", 0) <= to;
+	sb_reply_free(&rep);
+	return n;
+}
+
+/* The layer of run's snapshot sel->snapshot, or of its newest one at or
+ * before sel->at, into layer; says on stderr what it does not hold. */
+static int snapshot_layer(sb_client *c, const char *run, const struct cli_fs_at *sel,
+			  char *layer, size_t cap)
+{
+	struct cli_req r;
+	struct sb_reply rep = {0};
+	const msgpack_object *list, *best = NULL;
+	char id[72], rel[PATH_MAX];
+	uint64_t off = 0, n;
+	int rc;
+
+	cli_req_begin(&r, "snapshots.list", 1);
+	sb_pack_kstr(&r.pk, "run", run);
+	if ((rc = cli_call(c, &r, &rep)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	list = sb_map_get(&rep.map, "snapshots");
+	for (uint32_t i = 0; list && list->type == MSGPACK_OBJECT_ARRAY && i < list->via.array.size;
+	     i++) {
+		const msgpack_object *s = &list->via.array.ptr[i];
+		uint64_t o = sb_map_u64(s, "offset", 0);
+		if (sel->snapshot ? sb_map_str(s, "snapshot", id, sizeof id) > 0 &&
+					!strcmp(id, sel->snapshot)
+				  : o <= sel->at && (!best || o >= off)) {
+			best = s;
+			off = o;
+		}
+	}
+	if (!best || sb_map_str(best, "layer", rel, sizeof rel) <= 0) {
+		sb_reply_free(&rep);
+		if (sel->snapshot)
+			return cli_fail(SB_ERR_NOTFOUND, "run %s has no snapshot %s", run,
+					sel->snapshot);
+		return cli_fail(SB_ERR_NOTFOUND, "run %s has no snapshot at or before offset %llu",
+				run, (unsigned long long)sel->at);
+	}
+	sb_map_str(best, "snapshot", id, sizeof id);
+	if ((size_t)snprintf(layer, cap, "%s/%.*s", cli_home, (int)(cap / 2), rel) >= cap) {
+		sb_reply_free(&rep);
+		return cli_fail(SB_ERR_TOOBIG, "snapshot %s: its layer's path is too long", id);
+	}
+	sb_reply_free(&rep);
+	if (!sel->snapshot && sel->at > off && (n = changes_between(c, run, off, sel->at)))
+		cli_note("the files as of snapshot %s (offset %llu): %llu file change%s recorded "
+			 "after it, up to offset %llu, %s not in it",
+			 id, (unsigned long long)off, (unsigned long long)n, n == 1 ? "" : "s",
+			 (unsigned long long)sel->at, n == 1 ? "is" : "are");
+	return SB_OK;
+}
+
+int cli_fs_open(const char *want, const struct cli_fs_at *sel, sb_fsread **out)
 {
 	char run[SB_RUN_MAX], layer[PATH_MAX + 64];
 	sb_client *c;
@@ -38,11 +112,19 @@ int cli_fs_open(const char *want, sb_fsread **out)
 
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	rc = cli_resolve(c, want, run);
-	sb_client_close(c);
-	if (rc)
+	if ((rc = cli_resolve(c, want, run))) {
+		sb_client_close(c);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	snprintf(layer, sizeof layer, "%s/runs/%s/disk.qcow2", cli_home, run);
+	}
+	if (sel && (sel->snapshot || sel->at)) {
+		rc = snapshot_layer(c, run, sel, layer, sizeof layer);
+		sb_client_close(c);
+		if (rc)
+			return rc;
+	} else {
+		sb_client_close(c);
+		snprintf(layer, sizeof layer, "%s/runs/%s/disk.qcow2", cli_home, run);
+	}
 	return (rc = sb_fsread_open(layer, out)) ? cli_fs_fail(rc) : 0;
 }
 
@@ -66,7 +148,7 @@ int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why
 	return cli_fail(SB_ERR_INVAL, "%s is %s%s", path, what[e->type], why ? why : "");
 }
 
-int cli_fs_cat(const char *want, const char *path)
+int cli_fs_cat(const char *want, const struct cli_fs_at *sel, const char *path)
 {
 	char gp[SB_FS_PATH_MAX + 16];
 	struct sb_fs_entry e;
@@ -74,7 +156,7 @@ int cli_fs_cat(const char *want, const char *path)
 	int rc;
 
 	cli_guest_path(path, gp, sizeof gp);
-	if ((rc = cli_fs_open(want, &f)))
+	if ((rc = cli_fs_open(want, sel, &f)))
 		return rc;
 	if ((rc = sb_fsread_stat(f, gp, &e))) {
 		rc = cli_fs_fail(rc);
@@ -242,7 +324,7 @@ static json_t *fs_json(const struct sb_fs_entry *e)
 	return o;
 }
 
-static int fs_ls(const char *want, const char *path, int json)
+static int fs_ls(const char *want, const struct cli_fs_at *sel, const char *path, int json)
 {
 	char gp[SB_FS_PATH_MAX + 16];
 	struct fs_list l = {0};
@@ -251,7 +333,7 @@ static int fs_ls(const char *want, const char *path, int json)
 	int rc;
 
 	cli_guest_path(path, gp, sizeof gp);
-	if ((rc = cli_fs_open(want, &f)))
+	if ((rc = cli_fs_open(want, sel, &f)))
 		return rc;
 	if ((rc = sb_fsread_stat(f, gp, &e)) == SB_OK) {
 		if (e.type == SB_FS_DIR)
@@ -285,12 +367,34 @@ done:
 
 int cmd_fs(int argc, char **argv)
 {
-	int json = argc > 1 && !strcmp(argv[argc - 1], "--json");
+	static const struct option opts[] = {
+		CLI_OPT_HELP,
+		{"json", no_argument, NULL, 'j'},
+		{"at", required_argument, NULL, 'a'},
+		{"snapshot", required_argument, NULL, 's'},
+		{NULL, 0, NULL, 0},
+	};
+	struct cli_fs_at sel = {0};
+	int json = 0, ch, rc, n;
 
-	argc -= json;
-	if (argc >= 3 && argc <= 4 && !strcmp(argv[1], "ls"))
-		return fs_ls(argv[2], argc == 4 ? argv[3] : "", json);
-	if (argc == 4 && !strcmp(argv[1], "cat") && !json)
-		return cli_fs_cat(argv[2], argv[3]);
+	while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'h': return cli_help("fs");
+		case 'j': json = 1; break;
+		case 'a':
+			if ((rc = cli_parse_u64("--at", optarg, 1, UINT64_MAX - 1, &sel.at)))
+				return rc;
+			break;
+		case 's': sel.snapshot = optarg; break;
+		default: return cli_badopt("fs", argv, ch);
+		}
+	}
+	if (sel.at && sel.snapshot)
+		return cli_fail_code(CLI_EXIT_USAGE, "give --at or --snapshot, not both");
+	n = argc - optind;
+	if (n >= 2 && n <= 3 && !strcmp(argv[optind], "ls"))
+		return fs_ls(argv[optind + 1], &sel, n == 3 ? argv[optind + 2] : "", json);
+	if (n == 3 && !strcmp(argv[optind], "cat") && !json)
+		return cli_fs_cat(argv[optind + 1], &sel, argv[optind + 2]);
 	return cli_usage("fs");
 }

@@ -148,8 +148,8 @@ static const struct cli_cmd commands[] = {
 	 "       puts them, read-only and hashed, into the template store\n"
 	 "       ($SANBOX_TEMPLATES or STATE_DIR/templates)\n"},
 	{"fs", cmd_fs, "list or read files of a run's disk",
-	 "usage: sanbox fs ls RUN [PATH] [--json]\n"
-	 "       sanbox fs cat RUN PATH\n"
+	 "usage: sanbox fs ls RUN [PATH] [--snapshot ID | --at OFFSET] [--json]\n"
+	 "       sanbox fs cat RUN PATH [--snapshot ID | --at OFFSET]\n"
 	 "\n"
 	 "Reads the run's persistent disk offline (never modifying it; a running\n"
 	 "run's disk is read as it is at that moment). PATH is absolute in the\n"
@@ -159,7 +159,11 @@ static const struct cli_cmd commands[] = {
 	 "       ls -l, names and symlink targets escaped (\\\\, \\n, \\xNN, \\u{XXXX});\n"
 	 "       --json gives exact names (name_base64 when not UTF-8)\n"
 	 "cat    writes a regular file to standard output; a symlink, directory or\n"
-	 "       special file is refused, saying what it is\n"},
+	 "       special file is refused, saying what it is\n"
+	 "--snapshot ID reads the run's snapshot ID instead of its current disk;\n"
+	 "--at OFFSET its newest snapshot at or before that offset of its record\n"
+	 "(saying on stderr how many file changes recorded after the snapshot, up\n"
+	 "to OFFSET, it does not hold)\n"},
 	{"cp", cmd_cp, "copy a file or a symlink out of a run's disk",
 	 "usage: sanbox cp [--force] RUN:PATH LOCAL\n"
 	 "       sanbox cp RUN:PATH -\n"

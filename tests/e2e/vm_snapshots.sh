@@ -60,6 +60,16 @@ out=$("$SB" resume "$P" 2>&1)
 	ok "the run's end is snapshot s1" || bad "end snapshot" "$(snaps "$P")"
 [ "$(status "$P")" = stopped ] && ok "the parent stopped" || bad "parent" "$(status "$P")"
 
+# ---- reading a snapshot's files ----
+[ "$("$SB" fs ls "$P" --snapshot s0 | awk '{print $NF}' | tr '\n' ' ')" = "a.txt " ] &&
+	[ "$("$SB" fs cat "$P" b.txt --snapshot s1)" = two ] &&
+	ok "fs ls/cat --snapshot read the snapshot's files" || bad "fs --snapshot" "$("$SB" fs ls "$P" --snapshot s0 2>&1)"
+s0at=$(events_json "$P" | python3 -c "
+import json, sys
+print([json.loads(l) for l in sys.stdin if '\"snapshot.saved\"' in l][0]['offset'])")
+[ "$("$SB" fs ls "$P" --at "$s0at" 2>/dev/null | awk '{print $NF}' | tr '\n' ' ')" = "a.txt " ] &&
+	ok "fs ls --at the offset of s0 reads s0" || bad "fs --at" "$("$SB" fs ls "$P" --at "$s0at" 2>&1)"
+
 # ---- forks ----
 F0=$("$SB" fork "$P" --snapshot s0 --detach)
 F1=$("$SB" fork "$P" --detach) # the newest: s1
