@@ -64,8 +64,8 @@ static int build(char **args, int json)
 	    src,  NULL};
 	char *rm_argv[] = {"rm", "-rf", old, NULL};
 	/* the build's output goes to the CLI's stderr */
-	struct sb_spawn build = {build_argv, -1, 2, 2, 0, 0},
-			rm = {rm_argv, -1, -1, -1, 0, 0};
+	struct sb_spawn build = {.argv = build_argv, .in = -1, .out = 2, .err = 2},
+			rm = {.argv = rm_argv, .in = -1, .out = -1, .err = -1};
 	struct sb_template t;
 	pid_t pid;
 	int status, rc;

@@ -180,7 +180,8 @@ static int spawn_daemon(void)
 {
 	char exe[PATH_MAX], logpath[PATH_MAX];
 	char *argv[] = {exe, "--home", cli_home, NULL};
-	struct sb_spawn sp = {argv, -1, -1, -1, 1, 1};
+	struct sb_spawn sp = {.argv = argv, .in = -1, .out = -1, .err = -1, .new_session = 1,
+			      .detach = 1};
 	pid_t pid;
 	int rc, log;
 

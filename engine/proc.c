@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +80,9 @@ child(const char *path, const struct sb_spawn *s, int in, int out, int err, int 
 	}
 	if (s->new_session || s->detach)
 		setsid();
+	if (s->die_with_parent && !s->detach &&
+	    (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() == 1))
+		goto fail; /* the parent is gone already */
 	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		goto fail;
 	for (i = 1; i < NSIG; i++)
@@ -224,7 +228,7 @@ int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen, in
 {
 	int64_t deadline = sb_deadline(timeout_ms);
 	struct pollfd pfd = {.events = POLLIN};
-	struct sb_spawn sp = {argv, -1, -1, -1, 1, 0};
+	struct sb_spawn sp = {.argv = argv, .in = -1, .out = -1, .err = -1, .new_session = 1};
 	char scratch[4096];
 	int pp[2] = {-1, -1}, rc;
 	size_t used = 0;

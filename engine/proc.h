@@ -20,6 +20,8 @@ struct sb_spawn {
 	int new_session;   /* 1: its own session and process group (pgid = pid) */
 	int detach;	   /* 1: not the caller's child (started by a child
 			    * that exits at once); *pid is then 0 */
+	int die_with_parent; /* 1: SIGKILL once the thread that started it
+			      * ends (the whole process, say) */
 };
 
 /* Starts s->argv. *pid is the caller's child to reap (sb_proc_wait), or 0

@@ -308,6 +308,7 @@ int sb_vm_spawn(const struct sb_vm_config *c, pid_t *pid)
 	sp.in = -1;
 	sp.out = sp.err = out;
 	sp.new_session = 1;
+	sp.die_with_parent = c->die_with_parent;
 	rc = sb_spawn(&sp, pid);
 fail:
 	if (out >= 0)

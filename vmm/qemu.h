@@ -42,6 +42,9 @@ struct sb_vm_config {
 	sb_accel accel;		  /* SB_ACCEL_KVM or SB_ACCEL_TCG (resolved) */
 	unsigned tsc_khz;	  /* TCG only: guest TSC rate for tsc_early_khz=,
 				   * 0 = the host's (sb_host_tsc_khz) */
+	int die_with_parent;	  /* 1: killed when the starting thread ends (a
+				   * helper VM, not a run's, which outlives the
+				   * daemon) */
 };
 
 /* The QEMU binary of a config without one: $SANBOX_QEMU when set and not

@@ -414,7 +414,7 @@ int sb_stub_start(const char *script_dir, pid_t *pid, char url[SB_URL_MAX])
 	char bin[PATH_MAX], line[128], parent[24];
 	char *argv[] = {bin,	"--listen", "127.0.0.1:0", "--parent",
 			parent, NULL,	    NULL,	   NULL};
-	struct sb_spawn sp = {argv, -1, -1, -1, 0, 0};
+	struct sb_spawn sp = {.argv = argv, .in = -1, .out = -1, .err = -1};
 	struct pollfd pfd;
 	size_t got = 0;
 	int fds[2], rc;

@@ -266,14 +266,16 @@ int sb_snapper_busy(const sb_snapper *s)
 	return s->st != S_IDLE || s->head || s->turn_w;
 }
 
-/* Answers and frees every waiting demand with rc; drops automatic ones. */
-static void drain(sb_snapper *s, int rc, const char *why)
+/* Answers and frees every waiting demand (and merge) with rc; drops
+ * automatic ones, and the final one unanswered when closing (its run is
+ * being freed). */
+static void drain(sb_snapper *s, int rc, const char *why, int closing)
 {
 	struct req *r;
 
 	while ((r = s->head)) {
 		s->head = r->next;
-		if (r->cb)
+		if (r->cb && !(closing && r->kind == K_FINAL))
 			r->cb(r->ctx, sb_seterr(rc, "%s", why), NULL);
 		free(r);
 	}
@@ -288,7 +290,14 @@ int sb_snapper_final(sb_snapper *s, sb_snap_fn cb, void *ctx)
 	s->ended = 1;
 	sb_watch_stop(s->turn_w);
 	s->turn_w = NULL;
-	drain(s, SB_ERR_STATE, "the run ended before its snapshot was taken");
+	if (s->st == S_SYNCING) {
+		/* the guest is gone: no live snapshot of it */
+		sb_watch_stop(s->sync_w);
+		s->sync_w = NULL;
+		finish(s, sb_seterr(SB_ERR_STATE, "the run ended before its snapshot was taken"),
+		       NULL);
+	}
+	drain(s, SB_ERR_STATE, "the run ended before its snapshot was taken", 0);
 	s->head = r;
 	kick_later(s);
 	return SB_OK;
@@ -306,6 +315,6 @@ void sb_snapper_close(sb_snapper *s)
 		s->head = s->cur;
 		s->cur = NULL;
 	}
-	drain(s, SB_ERR_STATE, "the run ended before its snapshot was taken");
+	drain(s, SB_ERR_STATE, "the run ended before its snapshot was taken", 1);
 	free(s);
 }

@@ -270,6 +270,7 @@ int sb_warm_build(const char *home, const char *key, const struct sb_warm_spec *
 	vc.cpus = w->cpus;
 	vc.memory_mib = w->memory_mib;
 	vc.accel = w->accel;
+	vc.die_with_parent = 1; /* a daemon that exits takes its build with it */
 	if ((rc = sb_vm_spawn(&vc, &b.pid)))
 		goto out;
 	if ((f = fopen(b.pidfile, "we"))) {
