@@ -79,31 +79,35 @@ static void enqueue(sb_snapper *s, struct req *r)
 	kick_later(s);
 }
 
-/* The current snapshot ended with rc (id valid when rc is SB_OK). */
+/* The current snapshot ended with rc (id valid when rc is SB_OK). The
+ * callback comes last: it may free s (a run's end frees its snapper). */
 static void finish(sb_snapper *s, int rc, const char *id)
 {
 	struct req *r = s->cur;
-	char line[600];
+	sb_snap_fn cb = r->cb;
+	void *ctx = r->ctx;
+	char line[600], copy[16] = "";
 
 	s->cur = NULL;
 	s->st = S_IDLE;
-	if (r->cb) {
-		r->cb(r->ctx, rc, id);
-	} else if (rc && s->env.warn) {
-		snprintf(line, sizeof line, "automatic snapshot failed: %s",
-			 sb_errmsg(rc));
-		s->env.warn(s->env.ctx, line);
-	}
+	if (id)
+		snprintf(copy, sizeof copy, "%s", id);
 	free(r);
 	if (s->head)
 		kick_later(s);
+	if (cb) {
+		cb(ctx, rc, id ? copy : NULL);
+	} else if (rc && s->env.warn) {
+		snprintf(line, sizeof line, "automatic snapshot failed: %s", sb_errmsg(rc));
+		s->env.warn(s->env.ctx, line);
+	}
 }
 
 static void on_taken(void *ctx, int rc, const struct sb_snapshot_info *info)
 {
 	sb_snapper *s = ctx;
 	struct sb_snap_done d;
-	char id[16];
+	char id[16] = "";
 
 	if (rc == SB_OK) {
 		d.info = info;
@@ -139,7 +143,7 @@ static void take(sb_snapper *s, int synced)
 static void on_merged(void *ctx, int rc, const struct sb_snapshot_info *info)
 {
 	sb_snapper *s = ctx;
-	char id[16];
+	char id[16] = "";
 
 	(void)info;
 	snprintf(id, sizeof id, "s%u", s->cur->layer);
