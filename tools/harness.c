@@ -15,10 +15,10 @@
  * The loop ends with an answer without tool calls (printed on stdout) or
  * after --max-turns turns (default 20).
  *
- * The conversation (the messages sent to the model) is kept in
- * $SANBOX_CONVERSATION (default /var/lib/sanbox/conversation.json, on the
- * run's disk but outside /workspace) after each turn, written whole and
- * renamed into place. A harness that finds one there when it starts (a
+ * When $SANBOX_CONVERSATION is set (the guest agent sets it to
+ * /var/lib/sanbox/conversation.json, on the run's disk but outside
+ * /workspace), the conversation (the messages sent to the model) is kept
+ * there after each turn, written whole and renamed into place. A harness that finds one there when it starts (a
  * run resumed or forked from a snapshot) continues it: the prompt it is
  * given is the next user message.
  *
@@ -95,7 +95,7 @@ struct harness {
 	const char *model;
 	int max_turns;
 	int events_fd; /* -1 when $SANBOX_EVENTS is not set */
-	const char *conv; /* where the conversation is kept */
+	const char *conv; /* where the conversation is kept, or NULL */
 	CURL *curl;
 	json_t *tools;
 	json_t *messages;
@@ -604,12 +604,14 @@ static void mkdirs_above(const char *path)
 	}
 }
 
-/* Writes the conversation to h->conv (a new file renamed over the old:
- * a snapshot never holds half of it). Failing is not fatal. */
+/* Writes the conversation to h->conv, if set (a new file renamed over
+ * the old: a snapshot never holds half of it). Failing is not fatal. */
 static void conv_save(struct harness *h)
 {
 	char tmp[PATH_MAX + 8];
 
+	if (!h->conv)
+		return;
 	snprintf(tmp, sizeof tmp, "%s.new", h->conv);
 	mkdirs_above(h->conv);
 	if (json_dump_file(h->messages, tmp, JSON_COMPACT) || rename(tmp, h->conv)) {
@@ -771,9 +773,9 @@ int main(int argc, char **argv)
 	h.curl = curl_easy_init();
 	h.tools = json_loads(TOOLS_JSON, 0, NULL);
 	h.conv = getenv("SANBOX_CONVERSATION");
-	if (!h.conv || !*h.conv)
-		h.conv = "/var/lib/sanbox/conversation.json";
-	if ((h.messages = conv_load(h.conv))) {
+	if (h.conv && !*h.conv)
+		h.conv = NULL;
+	if (h.conv && (h.messages = conv_load(h.conv))) {
 		/* a run resumed or forked: the conversation goes on */
 		fprintf(stderr, "sanbox-harness: continuing a conversation of %zu messages\n",
 			json_array_size(h.messages));

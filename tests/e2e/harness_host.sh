@@ -36,7 +36,7 @@ ev() { jq -sc "$1" "$tmp/events"; }
 
 start_stub main --script-dir "$SCRIPTS" --log "$tmp/log"
 export OPENAI_BASE_URL="$url" OPENAI_API_KEY=vk-run-1 SANBOX_EVENTS="$tmp/events"
-unset SANBOX_MODEL SANBOX_PROMPT
+unset SANBOX_MODEL SANBOX_PROMPT SANBOX_CONVERSATION
 
 # -- the scripted run: shell, write_file, final "done"
 mkdir "$tmp/ws"
@@ -80,6 +80,19 @@ wait "$reader"
 grep -q '^echo: ' "$tmp/stdout" || fail "echo answer: $(cat "$tmp/stdout")"
 [ "$(ev '[.[].type] | join(" ")')" = '"agent.turn.started agent.message agent.turn.completed"' ] ||
 	fail "FIFO events: $(cat "$tmp/events")"
+
+# -- no $SANBOX_CONVERSATION: nothing kept anywhere; with it, kept and continued
+[ ! -e /var/lib/sanbox/conversation.json ] || [ "$(stat -c %Y /var/lib/sanbox/conversation.json)" -lt "$(stat -c %Y "$tmp")" ] ||
+	fail "a harness without SANBOX_CONVERSATION wrote /var/lib/sanbox/conversation.json"
+conv="$tmp/state/conversation.json"
+run_in "$tmp/ws" env SANBOX_CONVERSATION="$conv" SANBOX_MODEL=stub/echo "$HARNESS" first question
+[ "$rc" = 0 ] && [ "$(jq length "$conv")" = 3 ] || fail "conversation after one turn: $(cat "$conv")"
+run_in "$tmp/ws" env SANBOX_CONVERSATION="$conv" SANBOX_MODEL=stub/echo "$HARNESS" second question
+[ "$rc" = 0 ] && grep -q 'continuing a conversation of 3 messages' "$tmp/stderr" ||
+	fail "second run did not continue: $(cat "$tmp/stderr")"
+[ "$(jq -c '[.[] | .role]' "$conv")" = '["system","user","assistant","user","assistant"]' ] &&
+	[ "$(jq -r '.[3].content' "$conv")" = "second question" ] || fail "continued conversation: $(cat "$conv")"
+[ ! -e "$conv.new" ] || fail "the conversation's temporary file was left"
 
 # -- the turn limit
 rm -rf "$tmp/ws2" "$tmp/events"

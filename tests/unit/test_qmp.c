@@ -1387,11 +1387,16 @@ static void test_accel_auto(void **state)
 	} else {
 		assert_string_equal(why, "");
 	}
-	/* The probe left nothing behind but the cache. */
+	/* The probe left nothing behind but the cache (no probe, no cache,
+	 * without /dev/kvm). */
 	snprintf(cache, sizeof cache, "%s/cache/accel", tmp);
 	c = slurp(cache);
-	assert_non_null(strstr(c, sb_accel_name(a)));
-	assert_non_null(strstr(c, "boot_id"));
+	if (access("/dev/kvm", R_OK | W_OK) == 0) {
+		assert_non_null(strstr(c, sb_accel_name(a)));
+		assert_non_null(strstr(c, "boot_id"));
+	} else {
+		assert_string_equal(c, "");
+	}
 	free(c);
 	char cmd[PATH_MAX + 64];
 	snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s/cache' | grep -v '^accel$')\"",

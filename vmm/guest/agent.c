@@ -323,6 +323,7 @@ static const char *spec_parse(const msgpack_object *body, struct spec *s)
 	env_set(s, "PATH", DEFAULT_PATH, 0);
 	env_set(s, "HOME", "/root", 0);
 	env_set(s, "SANBOX_EVENTS", AGENT_EVENTS, 1);
+	env_set(s, "SANBOX_CONVERSATION", AGENT_CONVERSATION, 0);
 	if (s->tunnel_port) {
 		snprintf(buf, sizeof buf, "http://127.0.0.1:%u/v1", s->tunnel_port);
 		env_set(s, "OPENAI_BASE_URL", buf, 0);
