@@ -18,9 +18,9 @@
  * When $SANBOX_CONVERSATION is set (the guest agent sets it to
  * /var/lib/sanbox/conversation.json, on the run's disk but outside
  * /workspace), the conversation (the messages sent to the model) is kept
- * there after each turn, written whole and renamed into place. A harness that finds one there when it starts (a
- * run resumed or forked from a snapshot) continues it: the prompt it is
- * given is the next user message.
+ * there after each turn, written whole and renamed into place. A harness
+ * that finds one there when it starts (a run resumed or forked from a
+ * snapshot) continues it: the prompt it is given is the next user message.
  *
  * When $SANBOX_EVENTS is set, the harness writes one JSON line per event
  * there (one write(2) per line): agent.turn.started, agent.tool.started,
