@@ -94,7 +94,7 @@ struct harness {
 	const char *key; /* may be NULL */
 	const char *model;
 	int max_turns;
-	int events_fd; /* -1 when $SANBOX_EVENTS is not set */
+	int events_fd;	  /* -1 when $SANBOX_EVENTS is not set */
 	const char *conv; /* where the conversation is kept, or NULL */
 	CURL *curl;
 	json_t *tools;
@@ -615,7 +615,8 @@ static void conv_save(struct harness *h)
 	snprintf(tmp, sizeof tmp, "%s.new", h->conv);
 	mkdirs_above(h->conv);
 	if (json_dump_file(h->messages, tmp, JSON_COMPACT) || rename(tmp, h->conv)) {
-		fprintf(stderr, "sanbox-harness: cannot keep the conversation in %s: %s\n",
+		fprintf(stderr,
+			"sanbox-harness: cannot keep the conversation in %s: %s\n",
 			h->conv, strerror(errno));
 		unlink(tmp);
 	}
@@ -777,15 +778,18 @@ int main(int argc, char **argv)
 		h.conv = NULL;
 	if (h.conv && (h.messages = conv_load(h.conv))) {
 		/* a run resumed or forked: the conversation goes on */
-		fprintf(stderr, "sanbox-harness: continuing a conversation of %zu messages\n",
+		fprintf(stderr,
+			"sanbox-harness: continuing a conversation of %zu messages\n",
 			json_array_size(h.messages));
-		json_array_append_new(h.messages,
-				      json_pack("{s:s, s:o}", "role", "user", "content",
-						text_json(prompt.data, prompt.len, (size_t)-1)));
+		json_array_append_new(
+		    h.messages,
+		    json_pack("{s:s, s:o}", "role", "user", "content",
+			      text_json(prompt.data, prompt.len, (size_t)-1)));
 	} else {
-		h.messages = json_pack("[{s:s, s:s}, {s:s, s:o}]", "role", "system", "content",
-				       SYSTEM_PROMPT, "role", "user", "content",
-				       text_json(prompt.data, prompt.len, (size_t)-1));
+		h.messages =
+		    json_pack("[{s:s, s:s}, {s:s, s:o}]", "role", "system", "content",
+			      SYSTEM_PROMPT, "role", "user", "content",
+			      text_json(prompt.data, prompt.len, (size_t)-1));
 	}
 	if (!h.curl || !h.tools || !h.messages)
 		fprintf(stderr, "sanbox-harness: cannot initialise\n");

@@ -18,10 +18,11 @@
 #include "vmm/chan.h"
 
 #define AGENT_VERSION	SB_CHAN_VERSION /* vmm/chan.h: the host requires it */
-#define AGENT_ROOT	"/newroot"   /* where /dev/vda is mounted */
-#define AGENT_WORKSPACE "/workspace" /* inside the new root */
+#define AGENT_ROOT	"/newroot"	/* where /dev/vda is mounted */
+#define AGENT_WORKSPACE "/workspace"	/* inside the new root */
 #define AGENT_EVENTS	"/run/sanbox/events"
-#define AGENT_CONVERSATION "/var/lib/sanbox/conversation.json" /* the harness keeps its own there */
+#define AGENT_CONVERSATION                                                               \
+	"/var/lib/sanbox/conversation.json" /* the harness keeps its own there */
 
 /* The channel to the host. */
 struct agent_port {
