@@ -218,6 +218,28 @@ int sb_layers_advance(const char *home, const char *run, unsigned n)
 	return link_top(home, run, n);
 }
 
+int sb_layers_settle(const char *home, const char *run, const char *active)
+{
+	char dir[SB_LAYER_PATH_MAX], real[PATH_MAX];
+	unsigned n, top;
+	size_t dl;
+	int rc;
+
+	if ((rc = layers_dir(home, run, dir, sizeof dir)))
+		return rc;
+	if (!realpath(dir, real))
+		return sb_seterr(SB_ERR_IO, "%s: %s", dir, strerror(errno));
+	dl = strlen(real);
+	if (strncmp(active, real, dl) || active[dl] != '/' || !layer_name(active + dl + 1, &n))
+		return sb_seterr(SB_ERR_PROTO, "QEMU writes %.200s, not a layer of run %s",
+				 active, run);
+	if ((rc = sb_layers_top(home, run, &top)))
+		return rc;
+	if (n == top)
+		return SB_OK;
+	return n > top ? sb_layers_advance(home, run, n) : link_top(home, run, n);
+}
+
 /* --- who reads a layer --- */
 
 /* A run's layers, each with the layer of the same run it was made on. */

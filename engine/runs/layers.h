@@ -56,6 +56,14 @@ int sb_layers_next(const char *home, const char *run, unsigned *n, char *path,
  * disk.qcow2 at n. Errors: SB_ERR_IO. */
 int sb_layers_advance(const char *home, const char *run, unsigned n);
 
+/* Makes disk.qcow2 name active, the file a live machine writes (QEMU's
+ * own answer), when it names another of run's layers: a daemon killed
+ * between QEMU's new layer and the link's move left the link on the layer
+ * below, and the next snapshot would take QEMU's file for a half-made one.
+ * A newer active is advanced to (the old top frozen). Errors: SB_ERR_PROTO
+ * (active is not one of run's layers), those of sb_layers_advance. */
+int sb_layers_settle(const char *home, const char *run, const char *active);
+
 /* Freezes layer n (mode 0444): the snapshot of a machine that ended. */
 int sb_layers_freeze(const char *home, const char *run, unsigned n);
 

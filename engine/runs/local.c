@@ -53,6 +53,7 @@ struct sb_machine {
 	const struct sb_machine_events *ev;
 	void *ctx;
 	int again; /* the next channel is a reconnection */
+	int reattached; /* found running by a daemon that started again */
 	unsigned layer; /* the number of the layer create made */
 	char incoming[SB_LAYER_PATH_MAX + 8]; /* the memory state it starts from, or "" */
 	int cont_sent;		 /* ... and QMP cont was sent once it loaded */
@@ -445,6 +446,18 @@ static void incoming_poll(struct sb_machine *m)
 		qmp_arm(m);
 }
 
+/* A reattached machine's disk: disk.qcow2 names the layer QEMU writes. */
+static void on_settle(void *ctx, int rc, json_t *ret)
+{
+	struct sb_machine *m = ctx;
+	json_t *ins = json_object_get(json_array_get(ret, 0), "inserted");
+	const char *file = json_string_value(json_object_get(ins, "file"));
+
+	if (rc == SB_OK && file && (rc = sb_layers_settle(m->lr->home, m->run, file)) &&
+	    m->ev->warning)
+		m->ev->warning(m->ctx, sb_errmsg(rc));
+}
+
 static void on_qmp_ready(void *ctx, int rc, json_t *ret)
 {
 	struct sb_machine *m = ctx;
@@ -453,6 +466,12 @@ static void on_qmp_ready(void *ctx, int rc, json_t *ret)
 	m->qmp_ready = rc == SB_OK;
 	if (m->qmp_ready && m->incoming[0] && !m->cont_sent)
 		incoming_poll(m);
+	if (m->qmp_ready && m->reattached) {
+		m->reattached = 0;
+		if (sb_qmp_send(m->qmp, loop_ms(m), "query-block", NULL, 10000, on_settle, m) ==
+		    SB_OK)
+			qmp_arm(m);
+	}
 }
 
 static void on_qmp_accept(void *ctx, int revents)
@@ -623,6 +642,7 @@ struct snap_op {
 	char next[SB_LAYER_PATH_MAX]; /* the new top layer QEMU makes */
 	double t_pause;
 	int rc;		/* the first failure, kept while the guest is resumed */
+	char why[512];	/* and its detail */
 	sb_watch *w;	/* the migration poll's timer, or the done callback's */
 };
 
@@ -650,11 +670,16 @@ static void snap_finish(struct snap_op *op)
 	int rc = op->rc;
 	struct sb_snapshot_info info = op->info;
 
+	char why[sizeof op->why];
+
+	snprintf(why, sizeof why, "%s", op->why);
 	sb_watch_stop(op->w);
 	free(op);
 	if (!m)
 		return; /* the machine was freed: nobody to tell */
 	m->snap = NULL;
+	if (rc)
+		sb_seterr(rc, "%s", why);
 	if (rc == SB_OK) {
 		info.memory_bytes = file_size(info.memory_path);
 		info.bytes = file_size(info.layer_path) + info.memory_bytes;
@@ -680,14 +705,15 @@ static void snap_orphan(struct sb_machine *m)
 	}
 }
 
-/* Fails op with rc (detail kept); a paused guest is resumed first. */
+/* Fails op with rc (detail kept); a guest paused for its memory is
+ * resumed first (a disk snapshot never pauses it). */
 static void snap_fail(struct snap_op *op, int rc)
 {
-	char detail[512];
-
-	snprintf(detail, sizeof detail, "%s", sb_errmsg(rc));
-	op->rc = sb_seterr(rc, "%s", detail);
-	if (op->m && op->t_pause > 0 && op->stage < S_CONT) {
+	if (!op->rc) {
+		op->rc = rc;
+		snprintf(op->why, sizeof op->why, "%s", sb_errmsg(rc));
+	}
+	if (op->m && op->memory && op->t_pause > 0 && op->stage < S_CONT) {
 		op->stage = S_CONT; /* the guest goes on, the snapshot failed */
 		snap_step(op);
 		return;
@@ -696,6 +722,25 @@ static void snap_fail(struct snap_op *op, int rc)
 }
 
 static void on_snap_poll(void *ctx);
+
+/* The files of op: the top is frozen as snapshot s<top>; QEMU makes layer
+ * top + 1 (a file left there by a snapshot that failed is removed). */
+static int snap_next(struct snap_op *op)
+{
+	struct sb_machine *m = op->m;
+	unsigned n;
+	int rc;
+
+	if ((rc = sb_layers_next(m->lr->home, m->run, &n, op->next, sizeof op->next)) ||
+	    (rc = sb_layers_path(m->lr->home, m->run, n - 1, op->info.layer_path,
+				 sizeof op->info.layer_path)))
+		return rc;
+	op->info.layer = n - 1;
+	if (op->memory)
+		snprintf(op->info.memory_path, sizeof op->info.memory_path,
+			 "%s/layers/%u.mem", m->dir, n - 1);
+	return SB_OK;
+}
 
 static void on_snap_reply(void *ctx, int rc, json_t *ret)
 {
@@ -708,8 +753,8 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 		return;
 	}
 	if (rc && op->stage == S_CONT) {
-		op->rc = op->rc ? op->rc : rc;
-		snap_finish(op);
+		op->stage = S_DONE;
+		snap_fail(op, rc);
 		return;
 	}
 	if (rc) {
@@ -727,6 +772,15 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 			return;
 		}
 		snprintf(m->top_node, sizeof m->top_node, "%s", node);
+		/* the layer QEMU writes is the top, whatever the link says;
+		 * the one above it is QEMU's next */
+		if ((rc = sb_layers_settle(m->lr->home, m->run,
+					   json_string_value(json_object_get(ins, "file"))
+					       ?: "")) ||
+		    (rc = snap_next(op))) {
+			snap_fail(op, rc);
+			return;
+		}
 		op->stage = op->memory ? S_STOP : S_FREEZE;
 		break;
 	}
@@ -853,13 +907,9 @@ static void snap_step(struct snap_op *op)
 	}
 	json_decref(args);
 	if (rc) {
-		if (op->stage == S_CONT) { /* nothing more can be done */
-			op->rc = op->rc ? op->rc : rc;
-			op->stage = S_DONE;
-			snap_finish(op);
-		} else {
-			snap_fail(op, rc);
-		}
+		if (op->stage == S_CONT)
+			op->stage = S_DONE; /* nothing more can be done */
+		snap_fail(op, rc);
 	}
 }
 
@@ -1104,7 +1154,7 @@ static int local_snapshot(struct sb_machine *m, const struct sb_snapshot_req *re
 			  sb_snapshot_fn cb, void *ctx)
 {
 	struct snap_op *op;
-	unsigned top, n;
+	unsigned top;
 	int rc;
 
 	if (m->snap || m->merge)
@@ -1135,15 +1185,6 @@ static int local_snapshot(struct sb_machine *m, const struct sb_snapshot_req *re
 		m->snap = op;
 		return SB_OK;
 	}
-	/* the top is frozen as snapshot s<top>; QEMU makes layer top + 1 */
-	if ((rc = sb_layers_next(m->lr->home, m->run, &n, op->next, sizeof op->next)) ||
-	    (rc = sb_layers_path(m->lr->home, m->run, n - 1, op->info.layer_path,
-				 sizeof op->info.layer_path)))
-		goto fail;
-	op->info.layer = n - 1;
-	if (req->memory)
-		snprintf(op->info.memory_path, sizeof op->info.memory_path,
-			 "%s/layers/%u.mem", m->dir, n - 1);
 	/* the first command is sent here: a failure is this call's */
 	if ((rc = sb_qmp_send(m->qmp, loop_ms(m), "query-block", NULL, SNAP_CMD_MS,
 			      on_snap_reply, op)))
@@ -1204,6 +1245,7 @@ static int local_reattach(void *runner, const struct sb_plan *p,
 		goto fail;
 	}
 	m->again = 1;
+	m->reattached = 1;
 	if ((rc = machine_watch(m, ev, ctx)))
 		goto fail;
 	if (!(m->child_w = sb_loop_child(lr->loop, m->pid, on_child, m))) {

@@ -4,7 +4,10 @@
 # kill, files, model access with the same virtual key), every event
 # acknowledged before the kill is still there, a VM that died meanwhile is
 # the only one marked failed, and nothing is left behind (no model stub of
-# the killed daemon, no QEMU once the runs are over).
+# the killed daemon, no QEMU once the runs are over). A daemon killed
+# between QEMU's new layer and the move of disk.qcow2 (played here by the
+# test, as QEMU's monitor while no daemon runs) loses nothing: the next
+# daemon points the link at the layer QEMU writes, and later snapshots work.
 . "$(dirname "$0")/lib/vm.sh"
 
 daemon_pid() { cat "$SANBOX_HOME/sanboxd.pid" 2>/dev/null; }
@@ -31,10 +34,13 @@ A=$("$SB" run --detach --name ticker --timeout 300s -- /bin/sh -c \
 B=$("$SB" run --detach --name caller --timeout 300s -- /bin/sh -c \
 	'sleep 8; wget -q -O- --header "Authorization: Bearer $OPENAI_API_KEY" $OPENAI_BASE_URL/models; echo; echo called')
 C=$("$SB" run --detach --name victim --timeout 300s -- /bin/sh -c 'sleep 600')
+D=$("$SB" run --detach --name writer --snapshots off --timeout 300s -- /bin/sh -c \
+	'for i in $(seq 1 60); do echo $i >> n.txt; sync; sleep 0.5; done; echo end >> n.txt')
 for i in $(seq 1 180); do
 	has_event "$A" "e['type']=='agent.output' and 'tick 3' in e['payload']['data']" &&
 		has_event "$C" "e['type']=='harness.input.ready'" &&
-		has_event "$B" "e['type']=='harness.input.ready'" && break
+		has_event "$B" "e['type']=='harness.input.ready'" &&
+		has_event "$D" "e['type']=='harness.input.ready'" && break
 	sleep 1
 done
 has_event "$A" "e['type']=='agent.output' and 'tick 3' in e['payload']['data']" ||
@@ -53,6 +59,40 @@ for i in $(seq 1 50); do
 	sleep 0.1
 done
 [ $gone = 1 ] && ok "the killed daemon's model stub died with it" || bad "orphan" "model stub $stubs still runs"
+# while no daemon runs, run D's QEMU makes a new layer, as a snapshot the
+# daemon was killed in would have left it: QEMU writes layers/1.qcow2,
+# disk.qcow2 still names layers/0.qcow2
+python3 - "$SANBOX_HOME/runs/$D" <<'PY' || bad "setup" "could not play QEMU's half-made snapshot"
+import json, os, socket, sys
+d = sys.argv[1]
+path = d + "/qmp.sock"
+os.unlink(path)
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(path)
+srv.listen(1)
+srv.settimeout(10)
+conn, _ = srv.accept()  # QEMU reconnects within a second
+f = conn.makefile("rw")
+def cmd(name, **args):
+    f.write(json.dumps({"execute": name, "arguments": args}) + "\n")
+    f.flush()
+    while True:
+        r = json.loads(f.readline())
+        if "error" in r:
+            sys.exit("QMP %s: %s" % (name, r["error"]))
+        if "return" in r:
+            return r["return"]
+json.loads(f.readline())  # the greeting
+cmd("qmp_capabilities")
+node = cmd("query-block")[0]["inserted"]["node-name"]
+top = os.path.realpath(d + "/layers") + "/1.qcow2"
+cmd("blockdev-snapshot-sync", **{"node-name": node, "snapshot-file": top,
+    "snapshot-node-name": "layer1", "format": "qcow2", "mode": "absolute-paths"})
+conn.close()
+srv.close()
+os.unlink(path)
+PY
+[ "$(readlink "$SANBOX_HOME/runs/$D/disk.qcow2")" = layers/0.qcow2 ] || bad "setup" "disk.qcow2 moved"
 # while no daemon runs, one VM dies
 cpid=$(cat "$SANBOX_HOME/runs/$C/qemu.pid")
 kill -9 "$cpid"
@@ -81,6 +121,23 @@ have = {json.loads(l)["offset"] for l in sys.stdin if l.strip()}
 want = {int(x) for x in sys.argv[1].split()}
 sys.exit(0 if want <= have else 1)' "$before" &&
 	ok "every event acknowledged before the kill is there" || bad "events" "some were lost"
+for i in $(seq 1 100); do
+	[ "$(readlink "$SANBOX_HOME/runs/$D/disk.qcow2")" = layers/1.qcow2 ] && break
+	sleep 0.1
+done
+[ "$(readlink "$SANBOX_HOME/runs/$D/disk.qcow2")" = layers/1.qcow2 ] &&
+	ok "the next daemon points disk.qcow2 at the layer QEMU writes" ||
+	bad "half-made snapshot" "disk.qcow2 -> $(readlink "$SANBOX_HOME/runs/$D/disk.qcow2")"
+"$SB" snapshot "$D" >"$SANBOX_HOME/d.snap" 2>&1 &&
+	"$SB" snapshots "$D" --json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+sys.exit(0 if [x["snapshot"] for x in s["snapshots"]] == ["s1"] else 1)' &&
+	ok "a snapshot after it freezes that layer" || bad "snapshot after" "$(cat "$SANBOX_HOME/d.snap")"
+timeout 200 "$SB" attach "$D" >/dev/null 2>&1
+[ "$("$SB" fs cat "$D" n.txt | wc -l)" = 61 ] && [ "$("$SB" fs cat "$D" n.txt | tail -n 1)" = end ] &&
+	ok "nothing it wrote after the half-made snapshot is lost" ||
+	bad "half-made snapshot" "n.txt: $("$SB" fs cat "$D" n.txt 2>&1 | tail -n 2)"
 "$SB" daemon stop >/dev/null
 left=""
 for p in "$SANBOX_HOME"/runs/*/qemu.pid; do
