@@ -10,9 +10,10 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "engine/text.h"
 #include "engine/error.h"
 #include "engine/payload.h"
+#include "engine/runs/layers.h"
+#include "engine/text.h"
 #include "vmm/fsread.h"
 
 void cli_guest_path(const char *p, char *buf, size_t cap)
@@ -125,6 +126,8 @@ int cli_fs_open(const char *want, const struct cli_fs_at *sel, sb_fsread **out)
 		sb_client_close(c);
 		snprintf(layer, sizeof layer, "%s/runs/%s/disk.qcow2", cli_home, run);
 	}
+	if ((rc = sb_layers_check(cli_home, layer)))
+		return cli_fail(rc, "%s", sb_errmsg(rc)); /* qemu-nbd would follow it */
 	return (rc = sb_fsread_open(layer, out)) ? cli_fs_fail(rc) : 0;
 }
 

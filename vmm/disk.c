@@ -103,7 +103,7 @@ static uint64_t be(const unsigned char *p, int n)
 
 int sb_disk_backing(const char *path, char *buf, size_t cap)
 {
-	unsigned char h[20];
+	unsigned char h[80];
 	uint64_t off;
 	uint32_t len;
 	int fd = open(path, O_RDONLY | O_CLOEXEC), rc = SB_OK;
@@ -113,8 +113,14 @@ int sb_disk_backing(const char *path, char *buf, size_t cap)
 		return sb_seterr(errno == ENOENT ? SB_ERR_NOTFOUND : SB_ERR_IO, "%s: %s", path,
 				 strerror(errno));
 	n = pread(fd, h, sizeof h, 0);
-	if (n != (ssize_t)sizeof h || be(h, 4) != QCOW2_MAGIC) {
+	if (n < 20 || be(h, 4) != QCOW2_MAGIC) {
 		rc = sb_seterr(SB_ERR_CORRUPT, "%s: not a qcow2 file", path);
+		goto out;
+	}
+	/* version 3: incompatible feature bit 2, an external data file (a
+	 * header naming any host file as the disk's data) */
+	if (be(h + 4, 4) >= 3 && (n < 80 || be(h + 72, 8) & 4)) {
+		rc = sb_seterr(SB_ERR_CORRUPT, "%s: its data is in another file", path);
 		goto out;
 	}
 	off = be(h + 8, 8);

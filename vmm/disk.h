@@ -21,7 +21,8 @@ int sb_disk_layer_create(const char *base, const char *base_fmt, const char *pat
 /* Reads the backing file named in the header of the qcow2 file path into
  * buf ("" when it has none). Reads the header only (no qemu-img).
  * Errors: SB_ERR_NOTFOUND, SB_ERR_IO (unreadable), SB_ERR_CORRUPT (not a
- * qcow2 file, or a backing name out of the file or longer than cap - 1). */
+ * qcow2 file, a backing name out of the file or longer than cap - 1, or
+ * an external data file: never made here, refused). */
 int sb_disk_backing(const char *path, char *buf, size_t cap);
 
 /* Makes the qcow2 layer path read from base (format base_fmt) instead of

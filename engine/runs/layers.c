@@ -12,6 +12,7 @@
 
 #include "engine/error.h"
 #include "engine/home.h"
+#include "engine/runs/template.h"
 #include "vmm/disk.h"
 
 #define LAYERS_MAX 4096 /* layers of one run this reads */
@@ -240,6 +241,66 @@ int sb_layers_settle(const char *home, const char *run, const char *active)
 	return n > top ? sb_layers_advance(home, run, n) : link_top(home, run, n);
 }
 
+/* --- the chain a reader follows --- */
+
+/* Is real (a real path) dir/RUN/layers/N.qcow2 for some RUN? */
+static int is_layer_in(const char *real, const char *runs)
+{
+	size_t rl = strlen(runs);
+	const char *run = real + rl + 1, *slash;
+	unsigned n;
+
+	if (strncmp(real, runs, rl) || real[rl] != '/' || !(slash = strchr(run, '/')) ||
+	    slash == run || strncmp(slash, "/layers/", 8))
+		return 0;
+	return layer_name(slash + 8, &n);
+}
+
+/* Is real STORE/NAME/rootfs.img? */
+static int is_rootfs_in(const char *real, const char *store)
+{
+	size_t sl = strlen(store);
+	const char *name = real + sl + 1, *slash;
+
+	return !strncmp(real, store, sl) && real[sl] == '/' && (slash = strchr(name, '/')) &&
+	       slash != name && !strcmp(slash, "/rootfs.img");
+}
+
+int sb_layers_check(const char *home, const char *path)
+{
+	char runs[PATH_MAX], store[PATH_MAX], buf[SB_LAYER_PATH_MAX], real[PATH_MAX],
+	    backing[PATH_MAX];
+	int rc;
+
+	if (pathf(buf, sizeof buf, "%s/runs", home) || !realpath(buf, runs))
+		return sb_seterr(SB_ERR_IO, "%s/runs: %s", home, strerror(errno));
+	if ((rc = sb_template_store(home, buf, sizeof buf)))
+		return rc;
+	if (!realpath(buf, store))
+		store[0] = 0; /* no store: no root file system is one */
+	if (!realpath(path, real))
+		return sb_seterr(errno == ENOENT ? SB_ERR_NOTFOUND : SB_ERR_IO, "%s: %s", path,
+				 strerror(errno));
+	for (unsigned depth = 0;; depth++) {
+		if (depth > LAYERS_MAX)
+			return sb_seterr(SB_ERR_CORRUPT, "%s: a chain of more than %u layers",
+					 path, LAYERS_MAX);
+		if (!is_layer_in(real, runs))
+			return sb_seterr(SB_ERR_CORRUPT,
+					 "%s reads %s: not a layer of a run of %s", path, real,
+					 home);
+		if ((rc = sb_disk_backing(real, backing, sizeof backing)))
+			return rc;
+		if (!backing[0])
+			return SB_OK;
+		if (!realpath(backing, real))
+			return sb_seterr(SB_ERR_CORRUPT, "%s reads %s: %s", path, backing,
+					 strerror(errno));
+		if (store[0] && is_rootfs_in(real, store))
+			return SB_OK;
+	}
+}
+
 /* --- who reads a layer --- */
 
 /* A run's layers, each with the layer of the same run it was made on. */
@@ -409,6 +470,10 @@ int sb_layers_remove(const char *home, const char *run, unsigned n)
 		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no layer %u", run, n);
 	}
 	pathf(path, sizeof path, "%s/%u.qcow2", c.dir, n);
+	if ((rc = sb_layers_check(home, path))) { /* qemu-img rebase follows it */
+		chain_free(&c);
+		return rc;
+	}
 	if (sb_layers_top(home, run, &top) == SB_OK && top == n &&
 	    (stat(path, &st) || (st.st_mode & 0222))) {
 		chain_free(&c);

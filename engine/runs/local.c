@@ -215,6 +215,8 @@ static int local_create_from(void *runner, const struct sb_plan *p, const char *
 				 from_run, base, strerror(errno));
 	if (st.st_mode & 0222)
 		return sb_seterr(SB_ERR_STATE, "layer %s is not frozen: not a snapshot", base);
+	if ((rc = sb_layers_check(lr->home, base)))
+		return rc; /* QEMU would follow its chain */
 	if (memory_bytes) {
 		snprintf(mem, sizeof mem, "%.*s.mem", (int)(strlen(base) - 6), base);
 		if (stat(mem, &st))

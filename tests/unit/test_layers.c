@@ -25,12 +25,16 @@
 static char *tmp;
 static char home[PATH_MAX];
 static char base[PATH_MAX]; /* a 4 MiB raw file of zeros: a template's root */
+static char store[PATH_MAX]; /* the template store it is in */
 
 static int setup(void **state)
 {
 	tmp = tu_tmpdir();
 	snprintf(home, sizeof home, "%s/home", tmp);
-	snprintf(base, sizeof base, "%s/base.raw", tmp);
+	/* the base is a template's root file system, in the template store */
+	snprintf(base, sizeof base, "%s/templates/t/rootfs.img", tmp);
+	snprintf(store, sizeof store, "%s/templates", tmp);
+	setenv("SANBOX_TEMPLATES", store, 1);
 	return 0;
 }
 
@@ -58,7 +62,7 @@ static void sh(const char *fmt, ...)
 
 static void make_base(void)
 {
-	sh("qemu-img create -q -f raw base.raw 4M");
+	sh("mkdir -p templates/t && qemu-img create -q -f raw templates/t/rootfs.img 4M");
 }
 
 /* The path of run's layer n (under home h). */
@@ -643,6 +647,89 @@ static void odd_home(const char *lhome)
 	assert_true(reads(lpath_in(lhome, "aaaa", 2), "read -P 0x22 64k 64k"));
 }
 
+/* The chain a reader follows: layers of runs of home down to a template's
+ * root; a header naming any other host file, directly or further down, or
+ * an external data file, is refused before anything follows it. */
+static void test_check(void **state)
+{
+	char path[SB_LAYER_PATH_MAX], dir[SB_LAYER_PATH_MAX];
+
+	make_base();
+	new_run("aaaa");
+	snapshot("aaaa");
+	assert_int_equal(sb_layers_check(home, lpath("aaaa", 1)), SB_OK);
+	assert_int_equal(sb_layers_check(home, lpath("aaaa", 0)), SB_OK);
+	snprintf(path, sizeof path, "%s/runs/aaaa/disk.qcow2", home);
+	assert_int_equal(sb_layers_check(home, path), SB_OK);
+	/* a fork's layer over A's snapshot */
+	assert_int_equal(sb_layers_create(home, "bbbb", lpath("aaaa", 0), "qcow2",
+					  &(unsigned){0}),
+			 SB_OK);
+	assert_int_equal(sb_layers_check(home, lpath("bbbb", 0)), SB_OK);
+
+	/* a layer over a host file */
+	sh("printf secret > secret.raw && mkdir -p home/runs/cccc/layers && "
+	   "qemu-img create -q -f qcow2 -b \"$PWD/secret.raw\" -F raw "
+	   "home/runs/cccc/layers/0.qcow2");
+	assert_int_equal(sb_layers_check(home, lpath("cccc", 0)), SB_ERR_CORRUPT);
+	assert_non_null(strstr(sb_errmsg(SB_ERR_CORRUPT), "secret.raw"));
+	/* ... further down: a layer of a run over a qcow2 outside the home */
+	sh("qemu-img create -q -f qcow2 -b \"$PWD/templates/t/rootfs.img\" -F raw out.qcow2 && "
+	   "mkdir -p home/runs/dddd/layers && qemu-img create -q -f qcow2 -b \"$PWD/out.qcow2\" "
+	   "-F qcow2 home/runs/dddd/layers/0.qcow2");
+	assert_int_equal(sb_layers_check(home, lpath("dddd", 0)), SB_ERR_CORRUPT);
+	/* a file in a run's directory that is not a layer */
+	sh("qemu-img create -q -f qcow2 -b \"$PWD/templates/t/rootfs.img\" -F raw "
+	   "home/runs/dddd/other.qcow2 && qemu-img create -q -f qcow2 -b "
+	   "\"$PWD/home/runs/dddd/other.qcow2\" -F qcow2 home/runs/dddd/layers/1.qcow2");
+	assert_int_equal(sb_layers_check(home, lpath("dddd", 1)), SB_ERR_CORRUPT);
+	/* an external data file */
+	sh("mkdir -p home/runs/eeee/layers && qemu-img create -q -f qcow2 -o "
+	   "data_file=\"$PWD/secret.raw\",data_file_raw=on home/runs/eeee/layers/0.qcow2 4M");
+	assert_int_equal(sb_layers_check(home, lpath("eeee", 0)), SB_ERR_CORRUPT);
+	assert_non_null(strstr(sb_errmsg(SB_ERR_CORRUPT), "another file"));
+	/* a root file system of another directory than the store */
+	snprintf(dir, sizeof dir, "%s/elsewhere", tmp);
+	setenv("SANBOX_TEMPLATES", dir, 1);
+	assert_int_equal(sb_layers_check(home, lpath("aaaa", 0)), SB_ERR_CORRUPT);
+	setenv("SANBOX_TEMPLATES", store, 1);
+	/* a fork refuses such a base: sb_layers_remove too */
+	assert_int_equal(sb_layers_remove(home, "cccc", 0) != SB_OK, 1);
+}
+
+/* disk.qcow2 follows the layer QEMU says it writes: a newer one (the
+ * daemon died before the link moved) is advanced to, the old top frozen;
+ * a file of another run is refused. */
+static void test_settle(void **state)
+{
+	char path[SB_LAYER_PATH_MAX], dir[SB_LAYER_PATH_MAX], real[PATH_MAX];
+	unsigned n, top;
+
+	make_base();
+	new_run("aaaa");
+	assert_int_equal(sb_layers_next(home, "aaaa", &n, path, sizeof path), SB_OK);
+	sh("qemu-img create -q -f qcow2 -b '%s' -F qcow2 '%s'", lpath("aaaa", 0), path);
+	/* the daemon dies here: the link still names layer 0 */
+	assert_link(home, "aaaa", 0);
+	assert_int_equal(sb_layers_settle(home, "aaaa", path), SB_OK);
+	assert_link(home, "aaaa", 1);
+	assert_int_equal(mode_of(lpath("aaaa", 0)), 0444);
+	assert_int_equal(sb_layers_settle(home, "aaaa", path), SB_OK); /* again: the same */
+	assert_int_equal(sb_layers_top(home, "aaaa", &top), SB_OK);
+	assert_int_equal(top, 1);
+	/* the next snapshot's layer is 2: layer 1 is not taken for half-made */
+	assert_int_equal(sb_layers_next(home, "aaaa", &n, path, sizeof path), SB_OK);
+	assert_int_equal(n, 2);
+	assert_true(exists(lpath("aaaa", 1)));
+	new_run("bbbb");
+	snprintf(dir, sizeof dir, "%s/runs/bbbb/layers", home);
+	assert_non_null(realpath(dir, real));
+	snprintf(path, sizeof path, "%s/0.qcow2", real);
+	assert_int_equal(sb_layers_settle(home, "aaaa", path), SB_ERR_PROTO);
+	assert_int_equal(sb_layers_settle(home, "aaaa", "/etc/passwd"), SB_ERR_PROTO);
+	assert_link(home, "aaaa", 1);
+}
+
 static void test_symlinked_home(void **state)
 {
 	char lhome[PATH_MAX];
@@ -721,6 +808,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_users, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_remove_resumed, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_check, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_settle, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_symlinked_home, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_trailing_slash_home, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_too_long, setup, teardown),
