@@ -155,6 +155,8 @@ int sb_resume_find(sb_projector *p, const char *run, uint64_t offset, struct sb_
 
 	if (rc < 0)
 		return rc;
+	if (!f.found && offset == UINT64_MAX)
+		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot", run);
 	if (!f.found)
 		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot at or before offset %llu",
 				 run, (unsigned long long)offset);

@@ -13,6 +13,7 @@
 #include "engine/payload.h"
 #include "engine/runs/layers.h"
 #include "engine/runs/runs.h"
+#include "engine/runs/spec.h"
 #include "engine/units.h"
 #include "engine/wire.h"
 #include "projections/views.h"
@@ -623,6 +624,8 @@ static int arg_from(struct req *r, struct sb_runs_from *f, char run[SB_RUN_MAX],
 		return rc;
 	if (snap[0] && sb_map_get(r->args, "at"))
 		return sb_seterr(SB_ERR_INVAL, "give 'snapshot' or 'at', not both");
+	if (!snap[0] && sb_map_get(r->args, "snapshot"))
+		return sb_seterr(SB_ERR_INVAL, "argument 'snapshot' is empty");
 	if (p && (p->type != MSGPACK_OBJECT_STR || memchr(p->via.str.ptr, 0, p->via.str.size)))
 		return sb_seterr(SB_ERR_INVAL, "argument 'prompt' must be a string");
 	if (p && !(*prompt = strndup(p->via.str.ptr, p->via.str.size)))
@@ -637,7 +640,7 @@ static int arg_from(struct req *r, struct sb_runs_from *f, char run[SB_RUN_MAX],
  * snapshot; answered with their ids once all are made. */
 static int op_run_fork(struct req *r)
 {
-	char run[SB_RUN_MAX], snap[72], name[64];
+	char run[SB_RUN_MAX], snap[72], name[SB_PLAN_NAME_MAX];
 	struct sb_runs_from f;
 	struct forks *fk;
 	uint64_t count;
@@ -646,7 +649,9 @@ static int op_run_fork(struct req *r)
 
 	if ((rc = arg_from(r, &f, run, snap, &prompt)))
 		return rc;
-	if ((rc = arg_u64(r, "count", 1, &count)) || (rc = arg_str(r, "name", name, sizeof name, 0)))
+	name[0] = 0;
+	if ((rc = arg_u64(r, "count", 1, &count)) ||
+	    (rc = sb_spec_name(r->args, "name", name, sizeof name))) /* as run.create's */
 		goto out;
 	if (count < 1 || count > FORKS_MAX) {
 		rc = sb_seterr(SB_ERR_INVAL, "argument 'count' must be 1 to %d", FORKS_MAX);

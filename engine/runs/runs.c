@@ -1213,6 +1213,8 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 		if (f->snapshot)
 			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s", f->run,
 					 f->snapshot);
+		if (f->at == UINT64_MAX)
+			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot", f->run);
 		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot at or before offset %llu",
 				 f->run, (unsigned long long)f->at);
 	}

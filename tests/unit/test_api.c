@@ -1258,6 +1258,15 @@ static void pk_run_nul(msgpack_packer *pk)
 	msgpack_pack_str_with_body(pk, RUN_A "\0zz", 15);
 }
 
+/* a fork's name is checked as run.create's: no terminal escapes */
+static void pk_fork_name_esc(msgpack_packer *pk)
+{
+	msgpack_pack_map(pk, 3);
+	sb_pack_kstr(pk, "op", "run.fork");
+	sb_pack_kstr(pk, "run", RUN_A);
+	sb_pack_kstr(pk, "name", "a\x1b[2Jb");
+}
+
 static void pk_key_int(msgpack_packer *pk)
 {
 	msgpack_pack_map(pk, 2);
@@ -1385,6 +1394,9 @@ static void test_malformed(void **state)
 	refused(c, SB_ERR_NOTFOUND, "{'op':'run.get','run':'ffffffffffff'}");
 	refused(c, SB_ERR_NOTFOUND, "{'op':'events.read','run':'nope'}");
 	refused_packed(c, SB_ERR_INVAL, pk_run_nul);
+	refused_packed(c, SB_ERR_INVAL, pk_fork_name_esc);
+	refused(c, SB_ERR_INVAL, "{'op':'run.fork','run':'" RUN_A "','snapshot':''}");
+	refused(c, SB_ERR_INVAL, "{'op':'run.resume','run':'" RUN_A "','snapshot':''}");
 	refused(c, SB_ERR_INVAL,
 		"{'op':'run.get','run':'" RUN_A RUN_A RUN_A RUN_A RUN_A RUN_A RUN_A RUN_A RUN_A "'}");
 	/* a huge limit is capped, not refused */
