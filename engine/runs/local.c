@@ -10,8 +10,10 @@
  */
 #include "engine/runs/runner.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1278,6 +1280,38 @@ static void local_reap(void *runner, const char *run)
 		sb_proc_kill(pid, SIGKILL);
 }
 
+static int sweep_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (flag == FTW_DP)
+		return rmdir(path) ? errno : 0;
+	return unlink(path) ? errno : 0;
+}
+
+static void local_sweep(void *runner, int (*known)(void *ctx, const char *run), void *ctx)
+{
+	struct sb_local_runner *lr = runner;
+	char dir[PATH_CAP], path[PATH_CAP + SB_RUN_MAX];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(dir, sizeof dir, "%s/runs", lr->home);
+	if (!(d = opendir(dir)))
+		return;
+	while ((e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		/* only what names a run the daemon made: 12 lowercase hex */
+		if (n != SB_RUN_ID_LEN || strspn(e->d_name, "0123456789abcdef") != n ||
+		    known(ctx, e->d_name))
+			continue;
+		local_reap(lr, e->d_name);
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		nftw(path, sweep_rm, 8, FTW_DEPTH | FTW_PHYS);
+	}
+	closedir(d);
+}
+
 const struct sb_runner_ops sb_local_runner_ops = {
     .name = "local",
     .create = local_create,
@@ -1290,6 +1324,7 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .readers = local_readers,
     .reattach = local_reattach,
     .reap = local_reap,
+    .sweep = local_sweep,
     .free = local_free,
     .discard = local_discard,
     .restored = local_restored,

@@ -118,6 +118,12 @@ struct sb_runner_ops {
 	/* Ends a machine of run id left by a previous daemon that is not to
 	 * be reattached (NULL-safe on a machine that is gone). */
 	void (*reap)(void *runner, const char *run);
+	/* At the daemon's start, before anything is created: ends the
+	 * machine and deletes the files of every run of this runner that
+	 * known(ctx, run) says no record has (one a daemon died creating, a
+	 * fork of `fork -n` say: left, its layer would hold its snapshot
+	 * forever). */
+	void (*sweep)(void *runner, int (*known)(void *ctx, const char *run), void *ctx);
 	/* Frees m (NULL is fine). A machine still running keeps running. */
 	void (*free)(sb_machine *m);
 	/* Frees m, made by create or create_from and never started, and

@@ -1289,6 +1289,14 @@ int sb_runs_snapshot(struct sb_runs *rs, const char *run, int memory, sb_snap_fn
 	return sb_snapper_take(r->snap, memory, cb, ctx);
 }
 
+/* Does a record know run? (an error reading it counts as yes) */
+static int run_known(void *ctx, const char *run)
+{
+	struct sb_runstate st;
+
+	return sb_runstate_get(ctx, run, &st) != SB_ERR_NOTFOUND;
+}
+
 int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
 {
 	struct sb_runs *rs = calloc(1, sizeof *rs);
@@ -1309,6 +1317,8 @@ int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
 		sb_runs_close(rs);
 		return rc;
 	}
+	if (env->runner->sweep)
+		env->runner->sweep(env->runner_ctx, run_known, env->proj);
 	for (size_t i = 0; i < n; i++)
 		reattach(rs, runs[i]);
 	free(runs);

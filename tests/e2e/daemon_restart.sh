@@ -127,4 +127,16 @@ until grep -q 'after the quiet restart' "$tmp/att2"; do
 	[ $i -lt 100 ] || fail "quiet attach missed the event after the restart: $(cat "$tmp/att2.err")"
 	sleep 0.05
 done
+# a run directory no record knows (a fork a killed daemon was making) is
+# deleted when the next daemon starts; a recorded run's, and what does not
+# name a run, stay
+mkdir -p "$SANBOX_HOME/runs/0123456789ab/layers" "$SANBOX_HOME/runs/not-a-run"
+: >"$SANBOX_HOME/runs/0123456789ab/layers/0.qcow2"
+ln -s layers/0.qcow2 "$SANBOX_HOME/runs/0123456789ab/disk.qcow2"
+mkdir -p "$SANBOX_HOME/runs/$R"
+kill -9 "$(daemon_pid)"
+"$SB" daemon start >/dev/null || fail "daemon start after the orphan"
+[ ! -e "$SANBOX_HOME/runs/0123456789ab" ] || fail "an unrecorded run's directory was left"
+[ -d "$SANBOX_HOME/runs/not-a-run" ] && [ -d "$SANBOX_HOME/runs/$R" ] ||
+	fail "the sweep deleted what is not an unrecorded run's"
 echo "PASS daemon_restart"
