@@ -71,7 +71,10 @@ int cli_help(const char *cmd);
 int cli_badopt(const char *cmd, char **argv, int ch);
 
 /* The options every command takes: --help (-h). */
-#define CLI_OPT_HELP {"help", no_argument, NULL, 'h'}
+#define CLI_OPT_HELP                                                                     \
+	{                                                                                \
+		"help", no_argument, NULL, 'h'                                           \
+	}
 
 /* What cli_parse_opts returns when the command goes on. */
 #define CLI_GO_ON (-1)
@@ -87,8 +90,8 @@ int cli_parse_opts(int argc, char **argv, const char *cmd, int *json);
  * takes --json, and the function that does it (operands in args). */
 struct cli_sub {
 	const char *name;
-	int nargs;    /* operands it takes */
-	int more;     /* ... and up to this many more, optional */
+	int nargs; /* operands it takes */
+	int more;  /* ... and up to this many more, optional */
 	int json;
 	int (*fn)(char **args, int json);
 };
@@ -97,12 +100,14 @@ struct cli_sub {
  * n entries, after parsing --help and --json with cli_parse_opts; a
  * missing or unknown subcommand, a wrong number of operands or --json
  * where it is not taken prints the usage. Returns the exit code. */
-int cli_sub_run(int argc, char **argv, const char *cmd, const struct cli_sub *subs, size_t n);
+int cli_sub_run(int argc, char **argv, const char *cmd, const struct cli_sub *subs,
+		size_t n);
 
 /* Parses the value s of option opt as a decimal number from min to max
  * into *out; else prints one line and returns CLI_EXIT_USAGE. Returns
  * CLI_EXIT_OK when it is one. */
-int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out);
+int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max,
+		  uint64_t *out);
 
 /* Checks the value s of option opt ("--name") is a printable name
  * (sb_text_check); else prints one line and returns CLI_EXIT_USAGE.
@@ -207,14 +212,36 @@ void cli_guest_path(const char *p, char *buf, size_t cap);
 struct cli_fs_at {
 	const char *snapshot;
 	uint64_t at;
+	int quiet; /* no note of the changes recorded after the snapshot */
+	/* set by cli_fs_open when it opens a snapshot: */
+	char run[SB_RUN_MAX];
+	uint64_t snap_offset; /* the offset the snapshot was taken at */
 };
+
+/* One recorded agent.file.changed (borrowed during the callback). */
+struct cli_file_change {
+	uint64_t offset;
+	const char *path, *kind; /* kind: created, modified, deleted */
+	uint64_t size;
+	const char *content; /* the content's blob key, "omitted" or NULL */
+	const char *omitted; /* why it was left out, or NULL */
+};
+
+/* Calls cb for each agent.file.changed of run in (from, to], in order,
+ * until cb returns non-zero (returned). Errors: those of the call. */
+int cli_file_changes(sb_client *c, const char *run, uint64_t from, uint64_t to,
+		     int (*cb)(void *ctx, const struct cli_file_change *ch), void *ctx);
+
+/* Writes the content of blob key (64 hex digits) to fd. Errors: those of
+ * blob.get, SB_ERR_IO. */
+int cli_blob_write(sb_client *c, const char *key, int fd);
 
 /* Opens the disk of run want (an id prefix or a name) chosen by sel (NULL:
  * its current one) into *out, which the caller closes with
  * sb_fsread_close; returns 0, or prints the error and returns its exit
  * code. Reading at an offset past the snapshot's, it says on stderr how
  * many file changes recorded after the snapshot it does not hold. */
-int cli_fs_open(const char *want, const struct cli_fs_at *sel, sb_fsread **out);
+int cli_fs_open(const char *want, struct cli_fs_at *sel, sb_fsread **out);
 
 /* Prints the error rc of a disk read (its detail, escaped) and returns
  * its exit code: 3 for not found, else 1. */
@@ -227,7 +254,7 @@ int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why
 
 /* Writes the regular file at path (relative: under /workspace) of run
  * want to standard output; returns an exit code. */
-int cli_fs_cat(const char *want, const struct cli_fs_at *sel, const char *path);
+int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path);
 
 /* Prints run's events from offset from until it stops (Ctrl-C detaches)
  * and returns the exit code its end means, as 'sanbox run' does
@@ -252,6 +279,7 @@ int cmd_secret(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_snapshot(int argc, char **argv);
 int cmd_snapshots(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
 int cmd_fork(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 

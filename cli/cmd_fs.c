@@ -11,7 +11,9 @@
 
 #include "cli/cli.h"
 #include "engine/error.h"
+#include "engine/log/blob.h"
 #include "engine/payload.h"
+#include "engine/proc.h"
 #include "engine/runs/layers.h"
 #include "engine/text.h"
 #include "vmm/fsread.h"
@@ -32,32 +34,100 @@ int cli_fs_fail(int rc)
 	return cli_fail(rc == SB_ERR_UNAVAIL ? SB_ERR_IO : rc, "%s", sb_errmsg(rc));
 }
 
-/* The number of agent.file.changed events of run in (from, to]. */
-static uint64_t changes_between(sb_client *c, const char *run, uint64_t from, uint64_t to)
+/* A string field of map into a new string (NULL when absent). */
+static char *field_dup(const msgpack_object *map, const char *key)
+{
+	const msgpack_object *v = sb_map_get(map, key);
+
+	return v && v->type == MSGPACK_OBJECT_STR
+		   ? strndup(v->via.str.ptr, v->via.str.size)
+		   : NULL;
+}
+
+int cli_file_changes(sb_client *c, const char *run, uint64_t from, uint64_t to,
+		     int (*cb)(void *ctx, const struct cli_file_change *ch), void *ctx)
+{
+	uint64_t next = from + 1;
+	int rc = SB_OK, stop = 0;
+
+	while (!stop && next <= to) {
+		struct cli_req r;
+		struct sb_reply rep = {0};
+		const msgpack_object *evs;
+		uint32_t n;
+
+		cli_req_begin(&r, "events.read", 4);
+		sb_pack_kstr(&r.pk, "run", run);
+		sb_pack_ku64(&r.pk, "from", next);
+		sb_pack_ku64(&r.pk, "limit", 1000);
+		sb_pack_str(&r.pk, "types");
+		msgpack_pack_array(&r.pk, 1);
+		sb_pack_str(&r.pk, "agent.file.changed");
+		if ((rc = cli_call(c, &r, &rep)))
+			return rc;
+		evs = sb_map_get(&rep.map, "events");
+		n = evs && evs->type == MSGPACK_OBJECT_ARRAY ? evs->via.array.size : 0;
+		for (uint32_t i = 0; i < n && !stop; i++) {
+			const msgpack_object *e = &evs->via.array.ptr[i];
+			const msgpack_object *p = sb_map_get(e, "payload");
+			struct cli_file_change ch = {.offset =
+							 sb_map_u64(e, "offset", 0)};
+			char *path = field_dup(p, "path"), *kind = field_dup(p, "kind"),
+			     *content = field_dup(p, "content"),
+			     *omitted = field_dup(p, "omitted");
+			if (ch.offset > to) {
+				stop = 1;
+			} else if (path && kind) {
+				ch.path = path;
+				ch.kind = kind;
+				ch.size = sb_map_u64(p, "size", 0);
+				ch.content = content;
+				ch.omitted = omitted;
+				stop = cb(ctx, &ch);
+				rc = stop > 0 ? SB_OK : stop;
+			}
+			next = ch.offset + 1;
+			free(path);
+			free(kind);
+			free(content);
+			free(omitted);
+		}
+		sb_reply_free(&rep);
+		if (!n)
+			break;
+	}
+	return rc;
+}
+
+int cli_blob_write(sb_client *c, const char *key, int fd)
 {
 	struct cli_req r;
 	struct sb_reply rep = {0};
-	const msgpack_object *evs;
-	uint64_t n = 0;
+	const msgpack_object *d;
+	int rc;
 
-	cli_req_begin(&r, "events.read", 4);
-	sb_pack_kstr(&r.pk, "run", run);
-	sb_pack_ku64(&r.pk, "from", from + 1);
-	sb_pack_ku64(&r.pk, "limit", 10000);
-	sb_pack_str(&r.pk, "types");
-	msgpack_pack_array(&r.pk, 1);
-	sb_pack_str(&r.pk, "agent.file.changed");
-	if (cli_call(c, &r, &rep) == SB_OK && (evs = sb_map_get(&rep.map, "events")) &&
-	    evs->type == MSGPACK_OBJECT_ARRAY)
-		for (uint32_t i = 0; i < evs->via.array.size; i++)
-			n += sb_map_u64(&evs->via.array.ptr[i], "offset", 0) <= to;
+	cli_req_begin(&r, "blob.get", 1);
+	sb_pack_kstr(&r.pk, "blob", key);
+	if ((rc = cli_call(c, &r, &rep)))
+		return rc;
+	d = sb_map_get(&rep.map, "data");
+	if (!d || d->type != MSGPACK_OBJECT_BIN)
+		rc = sb_seterr(SB_ERR_PROTO, "blob.get: malformed reply");
+	else
+		rc = sb_write_full(fd, d->via.bin.ptr, d->via.bin.size);
 	sb_reply_free(&rep);
-	return n;
+	return rc;
+}
+
+static int count_change(void *ctx, const struct cli_file_change *ch)
+{
+	(*(uint64_t *)ctx)++;
+	return 0;
 }
 
 /* The layer of run's snapshot sel->snapshot, or of its newest one at or
  * before sel->at, into layer; says on stderr what it does not hold. */
-static int snapshot_layer(sb_client *c, const char *run, const struct cli_fs_at *sel,
+static int snapshot_layer(sb_client *c, const char *run, struct cli_fs_at *sel,
 			  char *layer, size_t cap)
 {
 	struct cli_req r;
@@ -72,7 +142,8 @@ static int snapshot_layer(sb_client *c, const char *run, const struct cli_fs_at 
 	if ((rc = cli_call(c, &r, &rep)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	list = sb_map_get(&rep.map, "snapshots");
-	for (uint32_t i = 0; list && list->type == MSGPACK_OBJECT_ARRAY && i < list->via.array.size;
+	for (uint32_t i = 0;
+	     list && list->type == MSGPACK_OBJECT_ARRAY && i < list->via.array.size;
 	     i++) {
 		const msgpack_object *s = &list->via.array.ptr[i];
 		uint64_t o = sb_map_u64(s, "offset", 0);
@@ -88,24 +159,36 @@ static int snapshot_layer(sb_client *c, const char *run, const struct cli_fs_at 
 		if (sel->snapshot)
 			return cli_fail(SB_ERR_NOTFOUND, "run %s has no snapshot %s", run,
 					sel->snapshot);
-		return cli_fail(SB_ERR_NOTFOUND, "run %s has no snapshot at or before offset %llu",
-				run, (unsigned long long)sel->at);
+		return cli_fail(SB_ERR_NOTFOUND,
+				"run %s has no snapshot at or before offset %llu", run,
+				(unsigned long long)sel->at);
 	}
 	sb_map_str(best, "snapshot", id, sizeof id);
-	if ((size_t)snprintf(layer, cap, "%s/%.*s", cli_home, (int)(cap / 2), rel) >= cap) {
+	if ((size_t)snprintf(layer, cap, "%s/%.*s", cli_home, (int)(cap / 2), rel) >=
+	    cap) {
 		sb_reply_free(&rep);
-		return cli_fail(SB_ERR_TOOBIG, "snapshot %s: its layer's path is too long", id);
+		return cli_fail(SB_ERR_TOOBIG,
+				"snapshot %s: its layer's path is too long", id);
 	}
 	sb_reply_free(&rep);
-	if (!sel->snapshot && sel->at > off && (n = changes_between(c, run, off, sel->at)))
-		cli_note("the files as of snapshot %s (offset %llu): %llu file change%s recorded "
-			 "after it, up to offset %llu, %s not in it",
-			 id, (unsigned long long)off, (unsigned long long)n, n == 1 ? "" : "s",
-			 (unsigned long long)sel->at, n == 1 ? "is" : "are");
+	sel->snap_offset = off;
+	snprintf(sel->run, sizeof sel->run, "%s", run);
+	n = 0;
+	if (!sel->snapshot && sel->at > off && !sel->quiet &&
+	    cli_file_changes(c, run, off, sel->at, count_change, &n) == SB_OK && n)
+		cli_note("the files as of snapshot %s (offset %llu): %llu file change%s "
+			 "recorded "
+			 "after it, up to offset %llu, %s not in it (sanbox diff %s "
+			 "--from %llu "
+			 "--to %llu lists them)",
+			 id, (unsigned long long)off, (unsigned long long)n,
+			 n == 1 ? "" : "s", (unsigned long long)sel->at,
+			 n == 1 ? "is" : "are", run, (unsigned long long)off,
+			 (unsigned long long)sel->at);
 	return SB_OK;
 }
 
-int cli_fs_open(const char *want, const struct cli_fs_at *sel, sb_fsread **out)
+int cli_fs_open(const char *want, struct cli_fs_at *sel, sb_fsread **out)
 {
 	char run[SB_RUN_MAX], layer[PATH_MAX + 64];
 	sb_client *c;
@@ -146,12 +229,68 @@ int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why
 	/* cli_fail escapes the line; a target is cut at a NUL byte */
 	if (e->type == SB_FS_SYMLINK)
 		return cli_fail(SB_ERR_INVAL, "%s is a symlink to %.*s%s", path,
-				e->target ? (int)e->target_len : 1, e->target ? e->target : "?",
-				why ? why : "");
+				e->target ? (int)e->target_len : 1,
+				e->target ? e->target : "?", why ? why : "");
 	return cli_fail(SB_ERR_INVAL, "%s is %s%s", path, what[e->type], why ? why : "");
 }
 
-int cli_fs_cat(const char *want, const struct cli_fs_at *sel, const char *path)
+/* The last recorded change of one path. */
+struct last_change {
+	const char *path;
+	uint64_t offset;
+	char kind[16], content[72], omitted[64];
+};
+
+static int last_of_path(void *ctx, const struct cli_file_change *ch)
+{
+	struct last_change *l = ctx;
+
+	if (strcmp(ch->path, l->path))
+		return 0;
+	l->offset = ch->offset;
+	snprintf(l->kind, sizeof l->kind, "%s", ch->kind);
+	snprintf(l->content, sizeof l->content, "%s", ch->content ? ch->content : "");
+	snprintf(l->omitted, sizeof l->omitted, "%s", ch->omitted ? ch->omitted : "");
+	return 0;
+}
+
+/* fs cat --at OFFSET past its snapshot: the file as the record has it at
+ * OFFSET, when a change of it was recorded after the snapshot. Returns 1
+ * when the snapshot's file is the answer, else the exit code. */
+static int cat_recorded(const struct cli_fs_at *sel, const char *gp)
+{
+	struct last_change l = {.path = gp};
+	sb_client *c;
+	int rc;
+
+	if ((rc = cli_connect(1, &c)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	rc = cli_file_changes(c, sel->run, sel->snap_offset, sel->at, last_of_path, &l);
+	if (rc) {
+		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+	} else if (!l.offset) {
+		rc = 1; /* not changed after the snapshot */
+	} else if (!strcmp(l.kind, "deleted")) {
+		rc = cli_fail(SB_ERR_NOTFOUND, "%s: deleted at offset %llu", gp,
+			      (unsigned long long)l.offset);
+	} else if (strlen(l.content) != 2 * SB_HASH_LEN) {
+		cli_note(
+		    "%s changed at offset %llu, its content is not in the record (%s): "
+		    "this is its content at offset %llu",
+		    gp, (unsigned long long)l.offset,
+		    l.omitted[0] ? l.omitted : "not recorded",
+		    (unsigned long long)sel->snap_offset);
+		rc = 1;
+	} else {
+		fflush(stdout);
+		if ((rc = cli_blob_write(c, l.content, STDOUT_FILENO)))
+			rc = cli_fail(rc, "%s", sb_errmsg(rc));
+	}
+	sb_client_close(c);
+	return rc;
+}
+
+int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path)
 {
 	char gp[SB_FS_PATH_MAX + 16];
 	struct sb_fs_entry e;
@@ -159,8 +298,15 @@ int cli_fs_cat(const char *want, const struct cli_fs_at *sel, const char *path)
 	int rc;
 
 	cli_guest_path(path, gp, sizeof gp);
+	if (sel)
+		sel->quiet = 1; /* the recorded changes are applied below */
 	if ((rc = cli_fs_open(want, sel, &f)))
 		return rc;
+	if (sel && sel->at && sel->run[0] && sel->at > sel->snap_offset &&
+	    (rc = cat_recorded(sel, gp)) != 1) {
+		sb_fsread_close(f);
+		return rc;
+	}
 	if ((rc = sb_fsread_stat(f, gp, &e))) {
 		rc = cli_fs_fail(rc);
 	} else if (e.type != SB_FS_FILE) {
@@ -327,7 +473,7 @@ static json_t *fs_json(const struct sb_fs_entry *e)
 	return o;
 }
 
-static int fs_ls(const char *want, const struct cli_fs_at *sel, const char *path, int json)
+static int fs_ls(const char *want, struct cli_fs_at *sel, const char *path, int json)
 {
 	char gp[SB_FS_PATH_MAX + 16];
 	struct fs_list l = {0};
@@ -371,11 +517,11 @@ done:
 int cmd_fs(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		CLI_OPT_HELP,
-		{"json", no_argument, NULL, 'j'},
-		{"at", required_argument, NULL, 'a'},
-		{"snapshot", required_argument, NULL, 's'},
-		{NULL, 0, NULL, 0},
+	    CLI_OPT_HELP,
+	    {"json", no_argument, NULL, 'j'},
+	    {"at", required_argument, NULL, 'a'},
+	    {"snapshot", required_argument, NULL, 's'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct cli_fs_at sel = {0};
 	int json = 0, ch, rc, n;
@@ -385,7 +531,8 @@ int cmd_fs(int argc, char **argv)
 		case 'h': return cli_help("fs");
 		case 'j': json = 1; break;
 		case 'a':
-			if ((rc = cli_parse_u64("--at", optarg, 1, UINT64_MAX - 1, &sel.at)))
+			if ((rc = cli_parse_u64("--at", optarg, 1, UINT64_MAX - 1,
+						&sel.at)))
 				return rc;
 			break;
 		case 's': sel.snapshot = optarg; break;
@@ -396,7 +543,8 @@ int cmd_fs(int argc, char **argv)
 		return cli_fail_code(CLI_EXIT_USAGE, "give --at or --snapshot, not both");
 	n = argc - optind;
 	if (n >= 2 && n <= 3 && !strcmp(argv[optind], "ls"))
-		return fs_ls(argv[optind + 1], &sel, n == 3 ? argv[optind + 2] : "", json);
+		return fs_ls(argv[optind + 1], &sel, n == 3 ? argv[optind + 2] : "",
+			     json);
 	if (n == 3 && !strcmp(argv[optind], "cat") && !json)
 		return cli_fs_cat(argv[optind + 1], &sel, argv[optind + 2]);
 	return cli_usage("fs");

@@ -119,6 +119,16 @@ static const struct cli_cmd commands[] = {
 	 "processes go on where they were instead. A run still running is refused\n"
 	 "(fork it instead). Files changed after the snapshot's offset and up to\n"
 	 "OFFSET are not rolled forward yet: run.resumed says so (exact false).\n"},
+	{"diff", cmd_diff, "list the files a run changed between two offsets",
+	 "usage: sanbox diff RUN [--from OFFSET] [--to OFFSET] [--json]\n"
+	 "\n"
+	 "Lists the files RUN changed after offset --from (default 0) up to --to\n"
+	 "(default the end), from the agent.file.changed events of its record, one\n"
+	 "line each, sorted: A PATH (made), M PATH (changed), D PATH (deleted); a\n"
+	 "file made and deleted in the range is not listed. A file whose content\n"
+	 "is not in the record (over a cap) says so. --json: an array of {path,\n"
+	 "status, offset (its last change), size, content (its blob key),\n"
+	 "omitted}. 'sanbox fs cat RUN PATH --at OFFSET' prints a file as of then.\n"},
 	{"daemon", cmd_daemon, "control the daemon",
 	 "usage: sanbox daemon start|stop|status [--json]\n"
 	 "\n"
@@ -161,9 +171,10 @@ static const struct cli_cmd commands[] = {
 	 "cat    writes a regular file to standard output; a symlink, directory or\n"
 	 "       special file is refused, saying what it is\n"
 	 "--snapshot ID reads the run's snapshot ID instead of its current disk;\n"
-	 "--at OFFSET its newest snapshot at or before that offset of its record\n"
-	 "(saying on stderr how many file changes recorded after the snapshot, up\n"
-	 "to OFFSET, it does not hold)\n"},
+	 "--at OFFSET its newest snapshot at or before that offset of its record;\n"
+	 "cat then gives the file as the record has it at OFFSET (its content\n"
+	 "recorded by a later change, or 'deleted'), ls says on stderr how many\n"
+	 "file changes recorded after the snapshot it does not show (sanbox diff)\n"},
 	{"cp", cmd_cp, "copy a file or a symlink out of a run's disk",
 	 "usage: sanbox cp [--force] RUN:PATH LOCAL\n"
 	 "       sanbox cp RUN:PATH -\n"

@@ -6,11 +6,11 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -228,7 +228,8 @@ int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen, in
 {
 	int64_t deadline = sb_deadline(timeout_ms);
 	struct pollfd pfd = {.events = POLLIN};
-	struct sb_spawn sp = {.argv = argv, .in = -1, .out = -1, .err = -1, .new_session = 1};
+	struct sb_spawn sp = {
+	    .argv = argv, .in = -1, .out = -1, .err = -1, .new_session = 1};
 	char scratch[4096];
 	int pp[2] = {-1, -1}, rc;
 	size_t used = 0;
@@ -280,4 +281,20 @@ fail:
 	if (pp[1] >= 0)
 		close(pp[1]);
 	return rc;
+}
+
+int sb_write_full(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return sb_seterr(SB_ERR_IO, "writing: %s", strerror(errno));
+		p += n;
+		len -= (size_t)n;
+	}
+	return SB_OK;
 }

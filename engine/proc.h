@@ -53,4 +53,8 @@ int sb_proc_kill(pid_t pid, int sig);
 int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen,
 		int *status);
 
+/* Writes all len bytes of buf to fd, going on after short writes and
+ * EINTR. Errors: SB_ERR_IO (with errno's text). */
+int sb_write_full(int fd, const void *buf, size_t len);
+
 #endif

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "engine/error.h"
+#include "engine/proc.h"
 
 #define FSR_CHUNK   65536
 #define FSR_NBD_MAX (32u << 20) /* one nbd_pread; libnbd allows 64 MiB */
@@ -549,7 +550,8 @@ static int fsr_resolve(sb_fsread *f, const char *path, ext2_ino_t *ino,
 			goto fail;
 		if (fsr_type(in->i_mode) != SB_FS_SYMLINK || (last && !slash)) {
 			if (last && slash && fsr_type(in->i_mode) != SB_FS_DIR) {
-				rc = sb_seterr(SB_ERR_NOTFOUND, "%s: not a directory", path);
+				rc = sb_seterr(SB_ERR_NOTFOUND, "%s: not a directory",
+					       path);
 				goto fail;
 			}
 			continue;
@@ -701,19 +703,7 @@ fail:
 
 static int fsr_write_fd(const void *buf, size_t len, void *ctx)
 {
-	int fd = *(int *)ctx;
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return sb_seterr(SB_ERR_IO, "writing: %s", strerror(errno));
-		p += n;
-		len -= (size_t)n;
-	}
-	return SB_OK;
+	return sb_write_full(*(int *)ctx, buf, len);
 }
 
 int sb_fsread_read_fd(sb_fsread *f, const char *path, int fd)

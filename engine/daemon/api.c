@@ -567,7 +567,8 @@ static int op_run_snapshot(struct req *r)
 	if (mem && mem->type != MSGPACK_OBJECT_BOOLEAN)
 		return sb_seterr(SB_ERR_INVAL, "argument 'memory' must be a boolean");
 	if ((rc = arg_run(r, run)) ||
-	    (rc = sb_runs_snapshot(r->e->runs, run, mem && mem->via.boolean, snapshot_taken, r)))
+	    (rc = sb_runs_snapshot(r->e->runs, run, mem && mem->via.boolean,
+				   snapshot_taken, r)))
 		return rc;
 	return OP_LATER;
 }
@@ -626,7 +627,8 @@ static int arg_from(struct req *r, struct sb_runs_from *f, char run[SB_RUN_MAX],
 		return sb_seterr(SB_ERR_INVAL, "give 'snapshot' or 'at', not both");
 	if (!snap[0] && sb_map_get(r->args, "snapshot"))
 		return sb_seterr(SB_ERR_INVAL, "argument 'snapshot' is empty");
-	if (p && (p->type != MSGPACK_OBJECT_STR || memchr(p->via.str.ptr, 0, p->via.str.size)))
+	if (p &&
+	    (p->type != MSGPACK_OBJECT_STR || memchr(p->via.str.ptr, 0, p->via.str.size)))
 		return sb_seterr(SB_ERR_INVAL, "argument 'prompt' must be a string");
 	if (p && !(*prompt = strndup(p->via.str.ptr, p->via.str.size)))
 		return SB_ERR_NOMEM;
@@ -654,7 +656,8 @@ static int op_run_fork(struct req *r)
 	    (rc = sb_spec_name(r->args, "name", name, sizeof name))) /* as run.create's */
 		goto out;
 	if (count < 1 || count > FORKS_MAX) {
-		rc = sb_seterr(SB_ERR_INVAL, "argument 'count' must be 1 to %d", FORKS_MAX);
+		rc = sb_seterr(SB_ERR_INVAL, "argument 'count' must be 1 to %d",
+			       FORKS_MAX);
 		goto out;
 	}
 	if (!(fk = calloc(1, sizeof *fk))) {
@@ -786,8 +789,10 @@ static int op_snapshot_rm(struct req *r)
 	if (rc != 1 || sscanf(snap, "s%u%71s", &layer, hold) != 1)
 		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s", run, snap);
 	if (sb_runstate_is_live(&st))
-		return sb_seterr(SB_ERR_STATE, "run %s is running: stop it before removing its "
-					       "snapshots", run);
+		return sb_seterr(SB_ERR_STATE,
+				 "run %s is running: stop it before removing its "
+				 "snapshots",
+				 run);
 	if ((rc = sb_layers_remove(r->e->home, run, layer)))
 		return sb_seterr(rc, "cannot remove snapshot %s of run %s: %s", snap, run,
 				 sb_errmsg(rc));
@@ -919,6 +924,36 @@ static int op_secret_list(struct req *r)
 	return rc;
 }
 
+#define BLOB_REPLY_MAX (256u << 20) /* larger blobs are not sent whole */
+
+/* blob.get {blob}: a blob of the record (a file's content, a model call's
+ * request or response), by its key; its content is checked against it. */
+static int op_blob_get(struct req *r)
+{
+	char hex[2 * SB_HASH_LEN + 8];
+	uint8_t key[SB_HASH_LEN];
+	void *data;
+	size_t len;
+	int rc;
+
+	if ((rc = arg_str(r, "blob", hex, sizeof hex, 1)))
+		return rc;
+	if (sb_hash_parse(hex, key))
+		return sb_seterr(SB_ERR_INVAL, "argument 'blob' must be 64 hex digits");
+	if ((rc = sb_blob_get(r->e->log, key, &data, &len)))
+		return rc;
+	if (len > BLOB_REPLY_MAX) {
+		free(data);
+		return sb_seterr(SB_ERR_TOOBIG,
+				 "blob %.16s...: %zu bytes, too large to send", hex, len);
+	}
+	reply_begin(r, 1);
+	sb_pack_str(&r->pk, "data");
+	msgpack_pack_bin_with_body(&r->pk, data, len);
+	free(data);
+	return SB_OK;
+}
+
 #define LOCAL_ONLY 1 /* refused on the remote listener */
 #define ON_LOOP	   2 /* runs on the daemon's loop (the run manager's state) */
 
@@ -941,6 +976,7 @@ static const struct op {
     {"run.resume", op_run_resume, ON_LOOP},
     {"snapshots.list", op_snapshots_list, 0},
     {"snapshot.rm", op_snapshot_rm, 0},
+    {"blob.get", op_blob_get, 0},
     {"costs.get", op_costs, 0},
     {"secret.set", op_secret_set, 0},
     {"secret.rm", op_secret_rm, 0},

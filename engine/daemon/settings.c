@@ -54,6 +54,8 @@ static const struct setting {
     D("gateway", "header_timeout_s", gateway_header_s, 10, 0.1, 3600),
     D("gateway", "body_timeout_s", gateway_body_s, 60, 0.1, 3600),
     U("runs", "record_quota_mib", run_record_quota, 1024, 1, 1 << 20, MIB),
+    U("runs", "file_content_max_kib", run_file_max, 1024, 0, 1024, 1024),
+    U("runs", "file_content_quota_mib", run_files_quota, 256, 0, 1 << 20, MIB),
     D("runs", "guest_events_per_s", guest_events_rate, 200, 1, 1e6),
     D("runs", "guest_events_burst", guest_events_burst, 2000, 1, 1e7),
     D("runs", "snapshot_interval_s", snapshot_interval_s, 5, 0, 86400),
@@ -165,7 +167,8 @@ int sb_settings_load(const char *home, struct sb_settings *s)
 	}
 	if ((env = getenv("SANBOX_WARM_START")) && *env) {
 		if (strcmp(env, "0") && strcmp(env, "1"))
-			return sb_seterr(SB_ERR_INVAL, "SANBOX_WARM_START must be 0 or 1, not '%.40s'",
+			return sb_seterr(SB_ERR_INVAL,
+					 "SANBOX_WARM_START must be 0 or 1, not '%.40s'",
 					 env);
 		s->warm_start = *env == '1';
 	}

@@ -31,6 +31,8 @@ struct sb_settings {
 	double gateway_header_s, gateway_body_s;
 	/* runs */
 	uint64_t run_record_quota; /* bytes a run's guest may put in the record */
+	uint64_t run_file_max;	   /* largest file content recorded, bytes */
+	uint64_t run_files_quota;  /* file content bytes recorded for a run */
 	double guest_events_rate, guest_events_burst;
 	double snapshot_interval_s; /* between automatic snapshots of a run */
 	double snapshots_keep;	    /* automatic snapshots kept per run (0: all) */

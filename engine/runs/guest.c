@@ -11,10 +11,12 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "engine/bucket.h"
 #include "engine/error.h"
 #include "engine/gateway/tunnel.h"
+#include "engine/log/blob.h"
 #include "engine/log/schema.h"
 #include "engine/payload.h"
 #include "engine/runs/mask.h"
@@ -54,6 +56,7 @@ struct sb_guest {
 	struct stream streams[2];
 	struct sb_bucket bucket;
 	uint64_t recorded;	   /* payload bytes recorded */
+	uint64_t files_recorded;   /* file content bytes recorded */
 	uint64_t dropped[D_COUNT]; /* events dropped, by why */
 	uint64_t warned[D_COUNT];  /* ... as of the last warning */
 	char last_detail[200];	   /* why the last one was dropped */
@@ -174,9 +177,10 @@ static void quota_drop(sb_guest *g)
 	g->warned[D_QUOTA] = g->dropped[D_QUOTA]; /* said in the summary */
 }
 
-/* Checks and records one event whose payload is packed in buf. */
-static void record_packed(sb_guest *g, const char *type, enum sb_source src,
-			  const msgpack_sbuffer *buf)
+/* Checks and records one event whose payload is packed in buf, with
+ * blob (or NULL) beside it. */
+static void record_blob(sb_guest *g, const char *type, enum sb_source src,
+			const msgpack_sbuffer *buf, const msgpack_sbuffer *blob)
 {
 	int rc;
 
@@ -195,7 +199,74 @@ static void record_packed(sb_guest *g, const char *type, enum sb_source src,
 	}
 	g->once |= once_bit(type, src);
 	g->recorded += buf->size;
-	g->ops->event(g->ctx, type, src, buf->data, buf->size);
+	g->ops->event(g->ctx, type, src, buf->data, buf->size, blob ? blob->data : NULL,
+		      blob ? blob->size : 0);
+}
+
+static void record_packed(sb_guest *g, const char *type, enum sb_source src,
+			  const msgpack_sbuffer *buf)
+{
+	record_blob(g, type, src, buf, NULL);
+}
+
+/* The agent's agent.file.changed with its content (a bin): the content
+ * must have the size and XXH3-64 the event says. It is recorded as a blob
+ * (masked as the rest; `masked: true` when that changed it) whose key is
+ * the event's `content`, or left out (`content: "omitted"`, `omitted`:
+ * why) over a cap. */
+static void file_event(sb_guest *g, const msgpack_object *payload)
+{
+	const msgpack_object *content = sb_map_get(payload, "content");
+	const char *data = content->via.bin.ptr, *omitted = NULL;
+	size_t n = content->via.bin.size, masked = 0;
+	char hex[17], want[24], key[SB_HASH_LEN * 2 + 1];
+	uint8_t hash[SB_HASH_LEN];
+	msgpack_sbuffer buf, blob;
+	msgpack_packer pk;
+
+	snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(data, n));
+	if (sb_map_u64(payload, "size", UINT64_MAX) != n ||
+	    sb_map_str(payload, "xxh3", want, sizeof want) != 16 || strcmp(want, hex)) {
+		drop(g, D_MALFORMED, "a file's content that is not its size or hash");
+		return;
+	}
+	msgpack_sbuffer_init(&blob);
+	if (n > g->lim.file_max)
+		omitted = "over the file cap";
+	else if (g->files_recorded + n > g->lim.files_quota)
+		omitted = "over the run's cap";
+	else if ((masked = sb_mask_apply(g->mask, data, n, &blob)), n && !blob.data) {
+		drop(g, D_MALFORMED, "out of memory");
+		return;
+	}
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk,
+			 payload->via.map.size + (omitted ? 1 : 0) + (masked ? 1 : 0));
+	for (uint32_t i = 0; i < payload->via.map.size; i++) {
+		const msgpack_object_kv *kv = &payload->via.map.ptr[i];
+		if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == 7 &&
+		    !memcmp(kv->key.via.str.ptr, "content", 7))
+			continue;
+		sb_mask_object(g->mask, &kv->key, &pk);
+		sb_mask_object(g->mask, &kv->val, &pk);
+	}
+	if (omitted) {
+		sb_pack_kstr(&pk, "content", "omitted");
+		sb_pack_kstr(&pk, "omitted", omitted);
+	} else {
+		sb_blob_hash(blob.data ? blob.data : "", blob.size, hash);
+		sodium_bin2hex(key, sizeof key, hash, sizeof hash);
+		sb_pack_kstr(&pk, "content", key);
+		if (masked)
+			sb_pack_kbool(&pk, "masked", 1);
+		g->files_recorded += blob.size;
+	}
+	record_blob(g, "agent.file.changed", SB_SRC_GUEST, &buf, omitted ? NULL : &blob);
+	if (blob.data)
+		sodium_memzero(blob.data, blob.size);
+	msgpack_sbuffer_destroy(&blob);
+	msgpack_sbuffer_destroy(&buf);
 }
 
 static struct stream *stream_of(sb_guest *g, const char *name, size_t n)
@@ -262,7 +333,7 @@ static void guest_event(sb_guest *g, const char *type, enum sb_source src,
 			const msgpack_object *payload)
 {
 	const msgpack_object *stream = sb_map_get(payload, "stream");
-	const msgpack_object *data = sb_map_get(payload, "data");
+	const msgpack_object *data = sb_map_get(payload, "data"), *content;
 	unsigned once = once_bit(type, src);
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
@@ -283,6 +354,12 @@ static void guest_event(sb_guest *g, const char *type, enum sb_source src,
 	if (once == ONCE_EXITED)
 		streams_flush(g); /* the output's end comes before run.exited */
 	msgpack_sbuffer_init(&buf);
+	content = sb_map_get(payload, "content");
+	if (src == SB_SRC_GUEST && !strcmp(type, "agent.file.changed") && content &&
+	    content->type == MSGPACK_OBJECT_BIN) {
+		file_event(g, payload);
+		return;
+	}
 	if (src == SB_SRC_GUEST && !strcmp(type, "agent.output") &&
 	    payload->via.map.size == 2 && stream && stream->type == MSGPACK_OBJECT_STR &&
 	    data && data->type == MSGPACK_OBJECT_STR &&
@@ -425,7 +502,8 @@ void sb_guest_restored(sb_guest *g)
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
 	if (sb_chan_begin(&buf, &pk, SB_CHAN_RESTORED, 0, &start) == SB_OK) {
 		msgpack_pack_map(&pk, 2);
-		sb_pack_ku64(&pk, "time_ns", (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+		sb_pack_ku64(&pk, "time_ns",
+			     (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
 		sb_pack_str(&pk, "seed");
 		msgpack_pack_bin_with_body(&pk, seed, sizeof seed);
 		if (sb_chan_end(&buf, start) == SB_OK)

@@ -5,9 +5,11 @@
  * source harness) are rate-limited, masked (engine/runs/mask.h), checked
  * against the schema and counted against the run's record quota before
  * the run records them; whatever is dropped is counted and said in a
- * rate-limited warning. The agent's harness.input.ready and run.exited
- * are recorded once each, past the rate limit and the quota. Tunnelled streams go to the model gateway
- * (engine/gateway/tunnel.h). One wake-up reads at most GUEST_READ_BUDGET
+ * rate-limited warning. A file change's content is checked against its
+ * size and hash, masked, capped (per file and per run) and handed on as
+ * a blob. The agent's harness.input.ready and run.exited
+ * are recorded once each, past the rate limit and the quota. Tunnelled streams go to the
+ * model gateway (engine/gateway/tunnel.h). One wake-up reads at most GUEST_READ_BUDGET
  * bytes, so a flooding guest cannot starve the others. Everything runs on
  * the daemon's loop.
  */
@@ -23,8 +25,10 @@
 typedef struct sb_guest sb_guest;
 
 struct sb_guest_limits {
-	double rate, burst; /* guest events per second, and at once */
-	uint64_t quota;	    /* bytes of events the guest may put in the record */
+	double rate, burst;   /* guest events per second, and at once */
+	uint64_t quota;	      /* bytes of events the guest may put in the record */
+	uint64_t file_max;    /* largest file content recorded (<= SB_CHAN_FILE_MAX) */
+	uint64_t files_quota; /* file content bytes recorded for the run, in all */
 };
 
 /* What the channel tells its run; ctx is the run's. */
@@ -33,9 +37,11 @@ struct sb_guest_ops {
 	 * set-up (it reconnected to a restarted daemon). */
 	void (*hello)(void *ctx, const char *version, int resume);
 	/* An event to record (checked, masked, within the quota): payload
-	 * is one msgpack map, valid during the call. */
+	 * is one msgpack map, valid during the call. blob (blob_len bytes,
+	 * or NULL) is to be stored with it, in the same commit: the content
+	 * of an agent.file.changed, whose key its payload names. */
 	void (*event)(void *ctx, const char *type, enum sb_source src,
-		      const void *payload, size_t len);
+		      const void *payload, size_t len, const void *blob, size_t blob_len);
 	/* A line for run.warning. */
 	void (*warn)(void *ctx, const char *line);
 	/* DONE: the harness ended; error is its set-up failure or "". */

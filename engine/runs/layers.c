@@ -231,9 +231,11 @@ int sb_layers_settle(const char *home, const char *run, const char *active)
 	if (!realpath(dir, real))
 		return sb_seterr(SB_ERR_IO, "%s: %s", dir, strerror(errno));
 	dl = strlen(real);
-	if (strncmp(active, real, dl) || active[dl] != '/' || !layer_name(active + dl + 1, &n))
-		return sb_seterr(SB_ERR_PROTO, "QEMU writes %.200s, not a layer of run %s",
-				 active, run);
+	if (strncmp(active, real, dl) || active[dl] != '/' ||
+	    !layer_name(active + dl + 1, &n))
+		return sb_seterr(SB_ERR_PROTO,
+				 "QEMU writes %.200s, not a layer of run %s", active,
+				 run);
 	if ((rc = sb_layers_top(home, run, &top)))
 		return rc;
 	if (n == top)
@@ -243,7 +245,8 @@ int sb_layers_settle(const char *home, const char *run, const char *active)
 
 /* --- the chain a reader follows --- */
 
-/* Is real (a real path) dir/RUN/layers/N.qcow2 for some RUN? */
+/* Is real (a real path) runs/RUN/layers/N.qcow2 for some RUN, or
+ * runs/RUN/disk.qcow2 (the one layer of a run made before layers)? */
 static int is_layer_in(const char *real, const char *runs)
 {
 	size_t rl = strlen(runs);
@@ -251,44 +254,54 @@ static int is_layer_in(const char *real, const char *runs)
 	unsigned n;
 
 	if (strncmp(real, runs, rl) || real[rl] != '/' || !(slash = strchr(run, '/')) ||
-	    slash == run || strncmp(slash, "/layers/", 8))
+	    slash == run)
 		return 0;
-	return layer_name(slash + 8, &n);
+	if (!strcmp(slash, "/disk.qcow2"))
+		return 1;
+	return !strncmp(slash, "/layers/", 8) && layer_name(slash + 8, &n);
 }
 
-/* Is real STORE/NAME/rootfs.img? */
-static int is_rootfs_in(const char *real, const char *store)
+/* Is real (a real path) the root file system of a template of the store
+ * (STORE/NAME/rootfs.img, resolved: a template may be a symbolic link)? */
+static int is_template_root(const char *real, const char *store)
 {
-	size_t sl = strlen(store);
-	const char *name = real + sl + 1, *slash;
+	char path[SB_LAYER_PATH_MAX], r[PATH_MAX];
+	struct dirent *e;
+	int found = 0;
+	DIR *d;
 
-	return !strncmp(real, store, sl) && real[sl] == '/' && (slash = strchr(name, '/')) &&
-	       slash != name && !strcmp(slash, "/rootfs.img");
+	if (!store[0] || !(d = opendir(store)))
+		return 0;
+	while (!found && (e = readdir(d)))
+		found = e->d_name[0] != '.' &&
+			!pathf(path, sizeof path, "%s/%s/rootfs.img", store, e->d_name) &&
+			realpath(path, r) && !strcmp(r, real);
+	closedir(d);
+	return found;
 }
 
 int sb_layers_check(const char *home, const char *path)
 {
-	char runs[PATH_MAX], store[PATH_MAX], buf[SB_LAYER_PATH_MAX], real[PATH_MAX],
-	    backing[PATH_MAX];
+	char runs[PATH_MAX], given[SB_LAYER_PATH_MAX], buf[SB_LAYER_PATH_MAX],
+	    real[PATH_MAX], backing[PATH_MAX];
 	int rc;
 
 	if (pathf(buf, sizeof buf, "%s/runs", home) || !realpath(buf, runs))
 		return sb_seterr(SB_ERR_IO, "%s/runs: %s", home, strerror(errno));
-	if ((rc = sb_template_store(home, buf, sizeof buf)))
+	if ((rc = sb_template_store(home, given, sizeof given)))
 		return rc;
-	if (!realpath(buf, store))
-		store[0] = 0; /* no store: no root file system is one */
 	if (!realpath(path, real))
-		return sb_seterr(errno == ENOENT ? SB_ERR_NOTFOUND : SB_ERR_IO, "%s: %s", path,
-				 strerror(errno));
+		return sb_seterr(errno == ENOENT ? SB_ERR_NOTFOUND : SB_ERR_IO, "%s: %s",
+				 path, strerror(errno));
 	for (unsigned depth = 0;; depth++) {
 		if (depth > LAYERS_MAX)
-			return sb_seterr(SB_ERR_CORRUPT, "%s: a chain of more than %u layers",
-					 path, LAYERS_MAX);
+			return sb_seterr(SB_ERR_CORRUPT,
+					 "%s: a chain of more than %u layers", path,
+					 LAYERS_MAX);
 		if (!is_layer_in(real, runs))
 			return sb_seterr(SB_ERR_CORRUPT,
-					 "%s reads %s: not a layer of a run of %s", path, real,
-					 home);
+					 "%s reads %s: not a layer of a run of %s", path,
+					 real, home);
 		if ((rc = sb_disk_backing(real, backing, sizeof backing)))
 			return rc;
 		if (!backing[0])
@@ -296,7 +309,7 @@ int sb_layers_check(const char *home, const char *path)
 		if (!realpath(backing, real))
 			return sb_seterr(SB_ERR_CORRUPT, "%s reads %s: %s", path, backing,
 					 strerror(errno));
-		if (store[0] && is_rootfs_in(real, store))
+		if (is_template_root(real, given))
 			return SB_OK;
 	}
 }

@@ -70,9 +70,10 @@ int sb_layers_freeze(const char *home, const char *run, unsigned n);
 /* Checks the chain of files a reader of path reads (path, its backing
  * file, that one's, ...), before QEMU or qemu-nbd follows it: each must
  * be a layer of a run of home (home/runs/RUN/layers/N.qcow2, by real
- * path) without an external data file, down to a template's root file
- * system (STORE/NAME/rootfs.img) or a layer without a backing file. A
- * header naming any other host file is refused. Header reads only.
+ * path) without an external data file, down to the root file system of
+ * a template of the store (STORE/NAME/rootfs.img, links resolved) or a
+ * layer without a backing file. A header naming any other host file is
+ * refused. Header reads only.
  * Errors: SB_ERR_CORRUPT (the detail names the file), SB_ERR_NOTFOUND,
  * SB_ERR_IO. */
 int sb_layers_check(const char *home, const char *path);

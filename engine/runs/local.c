@@ -49,22 +49,22 @@ struct sb_machine {
 	sb_accel accel;
 	pid_t pid;
 	int chan_lfd, qmp_lfd;
-	sb_qmp *qmp;        /* QEMU's monitor, driven on the loop */
-	int qmp_ready;      /* its greeting and capabilities are done */
+	sb_qmp *qmp;   /* QEMU's monitor, driven on the loop */
+	int qmp_ready; /* its greeting and capabilities are done */
 	sb_watch *chan_lw, *qmp_lw, *qmp_w, *qmp_timer, *child_w, *grace_w;
 	const struct sb_machine_events *ev;
 	void *ctx;
-	int again; /* the next channel is a reconnection */
+	int again;	/* the next channel is a reconnection */
 	int reattached; /* found running by a daemon that started again */
 	unsigned layer; /* the number of the layer create made */
 	char incoming[SB_LAYER_PATH_MAX + 8]; /* the memory state it starts from, or "" */
-	int cont_sent;		 /* ... and QMP cont was sent once it loaded */
-	sb_watch *incoming_w;	 /* the next look at the incoming migration */
-	char fail_why[512]; /* how it ended, when the runner ended it */
+	int cont_sent;			    /* ... and QMP cont was sent once it loaded */
+	sb_watch *incoming_w;		    /* the next look at the incoming migration */
+	char fail_why[512];		    /* how it ended, when the runner ended it */
 	char warm_key[SB_WARM_KEY_LEN + 1]; /* a warm start's image, or "" */
 	int ended;
-	char top_node[64]; /* QMP node-name of the disk's top layer */
-	struct snap_op *snap; /* the snapshot being taken, or NULL */
+	char top_node[64];	/* QMP node-name of the disk's top layer */
+	struct snap_op *snap;	/* the snapshot being taken, or NULL */
 	struct merge_op *merge; /* the merge under way, or NULL */
 };
 
@@ -127,11 +127,12 @@ static void local_free(struct sb_machine *m)
  * and the image is built meanwhile for the next runs. */
 static void warm_prepare(struct sb_machine *m, const struct sb_plan *p)
 {
-	struct sb_warm_spec w = {p->t.hash, p->t.kernel, p->t.initrd, p->t.rootfs,
-				 m->accel,  m->cpus,	m->memory_mib};
+	struct sb_warm_spec w = {p->t.hash, p->t.kernel, p->t.initrd,  p->t.rootfs,
+				 m->accel,  m->cpus,	 m->memory_mib};
 	char key[SB_WARM_KEY_LEN + 1];
 
-	if (p->cpus != p->t.cpus || p->memory_mib != p->t.memory_mib || sb_warm_key(&w, key))
+	if (p->cpus != p->t.cpus || p->memory_mib != p->t.memory_mib ||
+	    sb_warm_key(&w, key))
 		return; /* another machine than the template's: it boots */
 	if (sb_warm_find(m->lr->home, key, m->incoming, sizeof m->incoming) == SB_OK) {
 		memcpy(m->warm_key, key, sizeof key);
@@ -144,8 +145,8 @@ static void warm_prepare(struct sb_machine *m, const struct sb_plan *p)
 /* Prepares m for plan p with a disk layer over base (format base_fmt);
  * warm: it may start from the template's warm image. */
 static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
-			   const char *base, const char *base_fmt, int warm, sb_machine **out,
-			   char *accel, char *warning, size_t cap)
+			   const char *base, const char *base_fmt, int warm,
+			   sb_machine **out, char *accel, char *warning, size_t cap)
 {
 	struct sb_machine *m = machine_new(lr);
 	char cache[PATH_CAP], layer[SB_LAYER_PATH_MAX];
@@ -184,7 +185,7 @@ static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
 		warm_prepare(m, p);
 	*out = m;
 	return SB_OK;
-fail_layer: {
+fail_layer : {
 	char detail[512];
 	snprintf(detail, sizeof detail, "%s", sb_errmsg(rc));
 	sb_layers_drop(lr->home, p->run, n); /* keeps rc's detail */
@@ -198,7 +199,8 @@ fail:
 static int local_create(void *runner, const struct sb_plan *p, sb_machine **out,
 			char *accel, char *warning, size_t cap)
 {
-	return machine_prepare(runner, p, p->t.rootfs, "raw", 1, out, accel, warning, cap);
+	return machine_prepare(runner, p, p->t.rootfs, "raw", 1, out, accel, warning,
+			       cap);
 }
 
 static int local_create_from(void *runner, const struct sb_plan *p, const char *from_run,
@@ -213,27 +215,31 @@ static int local_create_from(void *runner, const struct sb_plan *p, const char *
 	if ((rc = sb_layers_path(lr->home, from_run, base_layer, base, sizeof base)))
 		return rc;
 	if (stat(base, &st))
-		return sb_seterr(SB_ERR_NOTFOUND, "snapshot s%u of run %s: %s: %s", base_layer,
-				 from_run, base, strerror(errno));
+		return sb_seterr(SB_ERR_NOTFOUND, "snapshot s%u of run %s: %s: %s",
+				 base_layer, from_run, base, strerror(errno));
 	if (st.st_mode & 0222)
-		return sb_seterr(SB_ERR_STATE, "layer %s is not frozen: not a snapshot", base);
+		return sb_seterr(SB_ERR_STATE, "layer %s is not frozen: not a snapshot",
+				 base);
 	if ((rc = sb_layers_check(lr->home, base)))
 		return rc; /* QEMU would follow its chain */
 	if (memory_bytes) {
 		snprintf(mem, sizeof mem, "%.*s.mem", (int)(strlen(base) - 6), base);
 		if (stat(mem, &st))
-			return sb_seterr(SB_ERR_NOTFOUND, "snapshot s%u of run %s: %s: %s",
-					 base_layer, from_run, mem, strerror(errno));
+			return sb_seterr(SB_ERR_NOTFOUND,
+					 "snapshot s%u of run %s: %s: %s", base_layer,
+					 from_run, mem, strerror(errno));
 		if ((uint64_t)st.st_size != memory_bytes)
 			return sb_seterr(SB_ERR_CORRUPT,
-					 "snapshot s%u of run %s: %s holds %llu bytes, %llu were saved",
-					 base_layer, from_run, mem, (unsigned long long)st.st_size,
+					 "snapshot s%u of run %s: %s holds %llu bytes, "
+					 "%llu were saved",
+					 base_layer, from_run, mem,
+					 (unsigned long long)st.st_size,
 					 (unsigned long long)memory_bytes);
 	}
 	if ((rc = machine_prepare(lr, p, base, "qcow2", 0, out, accel, warning, cap)))
 		return rc;
 	if (memory_bytes)
-		snprintf((*out)->incoming, sizeof (*out)->incoming, "%s", mem);
+		snprintf((*out)->incoming, sizeof(*out)->incoming, "%s", mem);
 	return SB_OK;
 }
 
@@ -304,10 +310,11 @@ static void on_child(void *ctx, int status)
 	if (m->warm_key[0] && m->incoming[0] && !m->cont_sent && !m->grace_w) {
 		/* the warm image did not load: it goes, and the machine boots */
 		sb_warm_drop(m->lr->home, m->warm_key);
-		snprintf(why, sizeof why,
-			 "the template's warm image did not load (QEMU %s %d): booting cold",
-			 WIFSIGNALED(status) ? "signal" : "status",
-			 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+		snprintf(
+		    why, sizeof why,
+		    "the template's warm image did not load (QEMU %s %d): booting cold",
+		    WIFSIGNALED(status) ? "signal" : "status",
+		    WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 		m->incoming[0] = 0;
 		qmp_drop(m);
 		if (machine_spawn(m) == SB_OK) {
@@ -374,12 +381,14 @@ static void qmp_arm(struct sb_machine *m)
 	unsigned w = sb_qmp_wants(m->qmp);
 	int64_t dl = sb_qmp_deadline(m->qmp);
 
-	sb_watch_io_set(m->qmp_w, (w & SB_QMP_READ ? SB_READ : 0) | (w & SB_QMP_WRITE ? SB_WRITE : 0));
+	sb_watch_io_set(m->qmp_w, (w & SB_QMP_READ ? SB_READ : 0) |
+				      (w & SB_QMP_WRITE ? SB_WRITE : 0));
 	sb_watch_stop(m->qmp_timer);
 	m->qmp_timer = NULL;
 	if (dl >= 0) {
 		double after = (double)(dl - loop_ms(m)) / 1000;
-		m->qmp_timer = sb_loop_timer(m->lr->loop, after > 0 ? after : 0, 0, on_qmp_timer, m);
+		m->qmp_timer =
+		    sb_loop_timer(m->lr->loop, after > 0 ? after : 0, 0, on_qmp_timer, m);
 	}
 }
 
@@ -394,7 +403,7 @@ static void qmp_down(void *ctx, int err)
 }
 
 static const struct sb_qmp_ops qmp_ops = {
-	.down = qmp_down,
+    .down = qmp_down,
 };
 
 static void incoming_poll(struct sb_machine *m);
@@ -423,7 +432,8 @@ static void on_incoming_state(void *ctx, int rc, json_t *ret)
 
 	if (st && !strcmp(st, "completed")) {
 		if (!m->cont_sent && m->qmp &&
-		    sb_qmp_send(m->qmp, loop_ms(m), "cont", NULL, 10000, on_cont, m) == SB_OK) {
+		    sb_qmp_send(m->qmp, loop_ms(m), "cont", NULL, 10000, on_cont, m) ==
+			SB_OK) {
 			m->cont_sent = 1;
 			qmp_arm(m);
 		}
@@ -431,9 +441,10 @@ static void on_incoming_state(void *ctx, int rc, json_t *ret)
 	}
 	if (st && !strcmp(st, "failed")) {
 		if (!m->warm_key[0])
-			snprintf(m->fail_why, sizeof m->fail_why,
-				 "loading the memory snapshot %.400s failed (see qemu.log)",
-				 m->incoming);
+			snprintf(
+			    m->fail_why, sizeof m->fail_why,
+			    "loading the memory snapshot %.400s failed (see qemu.log)",
+			    m->incoming);
 		sb_proc_kill(m->pid, SIGKILL); /* a warm start boots cold instead */
 		return;
 	}
@@ -445,8 +456,8 @@ static void incoming_poll(struct sb_machine *m)
 {
 	if (!m->qmp || m->cont_sent || m->ended)
 		return;
-	if (sb_qmp_send(m->qmp, loop_ms(m), "query-migrate", NULL, 10000, on_incoming_state,
-			m) == SB_OK)
+	if (sb_qmp_send(m->qmp, loop_ms(m), "query-migrate", NULL, 10000,
+			on_incoming_state, m) == SB_OK)
 		qmp_arm(m);
 }
 
@@ -472,8 +483,8 @@ static void on_qmp_ready(void *ctx, int rc, json_t *ret)
 		incoming_poll(m);
 	if (m->qmp_ready && m->reattached) {
 		m->reattached = 0;
-		if (sb_qmp_send(m->qmp, loop_ms(m), "query-block", NULL, 10000, on_settle, m) ==
-		    SB_OK)
+		if (sb_qmp_send(m->qmp, loop_ms(m), "query-block", NULL, 10000, on_settle,
+				m) == SB_OK)
 			qmp_arm(m);
 	}
 }
@@ -488,7 +499,8 @@ static void on_qmp_accept(void *ctx, int revents)
 	qmp_drop(m); /* one monitor connection at a time */
 	if (sb_qmp_open_async(fd, loop_ms(m), 10000, &qmp_ops, m, &m->qmp))
 		return;
-	if (!(m->qmp_w = sb_loop_io(m->lr->loop, sb_qmp_fd(m->qmp), SB_READ, on_qmp_io, m))) {
+	if (!(m->qmp_w =
+		  sb_loop_io(m->lr->loop, sb_qmp_fd(m->qmp), SB_READ, on_qmp_io, m))) {
 		qmp_drop(m);
 		return;
 	}
@@ -615,8 +627,8 @@ static void local_stop(struct sb_machine *m, double grace_s)
 {
 	if (m->ended || m->grace_w)
 		return;
-	if (!m->qmp_ready ||
-	    sb_qmp_send(m->qmp, loop_ms(m), "quit", NULL, (int)(grace_s * 500), on_quit, m))
+	if (!m->qmp_ready || sb_qmp_send(m->qmp, loop_ms(m), "quit", NULL,
+					 (int)(grace_s * 500), on_quit, m))
 		sb_proc_kill(m->pid, SIGTERM);
 	else
 		qmp_arm(m);
@@ -625,9 +637,9 @@ static void local_stop(struct sb_machine *m, double grace_s)
 
 /* --- snapshots --- */
 
-#define SNAP_CMD_MS	 30000 /* one monitor command of a snapshot */
-#define SNAP_MIGRATE_MS	 120000 /* saving the memory, in all */
-#define SNAP_POLL_S	 0.02  /* how often the migration's state is asked */
+#define SNAP_CMD_MS	30000  /* one monitor command of a snapshot */
+#define SNAP_MIGRATE_MS 120000 /* saving the memory, in all */
+#define SNAP_POLL_S	0.02   /* how often the migration's state is asked */
 
 enum snap_stage { S_QUERY, S_STOP, S_SPEED, S_FREEZE, S_MIGRATE, S_POLL, S_CONT, S_DONE };
 
@@ -645,9 +657,9 @@ struct snap_op {
 	struct sb_snapshot_info info;
 	char next[SB_LAYER_PATH_MAX]; /* the new top layer QEMU makes */
 	double t_pause;
-	int rc;		/* the first failure, kept while the guest is resumed */
-	char why[512];	/* and its detail */
-	sb_watch *w;	/* the migration poll's timer, or the done callback's */
+	int rc;	       /* the first failure, kept while the guest is resumed */
+	char why[512]; /* and its detail */
+	sb_watch *w;   /* the migration poll's timer, or the done callback's */
 };
 
 static void snap_step(struct snap_op *op);
@@ -697,7 +709,6 @@ static void snap_finish(struct snap_op *op)
 static void snap_orphan(struct sb_machine *m)
 {
 	struct snap_op *op = m->snap;
-
 
 	if (!op)
 		return;
@@ -788,12 +799,8 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 		op->stage = op->memory ? S_STOP : S_FREEZE;
 		break;
 	}
-	case S_STOP:
-		op->stage = S_SPEED;
-		break;
-	case S_SPEED:
-		op->stage = S_FREEZE;
-		break;
+	case S_STOP: op->stage = S_SPEED; break;
+	case S_SPEED: op->stage = S_FREEZE; break;
 	case S_FREEZE:
 		if ((rc = sb_layers_advance(m->lr->home, m->run, op->info.layer + 1))) {
 			snap_fail(op, rc);
@@ -807,9 +814,7 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 		}
 		op->stage = S_MIGRATE;
 		break;
-	case S_MIGRATE:
-		op->stage = S_POLL;
-		break;
+	case S_MIGRATE: op->stage = S_POLL; break;
 	case S_POLL:
 		st = json_string_value(json_object_get(ret, "status"));
 		if (st && !strcmp(st, "completed")) {
@@ -818,7 +823,8 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 			break;
 		}
 		if (st && (!strcmp(st, "failed") || !strcmp(st, "cancelled"))) {
-			const char *why = json_string_value(json_object_get(ret, "error-desc"));
+			const char *why =
+			    json_string_value(json_object_get(ret, "error-desc"));
 			snap_fail(op, sb_seterr(SB_ERR_IO, "saving the memory failed: %s",
 						why ? why : st));
 			return;
@@ -832,8 +838,7 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 		op->stage = S_DONE;
 		snap_finish(op);
 		return;
-	case S_DONE:
-		return;
+	case S_DONE: return;
 	}
 	snap_step(op);
 }
@@ -857,9 +862,7 @@ static void snap_step(struct snap_op *op)
 	int rc, ms = SNAP_CMD_MS;
 
 	switch (op->stage) {
-	case S_QUERY:
-		cmd = "query-block";
-		break;
+	case S_QUERY: cmd = "query-block"; break;
 	case S_STOP:
 		cmd = "stop";
 		op->t_pause = now_ms(m);
@@ -887,14 +890,9 @@ static void snap_step(struct snap_op *op)
 		ms = SNAP_MIGRATE_MS;
 		break;
 	}
-	case S_POLL:
-		cmd = "query-migrate";
-		break;
-	case S_CONT:
-		cmd = "cont";
-		break;
-	case S_DONE:
-		return;
+	case S_POLL: cmd = "query-migrate"; break;
+	case S_CONT: cmd = "cont"; break;
+	case S_DONE: return;
 	}
 	if (op->stage == S_FREEZE || op->stage == S_MIGRATE || op->stage == S_SPEED) {
 		if (!args) {
@@ -1011,7 +1009,8 @@ static void on_merge_reply(void *ctx, int rc, json_t *ret)
 		k = node_of(ret, op->path);
 		u = node_above(ret, op->path);
 		if (!k || !u) {
-			merge_finish(op, sb_seterr(SB_ERR_NOTFOUND, "layer %s is not in the VM's chain",
+			merge_finish(op, sb_seterr(SB_ERR_NOTFOUND,
+						   "layer %s is not in the VM's chain",
 						   op->path));
 			return;
 		}
@@ -1027,30 +1026,34 @@ static void on_merge_reply(void *ctx, int rc, json_t *ret)
 		snprintf(op->base_node, sizeof op->base_node, "%s",
 			 b ? json_string_value(json_object_get(b, "node-name")) : "");
 		if (!b || !op->upper_node[0] || !op->base_node[0]) {
-			merge_finish(op, sb_seterr(SB_ERR_NOTFOUND,
-						   "the nodes around layer %s are not named", op->path));
+			merge_finish(op,
+				     sb_seterr(SB_ERR_NOTFOUND,
+					       "the nodes around layer %s are not named",
+					       op->path));
 			return;
 		}
 		op->stage = M_STREAM;
 		break;
-	case M_STREAM:
-		op->stage = M_POLL;
-		break;
+	case M_STREAM: op->stage = M_POLL; break;
 	case M_POLL:
 		json_array_foreach(ret, i, job)
 		{
-			const char *id = json_string_value(json_object_get(job, "device"));
+			const char *id =
+			    json_string_value(json_object_get(job, "device"));
 			running |= id && !strcmp(id, "sb-merge");
 		}
 		if (running) {
-			if (!(op->w = sb_loop_timer(op->m->lr->loop, 0.05, 0, on_merge_timer, op)))
+			if (!(op->w = sb_loop_timer(op->m->lr->loop, 0.05, 0,
+						    on_merge_timer, op)))
 				merge_finish(op, SB_ERR_NOMEM);
 			return;
 		}
 		/* done: the layer above reads the base now, or the job failed */
-		if (sb_disk_backing(op->upper, backing, sizeof backing) || strcmp(backing, op->base)) {
-			merge_finish(op, sb_seterr(SB_ERR_IO, "merging layer %s into %s failed "
-							      "(see qemu.log)",
+		if (sb_disk_backing(op->upper, backing, sizeof backing) ||
+		    strcmp(backing, op->base)) {
+			merge_finish(op, sb_seterr(SB_ERR_IO,
+						   "merging layer %s into %s failed "
+						   "(see qemu.log)",
 						   op->path, op->upper));
 			return;
 		}
@@ -1071,8 +1074,8 @@ static void merge_step(struct merge_op *op)
 
 	if (op->stage == M_STREAM) {
 		cmd = "block-stream";
-		args = json_pack("{s:s, s:s, s:s}", "job-id", "sb-merge", "device", op->upper_node,
-				 "base-node", op->base_node);
+		args = json_pack("{s:s, s:s, s:s}", "job-id", "sb-merge", "device",
+				 op->upper_node, "base-node", op->base_node);
 		if (!args) {
 			merge_finish(op, SB_ERR_NOMEM);
 			return;
@@ -1080,7 +1083,8 @@ static void merge_step(struct merge_op *op)
 	} else if (op->stage == M_POLL) {
 		cmd = "query-block-jobs";
 	}
-	rc = m->qmp ? sb_qmp_send(m->qmp, loop_ms(m), cmd, args, SNAP_CMD_MS, on_merge_reply, op)
+	rc = m->qmp ? sb_qmp_send(m->qmp, loop_ms(m), cmd, args, SNAP_CMD_MS,
+				  on_merge_reply, op)
 		    : sb_seterr(SB_ERR_IO, "QEMU's monitor went away during a merge");
 	json_decref(args);
 	if (rc)
@@ -1118,15 +1122,17 @@ static int local_merge(struct sb_machine *m, unsigned layer, sb_snapshot_fn cb, 
 	int rc;
 
 	if (m->snap || m->merge || m->ended)
-		return sb_seterr(SB_ERR_STATE, "run %s: a snapshot or merge is under way, or it ended",
+		return sb_seterr(SB_ERR_STATE,
+				 "run %s: a snapshot or merge is under way, or it ended",
 				 m->run);
 	if (!m->qmp_ready)
 		return sb_seterr(SB_ERR_UNAVAIL, "the VM's monitor is not connected yet");
 	if ((rc = local_readers(m->lr, m->run, layer, &readers)))
 		return rc;
 	if (readers)
-		return sb_seterr(SB_ERR_STATE, "layer %u of run %s is read by %zu other runs",
-				 layer, m->run, readers);
+		return sb_seterr(SB_ERR_STATE,
+				 "layer %u of run %s is read by %zu other runs", layer,
+				 m->run, readers);
 	if ((rc = sb_layers_path(m->lr->home, m->run, layer, path, sizeof path)))
 		return rc;
 	if (!(op = calloc(1, sizeof *op)))
@@ -1139,8 +1145,8 @@ static int local_merge(struct sb_machine *m, unsigned layer, sb_snapshot_fn cb, 
 	op->layer = layer;
 	op->cb = cb;
 	op->ctx = ctx;
-	if ((rc = sb_qmp_send(m->qmp, loop_ms(m), "query-named-block-nodes", NULL, SNAP_CMD_MS,
-			      on_merge_reply, op))) {
+	if ((rc = sb_qmp_send(m->qmp, loop_ms(m), "query-named-block-nodes", NULL,
+			      SNAP_CMD_MS, on_merge_reply, op))) {
 		free(op);
 		return rc;
 	}
@@ -1162,9 +1168,11 @@ static int local_snapshot(struct sb_machine *m, const struct sb_snapshot_req *re
 	int rc;
 
 	if (m->snap || m->merge)
-		return sb_seterr(SB_ERR_STATE, "a snapshot of run %s is being taken", m->run);
+		return sb_seterr(SB_ERR_STATE, "a snapshot of run %s is being taken",
+				 m->run);
 	if (m->ended && req->memory)
-		return sb_seterr(SB_ERR_STATE, "run %s has ended: no memory to save", m->run);
+		return sb_seterr(SB_ERR_STATE, "run %s has ended: no memory to save",
+				 m->run);
 	if (!m->ended && !m->qmp_ready)
 		return sb_seterr(SB_ERR_UNAVAIL, "the VM's monitor is not connected yet");
 	if (!(op = calloc(1, sizeof *op)))

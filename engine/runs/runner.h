@@ -50,11 +50,11 @@ struct sb_snapshot_req {
 /* A snapshot taken: the machine's disk layer frozen (and its memory
  * saved), and the machine going on in a new layer. */
 struct sb_snapshot_info {
-	unsigned layer;	    /* the frozen layer's number: the snapshot is "s<layer>" */
-	char layer_path[PATH_MAX + 64]; /* its file */
+	unsigned layer; /* the frozen layer's number: the snapshot is "s<layer>" */
+	char layer_path[PATH_MAX + 64];	 /* its file */
 	char memory_path[PATH_MAX + 64]; /* the memory state file, or "" */
-	uint64_t bytes;	    /* the frozen layer's and memory file's sizes */
-	uint64_t memory_bytes; /* the memory file's size (0: a disk snapshot) */
+	uint64_t bytes;			 /* the frozen layer's and memory file's sizes */
+	uint64_t memory_bytes;		 /* the memory file's size (0: a disk snapshot) */
 	double paused_ms;   /* the guest stood still (or its disk did) this long */
 	double duration_ms; /* from the request to done */
 };
@@ -85,8 +85,8 @@ struct sb_runner_ops {
 	 * SB_ERR_STATE (a snapshot is being taken; memory of an ended
 	 * machine), SB_ERR_UNAVAIL (the monitor is not connected yet),
 	 * SB_ERR_NOMEM. */
-	int (*snapshot)(sb_machine *m, const struct sb_snapshot_req *req, sb_snapshot_fn cb,
-			void *ctx);
+	int (*snapshot)(sb_machine *m, const struct sb_snapshot_req *req,
+			sb_snapshot_fn cb, void *ctx);
 	/* Deletes the frozen layer layer of live machine m, which no other
 	 * run reads: the layer above it in m's chain takes in its data
 	 * (QMP block-stream down to the layer's own backing file) and then

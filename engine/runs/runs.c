@@ -38,7 +38,7 @@ struct run {
 	sb_machine *m;
 	sb_guest *g;
 	sb_snapper *snap;
-	int end_status;	     /* the machine's, kept for the end's record */
+	int end_status; /* the machine's, kept for the end's record */
 	char end_why[600];
 	char vkey[SB_VKEY_MAX];
 	int registered;	      /* known to the gateway */
@@ -67,11 +67,15 @@ struct run {
 	struct run *next;
 };
 
+#define BATCH_BLOBS_MAX (16u << 20) /* blob bytes a batch holds before it is recorded */
+
 /* Events gathered during a loop iteration, recorded in one append. */
 struct batch_item {
 	char run[SB_RUN_MAX], type[SB_TYPE_MAX];
 	enum sb_source src;
 	size_t off, len;
+	size_t blob_off, blob_len; /* its blob in the batch's blobs, or len 0 */
+	int has_blob;
 };
 
 struct sb_runs {
@@ -79,7 +83,7 @@ struct sb_runs {
 	struct run *live;
 	unsigned active;
 	sb_watch *flush_w;
-	msgpack_sbuffer batch;
+	msgpack_sbuffer batch, blobs; /* the items' payloads, and their blobs */
 	struct batch_item *items;
 	size_t nitems, capitems;
 };
@@ -105,11 +109,15 @@ static void runs_log(struct sb_runs *rs, const char *fmt, ...)
 static void batch_flush(struct sb_runs *rs)
 {
 	struct sb_event *evs;
+	struct sb_blob *blobs;
+	size_t nblobs = 0;
 	int rc;
 
 	if (!rs->nitems)
 		return;
-	if (!(evs = calloc(rs->nitems, sizeof *evs))) {
+	evs = calloc(rs->nitems, sizeof *evs);
+	blobs = calloc(rs->nitems, sizeof *blobs);
+	if (!evs || !blobs) {
 		rc = SB_ERR_NOMEM;
 	} else {
 		rc = SB_OK;
@@ -117,16 +125,27 @@ static void batch_flush(struct sb_runs *rs)
 			const struct batch_item *it = &rs->items[i];
 			rc = sb_event_init(&evs[i], it->type, it->run, it->src,
 					   rs->batch.data + it->off, it->len);
+			if (it->has_blob) {
+				blobs[nblobs].data =
+				    it->blob_len ? rs->blobs.data + it->blob_off : "";
+				blobs[nblobs++].len = it->blob_len;
+			}
 		}
+		/* the events and the contents they name: durable together */
 		if (rc == SB_OK)
-			rc = sb_log_append(rs->env.log, evs, rs->nitems);
-		free(evs);
+			rc = sb_log_append_blobs(rs->env.log, blobs, nblobs, evs,
+						 rs->nitems);
 	}
+	free(evs);
+	free(blobs);
 	if (rc)
 		runs_log(rs, "cannot record %zu events of the runs: %s", rs->nitems,
 			 sb_errmsg(rc));
 	rs->nitems = 0;
 	rs->batch.size = 0;
+	if (rs->blobs.data)
+		sodium_memzero(rs->blobs.data, rs->blobs.size);
+	rs->blobs.size = 0;
 }
 
 static void on_flush(void *ctx)
@@ -134,9 +153,11 @@ static void on_flush(void *ctx)
 	batch_flush(ctx);
 }
 
-/* Adds an event (payload: one msgpack map) to the batch. */
-static void batch_add(struct sb_runs *rs, const char *run, const char *type,
-		      enum sb_source src, const void *payload, size_t len)
+/* Adds an event (payload: one msgpack map) and its blob (or NULL) to the
+ * batch. */
+static void batch_add_blob(struct sb_runs *rs, const char *run, const char *type,
+			   enum sb_source src, const void *payload, size_t len,
+			   const void *blob, size_t blob_len)
 {
 	struct batch_item *it;
 
@@ -157,12 +178,25 @@ static void batch_add(struct sb_runs *rs, const char *run, const char *type,
 	it->src = src;
 	it->off = rs->batch.size;
 	it->len = len;
-	if (msgpack_sbuffer_write(&rs->batch, payload, len)) {
+	it->has_blob = blob != NULL;
+	it->blob_off = rs->blobs.size;
+	it->blob_len = blob ? blob_len : 0;
+	if (msgpack_sbuffer_write(&rs->batch, payload, len) ||
+	    (blob_len && msgpack_sbuffer_write(&rs->blobs, blob, blob_len))) {
 		runs_log(rs, "run %s: out of memory: an event %s is lost", run, type);
 		rs->batch.size = it->off;
+		rs->blobs.size = it->blob_off;
 		return;
 	}
 	rs->nitems++;
+	if (rs->blobs.size > BATCH_BLOBS_MAX)
+		batch_flush(rs); /* a batch of big files: not all in memory */
+}
+
+static void batch_add(struct sb_runs *rs, const char *run, const char *type,
+		      enum sb_source src, const void *payload, size_t len)
+{
+	batch_add_blob(rs, run, type, src, payload, len, NULL, 0);
 }
 
 /* Records a host event of run whose payload is alternating key/value C
@@ -476,11 +510,11 @@ static void g_hello(void *ctx, const char *version, int resume)
 }
 
 static void g_event(void *ctx, const char *type, enum sb_source src, const void *payload,
-		    size_t len)
+		    size_t len, const void *blob, size_t blob_len)
 {
 	struct run *r = ctx;
 
-	batch_add(r->rs, r->id, type, src, payload, len);
+	batch_add_blob(r->rs, r->id, type, src, payload, len, blob, blob_len);
 	if (src == SB_SRC_GUEST && !strcmp(type, "run.exited"))
 		r->exited = 1;
 	if (!strcmp(type, "agent.turn.completed")) {
@@ -571,9 +605,11 @@ static int snap_saved(void *ctx, const struct sb_snap_done *d)
 	sb_pack_kstr(&pk, "kind", d->kind);
 	sb_pack_kstr(&pk, "trigger", d->trigger);
 	/* paths relative to the state directory */
-	sb_pack_kstr(&pk, "layer", strlen(in->layer_path) > hl ? in->layer_path + hl : in->layer_path);
+	sb_pack_kstr(&pk, "layer",
+		     strlen(in->layer_path) > hl ? in->layer_path + hl : in->layer_path);
 	sb_pack_kstr(&pk, "memory",
-		     strlen(in->memory_path) > hl ? in->memory_path + hl : in->memory_path);
+		     strlen(in->memory_path) > hl ? in->memory_path + hl
+						  : in->memory_path);
 	sb_pack_ku64(&pk, "layer_no", in->layer);
 	sb_pack_ku64(&pk, "bytes", in->bytes);
 	sb_pack_ku64(&pk, "memory_bytes", in->memory_bytes);
@@ -640,7 +676,8 @@ static void retention(struct run *r)
 	    sb_resume_each(rs->env.proj, r->id, turn_cb, &t) < 0 || t.total <= keep)
 		return;
 	for (size_t i = 0; i < t.n && i < t.total - keep; i++) {
-		if (rs->env.runner->readers(rs->env.runner_ctx, r->id, t.layers[i], &readers) ||
+		if (rs->env.runner->readers(rs->env.runner_ctx, r->id, t.layers[i],
+					    &readers) ||
 		    readers)
 			continue;
 		sb_snapper_merge(r->snap, t.layers[i], on_retired, r);
@@ -694,6 +731,8 @@ static int run_connect(struct run *r, uint64_t spent)
 	lim.burst = rs->env.settings->guest_events_burst;
 	lim.quota = r->plan.record_quota ? r->plan.record_quota
 					 : rs->env.settings->run_record_quota;
+	lim.file_max = rs->env.settings->run_file_max;
+	lim.files_quota = rs->env.settings->run_files_quota;
 	if ((rc = sb_guest_open(rs->env.loop, &lim, &guest_ops, r, &r->g)) ||
 	    (rc = sb_guest_mask(r->g, r->vkey, strlen(r->vkey), "virtual key")))
 		return rc;
@@ -711,7 +750,8 @@ static void create_done(void *ctx);
 
 /* Packs and records run.created, run.policy.resolved (inputs as blobs),
  * one secret.granted per grant and extra (NULL: none), in one append. */
-static int record_plan(struct sb_runs *rs, const struct sb_plan *p, const struct sb_event *extra)
+static int record_plan(struct sb_runs *rs, const struct sb_plan *p,
+		       const struct sb_event *extra)
 {
 	msgpack_sbuffer a, b, g;
 	msgpack_packer pa, pb, pg;
@@ -795,7 +835,8 @@ static void create_job(void *ctx)
 			/* its end is not in the record: the request says it */
 			r->create_rc = rc;
 			snprintf(r->create_err, sizeof r->create_err,
-				 "cannot record the run in %.100s: it could not start (%.400s), "
+				 "cannot record the run in %.100s: it could not start "
+				 "(%.400s), "
 				 "and then: %.300s",
 				 rs->env.home, reason, sb_errmsg(rc));
 		}
@@ -855,8 +896,9 @@ static void create_done(void *ctx)
 	if (r->accel_warning[0])
 		warn(r, "%s", r->accel_warning);
 	if (r->memory_skipped)
-		warn(r, "forked from the disk of memory snapshot %s: its processes are not "
-			"continued (forks of a memory snapshot boot in this version)",
+		warn(r,
+		     "forked from the disk of memory snapshot %s: its processes are not "
+		     "continued (forks of a memory snapshot boot in this version)",
 		     r->from_snap);
 	batch_flush(rs);
 	host_event(rs, id, "run.started", "accel", r->accel, "boot",
@@ -969,7 +1011,8 @@ static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 		else if (!strcmp(ev.type, "run.resumed"))
 			rec->started_ns = rec->exited = rec->ready = 0; /* a new start */
 		else if (rec->offset_at && ev.offset > rec->from_offset &&
-			 ev.offset <= rec->offset_at && !strcmp(ev.type, "agent.file.changed"))
+			 ev.offset <= rec->offset_at &&
+			 !strcmp(ev.type, "agent.file.changed"))
 			rec->changed_after++;
 	}
 	sb_log_iter_close(it);
@@ -1040,7 +1083,9 @@ static void reattach(struct sb_runs *rs, const char *run)
 	if (rec.exited)
 		sb_guest_recorded(r->g, "run.exited");
 	if (rec.ready)
-		sb_guest_recorded(r->g, "harness.input.ready"); /* an agent past its set-up takes SIGNAL frames */
+		sb_guest_recorded(r->g,
+				  "harness.input.ready"); /* an agent past its set-up
+							     takes SIGNAL frames */
 	clock_gettime(CLOCK_REALTIME, &now);
 	left = (double)r->plan.timeout_s -
 	       ((double)now.tv_sec + now.tv_nsec / 1e9 - (double)rec.started_ns / 1e9);
@@ -1075,8 +1120,8 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 		sb_pack_kstr(&pk, "prompt", r->new_prompt ? r->new_prompt : "");
 	if (!buf->data)
 		return SB_ERR_NOMEM;
-	return sb_event_init(ev, r->resume ? "run.resumed" : "run.forked", r->id, SB_SRC_HOST,
-			     buf->data, buf->size);
+	return sb_event_init(ev, r->resume ? "run.resumed" : "run.forked", r->id,
+			     SB_SRC_HOST, buf->data, buf->size);
 }
 
 /* On a worker: the plan from the record of the run continued, its
@@ -1102,7 +1147,8 @@ static void from_job(void *ctx)
 	    (!rec.created.size || !rec.policy.size ||
 	     sb_payload_parse(rec.created.data, rec.created.size, &zone, &created) ||
 	     sb_payload_parse(rec.policy.data, rec.policy.size, &zone, &policy)))
-		rc = sb_seterr(SB_ERR_CORRUPT, "run %s: its plan cannot be read back from its record",
+		rc = sb_seterr(SB_ERR_CORRUPT,
+			       "run %s: its plan cannot be read back from its record",
 			       r->from_run);
 	if (rc || (rc = sb_plan_from_record(r->id, &created, &policy, &r->plan)) ||
 	    (rc = sb_plan_load_template(rs->env.home, &r->plan)) ||
@@ -1121,7 +1167,8 @@ static void from_job(void *ctx)
 		}
 	}
 	if (!r->resume) /* its own name, else its id as a new run's */
-		snprintf(r->plan.name, sizeof r->plan.name, "%s", r->new_name[0] ? r->new_name : r->id);
+		snprintf(r->plan.name, sizeof r->plan.name, "%s",
+			 r->new_name[0] ? r->new_name : r->id);
 	if ((rc = sb_plan_pack_guest(&r->plan, r->vkey, GUEST_TUNNEL_PORT, rs->env.log,
 				     &r->spec)) ||
 	    (rc = pack_from(r, &fb, &fev))) {
@@ -1131,12 +1178,14 @@ static void from_job(void *ctx)
 	/* the machine first: a snapshot that is gone or broken changes no
 	 * record */
 	if ((rc = rs->env.runner->create_from(rs->env.runner_ctx, &r->plan, r->from_run,
-					      r->from_layer, r->memory_bytes, &r->m, r->accel,
-					      r->accel_warning, sizeof r->accel_warning))) {
+					      r->from_layer, r->memory_bytes, &r->m,
+					      r->accel, r->accel_warning,
+					      sizeof r->accel_warning))) {
 		r->create_rc = rc;
 		goto out;
 	}
-	rc = r->resume ? sb_log_append(rs->env.log, &fev, 1) : record_plan(rs, &r->plan, &fev);
+	rc = r->resume ? sb_log_append(rs->env.log, &fev, 1)
+		       : record_plan(rs, &r->plan, &fev);
 	if (rc) {
 		r->create_rc = rc;
 		snprintf(r->create_err, sizeof r->create_err, "%s", sb_errmsg(rc));
@@ -1147,7 +1196,8 @@ static void from_job(void *ctx)
 	r->recorded = 1;
 out:
 	if (r->create_rc && !r->create_err[0])
-		snprintf(r->create_err, sizeof r->create_err, "%s", sb_errmsg(r->create_rc));
+		snprintf(r->create_err, sizeof r->create_err, "%s",
+			 sb_errmsg(r->create_rc));
 	record_free(&rec);
 	msgpack_zone_destroy(&zone);
 	msgpack_sbuffer_destroy(&fb);
@@ -1211,11 +1261,13 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 		return rc;
 	if (!pc.found) {
 		if (f->snapshot)
-			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s", f->run,
-					 f->snapshot);
+			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s",
+					 f->run, f->snapshot);
 		if (f->at == UINT64_MAX)
-			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot", f->run);
-		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot at or before offset %llu",
+			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot",
+					 f->run);
+		return sb_seterr(SB_ERR_NOTFOUND,
+				 "run %s has no snapshot at or before offset %llu",
 				 f->run, (unsigned long long)f->at);
 	}
 	if (!(r = calloc(1, sizeof *r)))
@@ -1228,8 +1280,8 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 	snprintf(r->from_snap, sizeof r->from_snap, "%s", rp.snapshot);
 	if (!snapshot_layer(rp.snapshot, &r->from_layer)) {
 		free(r);
-		return sb_seterr(SB_ERR_CORRUPT, "run %s: snapshot id '%s' is malformed", f->run,
-				 rp.snapshot);
+		return sb_seterr(SB_ERR_CORRUPT, "run %s: snapshot id '%s' is malformed",
+				 f->run, rp.snapshot);
 	}
 	r->from_offset = rp.offset;
 	/* a memory snapshot asked for by id (or at its very offset) is
@@ -1273,7 +1325,8 @@ void sb_runs_model_call(struct sb_runs *rs, const char *run)
 {
 	struct run *r = run_find(rs, run);
 
-	if (r && r->st == R_RUNNING && r->snap && !r->turns && !strcmp(r->plan.snapshots, "turn"))
+	if (r && r->st == R_RUNNING && r->snap && !r->turns &&
+	    !strcmp(r->plan.snapshots, "turn"))
 		sb_snapper_turn(r->snap);
 }
 
@@ -1283,8 +1336,9 @@ int sb_runs_snapshot(struct sb_runs *rs, const char *run, int memory, sb_snap_fn
 	struct run *r = run_find(rs, run);
 
 	if (!r || r->st != R_RUNNING || !r->snap)
-		return sb_seterr(SB_ERR_STATE, "run %s is not running: its last snapshot is "
-					       "taken when it stops",
+		return sb_seterr(SB_ERR_STATE,
+				 "run %s is not running: its last snapshot is "
+				 "taken when it stops",
 				 run);
 	return sb_snapper_take(r->snap, memory, cb, ctx);
 }
@@ -1308,6 +1362,7 @@ int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
 		return SB_ERR_NOMEM;
 	rs->env = *env;
 	msgpack_sbuffer_init(&rs->batch);
+	msgpack_sbuffer_init(&rs->blobs);
 	if (!(rs->flush_w = sb_loop_idle_end(env->loop, on_flush, rs))) {
 		free(rs);
 		return SB_ERR_NOMEM;
@@ -1340,6 +1395,7 @@ void sb_runs_close(struct sb_runs *rs)
 	}
 	sb_watch_stop(rs->flush_w);
 	msgpack_sbuffer_destroy(&rs->batch);
+	msgpack_sbuffer_destroy(&rs->blobs);
 	free(rs->items);
 	free(rs);
 }

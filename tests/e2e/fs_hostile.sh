@@ -69,12 +69,17 @@ with open(ws + b"/sparse", "wb") as f:
     f.seek(1 << 29)
     f.write(b"middle")
 EOF
-mkfs.ext4 -q -F -b 4096 -d "$tmp/root" "$tmp/base.img" 64M >"$tmp/mkfs.log" 2>&1 ||
+# the base is a template's root file system, in the template store: a
+# layer chain may end nowhere else
+base=$SANBOX_TEMPLATES/fsh/rootfs.img
+mkdir -p "$SANBOX_TEMPLATES/fsh" "$SANBOX_TEMPLATES/trunc" "$SANBOX_HOME/runs/$R/layers"
+layer1=$SANBOX_HOME/runs/$R/layers/0.qcow2
+mkfs.ext4 -q -F -b 4096 -d "$tmp/root" "$base" 64M >"$tmp/mkfs.log" 2>&1 ||
 	fail "mkfs.ext4: $(tail -n 1 "$tmp/mkfs.log")"
 rm -f "$disk"
-qemu-img create -q -f qcow2 -b "$tmp/base.img" -F raw "$disk" || fail "qemu-img create"
-chmod a-w "$tmp/base.img"
-sum0=$(sha256sum "$tmp/base.img" "$disk")
+qemu-img create -q -f qcow2 -b "$base" -F raw "$disk" || fail "qemu-img create"
+chmod a-w "$base"
+sum0=$(sha256sum "$base" "$disk")
 
 # -- fs ls: every entry once, escaped; nothing raw reaches the terminal
 "$SB" fs ls "$R" >"$tmp/ls" 2>"$tmp/ls.err" || fail "fs ls exit $?: $(cat "$tmp/ls.err")"
@@ -239,7 +244,7 @@ want=3 pat="no such file" refused fs ls "$R" nothing-here
 
 # -- cp: files, symlinks as symlinks, nothing outside the destination
 snap() { (cd "$tmp" && find . -path ./out -prune -o -print0 | sort -z | xargs -0 ls -ld --time-style=+%s.%N |
-	awk '{$1=$1; print}'; sha256sum canary base.img) ; }
+	awk '{$1=$1; print}'; sha256sum canary "$base") ; }
 snap >"$SANBOX_HOME/snap0"
 "$SB" cp "$R:small.txt" "$out/small" || fail "cp small.txt"
 [ "$(cat "$out/small")" = "hello from the guest" ] || fail "cp: bytes differ"
@@ -278,13 +283,13 @@ snap >"$SANBOX_HOME/snap1"
 cmp -s "$SANBOX_HOME/snap0" "$SANBOX_HOME/snap1" ||
 	fail "cp wrote outside its destination: $(diff "$SANBOX_HOME/snap0" "$SANBOX_HOME/snap1")"
 [ "$(cat "$tmp/canary")" = canary ] || fail "the canary changed"
-[ "$sum0" = "$(sha256sum "$tmp/base.img" "$disk")" ] || fail "reading modified the disk"
+[ "$sum0" = "$(sha256sum "$base" "$disk")" ] || fail "reading modified the disk"
 
 # -- a second layer, written with qemu-io: the chain is read through
-blk=$(debugfs -R "bmap /workspace/small.txt 0" "$tmp/base.img" 2>/dev/null)
+blk=$(debugfs -R "bmap /workspace/small.txt 0" "$base" 2>/dev/null)
 [ -n "$blk" ] && [ "$blk" -gt 0 ] || fail "debugfs bmap: $blk"
-mv "$disk" "$tmp/layer1.qcow2"
-qemu-img create -q -f qcow2 -b "$tmp/layer1.qcow2" -F qcow2 "$disk" || fail "second layer"
+mv "$disk" "$layer1"
+qemu-img create -q -f qcow2 -b "$layer1" -F qcow2 "$disk" || fail "second layer"
 qemu-io -f qcow2 -c "write -P 0x41 $((blk * 4096)) 4096" "$disk" >/dev/null || fail "qemu-io write"
 A21=$(printf 'A%.0s' $(seq 21))
 [ "$("$SB" fs cat "$R" small.txt)" = "$A21" ] || fail "the top layer's write is not seen"
@@ -314,10 +319,12 @@ proc_wait_gone "$qio" 50 || kill "$qio"
 # -- a 4 GiB disk: a small file is read without a copy of the disk
 mkdir -p "$tmp/big/workspace" "$tmp/tmpdir"
 printf 'small on a big disk\n' >"$tmp/big/workspace/f"
-mkfs.ext4 -q -F -E lazy_itable_init=1,nodiscard -d "$tmp/big" "$tmp/big.img" 4G >"$tmp/mkfs.log" 2>&1 ||
+mkdir -p "$SANBOX_TEMPLATES/big"
+mkfs.ext4 -q -F -E lazy_itable_init=1,nodiscard -d "$tmp/big" "$SANBOX_TEMPLATES/big/rootfs.img" 4G >"$tmp/mkfs.log" 2>&1 ||
 	fail "mkfs.ext4 4G: $(tail -n 1 "$tmp/mkfs.log")"
 rm -f "$disk"
-qemu-img create -q -f qcow2 -b "$tmp/big.img" -F raw "$disk" || fail "qemu-img create (4G)"
+qemu-img create -q -f qcow2 -b "$SANBOX_TEMPLATES/big/rootfs.img" -F raw "$disk" ||
+	fail "qemu-img create (4G)"
 touch "$tmp/mark"
 avail0=$(df -k --output=avail /tmp | tail -1)
 [ "$(TMPDIR=$tmp/tmpdir "$SB" fs cat "$R" f)" = "small on a big disk" ] || fail "fs cat on a 4 GiB disk"
@@ -329,16 +336,31 @@ avail1=$(df -k --output=avail /tmp | tail -1)
 
 # -- corrupt disks fail in one line, never crash
 head -c 1048576 /dev/urandom >"$disk"
-want=1 pat="^sanbox: .*/disk.qcow2: Image is not in qcow2 format$" refused fs ls "$R"
-qemu-img create -q -f qcow2 -b "$tmp/layer1.qcow2" -F qcow2 "$disk" 64M &&
+want=1 pat="^sanbox: .*/disk.qcow2: not a qcow2 file$" refused fs ls "$R"
+qemu-img create -q -f qcow2 -b "$layer1" -F qcow2 "$disk" 64M &&
 	qemu-io -f qcow2 -c "write -P 0x5a 0 16M" "$disk" >/dev/null || fail "garbage layer"
 want=1 pat="^sanbox: no ext4 file system on the disk" refused fs ls "$R"
-cp "$tmp/base.img" "$tmp/trunc.img" && chmod u+w "$tmp/trunc.img" && truncate -s 300K "$tmp/trunc.img"
+trunc=$SANBOX_TEMPLATES/trunc/rootfs.img
+cp "$base" "$trunc" && chmod u+w "$trunc" && truncate -s 300K "$trunc"
 rm -f "$disk"
-qemu-img create -q -f qcow2 -b "$tmp/trunc.img" -F raw "$disk" 64M || fail "truncated base"
+qemu-img create -q -f qcow2 -b "$trunc" -F raw "$disk" 64M || fail "truncated base"
 want=1 pat="^sanbox: " refused fs ls "$R"
+# a layer whose header names a host file as its backing file, directly or
+# further down, or as its data file: refused before qemu-nbd reads it
+rm -f "$disk"
+qemu-img create -q -f qcow2 -b "$tmp/canary" -F raw "$disk" 64M || fail "hostile backing"
+want=1 pat="canary: not a layer of a run of" refused fs cat "$R" small.txt
+qemu-img create -q -f qcow2 -b "$tmp/canary" -F raw "$tmp/outside.qcow2" 64M &&
+	rm -f "$disk" && qemu-img create -q -f qcow2 -b "$tmp/outside.qcow2" -F qcow2 "$disk" ||
+	fail "hostile chain"
+want=1 pat="outside.qcow2: not a layer of a run of" refused fs ls "$R"
+rm -f "$disk"
+qemu-img create -q -f qcow2 -o data_file="$tmp/host.data",data_file_raw=on "$disk" 64M ||
+	fail "hostile data file"
+want=1 pat="its data is in another file" refused fs ls "$R"
+[ "$(cat "$tmp/canary")" = canary ] || fail "the canary changed"
 # a standalone qcow2 cut in half: what is gone reads as zeros or fails
-qemu-img convert -O qcow2 "$tmp/base.img" "$tmp/whole.qcow2" || fail "qemu-img convert"
+qemu-img convert -O qcow2 "$base" "$tmp/whole.qcow2" || fail "qemu-img convert"
 head -c $(($(stat -c %s "$tmp/whole.qcow2") / 2)) "$tmp/whole.qcow2" >"$disk"
 "$SB" fs cat "$R" d1/d2/d3/deep.txt >/dev/null 2>"$SANBOX_HOME/r.err"
 rc=$?

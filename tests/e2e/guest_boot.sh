@@ -131,8 +131,8 @@ xxh=$("$tmp/driver" --xxh3 "$tmp/f.txt")
 expect run 'HELLO ms=' "no HELLO"
 expect run 'EVENT harness.input.ready {"files"=>0, "bytes"=>0}' "no harness.input.ready"
 expect run '"stream"=>"stdout", "data"=>"hello' "no agent.output hello"
-expect run "{\"path\"=>\"/workspace/d/f.txt\", \"kind\"=>\"created\", \"size\"=>2, \"xxh3\"=>\"$xxh\"}" \
-	"no agent.file.changed for d/f.txt with xxh3 $xxh"
+expect run "{\"path\"=>\"/workspace/d/f.txt\", \"kind\"=>\"created\", \"size\"=>2, \"xxh3\"=>\"$xxh\", \"content\"=>" \
+	"no agent.file.changed for d/f.txt with xxh3 $xxh and its content"
 expect run 'EVENT run.exited {"status"=>3, "signal"=>0}' "no run.exited status 3"
 expect run 'DONE ms=' "no DONE"
 expect run 'QEMU_EXIT code=0' "QEMU did not exit by itself"

@@ -69,6 +69,23 @@ import json, sys
 print([json.loads(l) for l in sys.stdin if '\"snapshot.saved\"' in l][0]['offset'])")
 [ "$("$SB" fs ls "$P" --at "$s0at" 2>/dev/null | awk '{print $NF}' | tr '\n' ' ')" = "a.txt " ] &&
 	ok "fs ls --at the offset of s0 reads s0" || bad "fs --at" "$("$SB" fs ls "$P" --at "$s0at" 2>&1)"
+# the record holds each file's content: b.txt, written after s0, is read
+# at its offset from s0 plus the record; diff lists what changed when
+bat=$(events_json "$P" | python3 -c "
+import json, sys
+print([e for e in map(json.loads, sys.stdin) if e['type'] == 'agent.file.changed' and
+       e['payload']['path'] == '/workspace/b.txt'][0]['offset'])")
+has_event "$P" "e['type']=='agent.file.changed' and e['payload']['path']=='/workspace/a.txt' and len(e['payload']['content'])==64" &&
+	ok "agent.file.changed names its content's blob" || bad "content" "$(events_json "$P" | grep file.changed)"
+[ "$("$SB" fs cat "$P" b.txt --at "$bat")" = two ] &&
+	ok "fs cat --at a later offset than the snapshot: the recorded content" ||
+	bad "fs cat --at" "$("$SB" fs cat "$P" b.txt --at "$bat" 2>&1)"
+out=$("$SB" fs cat "$P" b.txt --at "$s0at" 2>&1)
+[ $? = 3 ] && ok "... and before it was written, there is none" || bad "fs cat --at before" "$out"
+[ "$("$SB" diff "$P" --from "$s0at")" = "A /workspace/b.txt" ] &&
+	[ "$("$SB" diff "$P" | tr '\n' ' ')" = "A /workspace/a.txt A /workspace/b.txt " ] &&
+	[ "$("$SB" diff "$P" --from "$s0at" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["status"])')" = A ] &&
+	ok "diff lists the files changed between two offsets" || bad "diff" "$("$SB" diff "$P" --from "$s0at" 2>&1)"
 
 # ---- forks ----
 F0=$("$SB" fork "$P" --snapshot s0 --detach)

@@ -123,7 +123,8 @@ static void test_oversize(void **state)
 	sb_chan_reader *r;
 	struct sb_chan_frame f;
 	char *big = calloc(1, SB_CHAN_MAX);
-	unsigned char hdr[4] = {0, 0x10, 0, 1}; /* SB_CHAN_MAX + 1 */
+	unsigned char hdr[4] = {(SB_CHAN_MAX + 1) >> 24, (SB_CHAN_MAX + 1) >> 16 & 0xff,
+				(SB_CHAN_MAX + 1) >> 8 & 0xff, (SB_CHAN_MAX + 1) & 0xff};
 
 	assert_non_null(big);
 	msgpack_sbuffer_init(&sb);

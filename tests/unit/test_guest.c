@@ -14,7 +14,10 @@
 #include <cmocka.h>
 #include <sodium.h>
 #include <sys/socket.h>
+#include <xxhash.h>
 
+#include "engine/log/blob.h"
+#include "engine/mpack.h"
 #include "engine/runs/guest.h"
 #include "tests/unit/testutil.h"
 #include "vmm/chan.h"
@@ -24,6 +27,8 @@
 struct seen {
 	char type[64][SB_TYPE_MAX];
 	json_t *payload[64];
+	char *blob[64]; /* the blob handed with event i, or NULL */
+	size_t blob_len[64];
 	int src[64];
 	int n;
 	char warn[16][512];
@@ -37,7 +42,7 @@ static void on_hello(void *ctx, const char *version, int resume)
 }
 
 static void on_event(void *ctx, const char *type, enum sb_source src, const void *p,
-		     size_t len)
+		     size_t len, const void *blob, size_t blob_len)
 {
 	struct seen *s = ctx;
 	msgpack_zone zone;
@@ -48,6 +53,8 @@ static void on_event(void *ctx, const char *type, enum sb_source src, const void
 	assert_int_equal(sb_payload_parse(p, len, &zone, &o), SB_OK);
 	snprintf(s->type[s->n], SB_TYPE_MAX, "%s", type);
 	s->payload[s->n] = sb_msgpack_to_json(&o);
+	s->blob[s->n] = blob ? strndup(blob, blob_len) : NULL;
+	s->blob_len[s->n] = blob_len;
 	s->src[s->n++] = src;
 	msgpack_zone_destroy(&zone);
 }
@@ -90,9 +97,10 @@ struct rig {
 	struct seen seen;
 };
 
-static void rig_open(struct rig *r, double rate, double burst, uint64_t quota)
+static void rig_open_files(struct rig *r, double rate, double burst, uint64_t quota,
+			   uint64_t file_max, uint64_t files_quota)
 {
-	struct sb_guest_limits lim = {rate, burst, quota};
+	struct sb_guest_limits lim = {rate, burst, quota, file_max, files_quota};
 	int sv[2];
 
 	memset(r, 0, sizeof *r);
@@ -105,13 +113,20 @@ static void rig_open(struct rig *r, double rate, double burst, uint64_t quota)
 	r->peer = sv[1];
 }
 
+static void rig_open(struct rig *r, double rate, double burst, uint64_t quota)
+{
+	rig_open_files(r, rate, burst, quota, SB_CHAN_FILE_MAX, 256u << 20);
+}
+
 static void rig_close(struct rig *r)
 {
 	sb_guest_close(r->g);
 	close(r->peer);
 	sb_loop_close(r->loop);
-	for (int i = 0; i < r->seen.n; i++)
+	for (int i = 0; i < r->seen.n; i++) {
 		json_decref(r->seen.payload[i]);
+		free(r->seen.blob[i]);
+	}
 }
 
 /* Sends a frame of kind whose body is the JSON js (quotes as '). */
@@ -147,6 +162,35 @@ static void send_output(struct rig *r, const char *data)
 
 	snprintf(js, sizeof js, "{'stream': 'stdout', 'data': '%s'}", data);
 	send_event(r, "agent.output", js);
+}
+
+/* The agent's agent.file.changed of path with content (its size and
+ * XXH3-64; xxh3 overrides the hash when not NULL). */
+static void send_file(struct rig *r, const char *path, const char *content,
+		      const char *xxh3)
+{
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	size_t start, n = strlen(content);
+	char hex[17];
+
+	snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(content, n));
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	assert_int_equal(sb_chan_begin(&sb, &pk, SB_CHAN_EVENT, 0, &start), SB_OK);
+	msgpack_pack_map(&pk, 2);
+	sb_pack_kstr(&pk, "type", "agent.file.changed");
+	sb_pack_str(&pk, "payload");
+	msgpack_pack_map(&pk, 5);
+	sb_pack_kstr(&pk, "path", path);
+	sb_pack_kstr(&pk, "kind", "created");
+	sb_pack_ku64(&pk, "size", n);
+	sb_pack_kstr(&pk, "xxh3", xxh3 ? xxh3 : hex);
+	sb_pack_str(&pk, "content");
+	msgpack_pack_bin_with_body(&pk, content, n);
+	assert_int_equal(sb_chan_end(&sb, start), SB_OK);
+	assert_int_equal(write(r->peer, sb.data, sb.size), (ssize_t)sb.size);
+	msgpack_sbuffer_destroy(&sb);
 }
 
 static void on_tick(void *ctx)
@@ -323,13 +367,63 @@ static void test_masked_text(void **state)
 	rig_close(&r);
 }
 
+static const char *field(const struct seen *s, int i, const char *key)
+{
+	return json_string_value(json_object_get(s->payload[i], key));
+}
+
+/* A file change's content: checked against its size and hash, recorded as
+ * a blob its event names by key, masked, and left out over the caps. */
+static void test_file_content(void **state)
+{
+	struct rig r;
+	struct seen *s = &r.seen;
+	uint8_t hash[SB_HASH_LEN];
+	char key[SB_HASH_LEN * 2 + 1];
+
+	rig_open_files(&r, 1000, 1000, 1 << 20, 16, 25);
+	send_file(&r, "/workspace/a.txt", "hello", NULL);
+	send_file(&r, "/workspace/b.txt", "hello", "0000000000000000"); /* a lie */
+	send_file(&r, "/workspace/c.txt", "k=" KEY, NULL);
+	send_file(&r, "/workspace/big.txt", "0123456789abcdefg", NULL); /* 17 > 16 */
+	send_file(&r, "/workspace/d.txt", "0123456789", NULL); /* 5 + 12 + 10 > 25 */
+	spin(&r);
+	assert_int_equal(s->n, 4);
+	/* a.txt: the blob, named by its BLAKE2b-256 */
+	sb_blob_hash("hello", 5, hash);
+	sodium_bin2hex(key, sizeof key, hash, sizeof hash);
+	assert_string_equal(field(s, 0, "path"), "/workspace/a.txt");
+	assert_string_equal(field(s, 0, "content"), key);
+	assert_non_null(s->blob[0]);
+	assert_string_equal(s->blob[0], "hello");
+	assert_null(json_object_get(s->payload[0], "masked"));
+	/* b.txt: its hash is not its content's: dropped, said */
+	assert_int_equal(dropped(s, "malformed"), 1);
+	/* c.txt: masked, and said so */
+	assert_string_equal(field(s, 1, "path"), "/workspace/c.txt");
+	assert_non_null(s->blob[1]);
+	assert_null(strstr(s->blob[1], KEY));
+	assert_true(json_is_true(json_object_get(s->payload[1], "masked")));
+	sb_blob_hash(s->blob[1], s->blob_len[1], hash);
+	sodium_bin2hex(key, sizeof key, hash, sizeof hash);
+	assert_string_equal(field(s, 1, "content"), key);
+	/* big.txt: over the file cap */
+	assert_string_equal(field(s, 2, "content"), "omitted");
+	assert_string_equal(field(s, 2, "omitted"), "over the file cap");
+	assert_null(s->blob[2]);
+	/* d.txt: over the run's cap */
+	assert_string_equal(field(s, 3, "content"), "omitted");
+	assert_string_equal(field(s, 3, "omitted"), "over the run's cap");
+	assert_null(s->blob[3]);
+	rig_close(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_once_events),
-	    cmocka_unit_test(test_recorded),
-	    cmocka_unit_test(test_quota),
-	    cmocka_unit_test(test_masked_text),
+	    cmocka_unit_test(test_once_events),	 cmocka_unit_test(test_recorded),
+	    cmocka_unit_test(test_quota),	 cmocka_unit_test(test_masked_text),
+	    cmocka_unit_test(test_file_content),
 	};
 	if (sodium_init() < 0)
 		return 1;

@@ -24,7 +24,7 @@
 
 static char *tmp;
 static char home[PATH_MAX];
-static char base[PATH_MAX]; /* a 4 MiB raw file of zeros: a template's root */
+static char base[PATH_MAX];  /* a 4 MiB raw file of zeros: a template's root */
 static char store[PATH_MAX]; /* the template store it is in */
 
 static int setup(void **state)
@@ -662,9 +662,9 @@ static void test_check(void **state)
 	snprintf(path, sizeof path, "%s/runs/aaaa/disk.qcow2", home);
 	assert_int_equal(sb_layers_check(home, path), SB_OK);
 	/* a fork's layer over A's snapshot */
-	assert_int_equal(sb_layers_create(home, "bbbb", lpath("aaaa", 0), "qcow2",
-					  &(unsigned){0}),
-			 SB_OK);
+	assert_int_equal(
+	    sb_layers_create(home, "bbbb", lpath("aaaa", 0), "qcow2", &(unsigned){0}),
+	    SB_OK);
 	assert_int_equal(sb_layers_check(home, lpath("bbbb", 0)), SB_OK);
 
 	/* a layer over a host file */
@@ -674,8 +674,10 @@ static void test_check(void **state)
 	assert_int_equal(sb_layers_check(home, lpath("cccc", 0)), SB_ERR_CORRUPT);
 	assert_non_null(strstr(sb_errmsg(SB_ERR_CORRUPT), "secret.raw"));
 	/* ... further down: a layer of a run over a qcow2 outside the home */
-	sh("qemu-img create -q -f qcow2 -b \"$PWD/templates/t/rootfs.img\" -F raw out.qcow2 && "
-	   "mkdir -p home/runs/dddd/layers && qemu-img create -q -f qcow2 -b \"$PWD/out.qcow2\" "
+	sh("qemu-img create -q -f qcow2 -b \"$PWD/templates/t/rootfs.img\" -F raw "
+	   "out.qcow2 && "
+	   "mkdir -p home/runs/dddd/layers && qemu-img create -q -f qcow2 -b "
+	   "\"$PWD/out.qcow2\" "
 	   "-F qcow2 home/runs/dddd/layers/0.qcow2");
 	assert_int_equal(sb_layers_check(home, lpath("dddd", 0)), SB_ERR_CORRUPT);
 	/* a file in a run's directory that is not a layer */
@@ -685,7 +687,8 @@ static void test_check(void **state)
 	assert_int_equal(sb_layers_check(home, lpath("dddd", 1)), SB_ERR_CORRUPT);
 	/* an external data file */
 	sh("mkdir -p home/runs/eeee/layers && qemu-img create -q -f qcow2 -o "
-	   "data_file=\"$PWD/secret.raw\",data_file_raw=on home/runs/eeee/layers/0.qcow2 4M");
+	   "data_file=\"$PWD/secret.raw\",data_file_raw=on home/runs/eeee/layers/0.qcow2 "
+	   "4M");
 	assert_int_equal(sb_layers_check(home, lpath("eeee", 0)), SB_ERR_CORRUPT);
 	assert_non_null(strstr(sb_errmsg(SB_ERR_CORRUPT), "another file"));
 	/* a root file system of another directory than the store */
@@ -714,7 +717,8 @@ static void test_settle(void **state)
 	assert_int_equal(sb_layers_settle(home, "aaaa", path), SB_OK);
 	assert_link(home, "aaaa", 1);
 	assert_int_equal(mode_of(lpath("aaaa", 0)), 0444);
-	assert_int_equal(sb_layers_settle(home, "aaaa", path), SB_OK); /* again: the same */
+	assert_int_equal(sb_layers_settle(home, "aaaa", path),
+			 SB_OK); /* again: the same */
 	assert_int_equal(sb_layers_top(home, "aaaa", &top), SB_OK);
 	assert_int_equal(top, 1);
 	/* the next snapshot's layer is 2: layer 1 is not taken for half-made */

@@ -14,11 +14,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/random.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/random.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/signalfd.h>
@@ -47,9 +47,9 @@ struct input {
 };
 
 struct spec {
-	char **argv; /* NULL-terminated */
-	char **env;  /* NULL-terminated, the harness's whole environment */
-	size_t nenv;
+	char **argv;	      /* NULL-terminated */
+	char **env;	      /* NULL-terminated, the harness's whole environment */
+	size_t nenv, env_cap; /* entries, and room for them (NULL after) */
 	char *cwd;
 	uint16_t tunnel_port;
 	struct input *inputs;
@@ -199,6 +199,9 @@ static char **dup_strv(const msgpack_object *o, size_t extra, size_t *count)
 	return v;
 }
 
+/* The variables spec_parse sets (env_set) beside the SPEC's own. */
+#define ENV_SET 6
+
 /* Sets key=value in the environment unless key is there (or always when
  * force is set). */
 static void env_set(struct spec *s, const char *key, const char *value, int force)
@@ -219,7 +222,11 @@ static void env_set(struct spec *s, const char *key, const char *value, int forc
 			return;
 		}
 	}
-	s->env[s->nenv++] = kv; /* room was reserved by dup_strv */
+	if (s->nenv == s->env_cap) { /* more than ENV_SET: a bug, not a crash */
+		free(kv);
+		return;
+	}
+	s->env[s->nenv++] = kv;
 }
 
 /* A relative path of plain components: no "", "." or "..", no NUL. */
@@ -304,9 +311,10 @@ static const char *spec_parse(const msgpack_object *body, struct spec *s)
 		return "SPEC argv must be a non-empty array of strings";
 	if (env && env->type == MSGPACK_OBJECT_NIL)
 		env = NULL;
-	s->env = dup_strv(env ? env : &none, 5, &s->nenv);
+	s->env = dup_strv(env ? env : &none, ENV_SET, &s->nenv);
 	if (!s->env)
 		return "SPEC env must be an array of strings";
+	s->env_cap = s->nenv + ENV_SET;
 	for (i = 0; i < s->nenv; i++)
 		if (!strchr(s->env[i], '=') || s->env[i][0] == '=')
 			return "SPEC env entries must be KEY=VALUE";
@@ -509,7 +517,8 @@ static void send_hello(struct agent *ag, int resume)
  * for the kernel's pool, then HELLO, so the host knows it is up. */
 static void restored(struct agent *ag, const msgpack_object *body, int resume)
 {
-	const msgpack_object *t = sb_map_get(body, "time_ns"), *seed = sb_map_get(body, "seed");
+	const msgpack_object *t = sb_map_get(body, "time_ns"),
+			     *seed = sb_map_get(body, "seed");
 	struct {
 		int entropy_count, buf_size;
 		unsigned char buf[64];
@@ -730,12 +739,8 @@ static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 		if (ag->tunnel)
 			tunnel_frame(ag->tunnel, f->kind, f->stream, &f->body);
 		break;
-	case SB_CHAN_SYNC:
-		send_synced(ag, sb_map_get(&f->body, "id"));
-		break;
-	case SB_CHAN_RESTORED:
-		restored(ag, &f->body, 1);
-		break;
+	case SB_CHAN_SYNC: send_synced(ag, sb_map_get(&f->body, "id")); break;
+	case SB_CHAN_RESTORED: restored(ag, &f->body, 1); break;
 	default:
 		agent_log(&ag->port, "ignored %s frame while running",
 			  sb_chan_kind_name(f->kind));

@@ -54,6 +54,7 @@ void agent_event_begin(struct agent_frame *f, const char *type, uint32_t nfields
 void agent_pack_str(struct agent_frame *f, const char *s);
 void agent_pack_kv_str(struct agent_frame *f, const char *k, const char *v);
 void agent_pack_kv_strn(struct agent_frame *f, const char *k, const char *v, size_t n);
+void agent_pack_kv_bin(struct agent_frame *f, const char *k, const void *v, size_t n);
 void agent_pack_kv_uint(struct agent_frame *f, const char *k, uint64_t v);
 void agent_pack_kv_int(struct agent_frame *f, const char *k, int64_t v);
 

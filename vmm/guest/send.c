@@ -65,6 +65,12 @@ void agent_pack_kv_str(struct agent_frame *f, const char *k, const char *v)
 	agent_pack_kv_strn(f, k, v, strlen(v));
 }
 
+void agent_pack_kv_bin(struct agent_frame *f, const char *k, const void *v, size_t n)
+{
+	agent_pack_str(f, k);
+	msgpack_pack_bin_with_body(&f->pk, v, n);
+}
+
 void agent_pack_kv_uint(struct agent_frame *f, const char *k, uint64_t v)
 {
 	agent_pack_str(f, k);

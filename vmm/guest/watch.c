@@ -4,12 +4,12 @@
  * writing or moved in is reported "created" the first time its path is seen
  * and "modified" after; a file deleted or moved away is "deleted" when it was
  * known (a file written and deleted before its close was read is known
- * without a report, so its deletion is still reported). Directories created or moved in are watched and their files
- * reported; a directory moved away is one "deleted" for its own path.
- * Known paths are a set of XXH3 hashes of the path (8 bytes a file).
- * A new directory is watched once its IN_CREATE is read: what happened in it
- * before is found by scanning it, so its files' last states are reported but
- * changes in between (a file written then moved away) may not be.
+ * without a report, so its deletion is still reported). Directories created or moved in
+ * are watched and their files reported; a directory moved away is one "deleted" for its
+ * own path. Known paths are a set of XXH3 hashes of the path (8 bytes a file). A new
+ * directory is watched once its IN_CREATE is read: what happened in it before is found by
+ * scanning it, so its files' last states are reported but changes in between (a file
+ * written then moved away) may not be.
  */
 #include "vmm/guest/agent.h"
 
@@ -123,23 +123,28 @@ static int known_del(struct watch *w, const char *path)
 	return found;
 }
 
+/* Sends agent.file.changed; content (size bytes) is NULL for a deletion
+ * or a file over SB_CHAN_FILE_MAX. */
 static void send_change(struct watch *w, const char *path, const char *kind,
-			uint64_t size, const char *xxh3)
+			uint64_t size, const char *xxh3, const void *content)
 {
 	struct agent_frame f;
 
-	agent_event_begin(&f, "agent.file.changed", 4);
+	agent_event_begin(&f, "agent.file.changed", content ? 5 : 4);
 	agent_pack_kv_str(&f, "path", path);
 	agent_pack_kv_str(&f, "kind", kind);
 	agent_pack_kv_uint(&f, "size", size);
 	agent_pack_kv_str(&f, "xxh3", xxh3);
+	if (content)
+		agent_pack_kv_bin(&f, "content", content, (size_t)size);
 	agent_frame_send(w->port, &f);
 }
 
-/* Reports the regular file at path as created or modified. */
+/* Reports the regular file at path as created or modified, with its
+ * content up to SB_CHAN_FILE_MAX bytes. */
 static void report_file(struct watch *w, const char *path)
 {
-	static char buf[65536];
+	static char buf[SB_CHAN_FILE_MAX + 1]; /* the content, while it fits */
 	XXH3_state_t *st = NULL;
 	struct stat sb;
 	char hex[17];
@@ -158,8 +163,14 @@ static void report_file(struct watch *w, const char *path)
 	st = XXH3_createState();
 	if (!st || XXH3_64bits_reset(st) != XXH_OK)
 		goto out;
-	while ((n = read(fd, buf, sizeof buf)) > 0) {
-		XXH3_64bits_update(st, buf, (size_t)n);
+	for (;;) {
+		/* into buf while the file fits, then 64 KiB at a time over its
+		 * start (the content is not sent) */
+		size_t at = size < sizeof buf ? (size_t)size : 0;
+		size_t room = size < sizeof buf ? sizeof buf - at : 65536;
+		if ((n = read(fd, buf + at, room)) <= 0)
+			break;
+		XXH3_64bits_update(st, buf + at, (size_t)n);
 		size += (uint64_t)n;
 	}
 	if (n < 0) {
@@ -167,7 +178,8 @@ static void report_file(struct watch *w, const char *path)
 		goto out;
 	}
 	snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits_digest(st));
-	send_change(w, path, known_add(w, path) ? "modified" : "created", size, hex);
+	send_change(w, path, known_add(w, path) ? "modified" : "created", size, hex,
+		    size <= SB_CHAN_FILE_MAX ? buf : NULL);
 out:
 	XXH3_freeState(st);
 	if (fd >= 0)
@@ -337,14 +349,14 @@ static void handle(struct watch *w, const struct inotify_event *ev)
 			add_tree(w, path, 1);
 		else if (ev->mask & IN_MOVED_FROM) {
 			dir_forget_tree(w, path);
-			send_change(w, path, "deleted", 0, "");
+			send_change(w, path, "deleted", 0, "", NULL);
 		}
 		return;
 	}
 	if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO))
 		report_file(w, path);
 	else if ((ev->mask & (IN_DELETE | IN_MOVED_FROM)) && known_del(w, path))
-		send_change(w, path, "deleted", 0, "");
+		send_change(w, path, "deleted", 0, "", NULL);
 }
 
 int watch_read(struct watch *w)
