@@ -298,3 +298,25 @@ int sb_write_full(int fd, const void *buf, size_t len)
 	}
 	return SB_OK;
 }
+
+int sb_proc_cmdline_has(pid_t pid, const char *needle)
+{
+	char path[64], cmd[8192];
+	ssize_t n;
+	int fd;
+
+	if (pid <= 1)
+		return 0;
+	snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return 0;
+	n = read(fd, cmd, sizeof cmd - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	for (ssize_t i = 0; i < n; i++)
+		if (!cmd[i])
+			cmd[i] = ' ';
+	cmd[n] = 0;
+	return strstr(cmd, needle) != NULL;
+}

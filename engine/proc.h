@@ -15,11 +15,11 @@
 #include <sys/types.h>
 
 struct sb_spawn {
-	char *const *argv; /* argv[0]: a path, or a name searched in PATH */
-	int in, out, err;  /* the child's 0, 1 and 2; -1: /dev/null */
-	int new_session;   /* 1: its own session and process group (pgid = pid) */
-	int detach;	   /* 1: not the caller's child (started by a child
-			    * that exits at once); *pid is then 0 */
+	char *const *argv;   /* argv[0]: a path, or a name searched in PATH */
+	int in, out, err;    /* the child's 0, 1 and 2; -1: /dev/null */
+	int new_session;     /* 1: its own session and process group (pgid = pid) */
+	int detach;	     /* 1: not the caller's child (started by a child
+			      * that exits at once); *pid is then 0 */
 	int die_with_parent; /* 1: SIGKILL once the thread that started it
 			      * ends (the whole process, say) */
 };
@@ -56,5 +56,10 @@ int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen,
 /* Writes all len bytes of buf to fd, going on after short writes and
  * EINTR. Errors: SB_ERR_IO (with errno's text). */
 int sb_write_full(int fd, const void *buf, size_t len);
+
+/* 1 when process pid lives and its command line (its arguments joined by
+ * spaces) contains needle: a pid read from a file is that process, not
+ * another that took its number. */
+int sb_proc_cmdline_has(pid_t pid, const char *needle);
 
 #endif

@@ -515,6 +515,9 @@ int sb_layers_remove(const char *home, const char *run, unsigned n)
 		pathf(path, sizeof path, "%s/%u.qcow2", c.dir, n);
 		if (unlink(path))
 			rc = sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(errno));
+		pathf(path, sizeof path, "%s/%u.mem", c.dir, n); /* a memory snapshot's */
+		if (rc == SB_OK && unlink(path) && errno != ENOENT)
+			rc = sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(errno));
 	}
 	chain_free(&c);
 	return rc;

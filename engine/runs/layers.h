@@ -87,7 +87,8 @@ int sb_layers_users(const char *home, const char *run, unsigned n,
 
 /* Deletes run's frozen layer n, which no other run reads: each layer of
  * run made on it is rebased onto n's own backing file first (qemu-img
- * rebase: what it reads stays the same). The run's machine must not be
+ * rebase: what it reads stays the same), and its memory file N.mem if
+ * any. The run's machine must not be
  * running. Errors: SB_ERR_STATE (n is the top, or another run reads it:
  * the detail names one), SB_ERR_NOTFOUND, those of sb_disk_layer_rebase. */
 int sb_layers_remove(const char *home, const char *run, unsigned n);

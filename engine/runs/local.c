@@ -1213,10 +1213,9 @@ fail:
  * command line names the run's directory), else 0. */
 static pid_t machine_pid(const char *dir, const char *run)
 {
-	char path[PATH_CAP], cmd[8192], want[SB_RUN_MAX + 16];
+	char path[PATH_CAP], want[SB_RUN_MAX + 16];
 	FILE *f;
-	int pid = 0, fd;
-	ssize_t n;
+	int pid = 0;
 
 	snprintf(path, sizeof path, "%s/qemu.pid", dir);
 	if (!(f = fopen(path, "re")))
@@ -1224,21 +1223,8 @@ static pid_t machine_pid(const char *dir, const char *run)
 	if (fscanf(f, "%d", &pid) != 1)
 		pid = 0;
 	fclose(f);
-	if (pid <= 1)
-		return 0;
-	snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return 0;
-	n = read(fd, cmd, sizeof cmd - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	for (ssize_t i = 0; i < n; i++)
-		if (!cmd[i])
-			cmd[i] = ' ';
-	cmd[n] = 0;
 	snprintf(want, sizeof want, "/runs/%s/", run);
-	return strstr(cmd, want) ? (pid_t)pid : 0;
+	return sb_proc_cmdline_has(pid, want) ? (pid_t)pid : 0;
 }
 
 static int local_reattach(void *runner, const struct sb_plan *p,

@@ -152,7 +152,8 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 		return sb_seterr(SB_ERR_INVAL, "spec: accel must be auto, kvm or tcg");
 	if (strcmp(p->snapshots, "turn") && strcmp(p->snapshots, "stop") &&
 	    strcmp(p->snapshots, "off"))
-		return sb_seterr(SB_ERR_INVAL, "spec: snapshots must be turn, stop or off");
+		return sb_seterr(SB_ERR_INVAL,
+				 "spec: snapshots must be turn, stop or off");
 	if ((!argv || argv->via.array.size == 0) && !prompt[0])
 		return sb_seterr(SB_ERR_INVAL, "spec: give a command (argv) or a prompt");
 	if (p->memory_mib && p->memory_mib < MEMORY_MIN)
@@ -189,10 +190,11 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	for (size_t i = 0; i < p->access.ngrants; i++) {
 		const struct sb_access_grant *g = &p->access.grants[i];
 		if (!g->model_scope && g->value->len > SB_MASK_HOLD_MAX)
-			return sb_seterr(SB_ERR_INVAL,
-					 "secret %s has %zu bytes: one given to the guest (scope "
-					 "env) is at most %d, so that it can be masked in the record",
-					 g->name, g->value->len, SB_MASK_HOLD_MAX);
+			return sb_seterr(
+			    SB_ERR_INVAL,
+			    "secret %s has %zu bytes: one given to the guest (scope "
+			    "env) is at most %d, so that it can be masked in the record",
+			    g->name, g->value->len, SB_MASK_HOLD_MAX);
 	}
 	return SB_OK;
 }
@@ -272,7 +274,7 @@ int sb_plan_pack_guest(const struct sb_plan *p, const char *vkey, uint16_t tunne
 	msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
 	if ((rc = sb_chan_begin(out, &pk, SB_CHAN_SPEC, 0, &start)))
 		return rc;
-	msgpack_pack_map(&pk, 5);
+	msgpack_pack_map(&pk, p->nremoves ? 6 : 5);
 	sb_pack_str(&pk, "argv");
 	if (p->argc) {
 		msgpack_pack_array(&pk, p->argc);
@@ -299,6 +301,12 @@ int sb_plan_pack_guest(const struct sb_plan *p, const char *vkey, uint16_t tunne
 		sb_pack_kstr(&pk, "path", p->inputs[i].path);
 		sb_pack_ku64(&pk, "size", p->inputs[i].size);
 		sb_pack_ku64(&pk, "mode", p->inputs[i].mode);
+	}
+	if (p->nremoves) {
+		sb_pack_str(&pk, "remove");
+		msgpack_pack_array(&pk, p->nremoves);
+		for (size_t i = 0; i < p->nremoves; i++)
+			sb_pack_str(&pk, p->removes[i]);
 	}
 	sb_pack_ku64(&pk, "tunnel_port", tunnel_port);
 	if ((rc = sb_chan_end(out, start)))
@@ -425,6 +433,7 @@ void sb_plan_free(struct sb_plan *p)
 	strv_free(p->env, p->nenv, 0);
 	free(p->prompt);
 	free(p->inputs);
+	free(p->removes);
 	sb_access_free(&p->access);
 	memset(p, 0, sizeof *p);
 }

@@ -41,6 +41,9 @@ struct sb_plan {
 	size_t nenv;
 	struct sb_plan_input *inputs;
 	size_t ninputs;
+	char (*removes)[256]; /* paths under /workspace the agent deletes before
+			       * writing the inputs (a resume's roll-forward) */
+	size_t nremoves;
 	uint64_t input_bytes;
 	uint64_t cpus, memory_mib, timeout_s;
 	uint64_t record_quota; /* bytes the guest may put in the record */

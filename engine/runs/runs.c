@@ -30,6 +30,8 @@
 
 enum rstate { R_CREATING, R_RUNNING };
 
+#define ROLL_OMITTED_MAX 8 /* files a roll-forward lacks, named in its record */
+
 struct run {
 	struct sb_runs *rs;
 	char id[SB_RUN_MAX];
@@ -51,6 +53,10 @@ struct run {
 	double gw_warned_at;
 	/* a fork or resume: what it continues */
 	int from, resume, exact;
+	size_t rolled;			    /* files it rolled forward (inputs) */
+	char omitted[ROLL_OMITTED_MAX][80]; /* ... and files it could not */
+	size_t nomitted;
+	int omitted_more; /* more than ROLL_OMITTED_MAX */
 	char from_run[SB_RUN_MAX], from_snap[72];
 	unsigned from_layer;
 	uint64_t from_offset, at, spent;
@@ -600,7 +606,7 @@ static int snap_saved(void *ctx, const struct sb_snap_done *d)
 	snprintf(id, sizeof id, "s%u", in->layer);
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 11);
+	msgpack_pack_map(&pk, 12);
 	sb_pack_kstr(&pk, "snapshot", id);
 	sb_pack_kstr(&pk, "kind", d->kind);
 	sb_pack_kstr(&pk, "trigger", d->trigger);
@@ -616,7 +622,9 @@ static int snap_saved(void *ctx, const struct sb_snap_done *d)
 	sb_pack_str(&pk, "paused_ms");
 	msgpack_pack_double(&pk, in->paused_ms);
 	sb_pack_str(&pk, "duration_ms");
-	msgpack_pack_double(&pk, in->duration_ms);
+	msgpack_pack_double(&pk, d->sync_ms + in->duration_ms); /* asked to made */
+	sb_pack_str(&pk, "sync_ms");
+	msgpack_pack_double(&pk, d->sync_ms);
 	sb_pack_kbool(&pk, "synced", d->synced);
 	batch_flush(rs);
 	rc = buf.data ? sb_event_init(&ev, "snapshot.saved", r->id, SB_SRC_HOST, buf.data,
@@ -968,13 +976,71 @@ unsigned sb_runs_active(struct sb_runs *rs)
 /* --- a daemon's start: the runs a previous one left --- */
 
 /* What a run's record says, read once for its reattach. */
+/* A file's last recorded change in a range of the record. */
+struct file_state {
+	char path[256]; /* relative to /workspace; "" when not one (kept as such) */
+	int deleted;
+	int content; /* 1: blob holds its content */
+	uint8_t blob[SB_HASH_LEN];
+	uint64_t size;
+};
+
+#define ROLL_FILES_MAX SB_CHAN_INPUT_FILES /* paths a roll-forward follows */
+
 struct record {
 	msgpack_sbuffer created, policy;
 	uint64_t started_ns;
 	int exited, ready;
-	/* asked for: files changed in (from_offset, offset_at] (0: not asked) */
+	/* asked for: files changed in (from_offset, offset_at] (0: not asked),
+	 * and each one's last state there */
 	uint64_t from_offset, offset_at, changed_after;
+	struct file_state *files;
+	size_t nfiles;
+	int files_over; /* more paths than ROLL_FILES_MAX, or one unreadable */
 };
+
+/* Notes the change ev (agent.file.changed) in rec's files. */
+static void record_file(struct record *rec, const struct sb_event *ev)
+{
+	char path[PATH_MAX], kind[16], key[2 * SB_HASH_LEN + 8];
+	msgpack_zone zone;
+	msgpack_object p;
+	struct file_state *f = NULL;
+	const char *rel;
+
+	if (!msgpack_zone_init(&zone, 1024)) {
+		rec->files_over = 1;
+		return;
+	}
+	if (sb_payload_parse(ev->payload, ev->payload_len, &zone, &p) ||
+	    sb_map_str(&p, "path", path, sizeof path) <= 0 ||
+	    sb_map_str(&p, "kind", kind, sizeof kind) <= 0 ||
+	    strncmp(path, "/workspace/", 11) ||
+	    strlen(rel = path + 11) >= sizeof f->path) {
+		rec->files_over = 1; /* a change the roll-forward cannot follow */
+		goto out;
+	}
+	for (size_t i = 0; i < rec->nfiles && !f; i++)
+		if (!strcmp(rec->files[i].path, rel))
+			f = &rec->files[i];
+	if (!f) {
+		if (rec->nfiles == ROLL_FILES_MAX ||
+		    (!rec->files &&
+		     !(rec->files = calloc(ROLL_FILES_MAX, sizeof *rec->files)))) {
+			rec->files_over = 1;
+			goto out;
+		}
+		f = &rec->files[rec->nfiles++];
+		snprintf(f->path, sizeof f->path, "%s", rel);
+	}
+	f->deleted = !strcmp(kind, "deleted");
+	f->size = sb_map_u64(&p, "size", 0);
+	f->content = !f->deleted &&
+		     sb_map_str(&p, "content", key, sizeof key) == 2 * SB_HASH_LEN &&
+		     sb_hash_parse(key, f->blob) == SB_OK;
+out:
+	msgpack_zone_destroy(&zone);
+}
 
 static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 {
@@ -1012,8 +1078,10 @@ static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 			rec->started_ns = rec->exited = rec->ready = 0; /* a new start */
 		else if (rec->offset_at && ev.offset > rec->from_offset &&
 			 ev.offset <= rec->offset_at &&
-			 !strcmp(ev.type, "agent.file.changed"))
+			 !strcmp(ev.type, "agent.file.changed")) {
 			rec->changed_after++;
+			record_file(rec, &ev);
+		}
 	}
 	sb_log_iter_close(it);
 	return rc == SB_END ? SB_OK : rc;
@@ -1023,6 +1091,49 @@ static void record_free(struct record *rec)
 {
 	msgpack_sbuffer_destroy(&rec->created);
 	msgpack_sbuffer_destroy(&rec->policy);
+	free(rec->files);
+}
+
+/* The roll-forward of a fork or resume --at an offset past its snapshot:
+ * the files changed after the snapshot, up to the offset, as the record
+ * has them, become the plan's inputs (and its deletions, removes), which
+ * the agent writes before the harness starts. What the record lacks (a
+ * content over a cap, a path out of /workspace) makes it inexact: r's
+ * omitted list names those. */
+static int roll_forward(struct run *r, const struct record *rec)
+{
+	struct sb_plan *p = &r->plan;
+	uint64_t bytes = 0;
+
+	free(p->inputs);
+	p->inputs = NULL;
+	if (!rec->nfiles)
+		return SB_OK;
+	if (!(p->inputs = calloc(rec->nfiles, sizeof *p->inputs)) ||
+	    !(p->removes = calloc(rec->nfiles, sizeof *p->removes)))
+		return SB_ERR_NOMEM;
+	for (size_t i = 0; i < rec->nfiles; i++) {
+		const struct file_state *f = &rec->files[i];
+		if (f->deleted) {
+			snprintf(p->removes[p->nremoves++], sizeof *p->removes, "%s",
+				 f->path);
+		} else if (f->content && bytes + f->size <= SB_CHAN_INPUTS_MAX) {
+			struct sb_plan_input *x = &p->inputs[p->ninputs++];
+			snprintf(x->path, sizeof x->path, "%s", f->path);
+			x->mode = 0644;
+			x->size = f->size;
+			memcpy(x->blob, f->blob, sizeof x->blob);
+			bytes += f->size;
+		} else if (r->nomitted < ROLL_OMITTED_MAX) {
+			snprintf(r->omitted[r->nomitted++], sizeof r->omitted[0],
+				 "/workspace/%s", f->path);
+		} else {
+			r->omitted_more = 1;
+		}
+	}
+	p->input_bytes = bytes;
+	r->rolled = p->ninputs;
+	return SB_OK;
 }
 
 /* Takes up run, which its record says is live. */
@@ -1110,12 +1221,21 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 	msgpack_packer pk;
 
 	msgpack_packer_init(&pk, buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, r->resume ? 6 : 5);
+	msgpack_pack_map(&pk, (r->resume ? 9 : 8) + (r->nomitted ? 1 : 0));
 	sb_pack_kstr(&pk, "from_run", r->from_run);
 	sb_pack_ku64(&pk, "from_offset", r->from_offset);
+	sb_pack_ku64(&pk, "at", r->at);
 	sb_pack_kstr(&pk, "snapshot", r->from_snap);
 	sb_pack_kbool(&pk, "exact", r->exact);
 	sb_pack_kbool(&pk, "memory", r->memory_bytes > 0);
+	sb_pack_ku64(&pk, "rolled", r->rolled);
+	sb_pack_ku64(&pk, "removed", r->plan.nremoves);
+	if (r->nomitted) {
+		sb_pack_str(&pk, "omitted");
+		msgpack_pack_array(&pk, r->nomitted);
+		for (size_t i = 0; i < r->nomitted; i++)
+			sb_pack_str(&pk, r->omitted[i]);
+	}
 	if (r->resume)
 		sb_pack_kstr(&pk, "prompt", r->new_prompt ? r->new_prompt : "");
 	if (!buf->data)
@@ -1157,8 +1277,17 @@ static void from_job(void *ctx)
 		r->create_rc = rc;
 		goto out;
 	}
-	r->exact = rec.changed_after == 0;
-	r->plan.ninputs = 0; /* they are on the disk already */
+	r->plan.ninputs = 0; /* its own inputs are on the disk already */
+	if (r->memory_bytes) {
+		r->exact =
+		    rec.changed_after == 0; /* its processes go on: nothing rolled */
+	} else {
+		if ((rc = roll_forward(r, &rec))) {
+			r->create_rc = rc;
+			goto out;
+		}
+		r->exact = !r->nomitted && !r->omitted_more && !rec.files_over;
+	}
 	if (r->new_prompt) {
 		free(r->plan.prompt);
 		if (!(r->plan.prompt = strdup(r->new_prompt))) {

@@ -27,6 +27,7 @@ struct sb_snapper {
 	enum snap_state st;
 	uint64_t sync_id;
 	int synced;
+	double t_sync, sync_ms; /* SYNC sent (loop time), and the wait for it */
 	int ended; /* the final snapshot is asked for: no more automatic ones */
 	double last_auto;
 	sb_watch *kick_w, *sync_w, *turn_w;
@@ -98,7 +99,8 @@ static void finish(sb_snapper *s, int rc, const char *id)
 	if (cb) {
 		cb(ctx, rc, id ? copy : NULL);
 	} else if (rc && s->env.warn) {
-		snprintf(line, sizeof line, "automatic snapshot failed: %s", sb_errmsg(rc));
+		snprintf(line, sizeof line, "automatic snapshot failed: %s",
+			 sb_errmsg(rc));
 		s->env.warn(s->env.ctx, line);
 	}
 }
@@ -116,6 +118,7 @@ static void on_taken(void *ctx, int rc, const struct sb_snapshot_info *info)
 			    : s->cur->kind == K_TURN ? "turn"
 						     : "end";
 		d.synced = s->synced;
+		d.sync_ms = s->sync_ms;
 		snprintf(id, sizeof id, "s%u", info->layer);
 		rc = s->env.saved(s->env.ctx, &d);
 	}
@@ -128,6 +131,8 @@ static void take(sb_snapper *s, int synced)
 	struct sb_snapshot_req q = {.memory = s->cur->memory};
 	int rc;
 
+	s->sync_ms =
+	    s->st == S_SYNCING ? (sb_loop_now(s->env.loop) - s->t_sync) * 1000 : 0;
 	sb_watch_stop(s->sync_w);
 	s->sync_w = NULL;
 	s->synced = synced;
@@ -177,6 +182,7 @@ static void kick(sb_snapper *s)
 		return;
 	}
 	s->st = S_SYNCING;
+	s->t_sync = sb_loop_now(s->env.loop);
 	sb_guest_sync(s->g, ++s->sync_id);
 	s->sync_w = sb_loop_timer(s->env.loop, SB_SNAP_SYNC_S, 0, on_sync_timeout, s);
 	if (!s->sync_w)
@@ -298,7 +304,9 @@ int sb_snapper_final(sb_snapper *s, sb_snap_fn cb, void *ctx)
 		/* the guest is gone: no live snapshot of it */
 		sb_watch_stop(s->sync_w);
 		s->sync_w = NULL;
-		finish(s, sb_seterr(SB_ERR_STATE, "the run ended before its snapshot was taken"),
+		finish(s,
+		       sb_seterr(SB_ERR_STATE,
+				 "the run ended before its snapshot was taken"),
 		       NULL);
 	}
 	drain(s, SB_ERR_STATE, "the run ended before its snapshot was taken", 0);

@@ -30,6 +30,7 @@ struct sb_snap_done {
 	const char *kind;    /* "disk" or "memory" */
 	const char *trigger; /* "demand", "turn" or "end" */
 	int synced;	     /* the guest answered SYNC (always 1 at the end) */
+	double sync_ms;	     /* waiting for it, before the runner's part */
 };
 
 struct sb_snapper_env {

@@ -128,13 +128,23 @@ static int build_lock(struct build *b)
 		return SB_OK;
 	if (errno != EEXIST || stat(b->dir, &st))
 		return sb_seterr(SB_ERR_IO, "%s: %s", b->dir, strerror(errno));
-	if (time(NULL) - st.st_mtime < WARM_STALE_S)
+	pid = 0;
+	if ((f = fopen(b->pidfile, "re"))) {
+		if (fscanf(f, "%d", &pid) != 1)
+			pid = 0;
+		fclose(f);
+	}
+	/* its QEMU (its command line names the directory) still runs: a live
+	 * build, unless it is past WARM_STALE_S; no QEMU: a dead one, once a
+	 * starting build has had the time to write its pid */
+	if (sb_proc_cmdline_has(pid, b->dir)) {
+		if (time(NULL) - st.st_mtime < WARM_STALE_S)
+			return sb_seterr(SB_ERR_EXISTS,
+					 "a warm image is being built in %s", b->dir);
+		sb_proc_kill(pid, SIGKILL);
+	} else if (!pid && time(NULL) - st.st_mtime < WARM_STALE_S) {
 		return sb_seterr(SB_ERR_EXISTS, "a warm image is being built in %s",
 				 b->dir);
-	if ((f = fopen(b->pidfile, "re"))) {
-		if (fscanf(f, "%d", &pid) == 1 && pid > 1)
-			sb_proc_kill(pid, SIGKILL);
-		fclose(f);
 	}
 	build_clean(b);
 	return mkdir(b->dir, 0700)
@@ -198,8 +208,10 @@ static int save_state(sb_qmp *q, const char *file, int64_t deadline)
 		return rc;
 	{
 		/* paused: saved as fast as the disk takes it */
-		json_t *sp = json_pack("{s:I}", "max-bandwidth", (json_int_t)(64ll << 30));
-		rc = sp ? sb_qmp_command(q, "migrate-set-parameters", sp, 10000, NULL) : SB_ERR_NOMEM;
+		json_t *sp =
+		    json_pack("{s:I}", "max-bandwidth", (json_int_t)(64ll << 30));
+		rc = sp ? sb_qmp_command(q, "migrate-set-parameters", sp, 10000, NULL)
+			: SB_ERR_NOMEM;
 		json_decref(sp);
 		if (rc)
 			return rc;

@@ -97,6 +97,14 @@ F1=$("$SB" fork "$P" --detach) # the newest: s1
 parent=$("$SB" inspect "$F0" --json | python3 -c 'import json,sys; r=json.load(sys.stdin)["run"]; print(r["parent"], r["parent_snapshot"])')
 [ "$parent" = "$P s0" ] && ok "lineage: the fork's parent and snapshot" || bad "lineage" "$parent"
 
+# a fork --at b.txt's offset: s0 (a.txt), then b.txt rolled forward from
+# the record before its harness starts
+FB=$("$SB" fork "$P" --at "$bat" --detach)
+[ "$(seen_of "$FB")" = "a.txt b.txt" ] && [ "$("$SB" fs cat "$FB" b.txt)" = two ] &&
+	has_event "$FB" "e['type']=='run.forked' and e['payload']['snapshot']=='s0' and e['payload']['rolled']==1 and e['payload']['exact']" &&
+	ok "a fork --at an offset past s0: s0 and the recorded changes after it" ||
+	bad "roll-forward" "saw $(seen_of "$FB"); $(events_json "$FB" | grep run.forked)"
+
 t0=$(date +%s)
 FORKS=$("$SB" fork "$P" --snapshot s1 -n 5 --detach)
 [ "$(echo "$FORKS" | wc -l)" = 5 ] && ok "5 forks of one snapshot at once" || bad "fork -n 5" "$FORKS"
@@ -113,7 +121,7 @@ echo "bench-ish: 5 forks ran in $(($(date +%s) - t0)) s" >&2
 out=$("$SB" fs ls "$P" 2>&1)
 case $out in *seen.txt* | *rand.txt*) bad "parent unchanged" "$out" ;; *a.txt*b.txt*) ok "the parent is unchanged" ;; *) bad "parent" "$out" ;; esac
 forks=$("$SB" inspect "$P" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["forks"])')
-[ "$forks" = 7 ] && ok "the parent counts its 7 forks" || bad "forks count" "$forks"
+[ "$forks" = 8 ] && ok "the parent counts its 8 forks" || bad "forks count" "$forks"
 
 # ---- removing snapshots ----
 out=$("$SB" snapshot rm "$P" s0 2>&1)

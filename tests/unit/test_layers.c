@@ -549,8 +549,14 @@ static void test_remove(void **state)
 	assert_int_equal(sb_layers_users(home, "cccc", 1, users, 4, &count), SB_OK);
 	assert_int_equal(count, 0);
 
+	sh("printf mem > home/runs/cccc/layers/1.mem"); /* a memory snapshot's */
 	assert_int_equal(sb_layers_remove(home, "cccc", 1), SB_OK);
 	assert_false(exists(lpath("cccc", 1)));
+	{
+		char mem[SB_LAYER_PATH_MAX];
+		snprintf(mem, sizeof mem, "%s/runs/cccc/layers/1.mem", home);
+		assert_false(exists(mem));
+	}
 	assert_backing(lpath("cccc", 2), lpath("cccc", 0));
 	assert_true(reads(lpath("cccc", 2), "read -P 0x11 0 64k"));
 	assert_true(reads(lpath("cccc", 2), "read -P 0x22 64k 64k"));

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <linux/random.h>
 #include <signal.h>
 #include <stdio.h>
@@ -54,6 +55,8 @@ struct spec {
 	uint16_t tunnel_port;
 	struct input *inputs;
 	size_t ninputs;
+	char **removes; /* workspace paths deleted before the inputs are written */
+	size_t nremoves;
 };
 
 struct outpipe {
@@ -292,6 +295,25 @@ static const char *inputs_parse(const msgpack_object *list, struct spec *s)
 	return NULL;
 }
 
+/* SPEC remove: [path, ...]: workspace paths (as input paths) a resume's
+ * roll-forward deletes. */
+static const char *removes_parse(const msgpack_object *list, struct spec *s)
+{
+	if (!list || list->type == MSGPACK_OBJECT_NIL)
+		return NULL;
+	if (list->type != MSGPACK_OBJECT_ARRAY ||
+	    list->via.array.size > SB_CHAN_INPUT_FILES)
+		return "SPEC remove must be an array of at most 1024 paths";
+	for (uint32_t i = 0; i < list->via.array.size; i++) {
+		const msgpack_object *p = &list->via.array.ptr[i];
+		if (p->type != MSGPACK_OBJECT_STR ||
+		    !path_ok(p->via.str.ptr, p->via.str.size))
+			return "SPEC remove paths must be relative, without '.' or '..'";
+	}
+	s->removes = dup_strv(list, 0, &s->nremoves);
+	return s->removes ? NULL : "out of memory";
+}
+
 /* Fills s from the SPEC body; returns an error message or NULL. */
 static const char *spec_parse(const msgpack_object *body, struct spec *s)
 {
@@ -326,6 +348,8 @@ static const char *spec_parse(const msgpack_object *body, struct spec *s)
 		return "SPEC tunnel_port must be 0..65535";
 	s->tunnel_port = port ? (uint16_t)port->via.u64 : 0;
 	if ((err = inputs_parse(sb_map_get(body, "inputs"), s)))
+		return err;
+	if ((err = removes_parse(sb_map_get(body, "remove"), s)))
 		return err;
 
 	env_set(s, "PATH", DEFAULT_PATH, 0);
@@ -367,6 +391,32 @@ static const char *input_receive(struct agent *ag, uint32_t i, int fd)
 		if (agent_write_all(fd, f.body.via.bin.ptr, f.body.via.bin.size))
 			return strerror(errno);
 		got += f.body.via.bin.size;
+	}
+	return NULL;
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	return (flag == FTW_DP ? rmdir(path) : unlink(path)) && errno != ENOENT ? errno
+										: 0;
+}
+
+/* Deletes the paths the SPEC names (a file, or a directory and all in
+ * it; never following a link), before the inputs are written. */
+static const char *remove_paths(struct agent *ag)
+{
+	static char err[512];
+	char path[4096];
+
+	for (size_t i = 0; i < ag->spec.nremoves; i++) {
+		snprintf(path, sizeof path, AGENT_WORKSPACE "/%s", ag->spec.removes[i]);
+		if (nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS) && errno != ENOENT) {
+			snprintf(err, sizeof err, "removing %.400s: %s", path,
+				 strerror(errno));
+			return err;
+		}
 	}
 	return NULL;
 }
@@ -570,6 +620,8 @@ static const char *run_setup(struct agent *ag)
 	err = spec_parse(&f.body, &ag->spec);
 	if (!err)
 		err = enter_root(ag);
+	if (!err)
+		err = remove_paths(ag);
 	if (!err)
 		err = write_inputs(ag, &files, &bytes);
 	if (err)
