@@ -12,207 +12,206 @@ char cli_home[4096];
 const char *cli_remote, *cli_token, *cli_ca;
 
 static const struct cli_cmd commands[] = {
-    {"run", cmd_run, "start a run in a new microVM",
-     "usage: sanbox run [-t TEMPLATE] [--cpu N] [--memory SIZE] [--timeout DURATION]\n"
-     "                  [--input PATH]... [--env K=V]... [--name NAME] [--group GROUP]\n"
-     "                  [-m MODEL]... [--budget USD] [--on-budget stop|continue]\n"
-     "                  [--secret NAME[:env|:model]]... [--net none|acl [--allow "
-     "GRANT]...]\n"
-     "                  [--record-quota SIZE] [--accel auto|kvm|tcg]\n"
-     "                  [--snapshots turn|stop|off] [--detach] [--json]\n"
-     "                  [-- COMMAND... | PROMPT]\n"
-     "\n"
-     "Resolves the run's template, limits, inputs, env, secrets, model and budget,\n"
-     "then starts it in its own microVM. With a COMMAND after --, runs it as the\n"
-     "harness; with a PROMPT (no --), runs the template's agent harness on it.\n"
-     "Without --detach, prints the run's events until it ends and exits with the\n"
-     "harness's status, or 123 if its budget stopped it, 124 on timeout, 125 if\n"
-     "the run failed, 143 if it was stopped first. With --detach, prints the run\n"
-     "id and returns.\n"
-     "  -t, --template NAME   template (default: shell)\n"
-     "  --cpu N               vCPUs (default: the template's)\n"
-     "  --memory SIZE         guest memory, e.g. 256M, 1G\n"
-     "  --timeout DURATION    e.g. 90s, 10m, 8h; enforced by the host\n"
-     "  --input PATH          copy a regular file into /workspace (repeatable; 48 MiB\n"
-     "                        in all)\n"
-     "  --env K=V             environment for the harness (repeatable)\n"
-     "  -m, --model MODEL     the run's model (SANBOX_MODEL; default: the settings'\n"
-     "                        default_model); repeat to allow more models\n"
-     "  --budget USD          hard LLM budget, e.g. 0.50 (default: the settings')\n"
-     "  --on-budget POLICY    when it is spent: stop the run (default) or continue\n"
-     "                        without model access\n"
-     "  --secret NAME[:SCOPE] grant a secret: scope env (default: the harness gets\n"
-     "                        it as $NAME) or model (the gateway only)\n"
-     "  --net MODE            network: none (default: no network device; the model\n"
-     "                        is reached through the gateway only) or acl (a\n"
-     "                        default-deny tap; not available in this version)\n"
-     "  --allow GRANT         with --net acl: [tcp/|udp/]HOST:PORT[-PORT], HOST a\n"
-     "                        name, address or CIDR block (repeatable)\n"
-     "  --record-quota SIZE   bytes of output and events the guest may put in the\n"
-     "                        record, e.g. 64K, 10M (default: the settings'\n"
-     "                        runs.record_quota_mib); past it they are counted only\n"
-     "  --snapshots WHEN      disk snapshots: after each agent turn and when the run\n"
-     "                        ends (turn, the default), when it ends only (stop), or\n"
-     "                        none (off); 'sanbox snapshot' takes one any time\n"
-     "  --name NAME, --group GROUP   label the run (printable text: no control or\n"
-     "                        bidirectional characters, valid UTF-8)\n"
-     "  --detach              print the run id and return\n"},
-    {"attach", cmd_attach, "print a run's events and follow it live",
-     "usage: sanbox attach RUN [--from OFFSET] [--json]\n"
-     "\n"
-     "Prints the run's events from OFFSET (default: the start), then follows\n"
-     "live events with no gap and no duplicate. Ctrl-C detaches; the run goes\n"
-     "on. Ends when the run stops.\n"},
-    {"events", cmd_events, "print events without following",
-     "usage: sanbox events RUN [--from OFFSET] [--type TYPE]... [--json]\n"
-     "       sanbox events --all [--from OFFSET] [--type TYPE]... [--json]\n"
-     "\n"
-     "Prints a run's events (or the whole log with --all) from OFFSET.\n"
-     "--type takes a type or a prefix (agent.tool matches agent.tool.*).\n"},
-    {"ps", cmd_ps, "list runs",
-     "usage: sanbox ps [--group GROUP] [--json]\n"
-     "\n"
-     "Lists runs: id, name, group, template, model, status, elapsed, cost,\n"
-     "last event.\n"},
-    {"inspect", cmd_inspect, "show a run's resolved settings and state",
-     "usage: sanbox inspect RUN [--json]\n"},
-    {"stop", cmd_stop, "stop a run",
-     "usage: sanbox stop [--json] RUN...\n"
-     "       sanbox stop [--json] --group GROUP\n"
-     "\n"
-     "Asks the harness to end (SIGTERM), then ends the VM after a grace period.\n"
-     "--group stops every live run of the group. Prints the runs it stops (with\n"
-     "--json: {\"runs\": [...]}, and \"group\" with --group).\n"},
-    {"snapshot", cmd_snapshot, "take or remove a snapshot of a run",
-     "usage: sanbox snapshot RUN [--memory] [--json]\n"
-     "       sanbox snapshot rm RUN ID [--json]\n"
-     "\n"
-     "Takes a snapshot of a running run: the guest writes its files out, then\n"
-     "its disk layer is frozen (constant time) and the run goes on in a new\n"
-     "one; --memory also saves the guest's memory and device state. Prints the\n"
-     "snapshot's id (sN). rm deletes a snapshot of a run that has ended, unless\n"
-     "another run (a fork) reads it: that is refused, naming the run.\n"},
-    {"snapshots", cmd_snapshots, "list a run's snapshots",
-     "usage: sanbox snapshots RUN [--json]\n"
-     "\n"
-     "Lists the run's snapshots, oldest first: id, kind (disk or memory), what\n"
-     "took it (demand, turn or end), the offset in the run's record it was\n"
-     "taken at, its time and size, and the runs that read it.\n"},
-    {"fork", cmd_fork, "start new runs from a run's snapshot",
-     "usage: sanbox fork RUN [--snapshot ID | --at OFFSET] [-n COUNT] [--name NAME]\n"
-     "                  [--prompt TEXT] [--detach] [--json]\n"
-     "\n"
-     "Starts COUNT (default 1, at most 64) new runs with RUN's settings, each on\n"
-     "a new disk layer over the snapshot (constant time and space), from the\n"
-     "snapshot ID or the newest one at or before OFFSET (default: RUN's newest),\n"
-     "with the files changed after it up to OFFSET rolled forward from the record.\n"
-     "RUN itself is left as it is. The harness starts again, on the snapshot's\n"
-     "files, with RUN's command or prompt (or --prompt). With one fork and no\n"
-     "--detach, prints its events as 'sanbox run' does; else prints the ids.\n"},
-    {"resume", cmd_resume, "continue a run that ended, from a snapshot",
-     "usage: sanbox resume RUN [--snapshot ID | --at OFFSET] [--prompt TEXT]\n"
-     "                    [--detach] [--json]\n"
-     "\n"
-     "Continues RUN (it keeps its id, its record and its budget) on a new disk\n"
-     "layer over the snapshot ID or the newest one at or before OFFSET\n"
-     "(default: its last, taken when it ended). The harness starts again with\n"
-     "the run's command or prompt, or --prompt; from a memory snapshot\n"
-     "(--snapshot ID of one taken with 'snapshot --memory') the guest's\n"
-     "processes go on where they were instead. A run still running is refused\n"
-     "(fork it instead). With --at, the files changed after the snapshot and\n"
-     "up to OFFSET are rolled forward from the record first; what it lacks\n"
-     "(a content over a cap) is named in run.resumed (exact false).\n"},
-    {"diff", cmd_diff, "list the files a run changed between two offsets",
-     "usage: sanbox diff RUN [--from OFFSET] [--to OFFSET] [--json]\n"
-     "\n"
-     "Lists the files RUN changed after offset --from (default 0) up to --to\n"
-     "(default the end), from the agent.file.changed events of its record, one\n"
-     "line each, sorted: A PATH (made), M PATH (changed), D PATH (deleted); a\n"
-     "file made and deleted in the range is not listed. A file whose content\n"
-     "is not in the record (over a cap) says so. --json: an array of {path,\n"
-     "status, offset (its last change), size, content (its blob key),\n"
-     "omitted}. 'sanbox fs cat RUN PATH --at OFFSET' prints a file as of then.\n"},
-    {"daemon", cmd_daemon, "control the daemon",
-     "usage: sanbox daemon start|stop|status [--json]\n"
-     "\n"
-     "The CLI starts an embedded daemon by itself when none runs; these\n"
-     "commands control it explicitly. Its log is STATE_DIR/sanboxd.log.\n"
-     "stop first stops the live runs (reason daemon-stop), then the daemon.\n"
-     "status tells 'running' (it answers; exit 0) from 'not running' and\n"
-     "'running but not answering (pid N)' (a process holds STATE_DIR/sanboxd.pid\n"
-     "but health does not answer within 2 s; exit 4 for both). With --remote it\n"
-     "asks the remote daemon.\n"},
-    {"admin", cmd_admin, "maintenance: reproject, tokens, append",
-     "usage: sanbox admin reproject [--json]\n"
-     "       sanbox admin token create [NAME] [--json]\n"
-     "       sanbox admin append [--json] RUN TYPE JSON\n"
-     "\n"
-     "reproject     rebuild every projection from offset 0 (prints the checkpoint)\n"
-     "token create  make a bearer token for remote clients (printed once); NAME\n"
-     "              (letters, digits, . _ -) is who its requests are recorded as\n"
-     "append        append an operator event, e.g. operator.note {\"text\": \"...\"}\n"
-     "              (prints its offset)\n"},
-    {"template", cmd_template, "build and list templates",
-     "usage: sanbox template build [--json] NAME\n"
-     "       sanbox template ls [--json]\n"
-     "\n"
-     "build  makes the guest kernel, initramfs and root file system of\n"
-     "       templates/NAME (fetching Debian's kernel into the cache once) and\n"
-     "       puts them, read-only and hashed, into the template store\n"
-     "       ($SANBOX_TEMPLATES or STATE_DIR/templates)\n"},
-    {"fs", cmd_fs, "list or read files of a run's disk",
-     "usage: sanbox fs ls RUN [PATH] [--snapshot ID | --at OFFSET] [--json]\n"
-     "       sanbox fs cat RUN PATH [--snapshot ID | --at OFFSET]\n"
-     "\n"
-     "Reads the run's persistent disk offline (never modifying it; a running\n"
-     "run's disk is read as it is at that moment). PATH is absolute in the\n"
-     "guest or relative to /workspace; symlinks on its way are followed inside\n"
-     "the guest, a symlink PATH itself never.\n"
-     "ls     lists every entry of a directory (or the entry PATH names), like\n"
-     "       ls -l, names and symlink targets escaped (\\\\, \\n, \\xNN, \\u{XXXX});\n"
-     "       --json gives exact names (name_base64 when not UTF-8)\n"
-     "cat    writes a regular file to standard output; a symlink, directory or\n"
-     "       special file is refused, saying what it is\n"
-     "--snapshot ID reads the run's snapshot ID instead of its current disk;\n"
-     "--at OFFSET its newest snapshot at or before that offset of its record;\n"
-     "cat then gives the file as the record has it at OFFSET (its content\n"
-     "recorded by a later change, or 'deleted'), ls says on stderr how many\n"
-     "file changes recorded after the snapshot it does not show (sanbox diff)\n"},
-    {"cp", cmd_cp, "copy a file or a symlink out of a run's disk",
-     "usage: sanbox cp [--force] RUN:PATH LOCAL\n"
-     "       sanbox cp RUN:PATH -\n"
-     "\n"
-     "Copies the regular file PATH of the run's disk (read as by 'sanbox fs')\n"
-     "to LOCAL, or makes LOCAL a symlink with the same target as the guest's\n"
-     "symlink PATH (never following it). LOCAL is the path created: if it\n"
-     "exists, cp fails unless --force, which replaces it by a rename (never\n"
-     "writing through a symlink there). '-' writes the file to standard output.\n"
-     "  -f, --force   replace an existing LOCAL\n"},
-    {"doctor", cmd_doctor, "check this host",
-     "usage: sanbox doctor [--json]\n"
-     "\n"
-     "Checks QEMU, the guest kernel and templates, KVM (or the TCG fallback),\n"
-     "nftables and CAP_NET_ADMIN, the model settings and the model stub, disk\n"
-     "space and the state directory, and says\n"
-     "in one line each what is wrong and how to fix it.\n"},
-    {"secret", cmd_secret, "store secrets for runs (encrypted at rest)",
-     "usage: sanbox secret set NAME     (the value on standard input)\n"
-     "       sanbox secret ls [--json]\n"
-     "       sanbox secret rm NAME\n"
-     "\n"
-     "Secrets are kept encrypted in STATE_DIR/secrets; their values are never\n"
-     "printed, logged or written into a run's record, only their names. A run\n"
-     "gets a secret only when it names it: 'sanbox run --secret NAME' gives it to\n"
-     "the harness as the environment variable NAME (scope env); NAME:model lets\n"
-     "only the model gateway use it, as a provider key (it never enters the\n"
-     "guest). A provider's key (key_secret in models.json) is granted with scope\n"
-     "model to every run of its models. Names: letters, digits and _.\n"},
-    {"help", cmd_help, "show help for a command",
-     "usage: sanbox help [COMMAND]\n"
-     "\n"
-     "Lists the commands and the exit codes, or shows a command's options\n"
-     "(as 'sanbox COMMAND --help' does).\n"},
-    {"version", cmd_version, "print the version", "usage: sanbox version [--json]\n"},
+	{"run", cmd_run, "start a run in a new microVM",
+	 "usage: sanbox run [-t TEMPLATE] [--cpu N] [--memory SIZE] [--timeout DURATION]\n"
+	 "                  [--input PATH]... [--env K=V]... [--name NAME] [--group GROUP]\n"
+	 "                  [-m MODEL]... [--budget USD] [--on-budget stop|continue]\n"
+	 "                  [--secret NAME[:env|:model]]... [--net none|acl [--allow GRANT]...]\n"
+	 "                  [--record-quota SIZE] [--accel auto|kvm|tcg]\n"
+	 "                  [--snapshots turn|stop|off] [--detach] [--json]\n"
+	 "                  [-- COMMAND... | PROMPT]\n"
+	 "\n"
+	 "Resolves the run's template, limits, inputs, env, secrets, model and budget,\n"
+	 "then starts it in its own microVM. With a COMMAND after --, runs it as the\n"
+	 "harness; with a PROMPT (no --), runs the template's agent harness on it.\n"
+	 "Without --detach, prints the run's events until it ends and exits with the\n"
+	 "harness's status, or 123 if its budget stopped it, 124 on timeout, 125 if\n"
+	 "the run failed, 143 if it was stopped first. With --detach, prints the run\n"
+	 "id and returns.\n"
+	 "  -t, --template NAME   template (default: shell)\n"
+	 "  --cpu N               vCPUs (default: the template's)\n"
+	 "  --memory SIZE         guest memory, e.g. 256M, 1G\n"
+	 "  --timeout DURATION    e.g. 90s, 10m, 8h; enforced by the host\n"
+	 "  --input PATH          copy a regular file into /workspace (repeatable; 48 MiB\n"
+	 "                        in all)\n"
+	 "  --env K=V             environment for the harness (repeatable)\n"
+	 "  -m, --model MODEL     the run's model (SANBOX_MODEL; default: the settings'\n"
+	 "                        default_model); repeat to allow more models\n"
+	 "  --budget USD          hard LLM budget, e.g. 0.50 (default: the settings')\n"
+	 "  --on-budget POLICY    when it is spent: stop the run (default) or continue\n"
+	 "                        without model access\n"
+	 "  --secret NAME[:SCOPE] grant a secret: scope env (default: the harness gets\n"
+	 "                        it as $NAME) or model (the gateway only)\n"
+	 "  --net MODE            network: none (default: no network device; the model\n"
+	 "                        is reached through the gateway only) or acl (a\n"
+	 "                        default-deny tap; not available in this version)\n"
+	 "  --allow GRANT         with --net acl: [tcp/|udp/]HOST:PORT[-PORT], HOST a\n"
+	 "                        name, address or CIDR block (repeatable)\n"
+	 "  --record-quota SIZE   bytes of output and events the guest may put in the\n"
+	 "                        record, e.g. 64K, 10M (default: the settings'\n"
+	 "                        runs.record_quota_mib); past it they are counted only\n"
+	 "  --snapshots WHEN      disk snapshots: after each agent turn and when the run\n"
+	 "                        ends (turn, the default), when it ends only (stop), or\n"
+	 "                        none (off); 'sanbox snapshot' takes one any time\n"
+	 "  --name NAME, --group GROUP   label the run (printable text: no control or\n"
+	 "                        bidirectional characters, valid UTF-8)\n"
+	 "  --detach              print the run id and return\n"},
+	{"attach", cmd_attach, "print a run's events and follow it live",
+	 "usage: sanbox attach RUN [--from OFFSET] [--json]\n"
+	 "\n"
+	 "Prints the run's events from OFFSET (default: the start), then follows\n"
+	 "live events with no gap and no duplicate. Ctrl-C detaches; the run goes\n"
+	 "on. Ends when the run stops.\n"},
+	{"events", cmd_events, "print events without following",
+	 "usage: sanbox events RUN [--from OFFSET] [--type TYPE]... [--json]\n"
+	 "       sanbox events --all [--from OFFSET] [--type TYPE]... [--json]\n"
+	 "\n"
+	 "Prints a run's events (or the whole log with --all) from OFFSET.\n"
+	 "--type takes a type or a prefix (agent.tool matches agent.tool.*).\n"},
+	{"ps", cmd_ps, "list runs",
+	 "usage: sanbox ps [--group GROUP] [--json]\n"
+	 "\n"
+	 "Lists runs: id, name, group, template, model, status, elapsed, cost,\n"
+	 "last event.\n"},
+	{"inspect", cmd_inspect, "show a run's resolved settings and state",
+	 "usage: sanbox inspect RUN [--json]\n"},
+	{"stop", cmd_stop, "stop a run",
+	 "usage: sanbox stop [--json] RUN...\n"
+	 "       sanbox stop [--json] --group GROUP\n"
+	 "\n"
+	 "Asks the harness to end (SIGTERM), then ends the VM after a grace period.\n"
+	 "--group stops every live run of the group. Prints the runs it stops (with\n"
+	 "--json: {\"runs\": [...]}, and \"group\" with --group).\n"},
+	{"snapshot", cmd_snapshot, "take or remove a snapshot of a run",
+	 "usage: sanbox snapshot RUN [--memory] [--json]\n"
+	 "       sanbox snapshot rm RUN ID [--json]\n"
+	 "\n"
+	 "Takes a snapshot of a running run: the guest writes its files out, then\n"
+	 "its disk layer is frozen (constant time) and the run goes on in a new\n"
+	 "one; --memory also saves the guest's memory and device state. Prints the\n"
+	 "snapshot's id (sN). rm deletes a snapshot of a run that has ended, unless\n"
+	 "another run (a fork) reads it: that is refused, naming the run.\n"},
+	{"snapshots", cmd_snapshots, "list a run's snapshots",
+	 "usage: sanbox snapshots RUN [--json]\n"
+	 "\n"
+	 "Lists the run's snapshots, oldest first: id, kind (disk or memory), what\n"
+	 "took it (demand, turn or end), the offset in the run's record it was\n"
+	 "taken at, its time and size, and the runs that read it.\n"},
+	{"fork", cmd_fork, "start new runs from a run's snapshot",
+	 "usage: sanbox fork RUN [--snapshot ID | --at OFFSET] [-n COUNT] [--name NAME]\n"
+	 "                  [--prompt TEXT] [--detach] [--json]\n"
+	 "\n"
+	 "Starts COUNT (default 1, at most 64) new runs with RUN's settings, each on\n"
+	 "a new disk layer over the snapshot (constant time and space), from the\n"
+	 "snapshot ID or the newest one at or before OFFSET (default: RUN's newest),\n"
+	 "with the files changed after it up to OFFSET rolled forward from the record.\n"
+	 "RUN itself is left as it is. The harness starts again, on the snapshot's\n"
+	 "files, with RUN's command or prompt (or --prompt). With one fork and no\n"
+	 "--detach, prints its events as 'sanbox run' does; else prints the ids.\n"},
+	{"resume", cmd_resume, "continue a run that ended, from a snapshot",
+	 "usage: sanbox resume RUN [--snapshot ID | --at OFFSET] [--prompt TEXT]\n"
+	 "                    [--detach] [--json]\n"
+	 "\n"
+	 "Continues RUN (it keeps its id, its record and its budget) on a new disk\n"
+	 "layer over the snapshot ID or the newest one at or before OFFSET\n"
+	 "(default: its last, taken when it ended). The harness starts again with\n"
+	 "the run's command or prompt, or --prompt; from a memory snapshot\n"
+	 "(--snapshot ID of one taken with 'snapshot --memory') the guest's\n"
+	 "processes go on where they were instead. A run still running is refused\n"
+	 "(fork it instead). With --at, the files changed after the snapshot and\n"
+	 "up to OFFSET are rolled forward from the record first; what it lacks\n"
+	 "(a content over a cap) is named in run.resumed (exact false).\n"},
+	{"diff", cmd_diff, "list the files a run changed between two offsets",
+	 "usage: sanbox diff RUN [--from OFFSET] [--to OFFSET] [--json]\n"
+	 "\n"
+	 "Lists the files RUN changed after offset --from (default 0) up to --to\n"
+	 "(default the end), from the agent.file.changed events of its record, one\n"
+	 "line each, sorted: A PATH (made), M PATH (changed), D PATH (deleted); a\n"
+	 "file made and deleted in the range is not listed. A file whose content\n"
+	 "is not in the record (over a cap) says so. --json: an array of {path,\n"
+	 "status, offset (its last change), size, content (its blob key),\n"
+	 "omitted}. 'sanbox fs cat RUN PATH --at OFFSET' prints a file as of then.\n"},
+	{"daemon", cmd_daemon, "control the daemon",
+	 "usage: sanbox daemon start|stop|status [--json]\n"
+	 "\n"
+	 "The CLI starts an embedded daemon by itself when none runs; these\n"
+	 "commands control it explicitly. Its log is STATE_DIR/sanboxd.log.\n"
+	 "stop first stops the live runs (reason daemon-stop), then the daemon.\n"
+	 "status tells 'running' (it answers; exit 0) from 'not running' and\n"
+	 "'running but not answering (pid N)' (a process holds STATE_DIR/sanboxd.pid\n"
+	 "but health does not answer within 2 s; exit 4 for both). With --remote it\n"
+	 "asks the remote daemon.\n"},
+	{"admin", cmd_admin, "maintenance: reproject, tokens, append",
+	 "usage: sanbox admin reproject [--json]\n"
+	 "       sanbox admin token create [NAME] [--json]\n"
+	 "       sanbox admin append [--json] RUN TYPE JSON\n"
+	 "\n"
+	 "reproject     rebuild every projection from offset 0 (prints the checkpoint)\n"
+	 "token create  make a bearer token for remote clients (printed once); NAME\n"
+	 "              (letters, digits, . _ -) is who its requests are recorded as\n"
+	 "append        append an operator event, e.g. operator.note {\"text\": \"...\"}\n"
+	 "              (prints its offset)\n"},
+	{"template", cmd_template, "build and list templates",
+	 "usage: sanbox template build [--json] NAME\n"
+	 "       sanbox template ls [--json]\n"
+	 "\n"
+	 "build  makes the guest kernel, initramfs and root file system of\n"
+	 "       templates/NAME (fetching Debian's kernel into the cache once) and\n"
+	 "       puts them, read-only and hashed, into the template store\n"
+	 "       ($SANBOX_TEMPLATES or STATE_DIR/templates)\n"},
+	{"fs", cmd_fs, "list or read files of a run's disk",
+	 "usage: sanbox fs ls RUN [PATH] [--snapshot ID | --at OFFSET] [--json]\n"
+	 "       sanbox fs cat RUN PATH [--snapshot ID | --at OFFSET]\n"
+	 "\n"
+	 "Reads the run's persistent disk offline (never modifying it; a running\n"
+	 "run's disk is read as it is at that moment). PATH is absolute in the\n"
+	 "guest or relative to /workspace; symlinks on its way are followed inside\n"
+	 "the guest, a symlink PATH itself never.\n"
+	 "ls     lists every entry of a directory (or the entry PATH names), like\n"
+	 "       ls -l, names and symlink targets escaped (\\\\, \\n, \\xNN, \\u{XXXX});\n"
+	 "       --json gives exact names (name_base64 when not UTF-8)\n"
+	 "cat    writes a regular file to standard output; a symlink, directory or\n"
+	 "       special file is refused, saying what it is\n"
+	 "--snapshot ID reads the run's snapshot ID instead of its current disk;\n"
+	 "--at OFFSET its newest snapshot at or before that offset of its record;\n"
+	 "cat then gives the file as the record has it at OFFSET (its content\n"
+	 "recorded by a later change, or 'deleted'), ls says on stderr how many\n"
+	 "file changes recorded after the snapshot it does not show (sanbox diff)\n"},
+	{"cp", cmd_cp, "copy a file or a symlink out of a run's disk",
+	 "usage: sanbox cp [--force] RUN:PATH LOCAL\n"
+	 "       sanbox cp RUN:PATH -\n"
+	 "\n"
+	 "Copies the regular file PATH of the run's disk (read as by 'sanbox fs')\n"
+	 "to LOCAL, or makes LOCAL a symlink with the same target as the guest's\n"
+	 "symlink PATH (never following it). LOCAL is the path created: if it\n"
+	 "exists, cp fails unless --force, which replaces it by a rename (never\n"
+	 "writing through a symlink there). '-' writes the file to standard output.\n"
+	 "  -f, --force   replace an existing LOCAL\n"},
+	{"doctor", cmd_doctor, "check this host",
+	 "usage: sanbox doctor [--json]\n"
+	 "\n"
+	 "Checks QEMU, the guest kernel and templates, KVM (or the TCG fallback),\n"
+	 "nftables and CAP_NET_ADMIN, the model settings and the model stub, disk\n"
+	 "space and the state directory, and says\n"
+	 "in one line each what is wrong and how to fix it.\n"},
+	{"secret", cmd_secret, "store secrets for runs (encrypted at rest)",
+	 "usage: sanbox secret set NAME     (the value on standard input)\n"
+	 "       sanbox secret ls [--json]\n"
+	 "       sanbox secret rm NAME\n"
+	 "\n"
+	 "Secrets are kept encrypted in STATE_DIR/secrets; their values are never\n"
+	 "printed, logged or written into a run's record, only their names. A run\n"
+	 "gets a secret only when it names it: 'sanbox run --secret NAME' gives it to\n"
+	 "the harness as the environment variable NAME (scope env); NAME:model lets\n"
+	 "only the model gateway use it, as a provider key (it never enters the\n"
+	 "guest). A provider's key (key_secret in models.json) is granted with scope\n"
+	 "model to every run of its models. Names: letters, digits and _.\n"},
+	{"help", cmd_help, "show help for a command",
+	 "usage: sanbox help [COMMAND]\n"
+	 "\n"
+	 "Lists the commands and the exit codes, or shows a command's options\n"
+	 "(as 'sanbox COMMAND --help' does).\n"},
+	{"version", cmd_version, "print the version", "usage: sanbox version [--json]\n"},
 };
 
 const struct cli_cmd *cli_find(const char *name)
@@ -224,8 +223,8 @@ const struct cli_cmd *cli_find(const char *name)
 }
 
 static const char global_usage[] =
-    "usage: sanbox [--home DIR] [--remote tls+tcp://HOST:PORT --token T --ca PEM]\n"
-    "              COMMAND [ARGS]\n";
+	"usage: sanbox [--home DIR] [--remote tls+tcp://HOST:PORT --token T --ca PEM]\n"
+	"              COMMAND [ARGS]\n";
 
 int cmd_help(int argc, char **argv)
 {
@@ -238,16 +237,14 @@ int cmd_help(int argc, char **argv)
 		return cli_usage("help");
 	if (argc - optind == 1) {
 		if (!(c = cli_find(argv[optind])))
-			return cli_fail_code(CLI_EXIT_USAGE,
-					     "no command '%s' (see 'sanbox help')",
+			return cli_fail_code(CLI_EXIT_USAGE, "no command '%s' (see 'sanbox help')",
 					     argv[optind]);
 		fputs(c->usage, stdout);
 		return CLI_EXIT_OK;
 	}
 	printf("%s\n"
 	       "Runs AI agents in isolated microVMs with budgets, policies and a full\n"
-	       "event record. State lives in --home, $SANBOX_HOME or "
-	       "~/.local/share/sanbox.\n\n"
+	       "event record. State lives in --home, $SANBOX_HOME or ~/.local/share/sanbox.\n\n"
 	       "Commands:\n",
 	       global_usage);
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
@@ -255,30 +252,23 @@ int cmd_help(int argc, char **argv)
 	printf("\nExit codes ('run' without --detach exits with the harness's status,\n"
 	       "0-255, unless one of its own codes below applies):\n");
 	for (size_t i = 0; i < cli_nexits; i++)
-		printf("  %3d  %-12s %s\n", cli_exits[i].code, cli_exits[i].name,
-		       cli_exits[i].meaning);
-	printf(
-	    "\nText output escapes control characters, bidirectional controls and\n"
-	    "invalid UTF-8 (\\x1b, \\n, \\u{202e}, ...); --json output is exact.\n"
-	    "--remote talks to a daemon started with --listen (token from 'sanbox admin\n"
-	    "token create' there; env SANBOX_REMOTE, SANBOX_TOKEN, SANBOX_CA); run, "
-	    "attach,\n"
-	    "events, ps, inspect, stop and daemon status work remotely.\n"
-	    "'sanbox help COMMAND' or 'sanbox COMMAND --help' shows a command's "
-	    "options.\n");
+		printf("  %3d  %-12s %s\n", cli_exits[i].code, cli_exits[i].name, cli_exits[i].meaning);
+	printf("\nText output escapes control characters, bidirectional controls and\n"
+	       "invalid UTF-8 (\\x1b, \\n, \\u{202e}, ...); --json output is exact.\n"
+	       "--remote talks to a daemon started with --listen (token from 'sanbox admin\n"
+	       "token create' there; env SANBOX_REMOTE, SANBOX_TOKEN, SANBOX_CA); run, attach,\n"
+	       "events, ps, inspect, stop and daemon status work remotely.\n"
+	       "'sanbox help COMMAND' or 'sanbox COMMAND --help' shows a command's options.\n");
 	return CLI_EXIT_OK;
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"home", required_argument, NULL, 'H'},
-	    {"remote", required_argument, NULL, 'r'},
-	    {"token", required_argument, NULL, 'T'},
-	    {"ca", required_argument, NULL, 'C'},
-	    CLI_OPT_HELP,
-	    {"version", no_argument, NULL, 'V'},
-	    {NULL, 0, NULL, 0},
+		{"home", required_argument, NULL, 'H'}, {"remote", required_argument, NULL, 'r'},
+		{"token", required_argument, NULL, 'T'}, {"ca", required_argument, NULL, 'C'},
+		CLI_OPT_HELP,                           {"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
 	};
 	const char *home = NULL;
 	const struct cli_cmd *c;
@@ -295,8 +285,7 @@ int main(int argc, char **argv)
 		case 'h': optind = 0; return cmd_help(1, help_argv);
 		case 'V': optind = 0; return cmd_version(1, (char *[]){"version", NULL});
 		default:
-			cli_note("%s '%s'%s (see 'sanbox help')",
-				 ch == ':' ? "option" : "unknown option",
+			cli_note("%s '%s'%s (see 'sanbox help')", ch == ':' ? "option" : "unknown option",
 				 argv[optind - 1], ch == ':' ? " needs a value" : "");
 			fputs(global_usage, stderr);
 			return CLI_EXIT_USAGE;
@@ -309,9 +298,8 @@ int main(int argc, char **argv)
 	if (!cli_ca && getenv("SANBOX_CA") && *getenv("SANBOX_CA"))
 		cli_ca = getenv("SANBOX_CA");
 	if (cli_remote && (!cli_token || !cli_ca))
-		return cli_fail_code(
-		    CLI_EXIT_USAGE,
-		    "--remote needs --token and --ca (or SANBOX_TOKEN, SANBOX_CA)");
+		return cli_fail_code(CLI_EXIT_USAGE,
+				     "--remote needs --token and --ca (or SANBOX_TOKEN, SANBOX_CA)");
 	if (optind >= argc) {
 		fputs(global_usage, stderr);
 		fputs("(see 'sanbox help')\n", stderr);
@@ -320,8 +308,8 @@ int main(int argc, char **argv)
 	if ((rc = sb_home_resolve(home, cli_home, sizeof cli_home)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	if (!(c = cli_find(argv[optind])))
-		return cli_fail_code(CLI_EXIT_USAGE,
-				     "no command '%s' (see 'sanbox help')", argv[optind]);
+		return cli_fail_code(CLI_EXIT_USAGE, "no command '%s' (see 'sanbox help')",
+				     argv[optind]);
 	argc -= optind;
 	argv += optind;
 	optind = 0; /* each command parses its own options from its argv[1] */
