@@ -54,8 +54,7 @@ static void strv_free(char **v, size_t n, int wipe)
 	free(v);
 }
 
-/* An input path: relative, plain components (no "", "." or ".."), no NUL. */
-static int input_path_ok(const char *s, size_t n)
+int sb_plan_path_ok(const char *s, size_t n)
 {
 	size_t i = 0, start;
 
@@ -96,7 +95,7 @@ static int inputs_resolve(const msgpack_object *spec, struct sb_plan *p)
 		struct sb_plan_input *x = &p->inputs[i];
 
 		if (!path || path->type != MSGPACK_OBJECT_STR ||
-		    !input_path_ok(path->via.str.ptr, path->via.str.size) || !d ||
+		    !sb_plan_path_ok(path->via.str.ptr, path->via.str.size) || !d ||
 		    d->type != MSGPACK_OBJECT_BIN)
 			return sb_seterr(SB_ERR_INVAL,
 					 "spec: input %u needs a relative path and data",

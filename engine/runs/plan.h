@@ -108,4 +108,9 @@ int sb_plan_load_template(const char *home, struct sb_plan *p);
 /* Frees what p holds, wiping secret values (p itself is the caller's). */
 void sb_plan_free(struct sb_plan *p);
 
+/* 1 when s (n bytes) is a path an input may have, or a roll-forward may
+ * write or delete: relative to /workspace, plain components (no "", "."
+ * or ".."), under 256 bytes, no NUL. The guest agent checks the same. */
+int sb_plan_path_ok(const char *s, size_t n);
+
 #endif

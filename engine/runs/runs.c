@@ -1114,10 +1114,11 @@ static int roll_forward(struct run *r, const struct record *rec)
 		return SB_ERR_NOMEM;
 	for (size_t i = 0; i < rec->nfiles; i++) {
 		const struct file_state *f = &rec->files[i];
-		if (f->deleted) {
+		int ok = sb_plan_path_ok(f->path, strlen(f->path)); /* the guest's word */
+		if (ok && f->deleted) {
 			snprintf(p->removes[p->nremoves++], sizeof *p->removes, "%s",
 				 f->path);
-		} else if (f->content && bytes + f->size <= SB_CHAN_INPUTS_MAX) {
+		} else if (ok && f->content && bytes + f->size <= SB_CHAN_INPUTS_MAX) {
 			struct sb_plan_input *x = &p->inputs[p->ninputs++];
 			snprintf(x->path, sizeof x->path, "%s", f->path);
 			x->mode = 0644;
