@@ -106,7 +106,9 @@ static const struct cli_cmd commands[] = {
 	 "snapshot ID or the newest one at or before OFFSET (default: RUN's newest),\n"
 	 "with the files changed after it up to OFFSET rolled forward from the record.\n"
 	 "RUN itself is left as it is. The harness starts again, on the snapshot's\n"
-	 "files, with RUN's command or prompt (or --prompt). With one fork and no\n"
+	 "files, with RUN's command or prompt (or --prompt); from a memory snapshot\n"
+	 "(--snapshot ID) the guest's processes go on instead, in each fork with its\n"
+	 "own machine id and randomness. With one fork and no\n"
 	 "--detach, prints its events as 'sanbox run' does; else prints the ids.\n"},
 	{"resume", cmd_resume, "continue a run that ended, from a snapshot",
 	 "usage: sanbox resume RUN [--snapshot ID | --at OFFSET] [--prompt TEXT]\n"

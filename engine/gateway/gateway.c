@@ -65,6 +65,7 @@ struct gw_model {
 struct gw_run {
 	char id[SB_RUN_MAX];
 	char key[SB_VKEY_MAX];
+	char alias[SB_VKEY_MAX]; /* see sb_gateway_run.alias; "" when none */
 	struct sb_budget budget;
 	int stop_on_budget, exceeded;
 	struct gw_model *models;
@@ -211,6 +212,7 @@ static void run_unref(sb_gateway *gw, struct gw_run *r)
 		sodium_free(r->models[i].key);
 	free(r->models);
 	sodium_memzero(r->key, sizeof r->key);
+	sodium_memzero(r->alias, sizeof r->alias);
 	free(r);
 }
 
@@ -950,6 +952,23 @@ static struct gw_run *run_by_key(sb_gateway *gw, const char *key)
 	return found;
 }
 
+/* The run a request's key names: the connection's own run when the key
+ * is its alias, else run_by_key's. A reference is taken. */
+static struct gw_run *run_of_request(sb_gateway *gw, struct gw_conn *cn, const char *key)
+{
+	size_t n = key ? strlen(key) : 0;
+	struct gw_run *r = cn->run;
+	int alias;
+
+	pthread_mutex_lock(&gw->mu);
+	alias =
+	    n && r->alias[0] && strlen(r->alias) == n && !sodium_memcmp(r->alias, key, n);
+	if (alias)
+		r->refs++;
+	pthread_mutex_unlock(&gw->mu);
+	return alias ? r : run_by_key(gw, key);
+}
+
 /* The key of a request: "Authorization: Bearer K", else "x-api-key: K". */
 static const char *request_key(struct MHD_Connection *c)
 {
@@ -1153,7 +1172,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		return send_error(c,
 				  strncmp(url, "/v1/messages", 12) ? R_CHAT : R_MESSAGES,
 				  404, "no such endpoint: %s %s", method, url);
-	if (!(r = run_by_key(gw, request_key(c))))
+	if (!(r = run_of_request(gw, cn, request_key(c))))
 		return send_error(c, rq->route, 401,
 				  "unknown API key: use the key Sanbox gave this run");
 	if (r != cn->run) {
@@ -1387,6 +1406,8 @@ int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec,
 			memcpy(r->models[i].key, sm->key, n + 1);
 		}
 	}
+	if (spec->alias && strlen(spec->alias) < sizeof r->alias)
+		snprintf(r->alias, sizeof r->alias, "%s", spec->alias);
 	if (spec->key && strlen(spec->key) < sizeof r->key) {
 		snprintf(r->key, sizeof r->key, "%s", spec->key);
 	} else {

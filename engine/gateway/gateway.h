@@ -75,10 +75,14 @@ struct sb_gateway_model {
 
 struct sb_gateway_run {
 	const char *run;
-	const char *key;     /* its virtual key ("sk-sb-..."), or NULL: a new one */
+	const char *key;   /* its virtual key ("sk-sb-..."), or NULL: a new one */
+	const char *alias; /* another run's key its guest holds, or NULL: a fork
+			    * of a memory snapshot continues processes given
+			    * its parent's key; good on this run's connections
+			    * only, as this run's own */
 	uint64_t budget_nusd;
 	uint64_t spent_nusd; /* spent already (a run registered again) */
-	int stop_on_budget; /* 1: call on_budget once it is spent */
+	int stop_on_budget;  /* 1: call on_budget once it is spent */
 	const struct sb_gateway_model *models;
 	size_t nmodels;
 };
@@ -93,8 +97,8 @@ int sb_gateway_open(const struct sb_gateway_opts *o, sb_gateway **out);
 void sb_gateway_close(sb_gateway *gw);
 
 /* Registers run r (everything is copied; provider keys into guarded
- * memory) and writes its virtual key into key (r->key, or a new one). Errors: SB_ERR_EXISTS
- * (run already registered), SB_ERR_INVAL (no model), SB_ERR_NOMEM. */
+ * memory) and writes its virtual key into key (r->key, or a new one). Errors:
+ * SB_ERR_EXISTS (run already registered), SB_ERR_INVAL (no model), SB_ERR_NOMEM. */
 int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *r,
 		       char key[SB_VKEY_MAX]);
 

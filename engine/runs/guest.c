@@ -492,20 +492,24 @@ void sb_guest_restored(sb_guest *g)
 {
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
-	unsigned char seed[32];
+	unsigned char seed[32], id[16];
+	char id_hex[33];
 	struct timespec ts;
 	size_t start;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	randombytes_buf(seed, sizeof seed);
+	randombytes_buf(id, sizeof id);
+	sodium_bin2hex(id_hex, sizeof id_hex, id, sizeof id);
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
 	if (sb_chan_begin(&buf, &pk, SB_CHAN_RESTORED, 0, &start) == SB_OK) {
-		msgpack_pack_map(&pk, 2);
+		msgpack_pack_map(&pk, 3);
 		sb_pack_ku64(&pk, "time_ns",
 			     (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
 		sb_pack_str(&pk, "seed");
 		msgpack_pack_bin_with_body(&pk, seed, sizeof seed);
+		sb_pack_kstr(&pk, "machine_id", id_hex); /* a copy is another machine */
 		if (sb_chan_end(&buf, start) == SB_OK)
 			sb_guest_send(g, buf.data, buf.size);
 	}

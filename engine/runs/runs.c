@@ -43,8 +43,10 @@ struct run {
 	int end_status; /* the machine's, kept for the end's record */
 	char end_why[600];
 	char vkey[SB_VKEY_MAX];
-	int registered;	      /* known to the gateway */
-	msgpack_sbuffer spec; /* the SPEC frames, until sent (they hold secrets) */
+	char alias_key[SB_VKEY_MAX]; /* a memory fork: its parent's key, which its
+				      * continued processes hold; or "" */
+	int registered;		     /* known to the gateway */
+	msgpack_sbuffer spec;	     /* the SPEC frames, until sent (they hold secrets) */
 	int hello, done, exited, reattached;
 	char stop_reason[32];
 	char setup_error[256];
@@ -61,7 +63,7 @@ struct run {
 	unsigned from_layer;
 	uint64_t from_offset, at, spent;
 	uint64_t memory_bytes; /* > 0: the machine continues a memory snapshot */
-	int restored_sent, memory_skipped;
+	int restored_sent;
 	int turns; /* the harness reports its turns (else its model calls count) */
 	char *new_prompt, new_name[SB_PLAN_NAME_MAX];
 	/* creation, across the worker */
@@ -297,6 +299,7 @@ static void run_free(struct run *r)
 	free(r->new_prompt);
 	spec_wipe(r);
 	sodium_memzero(r->vkey, sizeof r->vkey);
+	sodium_memzero(r->alias_key, sizeof r->alias_key);
 	free(r);
 }
 
@@ -727,6 +730,7 @@ static int run_connect(struct run *r, uint64_t spent)
 
 	gr.run = r->id;
 	gr.key = r->vkey;
+	gr.alias = r->alias_key[0] ? r->alias_key : NULL;
 	gr.budget_nusd = a->budget_nusd;
 	gr.spent_nusd = spent;
 	gr.stop_on_budget = a->stop_on_budget;
@@ -742,7 +746,10 @@ static int run_connect(struct run *r, uint64_t spent)
 	lim.file_max = rs->env.settings->run_file_max;
 	lim.files_quota = rs->env.settings->run_files_quota;
 	if ((rc = sb_guest_open(rs->env.loop, &lim, &guest_ops, r, &r->g)) ||
-	    (rc = sb_guest_mask(r->g, r->vkey, strlen(r->vkey), "virtual key")))
+	    (rc = sb_guest_mask(r->g, r->vkey, strlen(r->vkey), "virtual key")) ||
+	    (r->alias_key[0] &&
+	     (rc = sb_guest_mask(r->g, r->alias_key, strlen(r->alias_key),
+				 "virtual key"))))
 		return rc;
 	for (size_t i = 0; i < a->ngrants; i++)
 		if (!a->grants[i].model_scope && a->grants[i].value &&
@@ -903,11 +910,6 @@ static void create_done(void *ctx)
 	    sb_loop_timer(rs->env.loop, (double)r->plan.timeout_s, 0, on_timeout, r);
 	if (r->accel_warning[0])
 		warn(r, "%s", r->accel_warning);
-	if (r->memory_skipped)
-		warn(r,
-		     "forked from the disk of memory snapshot %s: its processes are not "
-		     "continued (forks of a memory snapshot boot in this version)",
-		     r->from_snap);
 	batch_flush(rs);
 	host_event(rs, id, "run.started", "accel", r->accel, "boot",
 		   !rs->env.runner->restored(r->m) ? "cold"
@@ -991,6 +993,7 @@ struct record {
 	msgpack_sbuffer created, policy;
 	uint64_t started_ns;
 	int exited, ready;
+	char forked_from[SB_RUN_MAX]; /* run.forked of a memory snapshot: its parent */
 	/* asked for: files changed in (from_offset, offset_at] (0: not asked),
 	 * and each one's last state there */
 	uint64_t from_offset, offset_at, changed_after;
@@ -998,6 +1001,22 @@ struct record {
 	size_t nfiles;
 	int files_over; /* more paths than ROLL_FILES_MAX, or one unreadable */
 };
+
+/* Notes the parent of a memory fork (run.forked ev, memory true). */
+static void record_forked(struct record *rec, const struct sb_event *ev)
+{
+	msgpack_zone zone;
+	msgpack_object p;
+	const msgpack_object *mem;
+
+	if (!msgpack_zone_init(&zone, 512))
+		return;
+	if (!sb_payload_parse(ev->payload, ev->payload_len, &zone, &p) &&
+	    (mem = sb_map_get(&p, "memory")) && mem->type == MSGPACK_OBJECT_BOOLEAN &&
+	    mem->via.boolean)
+		sb_map_str(&p, "from_run", rec->forked_from, sizeof rec->forked_from);
+	msgpack_zone_destroy(&zone);
+}
 
 /* Notes the change ev (agent.file.changed) in rec's files. */
 static void record_file(struct record *rec, const struct sb_event *ev)
@@ -1076,6 +1095,8 @@ static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 			rec->ready = 1;
 		else if (!strcmp(ev.type, "run.resumed"))
 			rec->started_ns = rec->exited = rec->ready = 0; /* a new start */
+		else if (!strcmp(ev.type, "run.forked"))
+			record_forked(rec, &ev);
 		else if (rec->offset_at && ev.offset > rec->from_offset &&
 			 ev.offset <= rec->offset_at &&
 			 !strcmp(ev.type, "agent.file.changed")) {
@@ -1181,7 +1202,9 @@ static void reattach(struct sb_runs *rs, const char *run)
 		goto out_free;
 	}
 	sb_costs_get(rs->env.proj, "run", run, &cost);
-	if ((rc = vkey_derive(rs->env.home, run, r->vkey)) ||
+	if ((rec.forked_from[0] &&
+	     (rc = vkey_derive(rs->env.home, rec.forked_from, r->alias_key))) ||
+	    (rc = vkey_derive(rs->env.home, run, r->vkey)) ||
 	    (rc = sb_access_arm(rs->env.home, rs->env.stubs, &r->plan.access)) ||
 	    (rc = run_connect(r, cost.cost_nusd))) {
 		snprintf(reason, sizeof reason, "cannot take the run up again: %s",
@@ -1274,7 +1297,9 @@ static void from_job(void *ctx)
 	if (rc || (rc = sb_plan_from_record(r->id, &created, &policy, &r->plan)) ||
 	    (rc = sb_plan_load_template(rs->env.home, &r->plan)) ||
 	    (rc = sb_access_arm(rs->env.home, rs->env.stubs, &r->plan.access)) ||
-	    (rc = vkey_derive(rs->env.home, r->id, r->vkey))) {
+	    (rc = vkey_derive(rs->env.home, r->id, r->vkey)) ||
+	    (!r->resume && r->memory_bytes &&
+	     (rc = vkey_derive(rs->env.home, r->from_run, r->alias_key)))) {
 		r->create_rc = rc;
 		goto out;
 	}
@@ -1415,13 +1440,9 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 	}
 	r->from_offset = rp.offset;
 	/* a memory snapshot asked for by id (or at its very offset) is
-	 * continued with its processes: a resume only, forks boot its disk */
-	if (!strcmp(rp.kind, "memory") && (f->snapshot || f->at == rp.offset)) {
-		if (f->resume)
-			r->memory_bytes = rp.memory_bytes;
-		else
-			r->memory_skipped = 1;
-	}
+	 * continued with its processes, by a resume or a fork */
+	if (!strcmp(rp.kind, "memory") && (f->snapshot || f->at == rp.offset))
+		r->memory_bytes = rp.memory_bytes;
 	/* the offset continued from: the one asked for, else the snapshot's */
 	r->at = f->snapshot || f->at == UINT64_MAX ? rp.offset : f->at;
 	if (f->at == UINT64_MAX && !f->snapshot)

@@ -178,7 +178,9 @@ O=$("$SB" run --detach --accel tcg --snapshots off --timeout 300s -- true)
 [ -z "$(snaps "$O")" ] && ok "--snapshots off: none" || bad "snapshots off" "$(snaps "$O")"
 # ---- a memory snapshot: the guest's processes go on ----
 M=$("$SB" run --detach --accel tcg --snapshots stop --timeout 300s -- /bin/sh -c \
-	'i=0; while true; do i=$((i + 1)); echo "n=$i"; sleep 1; done')
+	'i=0; while true; do i=$((i + 1))
+	wget -q -O /dev/null --header "Authorization: Bearer $OPENAI_API_KEY" $OPENAI_BASE_URL/models && m=ok || m=no
+	echo "n=$i r=$(od -An -N4 -tx1 /dev/urandom | tr -d " ") m=$m"; sleep 1; done')
 wait_event "$M" "e['type']=='agent.output' and 'n=3' in e['payload']['data']" 120 || bad "setup" "no counter"
 MS=$("$SB" snapshot "$M" --memory 2>&1)
 at=$(events_json "$M" | python3 -c "
@@ -186,7 +188,7 @@ import json, sys
 evs = [json.loads(l) for l in sys.stdin if l.strip()]
 snap = [e for e in evs if e['type'] == 'snapshot.saved'][0]
 outs = [e for e in evs if e['type'] == 'agent.output' and e['offset'] < snap['offset']]
-print(outs[-1]['payload']['data'].split('n=')[-1].strip(), snap['payload']['kind'], snap['payload']['memory_bytes'] > 0)")
+print(outs[-1]['payload']['data'].split('n=')[-1].split()[0], snap['payload']['kind'], snap['payload']['memory_bytes'] > 0)")
 case $at in *" memory True") ok "memory snapshot $MS taken at n=${at%% *}" ;; *) bad "memory snapshot" "$MS: $at" ;; esac
 wait_event "$M" "e['type']=='agent.output' and 'n=$((${at%% *} + 3))' in e['payload']['data']" 60
 "$SB" stop "$M" >/dev/null
@@ -198,7 +200,7 @@ import json, sys
 evs = [json.loads(l) for l in sys.stdin if l.strip()]
 res = [e['offset'] for e in evs if e['type'] == 'run.resumed']
 outs = [e for e in evs if res and e['type'] == 'agent.output' and e['offset'] > res[-1]]
-print(outs[0]['payload']['data'].split('n=')[-1].strip() if outs else '')")
+print(outs[0]['payload']['data'].split('n=')[-1].split()[0] if outs else '')")
 	[ -n "$v" ] && { echo "$v"; break; }
 	sleep 1
 done)
@@ -208,6 +210,41 @@ done)
 	ok "resumed from memory, the counter goes on at n=$first" || bad "memory resume" "snapshot at n=${at%% *}, resumed at n=$first"
 has_event "$M" "e['type']=='run.resumed' and e['payload']['memory']" && ok "run.resumed says memory" ||
 	bad "run.resumed memory" "$(events_json "$M" | grep resumed)"
+# two forks of the memory snapshot: the counter goes on in each, each with
+# its own randomness and machine id, and the parent's key its process holds
+# works on the fork's own connections
+FM=$("$SB" fork "$M" --snapshot "$MS" -n 2 --detach)
+fork_line() { # after run.forked: "N R M" (first count, its randomness, model access)
+	for i in $(seq 1 90); do
+		v=$(events_json "$1" | python3 -c "
+import json, sys
+evs = [json.loads(l) for l in sys.stdin if l.strip()]
+fk = [e['offset'] for e in evs if e['type'] == 'run.forked']
+lines = [ln for e in evs if fk and e['type'] == 'agent.output' and e['offset'] > fk[0]
+         for ln in e['payload']['data'].splitlines() if ln.startswith('n=')]
+kv = lambda ln: dict(x.split('=', 1) for x in ln.split() if '=' in x)
+# the first line's count and randomness; the third's model access (a call
+# under way at the freeze may fail: the agent closes its old streams)
+print('%s %s %s' % (kv(lines[0]).get('n'), kv(lines[0]).get('r'), kv(lines[2]).get('m')) if len(lines) >= 3 else '')")
+		[ -n "$v" ] && { echo "$v"; return; }
+		sleep 1
+	done
+}
+l1=$(fork_line "$(echo "$FM" | sed -n 1p)")
+l2=$(fork_line "$(echo "$FM" | sed -n 2p)")
+n1=${l1%% *}; n2=${l2%% *}
+[ -n "$n1" ] && [ -n "$n2" ] && [ "$n1" -gt "${at%% *}" ] && [ "$n2" -gt "${at%% *}" ] &&
+	[ "$n1" -le $((${at%% *} + 3)) ] && [ "$n2" -le $((${at%% *} + 3)) ] &&
+	ok "two forks of a memory snapshot go on counting (n=$n1, n=$n2)" || bad "memory forks" "at n=${at%% *}: '$l1' '$l2'"
+r1=$(echo "$l1" | cut -d' ' -f2); r2=$(echo "$l2" | cut -d' ' -f2)
+[ -n "$r1" ] && [ "$r1" != "$r2" ] && ok "... with their own random streams" || bad "memory fork randomness" "$r1 $r2"
+[ "$(echo "$l1" | cut -d' ' -f3)" = ok ] && [ "$(echo "$l2" | cut -d' ' -f3)" = ok ] &&
+	ok "... and model access with the key their processes hold" || bad "memory fork key" "'$l1' '$l2'"
+for F in $FM; do "$SB" stop "$F" >/dev/null; "$SB" attach "$F" >/dev/null 2>&1; done
+id1=$("$SB" fs cat "$(echo "$FM" | sed -n 1p)" /etc/machine-id)
+id2=$("$SB" fs cat "$(echo "$FM" | sed -n 2p)" /etc/machine-id)
+[ ${#id1} = 32 ] && [ ${#id2} = 32 ] && [ "$id1" != "$id2" ] &&
+	ok "... and their own machine ids" || bad "memory fork machine ids" "'$id1' '$id2'"
 "$SB" stop "$M" >/dev/null
 "$SB" attach "$M" >/dev/null 2>&1
 nev=$(events_json "$M" | wc -l)

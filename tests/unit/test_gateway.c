@@ -149,8 +149,11 @@ static struct sb_gateway_model model(const char *name, uint64_t max_output,
 static void add_run_on(sb_gateway *g, const char *run, uint64_t budget, int stop,
 		       const struct sb_gateway_model *ms, size_t n, char key[SB_VKEY_MAX])
 {
-	struct sb_gateway_run r = {.run = run, .budget_nusd = budget, .stop_on_budget = stop,
-				   .models = ms, .nmodels = n};
+	struct sb_gateway_run r = {.run = run,
+				   .budget_nusd = budget,
+				   .stop_on_budget = stop,
+				   .models = ms,
+				   .nmodels = n};
 
 	assert_int_equal(sb_gateway_run_add(g, &r, key), SB_OK);
 	assert_int_equal(strncmp(key, "sk-sb-", 6), 0);
@@ -958,6 +961,43 @@ static void test_connection_tied_to_its_run(void **state)
 	sb_gateway_run_remove(gw, "run-ta");
 }
 
+/* A memory fork's alias: its parent's key works on the fork's own
+ * connections, as the fork (metered there), and nowhere else. */
+static void test_alias_on_own_connections(void **state)
+{
+	struct sb_gateway_model ms[1] = {model("plain", 100, NULL)};
+	struct sb_gateway_run fr = {.run = "run-fork",
+				    .budget_nusd = 1000000000,
+				    .stop_on_budget = 1,
+				    .models = ms,
+				    .nmodels = 1};
+	char kp[SB_VKEY_MAX], kf[SB_VKEY_MAX], ko[SB_VKEY_MAX], body[512];
+	struct ev evs[8];
+	struct resp r;
+
+	add_run("run-parent", 1000000000, 1, ms, 1, kp);
+	add_run("run-other", 1000000000, 1, ms, 1, ko);
+	fr.alias = kp;
+	assert_int_equal(sb_gateway_run_add(gw, &fr, kf), SB_OK);
+	chat_body(body, sizeof body, "stub/plain", 0);
+	call("run-fork", "/v1/chat/completions", kp, 0, body, &r);
+	assert_int_equal(r.status, 200);
+	assert_true(run_events("run-fork", evs, 8) > 0); /* the fork's call */
+	assert_int_equal(run_events("run-parent", evs, 8), 0);
+	call("run-fork", "/v1/models", kf, 0, NULL, &r); /* its own key too */
+	assert_int_equal(r.status, 200);
+	call("run-other", "/v1/models", kp, 0, NULL, &r); /* elsewhere: the parent's */
+	assert_int_equal(r.status, 403);
+	call("run-parent", "/v1/models", kf, 0, NULL, &r);
+	assert_int_equal(r.status, 403);
+	sb_gateway_run_remove(gw,
+			      "run-parent"); /* a parent gone: the alias still works */
+	call("run-fork", "/v1/models", kp, 0, NULL, &r);
+	assert_int_equal(r.status, 200);
+	sb_gateway_run_remove(gw, "run-fork");
+	sb_gateway_run_remove(gw, "run-other");
+}
+
 /* --- deadlines --- */
 
 /* One hostile or slow client of gw2, on its own thread. */
@@ -1382,6 +1422,7 @@ int main(void)
 	    cmocka_unit_test(test_concurrent_calls_never_overspend),
 	    cmocka_unit_test(test_stream_past_budget_is_cut),
 	    cmocka_unit_test(test_connection_tied_to_its_run),
+	    cmocka_unit_test(test_alias_on_own_connections),
 	    cmocka_unit_test(test_errors),
 	    cmocka_unit_test(test_oversized_body_answered_once),
 	    cmocka_unit_test(test_garbage_requests),

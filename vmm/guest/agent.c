@@ -68,6 +68,8 @@ struct outpipe {
 
 struct agent {
 	struct agent_port port;
+	char machine_id[33]; /* a copy's new /etc/machine-id (RESTORED), or "" */
+	int rooted;	     /* in the run's root file system */
 	sb_chan_reader *rd;
 	int port_hup; /* host not connected: retry later */
 	int64_t port_retry;
@@ -561,14 +563,32 @@ static void send_hello(struct agent *ag, int resume)
 	agent_frame_send(&ag->port, &f);
 }
 
-/* RESTORED {time_ns, seed}: this guest is a copy of a memory snapshot.
+/* Writes the machine id RESTORED gave into the run's /etc/machine-id. */
+static void machine_id_write(struct agent *ag)
+{
+	char line[34];
+	int fd;
+
+	if (!ag->machine_id[0] || !ag->rooted)
+		return;
+	snprintf(line, sizeof line, "%s\n", ag->machine_id);
+	fd = open("/etc/machine-id",
+		  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0444);
+	if (fd < 0 || agent_write_all(fd, line, strlen(line)))
+		agent_log(&ag->port, "cannot write /etc/machine-id: %s", strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+/* RESTORED {time_ns, seed, machine_id}: this guest is a copy of a memory snapshot.
  * Its clock is the snapshot's and its randomness the snapshot's (a fork
  * would share both with its siblings): the host's time and fresh bytes
  * for the kernel's pool, then HELLO, so the host knows it is up. */
 static void restored(struct agent *ag, const msgpack_object *body, int resume)
 {
 	const msgpack_object *t = sb_map_get(body, "time_ns"),
-			     *seed = sb_map_get(body, "seed");
+			     *seed = sb_map_get(body, "seed"),
+			     *id = sb_map_get(body, "machine_id");
 	struct {
 		int entropy_count, buf_size;
 		unsigned char buf[64];
@@ -595,6 +615,13 @@ static void restored(struct agent *ag, const msgpack_object *body, int resume)
 		if (fd >= 0)
 			close(fd);
 	}
+	/* a copy is another machine: its own id (now, or once rooted) */
+	if (id && id->type == MSGPACK_OBJECT_STR && id->via.str.size == 32 &&
+	    strspn(id->via.str.ptr, "0123456789abcdef") >= 32) {
+		memcpy(ag->machine_id, id->via.str.ptr, 32);
+		ag->machine_id[32] = 0;
+		machine_id_write(ag);
+	}
 	send_hello(ag, resume);
 }
 
@@ -618,8 +645,10 @@ static const char *run_setup(struct agent *ag)
 			  sb_chan_kind_name(f.kind));
 	}
 	err = spec_parse(&f.body, &ag->spec);
-	if (!err)
-		err = enter_root(ag);
+	if (!err && !(err = enter_root(ag))) {
+		ag->rooted = 1;
+		machine_id_write(ag); /* a warm start's */
+	}
 	if (!err)
 		err = remove_paths(ag);
 	if (!err)
