@@ -27,6 +27,13 @@
 #   snapshot.pss_cold_idle,      MiB proportional set size of an idle cold-booted
 #   snapshot.pss_warm_idle       and warm-started sandbox's QEMU, and their ratio
 #                                (snapshot.pss_warm_vs_cold)
+#   snapshot.warm_128m_at_once   count of idle warm-started 128 MiB sandboxes
+#                                running at once (started one after another,
+#                                up to $BENCH_WARM_MAX, default 24, each
+#                                reaching its harness); snapshot.warm_128m_pss
+#                                MiB the PSS of one of them then, and
+#                                snapshot.warm_128m_fit the count this host's
+#                                available memory holds at that PSS
 # The 64 MiB and 4 GiB templates are built here (the shell template with
 # another disk =) into a store of the bench's own, with shell linked in.
 # Every guest is TCG and boots (SANBOX_WARM_START=0) but in the warm-start
@@ -81,14 +88,15 @@ json() { python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
 [ -f "$SANBOX_TEMPLATES/shell/template.json" ] || "$SB" template build shell >/dev/null 2>&1 ||
 	die "cannot build the shell template"
 
-# ---- the bench's template store: shell, d64m and d4g (disk = 64M, 4G) ----
+# ---- the bench's template store: shell, d64m and d4g (disk = 64M, 4G), m128 ----
 store=$SANBOX_HOME/tpl
 mkdir -p "$store"
 ln -s "$SANBOX_TEMPLATES/shell" "$store/shell"
-for t in d64m:64M d4g:4G; do
+for t in d64m:64M:256M d4g:4G:256M m128:512M:128M; do
 	name=${t%%:*}
+	rest=${t#*:}
 	mkdir -p "$tmp/$name-src"
-	sed "s/^name = .*/name = $name/; s/^disk = .*/disk = ${t#*:}/" \
+	sed "s/^name = .*/name = $name/; s/^disk = .*/disk = ${rest%%:*}/; s/^memory = .*/memory = ${rest#*:}/" \
 		"$repo/templates/shell/template.conf" >"$tmp/$name-src/template.conf"
 	BUILD=$BUILD sh "$repo/tools/mkimage.sh" "$tmp/$name-src" "$store/$name" \
 		>"$tmp/mkimage-$name.log" 2>&1 ||
@@ -300,4 +308,34 @@ echo "bench snapshot.pss_warm_idle $(awk -v n="$pss_warm" 'BEGIN { printf "%.1f"
 echo "bench snapshot.pss_warm_vs_cold $(awk -v a="$pss_warm" -v b="$pss_cold" 'BEGIN { printf "%.2f", a / b }') x"
 "$SB" stop "$c" $ws >/dev/null 2>&1
 wait_ended "$c" $ws
+
+# ---- idle warm 128 MiB sandboxes at once ----
+# the first m128 run boots and builds its warm image; then warm runs are
+# started one after another while each reaches its harness in 60 s
+c=$("$SB" run --detach -t m128 --accel tcg --timeout 3600s -- sleep 3600) || die "m128 run"
+wait_ready "$c" >/dev/null || die "the first m128 run did not reach the harness"
+for i in $(seq 1 600); do
+	[ "$(ls "$SANBOX_HOME"/cache/warm/*.mem 2>/dev/null | wc -l)" -ge 2 ] && break
+	sleep 0.2
+done
+"$SB" stop "$c" >/dev/null 2>&1
+wait_ended "$c"
+max=${BENCH_WARM_MAX:-24}
+n=0 ms=""
+while [ "$n" -lt "$max" ]; do
+	w=$("$SB" run --detach -t m128 --accel tcg --timeout 3600s -- sleep 3600 2>"$tmp/err") ||
+		{ note "warm run $((n + 1)): $(cat "$tmp/err")"; break; }
+	ms="$ms $w"
+	for i in $(seq 1 300); do [ -n "$(ready_ts "$w")" ] && break; sleep 0.2; done
+	[ -n "$(ready_ts "$w")" ] || { note "warm run $((n + 1)) did not reach its harness in 60 s"; break; }
+	n=$((n + 1))
+done
+sleep 3
+pss=$(pss_kib "$(echo $ms | cut -d' ' -f1)")
+avail=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+echo "bench snapshot.warm_128m_at_once $n count"
+echo "bench snapshot.warm_128m_pss $(awk -v n="$pss" 'BEGIN { printf "%.1f", n / 1024 }') MiB"
+echo "bench snapshot.warm_128m_fit $(awk -v a="$avail" -v p="$pss" -v n="$n" 'BEGIN { printf "%d", n + a / p }') count"
+"$SB" stop $ms >/dev/null 2>&1
+wait_ended $ms
 exit 0
