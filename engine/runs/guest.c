@@ -199,7 +199,8 @@ static void record_blob(sb_guest *g, const char *type, enum sb_source src,
 	}
 	g->once |= once_bit(type, src);
 	g->recorded += buf->size;
-	g->ops->event(g->ctx, type, src, buf->data, buf->size, blob ? blob->data : NULL,
+	g->ops->event(g->ctx, type, src, buf->data, buf->size,
+		      blob ? (blob->data ? blob->data : "") : NULL, /* an empty file's too */
 		      blob ? blob->size : 0);
 }
 

@@ -387,8 +387,12 @@ static void test_file_content(void **state)
 	send_file(&r, "/workspace/c.txt", "k=" KEY, NULL);
 	send_file(&r, "/workspace/big.txt", "0123456789abcdefg", NULL); /* 17 > 16 */
 	send_file(&r, "/workspace/d.txt", "0123456789", NULL); /* 5 + 12 + 10 > 25 */
+	send_file(&r, "/workspace/e.txt", "", NULL);	       /* empty: a blob still */
 	spin(&r);
-	assert_int_equal(s->n, 4);
+	assert_int_equal(s->n, 5);
+	assert_non_null(s->blob[4]);
+	assert_int_equal(s->blob_len[4], 0);
+	assert_int_equal(strlen(field(s, 4, "content")), 64);
 	/* a.txt: the blob, named by its BLAKE2b-256 */
 	sb_blob_hash("hello", 5, hash);
 	sodium_bin2hex(key, sizeof key, hash, sizeof hash);
