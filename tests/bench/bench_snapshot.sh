@@ -7,6 +7,15 @@
 #   snapshot.memory_pause_1g        256 MiB and 1 GiB guests (median of 3)
 #   snapshot.memory_bytes_256m   MiB bytes of the 256 MiB guest's memory
 #                                snapshot (layer and memory file; median)
+#   snapshot.memory_resume_256m  ms from `sanbox resume RUN --snapshot sN` of a
+#                                memory snapshot of a 256 MiB guest (printing
+#                                every 20 ms) to its first output recorded
+#                                after run.resumed (median of 3), and
+#                                snapshot.memory_resume_vs_incoming its ratio to
+#                                QEMU alone: the same command line (-incoming of
+#                                the same file), run by the bench as its own
+#                                monitor (cont once loaded) and channel, from
+#                                spawn to the guest's first EVENT frame
 #   snapshot.fork_64m            ms wall time of `sanbox fork RUN --detach` of a
 #   snapshot.fork_4g                run that ended (its end snapshot), 64 MiB and
 #                                4 GiB disks (median of 5; each fork is
@@ -209,6 +218,95 @@ if [ -n "$mem256" ]; then
 	echo "bench snapshot.memory_bytes_256m $mem256_mib MiB"
 fi
 [ -n "$mem1g" ] && echo "bench snapshot.memory_pause_1g $(f2 "$mem1g") ms"
+
+# ---- resume from a memory snapshot, against QEMU -incoming alone ----
+ticker=$("$SB" run --detach --accel tcg --memory 256M --timeout 900s -- /bin/sh -c \
+	'while :; do echo t; sleep 0.02; done' 2>"$tmp/err") || die "ticker run: $(cat "$tmp/err")"
+wait_ready "$ticker" >/dev/null || die "the ticker did not boot"
+sleep 1
+if tid=$(take "$ticker" --memory); then
+	p="" q=""
+	for i in 1 2 3; do
+		"$SB" stop "$ticker" >/dev/null 2>&1
+		wait_ended "$ticker"
+		t0=$(now)
+		"$SB" resume "$ticker" --snapshot "$tid" --detach >/dev/null 2>"$tmp/err" ||
+			die "resume from memory: $(cat "$tmp/err")"
+		# QEMU's command line, for the same restore without Sanbox
+		qpid=$(cat "$SANBOX_HOME/runs/$ticker/qemu.pid")
+		tr '\0' '\n' <"/proc/$qpid/cmdline" >"$tmp/qemu.argv"
+		t1=""
+		for k in $(seq 1 600); do
+			t1=$("$SB" events "$ticker" --json 2>/dev/null | python3 -c '
+import json, sys
+evs = [json.loads(l) for l in sys.stdin if l.strip()]
+res = [e["offset"] for e in evs if e["type"] == "run.resumed"]
+outs = [e["ts"] for e in evs if res and e["type"] == "agent.output" and e["offset"] > res[-1]]
+print(outs[0] if outs else "")')
+			[ -n "$t1" ] && break
+			sleep 0.05
+		done
+		[ -n "$t1" ] || die "the resumed ticker printed nothing"
+		p="$p $((t1 - t0))"
+		"$SB" stop "$ticker" >/dev/null 2>&1
+		wait_ended "$ticker"
+		q="$q $(python3 - "$tmp/qemu.argv" "$tmp" <<'PY'
+import json, os, socket, subprocess, sys, time
+argv = open(sys.argv[1]).read().split("\n")[:-1]
+d = sys.argv[2]
+chan, qmp = d + "/plain-chan.sock", d + "/plain-qmp.sock"
+def swap(a):  # the chardevs connect to the bench's sockets, not the daemon's
+    for name, path in (("chan0", chan), ("qmp0", qmp)):
+        if a.startswith("socket,id=%s," % name):
+            parts = [x for x in a.split(",") if not x.startswith("path=")]
+            return ",".join(parts[:2] + ["path=" + path] + parts[2:])
+    return a
+argv = [swap(a) for a in argv]
+if "-pidfile" in argv:
+    i = argv.index("-pidfile"); del argv[i:i + 2]
+if "-daemonize" in argv:
+    argv.remove("-daemonize")
+ls = []
+for path in (chan, qmp):
+    if os.path.exists(path): os.unlink(path)
+    s = socket.socket(socket.AF_UNIX); s.bind(path); s.listen(1); s.settimeout(60); ls.append(s)
+t0 = time.monotonic()
+q = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    m, _ = ls[1].accept(); f = m.makefile("rw")
+    def cmd(c):
+        f.write(json.dumps({"execute": c}) + "\n"); f.flush()
+        while True:
+            r = json.loads(f.readline())
+            if "return" in r or "error" in r: return r.get("return")
+    json.loads(f.readline()); cmd("qmp_capabilities")
+    while (cmd("query-migrate") or {}).get("status") != "completed": time.sleep(0.005)
+    cmd("cont")
+    c, _ = ls[0].accept(); c.settimeout(60); buf = b""
+    while True:  # frames: 4-byte length, then [kind, stream, body]; 3 = EVENT
+        buf += c.recv(65536)
+        while len(buf) >= 6:
+            n = int.from_bytes(buf[:4], "big")
+            if len(buf) < 4 + n: break
+            if buf[5] == 3: raise StopIteration
+            buf = buf[4 + n:]
+except StopIteration:
+    print(int((time.monotonic() - t0) * 1e9))
+finally:
+    q.kill(); q.wait()
+PY
+)"
+	done
+	note "memory resume ns:$p; QEMU -incoming alone ns:$q"
+	mr=$(median $p)
+	mq=$(median $q)
+	echo "bench snapshot.memory_resume_256m $(ms "$mr") ms"
+	[ -n "$mq" ] && echo "bench snapshot.memory_resume_vs_incoming $(awk -v a="$mr" -v b="$mq" 'BEGIN { printf "%.2f", a / b }') x"
+else
+	mem_failed "$ticker" 256M
+fi
+"$SB" stop "$ticker" >/dev/null 2>&1
+wait_ended "$ticker"
 
 # ---- 8 forks at once of the idle guest's first disk snapshot ----
 t0=$(now)
