@@ -994,6 +994,7 @@ struct record {
 	uint64_t started_ns;
 	int exited, ready;
 	char forked_from[SB_RUN_MAX]; /* run.forked of a memory snapshot: its parent */
+	int resumed;		      /* a run.resumed is in it */
 	/* asked for: files changed in (from_offset, offset_at] (0: not asked),
 	 * and each one's last state there */
 	uint64_t from_offset, offset_at, changed_after;
@@ -1093,8 +1094,10 @@ static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 			rec->exited = 1;
 		else if (!strcmp(ev.type, "harness.input.ready"))
 			rec->ready = 1;
-		else if (!strcmp(ev.type, "run.resumed"))
+		else if (!strcmp(ev.type, "run.resumed")) {
 			rec->started_ns = rec->exited = rec->ready = 0; /* a new start */
+			rec->resumed = 1;
+		}
 		else if (!strcmp(ev.type, "run.forked"))
 			record_forked(rec, &ev);
 		else if (rec->offset_at && ev.offset > rec->from_offset &&
@@ -1192,6 +1195,9 @@ static void reattach(struct sb_runs *rs, const char *run)
 		record_failed(rs, run, "daemon-restart");
 		goto out_free;
 	}
+	if (rec.resumed)
+		r->plan.ninputs = 0; /* its disk has them: a SPEC made again must not
+				      * write the first start's inputs over it */
 	if ((rc = rs->env.runner->reattach(rs->env.runner_ctx, &r->plan, &machine_events,
 					   r, &r->m))) {
 		if (rec.exited)
