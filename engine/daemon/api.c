@@ -938,8 +938,8 @@ static int op_blob_get(struct req *r)
 
 	if ((rc = arg_str(r, "blob", hex, sizeof hex, 1)))
 		return rc;
-	if (sb_hash_parse(hex, key))
-		return sb_seterr(SB_ERR_INVAL, "argument 'blob' must be 64 hex digits");
+	if ((rc = sb_hash_parse(hex, key))) /* its detail names the argument */
+		return rc;
 	if ((rc = sb_blob_get(r->e->log, key, &data, &len)))
 		return rc;
 	if (len > BLOB_REPLY_MAX) {

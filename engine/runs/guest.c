@@ -200,7 +200,8 @@ static void record_blob(sb_guest *g, const char *type, enum sb_source src,
 	g->once |= once_bit(type, src);
 	g->recorded += buf->size;
 	g->ops->event(g->ctx, type, src, buf->data, buf->size,
-		      blob ? (blob->data ? blob->data : "") : NULL, /* an empty file's too */
+		      blob ? (blob->data ? blob->data : "")
+			   : NULL, /* an empty file's too */
 		      blob ? blob->size : 0);
 }
 
@@ -354,13 +355,13 @@ static void guest_event(sb_guest *g, const char *type, enum sb_source src,
 	}
 	if (once == ONCE_EXITED)
 		streams_flush(g); /* the output's end comes before run.exited */
-	msgpack_sbuffer_init(&buf);
 	content = sb_map_get(payload, "content");
 	if (src == SB_SRC_GUEST && !strcmp(type, "agent.file.changed") && content &&
 	    content->type == MSGPACK_OBJECT_BIN) {
 		file_event(g, payload);
 		return;
 	}
+	msgpack_sbuffer_init(&buf);
 	if (src == SB_SRC_GUEST && !strcmp(type, "agent.output") &&
 	    payload->via.map.size == 2 && stream && stream->type == MSGPACK_OBJECT_STR &&
 	    data && data->type == MSGPACK_OBJECT_STR &&

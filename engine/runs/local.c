@@ -149,7 +149,7 @@ static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
 			   sb_machine **out, char *accel, char *warning, size_t cap)
 {
 	struct sb_machine *m = machine_new(lr);
-	char cache[PATH_CAP], layer[SB_LAYER_PATH_MAX];
+	char cache[PATH_CAP], layer[SB_LAYER_PATH_MAX], detail[512];
 	sb_accel want;
 	unsigned n;
 	int rc;
@@ -185,12 +185,10 @@ static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
 		warm_prepare(m, p);
 	*out = m;
 	return SB_OK;
-fail_layer : {
-	char detail[512];
+fail_layer:
 	snprintf(detail, sizeof detail, "%s", sb_errmsg(rc));
 	sb_layers_drop(lr->home, p->run, n); /* keeps rc's detail */
 	rc = sb_seterr(rc, "%s", detail);
-}
 fail:
 	local_free(m);
 	return rc;

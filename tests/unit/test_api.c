@@ -1397,6 +1397,14 @@ static void test_malformed(void **state)
 	refused_packed(c, SB_ERR_INVAL, pk_fork_name_esc);
 	refused(c, SB_ERR_INVAL, "{'op':'run.fork','run':'" RUN_A "','snapshot':''}");
 	refused(c, SB_ERR_INVAL, "{'op':'run.resume','run':'" RUN_A "','snapshot':''}");
+	/* blob.get: a key of 64 hex digits, that is there */
+	refused(c, SB_ERR_INVAL, "{'op':'blob.get'}");
+	refused(c, SB_ERR_INVAL, "{'op':'blob.get','blob':7}");
+	refused(c, SB_ERR_INVAL, "{'op':'blob.get','blob':'../../etc/passwd'}");
+	refused(c, SB_ERR_INVAL, "{'op':'blob.get','blob':'0123456789abcdef'}");
+	refused(c, SB_ERR_NOTFOUND, "{'op':'blob.get','blob':'"
+				    "11111111111111111111111111111111"
+				    "11111111111111111111111111111111'}");
 	refused(c, SB_ERR_INVAL,
 		"{'op':'run.get','run':'" RUN_A RUN_A RUN_A RUN_A RUN_A RUN_A RUN_A RUN_A RUN_A "'}");
 	/* a huge limit is capped, not refused */
