@@ -1,0 +1,596 @@
+/* nft.c - the table inet sanbox through libnftables (see nft.h). */
+#include "netpolicy/nft.h"
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <nftables/libnftables.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/error.h"
+
+struct sb_nft {
+	struct nft_ctx *ctx;
+	pthread_mutex_t lock;
+};
+
+int sb_nft_open(sb_nft **out)
+{
+	sb_nft *n = calloc(1, sizeof *n);
+
+	if (!n)
+		return SB_ERR_NOMEM;
+	if (!(n->ctx = nft_ctx_new(NFT_CTX_DEFAULT))) {
+		free(n);
+		return sb_seterr(SB_ERR_UNAVAIL, "libnftables: cannot make a context");
+	}
+	if (nft_ctx_buffer_output(n->ctx) || nft_ctx_buffer_error(n->ctx)) {
+		nft_ctx_free(n->ctx);
+		free(n);
+		return SB_ERR_NOMEM;
+	}
+	pthread_mutex_init(&n->lock, NULL);
+	*out = n;
+	return SB_OK;
+}
+
+void sb_nft_close(sb_nft *n)
+{
+	if (!n)
+		return;
+	nft_ctx_free(n->ctx);
+	pthread_mutex_destroy(&n->lock);
+	free(n);
+}
+
+/* Runs script with JSON output on or off. */
+static int nft_exec(sb_nft *n, const char *script, int json, char **out)
+{
+	const char *err, *text;
+	int rc = SB_OK, failed;
+
+	if (out)
+		*out = NULL;
+	pthread_mutex_lock(&n->lock);
+	nft_ctx_output_set_flags(n->ctx, json ? NFT_CTX_OUTPUT_JSON : 0);
+	failed = nft_run_cmd_from_buffer(n->ctx, script);
+	/* fetching a buffer empties it: both are fetched every time */
+	text = nft_ctx_get_output_buffer(n->ctx);
+	err = nft_ctx_get_error_buffer(n->ctx);
+	if (failed) {
+		size_t len = strcspn(err, "\n");
+		rc = sb_seterr(SB_ERR_IO, "nftables: %.*s", (int)(len > 300 ? 300 : len),
+			       len ? err : "failed");
+	} else if (out && !(*out = strdup(text))) {
+		rc = SB_ERR_NOMEM;
+	}
+	pthread_mutex_unlock(&n->lock);
+	return rc;
+}
+
+int sb_nft_run(sb_nft *n, const char *script, char **out)
+{
+	return nft_exec(n, script, 0, out);
+}
+
+/* A script being written: open_memstream underneath. */
+struct script {
+	FILE *f;
+	char *buf;
+	size_t len;
+};
+
+static int script_open(struct script *s)
+{
+	s->buf = NULL;
+	s->f = open_memstream(&s->buf, &s->len);
+	return s->f ? SB_OK : SB_ERR_NOMEM;
+}
+
+/* Ends s: *out gets the text (the caller frees it). */
+static int script_close(struct script *s, char **out)
+{
+	int bad = ferror(s->f);
+
+	if (fclose(s->f) || bad) {
+		free(s->buf);
+		return SB_ERR_NOMEM;
+	}
+	*out = s->buf;
+	return SB_OK;
+}
+
+int sb_nft_table_add(sb_nft *n, const struct sb_nft_host *h)
+{
+	struct script s;
+	char *text;
+	int rc;
+
+	if ((rc = script_open(&s)))
+		return rc;
+	fprintf(s.f,
+		"table inet sanbox {\n"
+		" set taps { type ifname; }\n"
+		" map runs_f { type ifname : verdict; }\n"
+		" map runs_i { type ifname : verdict; }\n"
+		" map runs_p { type ifname : verdict; }\n"
+		" chain forward {\n"
+		"  type filter hook forward priority filter; policy accept;\n"
+		"  iifname vmap @runs_f\n"
+		"  iifname @taps drop\n"
+		"  oifname @taps ct state established,related accept\n"
+		"  oifname @taps drop\n"
+		"%s"
+		" }\n"
+		" chain input {\n"
+		"  type filter hook input priority filter; policy accept;\n"
+		"  iifname vmap @runs_i\n"
+		"  iifname @taps drop\n"
+		"  iifname != \"lo\" ip daddr %s drop\n",
+		h->fence ? "  drop\n" : "", h->subnet4);
+	if (h->subnet6[0])
+		fprintf(s.f, "  iifname != \"lo\" ip6 daddr %s drop\n", h->subnet6);
+	fprintf(s.f,
+		" }\n"
+		" chain prerouting {\n"
+		"  type nat hook prerouting priority dstnat; policy accept;\n"
+		"  iifname vmap @runs_p\n"
+		" }\n"
+		" chain postrouting {\n"
+		"  type nat hook postrouting priority srcnat; policy accept;\n"
+		"  ip saddr %s oifname != @taps masquerade\n",
+		h->subnet4);
+	if (h->subnet6[0])
+		fprintf(s.f, "  ip6 saddr %s oifname != @taps masquerade\n", h->subnet6);
+	fprintf(s.f, " }\n}\n");
+	if ((rc = script_close(&s, &text)))
+		return rc;
+	/* only when missing: an existing table holds the runs' map entries */
+	rc = nft_exec(n, "list table inet sanbox", 0, NULL) == SB_OK
+		 ? SB_OK
+		 : nft_exec(n, text, 0, NULL);
+	free(text);
+	return rc;
+}
+
+int sb_nft_table_del(sb_nft *n)
+{
+	if (nft_exec(n, "list table inet sanbox", 0, NULL))
+		return SB_OK; /* none */
+	return nft_exec(n, "delete table inet sanbox", 0, NULL);
+}
+
+/* Writes a grant's element: "ADDR[/LEN] . PROTO . LO[-HI]". */
+static void grant_elem(FILE *f, const struct sb_net_grant *g)
+{
+	fprintf(f, "%s", g->host);
+	if (g->prefix != (g->family == 4 ? 32 : 128))
+		fprintf(f, "/%u", g->prefix);
+	fprintf(f, " . %s . %u", g->udp ? "udp" : "tcp", g->port_lo);
+	if (g->port_hi != g->port_lo)
+		fprintf(f, "-%u", g->port_hi);
+}
+
+static void grants_add(FILE *f, const char *id, const struct sb_netpolicy *p, int family)
+{
+	int any = 0;
+
+	for (size_t i = 0; i < p->ngrants; i++) {
+		if (p->grants[i].family != family)
+			continue;
+		fprintf(f, "%s", any ? ", " : "");
+		if (!any)
+			fprintf(f, "add element inet sanbox g%d_%s { ", family, id);
+		grant_elem(f, &p->grants[i]);
+		any = 1;
+	}
+	if (any)
+		fprintf(f, " }\n");
+}
+
+/* The rules of one family (ip or ip6) in r's chains. */
+static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
+{
+	const char *ip = v6 ? "ip6" : "ip", *id = r->id;
+	const char *guest = v6 ? r->guest6 : r->guest4, *host = v6 ? r->host6 : r->host4;
+	int n = v6 ? 6 : 4;
+
+	if (!guest[0]) { /* no address of this family: nothing of it goes */
+		fprintf(
+		    f,
+		    "add rule inet sanbox f_%s meta nfproto %s counter name c_%s drop\n",
+		    id, v6 ? "ipv6" : "ipv4", id);
+		return;
+	}
+	/* f: what the guest sends through the host */
+	fprintf(f, "add rule inet sanbox f_%s %s saddr != %s counter name c_%s drop\n",
+		id, ip, guest, id);
+	fprintf(f,
+		"add rule inet sanbox f_%s %s daddr . meta l4proto . th dport @g%d_%s ct "
+		"mark "
+		"set 0x%08x accept\n",
+		id, ip, n, id, r->mark);
+	fprintf(f,
+		"add rule inet sanbox f_%s %s daddr . meta l4proto . th dport @n%d_%s ct "
+		"mark "
+		"set 0x%08x accept\n",
+		id, ip, n, id, r->mark);
+	fprintf(f,
+		"add rule inet sanbox f_%s meta l4proto { tcp, udp } add @d%d_%s { %s "
+		"daddr . "
+		"meta l4proto . th dport }\n",
+		id, n, id, ip);
+	fprintf(f,
+		"add rule inet sanbox f_%s meta l4proto != { tcp, udp } add @e%d_%s { %s "
+		"daddr "
+		". meta l4proto }\n",
+		id, n, id, ip);
+	/* i: what it sends to the host: its stub and proxy, neighbour discovery */
+	fprintf(f,
+		"add rule inet sanbox i_%s %s saddr %s %s daddr %s udp dport %u accept\n"
+		"add rule inet sanbox i_%s %s saddr %s %s daddr %s tcp dport { %u, %u } "
+		"accept\n",
+		id, ip, guest, ip, host, r->dns_port, id, ip, guest, ip, host,
+		r->dns_port, r->proxy_port);
+	if (v6)
+		fprintf(f,
+			"add rule inet sanbox i_%s icmpv6 type { nd-neighbor-solicit, "
+			"nd-neighbor-advert, nd-router-solicit } accept\n",
+			id);
+	fprintf(f,
+		"add rule inet sanbox i_%s meta l4proto { tcp, udp } add @d%d_%s { %s "
+		"daddr . "
+		"meta l4proto . th dport }\n",
+		id, n, id, ip);
+	/* p: DNS to the stub; the names' TLS and HTTP to the proxy */
+	fprintf(
+	    f,
+	    "add rule inet sanbox p_%s %s daddr %s meta l4proto { tcp, udp } th dport 53 "
+	    "redirect to :%u\n",
+	    id, ip, host, r->dns_port);
+	fprintf(f,
+		"add rule inet sanbox p_%s %s daddr . meta l4proto . th dport @g%d_%s "
+		"return\n",
+		id, ip, n, id);
+	fprintf(f,
+		"add rule inet sanbox p_%s tcp dport { %s } %s daddr . meta l4proto . th "
+		"dport "
+		"@n%d_%s redirect to :%u\n",
+		id, SB_NFT_NAMED_PORTS, ip, n, id, r->proxy_port);
+}
+
+int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
+		      int update, char **out)
+{
+	static const char *const kinds[] = {"g", "n", "d", "e"};
+	const char *id = r->id;
+	struct script s;
+	int rc;
+
+	if ((rc = script_open(&s)))
+		return rc;
+	for (int v = 4; v <= 6; v += 2) {
+		const char *addr = v == 4 ? "ipv4_addr" : "ipv6_addr";
+		fprintf(
+		    s.f,
+		    "add set inet sanbox g%d_%s { type %s . inet_proto . inet_service; "
+		    "flags interval; }\n"
+		    "add set inet sanbox n%d_%s { type %s . inet_proto . inet_service; "
+		    "flags interval, timeout; }\n"
+		    "add set inet sanbox d%d_%s { type %s . inet_proto . inet_service; "
+		    "size 256; flags dynamic; counter; }\n"
+		    "add set inet sanbox e%d_%s { type %s . inet_proto; size 64; "
+		    "flags dynamic; counter; }\n",
+		    v, id, addr, v, id, addr, v, id, addr, v, id, addr);
+		for (size_t k = 0; k < 4; k++)
+			if (!update || k == 0)
+				fprintf(s.f, "flush set inet sanbox %s%d_%s\n", kinds[k],
+					v, id);
+	}
+	fprintf(s.f,
+		"add counter inet sanbox c_%s\n"
+		"add chain inet sanbox f_%s\nflush chain inet sanbox f_%s\n"
+		"add chain inet sanbox i_%s\nflush chain inet sanbox i_%s\n"
+		"add chain inet sanbox p_%s\nflush chain inet sanbox p_%s\n",
+		id, id, id, id, id, id, id);
+	grants_add(s.f, id, p, 4);
+	grants_add(s.f, id, p, 6);
+	/* connections its grants let through go on while they are granted */
+	fprintf(s.f,
+		"add rule inet sanbox f_%s oifname @taps counter name c_%s drop\n"
+		"add rule inet sanbox f_%s ct state established,related ct mark 0x%08x "
+		"accept\n",
+		id, id, id, r->mark);
+	family_rules(s.f, r, 0);
+	family_rules(s.f, r, 1);
+	fprintf(s.f,
+		"add rule inet sanbox f_%s counter name c_%s drop\n"
+		"add rule inet sanbox i_%s counter name c_%s drop\n"
+		"add element inet sanbox taps { \"%s\" }\n"
+		"add element inet sanbox runs_f { \"%s\" : jump f_%s }\n"
+		"add element inet sanbox runs_i { \"%s\" : jump i_%s }\n"
+		"add element inet sanbox runs_p { \"%s\" : jump p_%s }\n",
+		id, id, id, id, r->tap, r->tap, id, r->tap, id, r->tap, id);
+	return script_close(&s, out);
+}
+
+static int run_script(sb_nft *n, const struct sb_nft_run *r, const struct sb_netpolicy *p,
+		      int update)
+{
+	char *text;
+	int rc;
+
+	if ((rc = sb_nft_run_script(r, p, update, &text)))
+		return rc;
+	rc = nft_exec(n, text, 0, NULL);
+	free(text);
+	return rc;
+}
+
+int sb_nft_run_add(sb_nft *n, const struct sb_nft_run *r, const struct sb_netpolicy *p)
+{
+	return run_script(n, r, p, 0);
+}
+
+int sb_nft_run_update(sb_nft *n, const struct sb_nft_run *r, const struct sb_netpolicy *p)
+{
+	return run_script(n, r, p, 1);
+}
+
+/* The table as JSON (NULL when there is none). */
+static json_t *table_json(sb_nft *n, int *rc)
+{
+	json_error_t je;
+	char *out;
+	json_t *j;
+
+	*rc = SB_OK;
+	if (nft_exec(n, "list table inet sanbox", 1, &out))
+		return NULL; /* no table */
+	j = json_loads(out, 0, &je);
+	free(out);
+	if (!j)
+		*rc = sb_seterr(SB_ERR_CORRUPT, "nftables: JSON: %s", je.text);
+	return j;
+}
+
+/* Calls fn for each object of the table: its kind ("set", "map", "chain",
+ * "counter") and name. */
+static void objects_each(json_t *table,
+			 void (*fn)(void *ctx, const char *kind, json_t *o), void *ctx)
+{
+	json_t *items = json_object_get(table, "nftables"), *it;
+	size_t i;
+
+	json_array_foreach(items, i, it)
+	{
+		const char *kind;
+		json_t *o;
+		json_object_foreach(it, kind, o) fn(ctx, kind, o);
+	}
+}
+
+struct del_ctx {
+	const char *id;
+	const char *kind; /* the kind this pass deletes */
+	FILE *f;
+};
+
+/* One pass of a run's deletion: its chains are flushed ("flush"), then
+ * chains, sets and the counter deleted, in that order. */
+static void del_each(void *ctx, const char *kind, json_t *o)
+{
+	struct del_ctx *d = ctx;
+	const char *name = json_string_value(json_object_get(o, "name"));
+	const char *us = name ? strchr(name, '_') : NULL;
+	int flush = !strcmp(d->kind, "flush");
+
+	if (!us || us - name > 2 || strcmp(us + 1, d->id) ||
+	    strcmp(kind, flush ? "chain" : d->kind))
+		return;
+	fprintf(d->f, "%s %s inet sanbox %s\n", flush ? "flush" : "delete", kind, name);
+}
+
+/* 1 when set or map name of the table holds key tap. */
+static int holds(json_t *table, const char *name, const char *tap)
+{
+	json_t *items = json_object_get(table, "nftables"), *it, *e;
+	size_t i, k;
+
+	json_array_foreach(items, i, it)
+	{
+		json_t *o =
+		    json_object_get(it, json_object_get(it, "map") ? "map" : "set");
+		const char *nm = json_string_value(json_object_get(o, "name"));
+		if (!nm || strcmp(nm, name))
+			continue;
+		json_array_foreach(json_object_get(o, "elem"), k, e)
+		{
+			json_t *key = json_is_array(e) ? json_array_get(e, 0) : e;
+			if (json_is_string(key) && !strcmp(json_string_value(key), tap))
+				return 1;
+		}
+	}
+	return 0;
+}
+
+int sb_nft_run_del(sb_nft *n, const char *id, const char *tap)
+{
+	static const char *const maps[] = {"runs_f", "runs_i", "runs_p"};
+	static const char *const passes[] = {"flush", "chain", "set", "counter"};
+	struct del_ctx d = {id, NULL, NULL};
+	struct script s;
+	char *text;
+	json_t *t;
+	int rc;
+
+	if (!(t = table_json(n, &rc)))
+		return rc;
+	if ((rc = script_open(&s))) {
+		json_decref(t);
+		return rc;
+	}
+	d.f = s.f;
+	for (size_t i = 0; i < 3; i++)
+		if (holds(t, maps[i], tap))
+			fprintf(s.f, "delete element inet sanbox %s { \"%s\" }\n",
+				maps[i], tap);
+	if (holds(t, "taps", tap))
+		fprintf(s.f, "delete element inet sanbox taps { \"%s\" }\n", tap);
+	for (size_t i = 0; i < 4; i++) {
+		d.kind = passes[i];
+		objects_each(t, del_each, &d);
+	}
+	json_decref(t);
+	if ((rc = script_close(&s, &text)))
+		return rc;
+	rc = text[0] ? nft_exec(n, text, 0, NULL) : SB_OK;
+	free(text);
+	return rc;
+}
+
+static void elem_write(FILE *f, const struct sb_nft_elem *e)
+{
+	char a[INET6_ADDRSTRLEN];
+
+	inet_ntop(e->family == 4 ? AF_INET : AF_INET6, e->addr, a, sizeof a);
+	fprintf(f, "%s . %s . %u", a, e->udp ? "udp" : "tcp", e->port_lo);
+	if (e->port_hi != e->port_lo)
+		fprintf(f, "-%u", e->port_hi);
+}
+
+int sb_nft_names_add(sb_nft *n, const char *id, const struct sb_nft_elem *e, size_t count)
+{
+	struct script s;
+	char *text = NULL;
+	int rc;
+
+	for (int pass = 0; pass < 2; pass++) {
+		if ((rc = script_open(&s)))
+			return rc;
+		for (size_t i = 0; i < count; i++) {
+			/* delete first, so an element there already gets its new
+			 * timeout; the second pass adds only (it was not there) */
+			if (pass == 0) {
+				fprintf(s.f, "delete element inet sanbox n%d_%s { ",
+					e[i].family, id);
+				elem_write(s.f, &e[i]);
+				fprintf(s.f, " }\n");
+			}
+			fprintf(s.f, "add element inet sanbox n%d_%s { ", e[i].family,
+				id);
+			elem_write(s.f, &e[i]);
+			fprintf(s.f, " timeout %us }\n", e[i].timeout_s);
+		}
+		if ((rc = script_close(&s, &text)))
+			return rc;
+		rc = nft_exec(n, text, 0, NULL);
+		free(text);
+		if (rc == SB_OK)
+			return SB_OK;
+	}
+	return rc;
+}
+
+/* Reads one element of a d/e set into *d: {"elem": {"val": {"concat":
+ * [addr, proto, port?]}, "counter": {"packets": N}}}. */
+static int denial_read(json_t *e, struct sb_nft_denial *d)
+{
+	json_t *el = json_object_get(e, "elem");
+	json_t *c = json_object_get(json_object_get(el, "val"), "concat");
+	json_t *pk = json_object_get(json_object_get(el, "counter"), "packets");
+	json_t *proto = json_array_get(c, 1);
+
+	if (!json_is_string(json_array_get(c, 0)) || !json_is_integer(pk))
+		return -1;
+	memset(d, 0, sizeof *d);
+	snprintf(d->dst, sizeof d->dst, "%s", json_string_value(json_array_get(c, 0)));
+	if (json_is_string(proto))
+		snprintf(d->proto, sizeof d->proto, "%s", json_string_value(proto));
+	else
+		snprintf(d->proto, sizeof d->proto, "%lld",
+			 (long long)json_integer_value(proto));
+	d->port = (uint16_t)json_integer_value(json_array_get(c, 2));
+	d->packets = (uint64_t)json_integer_value(pk);
+	return 0;
+}
+
+/* Lists one object of run id as JSON and calls fn for each denial in it
+ * (a set's elements) or sets *dropped (the counter). */
+static int denials_of(sb_nft *n, const char *what, const char *id,
+		      void (*fn)(void *ctx, const struct sb_nft_denial *d), void *ctx,
+		      uint64_t *dropped)
+{
+	char cmd[128], *out;
+	json_error_t je;
+	json_t *j, *it, *e;
+	size_t i, k;
+
+	/* one object a command: nft 1.0.6 lists only the first of several */
+	snprintf(cmd, sizeof cmd, "list %s inet sanbox %s_%s",
+		 what[0] == 'c' ? "counter" : "set", what, id);
+	if (nft_exec(n, cmd, 1, &out))
+		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no chains", id);
+	j = json_loads(out, 0, &je);
+	free(out);
+	if (!j)
+		return sb_seterr(SB_ERR_CORRUPT, "nftables: JSON: %s", je.text);
+	json_array_foreach(json_object_get(j, "nftables"), i, it)
+	{
+		json_t *ctr = json_object_get(it, "counter");
+		if (ctr)
+			*dropped =
+			    (uint64_t)json_integer_value(json_object_get(ctr, "packets"));
+		json_array_foreach(json_object_get(json_object_get(it, "set"), "elem"), k,
+				   e)
+		{
+			struct sb_nft_denial d;
+			if (denial_read(e, &d) == 0)
+				fn(ctx, &d);
+		}
+	}
+	json_decref(j);
+	return SB_OK;
+}
+
+int sb_nft_denials(sb_nft *n, const char *id,
+		   void (*fn)(void *ctx, const struct sb_nft_denial *d), void *ctx,
+		   uint64_t *dropped)
+{
+	static const char *const what[] = {"c", "d4", "d6", "e4", "e6"};
+	int rc = SB_OK;
+
+	*dropped = 0;
+	for (size_t i = 0; rc == SB_OK && i < 5; i++)
+		rc = denials_of(n, what[i], id, fn, ctx, dropped);
+	return rc;
+}
+
+struct runs_ctx {
+	void (*fn)(void *ctx, const char *id);
+	void *ctx;
+};
+
+static void runs_one(void *ctx, const char *kind, json_t *o)
+{
+	struct runs_ctx *r = ctx;
+	const char *name = json_string_value(json_object_get(o, "name"));
+
+	if (!strcmp(kind, "chain") && name && !strncmp(name, "f_", 2))
+		r->fn(r->ctx, name + 2);
+}
+
+int sb_nft_runs(sb_nft *n, void (*fn)(void *ctx, const char *id), void *ctx)
+{
+	struct runs_ctx r = {fn, ctx};
+	json_t *t;
+	int rc;
+
+	if (!(t = table_json(n, &rc)))
+		return rc;
+	objects_each(t, runs_one, &r);
+	json_decref(t);
+	return SB_OK;
+}

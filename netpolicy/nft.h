@@ -1,0 +1,126 @@
+/* nft.h - what Sanbox keeps in nftables: the table `inet sanbox` and each
+ * run's part of it (SPEC.md, "Network policy"). All libnftables use is in
+ * nft.c.
+ *
+ * The table holds the hooks (forward, input, NAT prerouting and
+ * postrouting), the set of the runs' taps, verdict maps from a tap to its
+ * run's chains (runs_f, runs_i, runs_p), and masquerading of the runs' subnets. A run's
+ * part is named after its id: chains f_ID (what its guest sends through the host), i_ID
+ * (what it sends to the host: its DNS stub and proxy only) and p_ID (NAT: DNS to the
+ * stub, TLS and HTTP connections of hostname grants to the proxy); sets g4_ID/g6_ID
+ * (address grants), n4_ID/n6_ID (addresses of granted names, with timeouts), d4_ID/d6_ID
+ * and e4_ID/e6_ID (denied destinations with counters) and counter c_ID (every packet
+ * dropped).
+ *
+ * Threads: a handle serialises its own calls; every call is a netlink
+ * round trip, so call it off the daemon's loop.
+ */
+#ifndef SB_NFT_H
+#define SB_NFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "netpolicy/netpolicy.h"
+
+typedef struct sb_nft sb_nft;
+
+/* The host's part: the runs' subnets. */
+struct sb_nft_host {
+	char subnet4[20]; /* "10.87.0.0/16" */
+	char subnet6[48]; /* "fd53:616e:626f::/48", or "" when IPv6 is off */
+	int fence;	  /* 1: drop forwarded packets that are no run's (the
+			   * daemon turned the host's forwarding on itself) */
+};
+
+/* A run's part. */
+struct sb_nft_run {
+	char id[16];		    /* the run id (12 hex digits) */
+	char tap[16];		    /* its tap */
+	char host4[16], guest4[16]; /* the tap's and the guest's IPv4 addresses */
+	char host6[48], guest6[48]; /* ... IPv6, or "" */
+	uint16_t dns_port;	    /* the DNS stub's port on host4 (and host6) */
+	uint16_t proxy_port;	    /* the name checking proxy's */
+	uint32_t mark;		    /* conntrack mark of connections its grants let
+				     * through: a new mark re-checks them all */
+};
+
+/* One address of a granted name, for a run's n4/n6 set. */
+struct sb_nft_elem {
+	int family;	  /* 4 or 6 */
+	uint8_t addr[16]; /* 4 or 16 bytes */
+	int udp;	  /* 1: udp, 0: tcp */
+	uint16_t port_lo, port_hi;
+	uint32_t timeout_s; /* 1 or more */
+};
+
+/* A denied destination and how many packets went to it (cumulative). */
+struct sb_nft_denial {
+	char dst[48];	/* the address */
+	char proto[12]; /* tcp, udp, icmp, ipv6-icmp, or the protocol's number */
+	uint16_t port;	/* 0 when the protocol has none */
+	uint64_t packets;
+};
+
+/* Opens a libnftables context. Errors: SB_ERR_UNAVAIL, SB_ERR_NOMEM. */
+int sb_nft_open(sb_nft **out);
+
+/* Frees n (NULL is fine). */
+void sb_nft_close(sb_nft *n);
+
+/* Runs script (nft syntax) as one transaction; *out (may be NULL) gets
+ * what it printed, the caller frees it. Errors: SB_ERR_IO (the detail is
+ * nft's first error line), SB_ERR_NOMEM. */
+int sb_nft_run(sb_nft *n, const char *script, char **out);
+
+/* Creates the table as h describes when it is not there (an existing
+ * table is left as it is). Errors: those of sb_nft_run. */
+int sb_nft_table_add(sb_nft *n, const struct sb_nft_host *h);
+
+/* Deletes the table and all it holds (none is fine). Errors: those of
+ * sb_nft_run. */
+int sb_nft_table_del(sb_nft *n);
+
+/* Adds run r with the grants of p, in one transaction: its sets, counter,
+ * chains and map entries; any part of an earlier r is replaced. Errors:
+ * those of sb_nft_run. */
+int sb_nft_run_add(sb_nft *n, const struct sb_nft_run *r, const struct sb_netpolicy *p);
+
+/* Replaces r's rules and address grants with those of p and r->mark, in
+ * one transaction (a live change of grants); its granted names' addresses
+ * stay. Errors: those of sb_nft_run. */
+int sb_nft_run_update(sb_nft *n, const struct sb_nft_run *r,
+		      const struct sb_netpolicy *p);
+
+/* Deletes everything of run id (tap its tap) in one transaction; what is
+ * not there is not an error. Errors: those of sb_nft_run. */
+int sb_nft_run_del(sb_nft *n, const char *id, const char *tap);
+
+/* Adds the count elements e to run id's n4/n6 sets, each with its
+ * timeout (an element there already gets the new one). Errors: those of
+ * sb_nft_run. */
+int sb_nft_names_add(sb_nft *n, const char *id, const struct sb_nft_elem *e,
+		     size_t count);
+
+/* Reads run id's denied destinations: calls fn for each (at most
+ * max_per_set per set) and sets *dropped to every packet its chains
+ * dropped. Errors: SB_ERR_NOTFOUND (no such run), those of sb_nft_run,
+ * SB_ERR_CORRUPT (nft's JSON). */
+int sb_nft_denials(sb_nft *n, const char *id,
+		   void (*fn)(void *ctx, const struct sb_nft_denial *d), void *ctx,
+		   uint64_t *dropped);
+
+/* Calls fn with the id of each run that has chains in the table. Errors:
+ * those of sb_nft_run (no table: SB_OK, no call). */
+int sb_nft_runs(sb_nft *n, void (*fn)(void *ctx, const char *id), void *ctx);
+
+/* The ports whose connections to a granted name's addresses are checked
+ * by name (TLS SNI, HTTP Host) before they go through. */
+#define SB_NFT_NAMED_PORTS "80, 443, 8080, 8443"
+
+/* Builds the script sb_nft_run_add runs into *out (the caller frees it),
+ * for tests. Errors: SB_ERR_NOMEM. */
+int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
+		      int update, char **out);
+
+#endif
