@@ -56,6 +56,13 @@ $(BUILD)/sanbox-agent: $(GUEST_SRCS) $(wildcard vmm/guest/*.h vmm/chan.h)
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE \
 	    -I. -static -o $@ $(GUEST_SRCS) -lmsgpackc -lxxhash
 
+# The network tests' probe runs in guests and on hosts: static, libc only.
+NETPROBE := $(BUILD)/tests/netprobe
+$(NETPROBE): tests/guest/netprobe.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE \
+	    -static -o $@ $<
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libsanbox.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
@@ -90,7 +97,7 @@ deps:
 images: all
 	SANBOX_TEMPLATES=$(abspath $(BUILD))/templates $(BUILD)/sanbox template build shell
 
-test: deps-check all $(UNIT_BINS) $(FUZZ_BINS)
+test: deps-check all $(UNIT_BINS) $(FUZZ_BINS) $(NETPROBE)
 	@BUILD=$(BUILD) sh tests/run.sh
 
 deps-check:
