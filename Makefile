@@ -90,6 +90,11 @@ $(BUILD)/fuzz/fuzz_token: tests/fuzz/fuzz_token.c engine/daemon/token.c engine/h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -o $@ $^ -lmsgpackc -lsodium
 
+# the DNS stub's query parser and answers
+$(BUILD)/fuzz/fuzz_dns: tests/fuzz/fuzz_dns.c netpolicy/dns.c engine/error.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $^
+
 deps:
 	@sh tools/deps.sh
 
