@@ -83,6 +83,11 @@ $(BUILD)/fuzz/fuzz_token: tests/fuzz/fuzz_token.c engine/daemon/token.c engine/h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -o $@ $^ -lmsgpackc -lsodium
 
+# the name check on a guest's TLS and HTTP requests before they are forwarded
+$(BUILD)/fuzz/fuzz_sniff: tests/fuzz/fuzz_sniff.c netpolicy/sniff.c engine/error.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $^
+
 deps:
 	@sh tools/deps.sh
 
