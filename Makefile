@@ -95,6 +95,11 @@ $(BUILD)/fuzz/fuzz_dns: tests/fuzz/fuzz_dns.c netpolicy/dns.c engine/error.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -o $@ $^
 
+# the name check on a guest's TLS and HTTP requests before they are forwarded
+$(BUILD)/fuzz/fuzz_sniff: tests/fuzz/fuzz_sniff.c netpolicy/sniff.c engine/error.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $^
+
 deps:
 	@sh tools/deps.sh
 
