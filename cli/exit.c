@@ -8,7 +8,9 @@ const struct cli_exit_info cli_exits[] = {
 	{CLI_EXIT_ERROR, "error", "the command failed"},
 	{CLI_EXIT_USAGE, "usage", "bad options, operands or option values"},
 	{CLI_EXIT_NOTFOUND, "not-found", "no such run, template, secret or file"},
-	{CLI_EXIT_UNAVAIL, "unavailable", "the daemon is not running or does not answer"},
+	{CLI_EXIT_UNAVAIL, "unavailable",
+	 "the daemon is not running or does not answer, or its host lacks what the "
+	 "request needs"},
 	{CLI_EXIT_BUDGET, "budget", "run: its LLM budget stopped the run"},
 	{CLI_EXIT_TIMEOUT, "timeout", "run: its timeout stopped the run"},
 	{CLI_EXIT_RUNFAIL, "run-failed", "run: the run failed (see its run.failed)"},

@@ -12,7 +12,8 @@ enum cli_exit {
 	CLI_EXIT_ERROR = 1,    /* anything else that failed */
 	CLI_EXIT_USAGE = 2,    /* bad options, operands or option values */
 	CLI_EXIT_NOTFOUND = 3, /* no such run, template, secret or file */
-	CLI_EXIT_UNAVAIL = 4,  /* the daemon is not running or does not answer */
+	CLI_EXIT_UNAVAIL = 4,  /* the daemon is not running or does not answer, or
+				* its host lacks what the request needs */
 	/* sanbox run (without --detach) exits with the harness's status,
 	 * 0-255, or with one of these when the harness did not end it: */
 	CLI_EXIT_BUDGET = 123,  /* the run's LLM budget stopped it */

@@ -173,6 +173,13 @@ void sb_net_grant_format(const struct sb_net_grant *g, char *buf, size_t cap)
 		 block, g->family == 6 ? "]" : "", ports);
 }
 
+int sb_net_grant_equal(const struct sb_net_grant *a, const struct sb_net_grant *b)
+{
+	return a->family == b->family && a->prefix == b->prefix && a->udp == b->udp &&
+	       a->port_lo == b->port_lo && a->port_hi == b->port_hi &&
+	       !strcmp(a->host, b->host);
+}
+
 int sb_netpolicy_resolve(const msgpack_object *spec, struct sb_netpolicy *p)
 {
 	const msgpack_object *allow;
@@ -196,11 +203,14 @@ int sb_netpolicy_resolve(const msgpack_object *spec, struct sb_netpolicy *p)
 	}
 	if (p->ngrants && p->mode != SB_NET_ACL)
 		return sb_seterr(SB_ERR_INVAL, "spec: allow grants need network acl");
-	if (p->mode == SB_NET_ACL)
-		return sb_seterr(
-		    SB_ERR_INVAL,
-		    "network acl is not available in this version: runs have no network "
-		    "device (network none) and reach the model through the gateway");
+	for (size_t i = 0; i < p->ngrants; i++)
+		for (size_t k = 0; k < i; k++)
+			if (sb_net_grant_equal(&p->grants[i], &p->grants[k])) {
+				char g[SB_NET_HOST_MAX + 32];
+				sb_net_grant_format(&p->grants[i], g, sizeof g);
+				return sb_seterr(SB_ERR_INVAL,
+						 "spec: grant %s is given twice", g);
+			}
 	return SB_OK;
 }
 

@@ -5,8 +5,7 @@
  *   none  the default: the guest has no network device; its one way out is
  *         the model tunnel over its channel.
  *   acl   a per-run tap whose nftables chain drops everything but the
- *         grants. Not available in this version: resolution refuses it, so
- *         a run never starts with less isolation than it asked for.
+ *         grants (enforced by netpolicy/net.h).
  * A grant is "[tcp/|udp/]HOST:PORT[-PORT]". HOST is a DNS name (letters,
  * digits, '-', '.', optionally "*." in front; kept in lower case), an IPv4
  * address or CIDR block, or an IPv6 one in brackets ("[2001:db8::/32]").
@@ -43,13 +42,16 @@ struct sb_netpolicy {
  * Errors: SB_ERR_INVAL (the detail quotes the grant and says what is wrong). */
 int sb_net_grant_parse(const char *s, size_t n, struct sb_net_grant *g);
 
+/* 1 when a and b grant the same (protocol, host or block, ports). */
+int sb_net_grant_equal(const struct sb_net_grant *a, const struct sb_net_grant *b);
+
 /* Formats g as the text sb_net_grant_parse reads ("udp/10.0.0.0/8:53") into
  * buf of cap bytes (truncated to fit, always terminated). */
 void sb_net_grant_format(const struct sb_net_grant *g, char *buf, size_t cap);
 
 /* Resolves the "network" and "allow" fields of spec into *p.
- * Errors: SB_ERR_INVAL (an unknown mode, a bad grant, grants without mode
- * acl, more than SB_NET_GRANTS; mode acl, after its grants are checked). */
+ * Errors: SB_ERR_INVAL (an unknown mode, a bad grant, a grant given twice,
+ * grants without mode acl, more than SB_NET_GRANTS). */
 int sb_netpolicy_resolve(const msgpack_object *spec, struct sb_netpolicy *p);
 
 /* Packs "network" (the mode's name) and "allow" (the grants as text): 2

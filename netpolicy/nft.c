@@ -261,8 +261,10 @@ static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
 		id, SB_NFT_NAMED_PORTS, ip, n, id, r->proxy_port);
 }
 
+static void elem_write(FILE *f, const struct sb_nft_elem *e);
+
 int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
-		      int update, char **out)
+		      int update, const struct sb_nft_elem *e, size_t count, char **out)
 {
 	static const char *const kinds[] = {"g", "n", "d", "e"};
 	const char *id = r->id;
@@ -297,6 +299,11 @@ int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
 		id, id, id, id, id, id, id);
 	grants_add(s.f, id, p, 4);
 	grants_add(s.f, id, p, 6);
+	for (size_t i = 0; i < count; i++) {
+		fprintf(s.f, "add element inet sanbox n%d_%s { ", e[i].family, id);
+		elem_write(s.f, &e[i]);
+		fprintf(s.f, " timeout %us }\n", e[i].timeout_s);
+	}
 	/* connections its grants let through go on while they are granted */
 	fprintf(s.f,
 		"add rule inet sanbox f_%s oifname @taps counter name c_%s drop\n"
@@ -317,12 +324,12 @@ int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
 }
 
 static int run_script(sb_nft *n, const struct sb_nft_run *r, const struct sb_netpolicy *p,
-		      int update)
+		      int update, const struct sb_nft_elem *e, size_t count)
 {
 	char *text;
 	int rc;
 
-	if ((rc = sb_nft_run_script(r, p, update, &text)))
+	if ((rc = sb_nft_run_script(r, p, update, e, count, &text)))
 		return rc;
 	rc = nft_exec(n, text, 0, NULL);
 	free(text);
@@ -331,12 +338,13 @@ static int run_script(sb_nft *n, const struct sb_nft_run *r, const struct sb_net
 
 int sb_nft_run_add(sb_nft *n, const struct sb_nft_run *r, const struct sb_netpolicy *p)
 {
-	return run_script(n, r, p, 0);
+	return run_script(n, r, p, 0, NULL, 0);
 }
 
-int sb_nft_run_update(sb_nft *n, const struct sb_nft_run *r, const struct sb_netpolicy *p)
+int sb_nft_run_update(sb_nft *n, const struct sb_nft_run *r, const struct sb_netpolicy *p,
+		      const struct sb_nft_elem *e, size_t count)
 {
-	return run_script(n, r, p, 1);
+	return run_script(n, r, p, 1, e, count);
 }
 
 /* The table as JSON (NULL when there is none). */

@@ -86,11 +86,11 @@ int sb_nft_table_del(sb_nft *n);
  * those of sb_nft_run. */
 int sb_nft_run_add(sb_nft *n, const struct sb_nft_run *r, const struct sb_netpolicy *p);
 
-/* Replaces r's rules and address grants with those of p and r->mark, in
- * one transaction (a live change of grants); its granted names' addresses
- * stay. Errors: those of sb_nft_run. */
-int sb_nft_run_update(sb_nft *n, const struct sb_nft_run *r,
-		      const struct sb_netpolicy *p);
+/* Replaces r's rules, address grants and granted names' addresses with
+ * those of p, r->mark and the count elements e, in one transaction (a live
+ * change of grants). Errors: those of sb_nft_run. */
+int sb_nft_run_update(sb_nft *n, const struct sb_nft_run *r, const struct sb_netpolicy *p,
+		      const struct sb_nft_elem *e, size_t count);
 
 /* Deletes everything of run id (tap its tap) in one transaction; what is
  * not there is not an error. Errors: those of sb_nft_run. */
@@ -118,9 +118,10 @@ int sb_nft_runs(sb_nft *n, void (*fn)(void *ctx, const char *id), void *ctx);
  * by name (TLS SNI, HTTP Host) before they go through. */
 #define SB_NFT_NAMED_PORTS "80, 443, 8080, 8443"
 
-/* Builds the script sb_nft_run_add runs into *out (the caller frees it),
- * for tests. Errors: SB_ERR_NOMEM. */
+/* Builds the script of sb_nft_run_add (update 0) or sb_nft_run_update
+ * (update 1, with the count elements e) into *out (the caller frees it).
+ * Errors: SB_ERR_NOMEM. */
 int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
-		      int update, char **out);
+		      int update, const struct sb_nft_elem *e, size_t count, char **out);
 
 #endif

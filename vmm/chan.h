@@ -29,7 +29,7 @@
 #define SB_CHAN_OUTPUT_MAX  4096	 /* largest agent.output data */
 #define SB_CHAN_INPUTS_MAX  (48u << 20)	 /* input bytes of a run, in all */
 #define SB_CHAN_INPUT_FILES 1024	 /* input files of a run */
-#define SB_CHAN_VERSION	    "0.5.0"	 /* the agent's, in HELLO; the host requires it */
+#define SB_CHAN_VERSION	    "0.6.0"	 /* the agent's, in HELLO; the host requires it */
 
 enum sb_chan_kind {
 	SB_CHAN_HELLO = 1,	/* guest->host {version, kernel} */

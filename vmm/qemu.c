@@ -134,15 +134,17 @@ static void av_addesc(struct qemu_av *a, const char *opt, const char *pre,
 
 static int qemu_check(const struct sb_vm_config *c)
 {
-	const char *strs[] = {c->qemu,	       c->kernel,      c->initrd,
-			      c->append_extra, c->disk,	       c->chan_socket,
-			      c->qmp_socket,   c->console_log, c->incoming};
+	const char *strs[] = {c->qemu,	   c->kernel,	   c->initrd,	  c->append_extra,
+			      c->disk,	   c->chan_socket, c->qmp_socket, c->console_log,
+			      c->incoming, c->tap,	   c->mac};
 	size_t i;
 
 	if (!c->kernel || !*c->kernel)
 		return sb_seterr(SB_ERR_INVAL, "VM config: no kernel");
 	if (!c->console_log || !*c->console_log)
 		return sb_seterr(SB_ERR_INVAL, "VM config: no console log");
+	if (c->tap && (!c->mac || strlen(c->mac) != 17))
+		return sb_seterr(SB_ERR_INVAL, "VM config: a NIC needs a MAC address");
 	if (c->accel != SB_ACCEL_KVM && c->accel != SB_ACCEL_TCG)
 		return sb_seterr(SB_ERR_INVAL,
 				 "VM config: accelerator not resolved (kvm or tcg)");
@@ -228,6 +230,12 @@ int sb_vm_argv(const struct sb_vm_config *c, char ***out)
 		av_addesc(&a, "-chardev", "socket,id=qmp0,path=", c->qmp_socket,
 			  ",reconnect=1");
 		av_add2(&a, "-mon", "chardev=qmp0,mode=control");
+	}
+	if (c->tap) { /* after the disk and the channel: their numbers stay */
+		av_addesc(&a, "-netdev",
+			  "tap,id=net0,script=no,downscript=no,ifname=", c->tap, "");
+		av_addesc(&a, "-device",
+			  "virtio-net-device,netdev=net0,mac=", c->mac ? c->mac : "", "");
 	}
 	if (c->incoming) {
 		q = sb_vm_shquote(c->incoming);

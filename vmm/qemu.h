@@ -37,6 +37,8 @@ struct sb_vm_config {
 	const char *incoming;	  /* NULL, or a memory state file written by
 				   * QMP migrate "exec:cat > FILE": the VM loads it
 				   * and stays paused (-S) until QMP "cont" */
+	const char *tap;	  /* a tap device for a virtio-net NIC, or NULL: none */
+	const char *mac;	  /* the NIC's MAC, "02:xx:xx:xx:xx:xx" */
 	unsigned cpus;		  /* 1..64 */
 	unsigned memory_mib;	  /* 64..1048576 */
 	sb_accel accel;		  /* SB_ACCEL_KVM or SB_ACCEL_TCG (resolved) */

@@ -573,6 +573,29 @@ static int op_run_snapshot(struct req *r)
 	return OP_LATER;
 }
 
+static void grant_changed(void *ctx, int rc, const char *grant)
+{
+	reply_one(ctx, rc, "grant", grant);
+}
+
+/* net.grant {run, grant, allow}: a live run's grants changed; answered
+ * once the change is in effect and recorded. */
+static int op_net_grant(struct req *r)
+{
+	char run[SB_RUN_MAX], grant[SB_NET_HOST_MAX + 32];
+	const msgpack_object *allow = sb_map_get(r->args, "allow");
+	int rc;
+
+	if (!allow || allow->type != MSGPACK_OBJECT_BOOLEAN)
+		return sb_seterr(SB_ERR_INVAL, "argument 'allow' must be a boolean");
+	if ((rc = arg_run(r, run)) ||
+	    (rc = arg_str(r, "grant", grant, sizeof grant, 1)) ||
+	    (rc = sb_runs_grant(r->e->runs, run, grant, allow->via.boolean, r->who,
+				grant_changed, r)))
+		return rc;
+	return OP_LATER;
+}
+
 #define FORKS_MAX 64
 
 /* The forks of one run.fork, answered when the last is made. */
@@ -972,6 +995,7 @@ static const struct op {
     {"run.stop", op_run_stop, ON_LOOP},
     {"group.stop", op_group_stop, ON_LOOP},
     {"run.snapshot", op_run_snapshot, ON_LOOP},
+    {"net.grant", op_net_grant, ON_LOOP},
     {"run.fork", op_run_fork, ON_LOOP},
     {"run.resume", op_run_resume, ON_LOOP},
     {"snapshots.list", op_snapshots_list, 0},

@@ -51,6 +51,8 @@ struct sb_daemon {
 	sb_api *api;
 	struct sb_runs *runs;
 	struct sb_local_runner local_runner;
+	sb_net *net;   /* network acl */
+	sb_work *netw; /* its blocking calls */
 	sb_gateway *gateway;
 	sb_stubs *stubs;
 	sb_watch *sig_term, *sig_int, *stop_w;
@@ -305,6 +307,28 @@ static int open_servers(struct sb_daemon *d, const struct sb_daemon_opts *o)
 	return sb_sp_listen_tls(d->remote, o->listen, o->cert, o->key);
 }
 
+/* The enforcer of network acl, from the net settings. */
+static int net_open(struct sb_daemon *d)
+{
+	struct sb_net_config c = {0};
+	const struct sb_settings *st = &d->settings;
+	int rc;
+
+	if ((rc = sb_work_open("net", 2, &d->netw)))
+		return rc;
+	c.home = d->home;
+	c.loop = d->loop;
+	c.work = d->netw;
+	snprintf(c.resolver, sizeof c.resolver, "%s", st->net_resolver);
+	snprintf(c.subnet4, sizeof c.subnet4, "%s", st->net_subnet4);
+	snprintf(c.subnet6, sizeof c.subnet6, "%s", st->net_subnet6);
+	c.ipv6 = st->net_ipv6 >= 1;
+	c.ttl_min_s = (uint32_t)st->net_ttl_min_s;
+	c.ttl_max_s = (uint32_t)st->net_ttl_max_s;
+	c.report_s = st->net_report_s;
+	return sb_net_open(&c, &d->net);
+}
+
 int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 {
 	struct sb_daemon *d = calloc(1, sizeof *d);
@@ -351,9 +375,12 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 		goto fail;
 	if ((rc = sb_projector_catch_up(d->proj, NULL)))
 		goto fail;
+	if ((rc = net_open(d)))
+		goto fail;
 	d->local_runner.home = d->home;
 	d->local_runner.loop = d->loop;
 	d->local_runner.warm = d->settings.warm_start >= 1;
+	d->local_runner.net = d->net;
 	re.home = d->home;
 	re.settings = &d->settings;
 	re.loop = d->loop;
@@ -364,6 +391,7 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	re.stubs = d->stubs;
 	re.runner = &sb_local_runner_ops;
 	re.runner_ctx = &d->local_runner;
+	re.net = d->net;
 	re.idle = runs_idle;
 	re.log_line = runs_log;
 	re.ctx = d;
@@ -419,6 +447,8 @@ void sb_daemon_close(struct sb_daemon *d)
 	sb_work_close(d->apiw);
 	sb_work_close(d->jobs); /* runs being created finish their worker part */
 	sb_runs_close(d->runs);
+	sb_net_close(d->net); /* after the runs: their networks are left or deleted */
+	sb_work_close(d->netw);
 	sb_gateway_close(d->gateway); /* waits for calls in flight */
 	sb_sp_close(d->remote);
 	sb_sp_close(d->local);

@@ -16,7 +16,7 @@
 #define FILE_MAX (1u << 20)
 #define MIB	 (1024.0 * 1024.0)
 
-enum kind { U64, DBL };
+enum kind { U64, DBL, STR };
 
 /* One setting: where it lives in the file and in the struct, its default
  * and its range, in the file's unit. The file gives sizes in MiB where the
@@ -26,14 +26,23 @@ static const struct setting {
 	enum kind kind;
 	size_t off;
 	double dflt, min, max, scale;
+	const char *str; /* a string's default */
+	size_t cap;	 /* a string's room, its NUL included */
 } table[] = {
 #define U(sec, nm, field, dflt, lo, hi, sc)                                              \
 	{                                                                                \
-		sec, nm, U64, offsetof(struct sb_settings, field), dflt, lo, hi, sc      \
+		sec, nm, U64, offsetof(struct sb_settings, field), dflt, lo, hi, sc,     \
+		    NULL, 0                                                              \
 	}
 #define D(sec, nm, field, dflt, lo, hi)                                                  \
 	{                                                                                \
-		sec, nm, DBL, offsetof(struct sb_settings, field), dflt, lo, hi, 1       \
+		sec, nm, DBL, offsetof(struct sb_settings, field), dflt, lo, hi, 1,      \
+		    NULL, 0                                                              \
+	}
+#define S(sec, nm, field, dflt)                                                          \
+	{                                                                                \
+		sec, nm, STR, offsetof(struct sb_settings, field), 0, 0, 0, 1, dflt,     \
+		    sizeof(((struct sb_settings *)0)->field)                             \
 	}
     U("local", "max_conns", local_max_conns, 1024, 8, 65536, 1),
     U("local", "max_request_mib", local_max_request, 64, 1, 1024, MIB),
@@ -62,14 +71,24 @@ static const struct setting {
     D("runs", "snapshots_keep", snapshots_keep, 32, 0, 100000),
     D("runs", "boot_timeout_s", boot_timeout_s, 120, 1, 86400),
     D("runs", "warm_start", warm_start, 1, 0, 1),
+    S("net", "resolver", net_resolver, ""),
+    S("net", "subnet4", net_subnet4, "10.87.0.0/16"),
+    S("net", "subnet6", net_subnet6, "fd53:616e:626f::/48"),
+    D("net", "ipv6", net_ipv6, 0, 0, 1),
+    D("net", "ttl_min_s", net_ttl_min_s, 5, 0, 3600),
+    D("net", "ttl_max_s", net_ttl_max_s, 3600, 1, 86400),
+    D("net", "report_interval_s", net_report_s, 1, 0.1, 60),
 #undef U
 #undef D
+#undef S
 };
 
 /* Sets setting t of s to v (in the file's unit). */
 static void setting_put(struct sb_settings *s, const struct setting *t, double v)
 {
-	if (t->kind == U64)
+	if (t->kind == STR)
+		snprintf((char *)s + t->off, t->cap, "%s", t->str);
+	else if (t->kind == U64)
 		*(uint64_t *)((char *)s + t->off) = (uint64_t)(v * t->scale);
 	else
 		*(double *)((char *)s + t->off) = v;
@@ -114,6 +133,19 @@ static int apply(const char *path, json_t *root, struct sb_settings *s)
 				return sb_seterr(SB_ERR_INVAL,
 						 "%s: unknown setting %s.%.40s", path,
 						 sec, name);
+			if (t->kind == STR) {
+				if (!json_is_string(v) ||
+				    json_string_length(v) >= t->cap ||
+				    strlen(json_string_value(v)) != json_string_length(v))
+					return sb_seterr(
+					    SB_ERR_INVAL,
+					    "%s: %s.%s must be a string of at "
+					    "most %zu bytes",
+					    path, sec, name, t->cap - 1);
+				snprintf((char *)s + t->off, t->cap, "%s",
+					 json_string_value(v));
+				continue;
+			}
 			if (!json_is_number(v) || !(x >= t->min && x <= t->max) ||
 			    (t->kind == U64 && x != floor(x)))
 				return sb_seterr(

@@ -1,10 +1,10 @@
 /* settings.h - the daemon's limits: STATE_DIR/sanboxd.json, optional.
  *
- * A JSON object of sections, each an object of numbers; every setting is
- * optional and has a default (SPEC.md, "Settings"). An unknown section or
- * setting, a value of the wrong type or out of its range refuses to start
- * the daemon with a detail naming it, so a typo never leaves a limit at a
- * value the operator did not mean.
+ * A JSON object of sections, each an object of numbers (a few strings);
+ * every setting is optional and has a default (SPEC.md, "Settings"). An
+ * unknown section or setting, a value of the wrong type or out of its
+ * range refuses to start the daemon with a detail naming it, so a typo
+ * never leaves a limit at a value the operator did not mean.
  */
 #ifndef SB_SETTINGS_H
 #define SB_SETTINGS_H
@@ -38,6 +38,12 @@ struct sb_settings {
 	double snapshots_keep;	    /* automatic snapshots kept per run (0: all) */
 	double boot_timeout_s;
 	double warm_start; /* 1: runs restore their template's warm image */
+	/* network mode acl */
+	char net_resolver[64]; /* "IP[:PORT]", or "": /etc/resolv.conf */
+	char net_subnet4[20], net_subnet6[48];
+	double net_ipv6; /* 1: runs get IPv6 too */
+	double net_ttl_min_s, net_ttl_max_s;
+	double net_report_s;
 };
 
 /* Fills s with the defaults. */

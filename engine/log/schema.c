@@ -8,43 +8,72 @@
 #include "engine/log/blob.h"
 #include "engine/payload.h"
 
-#define HOST SB_FROM_HOST
-#define GUEST SB_FROM_GUEST
-#define GATEWAY SB_FROM_GATEWAY
+#define HOST	 SB_FROM_HOST
+#define GUEST	 SB_FROM_GUEST
+#define GATEWAY	 SB_FROM_GATEWAY
 #define OPERATOR SB_FROM_OPERATOR
-#define HARNESS SB_FROM_HARNESS
+#define HARNESS	 SB_FROM_HARNESS
 
 static const struct sb_event_schema schema[] = {
-	{"run.created", HOST, {{"name", SB_F_STR}, {"template", SB_F_STR}, {"group", SB_F_STR}}},
-	{"run.policy.resolved", HOST,
-	 {{"template_hash", SB_F_STR}, {"cpus", SB_F_UINT}, {"memory_mib", SB_F_UINT},
-	  {"timeout_s", SB_F_UINT}, {"network", SB_F_STR}, {"budget_nusd", SB_F_UINT}}},
-	{"run.started", HOST, {{"accel", SB_F_STR}}},
-	{"harness.input.ready", HOST | GUEST, {{"files", SB_F_UINT}, {"bytes", SB_F_UINT}}},
-	{"agent.turn.started", HOST | HARNESS, {{"turn", SB_F_UINT}}},
-	{"agent.turn.completed", HOST | HARNESS, {{"turn", SB_F_UINT}}},
-	{"agent.message", HOST | HARNESS | GATEWAY, {{"role", SB_F_STR}}},
-	{"agent.tool.started", HOST | HARNESS, {{"tool", SB_F_STR}, {"args", SB_F_STR}}},
-	{"agent.tool.completed", HOST | HARNESS,
-	 {{"tool", SB_F_STR}, {"args", SB_F_STR}, {"exit", SB_F_INT}, {"duration_ms", SB_F_UINT}}},
-	{"agent.file.changed", HOST | GUEST,
-	 {{"path", SB_F_STR}, {"kind", SB_F_STR}, {"size", SB_F_UINT}, {"xxh3", SB_F_STR}}},
-	{"agent.usage.updated", GATEWAY,
-	 {{"model", SB_F_STR}, {"input_tokens", SB_F_UINT}, {"output_tokens", SB_F_UINT},
-	  {"cost_nusd", SB_F_UINT}, {"total_nusd", SB_F_UINT}}},
-	{"agent.output", HOST | GUEST, {{"stream", SB_F_STR}, {"data", SB_F_STR}}},
-	{"snapshot.saved", HOST, {{"snapshot", SB_F_STR}, {"kind", SB_F_STR}}},
-	{"snapshot.removed", HOST, {{"snapshot", SB_F_STR}}},
-	{"run.stopped", HOST, {{"reason", SB_F_STR}}},
-	{"run.exited", HOST | GUEST, {{"status", SB_F_INT}}},
-	{"run.failed", HOST, {{"reason", SB_F_STR}}},
-	{"run.resumed", HOST, {{"from_run", SB_F_STR}, {"from_offset", SB_F_UINT}}},
-	{"run.forked", HOST, {{"from_run", SB_F_STR}, {"snapshot", SB_F_STR}}},
-	{"run.warning", HOST | GATEWAY, {{"message", SB_F_STR}}},
-	{"budget.exceeded", HOST | GATEWAY, {{"budget_nusd", SB_F_UINT}, {"spent_nusd", SB_F_UINT}}},
-	{"net.denied", HOST, {{"dst", SB_F_STR}, {"count", SB_F_UINT}}},
-	{"secret.granted", HOST, {{"name", SB_F_STR}, {"scope", SB_F_STR}}},
-	{"operator.note", OPERATOR, {{"text", SB_F_STR}, {"by", SB_F_STR}}},
+    {"run.created",
+     HOST,
+     {{"name", SB_F_STR}, {"template", SB_F_STR}, {"group", SB_F_STR}}},
+    {"run.policy.resolved",
+     HOST,
+     {{"template_hash", SB_F_STR},
+      {"cpus", SB_F_UINT},
+      {"memory_mib", SB_F_UINT},
+      {"timeout_s", SB_F_UINT},
+      {"network", SB_F_STR},
+      {"budget_nusd", SB_F_UINT}}},
+    {"run.started", HOST, {{"accel", SB_F_STR}}},
+    {"harness.input.ready", HOST | GUEST, {{"files", SB_F_UINT}, {"bytes", SB_F_UINT}}},
+    {"agent.turn.started", HOST | HARNESS, {{"turn", SB_F_UINT}}},
+    {"agent.turn.completed", HOST | HARNESS, {{"turn", SB_F_UINT}}},
+    {"agent.message", HOST | HARNESS | GATEWAY, {{"role", SB_F_STR}}},
+    {"agent.tool.started", HOST | HARNESS, {{"tool", SB_F_STR}, {"args", SB_F_STR}}},
+    {"agent.tool.completed",
+     HOST | HARNESS,
+     {{"tool", SB_F_STR},
+      {"args", SB_F_STR},
+      {"exit", SB_F_INT},
+      {"duration_ms", SB_F_UINT}}},
+    {"agent.file.changed",
+     HOST | GUEST,
+     {{"path", SB_F_STR}, {"kind", SB_F_STR}, {"size", SB_F_UINT}, {"xxh3", SB_F_STR}}},
+    {"agent.usage.updated",
+     GATEWAY,
+     {{"model", SB_F_STR},
+      {"input_tokens", SB_F_UINT},
+      {"output_tokens", SB_F_UINT},
+      {"cost_nusd", SB_F_UINT},
+      {"total_nusd", SB_F_UINT}}},
+    {"agent.output", HOST | GUEST, {{"stream", SB_F_STR}, {"data", SB_F_STR}}},
+    {"snapshot.saved", HOST, {{"snapshot", SB_F_STR}, {"kind", SB_F_STR}}},
+    {"snapshot.removed", HOST, {{"snapshot", SB_F_STR}}},
+    {"run.stopped", HOST, {{"reason", SB_F_STR}}},
+    {"run.exited", HOST | GUEST, {{"status", SB_F_INT}}},
+    {"run.failed", HOST, {{"reason", SB_F_STR}}},
+    {"run.resumed", HOST, {{"from_run", SB_F_STR}, {"from_offset", SB_F_UINT}}},
+    {"run.forked", HOST, {{"from_run", SB_F_STR}, {"snapshot", SB_F_STR}}},
+    {"run.warning", HOST | GATEWAY, {{"message", SB_F_STR}}},
+    {"budget.exceeded",
+     HOST | GATEWAY,
+     {{"budget_nusd", SB_F_UINT}, {"spent_nusd", SB_F_UINT}}},
+    {"net.denied",
+     HOST,
+     {{"dst", SB_F_STR},
+      {"port", SB_F_UINT},
+      {"proto", SB_F_STR},
+      {"reason", SB_F_STR},
+      {"count", SB_F_UINT}}},
+    {"net.resolved",
+     HOST,
+     {{"name", SB_F_STR}, {"type", SB_F_STR}, {"count", SB_F_UINT}}},
+    {"net.grant.added", HOST, {{"grant", SB_F_STR}, {"by", SB_F_STR}}},
+    {"net.grant.removed", HOST, {{"grant", SB_F_STR}, {"by", SB_F_STR}}},
+    {"secret.granted", HOST, {{"name", SB_F_STR}, {"scope", SB_F_STR}}},
+    {"operator.note", OPERATOR, {{"text", SB_F_STR}, {"by", SB_F_STR}}},
 };
 
 const struct sb_event_schema *sb_schema_find(const char *type)
@@ -92,7 +121,8 @@ static int type_ok(const msgpack_object *o, enum sb_ftype t)
 	return 0;
 }
 
-static const char *const ftype_names[] = {"str", "uint", "int", "bool", "map", "array", "hash"};
+static const char *const ftype_names[] = {"str", "uint",  "int", "bool",
+					  "map", "array", "hash"};
 
 int sb_schema_check(const char *type, enum sb_source src, const void *payload, size_t len)
 {
@@ -104,11 +134,13 @@ int sb_schema_check(const char *type, enum sb_source src, const void *payload, s
 	if (!s)
 		return sb_seterr(rc, "unknown event type '%.60s'", type);
 	if ((unsigned)src > SB_SRC_LAST || !(s->sources & (1u << src)))
-		return sb_seterr(rc, "%s: source %s may not emit it", type, sb_source_name(src));
+		return sb_seterr(rc, "%s: source %s may not emit it", type,
+				 sb_source_name(src));
 	if (!payload || !len)
 		return sb_seterr(rc, "%s: payload missing", type);
 	if (len > SB_PAYLOAD_MAX)
-		return sb_seterr(rc, "%s: payload of %zu bytes exceeds %u", type, len, SB_PAYLOAD_MAX);
+		return sb_seterr(rc, "%s: payload of %zu bytes exceeds %u", type, len,
+				 SB_PAYLOAD_MAX);
 	if (!msgpack_zone_init(&zone, 1024))
 		return SB_ERR_NOMEM;
 	if (sb_payload_parse(payload, len, &zone, &map)) {
@@ -121,14 +153,16 @@ int sb_schema_check(const char *type, enum sb_source src, const void *payload, s
 			goto out;
 		}
 	}
-	for (const struct sb_field *f = s->fields; f < s->fields + SB_FIELDS_MAX && f->name; f++) {
+	for (const struct sb_field *f = s->fields;
+	     f < s->fields + SB_FIELDS_MAX && f->name; f++) {
 		const msgpack_object *v = sb_map_get(&map, f->name);
 		if (!v) {
 			sb_seterr(rc, "%s: field '%s' missing", type, f->name);
 			goto out;
 		}
 		if (!type_ok(v, f->type)) {
-			sb_seterr(rc, "%s: field '%s' must be %s", type, f->name, ftype_names[f->type]);
+			sb_seterr(rc, "%s: field '%s' must be %s", type, f->name,
+				  ftype_names[f->type]);
 			goto out;
 		}
 	}

@@ -36,7 +36,8 @@ static void put(struct sum *s, const char *lit)
 }
 
 /* Appends formatted trusted text: only numbers and literals go through. */
-__attribute__((format(printf, 2, 3))) static void putf(struct sum *s, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void putf(struct sum *s, const char *fmt,
+						       ...)
 {
 	char tmp[128];
 	va_list ap;
@@ -62,8 +63,8 @@ static void put_text(struct sum *s, const char *t, size_t n)
 static void put_value(struct sum *s, const msgpack_object *v, int depth);
 
 /* Appends the pairs of map m as "k<eq>v" joined by sep. */
-static void put_pairs(struct sum *s, const msgpack_object *m, const char *eq, const char *sep,
-		      int depth)
+static void put_pairs(struct sum *s, const msgpack_object *m, const char *eq,
+		      const char *sep, int depth)
 {
 	for (uint32_t i = 0; i < m->via.map.size; i++) {
 		if (i)
@@ -83,8 +84,12 @@ static void put_value(struct sum *s, const msgpack_object *v, int depth)
 	switch (v->type) {
 	case MSGPACK_OBJECT_STR: put_text(s, v->via.str.ptr, v->via.str.size); break;
 	case MSGPACK_OBJECT_BIN: putf(s, "<%u bytes>", v->via.bin.size); break;
-	case MSGPACK_OBJECT_POSITIVE_INTEGER: putf(s, "%llu", (unsigned long long)v->via.u64); break;
-	case MSGPACK_OBJECT_NEGATIVE_INTEGER: putf(s, "%lld", (long long)v->via.i64); break;
+	case MSGPACK_OBJECT_POSITIVE_INTEGER:
+		putf(s, "%llu", (unsigned long long)v->via.u64);
+		break;
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+		putf(s, "%lld", (long long)v->via.i64);
+		break;
 	case MSGPACK_OBJECT_FLOAT32:
 	case MSGPACK_OBJECT_FLOAT64: putf(s, "%g", v->via.f64); break;
 	case MSGPACK_OBJECT_BOOLEAN: put(s, v->via.boolean ? "true" : "false"); break;
@@ -148,7 +153,8 @@ static void put_usd(struct sum *s, uint64_t nusd)
 
 typedef void (*sum_fn)(struct sum *s, const struct sb_event *ev, const msgpack_object *p);
 
-static void sum_run_created(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+static void sum_run_created(struct sum *s, const struct sb_event *ev,
+			    const msgpack_object *p)
 {
 	const msgpack_object *g = sb_map_get(p, "group");
 
@@ -164,8 +170,9 @@ static void sum_run_created(struct sum *s, const struct sb_event *ev, const msgp
 
 static void sum_policy(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
-	putf(s, "%llu cpu, %llu MiB, timeout %llus, network ", (unsigned long long)u64(p, "cpus"),
-	     (unsigned long long)u64(p, "memory_mib"), (unsigned long long)u64(p, "timeout_s"));
+	putf(s, "%llu cpu, %llu MiB, timeout %llus, network ",
+	     (unsigned long long)u64(p, "cpus"), (unsigned long long)u64(p, "memory_mib"),
+	     (unsigned long long)u64(p, "timeout_s"));
 	field(s, p, "network");
 	if (sb_map_get(p, "model")) {
 		put(s, ", model ");
@@ -178,13 +185,15 @@ static void sum_policy(struct sum *s, const struct sb_event *ev, const msgpack_o
 		put(s, "none");
 }
 
-static void sum_run_started(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+static void sum_run_started(struct sum *s, const struct sb_event *ev,
+			    const msgpack_object *p)
 {
 	put(s, "accel ");
 	field(s, p, "accel");
 }
 
-static void sum_input_ready(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+static void sum_input_ready(struct sum *s, const struct sb_event *ev,
+			    const msgpack_object *p)
 {
 	putf(s, "%llu input files, ", (unsigned long long)u64(p, "files"));
 	put_count(s, u64(p, "bytes"));
@@ -202,9 +211,10 @@ static void sum_message(struct sum *s, const struct sb_event *ev, const msgpack_
 
 	if (ev->source == SB_SRC_GATEWAY) { /* one model call, metered */
 		field(s, p, "model");
-		put(s, stream && stream->type == MSGPACK_OBJECT_BOOLEAN && stream->via.boolean
-			       ? " stream"
-			       : " call");
+		put(s, stream && stream->type == MSGPACK_OBJECT_BOOLEAN &&
+			       stream->via.boolean
+			   ? " stream"
+			   : " call");
 		putf(s, ": HTTP %llu, ", (unsigned long long)u64(p, "status"));
 		put_count(s, u64(p, "input_tokens"));
 		put(s, " input · ");
@@ -262,7 +272,8 @@ static void sum_output(struct sum *s, const struct sb_event *ev, const msgpack_o
 	if (data && data->type == MSGPACK_OBJECT_STR) {
 		size_t n = data->via.str.size;
 
-		while (n && (data->via.str.ptr[n - 1] == '\n' || data->via.str.ptr[n - 1] == '\r'))
+		while (n && (data->via.str.ptr[n - 1] == '\n' ||
+			     data->via.str.ptr[n - 1] == '\r'))
 			n--; /* the end of a line is not shown */
 		put_text(s, data->via.str.ptr, n);
 	} else if (data) {
@@ -270,7 +281,8 @@ static void sum_output(struct sum *s, const struct sb_event *ev, const msgpack_o
 	}
 }
 
-static void sum_snapshot(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+static void sum_snapshot(struct sum *s, const struct sb_event *ev,
+			 const msgpack_object *p)
 {
 	field(s, p, "snapshot");
 	put(s, " (");
@@ -280,7 +292,8 @@ static void sum_snapshot(struct sum *s, const struct sb_event *ev, const msgpack
 	put(s, ")");
 }
 
-static void sum_snapshot_rm(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+static void sum_snapshot_rm(struct sum *s, const struct sb_event *ev,
+			    const msgpack_object *p)
 {
 	field(s, p, "snapshot");
 	put(s, " removed by ");
@@ -303,7 +316,8 @@ static void put_inexact(struct sum *s, const msgpack_object *p)
 	const msgpack_object *ex = sb_map_get(p, "exact");
 
 	if (ex && ex->type == MSGPACK_OBJECT_BOOLEAN && !ex->via.boolean)
-		put(s, " (not exact: files changed after the snapshot are not rolled forward)");
+		put(s, " (not exact: files changed after the snapshot are not rolled "
+		       "forward)");
 }
 
 static void sum_resumed(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
@@ -340,10 +354,51 @@ static void sum_budget(struct sum *s, const struct sb_event *ev, const msgpack_o
 	put_usd(s, u64(p, "budget_nusd"));
 }
 
+/* "tcp 198.51.100.11:8080 name b.test: name not granted (3 times)" */
 static void sum_denied(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
+	char dst[64] = "";
+	int v6;
+
+	sb_map_str(p, "dst", dst, sizeof dst);
+	v6 = strchr(dst, ':') != NULL;
+	field(s, p, "proto");
+	put(s, v6 && u64(p, "port") ? " [" : " ");
 	field(s, p, "dst");
+	if (u64(p, "port"))
+		putf(s, "%s:%llu", v6 ? "]" : "", (unsigned long long)u64(p, "port"));
+	if (sb_map_get(p, "name")) {
+		put(s, " name ");
+		field(s, p, "name");
+	}
+	put(s, ": ");
+	field(s, p, "reason");
 	putf(s, " (%llu times)", (unsigned long long)u64(p, "count"));
+}
+
+/* "a.test A 198.51.100.10 (2 lookups)" */
+static void sum_resolved(struct sum *s, const struct sb_event *ev,
+			 const msgpack_object *p)
+{
+	const msgpack_object *a = sb_map_get(p, "addrs");
+
+	field(s, p, "name");
+	put(s, " ");
+	field(s, p, "type");
+	for (uint32_t i = 0;
+	     a && a->type == MSGPACK_OBJECT_ARRAY && i < a->via.array.size; i++) {
+		put(s, i ? "," : " ");
+		put_value(s, &a->via.array.ptr[i], 0);
+	}
+	putf(s, " (%llu lookups)", (unsigned long long)u64(p, "count"));
+}
+
+static void sum_grant(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	field(s, p, "grant");
+	put(s, " (by ");
+	field(s, p, "by");
+	put(s, ")");
 }
 
 static void sum_secret(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
@@ -365,30 +420,20 @@ static const struct summary {
 	const char *type;
 	sum_fn fn;
 } table[] = {
-	{"run.created", sum_run_created},
-	{"run.policy.resolved", sum_policy},
-	{"run.started", sum_run_started},
-	{"harness.input.ready", sum_input_ready},
-	{"agent.turn.started", sum_turn},
-	{"agent.turn.completed", sum_turn},
-	{"agent.message", sum_message},
-	{"agent.tool.started", sum_tool},
-	{"agent.tool.completed", sum_tool},
-	{"agent.file.changed", sum_file},
-	{"agent.usage.updated", sum_usage},
-	{"agent.output", sum_output},
-	{"snapshot.saved", sum_snapshot},
-	{"snapshot.removed", sum_snapshot_rm},
-	{"run.stopped", sum_reason},
-	{"run.exited", sum_exited},
-	{"run.failed", sum_reason},
-	{"run.resumed", sum_resumed},
-	{"run.forked", sum_forked},
-	{"run.warning", sum_warning},
-	{"budget.exceeded", sum_budget},
-	{"net.denied", sum_denied},
-	{"secret.granted", sum_secret},
-	{"operator.note", sum_note},
+    {"run.created", sum_run_created},	{"run.policy.resolved", sum_policy},
+    {"run.started", sum_run_started},	{"harness.input.ready", sum_input_ready},
+    {"agent.turn.started", sum_turn},	{"agent.turn.completed", sum_turn},
+    {"agent.message", sum_message},	{"agent.tool.started", sum_tool},
+    {"agent.tool.completed", sum_tool}, {"agent.file.changed", sum_file},
+    {"agent.usage.updated", sum_usage}, {"agent.output", sum_output},
+    {"snapshot.saved", sum_snapshot},	{"snapshot.removed", sum_snapshot_rm},
+    {"run.stopped", sum_reason},	{"run.exited", sum_exited},
+    {"run.failed", sum_reason},		{"run.resumed", sum_resumed},
+    {"run.forked", sum_forked},		{"run.warning", sum_warning},
+    {"budget.exceeded", sum_budget},	{"net.denied", sum_denied},
+    {"net.resolved", sum_resolved},	{"net.grant.added", sum_grant},
+    {"net.grant.removed", sum_grant},	{"secret.granted", sum_secret},
+    {"operator.note", sum_note},
 };
 
 static const struct summary *find(const char *type)

@@ -490,7 +490,7 @@ void sb_guest_sync(sb_guest *g, uint64_t id)
 	send_frame(g, SB_CHAN_SYNC, id, NULL, 0, 0);
 }
 
-void sb_guest_restored(sb_guest *g)
+void sb_guest_restored(sb_guest *g, const struct sb_net_iface *net)
 {
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
@@ -506,12 +506,16 @@ void sb_guest_restored(sb_guest *g)
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
 	if (sb_chan_begin(&buf, &pk, SB_CHAN_RESTORED, 0, &start) == SB_OK) {
-		msgpack_pack_map(&pk, 3);
+		msgpack_pack_map(&pk, 3 + !!net);
 		sb_pack_ku64(&pk, "time_ns",
 			     (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
 		sb_pack_str(&pk, "seed");
 		msgpack_pack_bin_with_body(&pk, seed, sizeof seed);
 		sb_pack_kstr(&pk, "machine_id", id_hex); /* a copy is another machine */
+		if (net) {				 /* ... with its own addresses */
+			sb_pack_str(&pk, "net");
+			sb_net_iface_pack(net, &pk);
+		}
 		if (sb_chan_end(&buf, start) == SB_OK)
 			sb_guest_send(g, buf.data, buf.size);
 	}

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "netpolicy/net.h"
+
 #include "engine/daemon/loop.h"
 #include "engine/log/event.h"
 
@@ -89,10 +91,12 @@ void sb_guest_signal(sb_guest *g, int sig);
  * and answers SYNCED {id} (ops->synced). */
 void sb_guest_sync(sb_guest *g, uint64_t id);
 
-/* Sends RESTORED {time_ns, seed}: the guest is a copy of a memory
- * snapshot; the agent sets its clock to the host's, reseeds its kernel's
- * randomness with the 32 fresh bytes and says HELLO (resume 1). */
-void sb_guest_restored(sb_guest *g);
+/* Sends RESTORED {time_ns, seed, machine_id, net}: the guest is a copy of
+ * a memory snapshot; the agent sets its clock to the host's, reseeds its
+ * kernel's randomness with the 32 fresh bytes, takes the new machine id
+ * and, when net is not NULL, its NIC's new addresses, and says HELLO
+ * (resume 1). */
+void sb_guest_restored(sb_guest *g, const struct sb_net_iface *net);
 
 /* Reads what the guest sent and not yet read, records output still held
  * back for masking, and the quota's summary when anything was dropped:

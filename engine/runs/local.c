@@ -3,7 +3,8 @@
  * A machine's files live in home/runs/RUN/: its disk layers (layers/N.qcow2,
  * see layers.h: the snapshot store), the sockets QEMU connects to
  * (chan.sock: the guest channel; qmp.sock: QMP), console.log, qemu.log and
- * qemu.pid. QEMU runs in its own session and process group
+ * qemu.pid, and with network mode acl its network (net.json, netpolicy/net.h:
+ * a tap QEMU opens by name). QEMU runs in its own session and process group
  * and outlives the daemon; it reconnects to both sockets within a second
  * when they drop (reconnect=1), so a restarted daemon that listens on the
  * same paths gets the machine back.
@@ -66,6 +67,8 @@ struct sb_machine {
 	char top_node[64];	/* QMP node-name of the disk's top layer */
 	struct snap_op *snap;	/* the snapshot being taken, or NULL */
 	struct merge_op *merge; /* the merge under way, or NULL */
+	sb_net_run *net;	/* its network (mode acl), or NULL */
+	char mac[18];		/* its NIC's MAC */
 };
 
 static int machine_paths(struct sb_machine *m, const char *home, const char *run)
@@ -119,7 +122,32 @@ static void local_free(struct sb_machine *m)
 		close(m->chan_lfd);
 	if (m->qmp_lfd >= 0)
 		close(m->qmp_lfd);
+	/* a machine that ended takes its network along; one that goes on
+	 * (the daemon stops) leaves it to the next daemon */
+	if (m->ended)
+		sb_net_run_close(m->net);
+	else
+		sb_net_run_leave(m->net);
 	free(m);
+}
+
+/* Sets up m's network for plan p (network mode acl). */
+static int machine_net(struct sb_machine *m, const struct sb_plan *p)
+{
+	struct sb_net_iface f;
+	int rc;
+
+	if (p->net.mode != SB_NET_ACL)
+		return SB_OK;
+	if (!m->lr->net)
+		return sb_seterr(SB_ERR_UNAVAIL,
+				 "network acl is not enforced by this runner");
+	if ((rc = sb_net_run_open(m->lr->net, p->run, &p->net, &m->net)))
+		return rc;
+	sb_net_run_iface(m->net, &f);
+	snprintf(m->mac, sizeof m->mac, "%02x:%02x:%02x:%02x:%02x:%02x", f.mac[0],
+		 f.mac[1], f.mac[2], f.mac[3], f.mac[4], f.mac[5]);
+	return SB_OK;
 }
 
 /* A run of a template with the template's own machine (vCPUs, memory)
@@ -181,7 +209,10 @@ static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
 	m->cpus = (unsigned)p->cpus;
 	m->memory_mib = (unsigned)p->memory_mib;
 	snprintf(accel, 8, "%s", m->accel == SB_ACCEL_KVM ? "kvm" : "tcg");
-	if (warm && lr->warm)
+	if ((rc = machine_net(m, p)))
+		goto fail_layer;
+	/* a warm image has no NIC: a run with one boots */
+	if (warm && lr->warm && !m->net)
 		warm_prepare(m, p);
 	*out = m;
 	return SB_OK;
@@ -530,6 +561,7 @@ static int machine_watch(struct sb_machine *m, const struct sb_machine_events *e
 static int machine_spawn(struct sb_machine *m)
 {
 	struct sb_vm_config vc = {0};
+	struct sb_net_iface f;
 	char path[PATH_CAP], pidbuf[32];
 	int rc = SB_OK, fd, n;
 
@@ -542,6 +574,11 @@ static int machine_spawn(struct sb_machine *m)
 	vc.cpus = m->cpus;
 	vc.memory_mib = m->memory_mib;
 	vc.accel = m->accel;
+	if (m->net) {
+		sb_net_run_iface(m->net, &f);
+		vc.tap = f.tap;
+		vc.mac = m->mac;
+	}
 	if (m->incoming[0]) {
 		vc.incoming = m->incoming;
 		m->again = 1; /* the guest was talking to a host already */
@@ -564,14 +601,42 @@ static int machine_spawn(struct sb_machine *m)
 	return SB_OK;
 }
 
+static void on_net_report(void *ctx, const struct sb_net_report *r)
+{
+	struct sb_machine *m = ctx;
+
+	if (m->ev->net)
+		m->ev->net(m->ctx, r);
+}
+
 static int local_start(struct sb_machine *m, const struct sb_machine_events *ev,
 		       void *ctx)
 {
 	int rc;
 
-	if ((rc = machine_watch(m, ev, ctx)))
+	if ((rc = machine_watch(m, ev, ctx)) || (rc = machine_spawn(m)))
 		return rc;
-	return machine_spawn(m);
+	return m->net ? sb_net_run_start(m->net, on_net_report, m) : SB_OK;
+}
+
+static int local_iface(struct sb_machine *m, struct sb_net_iface *out)
+{
+	if (!m->net)
+		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no network device", m->run);
+	sb_net_run_iface(m->net, out);
+	return SB_OK;
+}
+
+static int local_grant(struct sb_machine *m, const struct sb_net_grant *g, int allow,
+		       void (*cb)(void *ctx, int rc), void *ctx)
+{
+	if (!m->net)
+		return sb_seterr(SB_ERR_STATE,
+				 "run %s has network none: grants need network acl",
+				 m->run);
+	if (m->ended)
+		return sb_seterr(SB_ERR_STATE, "the VM of run %s has ended", m->run);
+	return sb_net_run_grant(m->net, g, allow, cb, ctx);
 }
 
 static int local_restored(struct sb_machine *m)
@@ -589,6 +654,7 @@ static void local_discard(struct sb_machine *m)
 	if (!m)
 		return;
 	sb_layers_drop(m->lr->home, m->run, m->layer);
+	m->ended = 1; /* never started: what was made for it goes */
 	local_free(m);
 }
 
@@ -1242,16 +1308,27 @@ static int local_reattach(void *runner, const struct sb_plan *p,
 	}
 	m->again = 1;
 	m->reattached = 1;
+	if (p->net.mode == SB_NET_ACL) {
+		if (!lr->net) {
+			rc =
+			    sb_seterr(SB_ERR_UNAVAIL, "network acl is not enforced here");
+			goto fail;
+		}
+		if ((rc = sb_net_run_reattach(lr->net, p->run, &p->net, &m->net)))
+			goto fail;
+	}
 	if ((rc = machine_watch(m, ev, ctx)))
 		goto fail;
 	if (!(m->child_w = sb_loop_child(lr->loop, m->pid, on_child, m))) {
 		rc = SB_ERR_NOMEM;
 		goto fail;
 	}
+	if (m->net && (rc = sb_net_run_start(m->net, on_net_report, m)))
+		goto fail;
 	*out = m;
 	return SB_OK;
 fail:
-	local_free(m);
+	local_free(m); /* its network is left: the caller reaps the machine */
 	return rc;
 }
 
@@ -1270,6 +1347,8 @@ static void local_reap(void *runner, const char *run)
 
 	if ((pid = sb_local_qemu_pid(lr->home, run)))
 		sb_proc_kill(pid, SIGKILL);
+	if (lr->net)
+		sb_net_run_remove(lr->net, run);
 }
 
 static int sweep_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -1281,9 +1360,24 @@ static int sweep_rm(const char *path, const struct stat *st, int flag, struct FT
 	return unlink(path) ? errno : 0;
 }
 
+struct net_live {
+	struct sb_local_runner *lr;
+	int (*known)(void *ctx, const char *run);
+	void *ctx;
+};
+
+/* A run whose network stays: the record knows it and its QEMU lives. */
+static int net_live(void *ctx, const char *run)
+{
+	struct net_live *l = ctx;
+
+	return l->known(l->ctx, run) && sb_local_qemu_pid(l->lr->home, run);
+}
+
 static void local_sweep(void *runner, int (*known)(void *ctx, const char *run), void *ctx)
 {
 	struct sb_local_runner *lr = runner;
+	struct net_live nl = {lr, known, ctx};
 	char dir[PATH_CAP], path[PATH_CAP + SB_RUN_MAX];
 	struct dirent *e;
 	DIR *d;
@@ -1302,6 +1396,8 @@ static void local_sweep(void *runner, int (*known)(void *ctx, const char *run), 
 		nftw(path, sweep_rm, 8, FTW_DEPTH | FTW_PHYS);
 	}
 	closedir(d);
+	if (lr->net)
+		sb_net_sweep(lr->net, net_live, &nl);
 }
 
 const struct sb_runner_ops sb_local_runner_ops = {
@@ -1321,4 +1417,6 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .discard = local_discard,
     .restored = local_restored,
     .warm = local_warm,
+    .iface = local_iface,
+    .grant = local_grant,
 };

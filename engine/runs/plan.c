@@ -146,6 +146,11 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	    (rc = sb_spec_u64(spec, "record_quota", QUOTA_MAX, &quota)) ||
 	    (rc = sb_netpolicy_resolve(spec, &p->net)))
 		return rc;
+	/* a run never starts with less isolation than it asked for */
+	if (p->net.mode == SB_NET_ACL &&
+	    (rc = c->net ? sb_net_check(c->net)
+			 : sb_seterr(SB_ERR_UNAVAIL, "network acl is not enforced here")))
+		return rc;
 	if (strcmp(p->accel, "auto") && strcmp(p->accel, "kvm") &&
 	    strcmp(p->accel, "tcg"))
 		return sb_seterr(SB_ERR_INVAL, "spec: accel must be auto, kvm or tcg");
@@ -263,7 +268,7 @@ size_t sb_plan_blobs(const struct sb_plan *p, struct sb_blob *blobs)
 }
 
 int sb_plan_pack_guest(const struct sb_plan *p, const char *vkey, uint16_t tunnel_port,
-		       sb_log *log, msgpack_sbuffer *out)
+		       const struct sb_net_iface *net, sb_log *log, msgpack_sbuffer *out)
 {
 	msgpack_packer pk;
 	char kv[SB_RUN_MAX + 16];
@@ -273,7 +278,7 @@ int sb_plan_pack_guest(const struct sb_plan *p, const char *vkey, uint16_t tunne
 	msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
 	if ((rc = sb_chan_begin(out, &pk, SB_CHAN_SPEC, 0, &start)))
 		return rc;
-	msgpack_pack_map(&pk, p->nremoves ? 6 : 5);
+	msgpack_pack_map(&pk, 5 + !!p->nremoves + !!net);
 	sb_pack_str(&pk, "argv");
 	if (p->argc) {
 		msgpack_pack_array(&pk, p->argc);
@@ -308,6 +313,10 @@ int sb_plan_pack_guest(const struct sb_plan *p, const char *vkey, uint16_t tunne
 			sb_pack_str(&pk, p->removes[i]);
 	}
 	sb_pack_ku64(&pk, "tunnel_port", tunnel_port);
+	if (net) {
+		sb_pack_str(&pk, "net");
+		sb_net_iface_pack(net, &pk);
+	}
 	if ((rc = sb_chan_end(out, start)))
 		return rc;
 	/* the contents follow the SPEC in INPUT frames (vmm/chan.h) */
@@ -400,10 +409,7 @@ int sb_plan_from_record(const char *run, const msgpack_object *created,
 		x->mode = (uint32_t)sb_map_u64(in, "mode", 0644) & 07777;
 		p->ninputs++;
 	}
-	if ((rc = sb_netpolicy_resolve(pol, &p->net)) == SB_ERR_INVAL &&
-	    p->net.mode == SB_NET_ACL)
-		rc = SB_OK; /* recorded as asked; enforcement decides at start */
-	if (rc)
+	if ((rc = sb_netpolicy_resolve(pol, &p->net)))
 		return sb_seterr(SB_ERR_CORRUPT, "run %s: its recorded network: %s", run,
 				 sb_errmsg(rc));
 	return sb_access_from_record(pol, &p->access);

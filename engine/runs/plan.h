@@ -17,6 +17,7 @@
 #include "engine/gateway/access.h"
 #include "engine/log/log.h"
 #include "engine/runs/template.h"
+#include "netpolicy/net.h"
 #include "netpolicy/netpolicy.h"
 
 #define SB_PLAN_VERSION	 1 /* the "plan" field of run.policy.resolved */
@@ -60,6 +61,7 @@ struct sb_plan_ctx {
 	const char *home;
 	sb_stubs *stubs;
 	uint64_t record_quota; /* the default */
+	sb_net *net;	       /* network acl on this host, or NULL: refused */
 };
 
 /* Resolves spec (the run.create spec, SPEC.md "Control API") for run id
@@ -85,13 +87,14 @@ void sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk);
 size_t sb_plan_blobs(const struct sb_plan *p, struct sb_blob *blobs);
 
 /* Appends the SPEC frame the guest agent receives (argv, env with the
- * access's entries and the virtual key vkey, cwd, inputs, tunnel_port)
- * and the INPUT frames of the inputs to out; contents p does not hold are
+ * access's entries and the virtual key vkey, cwd, inputs, tunnel_port,
+ * and the NIC net when not NULL: network acl) and the INPUT frames of the
+ * inputs to out; contents p does not hold are
  * read from log's blob table. The frames hold secret values: the caller
  * wipes out once sent. Errors: SB_ERR_NOTFOUND (an input's blob),
  * SB_ERR_CORRUPT, SB_ERR_NOMEM. */
 int sb_plan_pack_guest(const struct sb_plan *p, const char *vkey, uint16_t tunnel_port,
-		       sb_log *log, msgpack_sbuffer *out);
+		       const struct sb_net_iface *net, sb_log *log, msgpack_sbuffer *out);
 
 /* Reads a plan back from a run's run.created and run.policy.resolved
  * payloads (maps) into p: no secret value, no input contents (their keys

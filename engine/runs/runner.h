@@ -4,9 +4,11 @@
  * runner. The local runner (engine/runs/local.c) runs QEMU microVMs on this
  * host; runners on other hosts are further tables with the same ops.
  *
- * Lifetime and threads: create runs on a worker thread (it may block: a
- * disk layer, an accelerator probe); every other op runs on the daemon's
- * loop and never blocks. A machine reports to its run through the events
+ * Lifetime and threads: create and create_from run on a worker thread
+ * (they may block: a disk layer, an accelerator probe, a network); reattach,
+ * reap and sweep at the daemon's start, before it serves anything (they
+ * may block too); every other op runs on the daemon's loop and never
+ * blocks. A machine reports to its run through the events
  * it was started (or reattached) with, on the loop, until free; after
  * ended it reports nothing more. The run frees its machine once ended has
  * come (or when the daemon closes: the machine then keeps running, for
@@ -21,6 +23,7 @@
 
 #include "engine/daemon/loop.h"
 #include "engine/runs/plan.h"
+#include "netpolicy/net.h"
 
 typedef struct sb_machine sb_machine;
 
@@ -39,6 +42,9 @@ struct sb_machine_events {
 	/* A line for run.warning (the machine went on another way than
 	 * planned: a warm image that did not load, so it boots). */
 	void (*warning)(void *ctx, const char *line);
+	/* What the machine's network did (network mode acl): a denial or a
+	 * granted name's lookup, for the record. */
+	void (*net)(void *ctx, const struct sb_net_report *r);
 };
 
 /* A snapshot to take. */
@@ -135,6 +141,15 @@ struct sb_runner_ops {
 	int (*restored)(sb_machine *m);
 	/* 1 when that memory is the template's warm image. */
 	int (*warm)(sb_machine *m);
+	/* Fills *out with m's NIC, what its guest is told (network mode
+	 * acl). Errors: SB_ERR_NOTFOUND (m has no NIC: network none). */
+	int (*iface)(sb_machine *m, struct sb_net_iface *out);
+	/* Adds (allow 1) or removes (allow 0) grant g of m's network, live;
+	 * cb(ctx, rc) on the loop once it is in effect or could not be (not
+	 * after free). Errors (cb not called): SB_ERR_STATE (m has no
+	 * network, or ended), those of sb_net_run_grant. */
+	int (*grant)(sb_machine *m, const struct sb_net_grant *g, int allow,
+		     void (*cb)(void *ctx, int rc), void *ctx);
 };
 
 /* The local runner: QEMU microVMs on this host, under home/runs/RUN/. */
@@ -142,6 +157,7 @@ struct sb_local_runner {
 	const char *home;
 	sb_loop *loop; /* the daemon's */
 	int warm;      /* 1: runs start from their template's warm image */
+	sb_net *net;   /* network mode acl on this host, or NULL: none */
 };
 
 extern const struct sb_runner_ops sb_local_runner_ops;

@@ -466,8 +466,11 @@ static void m_channel(void *ctx, int fd, int again)
 
 	sb_guest_attach(r->g, fd, again);
 	if (r->rs->env.runner->restored(r->m) && !r->restored_sent) {
-		/* a copy of a snapshot's guest: its clock and randomness */
-		sb_guest_restored(r->g);
+		/* a copy of a snapshot's guest: its clock, randomness and NIC */
+		const struct sb_runner_ops *ops = r->rs->env.runner;
+		struct sb_net_iface f;
+		int nic = ops->iface && ops->iface(r->m, &f) == SB_OK;
+		sb_guest_restored(r->g, nic ? &f : NULL);
 		r->restored_sent = 1;
 	}
 }
@@ -477,13 +480,67 @@ static void m_warning(void *ctx, const char *line)
 	warn(ctx, "%s", line);
 }
 
+/* A denial or a granted lookup of the machine's network: net.denied or
+ * net.resolved, with the guest's events. */
+static void m_net(void *ctx, const struct sb_net_report *n)
+{
+	struct run *r = ctx;
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	char addrs[sizeof n->addrs], *a, *save = NULL;
+	size_t count = 0;
+
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	if (n->kind == SB_NET_DENIED) {
+		msgpack_pack_map(&pk, n->name[0] ? 6 : 5);
+		sb_pack_kstr(&pk, "dst", n->dst);
+		sb_pack_ku64(&pk, "port", n->port);
+		sb_pack_kstr(&pk, "proto", n->proto);
+		if (n->name[0])
+			sb_pack_kstr(&pk, "name", n->name);
+		sb_pack_kstr(&pk, "reason", n->reason);
+		sb_pack_ku64(&pk, "count", n->count);
+	} else {
+		msgpack_pack_map(&pk, 4);
+		sb_pack_kstr(&pk, "name", n->name);
+		sb_pack_kstr(&pk, "type", n->proto);
+		for (const char *c = n->addrs; *c; c++)
+			count += *c == ',';
+		sb_pack_str(&pk, "addrs");
+		msgpack_pack_array(&pk, n->addrs[0] ? count + 1 : 0);
+		snprintf(addrs, sizeof addrs, "%s", n->addrs);
+		for (a = strtok_r(addrs, ",", &save); a; a = strtok_r(NULL, ",", &save))
+			sb_pack_str(&pk, a);
+		sb_pack_ku64(&pk, "count", n->count);
+	}
+	if (buf.data)
+		batch_add(r->rs, r->id,
+			  n->kind == SB_NET_DENIED ? "net.denied" : "net.resolved",
+			  SB_SRC_HOST, buf.data, buf.size);
+	msgpack_sbuffer_destroy(&buf);
+}
+
 static const struct sb_machine_events machine_events = {
     .channel = m_channel,
     .ended = m_ended,
     .warning = m_warning,
+    .net = m_net,
 };
 
 /* --- the guest's channel --- */
+
+/* Packs the guest's SPEC of r into r->spec: its plan, its virtual key and
+ * its machine's NIC (network acl). */
+static int spec_pack(struct run *r)
+{
+	const struct sb_runner_ops *ops = r->rs->env.runner;
+	struct sb_net_iface f;
+	int nic = r->m && ops->iface && ops->iface(r->m, &f) == SB_OK;
+
+	return sb_plan_pack_guest(&r->plan, r->vkey, GUEST_TUNNEL_PORT, nic ? &f : NULL,
+				  r->rs->env.log, &r->spec);
+}
 
 static void g_hello(void *ctx, const char *version, int resume)
 {
@@ -505,9 +562,7 @@ static void g_hello(void *ctx, const char *version, int resume)
 	r->boot_w = NULL;
 	if (resume)
 		return; /* it is past its set-up: a restarted daemon met it again */
-	if (!r->spec.size &&
-	    (rc = sb_plan_pack_guest(&r->plan, r->vkey, GUEST_TUNNEL_PORT, r->rs->env.log,
-				     &r->spec))) {
+	if (!r->spec.size && (rc = spec_pack(r))) {
 		char reason[300];
 		snprintf(reason, sizeof reason, "cannot make the guest's SPEC again: %s",
 			 sb_errmsg(rc));
@@ -819,14 +874,12 @@ static void create_job(void *ctx)
 	struct run *r = ctx;
 	struct sb_runs *rs = r->rs;
 	struct sb_plan_ctx pc = {rs->env.home, rs->env.stubs,
-				 rs->env.settings->run_record_quota};
+				 rs->env.settings->run_record_quota, rs->env.net};
 	int rc;
 
 	sb_clearerr();
 	if ((rc = sb_plan_resolve(&pc, r->id, r->spec_obj, &r->plan)) ||
-	    (rc = vkey_derive(rs->env.home, r->id, r->vkey)) ||
-	    (rc = sb_plan_pack_guest(&r->plan, r->vkey, GUEST_TUNNEL_PORT, rs->env.log,
-				     &r->spec))) {
+	    (rc = vkey_derive(rs->env.home, r->id, r->vkey))) {
 		r->create_rc = rc;
 		goto out;
 	}
@@ -839,12 +892,14 @@ static void create_job(void *ctx)
 		goto out;
 	}
 	r->recorded = 1;
-	for (size_t i = 0; i < r->plan.ninputs; i++)
-		r->plan.inputs[i].data = NULL; /* they were the request's: blobs now */
+	/* the machine, then the guest's SPEC (its NIC is the machine's) */
 	if ((rc = rs->env.runner->create(rs->env.runner_ctx, &r->plan, &r->m, r->accel,
-					 r->accel_warning, sizeof r->accel_warning))) {
+					 r->accel_warning, sizeof r->accel_warning)) ||
+	    (rc = spec_pack(r))) {
 		char reason[700];
 		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
+		rs->env.runner->discard(r->m);
+		r->m = NULL;
 		r->start_failed = 1;
 		if ((rc = record_failed(rs, r->id, reason))) {
 			/* its end is not in the record: the request says it */
@@ -856,12 +911,50 @@ static void create_job(void *ctx)
 				 rs->env.home, reason, sb_errmsg(rc));
 		}
 	}
+	for (size_t i = 0; i < r->plan.ninputs; i++)
+		r->plan.inputs[i].data = NULL; /* they were the request's: blobs now */
 out:
 	if (r->create_rc && !r->create_err[0])
 		snprintf(r->create_err, sizeof r->create_err, "%s",
 			 sb_errmsg(r->create_rc));
 	if (sb_loop_post(rs->env.loop, create_done, r))
 		abort(); /* the loop cannot hear of the run: nothing sane is left */
+}
+
+/* Records run.started of r: its accelerator, how it boots and its NIC. */
+static void started_event(struct run *r)
+{
+	const struct sb_runner_ops *ops = r->rs->env.runner;
+	struct sb_net_iface f;
+	int nic = ops->iface && ops->iface(r->m, &f) == SB_OK;
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	struct sb_event ev;
+	char mac[18];
+
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2 + nic);
+	sb_pack_kstr(&pk, "accel", r->accel);
+	sb_pack_kstr(&pk, "boot",
+		     !ops->restored(r->m) ? "cold"
+		     : ops->warm(r->m)	  ? "warm"
+					  : "memory");
+	if (nic) {
+		snprintf(mac, sizeof mac, "%02x:%02x:%02x:%02x:%02x:%02x", f.mac[0],
+			 f.mac[1], f.mac[2], f.mac[3], f.mac[4], f.mac[5]);
+		sb_pack_str(&pk, "net");
+		msgpack_pack_map(&pk, f.guest6[0] ? 4 : 3);
+		sb_pack_kstr(&pk, "tap", f.tap);
+		sb_pack_kstr(&pk, "mac", mac);
+		sb_pack_kstr(&pk, "addr4", f.guest4);
+		if (f.guest6[0])
+			sb_pack_kstr(&pk, "addr6", f.guest6);
+	}
+	if (buf.data && sb_event_init(&ev, "run.started", r->id, SB_SRC_HOST, buf.data,
+				      buf.size) == SB_OK)
+		sb_log_append(r->rs->env.log, &ev, 1);
+	msgpack_sbuffer_destroy(&buf);
 }
 
 /* On the loop: start what the worker prepared, and answer run.create. */
@@ -911,11 +1004,7 @@ static void create_done(void *ctx)
 	if (r->accel_warning[0])
 		warn(r, "%s", r->accel_warning);
 	batch_flush(rs);
-	host_event(rs, id, "run.started", "accel", r->accel, "boot",
-		   !rs->env.runner->restored(r->m) ? "cold"
-		   : rs->env.runner->warm(r->m)	   ? "warm"
-						   : "memory",
-		   NULL);
+	started_event(r);
 	cb(cb_ctx, SB_OK, id);
 }
 
@@ -1001,7 +1090,58 @@ struct record {
 	struct file_state *files;
 	size_t nfiles;
 	int files_over; /* more paths than ROLL_FILES_MAX, or one unreadable */
+	/* the live changes of its grants (net.grant.added/removed), in order */
+	struct grant_change {
+		struct sb_net_grant g;
+		int allow;
+		uint64_t offset;
+	} * grants;
+	size_t ngrants;
 };
+
+/* Notes a change of the run's grants (ev: net.grant.added or .removed). */
+static void record_grant(struct record *rec, const struct sb_event *ev)
+{
+	struct grant_change *n;
+	msgpack_zone zone;
+	msgpack_object p;
+	char text[SB_NET_HOST_MAX + 32];
+	struct sb_net_grant g = {0};
+
+	if (!msgpack_zone_init(&zone, 512))
+		return;
+	if (!sb_payload_parse(ev->payload, ev->payload_len, &zone, &p) &&
+	    sb_map_str(&p, "grant", text, sizeof text) > 0 &&
+	    sb_net_grant_parse(text, strlen(text), &g) == SB_OK &&
+	    (n = realloc(rec->grants, (rec->ngrants + 1) * sizeof *n))) {
+		rec->grants = n;
+		n[rec->ngrants].g = g;
+		n[rec->ngrants].allow = !strcmp(ev->type, "net.grant.added");
+		n[rec->ngrants++].offset = ev->offset;
+	}
+	msgpack_zone_destroy(&zone);
+}
+
+/* Applies to p the recorded changes of grants at offsets up to upto (0:
+ * all): the grants the run had then. */
+static void record_grants_apply(const struct record *rec, uint64_t upto,
+				struct sb_netpolicy *p)
+{
+	for (size_t i = 0; i < rec->ngrants; i++) {
+		const struct grant_change *c = &rec->grants[i];
+		size_t k;
+		if (upto && c->offset > upto)
+			break;
+		for (k = 0; k < p->ngrants && !sb_net_grant_equal(&p->grants[k], &c->g);
+		     k++)
+			;
+		if (c->allow && k == p->ngrants && k < SB_NET_GRANTS)
+			p->grants[p->ngrants++] = c->g;
+		else if (!c->allow && k < p->ngrants)
+			memmove(&p->grants[k], &p->grants[k + 1],
+				(--p->ngrants - k) * sizeof p->grants[0]);
+	}
+}
 
 /* Notes the parent of a memory fork (run.forked ev, memory true). */
 static void record_forked(struct record *rec, const struct sb_event *ev)
@@ -1097,9 +1237,10 @@ static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 		else if (!strcmp(ev.type, "run.resumed")) {
 			rec->started_ns = rec->exited = rec->ready = 0; /* a new start */
 			rec->resumed = 1;
-		}
-		else if (!strcmp(ev.type, "run.forked"))
+		} else if (!strcmp(ev.type, "run.forked"))
 			record_forked(rec, &ev);
+		else if (!strncmp(ev.type, "net.grant.", 10))
+			record_grant(rec, &ev);
 		else if (rec->offset_at && ev.offset > rec->from_offset &&
 			 ev.offset <= rec->offset_at &&
 			 !strcmp(ev.type, "agent.file.changed")) {
@@ -1116,6 +1257,7 @@ static void record_free(struct record *rec)
 	msgpack_sbuffer_destroy(&rec->created);
 	msgpack_sbuffer_destroy(&rec->policy);
 	free(rec->files);
+	free(rec->grants);
 }
 
 /* The roll-forward of a fork or resume --at an offset past its snapshot:
@@ -1198,8 +1340,10 @@ static void reattach(struct sb_runs *rs, const char *run)
 	if (rec.resumed)
 		r->plan.ninputs = 0; /* its disk has them: a SPEC made again must not
 				      * write the first start's inputs over it */
+	record_grants_apply(&rec, 0, &r->plan.net); /* its grants as they are now */
 	if ((rc = rs->env.runner->reattach(rs->env.runner_ctx, &r->plan, &machine_events,
 					   r, &r->m))) {
+		rs->env.runner->reap(rs->env.runner_ctx, run); /* what it left */
 		if (rec.exited)
 			host_event(rs, run, "run.stopped", "reason", "exited", NULL);
 		else
@@ -1310,6 +1454,9 @@ static void from_job(void *ctx)
 		goto out;
 	}
 	r->plan.ninputs = 0; /* its own inputs are on the disk already */
+	/* its grants as they were at the point it continues from */
+	record_grants_apply(&rec, rec.offset_at ? rec.offset_at : rec.from_offset,
+			    &r->plan.net);
 	if (r->memory_bytes) {
 		r->exact =
 		    rec.changed_after == 0; /* its processes go on: nothing rolled */
@@ -1330,19 +1477,24 @@ static void from_job(void *ctx)
 	if (!r->resume) /* its own name, else its id as a new run's */
 		snprintf(r->plan.name, sizeof r->plan.name, "%s",
 			 r->new_name[0] ? r->new_name : r->id);
-	if ((rc = sb_plan_pack_guest(&r->plan, r->vkey, GUEST_TUNNEL_PORT, rs->env.log,
-				     &r->spec)) ||
-	    (rc = pack_from(r, &fb, &fev))) {
+	if ((rc = pack_from(r, &fb, &fev))) {
 		r->create_rc = rc;
 		goto out;
 	}
 	/* the machine first: a snapshot that is gone or broken changes no
-	 * record */
+	 * record; then the guest's SPEC (its NIC is the machine's) */
 	if ((rc = rs->env.runner->create_from(rs->env.runner_ctx, &r->plan, r->from_run,
 					      r->from_layer, r->memory_bytes, &r->m,
 					      r->accel, r->accel_warning,
 					      sizeof r->accel_warning))) {
 		r->create_rc = rc;
+		goto out;
+	}
+	if ((rc = spec_pack(r))) {
+		r->create_rc = rc;
+		snprintf(r->create_err, sizeof r->create_err, "%s", sb_errmsg(rc));
+		rs->env.runner->discard(r->m);
+		r->m = NULL;
 		goto out;
 	}
 	rc = r->resume ? sb_log_append(rs->env.log, &fev, 1)
@@ -1498,6 +1650,58 @@ int sb_runs_snapshot(struct sb_runs *rs, const char *run, int memory, sb_snap_fn
 				 "taken when it stops",
 				 run);
 	return sb_snapper_take(r->snap, memory, cb, ctx);
+}
+
+/* A change of a run's grants under way. */
+struct grant_req {
+	struct run *r;
+	struct sb_net_grant g;
+	int allow;
+	char by[128];
+	sb_grant_fn cb;
+	void *ctx;
+};
+
+static void grant_done(void *ctx, int rc)
+{
+	struct grant_req *q = ctx;
+	char text[SB_NET_HOST_MAX + 32];
+
+	sb_net_grant_format(&q->g, text, sizeof text);
+	if (rc == SB_OK)
+		rc = host_event(q->r->rs, q->r->id,
+				q->allow ? "net.grant.added" : "net.grant.removed",
+				"grant", text, "by", q->by, NULL);
+	q->cb(q->ctx, rc, text);
+	free(q);
+}
+
+int sb_runs_grant(struct sb_runs *rs, const char *run, const char *grant, int allow,
+		  const char *by, sb_grant_fn cb, void *ctx)
+{
+	struct run *r = run_find(rs, run);
+	struct grant_req *q;
+	int rc;
+
+	if (!r || r->st != R_RUNNING || !r->m)
+		return sb_seterr(SB_ERR_STATE, "run %s is not running", run);
+	if (!rs->env.runner->grant)
+		return sb_seterr(SB_ERR_STATE, "runner %s changes no grants",
+				 rs->env.runner->name);
+	if (!(q = calloc(1, sizeof *q)))
+		return SB_ERR_NOMEM;
+	if ((rc = sb_net_grant_parse(grant, strlen(grant), &q->g))) {
+		free(q);
+		return rc;
+	}
+	q->r = r;
+	q->allow = allow;
+	snprintf(q->by, sizeof q->by, "%s", by);
+	q->cb = cb;
+	q->ctx = ctx;
+	if ((rc = rs->env.runner->grant(r->m, &q->g, allow, grant_done, q)))
+		free(q);
+	return rc;
 }
 
 /* Does a record know run? (an error reading it counts as yes) */

@@ -39,6 +39,7 @@ struct sb_runs_env {
 	sb_stubs *stubs;
 	const struct sb_runner_ops *runner;
 	void *runner_ctx;
+	sb_net *net; /* network acl on this host (what plans check), or NULL */
 	/* On the loop: no run has a machine any more (sb_runs_active is 0). */
 	void (*idle)(void *ctx);
 	/* A line for the daemon's log (something that could not be recorded). */
@@ -90,6 +91,20 @@ struct sb_runs_from {
  * SB_ERR_NOMEM, SB_ERR_UNAVAIL. */
 int sb_runs_from(struct sb_runs *r, const struct sb_runs_from *f, sb_runs_created_fn cb,
 		 void *ctx);
+
+/* How a change of a run's grants ended: rc SB_OK with the grant in
+ * canonical form, or an error (the detail during the call). */
+typedef void (*sb_grant_fn)(void *ctx, int rc, const char *grant);
+
+/* Adds (allow 1) or removes (allow 0) the grant text of live run (network
+ * acl) without a restart; once it is in effect net.grant.added or
+ * net.grant.removed {grant, by} is recorded and cb(ctx, ...) called, once,
+ * later. Errors (cb not called): SB_ERR_INVAL (a bad grant: the detail
+ * quotes it), SB_ERR_STATE (not running, or not network acl),
+ * SB_ERR_EXISTS, SB_ERR_NOTFOUND (the run has that grant already, or has
+ * it not), SB_ERR_FULL, SB_ERR_NOMEM. */
+int sb_runs_grant(struct sb_runs *r, const char *run, const char *grant, int allow,
+		  const char *by, sb_grant_fn cb, void *ctx);
 
 /* Takes a snapshot of live run (memory: with its memory), answered
  * through cb once, later. Errors (cb not called): SB_ERR_STATE (the run

@@ -137,12 +137,21 @@ static void test_resolve(void **state)
 	assert_int_equal(resolve("{'allow': 'x:1'}", &p), SB_ERR_INVAL);
 	assert_int_equal(resolve("{'allow': ['example.com:443']}", &p), SB_ERR_INVAL);
 	assert_non_null(strstr(sb_errmsg(SB_ERR_INVAL), "need network acl"));
-	/* acl is refused as a whole, but a bad grant is named first */
+	/* acl with its grants (whether the host can enforce it is the
+	 * enforcer's to say: netpolicy/net.h); a bad or repeated grant is
+	 * named */
 	assert_int_equal(resolve("{'network': 'acl', 'allow': ['x']}", &p), SB_ERR_INVAL);
-	assert_int_equal(resolve("{'network': 'acl', 'allow': ['x.io:1']}", &p),
-			 SB_ERR_INVAL);
-	assert_non_null(strstr(sb_errmsg(SB_ERR_INVAL), "not available in this version"));
-	assert_int_equal(resolve("{'network': 'acl'}", &p), SB_ERR_INVAL);
+	assert_int_equal(
+	    resolve("{'network': 'acl', 'allow': ['x.io:1', 'udp/10.0.0.0/8:53']}", &p),
+	    SB_OK);
+	assert_int_equal(p.mode, SB_NET_ACL);
+	assert_int_equal(p.ngrants, 2);
+	assert_int_equal(
+	    resolve("{'network': 'acl', 'allow': ['X.io:1', 'tcp/x.io:1']}", &p),
+	    SB_ERR_INVAL);
+	assert_non_null(strstr(sb_errmsg(SB_ERR_INVAL), "grant x.io:1 is given twice"));
+	assert_int_equal(resolve("{'network': 'acl'}", &p), SB_OK);
+	assert_int_equal(p.ngrants, 0);
 
 	/* what run.policy.resolved records */
 	assert_int_equal(resolve("{}", &p), SB_OK);

@@ -85,7 +85,7 @@ static void test_script_text(void **state)
 	char *s;
 
 	policy_of(&p, g);
-	assert_int_equal(sb_nft_run_script(&r, &p, 0, &s), SB_OK);
+	assert_int_equal(sb_nft_run_script(&r, &p, 0, NULL, 0, &s), SB_OK);
 	/* address grants go to their family's set; names do not */
 	assert_non_null(
 	    strstr(s, "add element inet sanbox g4_0123456789ab { 10.0.0.0/8 . tcp "
@@ -103,9 +103,9 @@ static void test_script_text(void **state)
 	free(s);
 	/* no IPv6 address: every IPv6 packet drops */
 	r.guest6[0] = r.host6[0] = 0;
-	assert_int_equal(sb_nft_run_script(&r, &p, 1, &s), SB_OK);
+	assert_int_equal(sb_nft_run_script(&r, &p, 1, NULL, 0, &s), SB_OK);
 	assert_non_null(strstr(s, "meta nfproto ipv6 counter name c_0123456789ab drop"));
-	assert_null(strstr(s, "flush set inet sanbox n4_")); /* an update keeps names */
+	assert_null(strstr(s, "flush set inet sanbox d4_")); /* an update keeps counts */
 	free(s);
 }
 
@@ -142,10 +142,11 @@ static void test_apply(void **state)
 	s = ruleset();
 	assert_non_null(strstr(s, "198.51.100.10 . tcp . 443 timeout 50m"));
 	free(s);
-	/* a live change: the new grants and mark, the name stays */
+	/* a live change: the new grants and mark, and the names' addresses
+	 * as given (the one there stays) */
 	policy_of(&p, g2);
 	r.mark = 0x00010002;
-	assert_int_equal(sb_nft_run_update(nft, &r, &p), SB_OK);
+	assert_int_equal(sb_nft_run_update(nft, &r, &p, &e, 1), SB_OK);
 	s = ruleset();
 	assert_non_null(strstr(s, "192.0.2.7 . tcp . 22"));
 	assert_non_null(strstr(s, "ct mark 0x00010002"));

@@ -155,7 +155,7 @@ static void record_of(const struct sb_plan *p, msgpack_sbuffer *created,
 static void test_round_trip(void **state)
 {
 	struct fix *f = *state;
-	struct sb_plan_ctx pc = {f->home, f->stubs, 1u << 20};
+	struct sb_plan_ctx pc = {f->home, f->stubs, 1u << 20, NULL};
 	static char big[200000];
 	msgpack_sbuffer spec, c1, p1, c2, p2, g1, g2;
 	msgpack_zone zone;
@@ -197,7 +197,7 @@ static void test_round_trip(void **state)
 			 0);
 	assert_int_equal(sb_log_append_blobs(f->log, blobs, nb, evs, 2), SB_OK);
 	msgpack_sbuffer_init(&g1);
-	assert_int_equal(sb_plan_pack_guest(&p, VKEY, 4000, f->log, &g1), SB_OK);
+	assert_int_equal(sb_plan_pack_guest(&p, VKEY, 4000, NULL, f->log, &g1), SB_OK);
 
 	/* read back from the record alone */
 	assert_int_equal(sb_payload_parse(c1.data, c1.size, &zone, &co), SB_OK);
@@ -215,7 +215,7 @@ static void test_round_trip(void **state)
 	/* armed again, its SPEC (inputs from the blob table) is the same */
 	assert_int_equal(sb_access_arm(f->home, f->stubs, &q.access), SB_OK);
 	msgpack_sbuffer_init(&g2);
-	assert_int_equal(sb_plan_pack_guest(&q, VKEY, 4000, f->log, &g2), SB_OK);
+	assert_int_equal(sb_plan_pack_guest(&q, VKEY, 4000, NULL, f->log, &g2), SB_OK);
 	assert_int_equal(g1.size, g2.size);
 	assert_memory_equal(g1.data, g2.data, g1.size);
 	assert_non_null(memmem(g1.data, g1.size, "TEAM=team-value", 15));
@@ -278,7 +278,7 @@ static void test_bad_records(void **state)
 static void test_refused_specs(void **state)
 {
 	struct fix *f = *state;
-	struct sb_plan_ctx pc = {f->home, f->stubs, 1u << 20};
+	struct sb_plan_ctx pc = {f->home, f->stubs, 1u << 20, NULL};
 	static const struct {
 		const char *spec, *word;
 	} bad[] = {
@@ -293,6 +293,12 @@ static void test_refused_specs(void **state)
 	    {"{'template':'box','argv':['ls'],'secrets':['UNSET']}", "UNSET"},
 	    {"{'template':'box','argv':['ls'],'model':'acme/none'}", "acme/none"},
 	    {"{'template':'box','argv':['ls'],'secrets':['HUGE']}", "HUGE has 5000 bytes"},
+	    /* a host that cannot enforce it refuses network acl, after the
+	     * grants are read */
+	    {"{'template':'box','argv':['ls'],'network':'acl','allow':['a.test:1']}",
+	     "network acl is not enforced here"},
+	    {"{'template':'box','argv':['ls'],'network':'acl','allow':['a.test']}",
+	     "'a.test'"},
 	};
 	msgpack_sbuffer sb;
 	msgpack_zone zone;

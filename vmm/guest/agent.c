@@ -57,6 +57,7 @@ struct spec {
 	size_t ninputs;
 	char **removes; /* workspace paths deleted before the inputs are written */
 	size_t nremoves;
+	struct agent_net net; /* its NIC (network acl) */
 };
 
 struct outpipe {
@@ -353,6 +354,8 @@ static const char *spec_parse(const msgpack_object *body, struct spec *s)
 		return err;
 	if ((err = removes_parse(sb_map_get(body, "remove"), s)))
 		return err;
+	if ((err = agent_net_parse(sb_map_get(body, "net"), &s->net)))
+		return err;
 
 	env_set(s, "PATH", DEFAULT_PATH, 0);
 	env_set(s, "HOME", "/root", 0);
@@ -580,7 +583,7 @@ static void machine_id_write(struct agent *ag)
 		close(fd);
 }
 
-/* RESTORED {time_ns, seed, machine_id}: this guest is a copy of a memory snapshot.
+/* RESTORED {time_ns, seed, machine_id, net?}: this guest is a copy of a memory snapshot.
  * Its clock is the snapshot's and its randomness the snapshot's (a fork
  * would share both with its siblings): the host's time and fresh bytes
  * for the kernel's pool, then HELLO, so the host knows it is up. */
@@ -588,7 +591,8 @@ static void restored(struct agent *ag, const msgpack_object *body, int resume)
 {
 	const msgpack_object *t = sb_map_get(body, "time_ns"),
 			     *seed = sb_map_get(body, "seed"),
-			     *id = sb_map_get(body, "machine_id");
+			     *id = sb_map_get(body, "machine_id"),
+			     *net = sb_map_get(body, "net");
 	struct {
 		int entropy_count, buf_size;
 		unsigned char buf[64];
@@ -614,6 +618,18 @@ static void restored(struct agent *ag, const msgpack_object *body, int resume)
 				  strerror(errno));
 		if (fd >= 0)
 			close(fd);
+	}
+	/* a copy of a run with a NIC: its new addresses */
+	if (net) {
+		struct agent_net n;
+		const char *err = agent_net_parse(net, &n);
+		if (err)
+			agent_log(&ag->port, "RESTORED: %s", err);
+		else if (agent_net_up(&ag->port, &ag->spec.net, &n) == 0) {
+			ag->spec.net = n;
+			if (ag->rooted && agent_net_resolv(&n))
+				agent_log(&ag->port, "cannot write /etc/resolv.conf");
+		}
 	}
 	/* a copy is another machine: its own id (now, or once rooted) */
 	if (id && id->type == MSGPACK_OBJECT_STR && id->via.str.size == 32 &&
@@ -645,9 +661,13 @@ static const char *run_setup(struct agent *ag)
 			  sb_chan_kind_name(f.kind));
 	}
 	err = spec_parse(&f.body, &ag->spec);
+	if (!err && agent_net_up(&ag->port, NULL, &ag->spec.net))
+		err = "cannot configure the network device";
 	if (!err && !(err = enter_root(ag))) {
 		ag->rooted = 1;
 		machine_id_write(ag); /* a warm start's */
+		if (agent_net_resolv(&ag->spec.net))
+			err = "cannot write /etc/resolv.conf";
 	}
 	if (!err)
 		err = remove_paths(ag);

@@ -67,6 +67,30 @@ int agent_write_all(int fd, const char *buf, size_t len);
 void agent_log(struct agent_port *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* net.c */
+
+/* The NIC the host gave (network acl), from the SPEC's or RESTORED's net. */
+struct agent_net {
+	int on; /* 0: network none, no NIC */
+	char mac[18];
+	char addr4[16], gw4[16];
+	int prefix4;
+	char addr6[48], gw6[48]; /* "" without IPv6 */
+	int prefix6;
+};
+
+/* Fills n from o (NULL: no NIC). Returns an error message or NULL. */
+const char *agent_net_parse(const msgpack_object *o, struct agent_net *n);
+
+/* Configures the interface whose MAC n names: its addresses and default
+ * routes; old's IPv6 address (a copy's earlier one; NULL: none) goes.
+ * Nothing to do without a NIC. Logs to p what failed. */
+int agent_net_up(struct agent_port *p, const struct agent_net *old,
+		 const struct agent_net *n);
+
+/* Writes /etc/resolv.conf (of the current root) naming the host's stub. */
+int agent_net_resolv(const struct agent_net *n);
+
 /* sys.c */
 
 /* Mounts proc, sysfs and devtmpfs on /proc, /sys and /dev. */

@@ -1,0 +1,1369 @@
+/* net.c - the enforcer of network mode acl: slots, a run's network from
+ * its start to its end, changes of grants, reports (see net.h). The DNS
+ * stub is in stub.c, the proxy in proxy.c.
+ */
+#include "netpolicy/net.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/error.h"
+#include "engine/home.h"
+#include "engine/mpack.h"
+#include "netpolicy/dns.h"
+#include "netpolicy/netrun.h"
+#include "netpolicy/tap.h"
+
+#define LOCK_DIR "/run/sanbox"
+
+/* A run's handle, what the daemon's loop holds (see netrun.h). It is
+ * freed when its last reference goes: the caller's (until close or
+ * leave), the enforcer's (until the run's end is done) and one for each
+ * function posted to the daemon's loop and not yet run. */
+struct sb_net_run {
+	struct net_run *rn; /* the enforcer's side */
+	void (*report)(void *ctx, const struct sb_net_report *r);
+	void *ctx;
+	int closed;		  /* no report or callback from now on */
+	struct sb_netpolicy mpol; /* its grants once the changes asked for are made */
+	atomic_int refs;
+};
+
+static void handle_release(struct sb_net_run *h)
+{
+	if (atomic_fetch_sub(&h->refs, 1) == 1)
+		free(h);
+}
+
+/* Runs fn(ctx) on the daemon's loop with a reference to h held for it
+ * (fn releases it). */
+static int handle_post(struct sb_net_run *h, void (*fn)(void *ctx), void *ctx)
+{
+	atomic_fetch_add(&h->refs, 1);
+	if (sb_loop_post(h->rn->n->c.loop, fn, ctx)) {
+		atomic_fetch_sub(&h->refs, 1);
+		return SB_ERR_NOMEM;
+	}
+	return SB_OK;
+}
+
+/* --- configuration and slots --- */
+
+static int subnet4_parse(const char *s, uint32_t *net, int *len)
+{
+	char buf[20], *slash;
+	struct in_addr a;
+
+	snprintf(buf, sizeof buf, "%s", s);
+	if (!(slash = strchr(buf, '/')))
+		return -1;
+	*slash = 0;
+	*len = atoi(slash + 1);
+	if (inet_pton(AF_INET, buf, &a) != 1 || *len < 8 || *len > 28)
+		return -1;
+	*net = ntohl(a.s_addr);
+	return (*net & ((1u << (32 - *len)) - 1)) ? -1 : 0;
+}
+
+static int subnet6_parse(const char *s, uint8_t net[16], int *len)
+{
+	char buf[48], *slash;
+
+	snprintf(buf, sizeof buf, "%s", s);
+	if (!(slash = strchr(buf, '/')))
+		return -1;
+	*slash = 0;
+	*len = atoi(slash + 1);
+	if (inet_pton(AF_INET6, buf, net) != 1 || *len < 16 || *len > 56 || *len % 8)
+		return -1;
+	for (int i = *len / 8; i < 16; i++)
+		if (net[i])
+			return -1;
+	return 0;
+}
+
+/* The addresses and names of slot k for run id. */
+static void iface_of(const sb_net *n, unsigned k, const char *id, struct sb_net_iface *f)
+{
+	struct in_addr a;
+	uint8_t v6[16];
+
+	memset(f, 0, sizeof *f);
+	snprintf(f->tap, sizeof f->tap, "sb%.12s", id);
+	f->mac[0] = 0x02; /* locally administered, unicast */
+	for (int i = 0; i < 5; i++) {
+		unsigned b = 0;
+		sscanf(id + 2 * i, "%2x", &b);
+		f->mac[1 + i] = (uint8_t)b;
+	}
+	a.s_addr = htonl(n->net4 + 4 * k + 1);
+	inet_ntop(AF_INET, &a, f->host4, sizeof f->host4);
+	a.s_addr = htonl(n->net4 + 4 * k + 2);
+	inet_ntop(AF_INET, &a, f->guest4, sizeof f->guest4);
+	f->prefix4 = 30;
+	if (!n->c.ipv6)
+		return;
+	memcpy(v6, n->net6, 16);
+	for (int i = 7, b = 0; i >= n->len6 / 8; i--, b += 8)
+		v6[i] = (uint8_t)(k >> b);
+	v6[15] = 1;
+	inet_ntop(AF_INET6, v6, f->host6, sizeof f->host6);
+	v6[15] = 2;
+	inet_ntop(AF_INET6, v6, f->guest6, sizeof f->guest6);
+	f->prefix6 = 64;
+}
+
+/* Takes slot k (or any free one when k < 0). Errors: SB_ERR_FULL,
+ * SB_ERR_EXISTS (k is taken). */
+static int slot_take(sb_net *n, long k, unsigned *out)
+{
+	int rc = SB_ERR_FULL;
+
+	pthread_mutex_lock(&n->lock);
+	if (k >= 0) {
+		rc = (size_t)k < n->nslots && !n->slots[k] ? SB_OK : SB_ERR_EXISTS;
+		if (rc == SB_OK)
+			*out = (unsigned)k;
+	} else {
+		for (size_t i = 0; i < n->nslots; i++)
+			if (!n->slots[i]) {
+				*out = (unsigned)i;
+				rc = SB_OK;
+				break;
+			}
+	}
+	if (rc == SB_OK) {
+		n->slots[*out] = 1;
+		n->nruns++;
+	}
+	pthread_mutex_unlock(&n->lock);
+	if (rc == SB_ERR_FULL)
+		return sb_seterr(rc, "network acl: all %zu addresses of %s are taken",
+				 n->nslots, n->c.subnet4);
+	if (rc == SB_ERR_EXISTS)
+		return sb_seterr(rc, "network acl: address slot %ld is another run's", k);
+	return SB_OK;
+}
+
+static void slot_give(sb_net *n, unsigned k)
+{
+	pthread_mutex_lock(&n->lock);
+	if (k < n->nslots && n->slots[k]) {
+		n->slots[k] = 0;
+		n->nruns--;
+	}
+	pthread_mutex_unlock(&n->lock);
+}
+
+void sb_net_iface_pack(const struct sb_net_iface *f, msgpack_packer *pk)
+{
+	char mac[18];
+
+	snprintf(mac, sizeof mac, "%02x:%02x:%02x:%02x:%02x:%02x", f->mac[0], f->mac[1],
+		 f->mac[2], f->mac[3], f->mac[4], f->mac[5]);
+	msgpack_pack_map(pk, f->guest6[0] ? 7 : 4);
+	sb_pack_kstr(pk, "mac", mac);
+	sb_pack_kstr(pk, "addr4", f->guest4);
+	sb_pack_ku64(pk, "prefix4", (uint64_t)f->prefix4);
+	sb_pack_kstr(pk, "gw4", f->host4);
+	if (f->guest6[0]) {
+		sb_pack_kstr(pk, "addr6", f->guest6);
+		sb_pack_ku64(pk, "prefix6", (uint64_t)f->prefix6);
+		sb_pack_kstr(pk, "gw6", f->host6);
+	}
+}
+
+/* --- the enforcer's thread --- */
+
+static void *net_main(void *arg)
+{
+	sb_net *n = arg;
+
+	sb_loop_run(n->loop);
+	return NULL;
+}
+
+static void on_tick(void *ctx);
+
+static void net_begin(void *ctx)
+{
+	sb_net *n = ctx;
+
+	n->tick = sb_loop_timer(n->loop, n->c.report_s, n->c.report_s, on_tick, n);
+}
+
+int sb_net_open(const struct sb_net_config *c, sb_net **out)
+{
+	sb_net *n = calloc(1, sizeof *n);
+	size_t slots;
+	int rc;
+
+	if (!n)
+		return SB_ERR_NOMEM;
+	n->c = *c;
+	n->lock_fd = -1;
+	pthread_mutex_init(&n->lock, NULL);
+	if (subnet4_parse(c->subnet4, &n->net4, &n->len4)) {
+		rc = sb_seterr(SB_ERR_INVAL,
+			       "net.subnet4: not an IPv4 block of /8 to /28: %s",
+			       c->subnet4);
+		goto fail;
+	}
+	if (subnet6_parse(c->subnet6, n->net6, &n->len6)) {
+		rc = sb_seterr(
+		    SB_ERR_INVAL,
+		    "net.subnet6: not an IPv6 block of /16 to /56 (whole bytes): %s",
+		    c->subnet6);
+		goto fail;
+	}
+	slots = (size_t)1 << (30 - n->len4);
+	if (slots > ((size_t)1 << (64 - n->len6)))
+		slots = (size_t)1 << (64 - n->len6);
+	n->nslots = slots > 65536 ? 65536 : slots;
+	if (!(n->slots = calloc(n->nslots, 1))) {
+		rc = SB_ERR_NOMEM;
+		goto fail;
+	}
+	if ((rc = sb_loop_open(&n->loop)) || (rc = ares_begin(n)))
+		goto fail;
+	if (sb_loop_post(n->loop, net_begin, n) ||
+	    pthread_create(&n->thread, NULL, net_main, n)) {
+		rc = sb_seterr(SB_ERR_IO, "network acl: cannot start its thread");
+		goto fail;
+	}
+	n->started = 1;
+	*out = n;
+	return SB_OK;
+fail:
+	sb_net_close(n);
+	return rc;
+}
+
+static void net_stop(void *ctx)
+{
+	sb_net *n = ctx;
+
+	sb_watch_stop(n->tick);
+	n->tick = NULL;
+	ares_end(n);
+	sb_loop_break(n->loop);
+}
+
+void sb_net_close(sb_net *n)
+{
+	if (!n)
+		return;
+	if (n->started) {
+		sb_loop_post(n->loop, net_stop, n);
+		pthread_join(n->thread, NULL);
+	} else if (n->ares) {
+		ares_end(n);
+	}
+	sb_loop_close(n->loop);
+	sb_nft_close(n->nft);
+	if (n->lock_fd >= 0)
+		close(n->lock_fd);
+	free(n->slots);
+	pthread_mutex_destroy(&n->lock);
+	free(n);
+}
+
+/* --- what the host must offer --- */
+
+/* 1 when this process has CAP_NET_ADMIN in effect. */
+static int cap_net_admin(void)
+{
+	char line[256];
+	unsigned long long eff = 0;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "CapEff: %llx", &eff) == 1)
+			break;
+	fclose(f);
+	return (eff >> 12) & 1; /* CAP_NET_ADMIN */
+}
+
+/* Takes this network namespace's enforcer lock (one daemon enforces in a
+ * namespace); *fence gets what the last holder recorded. */
+static int ns_lock(sb_net *n, int *fence)
+{
+	char path[128], buf[PATH_MAX + 64] = "";
+	struct stat st;
+	int fd, len;
+
+	if (stat("/proc/self/ns/net", &st))
+		return sb_seterr(SB_ERR_UNAVAIL, "network acl: /proc/self/ns/net: %s",
+				 strerror(errno));
+	mkdir(LOCK_DIR, 0700);
+	snprintf(path, sizeof path, LOCK_DIR "/net-%llu.lock",
+		 (unsigned long long)st.st_ino);
+	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
+		return sb_seterr(SB_ERR_UNAVAIL, "network acl: %s: %s", path,
+				 strerror(errno));
+	len = (int)pread(fd, buf, sizeof buf - 1, 0);
+	buf[len > 0 ? len : 0] = 0;
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		int pid = 0;
+		char home[PATH_MAX] = "?";
+		sscanf(buf, "pid %d fence %*d home %4095[^\n]", &pid, home);
+		close(fd);
+		return sb_seterr(
+		    SB_ERR_UNAVAIL,
+		    "network acl: the daemon of %s (pid %d) enforces it in this "
+		    "network namespace; one daemon a namespace",
+		    home, pid);
+	}
+	*fence = 0;
+	sscanf(buf, "pid %*d fence %d", fence);
+	n->lock_fd = fd;
+	return SB_OK;
+}
+
+/* Records the lock's holder and whether forwarding is fenced. */
+static void ns_lock_write(sb_net *n)
+{
+	char buf[PATH_MAX + 64];
+	int len = snprintf(buf, sizeof buf, "pid %d fence %d home %s\n", (int)getpid(),
+			   n->fence, n->c.home);
+
+	if (ftruncate(n->lock_fd, 0) == 0 &&
+	    pwrite(n->lock_fd, buf, (size_t)len, 0) != len)
+		return; /* the lock holds anyway; the text is for people */
+}
+
+#define FWD4 "/proc/sys/net/ipv4/ip_forward"
+#define FWD6 "/proc/sys/net/ipv6/conf/all/forwarding"
+
+int sb_net_check(sb_net *n)
+{
+	struct sb_nft_host h;
+	int rc = SB_OK, fwd = 1, fence = 0;
+
+	memset(&h, 0, sizeof h);
+	pthread_mutex_lock(&n->lock);
+	if (n->checked)
+		goto out;
+	if (access("/dev/net/tun", R_OK | W_OK)) {
+		rc = sb_seterr(SB_ERR_UNAVAIL,
+			       "network acl needs /dev/net/tun (%s): load the tun module",
+			       strerror(errno));
+		goto out;
+	}
+	if (!cap_net_admin()) {
+		rc = sb_seterr(SB_ERR_UNAVAIL,
+			       "network acl needs CAP_NET_ADMIN: run sanboxd as root");
+		goto out;
+	}
+	if (!n->nft && (rc = sb_nft_open(&n->nft)))
+		goto out;
+	if ((rc = sb_nft_run(n->nft, "list tables", NULL))) {
+		rc = sb_seterr(SB_ERR_UNAVAIL, "network acl needs nftables: %s",
+			       sb_errmsg(rc));
+		goto out;
+	}
+	if (n->lock_fd < 0 && (rc = ns_lock(n, &fence)))
+		goto out;
+	n->fence = fence;
+	/* forwarding on; when it was off, what is no run's stays unforwarded */
+	if (sb_sysctl_get(FWD4, &fwd) == SB_OK && !fwd) {
+		if ((rc = sb_sysctl_set(FWD4, 1)))
+			goto out;
+		n->fence = 1;
+	}
+	if (n->c.ipv6 && sb_sysctl_get(FWD6, &fwd) == SB_OK && !fwd) {
+		if ((rc = sb_sysctl_set(FWD6, 1)))
+			goto out;
+		n->fence = 1;
+	}
+	ns_lock_write(n);
+	snprintf(h.subnet4, sizeof h.subnet4, "%s", n->c.subnet4);
+	if (n->c.ipv6)
+		snprintf(h.subnet6, sizeof h.subnet6, "%s", n->c.subnet6);
+	h.fence = n->fence;
+	if ((rc = sb_nft_table_add(n->nft, &h)))
+		goto out;
+	n->checked = 1;
+out:
+	pthread_mutex_unlock(&n->lock);
+	return rc;
+}
+
+/* Deletes the table when no run of this daemon has chains, and turns
+ * forwarding off again when this daemon turned it on. Blocking. */
+static void table_drop_if_idle(sb_net *n)
+{
+	pthread_mutex_lock(&n->lock);
+	if (n->nruns == 0 && n->checked) {
+		sb_nft_table_del(n->nft);
+		if (n->fence) {
+			sb_sysctl_set(FWD4, 0);
+			if (n->c.ipv6)
+				sb_sysctl_set(FWD6, 0);
+			n->fence = 0;
+			ns_lock_write(n);
+		}
+		n->checked = 0; /* the next run makes the table again */
+	}
+	pthread_mutex_unlock(&n->lock);
+}
+
+/* --- a run's files --- */
+
+static void net_file(const sb_net *n, const char *run, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/runs/%s/net.json", n->c.home, run);
+}
+
+static int net_file_write(const struct net_run *r)
+{
+	char path[PATH_MAX + 64], tmp[PATH_MAX + 80];
+	json_t *j = json_pack("{s:I, s:i, s:i, s:I}", "slot", (json_int_t)r->slot,
+			      "dns_port", r->nr.dns_port, "proxy_port", r->nr.proxy_port,
+			      "mark", (json_int_t)r->nr.mark);
+	int rc = SB_OK;
+
+	if (!j)
+		return SB_ERR_NOMEM;
+	net_file(r->n, r->id, path, sizeof path);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	if (json_dump_file(j, tmp, JSON_COMPACT) || rename(tmp, path))
+		rc = sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(errno));
+	json_decref(j);
+	return rc;
+}
+
+/* --- sockets --- */
+
+/* Binds a non-blocking socket of type to addr:*port (0: any; *port gets
+ * the one bound). */
+static int sock_bind(int family, int type, const char *addr, uint16_t *port, int *out)
+{
+	struct sockaddr_storage ss = {0};
+	socklen_t len;
+	int fd, one = 1;
+
+	if ((fd = socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+		return sb_seterr(SB_ERR_IO, "socket: %s", strerror(errno));
+	setsockopt(fd, family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6,
+		   family == AF_INET ? IP_FREEBIND : IPV6_FREEBIND, &one, sizeof one);
+	if (family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+	if (family == AF_INET) {
+		struct sockaddr_in *s = (struct sockaddr_in *)&ss;
+		s->sin_family = AF_INET;
+		s->sin_port = htons(*port);
+		inet_pton(AF_INET, addr, &s->sin_addr);
+		len = sizeof *s;
+	} else {
+		struct sockaddr_in6 *s = (struct sockaddr_in6 *)&ss;
+		s->sin6_family = AF_INET6;
+		s->sin6_port = htons(*port);
+		inet_pton(AF_INET6, addr, &s->sin6_addr);
+		len = sizeof *s;
+	}
+	if (bind(fd, (struct sockaddr *)&ss, len) ||
+	    (type == SOCK_STREAM && listen(fd, 64)) ||
+	    getsockname(fd, (struct sockaddr *)&ss, &len)) {
+		int e = errno;
+		close(fd);
+		return sb_seterr(e == EADDRINUSE ? SB_ERR_EXISTS : SB_ERR_IO,
+				 "%s port %u: %s", addr, *port, strerror(e));
+	}
+	*port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+					: ((struct sockaddr_in6 *)&ss)->sin6_port);
+	*out = fd;
+	return SB_OK;
+}
+
+static void socks_close(struct net_run *r)
+{
+	for (int i = 0; i < 6; i++) {
+		if (r->fds[i] >= 0)
+			close(r->fds[i]);
+		r->fds[i] = -1;
+	}
+}
+
+/* Binds r's stub (udp and tcp) and proxy sockets, on the ports of r->nr
+ * (0: new ones). */
+static int socks_bind(struct net_run *r)
+{
+	const struct sb_net_iface *f = &r->iface;
+	uint16_t dns = r->nr.dns_port, px = r->nr.proxy_port;
+	int rc;
+
+	if ((rc = sock_bind(AF_INET, SOCK_DGRAM, f->host4, &dns, &r->fds[0])) ||
+	    (rc = sock_bind(AF_INET, SOCK_STREAM, f->host4, &dns, &r->fds[2])) ||
+	    (rc = sock_bind(AF_INET, SOCK_STREAM, f->host4, &px, &r->fds[4])))
+		goto fail;
+	if (f->host6[0] &&
+	    ((rc = sock_bind(AF_INET6, SOCK_DGRAM, f->host6, &dns, &r->fds[1])) ||
+	     (rc = sock_bind(AF_INET6, SOCK_STREAM, f->host6, &dns, &r->fds[3])) ||
+	     (rc = sock_bind(AF_INET6, SOCK_STREAM, f->host6, &px, &r->fds[5]))))
+		goto fail;
+	r->nr.dns_port = dns;
+	r->nr.proxy_port = px;
+	return SB_OK;
+fail:
+	socks_close(r);
+	return rc;
+}
+
+/* --- a run's network --- */
+
+static struct net_run *run_new(sb_net *n, const char *run, const struct sb_netpolicy *p)
+{
+	struct net_run *r = calloc(1, sizeof *r);
+	struct sb_net_run *h = calloc(1, sizeof *h);
+
+	if (!r || !h) {
+		free(r);
+		free(h);
+		return NULL;
+	}
+	r->n = n;
+	r->h = h;
+	h->rn = r;
+	h->mpol = *p;
+	atomic_init(&h->refs, 2); /* the caller's and the enforcer's */
+	snprintf(r->id, sizeof r->id, "%s", run);
+	r->pol = r->want = *p;
+	for (int i = 0; i < 6; i++)
+		r->fds[i] = -1;
+	return r;
+}
+
+/* Frees r and its handle, neither of which anyone else has seen. */
+static void run_drop(struct net_run *r)
+{
+	free(r->h);
+	free(r);
+}
+
+/* Fills r->nr from r's slot and iface. */
+static void run_names(struct net_run *r)
+{
+	iface_of(r->n, r->slot, r->id, &r->iface);
+	snprintf(r->nr.id, sizeof r->nr.id, "%s", r->id);
+	snprintf(r->nr.tap, sizeof r->nr.tap, "%s", r->iface.tap);
+	snprintf(r->nr.host4, sizeof r->nr.host4, "%s", r->iface.host4);
+	snprintf(r->nr.guest4, sizeof r->nr.guest4, "%s", r->iface.guest4);
+	snprintf(r->nr.host6, sizeof r->nr.host6, "%s", r->iface.host6);
+	snprintf(r->nr.guest6, sizeof r->nr.guest6, "%s", r->iface.guest6);
+}
+
+static uint32_t mark_next(const struct net_run *r)
+{
+	uint32_t gen = (r->nr.mark & 0xffff) + 1;
+
+	return (uint32_t)(r->slot + 1) << 16 | (gen & 0xffff ? gen & 0xffff : 1);
+}
+
+int sb_net_run_open(sb_net *n, const char *run, const struct sb_netpolicy *p,
+		    sb_net_run **out)
+{
+	struct net_run *r;
+	int rc;
+
+	if ((rc = sb_net_check(n)))
+		return rc;
+	if (!(r = run_new(n, run, p)))
+		return SB_ERR_NOMEM;
+	if ((rc = slot_take(n, -1, &r->slot)))
+		goto fail;
+	run_names(r);
+	r->nr.mark = mark_next(r);
+	sb_nft_run_del(n->nft, r->id, r->iface.tap); /* a leftover of the same id */
+	if ((rc = sb_tap_add(r->iface.tap, r->iface.host4, r->iface.prefix4,
+			     r->iface.host6, r->iface.prefix6)) ||
+	    (rc = socks_bind(r)))
+		goto fail_slot;
+	if ((rc = sb_nft_run_add(n->nft, &r->nr, p)) || (rc = net_file_write(r)))
+		goto fail_nft;
+	*out = r->h;
+	return SB_OK;
+fail_nft:
+	sb_nft_run_del(n->nft, r->id, r->iface.tap);
+	socks_close(r);
+fail_slot:
+	sb_tap_del(r->iface.tap);
+	slot_give(n, r->slot);
+fail:
+	run_drop(r);
+	return rc;
+}
+
+/* Marks ctx (a run id) "" when id is it. */
+static void has_run(void *ctx, const char *id)
+{
+	char *want = ctx;
+
+	if (!strcmp(want, id))
+		want[0] = 0;
+}
+
+int sb_net_run_reattach(sb_net *n, const char *run, const struct sb_netpolicy *p,
+			sb_net_run **out)
+{
+	char path[PATH_MAX + 64];
+	struct net_run *r;
+	json_error_t je;
+	json_int_t slot = -1, mark = 0;
+	int dns = 0, px = 0, rc, have = 0;
+	json_t *j;
+
+	if ((rc = sb_net_check(n)))
+		return rc;
+	net_file(n, run, path, sizeof path);
+	if (!(j = json_load_file(path, 0, &je)))
+		return sb_seterr(SB_ERR_NOTFOUND, "%s: %s", path, je.text);
+	rc = json_unpack(j, "{s:I, s:i, s:i, s:I}", "slot", &slot, "dns_port", &dns,
+			 "proxy_port", &px, "mark", &mark);
+	json_decref(j);
+	if (rc || slot < 0 || dns <= 0 || dns > 65535 || px <= 0 || px > 65535)
+		return sb_seterr(SB_ERR_CORRUPT, "%s: not a run's network", path);
+	if (!(r = run_new(n, run, p)))
+		return SB_ERR_NOMEM;
+	if ((rc = slot_take(n, slot, &r->slot)))
+		goto fail;
+	run_names(r);
+	r->nr.dns_port = (uint16_t)dns;
+	r->nr.proxy_port = (uint16_t)px;
+	r->nr.mark = (uint32_t)mark;
+	if (!if_nametoindex(r->iface.tap)) {
+		rc = sb_seterr(SB_ERR_NOTFOUND, "the tap of run %s is gone", run);
+		goto fail_slot;
+	}
+	/* the same ports when they are free, else new ones and new rules */
+	if (socks_bind(r) != SB_OK) {
+		r->nr.dns_port = r->nr.proxy_port = 0;
+		if ((rc = socks_bind(r)))
+			goto fail_slot;
+		have = 0;
+	} else {
+		sb_nft_runs(n->nft, has_run, &r->id);
+		have = !r->id[0] ? 1 : 0;
+		snprintf(r->id, sizeof r->id, "%s", run);
+	}
+	/* the chains a dead daemon left are kept as they are (connections
+	 * go on); missing ones are made again */
+	if (!have &&
+	    ((rc = sb_nft_run_add(n->nft, &r->nr, p)) || (rc = net_file_write(r))))
+		goto fail_socks;
+	*out = r->h;
+	return SB_OK;
+fail_socks:
+	socks_close(r);
+fail_slot:
+	slot_give(n, r->slot);
+fail:
+	run_drop(r);
+	return rc;
+}
+
+void sb_net_run_iface(const sb_net_run *h, struct sb_net_iface *out)
+{
+	*out = h->rn->iface;
+}
+
+/* --- on the enforcer's loop --- */
+
+static void serve(void *ctx)
+{
+	struct net_run *r = ctx;
+
+	r->next = r->n->runs;
+	r->n->runs = r;
+	r->serving = 1;
+	sb_bucket_init(&r->dns_bucket, NET_DNS_RATE, NET_DNS_BURST,
+		       sb_loop_now(r->n->loop));
+	stub_start(r);
+	proxy_start(r);
+}
+
+int sb_net_run_start(sb_net_run *h,
+		     void (*report)(void *ctx, const struct sb_net_report *), void *ctx)
+{
+	h->report = report;
+	h->ctx = ctx;
+	return sb_loop_post(h->rn->n->loop, serve, h->rn);
+}
+
+void net_busy(struct net_run *r)
+{
+	r->busy++;
+}
+
+static void end_job(void *ctx);
+
+/* The run is off the loop and idle: its end goes on on a worker. */
+static void end_when_idle(struct net_run *r)
+{
+	if (r->ending && !r->busy && !r->polling && !r->changing)
+		if (sb_work_submit(r->n->c.work, end_job, r))
+			end_job(r); /* no worker: here, late in a daemon's life */
+}
+
+void net_idle(struct net_run *r)
+{
+	r->busy--;
+	end_when_idle(r);
+}
+
+static void run_unlink(struct net_run *r)
+{
+	struct net_run **p = &r->n->runs;
+
+	while (*p && *p != r)
+		p = &(*p)->next;
+	if (*p)
+		*p = r->next;
+	r->serving = 0;
+}
+
+/* On a worker: deletes what r made (unless it is left for the next
+ * daemon), then frees it. */
+static void end_job(void *ctx)
+{
+	struct net_run *r = ctx;
+	sb_net *n = r->n;
+	char path[PATH_MAX + 64];
+
+	socks_close(r);
+	if (!r->leaving) {
+		sb_nft_run_del(n->nft, r->id, r->iface.tap);
+		sb_tap_del(r->iface.tap);
+		net_file(n, r->id, path, sizeof path);
+		unlink(path);
+	}
+	slot_give(n, r->slot);
+	if (!r->leaving)
+		table_drop_if_idle(n);
+	handle_release(r->h);
+	free(r);
+}
+
+static void changes_drop(struct net_run *r);
+
+static void end_on_loop(void *ctx)
+{
+	struct net_run *r = ctx;
+
+	if (r->serving) {
+		stub_stop(r);
+		proxy_stop(r);
+		run_unlink(r);
+	}
+	changes_drop(r); /* asked for, not begun: nobody waits for them now */
+	r->ending = 1;
+	end_when_idle(r);
+}
+
+static void run_end(sb_net_run *h, int leave)
+{
+	struct net_run *r;
+
+	if (!h)
+		return;
+	r = h->rn;
+	h->closed = 1;
+	r->leaving = leave;
+	if (sb_loop_post(r->n->loop, end_on_loop, r))
+		end_job(r);
+	handle_release(h);
+}
+
+void sb_net_run_close(sb_net_run *h)
+{
+	run_end(h, 0);
+}
+
+void sb_net_run_leave(sb_net_run *h)
+{
+	run_end(h, 1);
+}
+
+/* --- reports --- */
+
+void net_agg_add(struct net_run *r, enum sb_net_report_kind kind, const char *dst,
+		 uint16_t port, const char *proto, const char *name, const char *reason,
+		 const char *addrs, uint64_t count)
+{
+	struct net_agg *a = &r->agg;
+	struct sb_net_report *it;
+
+	for (size_t i = 0; i < a->n; i++) {
+		it = &a->items[i];
+		if (it->kind == kind && it->port == port && !strcmp(it->dst, dst) &&
+		    !strcmp(it->proto, proto) && !strcmp(it->name, name ? name : "") &&
+		    !strcmp(it->reason, reason ? reason : "")) {
+			it->count += count;
+			if (addrs)
+				snprintf(it->addrs, sizeof it->addrs, "%s", addrs);
+			return;
+		}
+	}
+	if (a->n == NET_AGG_MAX) {
+		if (kind == SB_NET_DENIED)
+			a->overflow += count;
+		return;
+	}
+	it = &a->items[a->n++];
+	memset(it, 0, sizeof *it);
+	it->kind = kind;
+	snprintf(it->dst, sizeof it->dst, "%s", dst);
+	it->port = port;
+	snprintf(it->proto, sizeof it->proto, "%s", proto);
+	snprintf(it->name, sizeof it->name, "%s", name ? name : "");
+	snprintf(it->reason, sizeof it->reason, "%s", reason ? reason : "");
+	snprintf(it->addrs, sizeof it->addrs, "%s", addrs ? addrs : "");
+	it->count = count;
+}
+
+struct report_batch {
+	struct sb_net_run *h;
+	size_t n;
+	struct sb_net_report items[];
+};
+
+static void deliver(void *ctx)
+{
+	struct report_batch *b = ctx;
+	struct sb_net_run *h = b->h;
+
+	for (size_t i = 0; i < b->n && !h->closed; i++)
+		h->report(h->ctx, &b->items[i]);
+	free(b);
+	handle_release(h);
+}
+
+/* Sends what r gathered to the daemon's loop. */
+static void agg_flush(struct net_run *r)
+{
+	struct net_agg *a = &r->agg;
+	struct report_batch *b;
+	size_t n = a->n + !!a->overflow;
+
+	if (!n)
+		return;
+	if (a->overflow)
+		net_agg_add(r, SB_NET_DENIED, "", 0, "any", NULL,
+			    "not granted (more destinations than reported)", NULL, 0);
+	if (a->overflow && a->n == NET_AGG_MAX) /* no room for the summary: the last */
+		a->items[NET_AGG_MAX - 1].count += a->overflow;
+	else if (a->overflow)
+		a->items[a->n - 1].count = a->overflow;
+	n = a->n;
+	if ((b = malloc(sizeof *b + n * sizeof b->items[0]))) {
+		b->h = r->h;
+		b->n = n;
+		memcpy(b->items, a->items, n * sizeof a->items[0]);
+		if (handle_post(r->h, deliver, b))
+			free(b);
+	}
+	a->n = 0;
+	a->overflow = 0;
+}
+
+/* A count of denials from the kernel, on a worker, then on the loop. */
+struct poll_job {
+	struct net_run *r;
+	size_t n;
+	struct sb_nft_denial d[2 * 256 + 2 * 64 + 1];
+	uint64_t other; /* dropped, but not to a destination counted */
+};
+
+static void poll_seen(void *ctx, const struct sb_nft_denial *d)
+{
+	struct poll_job *j = ctx;
+	struct net_run *r = j->r;
+	char key[80];
+	size_t i;
+	uint64_t was = 0;
+
+	snprintf(key, sizeof key, "%s %s %u", d->dst, d->proto, d->port);
+	for (i = 0; i < r->nseen; i++)
+		if (!strcmp(r->seen[i].key, key))
+			break;
+	if (i < r->nseen) {
+		was = r->seen[i].packets;
+	} else if (r->nseen < sizeof r->seen / sizeof r->seen[0]) {
+		snprintf(r->seen[r->nseen].key, sizeof r->seen[0].key, "%s", key);
+		i = r->nseen++;
+	}
+	if (i < r->nseen)
+		r->seen[i].packets = d->packets;
+	if (d->packets > was && j->n < sizeof j->d / sizeof j->d[0]) {
+		j->d[j->n] = *d;
+		j->d[j->n++].packets = d->packets - was;
+	}
+}
+
+static void poll_done(void *ctx)
+{
+	struct poll_job *j = ctx;
+	struct net_run *r = j->r;
+
+	for (size_t i = 0; i < j->n; i++)
+		net_agg_add(r, SB_NET_DENIED, j->d[i].dst, j->d[i].port, j->d[i].proto,
+			    NULL, "not granted", NULL, j->d[i].packets);
+	if (j->other)
+		net_agg_add(r, SB_NET_DENIED, "", 0, "any", NULL,
+			    "not granted (spoofed, to another run, or untracked)", NULL,
+			    j->other);
+	free(j);
+	r->polling = 0;
+	if (!r->ending)
+		agg_flush(r);
+	end_when_idle(r);
+}
+
+static void poll_job(void *ctx)
+{
+	struct poll_job *j = ctx;
+	struct net_run *r = j->r;
+	uint64_t dropped = 0, counted = 0;
+
+	if (sb_nft_denials(r->n->nft, r->id, poll_seen, j, &dropped) == SB_OK) {
+		for (size_t i = 0; i < j->n; i++)
+			counted += j->d[i].packets;
+		if (dropped > r->dropped && dropped - r->dropped > counted)
+			j->other = dropped - r->dropped - counted;
+		r->dropped = dropped;
+	}
+	if (sb_loop_post(r->n->loop, poll_done, j)) {
+		r->polling = 0; /* the loop is closing */
+		free(j);
+	}
+}
+
+static void on_tick(void *ctx)
+{
+	sb_net *n = ctx;
+	double now = sb_loop_now(n->loop);
+
+	for (struct net_run *r = n->runs; r; r = r->next) {
+		/* forget names' addresses past their time */
+		for (size_t i = 0; i < r->nresolved;)
+			if (r->resolved[i].expires < now)
+				r->resolved[i] = r->resolved[--r->nresolved];
+			else
+				i++;
+		if (r->polling)
+			continue;
+		struct poll_job *j = calloc(1, sizeof *j);
+		if (!j)
+			continue;
+		j->r = r;
+		r->polling = 1;
+		if (sb_work_submit(n->c.work, poll_job, j)) {
+			r->polling = 0;
+			free(j);
+		}
+	}
+}
+
+/* --- grants --- */
+
+int net_name_granted(const struct net_run *r, const char *name, int udp, uint16_t port)
+{
+	for (size_t i = 0; i < r->pol.ngrants; i++) {
+		const struct sb_net_grant *g = &r->pol.grants[i];
+		if (g->family == 0 && g->udp == udp && sb_dns_name_match(g->host, name) &&
+		    (!port || (port >= g->port_lo && port <= g->port_hi)))
+			return 1;
+	}
+	return 0;
+}
+
+int net_addr_resolved(const struct net_run *r, int family, const uint8_t *addr)
+{
+	for (size_t i = 0; i < r->nresolved; i++)
+		if (r->resolved[i].family == family &&
+		    !memcmp(r->resolved[i].addr, addr, family == 4 ? 4 : 16))
+			return 1;
+	return 0;
+}
+
+/* The elements of address a under grants p: one per grant of its name. */
+static size_t elems_of(const struct net_resolved *a, const struct sb_netpolicy *p,
+		       struct sb_nft_elem *out, size_t cap, double now)
+{
+	size_t n = 0;
+
+	for (size_t k = 0; k < p->ngrants && n < cap; k++) {
+		const struct sb_net_grant *g = &p->grants[k];
+		if (g->family || !sb_dns_name_match(g->host, a->name))
+			continue;
+		out[n].family = a->family;
+		memcpy(out[n].addr, a->addr, 16);
+		out[n].udp = g->udp;
+		out[n].port_lo = g->port_lo;
+		out[n].port_hi = g->port_hi;
+		out[n].timeout_s =
+		    a->expires > now ? (uint32_t)(a->expires - now) + 1 : 1;
+		n++;
+	}
+	return n;
+}
+
+struct names_job {
+	struct net_run *r;
+	void (*done)(void *ctx, int rc);
+	void *ctx;
+	int rc;
+	char err[300];
+	size_t n;
+	struct sb_nft_elem e[];
+};
+
+static void names_done(void *ctx)
+{
+	struct names_job *j = ctx;
+	struct net_run *r = j->r;
+
+	if (j->rc)
+		sb_seterr(j->rc, "%s", j->err);
+	j->done(j->ctx, j->rc);
+	free(j);
+	net_idle(r);
+}
+
+static void names_job(void *ctx)
+{
+	struct names_job *j = ctx;
+
+	j->rc = j->n ? sb_nft_names_add(j->r->n->nft, j->r->id, j->e, j->n) : SB_OK;
+	if (j->rc)
+		snprintf(j->err, sizeof j->err, "%s", sb_errmsg(j->rc));
+	if (sb_loop_post(j->r->n->loop, names_done, j))
+		free(j); /* the loop is closing */
+}
+
+int net_names_add(struct net_run *r, const char *name, int family,
+		  const uint8_t (*addrs)[16], size_t naddrs, uint32_t ttl_s,
+		  void (*done)(void *ctx, int rc), void *ctx)
+{
+	double now = sb_loop_now(r->n->loop);
+	struct names_job *j;
+	size_t cap = naddrs * SB_NET_GRANTS;
+
+	if (!(j = malloc(sizeof *j + cap * sizeof j->e[0])))
+		return SB_ERR_NOMEM;
+	j->r = r;
+	j->done = done;
+	j->ctx = ctx;
+	j->n = 0;
+	/* keep each address (the soonest to expire makes room), and put
+	 * its elements in the sets */
+	for (size_t i = 0; i < naddrs; i++) {
+		struct net_resolved *a = NULL;
+		for (size_t k = 0; k < r->nresolved && !a; k++)
+			if (r->resolved[k].family == family &&
+			    !strcmp(r->resolved[k].name, name) &&
+			    !memcmp(r->resolved[k].addr, addrs[i], 16))
+				a = &r->resolved[k];
+		if (!a && r->nresolved < NET_RESOLVED_MAX)
+			a = &r->resolved[r->nresolved++];
+		for (size_t k = 0; !a && k < r->nresolved; k++)
+			if (!a || r->resolved[k].expires < a->expires)
+				a = &r->resolved[k];
+		snprintf(a->name, sizeof a->name, "%s", name);
+		a->family = family;
+		memcpy(a->addr, addrs[i], 16);
+		a->expires = now + ttl_s + NET_TTL_GRACE_S;
+		j->n += elems_of(a, &r->pol, j->e + j->n, cap - j->n, now);
+	}
+	net_busy(r);
+	if (sb_work_submit(r->n->c.work, names_job, j)) {
+		net_idle(r);
+		free(j);
+		return SB_ERR_NOMEM;
+	}
+	return SB_OK;
+}
+
+/* A change of a run's grants: asked on the daemon's loop, made on the
+ * enforcer's (one at a time per run), its nftables part on a worker. */
+struct grant_change {
+	struct net_run *r;
+	struct sb_net_run *h;
+	struct sb_net_grant g;
+	int allow;
+	void (*cb)(void *ctx, int rc);
+	void *ctx;
+	struct grant_change *next;
+	struct sb_nft_run nr;	  /* with its new mark */
+	struct sb_netpolicy want; /* the grants after it */
+	int rc;
+	char err[300];
+	size_t n;
+	struct sb_nft_elem *e;
+};
+
+/* Applies change c to the grants p. */
+static void grants_apply(struct sb_netpolicy *p, const struct sb_net_grant *g, int allow)
+{
+	if (allow) {
+		p->grants[p->ngrants++] = *g;
+		return;
+	}
+	for (size_t i = 0; i < p->ngrants; i++)
+		if (sb_net_grant_equal(&p->grants[i], g)) {
+			memmove(&p->grants[i], &p->grants[i + 1],
+				(p->ngrants - i - 1) * sizeof *g);
+			p->ngrants--;
+			return;
+		}
+}
+
+static void change_free(struct grant_change *c)
+{
+	free(c->e);
+	free(c);
+}
+
+static void changes_drop(struct net_run *r)
+{
+	while (r->changes) {
+		struct grant_change *c = r->changes;
+		r->changes = c->next;
+		change_free(c);
+	}
+}
+
+static void change_answer(void *ctx)
+{
+	struct grant_change *c = ctx;
+	struct sb_net_run *h = c->h;
+
+	if (c->rc) /* nothing changed: the grants are as they were */
+		grants_apply(&h->mpol, &c->g, !c->allow);
+	if (!h->closed) {
+		if (c->rc)
+			sb_seterr(c->rc, "%s", c->err);
+		c->cb(c->ctx, c->rc);
+	}
+	change_free(c);
+	handle_release(h);
+}
+
+/* Answers c on the daemon's loop (or drops it when it cannot be). */
+static void change_reply(struct grant_change *c)
+{
+	if (handle_post(c->h, change_answer, c))
+		change_free(c);
+}
+
+static void change_next(struct net_run *r);
+
+static void change_done(void *ctx)
+{
+	struct grant_change *c = ctx;
+	struct net_run *r = c->r;
+
+	if (c->rc == SB_OK) {
+		r->pol = c->want;
+		r->nr.mark = c->nr.mark;
+		proxy_recheck(r);
+	}
+	r->changing = 0;
+	change_reply(c);
+	change_next(r);
+	end_when_idle(r);
+}
+
+static void change_job(void *ctx)
+{
+	struct grant_change *c = ctx;
+	struct net_run *r = c->r;
+
+	if ((c->rc = sb_nft_run_update(r->n->nft, &c->nr, &c->want, c->e, c->n)) ==
+	    SB_OK) {
+		struct net_run tmp = *r;
+		tmp.nr.mark = c->nr.mark;
+		net_file_write(&tmp); /* a new daemon keeps the mark */
+	} else {
+		snprintf(c->err, sizeof c->err, "%s", sb_errmsg(c->rc));
+	}
+	if (sb_loop_post(r->n->loop, change_done, c)) {
+		r->changing = 0; /* the loop is closing */
+		change_free(c);
+	}
+}
+
+static void change_next(struct net_run *r)
+{
+	struct grant_change *c = r->changes;
+	double now = sb_loop_now(r->n->loop);
+	size_t cap = NET_RESOLVED_MAX * 4;
+
+	if (!c || r->changing || r->ending)
+		return;
+	r->changes = c->next;
+	c->want = r->pol;
+	grants_apply(&c->want, &c->g, c->allow);
+	c->nr = r->nr;
+	c->nr.mark = mark_next(r);
+	if (!(c->e = calloc(cap, sizeof c->e[0]))) {
+		c->rc = SB_ERR_NOMEM;
+		snprintf(c->err, sizeof c->err, "out of memory");
+		change_reply(c);
+		change_next(r);
+		return;
+	}
+	for (size_t i = 0; i < r->nresolved; i++)
+		c->n += elems_of(&r->resolved[i], &c->want, c->e + c->n, cap - c->n, now);
+	r->changing = 1;
+	if (sb_work_submit(r->n->c.work, change_job, c)) {
+		r->changing = 0;
+		c->rc = SB_ERR_NOMEM;
+		snprintf(c->err, sizeof c->err, "no worker to change the grants");
+		change_reply(c);
+	}
+}
+
+static void change_queue(void *ctx)
+{
+	struct grant_change *c = ctx, **p;
+	struct net_run *r = c->r;
+
+	if (r->ending) { /* closed meanwhile: nobody to answer */
+		change_free(c);
+		return;
+	}
+	for (p = &r->changes; *p; p = &(*p)->next)
+		;
+	*p = c;
+	change_next(r);
+}
+
+int sb_net_run_grant(sb_net_run *h, const struct sb_net_grant *g, int allow,
+		     void (*cb)(void *ctx, int rc), void *ctx)
+{
+	struct net_run *r = h->rn;
+	struct grant_change *c;
+	char text[SB_NET_HOST_MAX + 32];
+	size_t i;
+
+	sb_net_grant_format(g, text, sizeof text);
+	for (i = 0; i < h->mpol.ngrants; i++)
+		if (sb_net_grant_equal(&h->mpol.grants[i], g))
+			break;
+	if (allow && i < h->mpol.ngrants)
+		return sb_seterr(SB_ERR_EXISTS, "run %s has grant %s already", r->id,
+				 text);
+	if (!allow && i == h->mpol.ngrants)
+		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no grant %s", r->id, text);
+	if (allow && h->mpol.ngrants == SB_NET_GRANTS)
+		return sb_seterr(SB_ERR_FULL,
+				 "run %s has %d grants, the most a run may have", r->id,
+				 SB_NET_GRANTS);
+	if (!(c = calloc(1, sizeof *c)))
+		return SB_ERR_NOMEM;
+	c->r = r;
+	c->h = h;
+	c->g = *g;
+	c->allow = allow;
+	c->cb = cb;
+	c->ctx = ctx;
+	if (sb_loop_post(r->n->loop, change_queue, c)) {
+		free(c);
+		return SB_ERR_NOMEM;
+	}
+	grants_apply(&h->mpol, g, allow);
+	return SB_OK;
+}
+
+/* --- what runs left --- */
+
+void sb_net_run_remove(sb_net *n, const char *run)
+{
+	char tap[16], path[PATH_MAX + 64];
+
+	if (sb_net_check(n))
+		return; /* no enforcement here: nothing of it either */
+	snprintf(tap, sizeof tap, "sb%s", run);
+	sb_nft_run_del(n->nft, run, tap);
+	sb_tap_del(tap);
+	net_file(n, run, path, sizeof path);
+	unlink(path);
+	table_drop_if_idle(n);
+}
+
+struct sweep_ctx {
+	sb_net *n;
+	int (*live)(void *ctx, const char *run);
+	void *ctx;
+};
+
+/* 1 when s is a run id: 12 lowercase hex digits. */
+static int run_id_ok(const char *s)
+{
+	return strlen(s) == 12 && strspn(s, "0123456789abcdef") == 12;
+}
+
+static void sweep_chain(void *ctx, const char *id)
+{
+	struct sweep_ctx *s = ctx;
+	char tap[16];
+
+	if (run_id_ok(id) && s->live(s->ctx, id))
+		return;
+	snprintf(tap, sizeof tap, "sb%.12s", id);
+	sb_nft_run_del(s->n->nft, id, tap);
+}
+
+static void sweep_tap(void *ctx, const char *name)
+{
+	struct sweep_ctx *s = ctx;
+
+	if (run_id_ok(name + 2) && (!s->live || !s->live(s->ctx, name + 2)))
+		sb_tap_del(name);
+}
+
+/* Counts a run's tap (ctx: a size_t). */
+static void tap_count(void *ctx, const char *name)
+{
+	if (run_id_ok(name + 2))
+		++*(size_t *)ctx;
+}
+
+void sb_net_sweep(sb_net *n, int (*live)(void *ctx, const char *run), void *ctx)
+{
+	struct sweep_ctx s = {n, live, ctx};
+
+	sb_nft *probe = NULL;
+	size_t taps = 0;
+	int table;
+
+	/* nothing of any run's network here: nothing to do (and the host's
+	 * forwarding is not touched) */
+	if (!cap_net_admin() || sb_nft_open(&probe))
+		return;
+	table = sb_nft_run(probe, "list table inet sanbox", NULL) == SB_OK;
+	sb_nft_close(probe);
+	sb_tap_each("sb", tap_count, &taps);
+	/* only a daemon that may enforce here sweeps: another one's runs
+	 * are not this one's to end */
+	if ((!table && !taps) || sb_net_check(n))
+		return;
+	sb_nft_runs(n->nft, sweep_chain, &s);
+	sb_tap_each("sb", sweep_tap, &s);
+	table_drop_if_idle(n);
+}

@@ -1,0 +1,153 @@
+/* netrun.h - what net.c, stub.c and proxy.c share inside netpolicy/: the
+ * enforcer and a run's network. Not for use outside netpolicy/.
+ *
+ * A run's network is two structs: its handle (struct sb_net_run, net.c),
+ * which the daemon's loop holds, and struct net_run, which the enforcer's
+ * thread works on. Fields marked (net) are touched on that thread only,
+ * (const) never change after sb_net_run_open or _reattach returns.
+ */
+#ifndef SB_NETRUN_H
+#define SB_NETRUN_H
+
+#include <ares.h>
+#include <pthread.h>
+#include <sys/socket.h>
+
+#include "engine/bucket.h"
+#include "netpolicy/net.h"
+#include "netpolicy/nft.h"
+
+#define NET_AGG_MAX	 64  /* distinct report keys a run gathers between reports */
+#define NET_RESOLVED_MAX 256 /* addresses of granted names a run keeps */
+#define NET_PROXY_MAX	 64  /* proxied connections of a run */
+#define NET_DNS_TCP_MAX	 8   /* DNS connections of a run */
+#define NET_DNS_PENDING	 64  /* lookups of a run under way */
+#define NET_DNS_RATE	 200 /* queries a second a run may ask */
+#define NET_DNS_BURST	 400
+#define NET_HEAD_S	 10.0 /* a proxied connection names its host within this */
+#define NET_TTL_GRACE_S	 30   /* a name's addresses outlive its answer's TTL by this */
+
+struct stub_conn;
+struct proxy_conn;
+
+/* Reports gathered between two reports. */
+struct net_agg {
+	struct sb_net_report items[NET_AGG_MAX];
+	size_t n;
+	uint64_t overflow; /* denials that found no room */
+};
+
+/* An address a granted name resolved to, with the moment it expires. */
+struct net_resolved {
+	char name[254];
+	int family;
+	uint8_t addr[16];
+	double expires; /* the net loop's clock */
+};
+
+struct sb_net {
+	struct sb_net_config c;
+	uint32_t net4; /* subnet4, host order */
+	int len4;
+	uint8_t net6[16];
+	int len6;
+	size_t nslots;
+	pthread_mutex_t lock; /* slots, checked, fence, nruns */
+	uint8_t *slots;	      /* 1: taken */
+	size_t nruns;	      /* runs with chains, this daemon's */
+	int checked;	      /* sb_net_check succeeded once */
+	int fence;	      /* forwarding was off: fenced (see nft.h) */
+	int lock_fd;	      /* this network namespace's enforcer lock */
+	sb_nft *nft;
+	/* the enforcer's thread */
+	sb_loop *loop;
+	pthread_t thread;
+	int started;
+	ares_channel ares;
+	struct ares_watch {
+		struct sb_net *n;
+		int fd;
+		sb_watch *w;
+	} aw[16]; /* the resolver's sockets */
+	sb_watch *ares_timer;
+	struct net_run *runs; /* (net) the runs being served */
+	sb_watch *tick;	      /* (net) reports, expiry */
+};
+
+struct net_run {
+	sb_net *n;		   /* (const) */
+	char id[16];		   /* (const) */
+	unsigned slot;		   /* (const) */
+	struct sb_net_iface iface; /* (const) */
+	struct sb_nft_run nr;	   /* its part of nftables; mark (net) */
+	struct sb_netpolicy pol;   /* (net) its grants as they are now */
+	struct sb_netpolicy want;  /* (net) grants being put in place */
+	int fds[6];		   /* dns udp4/udp6, dns tcp4/tcp6, proxy 4/6 */
+	sb_watch *fw[6];	   /* (net) */
+	struct net_fd {
+		struct net_run *r;
+		int i; /* of fds */
+	} fctx[6];
+	struct sb_net_run *h; /* (const) its handle, what the daemon's loop holds */
+	/* (net) */
+	struct net_run *next;
+	int serving, leaving, ending;
+	unsigned busy; /* lookups, jobs and answers under way */
+	struct sb_bucket dns_bucket;
+	struct stub_conn *dns_conns;
+	size_t ndns_conns;
+	struct proxy_conn *proxies;
+	size_t nproxies;
+	struct net_resolved resolved[NET_RESOLVED_MAX];
+	size_t nresolved;
+	struct net_agg agg;
+	int polling;		      /* a count of denials is under way */
+	int changing;		      /* a change of grants is under way */
+	struct grant_change *changes; /* changes waiting for it */
+	uint64_t dropped;	      /* packets its chains dropped, last count */
+	struct denial_seen {
+		char key[80];
+		uint64_t packets;
+	} seen[2 * 256 + 2 * 64]; /* per-destination counts, last count */
+	size_t nseen;
+};
+
+/* (net) Adds count of a report of kind to r's gathered reports. */
+void net_agg_add(struct net_run *r, enum sb_net_report_kind kind, const char *dst,
+		 uint16_t port, const char *proto, const char *name, const char *reason,
+		 const char *addrs, uint64_t count);
+
+/* (net) 1 when name is granted to r for proto (udp 1, tcp 0) and port
+ * (0: any port). */
+int net_name_granted(const struct net_run *r, const char *name, int udp, uint16_t port);
+
+/* (net) 1 when addr (family 4 or 6) is an address r resolved for a
+ * granted name that is still valid. */
+int net_addr_resolved(const struct net_run *r, int family, const uint8_t *addr);
+
+/* (net) Takes a task of r: it is not freed while busy. */
+void net_busy(struct net_run *r);
+
+/* (net) Ends a task of r; the last one of an ending run frees it. */
+void net_idle(struct net_run *r);
+
+/* (net) Adds the addresses of name (answered with ttl_s) to r's sets and
+ * then calls done(ctx, rc) on the net loop. Errors (done not called):
+ * SB_ERR_NOMEM. */
+int net_names_add(struct net_run *r, const char *name, int family,
+		  const uint8_t (*addrs)[16], size_t naddrs, uint32_t ttl_s,
+		  void (*done)(void *ctx, int rc), void *ctx);
+
+/* The DNS stub (stub.c), on the net loop. */
+int stub_start(struct net_run *r);
+void stub_stop(struct net_run *r);
+int ares_begin(sb_net *n);
+void ares_end(sb_net *n);
+
+/* The proxy (proxy.c), on the net loop. */
+int proxy_start(struct net_run *r);
+void proxy_stop(struct net_run *r);
+/* Closes r's proxied connections whose name its grants no longer allow. */
+void proxy_recheck(struct net_run *r);
+
+#endif

@@ -1,0 +1,439 @@
+/* proxy.c - a run's proxy: the TLS and HTTP connections of its hostname
+ * grants, checked by name before they go through.
+ *
+ * nftables redirects a guest's TCP connection to a granted name's address
+ * on a TLS or HTTP port (SB_NFT_NAMED_PORTS) here. The proxy reads what the
+ * guest sends first (netpolicy/sniff.h: a TLS ClientHello's server name,
+ * each HTTP request's Host), lets it through only when a grant of the run
+ * names that host for that port, connects to the address the guest asked
+ * for and passes bytes both ways. A connection that names another host,
+ * none, or speaks neither TLS nor HTTP is closed and reported; nothing of
+ * it reaches the server.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <linux/netfilter_ipv4.h>
+#include <linux/netfilter_ipv6/ip6_tables.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "engine/error.h"
+#include "netpolicy/netrun.h"
+#include "netpolicy/sniff.h"
+
+#define BUF_CAP (64 * 1024) /* bytes in flight each way */
+
+struct proxy_conn {
+	struct net_run *r;
+	int cfd, sfd; /* the guest's end, the server's (-1: not yet) */
+	int family;
+	struct sockaddr_storage dst;
+	socklen_t dstlen;
+	char dsttext[INET6_ADDRSTRLEN];
+	uint16_t port;
+	struct sb_sniff sn;
+	uint8_t hold[SB_SNIFF_HOLD]; /* the guest's bytes not judged yet */
+	size_t nhold;
+	int opaque;	   /* nothing more to judge: bytes go straight through */
+	int tls;	   /* the stream is TLS (else HTTP) */
+	unsigned requests; /* HTTP requests let through */
+	int await101;	   /* an HTTP Upgrade was sent: the server says if it took it */
+	int declined;	   /* ... and it did not: the guest may send nothing more */
+	uint8_t first[12]; /* the server's first bytes */
+	size_t nfirst;
+	char name[SB_NET_HOST_MAX];	  /* the last name let through */
+	uint8_t cs[BUF_CAP], sc[BUF_CAP]; /* to the server, to the guest */
+	size_t ncs, nsc;
+	int connected;
+	int c_eof, s_eof; /* each side said it sends no more */
+	sb_watch *cw, *sw, *head_w;
+	struct proxy_conn *next;
+};
+
+static void conn_free(struct proxy_conn *c)
+{
+	struct net_run *r = c->r;
+	struct proxy_conn **p;
+
+	for (p = &r->proxies; *p && *p != c; p = &(*p)->next)
+		;
+	if (*p) {
+		*p = c->next;
+		r->nproxies--;
+	}
+	sb_watch_stop(c->cw);
+	sb_watch_stop(c->sw);
+	sb_watch_stop(c->head_w);
+	close(c->cfd);
+	if (c->sfd >= 0)
+		close(c->sfd);
+	free(c);
+}
+
+/* Reports c's refusal and closes it. */
+static void deny(struct proxy_conn *c, const char *name, const char *reason)
+{
+	net_agg_add(c->r, SB_NET_DENIED, c->dsttext, c->port, "tcp", name, reason, NULL,
+		    1);
+	conn_free(c);
+}
+
+/* Sets the events each side waits for, from what the buffers hold. */
+static void arm(struct proxy_conn *c)
+{
+	int ce = 0, se = 0;
+
+	/* read the guest while there is room for what it sends */
+	if (!c->c_eof && (c->opaque ? c->ncs < BUF_CAP : c->nhold < sizeof c->hold))
+		ce |= SB_READ;
+	if (c->nsc)
+		ce |= SB_WRITE;
+	if (c->sfd >= 0) {
+		if (!c->connected)
+			se = SB_WRITE;
+		else
+			se = (c->ncs ? SB_WRITE : 0) |
+			     (!c->s_eof && c->nsc < BUF_CAP ? SB_READ : 0);
+	}
+	sb_watch_io_set(c->cw, ce);
+	if (c->sw)
+		sb_watch_io_set(c->sw, se);
+}
+
+static void on_server(void *ctx, int revents);
+
+/* Connects to where the guest meant to go. */
+static int server_open(struct proxy_conn *c)
+{
+	c->sfd = socket(c->family == 4 ? AF_INET : AF_INET6,
+			SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (c->sfd < 0)
+		return -1;
+	if (connect(c->sfd, (struct sockaddr *)&c->dst, c->dstlen) &&
+	    errno != EINPROGRESS)
+		return -1;
+	c->sw = sb_loop_io(c->r->n->loop, c->sfd, SB_WRITE, on_server, c);
+	return c->sw ? 0 : -1;
+}
+
+/* Moves n judged bytes from hold to the server's buffer; 0 when there is
+ * no room for them yet. */
+static int hold_pass(struct proxy_conn *c, size_t n)
+{
+	if (c->ncs + n > BUF_CAP)
+		return 0;
+	memcpy(c->cs + c->ncs, c->hold, n);
+	c->ncs += n;
+	memmove(c->hold, c->hold + n, c->nhold - n);
+	c->nhold -= n;
+	return 1;
+}
+
+/* Judges what the guest sent so far. Returns -1 when c was closed. */
+static int judge(struct proxy_conn *c)
+{
+	char name[SB_NET_HOST_MAX];
+	size_t pass;
+
+	if (c->declined && c->nhold) {
+		deny(c, c->name, "a request after a declined Upgrade");
+		return -1;
+	}
+	if (!c->requests && c->nhold && !c->opaque)
+		c->tls = c->hold[0] == 0x16;
+	while (c->nhold && !c->opaque && !c->await101) {
+		int rc =
+		    sb_sniff_feed(&c->sn, c->hold, c->nhold, &pass, name, sizeof name);
+		switch (rc) {
+		case SB_SNIFF_MORE: return 0;
+		case SB_SNIFF_PASS:
+			if (!hold_pass(c, pass))
+				return 0; /* again once the server took some */
+			break;
+		case SB_SNIFF_NAME:
+			if (c->ncs + pass > BUF_CAP)
+				return 0;
+			if (!name[0]) {
+				deny(
+				    c, "",
+				    "names no host (TLS without SNI, HTTP without Host)");
+				return -1;
+			}
+			if (!net_name_granted(c->r, name, 0, c->port)) {
+				deny(c, name, "name not granted");
+				return -1;
+			}
+			snprintf(c->name, sizeof c->name, "%s", name);
+			sb_watch_stop(c->head_w);
+			c->head_w = NULL;
+			if (c->sfd < 0 && server_open(c)) {
+				deny(c, name, "the server cannot be reached");
+				return -1;
+			}
+			hold_pass(c, pass);
+			c->requests++;
+			break;
+		case SB_SNIFF_OPAQUE:
+			/* TLS after its ClientHello; HTTP after an Upgrade, which is
+			 * opaque only once the server took it (101): meanwhile the
+			 * guest's bytes wait, and only a connection's first request
+			 * may ask, so the server's first answer is that one's */
+			if (!c->tls) {
+				if (c->requests != 1) {
+					deny(c, c->name,
+					     "an Upgrade after other requests on its "
+					     "connection");
+					return -1;
+				}
+				c->await101 = 1;
+				return 0;
+			}
+			if (!hold_pass(c, c->nhold))
+				return 0;
+			c->opaque = 1;
+			break;
+		default:
+			deny(c, c->name[0] ? c->name : "", sb_errmsg(SB_SNIFF_BAD));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Both sides are done: the connection ends. */
+static int finished(struct proxy_conn *c)
+{
+	if (c->c_eof && c->s_eof && !c->ncs && !c->nsc) {
+		conn_free(c);
+		return 1;
+	}
+	return 0;
+}
+
+static void on_client(void *ctx, int revents)
+{
+	struct proxy_conn *c = ctx;
+	ssize_t k;
+
+	if (revents & SB_WRITE && c->nsc) {
+		k = send(c->cfd, c->sc, c->nsc, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k < 0 && errno != EAGAIN && errno != EINTR) {
+			conn_free(c);
+			return;
+		}
+		if (k > 0) {
+			memmove(c->sc, c->sc + k, c->nsc - (size_t)k);
+			c->nsc -= (size_t)k;
+		}
+		if (!c->nsc && c->s_eof)
+			shutdown(c->cfd, SHUT_WR);
+	}
+	if (revents & SB_READ) {
+		uint8_t *to = c->opaque ? c->cs + c->ncs : c->hold + c->nhold;
+		size_t room = c->opaque ? BUF_CAP - c->ncs : sizeof c->hold - c->nhold;
+		k = room ? recv(c->cfd, to, room, MSG_DONTWAIT) : -1;
+		if (k == 0) {
+			c->c_eof = 1;
+			if (!c->opaque && c->nhold) { /* it ended before it was judged */
+				deny(c, c->name, "closed before it named its host");
+				return;
+			}
+			if (c->sfd >= 0 && c->connected && !c->ncs)
+				shutdown(c->sfd, SHUT_WR);
+		} else if (k < 0 && room && errno != EAGAIN && errno != EINTR) {
+			conn_free(c);
+			return;
+		} else if (k > 0) {
+			*(c->opaque ? &c->ncs : &c->nhold) += (size_t)k;
+			if (judge(c))
+				return;
+		}
+	}
+	if (c->c_eof && c->sfd < 0) { /* nothing was let through */
+		conn_free(c);
+		return;
+	}
+	if (!finished(c))
+		arm(c);
+}
+
+/* The server's first answer to an Upgrade is in: 101 makes the stream
+ * opaque, anything else ends the guest's requests. Returns 1 when c was
+ * closed. */
+static int upgrade_answered(struct proxy_conn *c)
+{
+	if (c->nfirst < sizeof c->first)
+		return 0;
+	c->await101 = 0;
+	if (!memcmp(c->first, "HTTP/1.1 101", 12) ||
+	    !memcmp(c->first, "HTTP/1.0 101", 12)) {
+		c->opaque = 1;
+		if (!hold_pass(c, c->nhold)) { /* cannot be: cs held nothing more */
+			deny(c, c->name, "an Upgrade's first bytes did not fit");
+			return 1;
+		}
+		return 0;
+	}
+	c->declined = 1;
+	return judge(c) < 0;
+}
+
+static void on_server(void *ctx, int revents)
+{
+	struct proxy_conn *c = ctx;
+	ssize_t k;
+
+	if (!c->connected) {
+		int err = 0;
+		socklen_t len = sizeof err;
+		getsockopt(c->sfd, SOL_SOCKET, SO_ERROR, &err, &len);
+		if (err) {
+			deny(c, c->name, "the server cannot be reached");
+			return;
+		}
+		c->connected = 1;
+	}
+	if (revents & SB_WRITE && c->ncs) {
+		k = send(c->sfd, c->cs, c->ncs, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k < 0 && errno != EAGAIN && errno != EINTR) {
+			conn_free(c);
+			return;
+		}
+		if (k > 0) {
+			memmove(c->cs, c->cs + k, c->ncs - (size_t)k);
+			c->ncs -= (size_t)k;
+			if (judge(c)) /* room again for what waited */
+				return;
+		}
+		if (!c->ncs && c->c_eof)
+			shutdown(c->sfd, SHUT_WR);
+	}
+	if (revents & SB_READ) {
+		k = recv(c->sfd, c->sc + c->nsc, BUF_CAP - c->nsc, MSG_DONTWAIT);
+		if (k == 0) {
+			c->s_eof = 1;
+			if (!c->nsc)
+				shutdown(c->cfd, SHUT_WR);
+		} else if (k < 0 && errno != EAGAIN && errno != EINTR) {
+			conn_free(c);
+			return;
+		} else if (k > 0) {
+			size_t take = sizeof c->first - c->nfirst;
+			if (take > (size_t)k)
+				take = (size_t)k;
+			memcpy(c->first + c->nfirst, c->sc + c->nsc, take);
+			c->nfirst += take;
+			c->nsc += (size_t)k;
+			if (c->await101 && upgrade_answered(c))
+				return;
+		}
+	}
+	if (!finished(c))
+		arm(c);
+}
+
+static void on_head_timeout(void *ctx)
+{
+	struct proxy_conn *c = ctx;
+
+	deny(c, "", "named no host in time"); /* stops its own timer */
+}
+
+/* The address the guest connected to, before nftables redirected it. */
+static int original_dst(struct proxy_conn *c, int v6)
+{
+	c->dstlen = sizeof c->dst;
+	if (v6 ? getsockopt(c->cfd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &c->dst, &c->dstlen)
+	       : getsockopt(c->cfd, SOL_IP, SO_ORIGINAL_DST, &c->dst, &c->dstlen))
+		return -1;
+	c->family = v6 ? 6 : 4;
+	if (v6) {
+		struct sockaddr_in6 *s = (struct sockaddr_in6 *)&c->dst;
+		inet_ntop(AF_INET6, &s->sin6_addr, c->dsttext, sizeof c->dsttext);
+		c->port = ntohs(s->sin6_port);
+	} else {
+		struct sockaddr_in *s = (struct sockaddr_in *)&c->dst;
+		inet_ntop(AF_INET, &s->sin_addr, c->dsttext, sizeof c->dsttext);
+		c->port = ntohs(s->sin_port);
+	}
+	return 0;
+}
+
+static void on_accept(void *ctx, int revents)
+{
+	struct net_fd *f = ctx;
+	struct net_run *r = f->r;
+	struct proxy_conn *c;
+	int fd = accept4(r->fds[f->i], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	const char *own;
+
+	if (fd < 0)
+		return;
+	if (!(c = calloc(1, sizeof *c))) {
+		close(fd);
+		return;
+	}
+	c->r = r;
+	c->cfd = fd;
+	c->sfd = -1;
+	sb_sniff_init(&c->sn);
+	c->next = r->proxies;
+	r->proxies = c;
+	r->nproxies++;
+	if (original_dst(c, f->i == 5)) {
+		conn_free(c);
+		return;
+	}
+	/* straight to the proxy's own address: nothing was redirected */
+	own = f->i == 5 ? r->iface.host6 : r->iface.host4;
+	if (!strcmp(c->dsttext, own)) {
+		deny(c, "", "not a connection to a granted name");
+		return;
+	}
+	if (r->nproxies > NET_PROXY_MAX) {
+		deny(c, "", "too many connections");
+		return;
+	}
+	c->cw = sb_loop_io(r->n->loop, fd, SB_READ, on_client, c);
+	c->head_w = sb_loop_timer(r->n->loop, NET_HEAD_S, 0, on_head_timeout, c);
+	if (!c->cw || !c->head_w)
+		conn_free(c);
+}
+
+int proxy_start(struct net_run *r)
+{
+	for (int i = 4; i < 6; i++) {
+		if (r->fds[i] < 0)
+			continue;
+		r->fctx[i].r = r;
+		r->fctx[i].i = i;
+		if (!(r->fw[i] = sb_loop_io(r->n->loop, r->fds[i], SB_READ, on_accept,
+					    &r->fctx[i])))
+			return SB_ERR_NOMEM;
+	}
+	return SB_OK;
+}
+
+void proxy_stop(struct net_run *r)
+{
+	for (int i = 4; i < 6; i++) {
+		sb_watch_stop(r->fw[i]);
+		r->fw[i] = NULL;
+	}
+	while (r->proxies)
+		conn_free(r->proxies);
+}
+
+void proxy_recheck(struct net_run *r)
+{
+	struct proxy_conn *c = r->proxies, *next;
+
+	for (; c; c = next) {
+		next = c->next;
+		if (c->name[0] && !net_name_granted(r, c->name, 0, c->port))
+			deny(c, c->name, "its grant was removed");
+	}
+}
