@@ -14,6 +14,8 @@
 #include "engine/home.h"
 #include "engine/proc.h"
 #include "engine/runs/template.h"
+#include "netpolicy/nft.h"
+#include "netpolicy/tap.h"
 #include "vmm/accel.h"
 #include "vmm/qemu.h"
 
@@ -69,6 +71,33 @@ static int has_cap_net_admin(void)
 	return (eff >> 12) & 1;
 }
 
+/* What network mode acl needs besides the capability, read only (the
+ * daemon changes the host's forwarding itself, when a run needs it). */
+static void net_checks(struct report *r)
+{
+	char msg[400];
+	sb_nft *n = NULL;
+	int fwd = -1, rc;
+
+	check(r, "tun", access("/dev/net/tun", R_OK | W_OK) == 0,
+	      access("/dev/net/tun", R_OK | W_OK) == 0
+		  ? "/dev/net/tun usable"
+		  : "/dev/net/tun missing or not usable: network acl needs it (modprobe "
+		    "tun)");
+	if ((rc = sb_nft_open(&n)) == SB_OK)
+		rc = sb_nft_run(n, "list tables", NULL);
+	snprintf(msg, sizeof msg, "%s",
+		 rc == SB_OK ? "libnftables works" : sb_errmsg(rc));
+	sb_nft_close(n);
+	check(r, "nftlib", rc == SB_OK, msg);
+	sb_sysctl_get("/proc/sys/net/ipv4/ip_forward", &fwd);
+	check(r, "forwarding", 1,
+	      fwd == 1
+		  ? "IPv4 forwarding on"
+		  : "IPv4 forwarding off: the daemon turns it on for network acl and "
+		    "drops forwarded packets that are no run's");
+}
+
 int cmd_doctor(int argc, char **argv)
 {
 	struct report r = {0, 0, NULL};
@@ -98,7 +127,8 @@ int cmd_doctor(int argc, char **argv)
 	      rc == 0 ? out : "qemu-img not found: run 'make deps'");
 	rc = first_line(dv, out, sizeof out);
 	check(&r, "qemu-nbd", rc == 0,
-	      rc == 0 ? out : "qemu-nbd not found (sanbox fs and cp need it): run 'make deps'");
+	      rc == 0 ? out
+		      : "qemu-nbd not found (sanbox fs and cp need it): run 'make deps'");
 	rc = first_line(mv, out, sizeof out);
 	check(&r, "mkfs.ext4", rc == 0,
 	      rc == 0 ? "e2fsprogs present"
@@ -134,6 +164,7 @@ int cmd_doctor(int argc, char **argv)
 	      has_cap_net_admin()
 		  ? "CAP_NET_ADMIN held"
 		  : "no CAP_NET_ADMIN: network mode acl needs root or the capability");
+	net_checks(&r);
 	if ((rc = sb_models_load(cli_home, &ms)) == SB_OK) {
 		snprintf(msg, sizeof msg, "%zu model%s of %zu provider%s; default %s",
 			 ms->nmodels, ms->nmodels == 1 ? "" : "s", ms->nproviders,

@@ -526,6 +526,20 @@ fail:
 
 /* --- a run's network --- */
 
+/* A run's link: its tap, or the link the caller made (links_given). */
+static int link_add(sb_net *n, const struct sb_net_iface *f)
+{
+	if (n->c.links_given)
+		return sb_link_up(f->tap, f->host4, f->prefix4, f->host6, f->prefix6);
+	return sb_tap_add(f->tap, f->host4, f->prefix4, f->host6, f->prefix6);
+}
+
+static void link_del(sb_net *n, const char *name)
+{
+	if (!n->c.links_given)
+		sb_tap_del(name);
+}
+
 static struct net_run *run_new(sb_net *n, const char *run, const struct sb_netpolicy *p)
 {
 	struct net_run *r = calloc(1, sizeof *r);
@@ -589,9 +603,7 @@ int sb_net_run_open(sb_net *n, const char *run, const struct sb_netpolicy *p,
 	run_names(r);
 	r->nr.mark = mark_next(r);
 	sb_nft_run_del(n->nft, r->id, r->iface.tap); /* a leftover of the same id */
-	if ((rc = sb_tap_add(r->iface.tap, r->iface.host4, r->iface.prefix4,
-			     r->iface.host6, r->iface.prefix6)) ||
-	    (rc = socks_bind(r)))
+	if ((rc = link_add(n, &r->iface)) || (rc = socks_bind(r)))
 		goto fail_slot;
 	if ((rc = sb_nft_run_add(n->nft, &r->nr, p)) || (rc = net_file_write(r)))
 		goto fail_nft;
@@ -601,7 +613,7 @@ fail_nft:
 	sb_nft_run_del(n->nft, r->id, r->iface.tap);
 	socks_close(r);
 fail_slot:
-	sb_tap_del(r->iface.tap);
+	link_del(n, r->iface.tap);
 	slot_give(n, r->slot);
 fail:
 	run_drop(r);
@@ -747,7 +759,7 @@ static void end_job(void *ctx)
 	socks_close(r);
 	if (!r->leaving) {
 		sb_nft_run_del(n->nft, r->id, r->iface.tap);
-		sb_tap_del(r->iface.tap);
+		link_del(n, r->iface.tap);
 		net_file(n, r->id, path, sizeof path);
 		unlink(path);
 	}
@@ -1300,7 +1312,7 @@ void sb_net_run_remove(sb_net *n, const char *run)
 		return; /* no enforcement here: nothing of it either */
 	snprintf(tap, sizeof tap, "sb%s", run);
 	sb_nft_run_del(n->nft, run, tap);
-	sb_tap_del(tap);
+	link_del(n, tap);
 	net_file(n, run, path, sizeof path);
 	unlink(path);
 	table_drop_if_idle(n);
@@ -1334,7 +1346,7 @@ static void sweep_tap(void *ctx, const char *name)
 	struct sweep_ctx *s = ctx;
 
 	if (run_id_ok(name + 2) && (!s->live || !s->live(s->ctx, name + 2)))
-		sb_tap_del(name);
+		link_del(s->n, name);
 }
 
 /* Counts a run's tap (ctx: a size_t). */

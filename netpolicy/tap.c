@@ -116,39 +116,45 @@ static int addr6_set(const char *name, const char *addr, int prefix)
 	return rc;
 }
 
-int sb_tap_add(const char *name, const char *host4, int prefix4, const char *host6,
+int sb_link_up(const char *name, const char *host4, int prefix4, const char *host6,
 	       int prefix6)
 {
 	struct ifreq ifr = {0};
 	int s, rc, up = 0;
 
 	if (strlen(name) >= IFNAMSIZ)
-		return sb_seterr(SB_ERR_INVAL, "tap name too long: %s", name);
-	if ((rc = tun_persist(name, 1)))
-		return rc;
-	if ((s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0) {
-		rc = sb_seterr(SB_ERR_IO, "socket: %s", strerror(errno));
-		goto fail;
-	}
+		return sb_seterr(SB_ERR_INVAL, "interface name too long: %s", name);
+	if ((s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
+		return sb_seterr(SB_ERR_IO, "socket: %s", strerror(errno));
 	snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", name);
 	if ((rc = addr4_set(s, name, host4, prefix4)))
-		goto fail_sock;
+		goto out;
 	if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
 		ifr.ifr_flags |= IFF_UP;
 		up = ioctl(s, SIOCSIFFLAGS, &ifr) == 0;
 	}
 	if (!up) {
 		rc = sb_seterr(SB_ERR_IO, "%s: up: %s", name, strerror(errno));
-		goto fail_sock;
+		goto out;
 	}
-	if (host6[0] && (rc = addr6_set(name, host6, prefix6)))
-		goto fail_sock;
+	if (host6[0])
+		rc = addr6_set(name, host6, prefix6);
+out:
 	close(s);
-	return SB_OK;
-fail_sock:
-	close(s);
-fail:
-	tun_persist(name, 0);
+	return rc;
+}
+
+int sb_tap_add(const char *name, const char *host4, int prefix4, const char *host6,
+	       int prefix6)
+{
+	int rc;
+
+	if (strlen(name) >= IFNAMSIZ)
+		return sb_seterr(SB_ERR_INVAL, "tap name too long: %s", name);
+	if ((rc = tun_persist(name, 1)))
+		return rc;
+	if ((rc = sb_link_up(name, host4, prefix4, host6, prefix6)))
+		tun_persist(name, 0);
 	return rc;
 }
 

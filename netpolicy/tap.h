@@ -19,6 +19,12 @@
 int sb_tap_add(const char *name, const char *host4, int prefix4, const char *host6,
 	       int prefix6);
 
+/* Gives the existing interface name the addresses sb_tap_add gives a tap
+ * (a link made by someone else: a veth of a test or a benchmark) and sets
+ * it up. Errors: SB_ERR_INVAL, SB_ERR_IO. */
+int sb_link_up(const char *name, const char *host4, int prefix4, const char *host6,
+	       int prefix6);
+
 /* Deletes tap name (one that is not there is fine). Errors: SB_ERR_IO. */
 int sb_tap_del(const char *name);
 
