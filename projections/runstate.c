@@ -19,6 +19,7 @@ static const struct sb_fdesc rs_fields[] = {
 	SB_FU64(RS, cost_nusd),   SB_FU64(RS, last_offset), SB_FU64(RS, last_seq),
 	SB_FU64(RS, events),      SB_FU64(RS, forks),       SB_FU64(RS, snapshots),
 	SB_FSTR(RS, parent_snapshot), SB_FU64(RS, resumed_offset),
+	SB_FU64(RS, net_lookups), SB_FU64(RS, net_denied), SB_FU64(RS, net_changes),
 };
 #define NF (sizeof rs_fields / sizeof rs_fields[0])
 
@@ -135,6 +136,12 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 		rs.cost_nusd += sb_map_u64(map, "cost_nusd", 0);
 	} else if (!strcmp(ty, "budget.exceeded")) {
 		snprintf(rs.reason, sizeof rs.reason, "budget exceeded");
+	} else if (!strcmp(ty, "net.resolved")) {
+		rs.net_lookups += sb_map_u64(map, "count", 0);
+	} else if (!strcmp(ty, "net.denied")) {
+		rs.net_denied += sb_map_u64(map, "count", 0);
+	} else if (!strncmp(ty, "net.grant.", 10)) {
+		rs.net_changes++;
 	}
 	snprintf(rs.last_type, sizeof rs.last_type, "%s", ty);
 	rs.last_offset = ev->offset;

@@ -42,6 +42,9 @@ struct sb_runstate {
 	uint64_t snapshots;	/* its snapshots (saved and not removed) */
 	char parent_snapshot[16]; /* the parent's snapshot it continues */
 	uint64_t resumed_offset;  /* its last run.resumed (0: never resumed) */
+	uint64_t net_lookups;	  /* granted names its stub answered (net.resolved) */
+	uint64_t net_denied;	  /* what its network refused (net.denied counts) */
+	uint64_t net_changes;	  /* live changes of its grants */
 };
 
 /* Packs rs as a msgpack map with a fixed key order. */

@@ -151,6 +151,19 @@ static void test_runstate_lifecycle(void **state)
 	catch_up(f, 1);
 	assert_string_equal(rs_get(f, "r1").status, "exited");
 	assert_int_equal(sb_runstate_get(f->p, "r2", &rs), SB_ERR_NOTFOUND);
+
+	/* its network's counts: lookups, denials (summed), grant changes */
+	app(f, "r1", SB_SRC_HOST, "net.resolved",
+	    "{'name':'a.test','type':'A','addrs':['192.0.2.1'],'count':3}");
+	app(f, "r1", SB_SRC_HOST, "net.denied",
+	    "{'dst':'192.0.2.9','port':22,'proto':'tcp','reason':'not granted','count':2}");
+	app(f, "r1", SB_SRC_HOST, "net.denied",
+	    "{'dst':'10.87.0.1','port':53,'proto':'dns','name':'x.test','reason':'name not "
+	    "granted','count':5}");
+	app(f, "r1", SB_SRC_HOST, "net.grant.added", "{'grant':'b.test:443','by':'local'}");
+	catch_up(f, 4);
+	rs = rs_get(f, "r1");
+	assert_true(rs.net_lookups == 3 && rs.net_denied == 7 && rs.net_changes == 1);
 }
 
 /* Every way a run ends, with its reason. */
@@ -612,9 +625,19 @@ static void gen_event(struct gen *g, int r, msgpack_sbuffer *sb, const char **ty
 					 (unsigned long long)rnd % 1000);
 				break;
 			case 7:
-				*type = "net.denied";
-				snprintf(js, sizeof js, "{'dst':'10.0.0.%llu:443','count':1}",
-					 (unsigned long long)rnd % 250);
+				*type = (rnd >> 9) % 2 ? "net.denied" : "net.resolved";
+				if ((rnd >> 9) % 2)
+					snprintf(js, sizeof js,
+						 "{'dst':'10.0.0.%llu','port':443,'proto':'tcp',"
+						 "'reason':'not granted','count':%llu}",
+						 (unsigned long long)rnd % 250,
+						 (unsigned long long)(rnd >> 40) % 9 + 1);
+				else
+					snprintf(js, sizeof js,
+						 "{'name':'a.test','type':'A','addrs':['192.0.2.%llu'],"
+						 "'count':%llu}",
+						 (unsigned long long)rnd % 250,
+						 (unsigned long long)(rnd >> 40) % 9 + 1);
 				break;
 			case 8:
 				*type = "run.warning";
