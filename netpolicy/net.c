@@ -125,35 +125,23 @@ static void iface_of(const sb_net *n, unsigned k, const char *id, struct sb_net_
 	f->prefix6 = 64;
 }
 
-/* Takes slot k (or any free one when k < 0). Errors: SB_ERR_FULL,
- * SB_ERR_EXISTS (k is taken). */
+/* Takes slot k (or any free one when k < 0); n->lock is held. Errors:
+ * SB_ERR_FULL, SB_ERR_EXISTS (k is taken). */
 static int slot_take(sb_net *n, long k, unsigned *out)
 {
-	int rc = SB_ERR_FULL;
-
-	pthread_mutex_lock(&n->lock);
-	if (k >= 0) {
-		rc = (size_t)k < n->nslots && !n->slots[k] ? SB_OK : SB_ERR_EXISTS;
-		if (rc == SB_OK)
-			*out = (unsigned)k;
-	} else {
-		for (size_t i = 0; i < n->nslots; i++)
-			if (!n->slots[i]) {
-				*out = (unsigned)i;
-				rc = SB_OK;
-				break;
-			}
-	}
-	if (rc == SB_OK) {
-		n->slots[*out] = 1;
-		n->nruns++;
-	}
-	pthread_mutex_unlock(&n->lock);
-	if (rc == SB_ERR_FULL)
-		return sb_seterr(rc, "network acl: all %zu addresses of %s are taken",
+	if (k >= 0 && ((size_t)k >= n->nslots || n->slots[k]))
+		return sb_seterr(SB_ERR_EXISTS,
+				 "network acl: address slot %ld is another run's", k);
+	for (size_t i = 0; k < 0 && i < n->nslots; i++)
+		if (!n->slots[i])
+			k = (long)i;
+	if (k < 0)
+		return sb_seterr(SB_ERR_FULL,
+				 "network acl: all %zu addresses of %s are taken",
 				 n->nslots, n->c.subnet4);
-	if (rc == SB_ERR_EXISTS)
-		return sb_seterr(rc, "network acl: address slot %ld is another run's", k);
+	n->slots[k] = 1;
+	n->nruns++;
+	*out = (unsigned)k;
 	return SB_OK;
 }
 
@@ -349,13 +337,13 @@ static void ns_lock_write(sb_net *n)
 #define FWD4 "/proc/sys/net/ipv4/ip_forward"
 #define FWD6 "/proc/sys/net/ipv6/conf/all/forwarding"
 
-int sb_net_check(sb_net *n)
+/* sb_net_check with n->lock held. */
+static int check_locked(sb_net *n)
 {
 	struct sb_nft_host h;
 	int rc = SB_OK, fwd = 1, fence = 0;
 
 	memset(&h, 0, sizeof h);
-	pthread_mutex_lock(&n->lock);
 	if (n->checked)
 		goto out;
 	if (access("/dev/net/tun", R_OK | W_OK)) {
@@ -399,6 +387,28 @@ int sb_net_check(sb_net *n)
 		goto out;
 	n->checked = 1;
 out:
+	return rc;
+}
+
+int sb_net_check(sb_net *n)
+{
+	int rc;
+
+	pthread_mutex_lock(&n->lock);
+	rc = check_locked(n);
+	pthread_mutex_unlock(&n->lock);
+	return rc;
+}
+
+/* Checks the host and takes slot k (any when k < 0) at once, so the table
+ * cannot go (the last run's end) between the two. */
+static int check_and_take(sb_net *n, long k, unsigned *out)
+{
+	int rc;
+
+	pthread_mutex_lock(&n->lock);
+	if ((rc = check_locked(n)) == SB_OK)
+		rc = slot_take(n, k, out);
 	pthread_mutex_unlock(&n->lock);
 	return rc;
 }
@@ -594,11 +604,9 @@ int sb_net_run_open(sb_net *n, const char *run, const struct sb_netpolicy *p,
 	struct net_run *r;
 	int rc;
 
-	if ((rc = sb_net_check(n)))
-		return rc;
 	if (!(r = run_new(n, run, p)))
 		return SB_ERR_NOMEM;
-	if ((rc = slot_take(n, -1, &r->slot)))
+	if ((rc = check_and_take(n, -1, &r->slot)))
 		goto fail;
 	run_names(r);
 	r->nr.mark = mark_next(r);
@@ -639,8 +647,6 @@ int sb_net_run_reattach(sb_net *n, const char *run, const struct sb_netpolicy *p
 	int dns = 0, px = 0, rc, have = 0;
 	json_t *j;
 
-	if ((rc = sb_net_check(n)))
-		return rc;
 	net_file(n, run, path, sizeof path);
 	if (!(j = json_load_file(path, 0, &je)))
 		return sb_seterr(SB_ERR_NOTFOUND, "%s: %s", path, je.text);
@@ -651,7 +657,7 @@ int sb_net_run_reattach(sb_net *n, const char *run, const struct sb_netpolicy *p
 		return sb_seterr(SB_ERR_CORRUPT, "%s: not a run's network", path);
 	if (!(r = run_new(n, run, p)))
 		return SB_ERR_NOMEM;
-	if ((rc = slot_take(n, slot, &r->slot)))
+	if ((rc = check_and_take(n, (long)slot, &r->slot)))
 		goto fail;
 	run_names(r);
 	r->nr.dns_port = (uint16_t)dns;
@@ -1308,9 +1314,16 @@ void sb_net_run_remove(sb_net *n, const char *run)
 {
 	char tap[16], path[PATH_MAX + 64];
 
-	if (sb_net_check(n))
-		return; /* no enforcement here: nothing of it either */
-	snprintf(tap, sizeof tap, "sb%s", run);
+	/* nothing of the host changes for a run that left nothing */
+	if (!cap_net_admin())
+		return;
+	pthread_mutex_lock(&n->lock);
+	if (!n->nft && sb_nft_open(&n->nft)) {
+		pthread_mutex_unlock(&n->lock);
+		return;
+	}
+	pthread_mutex_unlock(&n->lock);
+	snprintf(tap, sizeof tap, "sb%.12s", run);
 	sb_nft_run_del(n->nft, run, tap);
 	link_del(n, tap);
 	net_file(n, run, path, sizeof path);
