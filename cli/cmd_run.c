@@ -35,6 +35,7 @@ struct run_opts {
 	uint64_t cpus, mem, timeout, budget, quota;
 	struct list inputs, env, secrets, models, allow;
 	int detach, json;
+	json_t *policy; /* --policy FILE, whose strings the lists point into */
 };
 
 static int list_add(struct list *l, const char *s, const char *what)
@@ -53,6 +54,67 @@ static void pack_strs(msgpack_packer *pk, const char *key, const char *const *v,
 		sb_pack_str(pk, v[i]);
 }
 
+/* Reads the policy file path ({"network": MODE, "allow": [GRANT...]})
+ * into o->policy. Returns an exit code (a bad file: usage). */
+static int policy_load(const char *path, struct run_opts *o)
+{
+	static const char *const keys[] = {"network", "allow"};
+	json_error_t je;
+	const char *k;
+	json_t *v, *a;
+	size_t i;
+
+	if (!(o->policy = json_load_file(path, JSON_REJECT_DUPLICATES, &je)))
+		return cli_fail_code(je.line < 0 ? CLI_EXIT_NOTFOUND : CLI_EXIT_USAGE,
+				     "policy %s: %s", path, je.text);
+	if (!json_is_object(o->policy))
+		return cli_fail_code(CLI_EXIT_USAGE, "policy %s: not a JSON object", path);
+	json_object_foreach(o->policy, k, v)
+	{
+		if (strcmp(k, keys[0]) && strcmp(k, keys[1]))
+			return cli_fail_code(CLI_EXIT_USAGE,
+					     "policy %s: unknown key '%s' (it takes network and "
+					     "allow)",
+					     path, k);
+	}
+	v = json_object_get(o->policy, "network");
+	if (v && !json_is_string(v))
+		return cli_fail_code(CLI_EXIT_USAGE, "policy %s: network must be a string", path);
+	v = json_object_get(o->policy, "allow");
+	if (v && !json_is_array(v))
+		return cli_fail_code(CLI_EXIT_USAGE, "policy %s: allow must be an array", path);
+	json_array_foreach(v, i, a)
+	{
+		if (!json_is_string(a))
+			return cli_fail_code(CLI_EXIT_USAGE,
+					     "policy %s: allow holds a grant that is not a string",
+					     path);
+	}
+	return CLI_EXIT_OK;
+}
+
+/* The policy file under the options: its network unless --net says one,
+ * its grants before --allow's. */
+static int policy_merge(struct run_opts *o)
+{
+	json_t *grants = json_object_get(o->policy, "allow"), *g;
+	struct list all = {{0}, 0};
+	size_t i;
+	int rc = CLI_EXIT_OK;
+
+	if (!o->net && json_object_get(o->policy, "network"))
+		o->net = json_string_value(json_object_get(o->policy, "network"));
+	json_array_foreach(grants, i, g)
+	{
+		if ((rc = list_add(&all, json_string_value(g), "grants")))
+			return rc;
+	}
+	for (int k = 0; k < o->allow.n && rc == CLI_EXIT_OK; k++)
+		rc = list_add(&all, o->allow.v[k], "grants");
+	o->allow = all;
+	return rc;
+}
+
 /* Parses the options of argv into o; returns CLI_GO_ON with optind at the
  * command or prompt, or the exit code (help or a usage error, printed). */
 static int parse_opts(int argc, char **argv, struct run_opts *o)
@@ -69,6 +131,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 		{"allow", required_argument, NULL, 'A'},    {"record-quota", required_argument, NULL, 'Q'},
 		{"detach", no_argument, NULL, 'd'},         {"json", no_argument, NULL, 'j'},
 		{"snapshots", required_argument, NULL, 'S'},
+		{"policy", required_argument, NULL, 'P'},
 		{NULL, 0, NULL, 0},
 	};
 	int ch, rc = CLI_EXIT_OK;
@@ -130,12 +193,19 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 			break;
 		case 'N': o->net = optarg; break;
 		case 'A': rc = list_add(&o->allow, optarg, "--allow"); break;
+		case 'P':
+			if (o->policy)
+				return cli_fail_code(CLI_EXIT_USAGE, "--policy is given once");
+			rc = policy_load(optarg, o);
+			break;
 		case 'd': o->detach = 1; break;
 		case 'j': o->json = 1; break;
 		default: return cli_badopt("run", argv, ch);
 		}
 	}
 	if (rc != CLI_EXIT_OK)
+		return rc;
+	if (o->policy && (rc = policy_merge(o)))
 		return rc;
 	if (optind >= argc)
 		return cli_fail_code(CLI_EXIT_USAGE,
@@ -357,8 +427,10 @@ int cmd_run(int argc, char **argv)
 	size_t total = 0;
 	int nin = 0, has_cmd, first, rc;
 
-	if ((rc = parse_opts(argc, argv, &o)) != CLI_GO_ON)
+	if ((rc = parse_opts(argc, argv, &o)) != CLI_GO_ON) {
+		json_decref(o.policy);
 		return rc;
+	}
 	first = optind;
 	has_cmd = first > 1 && !strcmp(argv[first - 1], "--");
 	/* every input is checked before anything starts */
@@ -401,5 +473,6 @@ out:
 	sb_client_close(c);
 	while (nin-- > 0)
 		close(in[nin].fd);
+	json_decref(o.policy);
 	return rc;
 }

@@ -180,37 +180,48 @@ int sb_net_grant_equal(const struct sb_net_grant *a, const struct sb_net_grant *
 	       !strcmp(a->host, b->host);
 }
 
-int sb_netpolicy_resolve(const msgpack_object *spec, struct sb_netpolicy *p)
+int sb_netpolicy_resolve(const msgpack_object *spec, const struct sb_netpolicy *dflt,
+			 struct sb_netpolicy *p)
 {
 	const msgpack_object *allow;
-	char mode[8] = "none";
+	char mode[8] = "none", g[SB_NET_HOST_MAX + 32];
+	size_t first;
 	int rc;
 
 	memset(p, 0, sizeof *p);
+	if (dflt)
+		*p = *dflt;
+	first = p->ngrants; /* the spec's own grants start here */
+	if (dflt && dflt->mode == SB_NET_ACL)
+		snprintf(mode, sizeof mode, "acl");
 	if ((rc = sb_spec_str(spec, "network", mode, sizeof mode)) ||
 	    (rc = sb_spec_strs(spec, "allow", SB_NET_GRANTS, &allow)))
 		return rc;
 	if (!strcmp(mode, "acl"))
 		p->mode = SB_NET_ACL;
-	else if (strcmp(mode, "none"))
+	else if (!strcmp(mode, "none"))
+		p->mode = SB_NET_NONE;
+	else
 		return sb_seterr(SB_ERR_INVAL, "spec: network must be none or acl");
 	for (uint32_t i = 0; allow && i < allow->via.array.size; i++) {
 		const msgpack_object *a = &allow->via.array.ptr[i];
-		if ((rc = sb_net_grant_parse(a->via.str.ptr, a->via.str.size,
-					     &p->grants[i])))
+		struct sb_net_grant n;
+		size_t k;
+		if ((rc = sb_net_grant_parse(a->via.str.ptr, a->via.str.size, &n)))
 			return rc;
-		p->ngrants++;
+		for (k = 0; k < p->ngrants && !sb_net_grant_equal(&p->grants[k], &n); k++)
+			;
+		sb_net_grant_format(&n, g, sizeof g);
+		if (k >= first && k < p->ngrants)
+			return sb_seterr(SB_ERR_INVAL, "spec: grant %s is given twice", g);
+		if (k < p->ngrants)
+			continue; /* the template's already */
+		if (p->ngrants == SB_NET_GRANTS)
+			return sb_seterr(SB_ERR_INVAL, "spec: more than %d grants", SB_NET_GRANTS);
+		p->grants[p->ngrants++] = n;
 	}
 	if (p->ngrants && p->mode != SB_NET_ACL)
 		return sb_seterr(SB_ERR_INVAL, "spec: allow grants need network acl");
-	for (size_t i = 0; i < p->ngrants; i++)
-		for (size_t k = 0; k < i; k++)
-			if (sb_net_grant_equal(&p->grants[i], &p->grants[k])) {
-				char g[SB_NET_HOST_MAX + 32];
-				sb_net_grant_format(&p->grants[i], g, sizeof g);
-				return sb_seterr(SB_ERR_INVAL,
-						 "spec: grant %s is given twice", g);
-			}
 	return SB_OK;
 }
 

@@ -49,10 +49,13 @@ int sb_net_grant_equal(const struct sb_net_grant *a, const struct sb_net_grant *
  * buf of cap bytes (truncated to fit, always terminated). */
 void sb_net_grant_format(const struct sb_net_grant *g, char *buf, size_t cap);
 
-/* Resolves the "network" and "allow" fields of spec into *p.
- * Errors: SB_ERR_INVAL (an unknown mode, a bad grant, a grant given twice,
- * grants without mode acl, more than SB_NET_GRANTS). */
-int sb_netpolicy_resolve(const msgpack_object *spec, struct sb_netpolicy *p);
+/* Resolves the "network" and "allow" fields of spec into *p, over the
+ * defaults dflt (a template's mode and grants; NULL: none): the spec's
+ * mode, else dflt's; dflt's grants, then the spec's (one that dflt has is
+ * taken once). Errors: SB_ERR_INVAL (an unknown mode, a bad grant, a grant
+ * the spec gives twice, grants without mode acl, more than SB_NET_GRANTS). */
+int sb_netpolicy_resolve(const msgpack_object *spec, const struct sb_netpolicy *dflt,
+			 struct sb_netpolicy *p);
 
 /* Packs "network" (the mode's name) and "allow" (the grants as text): 2
  * key/value pairs, for the caller's map. */

@@ -10,7 +10,9 @@
 #   modules), bin = HOST:GUEST (an executable plus its shared libraries and
 #   loader found by ldd), file = HOST:GUEST (one file), model = NAME (the
 #   runs' default model), secret = NAME[:env|:model] (a secret every run of
-#   the template is granted; repeatable). HOST may use $BUILD
+#   the template is granted; repeatable), network = none|acl (its runs'
+#   default network), allow = GRANT (a network grant of every run of the
+#   template; repeatable, at most 16; checked by the daemon). HOST may use $BUILD
 #   and is relative to the repository root. TEMPLATE_DIR/root/, if present,
 #   is copied into the root file system as it is.
 # Writes into OUT_DIR (read-only, 0444):
@@ -21,7 +23,7 @@
 #               /etc/passwd, /etc/group and the template's files
 #   template.json {name, description, kernel_version, files: {name: sha256},
 #               hash, cpus, memory_mib, timeout_s, harness, model,
-#               secrets: [NAME[:SCOPE]]}; hash is the
+#               secrets: [NAME[:SCOPE]], network, allow: [GRANT]}; hash is the
 #               sha256 of the lines "vmlinux <h>", "initrd.img <h>",
 #               "rootfs.img <h>" (newline-terminated).
 # Environment: BUILD (build dir, default build), SANBOX_AGENT (default
@@ -74,7 +76,7 @@ host_path() {
 
 # ---- template.conf ----
 name="" description="" harness="" cpus=1 memory=256M timeout=10m disk=512M
-modules="" bins="" files="" model="" secrets=""
+modules="" bins="" files="" model="" secrets="" network="" allows="" nallow=0
 nl='
 '
 while IFS= read -r line || [ -n "$line" ]; do
@@ -98,6 +100,14 @@ while IFS= read -r line || [ -n "$line" ]; do
 		printf '%s' "$val" | grep -qE '^[A-Za-z_][A-Za-z0-9_]{0,62}(:env|:model)?$' ||
 			die "$conf: bad secret '$val' (NAME, NAME:env or NAME:model)"
 		secrets="$secrets${secrets:+, }$(json_str "$val")" ;;
+	network)
+		case $val in none | acl) network=$val ;; *) die "$conf: network must be none or acl" ;; esac ;;
+	allow)
+		printf '%s' "$val" | grep -qE '^[][A-Za-z0-9_.:/*-]+$' ||
+			die "$conf: bad grant '$val'"
+		nallow=$((nallow + 1))
+		[ $nallow -le 16 ] || die "$conf: at most 16 grants"
+		allows="$allows${allows:+, }$(json_str "$val")" ;;
 	*) die "$conf: unknown key '$key'" ;;
 	esac
 done <"$conf"
@@ -284,7 +294,9 @@ cat >"$out/template.json" <<EOF
   "timeout_s": $timeout_s,
   "harness": $(json_str "$harness"),
   "model": $(json_str "$model"),
-  "secrets": [$secrets]
+  "secrets": [$secrets],
+  "network": $(json_str "$network"),
+  "allow": [$allows]
 }
 EOF
 chmod 0444 "$out/template.json"

@@ -119,9 +119,24 @@ static int inputs_resolve(const msgpack_object *spec, struct sb_plan *p)
 	return SB_OK;
 }
 
+/* The network a template gives its runs (template.conf network, allow). */
+static int template_net(const struct sb_template *t, struct sb_netpolicy *n)
+{
+	int rc;
+
+	memset(n, 0, sizeof *n);
+	n->mode = !strcmp(t->network, "acl") ? SB_NET_ACL : SB_NET_NONE;
+	for (size_t i = 0; i < t->nallow; i++)
+		if ((rc = sb_net_grant_parse(t->allow[i], strlen(t->allow[i]),
+					     &n->grants[n->ngrants++])))
+			return sb_seterr(rc, "template %s: %s", t->name, sb_errmsg(rc));
+	return SB_OK;
+}
+
 int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 		    const msgpack_object *spec, struct sb_plan *p)
 {
+	struct sb_netpolicy tnet;
 	const msgpack_object *argv, *env;
 	char tmpl[64] = "shell", prompt[PROMPT_MAX];
 	uint64_t quota;
@@ -143,13 +158,7 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	    (rc = sb_spec_u64(spec, "cpus", CPUS_MAX, &p->cpus)) ||
 	    (rc = sb_spec_u64(spec, "memory_mib", MEMORY_MAX, &p->memory_mib)) ||
 	    (rc = sb_spec_u64(spec, "timeout_s", TIMEOUT_MAX, &p->timeout_s)) ||
-	    (rc = sb_spec_u64(spec, "record_quota", QUOTA_MAX, &quota)) ||
-	    (rc = sb_netpolicy_resolve(spec, &p->net)))
-		return rc;
-	/* a run never starts with less isolation than it asked for */
-	if (p->net.mode == SB_NET_ACL &&
-	    (rc = c->net ? sb_net_check(c->net)
-			 : sb_seterr(SB_ERR_UNAVAIL, "network acl is not enforced here")))
+	    (rc = sb_spec_u64(spec, "record_quota", QUOTA_MAX, &quota)))
 		return rc;
 	if (strcmp(p->accel, "auto") && strcmp(p->accel, "kvm") &&
 	    strcmp(p->accel, "tcg"))
@@ -177,7 +186,14 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 			return sb_seterr(SB_ERR_INVAL,
 					 "spec: argv entry %u holds a NUL byte", i);
 	if ((rc = inputs_resolve(spec, p)) ||
-	    (rc = sb_template_load(c->home, tmpl, &p->t)))
+	    (rc = sb_template_load(c->home, tmpl, &p->t)) ||
+	    (rc = template_net(&p->t, &tnet)) ||
+	    (rc = sb_netpolicy_resolve(spec, &tnet, &p->net)))
+		return rc;
+	/* a run never starts with less isolation than it asked for */
+	if (p->net.mode == SB_NET_ACL &&
+	    (rc = c->net ? sb_net_check(c->net)
+			 : sb_seterr(SB_ERR_UNAVAIL, "network acl is not enforced here")))
 		return rc;
 	if (strv_copy(argv, &p->argv, &p->argc) || strv_copy(env, &p->env, &p->nenv) ||
 	    !(p->prompt = strdup(p->argc ? "" : prompt)))
@@ -409,7 +425,7 @@ int sb_plan_from_record(const char *run, const msgpack_object *created,
 		x->mode = (uint32_t)sb_map_u64(in, "mode", 0644) & 07777;
 		p->ninputs++;
 	}
-	if ((rc = sb_netpolicy_resolve(pol, &p->net)))
+	if ((rc = sb_netpolicy_resolve(pol, NULL, &p->net)))
 		return sb_seterr(SB_ERR_CORRUPT, "run %s: its recorded network: %s", run,
 				 sb_errmsg(rc));
 	return sb_access_from_record(pol, &p->access);

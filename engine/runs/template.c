@@ -45,6 +45,26 @@ static int copy_json_str(json_t *o, const char *key, char *buf, size_t cap)
 	return 0;
 }
 
+/* Copies the strings of array key of j (absent: none) into rows of width
+ * bytes, at most max; *n gets how many. -1 when one is not a string or
+ * does not fit, or there are more. */
+static int copy_json_strs(json_t *j, const char *key, char *rows, size_t width, size_t max,
+			  size_t *n)
+{
+	json_t *one;
+	size_t i;
+
+	*n = 0;
+	json_array_foreach(json_object_get(j, key), i, one)
+	{
+		const char *v = json_string_value(one);
+		if (!v || strlen(v) >= width || *n == max)
+			return -1;
+		memcpy(rows + width * (*n)++, v, strlen(v) + 1);
+	}
+	return 0;
+}
+
 int sb_template_load(const char *home, const char *name, struct sb_template *t)
 {
 	char store[PATH_MAX], path[PATH_MAX + 64];
@@ -74,19 +94,15 @@ int sb_template_load(const char *home, const char *name, struct sb_template *t)
 	}
 	copy_json_str(j, "kernel_version", t->kernel_version, sizeof t->kernel_version);
 	copy_json_str(j, "model", t->model, sizeof t->model);
-	json_t *secrets = json_object_get(j, "secrets"), *one;
-	size_t i;
-	json_array_foreach(secrets, i, one)
-	{
-		const char *v = json_string_value(one);
-		if (!v || strlen(v) >= sizeof t->secrets[0] ||
-		    t->nsecrets == SB_TEMPLATE_SECRETS) {
-			json_decref(j);
-			return sb_seterr(SB_ERR_CORRUPT,
-					 "%s: bad secrets (at most %d names)", path,
-					 SB_TEMPLATE_SECRETS);
-		}
-		memcpy(t->secrets[t->nsecrets++], v, strlen(v) + 1);
+	copy_json_str(j, "network", t->network, sizeof t->network);
+	if (copy_json_strs(j, "secrets", t->secrets[0], sizeof t->secrets[0],
+			   SB_TEMPLATE_SECRETS, &t->nsecrets) ||
+	    copy_json_strs(j, "allow", t->allow[0], sizeof t->allow[0], SB_TEMPLATE_GRANTS,
+			   &t->nallow)) {
+		json_decref(j);
+		return sb_seterr(SB_ERR_CORRUPT,
+				 "%s: bad secrets or allow (at most %d and %d strings)", path,
+				 SB_TEMPLATE_SECRETS, SB_TEMPLATE_GRANTS);
 	}
 	t->cpus = (uint64_t)json_integer_value(json_object_get(j, "cpus"));
 	t->memory_mib = (uint64_t)json_integer_value(json_object_get(j, "memory_mib"));

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #define SB_TEMPLATE_SECRETS 8
+#define SB_TEMPLATE_GRANTS  16
 
 struct sb_template {
 	char name[64];
@@ -22,6 +23,9 @@ struct sb_template {
 	char model[96];	   /* default model of its runs ("" = the settings') */
 	char secrets[SB_TEMPLATE_SECRETS][72]; /* granted to every run: NAME[:SCOPE] */
 	size_t nsecrets;
+	char network[8];			/* its runs' default network, or "" */
+	char allow[SB_TEMPLATE_GRANTS][300];	/* grants of every run (as written) */
+	size_t nallow;
 	uint64_t cpus, memory_mib, timeout_s;
 	char kernel[PATH_MAX], initrd[PATH_MAX], rootfs[PATH_MAX];
 };

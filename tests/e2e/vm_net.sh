@@ -31,6 +31,15 @@ tmp=$SANBOX_HOME/t
 mkdir -p "$tmp"
 cp "$NP" "$tmp/netprobe"
 
+# a policy file that is not one is refused before anything is sent
+for p in '{"network": "acl", "budget": 1}' '[1]' '{"allow": "a.test:80"}' '{"allow": [1]}' 'x'; do
+	printf '%s' "$p" >"$tmp/bad.json"
+	out=$("$SB" run --policy "$tmp/bad.json" -- true 2>&1)
+	rc=$?
+	[ "$rc" = 2 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && ok "bad policy file: $out" ||
+		bad "policy file $p" "rc $rc: $out"
+done
+
 # a daemon without CAP_NET_ADMIN refuses network acl in one line, before
 # anything is recorded; it runs plain runs
 setpriv --inh-caps=-net_admin --bounding-set=-net_admin -- ip netns exec "$NETLAB_D" \
@@ -93,11 +102,15 @@ r fronthttp $p http 198.51.100.10 80 --host b.test
 r neighbourtls $p tls 198.51.100.11 443 --sni a.test
 echo "resolv: $(cat /etc/resolv.conf | tr '\n' ' ')"
 EOF
-A=$(sbx run --detach --accel tcg --name nettest --timeout 300s --net acl \
-	--allow 198.51.100.10:8080 --allow a.test:443 --allow a.test:80 \
-	--allow '[2001:db8:100::10]:8080' \
+# a policy file gives the mode and two grants, --allow the rest
+printf '{"network": "acl", "allow": ["a.test:80", "a.test:443"]}' >"$tmp/policy.json"
+A=$(sbx run --detach --accel tcg --name nettest --timeout 300s --policy "$tmp/policy.json" \
+	--allow 198.51.100.10:8080 --allow a.test:443 --allow '[2001:db8:100::10]:8080' \
 	--input "$tmp/netprobe" --input "$tmp/probe.sh" -- /bin/sh probe.sh 2>"$tmp/a.err") ||
 	bad "run --net acl" "$(cat "$tmp/a.err")"
+has_event "$A" "e['type']=='run.policy.resolved' and e['payload']['network']=='acl' and e['payload']['allow']==['a.test:80','a.test:443','198.51.100.10:8080','[2001:db8:100::10]:8080']" &&
+	ok "the policy file's grants, then --allow's, each once" ||
+	bad "policy" "$(events_json "$A" | grep policy.resolved)"
 wait_event "$A" "e['type']=='run.stopped'" 180 || bad "run A" "did not end"
 expect "$A" granted "hello from 198.51.100.10:8080"
 expect "$A" granted6 "hello from [2001:db8:100::10]:8080"

@@ -102,8 +102,9 @@ static void test_grants_refused(void **state)
 	assert_int_equal(sb_net_grant_parse("a\0example:80", 12, &g), SB_ERR_INVAL);
 }
 
-/* Resolves the spec given as JSON text. */
-static int resolve(const char *json, struct sb_netpolicy *p)
+/* Resolves the spec given as JSON text over defaults dflt. */
+static int resolve_over(const char *json, const struct sb_netpolicy *dflt,
+			struct sb_netpolicy *p)
 {
 	msgpack_sbuffer sb;
 	msgpack_zone zone;
@@ -113,10 +114,40 @@ static int resolve(const char *json, struct sb_netpolicy *p)
 	tu_json(&sb, json);
 	msgpack_zone_init(&zone, 1024);
 	assert_int_equal(sb_payload_parse(sb.data, sb.size, &zone, &spec), SB_OK);
-	rc = sb_netpolicy_resolve(&spec, p);
+	rc = sb_netpolicy_resolve(&spec, dflt, p);
 	msgpack_zone_destroy(&zone);
 	msgpack_sbuffer_destroy(&sb);
 	return rc;
+}
+
+static int resolve(const char *json, struct sb_netpolicy *p)
+{
+	return resolve_over(json, NULL, p);
+}
+
+/* A template's network under the spec's: its mode unless the spec says
+ * one, its grants and then the spec's, one grant both give once. */
+static void test_template_defaults(void **state)
+{
+	struct sb_netpolicy t, p;
+	char out[SB_NET_HOST_MAX + 32];
+
+	memset(&t, 0, sizeof t);
+	t.mode = SB_NET_ACL;
+	assert_int_equal(sb_net_grant_parse("a.test:443", 10, &t.grants[t.ngrants++]), SB_OK);
+	assert_int_equal(resolve_over("{}", &t, &p), SB_OK);
+	assert_int_equal(p.mode, SB_NET_ACL);
+	assert_int_equal(p.ngrants, 1);
+	assert_int_equal(resolve_over("{'allow': ['b.test:80', 'A.test:443']}", &t, &p), SB_OK);
+	assert_int_equal(p.ngrants, 2);
+	sb_net_grant_format(&p.grants[1], out, sizeof out);
+	assert_string_equal(out, "b.test:80");
+	assert_int_equal(resolve_over("{'network': 'none'}", &t, &p), SB_ERR_INVAL);
+	assert_non_null(strstr(sb_errmsg(SB_ERR_INVAL), "need network acl"));
+	t.ngrants = 0;
+	t.mode = SB_NET_NONE;
+	assert_int_equal(resolve_over("{'network': 'acl'}", &t, &p), SB_OK);
+	assert_int_equal(p.mode, SB_NET_ACL);
 }
 
 static void test_resolve(void **state)
@@ -173,6 +204,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_grants_parse),
+	    cmocka_unit_test(test_template_defaults),
 	    cmocka_unit_test(test_grants_refused),
 	    cmocka_unit_test(test_resolve),
 	};

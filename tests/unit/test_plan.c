@@ -56,10 +56,26 @@ static int setup(void **state)
 	    "{\"name\":\"box\",\"hash\":\"feedface\",\"harness\":\"/usr/bin/agent\","
 	    "\"kernel_version\":\"6.1.0\",\"cpus\":2,\"memory_mib\":256,\"timeout_s\":"
 	    "600}");
-	for (int i = 0; i < 3; i++) {
+	/* templates whose runs default to network acl, one with a bad grant */
+	for (int k = 0; k < 2; k++) {
+		static const char *const names[] = {"netbox", "badnet"};
+		static const char *const allow[] = {"\"a.test:443\"", "\"x\""};
+		char json[400];
+		snprintf(path, sizeof path, "%s/templates/%s", f->home, names[k]);
+		assert_int_equal(sb_mkdirs(path, 0700), SB_OK);
+		snprintf(path, sizeof path, "%s/templates/%s/template.json", f->home, names[k]);
+		snprintf(json, sizeof json,
+			 "{\"name\":\"%s\",\"hash\":\"feedface\",\"harness\":\"/bin/a\","
+			 "\"network\":\"acl\",\"allow\":[%s]}",
+			 names[k], allow[k]);
+		write_file(path, json);
+	}
+	for (int i = 0; i < 9; i++) {
+		static const char *const dirs[] = {"box", "netbox", "badnet"};
 		static const char *const files[] = {"vmlinux", "initrd.img",
 						    "rootfs.img"};
-		snprintf(path, sizeof path, "%s/templates/box/%s", f->home, files[i]);
+		snprintf(path, sizeof path, "%s/templates/%s/%s", f->home, dirs[i / 3],
+			 files[i % 3]);
 		write_file(path, "");
 	}
 	/* a provider that is not the built-in stub: arming starts nothing */
@@ -299,6 +315,10 @@ static void test_refused_specs(void **state)
 	     "network acl is not enforced here"},
 	    {"{'template':'box','argv':['ls'],'network':'acl','allow':['a.test']}",
 	     "'a.test'"},
+	    /* a template's network is its runs' default */
+	    {"{'template':'netbox','argv':['ls']}", "network acl is not enforced here"},
+	    {"{'template':'netbox','argv':['ls'],'network':'none'}", "need network acl"},
+	    {"{'template':'badnet','argv':['ls']}", "template badnet: grant 'x'"},
 	};
 	msgpack_sbuffer sb;
 	msgpack_zone zone;
