@@ -32,8 +32,13 @@ json_is "$tmp/st" "j['state'] == 'not-running' and j['running'] is False and j['
 "$SB" daemon status | grep -q "^sanboxd: not running for $SANBOX_HOME" || fail "status text, not running"
 [ -z "$(daemon_pid)" ] || fail "daemon status started a daemon"
 
-# -- usage errors, for every command and subcommand
-for c in run attach events ps inspect stop daemon admin template fs cp doctor secret help version; do
+# -- usage errors, for every command and subcommand (the commands as help lists them)
+cmds=$("$SB" help | sed -n '/^Commands:/,/^$/s/^  \([a-z]*\) .*/\1/p')
+for c in run attach events ps inspect stop snapshot snapshots fork resume diff daemon admin \
+	template fs cp doctor secret help version; do
+	case " $(echo $cmds) " in *" $c "*) ;; *) fail "help does not list $c" ;; esac
+done
+for c in $cmds; do
 	usage_err "$c" --bogus-option
 	[ "$(head -1 "$tmp/err")" = "sanbox: $c: unknown option '--bogus-option'" ] ||
 		fail "$c --bogus-option: no one-line error: $(cat "$tmp/err")"
