@@ -71,25 +71,29 @@ static int cp_place(const char *dest, int force, sb_fsread *f, const char *gp,
 
 int cmd_cp(int argc, char **argv)
 {
+	static const struct option opts[] = {
+	    CLI_OPT_HELP,
+	    {"force", no_argument, NULL, 'f'},
+	    {NULL, 0, NULL, 0},
+	};
 	char want[128], gp[SB_FS_PATH_MAX + 16];
-	const char *src = NULL, *dest = NULL, *colon;
+	const char *src, *dest, *colon;
 	struct sb_fs_entry e;
-	int force = 0, opts = 1, rc;
+	int force = 0, ch, rc;
 	sb_fsread *f;
 
-	for (int i = 1; i < argc; i++) {
-		if (opts && (!strcmp(argv[i], "--force") || !strcmp(argv[i], "-f")))
-			force = 1;
-		else if (opts && !strcmp(argv[i], "--"))
-			opts = 0;
-		else if (!src)
-			src = argv[i];
-		else if (!dest)
-			dest = argv[i];
-		else
-			return cli_usage("cp");
+	while ((ch = getopt_long(argc, argv, ":hf", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'h': return cli_help("cp");
+		case 'f': force = 1; break;
+		default: return cli_badopt("cp", argv, ch);
+		}
 	}
-	if (!dest || !(colon = strchr(src, ':')) || colon == src ||
+	if (argc - optind != 2)
+		return cli_usage("cp");
+	src = argv[optind];
+	dest = argv[optind + 1];
+	if (!(colon = strchr(src, ':')) || colon == src ||
 	    (size_t)(colon - src) >= sizeof want || !colon[1] || !dest[0])
 		return cli_usage("cp");
 	memcpy(want, src, (size_t)(colon - src));

@@ -37,12 +37,8 @@ static json_t *key_to_json(const msgpack_object *k)
 	json_t *j = sb_msgpack_to_json(k), *s = NULL;
 	char *text = j ? json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
 
-	if (text && strlen(text) > KEY_TEXT_MAX) {
-		size_t n = KEY_TEXT_MAX - 4;
-		while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80)
-			n--;
-		memcpy(text + n, "...", 4);
-	}
+	if (text && strlen(text) > KEY_TEXT_MAX)
+		memcpy(text + sb_utf8_cut(text, strlen(text), KEY_TEXT_MAX - 4), "...", 4);
 	if (text)
 		s = json_string(text);
 	free(text);

@@ -229,7 +229,8 @@ int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen, in
 	int64_t deadline = sb_deadline(timeout_ms);
 	struct pollfd pfd = {.events = POLLIN};
 	struct sb_spawn sp = {
-	    .argv = argv, .in = -1, .out = -1, .err = -1, .new_session = 1};
+	    .argv = argv, .in = -1, .out = -1, .err = -1, .new_session = 1,
+	    .die_with_parent = 1};
 	char scratch[4096];
 	int pp[2] = {-1, -1}, rc;
 	size_t used = 0;

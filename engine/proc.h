@@ -47,7 +47,9 @@ int sb_proc_kill(pid_t pid, int sig);
 
 /* Runs argv with stdin from /dev/null and collects its stdout and stderr
  * (NUL-terminated, cut to outlen - 1) into out (may be NULL when outlen is
- * 0); kills it after timeout_ms. *status gets the waitpid() status.
+ * 0); kills it after timeout_ms, or when the calling thread ends first (a
+ * process killed meanwhile leaves no child behind). *status gets the
+ * waitpid() status.
  * Errors: SB_ERR_UNAVAIL (program missing, or its exec failed),
  * SB_ERR_TIMEOUT, SB_ERR_IO. */
 int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen,

@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "engine/error.h"
+#include "engine/text.h"
 
 #ifndef TOOL_TIMEOUT_MS
 #define TOOL_TIMEOUT_MS 60000 /* shell tool timeout; -D for tests */
@@ -141,58 +142,20 @@ static long now_ms(void)
 
 /* ---- text ---- */
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t len)
-{
-	size_t n, i;
-	unsigned int cp;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xC2 && s[0] <= 0xDF)
-		n = 2, cp = s[0] & 0x1F;
-	else if (s[0] >= 0xE0 && s[0] <= 0xEF)
-		n = 3, cp = s[0] & 0x0F;
-	else if (s[0] >= 0xF0 && s[0] <= 0xF4)
-		n = 4, cp = s[0] & 0x07;
-	else
-		return 0;
-	if (n > len)
-		return 0;
-	for (i = 1; i < n; i++) {
-		if ((s[i] & 0xC0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (s[i] & 0x3F);
-	}
-	if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-	    (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-		return 0;
-	return n;
-}
-
-/* A JSON string of s[0..len) cut to at most max bytes, with invalid UTF-8
- * bytes replaced by U+FFFD (jansson refuses invalid UTF-8). NULL on OOM. */
+/* A JSON string of s[0..len) with each byte that is not part of valid
+ * UTF-8 as U+FFFD (jansson refuses invalid UTF-8), cut to at most max bytes
+ * on a character boundary. NULL when out of memory. */
 static json_t *text_json(const char *s, size_t len, size_t max)
 {
-	const unsigned char *u = (const unsigned char *)s;
-	struct buf b = {.cap_max = (size_t)-1};
-	size_t i = 0, n;
+	size_t n;
+	char *clean = sb_utf8_lossy(s, len, &n);
 	json_t *j;
 
-	while (i < len) {
-		n = utf8_seq(u + i, len - i);
-		if (b.len + (n ? n : 3) > max)
-			break;
-		if (buf_add(&b, n ? s + i : "\xEF\xBF\xBD", n ? n : 3) < 0)
-			goto fail;
-		i += n ? n : 1;
-	}
-	j = json_stringn(b.data ? b.data : "", b.len);
-	free(b.data);
+	if (!clean)
+		return NULL;
+	j = json_stringn(clean, sb_utf8_cut(clean, n, max));
+	free(clean);
 	return j;
-fail:
-	free(b.data);
-	return NULL;
 }
 
 /* ---- events ---- */

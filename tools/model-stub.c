@@ -53,6 +53,7 @@
 
 #include "engine/error.h"
 #include "engine/gateway/meter.h"
+#include "engine/text.h"
 
 #define STUB_BODY_MAX (16u << 20) /* largest request body accepted */
 
@@ -102,16 +103,6 @@ static void stub_sleep_ms(long ms)
 
 	while (ms > 0 && nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
-}
-
-/* Largest n <= max that does not split a UTF-8 sequence of s[0..len). */
-static size_t utf8_cut(const char *s, size_t len, size_t max)
-{
-	size_t n = max < len ? max : len;
-
-	while (n > 0 && n < len && ((unsigned char)s[n] & 0xC0) == 0x80)
-		n--;
-	return n;
 }
 
 static json_int_t ceil4(size_t bytes)
@@ -292,7 +283,7 @@ static int answer_fill(struct answer *a, json_t *turn, size_t in_bytes,
 	    !json_is_true(json_object_get(turn, "ignore_max_tokens"))) {
 		a->out_tok = max_tokens;
 		a->truncated = 1;
-		a->text_len = utf8_cut(a->text, a->text_len, (size_t)max_tokens * 4);
+		a->text_len = sb_utf8_cut(a->text, a->text_len, (size_t)max_tokens * 4);
 		a->text[a->text_len] = '\0';
 		json_decref(a->tools);
 		a->tools = NULL;
@@ -472,7 +463,7 @@ static int text_pieces(const struct answer *a, struct sse *s,
 	int err, first = 1;
 
 	for (i = 1; i <= a->chunks && start < a->text_len; i++) {
-		end = utf8_cut(a->text, a->text_len,
+		end = sb_utf8_cut(a->text, a->text_len,
 			       a->text_len * (size_t)i / (size_t)a->chunks);
 		if (end <= start)
 			continue;

@@ -190,11 +190,8 @@ static void accel_cache_put(const char *file, const char *boot, const char *qver
 	json_decref(j);
 }
 
-/* Boots kernel+initrd under KVM in a fresh directory under tmpdir;
- * *booted = 1 when the guest printed SB_VM_PROBE_OK within
- * SB_ACCEL_PROBE_MS, else why (not NULL) gets the reason. */
-static int accel_probe(const char *kernel, const char *initrd, const char *tmpdir,
-		       int *booted, char *why, size_t whylen)
+int sb_accel_probe(const char *kernel, const char *initrd, const char *tmpdir,
+		   int *booted, char *why, size_t whylen)
 {
 	char dir[PATH_MAX], con[PATH_MAX + 16], qlog[PATH_MAX + 16];
 	char buf[65536];
@@ -205,6 +202,7 @@ static int accel_probe(const char *kernel, const char *initrd, const char *tmpdi
 	    .cpus = 1,
 	    .memory_mib = 256,
 	    .accel = SB_ACCEL_KVM,
+	    .die_with_parent = 1, /* a daemon killed meanwhile takes it along */
 	};
 	struct timespec t0, t;
 	int rc, exited = 0;
@@ -302,7 +300,7 @@ int sb_accel_resolve(sb_accel want, const char *kernel, const char *initrd,
 			return 0;
 	}
 	msg[0] = 0;
-	rc = accel_probe(kernel, initrd, cache_dir ? cache_dir : "/tmp", &booted, msg,
+	rc = sb_accel_probe(kernel, initrd, cache_dir ? cache_dir : "/tmp", &booted, msg,
 			 sizeof msg);
 	if (rc)
 		return rc;

@@ -29,6 +29,15 @@
 int sb_accel_resolve(sb_accel want, const char *kernel, const char *initrd,
 		     const char *cache_dir, sb_accel *out, char *why, size_t whylen);
 
+/* The probe sb_accel_resolve runs: boots kernel and initrd under KVM (a
+ * QEMU in a fresh directory under tmpdir, killed with the calling thread
+ * should that end first) and sets *booted to 1 when the guest printed
+ * SB_VM_PROBE_OK within SB_ACCEL_PROBE_MS, else to 0 with the reason in why.
+ * Errors: SB_ERR_INVAL (tmpdir too long), SB_ERR_IO (its directory), those
+ * of sb_vm_spawn. */
+int sb_accel_probe(const char *kernel, const char *initrd, const char *tmpdir,
+		   int *booted, char *why, size_t whylen);
+
 /* Returns "auto", "kvm" or "tcg" (static). */
 const char *sb_accel_name(sb_accel a);
 

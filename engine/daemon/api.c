@@ -41,13 +41,21 @@ struct req {
 	msgpack_object argv;
 	msgpack_sbuffer *out, outbuf;
 	msgpack_packer pk;
+	int caught_up;	      /* the projections caught up for it */
+	char run[SB_RUN_MAX]; /* the run it stops */
 };
 
-/* Brings the projections up to the newest event before reading them; an
- * error (a corrupt record) leaves them where they are, still consistent. */
-static void catch_up(const struct sb_api_env *e)
+/* Brings the projections up to the newest event before r reads them, once
+ * per request, never on the loop (it waits for a rebuild, and commits): an
+ * op of the loop that reads them has them caught up on its worker first
+ * (READS_PROJ). An error (a corrupt record) leaves them where they are,
+ * still consistent. */
+static void catch_up(struct req *r)
 {
-	sb_projector_catch_up(e->proj, NULL);
+	if (r->caught_up)
+		return;
+	sb_projector_catch_up(r->e->proj, NULL);
+	r->caught_up = 1;
 }
 
 /* Starts a success reply with n fields after "ok". */
@@ -160,13 +168,13 @@ static int resolve_cb(void *vctx, const struct sb_runstate *rs)
 }
 
 /* Resolves a run id, a unique id prefix of 4+ characters, or a run name. */
-static int resolve_run(const struct sb_api_env *e, const char *want, char out[SB_RUN_MAX])
+static int resolve_run(struct req *r, const char *want, char out[SB_RUN_MAX])
 {
 	struct resolve_ctx c = {want, strlen(want), "", 0, 0};
 	int rc;
 
-	catch_up(e);
-	if ((rc = sb_runstate_each(e->proj, resolve_cb, &c)) < 0)
+	catch_up(r);
+	if ((rc = sb_runstate_each(r->e->proj, resolve_cb, &c)) < 0)
 		return rc;
 	if (c.matches == 0)
 		return sb_seterr(SB_ERR_NOTFOUND, "no run '%s'", want);
@@ -184,7 +192,7 @@ static int arg_run(struct req *r, char run[SB_RUN_MAX])
 
 	if ((rc = arg_str(r, "run", want, sizeof want, 1)))
 		return rc;
-	return resolve_run(r->e, want, run);
+	return resolve_run(r, want, run);
 }
 
 static int op_run_resolve(struct req *r)
@@ -284,7 +292,7 @@ static int op_events_read(struct req *r)
 		if (types->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
 			return sb_seterr(SB_ERR_INVAL,
 					 "argument 'types' must be an array of strings");
-	if (want[0] && (rc = resolve_run(r->e, want, run)))
+	if (want[0] && (rc = resolve_run(r, want, run)))
 		return rc;
 	if (!limit)
 		limit = READ_LIMIT_DEFAULT;
@@ -391,7 +399,7 @@ static int op_runs_list(struct req *r)
 	memset(&c, 0, sizeof c);
 	if ((rc = arg_str(r, "group", c.group, sizeof c.group, 0)))
 		return rc;
-	catch_up(r->e);
+	catch_up(r);
 	items_init(&c.items);
 	if ((rc = sb_runstate_each(r->e->proj, list_cb, &c)) == SB_OK)
 		items_reply(r, "runs", &c.items);
@@ -452,7 +460,7 @@ static int op_costs(struct req *r)
 		return rc;
 	if (strcmp(scope, "run") && strcmp(scope, "group") && strcmp(scope, "model"))
 		return sb_seterr(SB_ERR_INVAL, "scope must be run, group or model");
-	catch_up(r->e);
+	catch_up(r);
 	if ((rc = sb_costs_get(r->e->proj, scope, id, &c)))
 		return rc;
 	reply_begin(r, 1);
@@ -528,16 +536,23 @@ static int op_run_create(struct req *r)
 	return OP_LATER;
 }
 
+static void run_stopped(void *ctx, int rc)
+{
+	struct req *r = ctx;
+
+	reply_one(r, rc, "run", r->run);
+}
+
+/* run.stop {run}: answered once the run is stopping (or, when its record
+ * alone says it is live, once its run.stopped is recorded). */
 static int op_run_stop(struct req *r)
 {
-	char run[SB_RUN_MAX];
 	int rc;
 
-	if ((rc = arg_run(r, run)) || (rc = sb_runs_stop(r->e->runs, run, "stopped")))
+	if ((rc = arg_run(r, r->run)) ||
+	    (rc = sb_runs_stop(r->e->runs, r->run, "stopped", run_stopped, r)))
 		return rc;
-	reply_begin(r, 1);
-	sb_pack_kstr(&r->pk, "run", run);
-	return SB_OK;
+	return OP_LATER;
 }
 
 /* --- snapshots, forks and resumes --- */
@@ -769,7 +784,7 @@ static int op_snapshots_list(struct req *r)
 
 	if ((rc = arg_run(r, run)))
 		return rc;
-	catch_up(r->e);
+	catch_up(r);
 	msgpack_sbuffer_init(&c.items);
 	msgpack_packer_init(&c.pk, &c.items, msgpack_sbuffer_write);
 	if ((rc = sb_resume_each(r->e->proj, run, snaps_cb, &c)) == SB_OK) {
@@ -804,7 +819,7 @@ static int op_snapshot_rm(struct req *r)
 
 	if ((rc = arg_run(r, run)) || (rc = arg_str(r, "snapshot", snap, sizeof snap, 1)))
 		return rc;
-	catch_up(r->e);
+	catch_up(r);
 	if ((rc = sb_runstate_get(r->e->proj, run, &st)))
 		return rc;
 	if ((rc = sb_resume_each(r->e->proj, run, has_snap_cb, snap)) < 0)
@@ -838,35 +853,71 @@ static int op_snapshot_rm(struct req *r)
 	return SB_OK;
 }
 
-/* group.stop {group}: stops every live run of the group. */
+/* The stops of one group.stop, answered when the last is done. */
+struct group_stop {
+	struct req *r;
+	char group[64];
+	char (*runs)[SB_RUN_MAX];
+	size_t n, left;
+	int rc;
+	char err[300];
+};
+
+static void group_one_stopped(void *ctx, int rc)
+{
+	struct group_stop *g = ctx;
+
+	/* one that ended meanwhile is fine */
+	if (rc != SB_OK && rc != SB_ERR_STATE && !g->rc) {
+		g->rc = rc;
+		snprintf(g->err, sizeof g->err, "%s", sb_errmsg(rc));
+	}
+	if (--g->left)
+		return;
+	if (g->rc == SB_OK) {
+		reply_begin(g->r, 2);
+		sb_pack_kstr(&g->r->pk, "group", g->group);
+		sb_pack_str(&g->r->pk, "runs");
+		msgpack_pack_array(&g->r->pk, g->n);
+		for (size_t i = 0; i < g->n; i++)
+			sb_pack_str(&g->r->pk, g->runs[i]);
+	}
+	req_finish(g->r, g->rc ? sb_seterr(g->rc, "%s", g->err) : SB_OK);
+	free(g->runs);
+	free(g);
+}
+
+/* group.stop {group}: stops every live run of the group; answered once
+ * each is stopping. */
 static int op_group_stop(struct req *r)
 {
-	char group[64], (*runs)[SB_RUN_MAX] = NULL;
-	size_t n = 0;
+	struct group_stop *g = calloc(1, sizeof *g);
 	int rc;
 
-	if ((rc = arg_str(r, "group", group, sizeof group, 1)))
+	if (!g)
+		return SB_ERR_NOMEM;
+	if ((rc = arg_str(r, "group", g->group, sizeof g->group, 1)) == SB_OK &&
+	    !g->group[0])
+		rc = sb_seterr(SB_ERR_INVAL, "argument 'group' is empty");
+	if (rc) {
+		free(g);
 		return rc;
-	if (!group[0])
-		return sb_seterr(SB_ERR_INVAL, "argument 'group' is empty");
-	catch_up(r->e);
+	}
+	catch_up(r);
 	/* collected before any is stopped, as stopping changes the state */
-	rc = sb_runstate_live(r->e->proj, group, &runs, &n);
-	for (size_t i = 0; rc == SB_OK && i < n; i++) {
-		int one = sb_runs_stop(r->e->runs, runs[i], "stopped");
-		if (one != SB_OK && one != SB_ERR_STATE) /* one that just ended is fine */
-			rc = one;
+	if ((rc = sb_runstate_live(r->e->proj, g->group, &g->runs, &g->n))) {
+		free(g->runs);
+		free(g);
+		return rc;
 	}
-	if (rc == SB_OK) {
-		reply_begin(r, 2);
-		sb_pack_kstr(&r->pk, "group", group);
-		sb_pack_str(&r->pk, "runs");
-		msgpack_pack_array(&r->pk, n);
-		for (size_t i = 0; i < n; i++)
-			sb_pack_str(&r->pk, runs[i]);
-	}
-	free(runs);
-	return rc;
+	g->r = r;
+	g->left = g->n + 1; /* and one for this call, so none answers early */
+	for (size_t i = 0; i < g->n; i++)
+		if ((rc = sb_runs_stop(r->e->runs, g->runs[i], "stopped",
+				       group_one_stopped, g)))
+			group_one_stopped(g, rc);
+	group_one_stopped(g, SB_OK);
+	return OP_LATER;
 }
 
 static int op_daemon_stop(struct req *r)
@@ -979,6 +1030,7 @@ static int op_blob_get(struct req *r)
 
 #define LOCAL_ONLY 1 /* refused on the remote listener */
 #define ON_LOOP	   2 /* runs on the daemon's loop (the run manager's state) */
+#define READS_PROJ 4 /* ... and reads the projections: caught up before */
 
 static const struct op {
 	const char *name;
@@ -992,12 +1044,12 @@ static const struct op {
     {"run.get", op_run_get, 0},
     {"run.resolve", op_run_resolve, 0},
     {"run.create", op_run_create, ON_LOOP},
-    {"run.stop", op_run_stop, ON_LOOP},
-    {"group.stop", op_group_stop, ON_LOOP},
-    {"run.snapshot", op_run_snapshot, ON_LOOP},
-    {"net.grant", op_net_grant, ON_LOOP},
-    {"run.fork", op_run_fork, ON_LOOP},
-    {"run.resume", op_run_resume, ON_LOOP},
+    {"run.stop", op_run_stop, ON_LOOP | READS_PROJ},
+    {"group.stop", op_group_stop, ON_LOOP | READS_PROJ},
+    {"run.snapshot", op_run_snapshot, ON_LOOP | READS_PROJ},
+    {"net.grant", op_net_grant, ON_LOOP | READS_PROJ},
+    {"run.fork", op_run_fork, ON_LOOP | READS_PROJ},
+    {"run.resume", op_run_resume, ON_LOOP | READS_PROJ},
     {"snapshots.list", op_snapshots_list, 0},
     {"snapshot.rm", op_snapshot_rm, 0},
     {"blob.get", op_blob_get, 0},
@@ -1076,6 +1128,8 @@ static void req_run(void *ctx)
 		goto done;
 	}
 	if (r->op->flags & ON_LOOP) {
+		if (r->op->flags & READS_PROJ)
+			catch_up(r);
 		if ((rc = sb_loop_post(r->e->loop, req_run_on_loop, r)) == SB_OK)
 			return;
 		goto done;

@@ -109,7 +109,7 @@ static void on_budget_stop(void *ctx)
 {
 	struct budget_stop *b = ctx;
 
-	sb_runs_stop(b->d->runs, b->run, "budget"); /* one that ended already is fine */
+	sb_runs_stop(b->d->runs, b->run, "budget", NULL, NULL); /* one that ended: fine */
 	free(b);
 }
 

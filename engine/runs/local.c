@@ -1182,7 +1182,6 @@ static int local_merge(struct sb_machine *m, unsigned layer, sb_snapshot_fn cb, 
 {
 	char path[SB_LAYER_PATH_MAX];
 	struct merge_op *op;
-	size_t readers;
 	int rc;
 
 	if (m->snap || m->merge || m->ended)
@@ -1191,12 +1190,8 @@ static int local_merge(struct sb_machine *m, unsigned layer, sb_snapshot_fn cb, 
 				 m->run);
 	if (!m->qmp_ready)
 		return sb_seterr(SB_ERR_UNAVAIL, "the VM's monitor is not connected yet");
-	if ((rc = local_readers(m->lr, m->run, layer, &readers)))
-		return rc;
-	if (readers)
-		return sb_seterr(SB_ERR_STATE,
-				 "layer %u of run %s is read by %zu other runs", layer,
-				 m->run, readers);
+	/* its readers: the caller's to check, off the loop (they are every
+	 * layer of every run) */
 	if ((rc = sb_layers_path(m->lr->home, m->run, layer, path, sizeof path)))
 		return rc;
 	if (!(op = calloc(1, sizeof *op)))

@@ -94,15 +94,18 @@ struct sb_runner_ops {
 	int (*snapshot)(sb_machine *m, const struct sb_snapshot_req *req,
 			sb_snapshot_fn cb, void *ctx);
 	/* Deletes the frozen layer layer of live machine m, which no other
-	 * run reads: the layer above it in m's chain takes in its data
-	 * (QMP block-stream down to the layer's own backing file) and then
-	 * reads that instead; the file goes. cb(ctx, rc, NULL) once, later
-	 * (info is NULL). One at a time, and not with a snapshot. Errors (cb
-	 * not called): SB_ERR_STATE (busy, or m ended), SB_ERR_UNAVAIL (no
-	 * monitor yet), SB_ERR_NOMEM. */
+	 * run reads (the caller checks with readers, off the loop: merge
+	 * runs on it and does not look): the layer above it in m's chain
+	 * takes in its data (QMP block-stream down to the layer's own
+	 * backing file) and then reads that instead; the file goes.
+	 * cb(ctx, rc, NULL) once, later (info is NULL). One at a time, and
+	 * not with a snapshot. Errors (cb not called): SB_ERR_STATE (busy,
+	 * or m ended), SB_ERR_UNAVAIL (no monitor yet), SB_ERR_NOMEM. */
 	int (*merge)(sb_machine *m, unsigned layer, sb_snapshot_fn cb, void *ctx);
 	/* Sets *count to how many other runs read run's frozen layer layer
-	 * (a fork's chain). May read files. Errors: SB_ERR_NOTFOUND, SB_ERR_IO. */
+	 * (a fork's chain). Reads a header of every layer of every run: call
+	 * it on a worker (it is safe from any thread). Errors:
+	 * SB_ERR_NOTFOUND, SB_ERR_IO. */
 	int (*readers)(void *runner, const char *run, unsigned layer, size_t *count);
 	/* Prepares a machine for plan (a fork or a resume) whose disk
 	 * continues the frozen layer base_layer of run from_run (on a

@@ -8,6 +8,7 @@
  */
 #include "engine/runs/runs.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -94,6 +95,8 @@ struct sb_runs {
 	msgpack_sbuffer batch, blobs; /* the items' payloads, and their blobs */
 	struct batch_item *items;
 	size_t nitems, capitems;
+	struct job *jobs;	 /* sent to a worker, not back yet */
+	pthread_mutex_t stop_mu; /* one record closed by a stop at a time */
 };
 
 static void runs_log(struct sb_runs *rs, const char *fmt, ...)
@@ -109,6 +112,85 @@ static void runs_log(struct sb_runs *rs, const char *fmt, ...)
 	va_end(ap);
 	if (rs->env.log_line)
 		rs->env.log_line(rs->env.ctx, line);
+}
+
+/* --- work off the loop ---
+ *
+ * What reads the projections (catching them up first waits for a rebuild
+ * and commits) or many files runs on the jobs pool as a job, which reports
+ * back on the loop. A job is in rs->jobs until then, so a manager closed
+ * first frees it. */
+
+struct job {
+	struct sb_runs *rs;
+	struct job *next;
+	void (*work)(struct job *j); /* on a worker; NULL: none */
+	void (*done)(struct job *j); /* then on the loop */
+	char run[SB_RUN_MAX];
+	int rc;
+	char err[300]; /* rc's detail */
+	/* a stop */
+	char reason[32];
+	sb_runs_stopped_fn cb;
+	void *ctx;
+	/* retention */
+	uint64_t keep;
+	unsigned layer; /* the snapshot to merge away, when found */
+	int found;
+};
+
+static struct job *job_new(struct sb_runs *rs, const char *run)
+{
+	struct job *j = calloc(1, sizeof *j);
+
+	if (j) {
+		j->rs = rs;
+		snprintf(j->run, sizeof j->run, "%s", run);
+	}
+	return j;
+}
+
+static void job_done(void *ctx)
+{
+	struct job *j = ctx;
+
+	for (struct job **p = &j->rs->jobs; *p; p = &(*p)->next) {
+		if (*p == j) {
+			*p = j->next;
+			break;
+		}
+	}
+	j->done(j);
+	free(j);
+}
+
+static void job_work(void *ctx)
+{
+	struct job *j = ctx;
+
+	sb_clearerr();
+	j->work(j);
+	if (j->rc)
+		snprintf(j->err, sizeof j->err, "%s", sb_errmsg(j->rc));
+	/* out of memory: the job stays in rs->jobs, its answer is lost */
+	sb_loop_post(j->rs->env.loop, job_done, j);
+}
+
+/* Runs j's work on a worker (then its done on the loop), or with no work
+ * its done on the loop, later. On error j is freed. */
+static int job_submit(struct job *j)
+{
+	struct sb_runs *rs = j->rs;
+	int rc = j->work ? sb_work_submit(rs->env.jobs, job_work, j)
+			 : sb_loop_post(rs->env.loop, job_done, j);
+
+	if (rc) {
+		free(j);
+		return rc;
+	}
+	j->next = rs->jobs; /* before job_done, which runs on this thread */
+	rs->jobs = j;
+	return SB_OK;
 }
 
 /* --- recording --- */
@@ -728,27 +810,54 @@ static void on_retired(void *ctx, int rc, const char *snapshot)
 		     sb_errmsg(rc));
 }
 
+/* On a worker: the oldest of the run's automatic snapshots past keep that
+ * no other run reads (its record caught up first, with the snapshot.saved
+ * that asked). */
+static void retire_work(struct job *j)
+{
+	struct sb_runs *rs = j->rs;
+	struct turn_points t = {0};
+	size_t readers;
+
+	if (sb_projector_catch_up(rs->env.proj, NULL) ||
+	    sb_resume_each(rs->env.proj, j->run, turn_cb, &t) < 0 || t.total <= j->keep)
+		return;
+	for (size_t i = 0; i < t.n && i < t.total - j->keep; i++) {
+		if (rs->env.runner->readers(rs->env.runner_ctx, j->run, t.layers[i],
+					    &readers) ||
+		    readers)
+			continue;
+		j->layer = t.layers[i];
+		j->found = 1;
+		return;
+	}
+}
+
+/* On the loop: the snapshot found is merged away, if its run still runs. */
+static void retire_done(struct job *j)
+{
+	struct run *r = run_find(j->rs, j->run);
+
+	if (j->found && r && r->st == R_RUNNING && r->snap)
+		sb_snapper_merge(r->snap, j->layer, on_retired, r);
+}
+
 /* Past runs.snapshots_keep automatic snapshots, the oldest that no other
  * run reads is merged into the layer above it (the run's chain stays
- * short) and its record says snapshot.removed (by retention). */
+ * short) and its record says snapshot.removed (by retention). Which one is
+ * found on a worker. */
 static void retention(struct run *r)
 {
 	struct sb_runs *rs = r->rs;
 	uint64_t keep = (uint64_t)rs->env.settings->snapshots_keep;
-	struct turn_points t = {0};
-	size_t readers;
+	struct job *j;
 
-	if (!keep || sb_projector_catch_up(rs->env.proj, NULL) ||
-	    sb_resume_each(rs->env.proj, r->id, turn_cb, &t) < 0 || t.total <= keep)
+	if (!keep || !(j = job_new(rs, r->id)))
 		return;
-	for (size_t i = 0; i < t.n && i < t.total - keep; i++) {
-		if (rs->env.runner->readers(rs->env.runner_ctx, r->id, t.layers[i],
-					    &readers) ||
-		    readers)
-			continue;
-		sb_snapper_merge(r->snap, t.layers[i], on_retired, r);
-		return;
-	}
+	j->keep = keep;
+	j->work = retire_work;
+	j->done = retire_done;
+	job_submit(j); /* a pool that is closing: none this time */
 }
 
 static void snap_warn(void *ctx, const char *line)
@@ -970,9 +1079,15 @@ static void create_done(void *ctx)
 	memcpy(id, r->id, sizeof id);
 	r->spec_obj = NULL;
 	if (!r->recorded) {
+		/* a resume stopped meanwhile, refused: its record, which may say
+		 * live, is for the stop to close */
+		int stop = r->resume && r->stop_reason[0];
+		snprintf(reason, sizeof reason, "%s", r->stop_reason);
 		rc = sb_seterr(r->create_rc, "%s", r->create_err);
 		run_end(r);
 		cb(cb_ctx, rc, NULL);
+		if (stop)
+			sb_runs_stop(rs, id, reason, NULL, NULL);
 		return;
 	}
 	if (r->start_failed) {
@@ -1033,24 +1148,66 @@ int sb_runs_create(struct sb_runs *rs, const msgpack_object *spec, sb_runs_creat
 	return SB_OK;
 }
 
-int sb_runs_stop(struct sb_runs *rs, const char *id, const char *reason)
+/* On a worker: a run without a machine here gets its run.stopped if its
+ * record (caught up, with the end of a run that just ended on the loop)
+ * says it is live; one such close at a time, so none is recorded twice. */
+static void stop_work(struct job *j)
+{
+	struct sb_runs *rs = j->rs;
+	struct sb_runstate st;
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	struct sb_event ev;
+
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 1);
+	sb_pack_kstr(&pk, "reason", j->reason);
+	pthread_mutex_lock(&rs->stop_mu);
+	sb_projector_catch_up(rs->env.proj, NULL);
+	if ((j->rc = sb_runstate_get(rs->env.proj, j->run, &st)) == SB_OK) {
+		if (!sb_runstate_is_live(&st))
+			j->rc = sb_seterr(SB_ERR_STATE, "run %s is not running (%s)",
+					  j->run, st.status);
+		else if (!buf.data)
+			j->rc = SB_ERR_NOMEM;
+		else if ((j->rc = sb_event_init(&ev, "run.stopped", j->run, SB_SRC_HOST,
+						buf.data, buf.size)) == SB_OK)
+			j->rc = sb_log_append(rs->env.log, &ev, 1);
+	}
+	pthread_mutex_unlock(&rs->stop_mu);
+	msgpack_sbuffer_destroy(&buf);
+}
+
+static void stop_done(struct job *j)
+{
+	if (j->cb)
+		j->cb(j->ctx, j->rc ? sb_seterr(j->rc, "%s", j->err) : SB_OK);
+}
+
+int sb_runs_stop(struct sb_runs *rs, const char *id, const char *reason,
+		 sb_runs_stopped_fn cb, void *ctx)
 {
 	struct run *r = run_find(rs, id);
-	struct sb_runstate st;
+	struct job *j;
 	int rc;
 
-	if (r) {
+	if (r && !cb) {
 		run_stop(r, reason);
 		return SB_OK;
 	}
-	sb_projector_catch_up(rs->env.proj, NULL);
-	if ((rc = sb_runstate_get(rs->env.proj, id, &st)))
+	if (!(j = job_new(rs, id)))
+		return SB_ERR_NOMEM;
+	snprintf(j->reason, sizeof j->reason, "%s", reason);
+	j->cb = cb;
+	j->ctx = ctx;
+	j->work = r ? NULL : stop_work; /* a record without a machine: close it */
+	j->done = stop_done;
+	if ((rc = job_submit(j)))
 		return rc;
-	if (!sb_runstate_is_live(&st))
-		return sb_seterr(SB_ERR_STATE, "run %s is not running (%s)", id,
-				 st.status);
-	/* a record without a machine (it never started): close it */
-	return host_event(rs, id, "run.stopped", "reason", reason, NULL);
+	if (r)
+		run_stop(r, reason);
+	return SB_OK;
 }
 
 void sb_runs_stop_all(struct sb_runs *rs, const char *reason)
@@ -1418,13 +1575,15 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 			     SB_SRC_HOST, buf->data, buf->size);
 }
 
-/* On a worker: the plan from the record of the run continued, its
- * record, and a machine on a new layer over the snapshot. */
+static int from_point(struct run *r);
+
+/* On a worker: the snapshot continued, the plan from the record of the run
+ * continued, its record, and a machine on a new layer over the snapshot. */
 static void from_job(void *ctx)
 {
 	struct run *r = ctx;
 	struct sb_runs *rs = r->rs;
-	struct record rec = {.from_offset = r->from_offset, .offset_at = r->at};
+	struct record rec = {0};
 	msgpack_zone zone;
 	msgpack_object created, policy;
 	msgpack_sbuffer fb;
@@ -1437,6 +1596,12 @@ static void from_job(void *ctx)
 		r->create_rc = SB_ERR_NOMEM;
 		goto out;
 	}
+	if ((rc = from_point(r))) {
+		r->create_rc = rc;
+		goto out;
+	}
+	rec.from_offset = r->from_offset;
+	rec.offset_at = r->at;
 	if ((rc = record_read(rs, r->from_run, &rec)) == SB_OK &&
 	    (!rec.created.size || !rec.policy.size ||
 	     sb_payload_parse(rec.created.data, rec.created.size, &zone, &created) ||
@@ -1553,36 +1718,75 @@ static int snapshot_layer(const char *id, unsigned *n)
 	return 1;
 }
 
+/* On a worker: the snapshot a fork or resume continues, from the
+ * projections caught up: r->from_snap as asked, or ("") the newest at or
+ * before r->at; then r->from_snap, from_layer, from_offset, at,
+ * memory_bytes and (a resume) spent are the snapshot's. Errors:
+ * SB_ERR_NOTFOUND (no such run or snapshot), SB_ERR_STATE (a resume of a
+ * run its record says is live), SB_ERR_CORRUPT, the projections'. */
+static int from_point(struct run *r)
+{
+	struct sb_runs *rs = r->rs;
+	char want[sizeof r->from_snap];
+	const char *snapshot;
+	uint64_t at = r->at;
+	struct sb_runstate st;
+	struct sb_resume_point rp;
+	struct point_ctx pc = {NULL, at, &rp, 0};
+	struct sb_cost cost = {0};
+	int rc;
+
+	memcpy(want, r->from_snap, sizeof want);
+	pc.snapshot = snapshot = want[0] ? want : NULL;
+	sb_projector_catch_up(rs->env.proj, NULL);
+	if ((rc = sb_runstate_get(rs->env.proj, r->from_run, &st)))
+		return rc;
+	if (r->resume && sb_runstate_is_live(&st))
+		return sb_seterr(SB_ERR_STATE, "run %s is still running: fork it instead",
+				 r->from_run);
+	if ((rc = sb_resume_each(rs->env.proj, r->from_run, point_cb, &pc)) < 0)
+		return rc;
+	if (!pc.found) {
+		if (snapshot)
+			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s",
+					 r->from_run, snapshot);
+		if (at == UINT64_MAX)
+			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot",
+					 r->from_run);
+		return sb_seterr(SB_ERR_NOTFOUND,
+				 "run %s has no snapshot at or before offset %llu",
+				 r->from_run, (unsigned long long)at);
+	}
+	snprintf(r->from_snap, sizeof r->from_snap, "%s", rp.snapshot);
+	if (!snapshot_layer(rp.snapshot, &r->from_layer))
+		return sb_seterr(SB_ERR_CORRUPT, "run %s: snapshot id '%s' is malformed",
+				 r->from_run, rp.snapshot);
+	r->from_offset = rp.offset;
+	/* a memory snapshot asked for by id (or at its very offset) is
+	 * continued with its processes, by a resume or a fork */
+	if (!strcmp(rp.kind, "memory") && (snapshot || at == rp.offset))
+		r->memory_bytes = rp.memory_bytes;
+	/* the offset continued from: the one asked for, else the snapshot's */
+	r->at = snapshot || at == UINT64_MAX ? rp.offset : at;
+	if (at == UINT64_MAX && !snapshot)
+		r->at = st.last_offset;
+	if (r->resume) {
+		sb_costs_get(rs->env.proj, "run", r->from_run, &cost);
+		r->spent = cost.cost_nusd; /* the budget goes on */
+	}
+	return SB_OK;
+}
+
 int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_created_fn cb,
 		 void *ctx)
 {
-	struct sb_runstate st;
-	struct sb_resume_point rp;
-	struct point_ctx pc = {f->snapshot, f->at, &rp, 0};
-	struct sb_cost cost = {0};
 	struct run *r;
 	unsigned char raw[SB_RUN_ID_LEN / 2];
 	int rc;
 
-	sb_projector_catch_up(rs->env.proj, NULL);
-	if ((rc = sb_runstate_get(rs->env.proj, f->run, &st)))
-		return rc;
-	if (f->resume && (run_find(rs, f->run) || sb_runstate_is_live(&st)))
+	if (f->resume && run_find(rs, f->run))
 		return sb_seterr(SB_ERR_STATE, "run %s is still running: fork it instead",
 				 f->run);
-	if ((rc = sb_resume_each(rs->env.proj, f->run, point_cb, &pc)) < 0)
-		return rc;
-	if (!pc.found) {
-		if (f->snapshot)
-			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s",
-					 f->run, f->snapshot);
-		if (f->at == UINT64_MAX)
-			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot",
-					 f->run);
-		return sb_seterr(SB_ERR_NOTFOUND,
-				 "run %s has no snapshot at or before offset %llu",
-				 f->run, (unsigned long long)f->at);
-	}
 	if (!(r = calloc(1, sizeof *r)))
 		return SB_ERR_NOMEM;
 	r->rs = rs;
@@ -1590,21 +1794,9 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 	r->from = 1;
 	r->resume = f->resume;
 	snprintf(r->from_run, sizeof r->from_run, "%s", f->run);
-	snprintf(r->from_snap, sizeof r->from_snap, "%s", rp.snapshot);
-	if (!snapshot_layer(rp.snapshot, &r->from_layer)) {
-		free(r);
-		return sb_seterr(SB_ERR_CORRUPT, "run %s: snapshot id '%s' is malformed",
-				 f->run, rp.snapshot);
-	}
-	r->from_offset = rp.offset;
-	/* a memory snapshot asked for by id (or at its very offset) is
-	 * continued with its processes, by a resume or a fork */
-	if (!strcmp(rp.kind, "memory") && (f->snapshot || f->at == rp.offset))
-		r->memory_bytes = rp.memory_bytes;
-	/* the offset continued from: the one asked for, else the snapshot's */
-	r->at = f->snapshot || f->at == UINT64_MAX ? rp.offset : f->at;
-	if (f->at == UINT64_MAX && !f->snapshot)
-		r->at = st.last_offset;
+	/* what is asked for, until from_point finds it */
+	snprintf(r->from_snap, sizeof r->from_snap, "%s", f->snapshot ? f->snapshot : "");
+	r->at = f->at;
 	if (f->prompt && !(r->new_prompt = strdup(f->prompt))) {
 		free(r);
 		return SB_ERR_NOMEM;
@@ -1612,8 +1804,6 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 	snprintf(r->new_name, sizeof r->new_name, "%s", f->name ? f->name : "");
 	if (f->resume) {
 		snprintf(r->id, sizeof r->id, "%s", f->run);
-		sb_costs_get(rs->env.proj, "run", f->run, &cost);
-		r->spent = cost.cost_nusd; /* the budget goes on */
 	} else {
 		randombytes_buf(raw, sizeof raw);
 		sodium_bin2hex(r->id, sizeof r->id, raw, sizeof raw);
@@ -1722,9 +1912,11 @@ int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
 	if (!rs)
 		return SB_ERR_NOMEM;
 	rs->env = *env;
+	pthread_mutex_init(&rs->stop_mu, NULL);
 	msgpack_sbuffer_init(&rs->batch);
 	msgpack_sbuffer_init(&rs->blobs);
 	if (!(rs->flush_w = sb_loop_idle_end(env->loop, on_flush, rs))) {
+		pthread_mutex_destroy(&rs->stop_mu);
 		free(rs);
 		return SB_ERR_NOMEM;
 	}
@@ -1754,6 +1946,12 @@ void sb_runs_close(struct sb_runs *rs)
 		rs->live = r->next;
 		run_free(r); /* the machine keeps running; the next daemon takes it up */
 	}
+	while (rs->jobs) { /* done on a worker, never back on the loop */
+		struct job *j = rs->jobs;
+		rs->jobs = j->next;
+		free(j);
+	}
+	pthread_mutex_destroy(&rs->stop_mu);
 	sb_watch_stop(rs->flush_w);
 	msgpack_sbuffer_destroy(&rs->batch);
 	msgpack_sbuffer_destroy(&rs->blobs);

@@ -3,11 +3,12 @@
  * timeout, budget, failure).
  *
  * Everything here runs on the daemon's loop; what may block (resolving the
- * plan, the disk layer, the accelerator probe, recording the run) runs on
- * the jobs pool, and run.create answers when that is done. Machines are
- * reached only through a runner (engine/runs/runner.h), guests through
- * their channel (engine/runs/guest.h). Events the guests send during one
- * loop iteration are recorded in one append at its end.
+ * plan, the disk layer, the accelerator probe, recording the run, catching
+ * the projections up and reading them, looking for a layer's readers) runs
+ * on the jobs pool, and the request is answered when that is done.
+ * Machines are reached only through a runner (engine/runs/runner.h),
+ * guests through their channel (engine/runs/guest.h). Events the guests
+ * send during one loop iteration are recorded in one append at its end.
  */
 #ifndef SB_RUNS_H
 #define SB_RUNS_H
@@ -83,12 +84,14 @@ struct sb_runs_from {
 	const char *prompt;   /* a new prompt for the harness, or NULL */
 };
 
-/* Creates a fork of f->run, or resumes it, from a snapshot: the plan is
- * read back from its record, the disk is a new layer over the snapshot's,
- * and the machine starts as for sb_runs_create (cb the same way; for a
- * resume the id is f->run's). Errors (cb not called): SB_ERR_NOTFOUND (no
- * such run or snapshot), SB_ERR_STATE (a resume of a live run),
- * SB_ERR_NOMEM, SB_ERR_UNAVAIL. */
+/* Creates a fork of f->run, or resumes it, from a snapshot: the snapshot
+ * is looked up in the projections and the plan read back from the record
+ * (on a worker), the disk is a new layer over the snapshot's, and the
+ * machine starts as for sb_runs_create (cb the same way, also with
+ * SB_ERR_NOTFOUND: no such run or snapshot, and SB_ERR_STATE: a resume of a
+ * run whose record says it is live; for a resume the id is f->run's). f is
+ * copied. Errors (cb not called): SB_ERR_STATE (a resume of a run that has
+ * a machine here), SB_ERR_NOMEM, SB_ERR_UNAVAIL. */
 int sb_runs_from(struct sb_runs *r, const struct sb_runs_from *f, sb_runs_created_fn cb,
 		 void *ctx);
 
@@ -116,10 +119,20 @@ int sb_runs_snapshot(struct sb_runs *r, const char *run, int memory, sb_snap_fn 
  * turns, an automatic snapshot (as after a turn). On the loop. */
 void sb_runs_model_call(struct sb_runs *r, const char *run);
 
+/* Called on the loop when a stop is done: rc SB_OK, or an error with its
+ * detail (sb_errmsg). */
+typedef void (*sb_runs_stopped_fn)(void *ctx, int rc);
+
 /* Stops run: asks the harness to end (SIGTERM), then ends the machine
- * after a grace period; reason goes into run.stopped. Errors:
- * SB_ERR_NOTFOUND, SB_ERR_STATE (the run is not running). */
-int sb_runs_stop(struct sb_runs *r, const char *run, const char *reason);
+ * after a grace period; reason goes into run.stopped. A run with no
+ * machine here whose record says it is live (it never started) gets its
+ * run.stopped at once, from a worker (the projections caught up first).
+ * cb (NULL: nobody waits) is called once, later, on the loop, with SB_OK
+ * or SB_ERR_NOTFOUND (no such run), SB_ERR_STATE (it is not running), a
+ * log error. Errors (cb not called): SB_ERR_NOMEM, SB_ERR_STATE (the jobs
+ * pool is closing). */
+int sb_runs_stop(struct sb_runs *r, const char *run, const char *reason,
+		 sb_runs_stopped_fn cb, void *ctx);
 
 /* Stops every run with a machine (or being created) as sb_runs_stop does. */
 void sb_runs_stop_all(struct sb_runs *r, const char *reason);

@@ -32,13 +32,16 @@ json_is "$tmp/st" "j['state'] == 'not-running' and j['running'] is False and j['
 "$SB" daemon status | grep -q "^sanboxd: not running for $SANBOX_HOME" || fail "status text, not running"
 [ -z "$(daemon_pid)" ] || fail "daemon status started a daemon"
 
-# -- usage errors, for every command and subcommand
-for c in run attach events ps inspect stop daemon admin template fs cp doctor secret help version; do
+# -- usage errors, for every command and subcommand (the commands as help lists them)
+cmds=$("$SB" help | sed -n '/^Commands:/,/^$/s/^  \([a-z]*\) .*/\1/p')
+for c in run attach events ps inspect stop snapshot snapshots fork resume diff daemon admin \
+	template fs cp doctor secret help version; do
+	case " $(echo $cmds) " in *" $c "*) ;; *) fail "help does not list $c" ;; esac
+done
+for c in $cmds; do
 	usage_err "$c" --bogus-option
-	case $c in fs | cp) ;; # they parse their operands by hand
-	*) grep -q "^sanbox: .*unknown option '--bogus-option'" "$tmp/err" ||
-		fail "$c --bogus-option: no one-line error: $(cat "$tmp/err")" ;;
-	esac
+	[ "$(head -1 "$tmp/err")" = "sanbox: $c: unknown option '--bogus-option'" ] ||
+		fail "$c --bogus-option: no one-line error: $(cat "$tmp/err")"
 	"$SB" "$c" --help >"$tmp/out" 2>&1 || fail "$c --help: exit $?"
 	head -1 "$tmp/out" | grep -q "^usage: sanbox $c" || fail "$c --help: $(head -2 "$tmp/out")"
 	"$SB" help "$c" | cmp -s - "$tmp/out" || fail "help $c differs from $c --help"
@@ -58,6 +61,15 @@ usage_err daemon status extra
 usage_err admin append onlyrun operator.note
 usage_err admin token
 usage_err admin token create name extra
+usage_err cp
+usage_err cp run:f
+usage_err cp run:f a b
+usage_err cp nocolon dest
+usage_err cp :f dest
+usage_err cp -x run:f dest
+[ "$(head -1 "$tmp/err")" = "sanbox: cp: unknown option '-x'" ] || fail "cp -x: $(head -1 "$tmp/err")"
+usage_err fs cat
+usage_err fs ls run a b
 usage_err secret set
 usage_err secret rm a b
 usage_err secret set NAME --json   # prints no data: takes no --json

@@ -1432,6 +1432,126 @@ static void test_malformed(void **state)
 	sb_client_close(c);
 }
 
+/* --- the loop while the projections are rebuilt --- */
+
+#define REBUILD_EVENTS 1000000 /* seconds of admin.reproject */
+
+static int setup_big_log(void **state)
+{
+	struct daemon *d = calloc(1, sizeof *d);
+
+	assert_non_null(d);
+	d->home = home_new();
+	seed_run(d->home, RUN_A);
+	seed_run(d->home, RUN_B);
+	seed_turns(d->home, RUN_A, RUN_B, REBUILD_EVENTS);
+	daemon_start(d);
+	*state = d;
+	return 0;
+}
+
+/* A request in a thread of its own, on a client of its own. */
+struct bg_call {
+	const char *home;
+	const char *js;
+	int rc;
+	char err[256];
+	struct sb_reply rep;
+	double took;
+	pthread_t th;
+};
+
+static void *bg_call_main(void *arg)
+{
+	struct bg_call *b = arg;
+	msgpack_sbuffer sb;
+	sb_client *c;
+	double t0 = now_s();
+
+	if ((b->rc = sb_client_open(b->home, NULL, &c)))
+		return NULL;
+	tu_json(&sb, b->js);
+	b->rc = sb_request(c, &sb, 120000, &b->rep);
+	if (b->rc)
+		snprintf(b->err, sizeof b->err, "%s", sb_errmsg(b->rc));
+	msgpack_sbuffer_destroy(&sb);
+	sb_client_close(c);
+	b->took = now_s() - t0;
+	return NULL;
+}
+
+static void bg_call_start(struct bg_call *b, const char *home, const char *js)
+{
+	memset(b, 0, sizeof *b);
+	b->home = home;
+	b->js = js;
+	assert_int_equal(pthread_create(&b->th, NULL, bg_call_main, b), 0);
+}
+
+/* The rebuild's progress: 1 while admin.reproject has not caught up. */
+static int rebuilding(sb_client *c)
+{
+	struct sb_reply rep;
+	int r;
+
+	assert_int_equal(call(c, &rep, "{'op':'health'}"), SB_OK);
+	r = sb_map_u64(&rep.map, "checkpoint", 0) < sb_map_u64(&rep.map, "last_offset", 0);
+	sb_reply_free(&rep);
+	return r;
+}
+
+/* The daemon's loop never waits for the projections. admin.reproject holds
+ * them for seconds (REBUILD_EVENTS from offset 0); meanwhile group.stop and
+ * run.stop, ops of the run manager that read them, wait off the loop, and
+ * run.create, whose answer comes through the loop, is answered at once (a
+ * template that is not there: its error), as is health. Then group.stop
+ * answers with the group's live runs (none), run.stop that its run is not
+ * running, and the rebuild ends. */
+static void test_loop_during_reproject(void **state)
+{
+	struct daemon *d = *state;
+	struct bg_call rebuild, gstop, rstop;
+	struct sb_reply rep;
+	sb_client *c = client(d->home);
+	double t0, took;
+	int rc, i;
+
+	bg_call_start(&rebuild, d->home, "{'op':'admin.reproject'}");
+	for (i = 0; i < 5000 && !rebuilding(c); i++)
+		sleep_ms(1);
+	assert_true(rebuilding(c));
+	bg_call_start(&gstop, d->home, "{'op':'group.stop','group':'g'}");
+	bg_call_start(&rstop, d->home, "{'op':'run.stop','run':'" RUN_A "'}");
+	sleep_ms(100); /* they wait for the projections now */
+	t0 = now_s();
+	rc = call(c, &rep, "{'op':'run.create','spec':{'template':'no-such-template',"
+		  "'argv':['true']}}");
+	took = now_s() - t0;
+	assert_int_equal(rc, SB_ERR_NOTFOUND);
+	sb_reply_free(&rep);
+	assert_int_equal(call(c, &rep, "{'op':'health'}"), SB_OK);
+	sb_reply_free(&rep);
+	if (!rebuilding(c))
+		fail_msg("run.create was answered in %.2f s, after the rebuild", took);
+	print_message("run.create answered in %.3f s during the rebuild\n", took);
+	pthread_join(gstop.th, NULL);
+	pthread_join(rstop.th, NULL);
+	pthread_join(rebuild.th, NULL);
+	if (rebuild.rc)
+		fail_msg("admin.reproject: %s", rebuild.err);
+	if (gstop.rc)
+		fail_msg("group.stop: %s", gstop.err);
+	assert_int_equal(sb_map_get(&gstop.rep.map, "runs")->via.array.size, 0);
+	if (rstop.rc != SB_ERR_STATE || !strstr(rstop.err, "not running"))
+		fail_msg("run.stop of a stopped run: %d %s", rstop.rc, rstop.err);
+	print_message("rebuild %.2f s, group.stop answered after %.2f s\n", rebuild.took,
+		      gstop.took);
+	sb_reply_free(&gstop.rep);
+	sb_reply_free(&rstop.rep);
+	sb_reply_free(&rebuild.rep);
+	sb_client_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1446,6 +1566,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_subscribe_churn, setup_two_runs, teardown),
 		cmocka_unit_test_setup_teardown(test_sigkill_restart, setup_two_runs, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed, setup_two_runs, teardown),
+		cmocka_unit_test_setup_teardown(test_loop_during_reproject, setup_big_log, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -608,6 +608,45 @@ static void test_nested_keys_bounded(void **state)
 	msgpack_sbuffer_destroy(&sb);
 }
 
+/* A key's JSON text cut at 256 bytes ends on a character boundary: a
+ * two-byte character the cut would split is left out whole. */
+static void test_key_cut_utf8(void **state)
+{
+	char text[600], want[300];
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_zone zone;
+	msgpack_object o;
+	const char *key;
+	json_t *j, *v;
+	size_t n = 0;
+
+	text[n++] = 'a';
+	while (n < 400) {
+		memcpy(text + n, "\xc3\xa9", 2); /* U+00E9 */
+		n += 2;
+	}
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 1);
+	msgpack_pack_array(&pk, 1); /* the key: ["a\u00e9\u00e9..."] */
+	msgpack_pack_str_with_body(&pk, text, n);
+	msgpack_pack_uint8(&pk, 1);
+	assert_true(msgpack_zone_init(&zone, 1024));
+	assert_int_equal(sb_payload_parse(sb.data, sb.size, &zone, &o), SB_OK);
+	assert_non_null(j = sb_msgpack_to_json(&o));
+	/* byte 252 is inside a character: the text keeps 251 bytes, ["a and
+	 * 124 whole characters, then "..." */
+	memcpy(want, "[\"", 2);
+	memcpy(want + 2, text, 249);
+	memcpy(want + 251, "...", 4);
+	json_object_foreach(j, key, v)
+	    assert_string_equal(key, want);
+	json_decref(j);
+	msgpack_zone_destroy(&zone);
+	msgpack_sbuffer_destroy(&sb);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -624,6 +663,7 @@ int main(void)
 		cmocka_unit_test(test_msgpack_check_formats),
 		cmocka_unit_test(test_msgpack_check_differential),
 		cmocka_unit_test(test_nested_keys_bounded),
+		cmocka_unit_test(test_key_cut_utf8),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -620,6 +620,75 @@ static void test_proc_run(void **state)
 	assert_true(t1.tv_sec - t0.tv_sec < 3);
 }
 
+/* What a process that is killed mid-way leaves: fn runs in a child
+ * process with $SANBOX_QEMU a fake QEMU that writes its pid to DIR/pid and
+ * sleeps; once that pid is there the child is killed with SIGKILL, and the
+ * fake must be gone soon after (or a zombie of whoever adopted it). */
+static void killed_midway(void (*fn)(const char *dir))
+{
+	char *dir = tmp = tu_tmpdir(), *fake, *body, pidf[PATH_MAX], *got;
+	pid_t child, qpid = 0;
+	int i;
+
+	snprintf(pidf, sizeof pidf, "%s/pid", dir);
+	assert_true(asprintf(&body, "echo $$ > %s.tmp; mv %s.tmp %s\nexec sleep 30\n", pidf,
+			     pidf, pidf) > 0);
+	fake = write_script(dir, "fake-qemu", body);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		setenv("SANBOX_QEMU", fake, 1);
+		fn(dir);
+		_exit(0);
+	}
+	for (i = 0; i < 500 && qpid <= 1; i++) {
+		usleep(10000);
+		got = read_all(pidf);
+		qpid = atoi(got);
+		free(got);
+	}
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	assert_true(qpid > 1);
+	for (i = 0; i < 200 && proc_state(qpid) && proc_state(qpid) != 'Z'; i++)
+		usleep(10000);
+	if (proc_state(qpid) && proc_state(qpid) != 'Z') {
+		kill(qpid, SIGKILL);
+		fail_msg("the fake QEMU (pid %d) outlived the process that started it",
+			 (int)qpid);
+	}
+	free(body);
+	free(fake);
+}
+
+static void probe_in(const char *dir)
+{
+	char kernel[PATH_MAX], initrd[PATH_MAX], why[256];
+	int booted;
+
+	touch(dir, "vmlinux", kernel, sizeof kernel);
+	touch(dir, "initrd.img", initrd, sizeof initrd);
+	sb_accel_probe(kernel, initrd, dir, &booted, why, sizeof why);
+}
+
+static void version_in(const char *dir)
+{
+	char *argv[] = {getenv("SANBOX_QEMU"), "-version", NULL}, out[64];
+	int st;
+
+	sb_proc_run(argv, 10000, out, sizeof out, &st);
+}
+
+/* A daemon killed during the KVM probe (up to SB_ACCEL_PROBE_MS), or while
+ * a command runs to completion (qemu -version, qemu-img), leaves no QEMU
+ * behind. */
+static void test_killed_midway(void **state)
+{
+	killed_midway(probe_in);
+	tu_rmrf(tmp);
+	killed_midway(version_in);
+}
+
 static void test_disk_layer(void **state)
 {
 	char *dir = tmp = tu_tmpdir(), base[PATH_MAX], layer[PATH_MAX], fork[PATH_MAX],
@@ -707,6 +776,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_wait_kill, teardown),
 	    cmocka_unit_test_teardown(test_unix_sockets, teardown),
 	    cmocka_unit_test_teardown(test_proc_run, teardown),
+	    cmocka_unit_test_teardown(test_killed_midway, teardown),
 	    cmocka_unit_test_teardown(test_disk_layer, teardown),
 	    cmocka_unit_test_teardown(test_accel_names, teardown),
 	};
