@@ -1387,7 +1387,7 @@ static void local_sweep(void *runner, int (*known)(void *ctx, const char *run), 
 		    known(ctx, e->d_name))
 			continue;
 		local_reap(lr, e->d_name);
-		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		snprintf(path, sizeof path, "%s/%.*s", dir, SB_RUN_ID_LEN, e->d_name);
 		nftw(path, sweep_rm, 8, FTW_DEPTH | FTW_PHYS);
 	}
 	closedir(d);

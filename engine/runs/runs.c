@@ -1348,7 +1348,7 @@ static void record_file(struct record *rec, const struct sb_event *ev)
 			goto out;
 		}
 		f = &rec->files[rec->nfiles++];
-		snprintf(f->path, sizeof f->path, "%s", rel);
+		snprintf(f->path, sizeof f->path, "%.*s", (int)sizeof f->path - 1, rel);
 	}
 	f->deleted = !strcmp(kind, "deleted");
 	f->size = sb_map_u64(&p, "size", 0);
@@ -1450,7 +1450,7 @@ static int roll_forward(struct run *r, const struct record *rec)
 			bytes += f->size;
 		} else if (r->nomitted < ROLL_OMITTED_MAX) {
 			snprintf(r->omitted[r->nomitted++], sizeof r->omitted[0],
-				 "/workspace/%s", f->path);
+				 "/workspace/%.*s", (int)sizeof r->omitted[0] - 12, f->path);
 		} else {
 			r->omitted_more = 1;
 		}
