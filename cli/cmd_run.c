@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "engine/error.h"
 #include "engine/payload.h"
+#include "netpolicy/netpolicy.h"
 #include "vmm/chan.h" /* SB_CHAN_INPUTS_MAX: the daemon and the agent check it too */
 
 #define MAX_LIST 64
@@ -93,13 +94,22 @@ static int policy_load(const char *path, struct run_opts *o)
 	return CLI_EXIT_OK;
 }
 
+/* 1 when grant text a and b parse to the same grant. */
+static int grants_same(const char *a, const char *b)
+{
+	struct sb_net_grant x, y;
+
+	return sb_net_grant_parse(a, strlen(a), &x) == SB_OK &&
+	       sb_net_grant_parse(b, strlen(b), &y) == SB_OK && sb_net_grant_equal(&x, &y);
+}
+
 /* The policy file under the options: its network unless --net says one,
- * its grants before --allow's. */
+ * its grants before --allow's (a grant both give is sent once). */
 static int policy_merge(struct run_opts *o)
 {
 	json_t *grants = json_object_get(o->policy, "allow"), *g;
 	struct list all = {{0}, 0};
-	size_t i;
+	size_t i, from;
 	int rc = CLI_EXIT_OK;
 
 	if (!o->net && json_object_get(o->policy, "network"))
@@ -109,8 +119,14 @@ static int policy_merge(struct run_opts *o)
 		if ((rc = list_add(&all, json_string_value(g), "grants")))
 			return rc;
 	}
-	for (int k = 0; k < o->allow.n && rc == CLI_EXIT_OK; k++)
-		rc = list_add(&all, o->allow.v[k], "grants");
+	from = (size_t)all.n;
+	for (int k = 0; k < o->allow.n && rc == CLI_EXIT_OK; k++) {
+		size_t j;
+		for (j = 0; j < from && !grants_same(all.v[j], o->allow.v[k]); j++)
+			;
+		if (j == from)
+			rc = list_add(&all, o->allow.v[k], "grants");
+	}
 	o->allow = all;
 	return rc;
 }
