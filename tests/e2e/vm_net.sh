@@ -58,6 +58,14 @@ netlab_in_d nft list tables 2>/dev/null | grep -q sanbox && bad "refused run" "a
 	ok "and set nothing up"
 sbx daemon stop >/dev/null 2>&1
 
+# addr4_of RUN: the guest's IPv4 address, from its last run.started
+addr4_of() {
+	events_json "$1" | python3 -c "
+import json,sys
+for l in sys.stdin:
+    e = json.loads(l)
+    if e['type'] == 'run.started': print(e['payload']['net']['addr4'])" | tail -n 1
+}
 # out_has RUN TEXT: the run's output holds TEXT
 out_has() { events_json "$1" | grep -F -q -- "$2"; }
 # line RUN LABEL: the probe's result line "LABEL: ..." from the run's output
@@ -179,16 +187,8 @@ out_has "$C" "try 1 198.51.100.10: hello" && bad "C" "reached B's grant" ||
 	ok "C does not get B's grant"
 out_has "$C" "try 2 198.51.100.10: timeout" && ok "C: 198.51.100.10 dropped" ||
 	bad "C" "$(line "$C" 'try 2 198.51.100.10')"
-b4=$(events_json "$B" | python3 -c "
-import json,sys
-for l in sys.stdin:
-    e = json.loads(l)
-    if e['type'] == 'run.started': print(e['payload']['net']['addr4'])")
-c4=$(events_json "$C" | python3 -c "
-import json,sys
-for l in sys.stdin:
-    e = json.loads(l)
-    if e['type'] == 'run.started': print(e['payload']['net']['addr4'])")
+b4=$(addr4_of "$B")
+c4=$(addr4_of "$C")
 [ -n "$b4" ] && [ -n "$c4" ] && [ "$b4" != "$c4" ] && ok "each run has its own address ($b4, $c4)" ||
 	bad "addresses" "B $b4 C $c4"
 sbx net allow "$B" 198.51.100.11:8080 >"$tmp/allow.out" 2>&1 && grep -q 'allowed 198.51.100.11:8080' "$tmp/allow.out" &&
@@ -229,6 +229,34 @@ sbx stop "$B" >/dev/null 2>&1
 sbx stop "$C" >/dev/null 2>&1
 wait_event "$B" "e['type']=='run.stopped'" 60 || bad "B" "did not stop"
 wait_event "$C" "e['type']=='run.stopped'" 60 || bad "C" "did not stop"
+
+# --- a fork of a memory snapshot: its processes go on, on its own address ---
+cat >"$tmp/addr.sh" <<'EOF'
+i=0
+while [ $i -lt 300 ]; do
+	echo "n=$i $(ip -4 addr show eth0 | grep -o 'inet [0-9.]*') $(./netprobe tcp 198.51.100.10 8080 --timeout 1 2>/dev/null)"
+	i=$((i + 1)); sleep 0.5
+done
+EOF
+E=$(sbx run --detach --accel tcg --name mem --timeout 300s --net acl \
+	--allow 198.51.100.10:8080 --input "$tmp/netprobe" --input "$tmp/addr.sh" -- \
+	/bin/sh addr.sh) || bad "run E" "not started"
+wait_event "$E" "e['type']=='agent.output' and 'n=3 ' in e['payload']['data']" 120 ||
+	bad "run E" "no output"
+S=$(sbx snapshot "$E" --memory) || bad "memory snapshot" "$S"
+F=$(sbx fork "$E" --snapshot "$S" --detach) || bad "memory fork" "$F"
+e4=$(addr4_of "$E")
+f4=$(addr4_of "$F")
+wait_event "$F" "e['type']=='agent.output' and 'inet $f4 ' in e['payload']['data'] and 'hello from' in e['payload']['data']" 60 &&
+	ok "a memory fork goes on at its own address $f4 (its parent's: $e4) and reaches the grant" ||
+	bad "memory fork" "$(events_json "$F" | grep agent.output | tail -n 2)"
+sleep 2
+events_json "$E" | grep agent.output | tail -n 2 | grep -q "inet $e4 .*hello from" &&
+	ok "its parent goes on unchanged" ||
+	bad "memory fork" "the parent: $(events_json "$E" | grep agent.output | tail -n 1)"
+sbx stop "$E" >/dev/null 2>&1
+sbx stop "$F" >/dev/null 2>&1
+wait_event "$F" "e['type']=='run.stopped'" 60 || bad "F" "did not stop"
 
 # --- a run whose VM dies while no daemon runs: its leftovers go ---
 D=$(sbx run --detach --accel tcg --name gone --timeout 300s --net acl \

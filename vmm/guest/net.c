@@ -4,7 +4,6 @@
  * traffic go where the host expects it.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
@@ -69,30 +68,36 @@ const char *agent_net_parse(const msgpack_object *o, struct agent_net *n)
 	return NULL;
 }
 
-/* Finds the interface whose MAC is mac into name. */
+/* Finds the interface whose MAC is mac into name (by ioctl: a chrooted
+ * agent has no /sys). */
 static int iface_find(const char *mac, char name[IFNAMSIZ])
 {
-	char path[300], buf[32];
-	struct dirent *e;
-	DIR *d = opendir("/sys/class/net");
-	int found = -1;
+	struct if_nameindex *all = if_nameindex(), *i;
+	unsigned m[6];
+	int s, found = -1;
 
-	if (!d)
+	if (!all ||
+	    sscanf(mac, "%2x:%2x:%2x:%2x:%2x:%2x", &m[0], &m[1], &m[2], &m[3], &m[4],
+		   &m[5]) != 6 ||
+	    (s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0) {
+		if (all)
+			if_freenameindex(all);
 		return -1;
-	while (found < 0 && (e = readdir(d))) {
-		FILE *f;
-		if (e->d_name[0] == '.' || strlen(e->d_name) >= IFNAMSIZ)
+	}
+	for (i = all; found < 0 && i->if_index; i++) {
+		struct ifreq ifr = {0};
+		const unsigned char *hw = (const unsigned char *)ifr.ifr_hwaddr.sa_data;
+		snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", i->if_name);
+		if (ioctl(s, SIOCGIFHWADDR, &ifr))
 			continue;
-		snprintf(path, sizeof path, "/sys/class/net/%s/address", e->d_name);
-		if (!(f = fopen(path, "re")))
-			continue;
-		if (fgets(buf, sizeof buf, f) && !strncasecmp(buf, mac, 17)) {
-			snprintf(name, IFNAMSIZ, "%s", e->d_name);
+		if (hw[0] == m[0] && hw[1] == m[1] && hw[2] == m[2] && hw[3] == m[3] &&
+		    hw[4] == m[4] && hw[5] == m[5]) {
+			snprintf(name, IFNAMSIZ, "%s", i->if_name);
 			found = 0;
 		}
-		fclose(f);
 	}
-	closedir(d);
+	close(s);
+	if_freenameindex(all);
 	if (found)
 		errno = ENODEV;
 	return found;
@@ -176,20 +181,49 @@ out:
 	return rc;
 }
 
+/* Gives ifname the MAC mac (down for it, as drivers want). */
+static int mac_set(int s, const char *ifname, const char *mac)
+{
+	struct ifreq ifr = {0};
+	unsigned m[6];
+
+	snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", ifname);
+	if (sscanf(mac, "%2x:%2x:%2x:%2x:%2x:%2x", &m[0], &m[1], &m[2], &m[3], &m[4],
+		   &m[5]) != 6 ||
+	    ioctl(s, SIOCGIFFLAGS, &ifr))
+		return -1;
+	ifr.ifr_flags &= ~IFF_UP;
+	if (ioctl(s, SIOCSIFFLAGS, &ifr))
+		return -1;
+	ifr.ifr_hwaddr.sa_family = 1; /* ARPHRD_ETHER */
+	for (int i = 0; i < 6; i++)
+		ifr.ifr_hwaddr.sa_data[i] = (char)m[i];
+	return ioctl(s, SIOCSIFHWADDR, &ifr);
+}
+
 int agent_net_up(struct agent_port *p, const struct agent_net *old,
 		 const struct agent_net *n)
 {
 	char ifname[IFNAMSIZ];
-	int s, rc;
+	int s, rc, renamed = 0;
 
 	if (!n->on)
 		return 0;
+	/* a copy of a memory snapshot has its original's NIC, MAC and all */
 	if (iface_find(n->mac, ifname)) {
-		agent_log(p, "no network interface with MAC %s", n->mac);
-		return -1;
+		if (!old || !old->on || iface_find(old->mac, ifname)) {
+			agent_log(p, "no network interface with MAC %s%s%s", n->mac,
+				  old && old->on ? " nor " : "",
+				  old && old->on ? old->mac : "");
+			return -1;
+		}
+		renamed = 1;
 	}
 	if ((s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
 		return -1;
+	if (renamed && mac_set(s, ifname, n->mac))
+		agent_log(p, "%s: keeps MAC %s (cannot take %s: %s)", ifname, old->mac,
+			  n->mac, strerror(errno));
 	rc = v4_up(s, ifname, n);
 	close(s);
 	if (rc) {
