@@ -701,6 +701,27 @@ void sb_net_run_iface(const sb_net_run *h, struct sb_net_iface *out)
 
 /* --- on the enforcer's loop --- */
 
+int net_fds_watch(struct net_run *r, int from, int to, void (*cb)(void *ctx, int revents))
+{
+	for (int i = from; i < to; i++) {
+		if (r->fds[i] < 0)
+			continue;
+		r->fctx[i].r = r;
+		r->fctx[i].i = i;
+		if (!(r->fw[i] = sb_loop_io(r->n->loop, r->fds[i], SB_READ, cb, &r->fctx[i])))
+			return SB_ERR_NOMEM;
+	}
+	return SB_OK;
+}
+
+void net_fds_unwatch(struct net_run *r, int from, int to)
+{
+	for (int i = from; i < to; i++) {
+		sb_watch_stop(r->fw[i]);
+		r->fw[i] = NULL;
+	}
+}
+
 static void serve(void *ctx)
 {
 	struct net_run *r = ctx;

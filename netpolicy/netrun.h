@@ -138,6 +138,13 @@ int net_names_add(struct net_run *r, const char *name, int family,
 		  const uint8_t (*addrs)[16], size_t naddrs, uint32_t ttl_s,
 		  void (*done)(void *ctx, int rc), void *ctx);
 
+/* (net) Watches r's sockets fds[from..to) that are open for reading,
+ * calling cb with &r->fctx[i]. Errors: SB_ERR_NOMEM. */
+int net_fds_watch(struct net_run *r, int from, int to, void (*cb)(void *ctx, int revents));
+
+/* (net) Stops watching r's sockets fds[from..to). */
+void net_fds_unwatch(struct net_run *r, int from, int to);
+
 /* The DNS stub (stub.c), on the net loop. */
 int stub_start(struct net_run *r);
 void stub_stop(struct net_run *r);

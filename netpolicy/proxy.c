@@ -405,24 +405,12 @@ static void on_accept(void *ctx, int revents)
 
 int proxy_start(struct net_run *r)
 {
-	for (int i = 4; i < 6; i++) {
-		if (r->fds[i] < 0)
-			continue;
-		r->fctx[i].r = r;
-		r->fctx[i].i = i;
-		if (!(r->fw[i] = sb_loop_io(r->n->loop, r->fds[i], SB_READ, on_accept,
-					    &r->fctx[i])))
-			return SB_ERR_NOMEM;
-	}
-	return SB_OK;
+	return net_fds_watch(r, 4, 6, on_accept);
 }
 
 void proxy_stop(struct net_run *r)
 {
-	for (int i = 4; i < 6; i++) {
-		sb_watch_stop(r->fw[i]);
-		r->fw[i] = NULL;
-	}
+	net_fds_unwatch(r, 4, 6);
 	while (r->proxies)
 		conn_free(r->proxies);
 }

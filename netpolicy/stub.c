@@ -431,25 +431,14 @@ static void on_accept(void *ctx, int revents)
 
 int stub_start(struct net_run *r)
 {
-	for (int i = 0; i < 4; i++) {
-		if (r->fds[i] < 0)
-			continue;
-		r->fctx[i].r = r;
-		r->fctx[i].i = i;
-		r->fw[i] = sb_loop_io(r->n->loop, r->fds[i], SB_READ,
-				      i < 2 ? on_udp : on_accept, &r->fctx[i]);
-		if (!r->fw[i])
-			return SB_ERR_NOMEM;
-	}
-	return SB_OK;
+	int rc = net_fds_watch(r, 0, 2, on_udp);
+
+	return rc ? rc : net_fds_watch(r, 2, 4, on_accept);
 }
 
 void stub_stop(struct net_run *r)
 {
-	for (int i = 0; i < 4; i++) {
-		sb_watch_stop(r->fw[i]);
-		r->fw[i] = NULL;
-	}
+	net_fds_unwatch(r, 0, 4);
 	while (r->dns_conns)
 		conn_close(r->dns_conns);
 }

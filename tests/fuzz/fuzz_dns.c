@@ -16,13 +16,7 @@
 #include "engine/error.h"
 #include "netpolicy/dns.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                         \
-	do {                                                                             \
-		if (!(c))                                                                \
-			abort();                                                         \
-	} while (0)
+#include "tests/fuzz/fuzz.h"
 
 /* Checks that name is in presentation form. */
 static void check_name(const char *name)

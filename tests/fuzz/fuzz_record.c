@@ -17,13 +17,7 @@
 #include "engine/payload.h"
 #include "engine/log/record.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                \
-	do {                    \
-		if (!(c))       \
-			abort(); \
-	} while (0)
+#include "tests/fuzz/fuzz.h"
 
 /* Touches every byte the object refers to, so ASan sees any overread. */
 static uint64_t walk(const msgpack_object *o)

@@ -18,13 +18,7 @@
 #include "netpolicy/netpolicy.h"
 #include "netpolicy/sniff.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                         \
-	do {                                                                             \
-		if (!(c))                                                                \
-			abort();                                                         \
-	} while (0)
+#include "tests/fuzz/fuzz.h"
 
 #define NAMES 64 /* requests compared per input */
 

@@ -25,13 +25,7 @@
 #include "engine/mpack.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(c)                                                                         \
-	do {                                                                             \
-		if (!(c))                                                                \
-			abort();                                                         \
-	} while (0)
+#include "tests/fuzz/fuzz.h"
 
 /* The token the seeds carry: 64 hex digits. */
 static const char known[] = "0123456789abcdef0123456789abcdef"
