@@ -136,13 +136,16 @@ static int qemu_check(const struct sb_vm_config *c)
 {
 	const char *strs[] = {c->qemu,	   c->kernel,	   c->initrd,	  c->append_extra,
 			      c->disk,	   c->chan_socket, c->qmp_socket, c->console_log,
-			      c->incoming, c->tap,	   c->mac};
+			      c->incoming, c->tap,	   c->mac,	  c->ram_file};
 	size_t i;
 
 	if (!c->kernel || !*c->kernel)
 		return sb_seterr(SB_ERR_INVAL, "VM config: no kernel");
 	if (!c->console_log || !*c->console_log)
 		return sb_seterr(SB_ERR_INVAL, "VM config: no console log");
+	if (c->incoming && c->incoming_defer)
+		return sb_seterr(SB_ERR_INVAL,
+				 "VM config: an incoming file and a deferred incoming");
 	if (c->tap && (!c->mac || strlen(c->mac) != 17))
 		return sb_seterr(SB_ERR_INVAL, "VM config: a NIC needs a MAC address");
 	if (c->accel != SB_ACCEL_KVM && c->accel != SB_ACCEL_TCG)
@@ -172,7 +175,7 @@ int sb_vm_argv(const struct sb_vm_config *c, char ***out)
 {
 	struct qemu_av a = {0};
 	unsigned khz = c->tsc_khz;
-	char tsc[32] = "", *q = NULL;
+	char tsc[32] = "", ram[96], *q = NULL;
 	int rc;
 
 	*out = NULL;
@@ -183,7 +186,8 @@ int sb_vm_argv(const struct sb_vm_config *c, char ***out)
 		khz = 0;
 
 	av_addf(&a, "%s", c->qemu ? c->qemu : sb_vm_qemu());
-	av_add2(&a, "-M", "microvm,x-option-roms=off,rtc=on");
+	av_add2(&a, "-M",
+		"microvm,x-option-roms=off,rtc=on,memory-backend=" SB_VM_RAM_ID);
 	if (c->accel == SB_ACCEL_KVM) {
 		av_add2(&a, "-accel", "kvm");
 		av_add2(&a, "-cpu", "host,-arch-capabilities");
@@ -193,6 +197,17 @@ int sb_vm_argv(const struct sb_vm_config *c, char ***out)
 	}
 	av_addf(&a, "-m");
 	av_addf(&a, "%uM", c->memory_mib);
+	if (c->ram_file) {
+		snprintf(ram, sizeof ram,
+			 "memory-backend-file,id=" SB_VM_RAM_ID ",size=%uM,mem-path=",
+			 c->memory_mib);
+		av_addesc(&a, "-object", ram, c->ram_file,
+			  c->ram_shared ? ",share=on" : ",share=off");
+	} else {
+		av_addf(&a, "-object");
+		av_addf(&a, "memory-backend-ram,id=" SB_VM_RAM_ID ",size=%uM",
+			c->memory_mib);
+	}
 	av_addf(&a, "-smp");
 	av_addf(&a, "%u", c->cpus);
 	av_addf(&a, "-nodefaults");
@@ -244,6 +259,9 @@ int sb_vm_argv(const struct sb_vm_config *c, char ***out)
 		av_addf(&a, "-S");
 		av_addf(&a, "-incoming");
 		av_addf(&a, "exec:cat %s", q);
+	} else if (c->incoming_defer) {
+		av_addf(&a, "-S");
+		av_add2(&a, "-incoming", "defer");
 	}
 	free(q);
 	if (a.err) {
@@ -296,7 +314,8 @@ int sb_vm_spawn(const struct sb_vm_config *c, pid_t *pid)
 	if ((rc = qemu_need_file("kernel", c->kernel)) ||
 	    (rc = qemu_need_file("initrd", c->initrd)) ||
 	    (rc = qemu_need_file("disk", c->disk)) ||
-	    (rc = qemu_need_file("memory state", c->incoming)))
+	    (rc = qemu_need_file("memory state", c->incoming)) ||
+	    (rc = qemu_need_file("memory file", c->ram_shared ? NULL : c->ram_file)))
 		goto fail;
 	slash = strrchr(c->console_log, '/');
 	if (!slash)

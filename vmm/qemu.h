@@ -23,6 +23,10 @@ typedef enum { SB_ACCEL_AUTO, SB_ACCEL_KVM, SB_ACCEL_TCG } sb_accel;
 #define SB_VM_CHAN_NAME	     "sanbox.0"	      /* virtserialport name of the channel */
 #define SB_VM_PROBE_ARG	     "sanbox.probe=1" /* kernel argument of the KVM probe */
 #define SB_VM_PROBE_OK	     "sanbox-probe-ok" /* what the guest prints on it */
+/* The id of the RAM's memory backend, and so the name of its RAM block in a
+ * migration stream: the microvm machine's default (what plain -m names it),
+ * so every stream, whatever backs the RAM, loads into every machine. */
+#define SB_VM_RAM_ID "microvm.ram"
 
 struct sb_vm_config {
 	const char *qemu;	  /* binary, NULL = sb_vm_qemu() */
@@ -37,6 +41,16 @@ struct sb_vm_config {
 	const char *incoming;	  /* NULL, or a memory state file written by
 				   * QMP migrate "exec:cat > FILE": the VM loads it
 				   * and stays paused (-S) until QMP "cont" */
+	int incoming_defer;	  /* 1 (incoming NULL): -S -incoming defer: the
+				   * VM waits, paused, for QMP migrate-incoming */
+	const char *ram_file;	  /* NULL: the RAM is anonymous memory; else the
+				   * file (memory_mib MiB) that holds it */
+	int ram_shared;		  /* with ram_file: 1, the guest writes into the
+				   * file; 0, it is mapped private: pages the
+				   * guest does not write stay the file's page
+				   * cache, shared by every VM mapping it, and the
+				   * file is never written (QEMU 7.2 opens it
+				   * read-write all the same) */
 	const char *tap;	  /* a tap device for a virtio-net NIC, or NULL: none */
 	const char *mac;	  /* the NIC's MAC, "02:xx:xx:xx:xx:xx" */
 	unsigned cpus;		  /* 1..64 */
@@ -57,7 +71,8 @@ const char *sb_vm_qemu(void);
 /* Builds QEMU's argv for c into *out, a NULL-terminated array; the caller
  * frees it with sb_argv_free(). Under TCG the kernel gets tsc_early_khz= so
  * it does not calibrate the TSC against the emulated PIT (which fails under
- * host load and hangs the boot).
+ * host load and hangs the boot). The RAM is a memory backend of id
+ * SB_VM_RAM_ID: memory-backend-ram, or memory-backend-file of ram_file.
  * Errors: SB_ERR_INVAL (missing kernel or console_log, accel not resolved,
  * cpus or memory out of range, a newline in a string), SB_ERR_NOMEM. */
 int sb_vm_argv(const struct sb_vm_config *c, char ***out);
@@ -74,8 +89,9 @@ void sb_argv_free(char **argv);
  * (pgid = *pid), no other descriptors, default signal state. Returns once
  * QEMU has been exec'd; *pid is a child of the caller, reap it with
  * sb_proc_wait() (engine/proc.h). Errors: SB_ERR_UNAVAIL (QEMU binary missing, or exec of
- * it failed; the detail names it), SB_ERR_NOTFOUND (kernel, initrd, disk or incoming file
- * missing), SB_ERR_INVAL, SB_ERR_IO (fork, log file; errno kept), SB_ERR_NOMEM. */
+ * it failed; the detail names it), SB_ERR_NOTFOUND (kernel, initrd, disk, incoming file
+ * or a private ram_file missing), SB_ERR_INVAL, SB_ERR_IO (fork, log file; errno kept),
+ * SB_ERR_NOMEM. */
 int sb_vm_spawn(const struct sb_vm_config *c, pid_t *pid);
 
 #endif

@@ -59,6 +59,8 @@ struct sb_machine {
 	int reattached; /* found running by a daemon that started again */
 	unsigned layer; /* the number of the layer create made */
 	char incoming[SB_LAYER_PATH_MAX + 8]; /* the memory state it starts from, or "" */
+	char warm_ram[SB_LAYER_PATH_MAX + 8]; /* a warm start's RAM (the image's) */
+	int incoming_asked;		      /* a warm start's load was asked for */
 	int cont_sent;			    /* ... and QMP cont was sent once it loaded */
 	sb_watch *incoming_w;		    /* the next look at the incoming migration */
 	char fail_why[512];		    /* how it ended, when the runner ended it */
@@ -162,7 +164,8 @@ static void warm_prepare(struct sb_machine *m, const struct sb_plan *p)
 	if (p->cpus != p->t.cpus || p->memory_mib != p->t.memory_mib ||
 	    sb_warm_key(&w, key))
 		return; /* another machine than the template's: it boots */
-	if (sb_warm_find(m->lr->home, key, m->incoming, sizeof m->incoming) == SB_OK) {
+	if (sb_warm_find(m->lr->home, key, m->incoming, m->warm_ram,
+			 sizeof m->incoming) == SB_OK) {
 		memcpy(m->warm_key, key, sizeof key);
 		return;
 	}
@@ -453,19 +456,88 @@ static void on_cont(void *ctx, int rc, json_t *ret)
 	(void)ret; /* a guest that does not go on misses its boot deadline */
 }
 
-/* The state of the incoming migration: once it is completed, cont. */
+static void cont_send(struct sb_machine *m)
+{
+	if (!m->cont_sent && m->qmp &&
+	    sb_qmp_send(m->qmp, loop_ms(m), "cont", NULL, 10000, on_cont, m) == SB_OK) {
+		m->cont_sent = 1;
+		qmp_arm(m);
+	}
+}
+
+/* A warm start's command failed: QEMU ends, and the run boots cold
+ * (on_child). A monitor that went away asks again when it is back. */
+static void on_warm_step(void *ctx, int rc, json_t *ret)
+{
+	struct sb_machine *m = ctx;
+
+	(void)ret;
+	if (rc == SB_ERR_IO)
+		m->incoming_asked = 0;
+	else if (rc && !m->ended)
+		sb_proc_kill(m->pid, SIGKILL);
+}
+
+static void on_warm_loaded(void *ctx, int rc, json_t *ret)
+{
+	struct sb_machine *m = ctx;
+
+	if (rc)
+		on_warm_step(ctx, rc, ret);
+	else
+		cont_send(m);
+}
+
+/* Sends QMP migrate-set-capabilities: the warm image's capability on or
+ * off; reply to cb. */
+static int warm_cap(struct sb_machine *m, int on, sb_qmp_reply_fn cb)
+{
+	json_t *caps = json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability",
+				 SB_WARM_MIGRATE_CAP, "state", on);
+	int rc = caps ? sb_qmp_send(m->qmp, loop_ms(m), "migrate-set-capabilities", caps,
+				    10000, cb, m)
+		      : SB_ERR_NOMEM;
+
+	json_decref(caps);
+	return rc;
+}
+
+/* A warm start (QEMU waits, -incoming defer, its RAM the image's file):
+ * its state is loaded without RAM, as it was saved. */
+static int warm_ask(struct sb_machine *m)
+{
+	char *q = sb_vm_shquote(m->incoming), uri[sizeof m->incoming * 4 + 16];
+	json_t *args;
+	int rc;
+
+	if (!q)
+		return SB_ERR_NOMEM;
+	snprintf(uri, sizeof uri, "exec:cat %s", q);
+	free(q);
+	if (!(args = json_pack("{s:s}", "uri", uri)))
+		return SB_ERR_NOMEM;
+	if ((rc = warm_cap(m, 1, on_warm_step)) == SB_OK &&
+	    (rc = sb_qmp_send(m->qmp, loop_ms(m), "migrate-incoming", args, 10000,
+			      on_warm_step, m)) == SB_OK)
+		m->incoming_asked = 1;
+	json_decref(args);
+	return rc;
+}
+
+/* The state of the incoming migration: once it is completed, cont (a warm
+ * start's capability off first: a memory snapshot of the run holds its
+ * RAM). */
 static void on_incoming_state(void *ctx, int rc, json_t *ret)
 {
 	struct sb_machine *m = ctx;
 	const char *st = rc ? NULL : json_string_value(json_object_get(ret, "status"));
 
 	if (st && !strcmp(st, "completed")) {
-		if (!m->cont_sent && m->qmp &&
-		    sb_qmp_send(m->qmp, loop_ms(m), "cont", NULL, 10000, on_cont, m) ==
-			SB_OK) {
-			m->cont_sent = 1;
+		if (!m->warm_key[0])
+			cont_send(m);
+		else if (!m->cont_sent && m->qmp &&
+			 warm_cap(m, 0, on_warm_loaded) == SB_OK)
 			qmp_arm(m);
-		}
 		return;
 	}
 	if (st && !strcmp(st, "failed")) {
@@ -485,6 +557,8 @@ static void incoming_poll(struct sb_machine *m)
 {
 	if (!m->qmp || m->cont_sent || m->ended)
 		return;
+	if (m->warm_key[0] && !m->incoming_asked && warm_ask(m))
+		return; /* the monitor went away: asked again when it is back */
 	if (sb_qmp_send(m->qmp, loop_ms(m), "query-migrate", NULL, 10000,
 			on_incoming_state, m) == SB_OK)
 		qmp_arm(m);
@@ -580,7 +654,12 @@ static int machine_spawn(struct sb_machine *m)
 		vc.mac = m->mac;
 	}
 	if (m->incoming[0]) {
-		vc.incoming = m->incoming;
+		if (m->warm_key[0]) { /* the RAM is the image's, the state comes after */
+			vc.incoming_defer = 1;
+			vc.ram_file = m->warm_ram;
+		} else {
+			vc.incoming = m->incoming;
+		}
 		m->again = 1; /* the guest was talking to a host already */
 	}
 	if ((rc = sb_vm_spawn(&vc, &m->pid)))

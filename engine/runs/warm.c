@@ -2,6 +2,7 @@
 #include "engine/runs/warm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
@@ -61,7 +62,8 @@ int sb_warm_key(const struct sb_warm_spec *w, char key[SB_WARM_KEY_LEN + 1])
 	if (qemu_path(qemu, sizeof qemu) || stat(qemu, &st))
 		return sb_seterr(SB_ERR_UNAVAIL, "QEMU binary %s not found",
 				 sb_vm_qemu());
-	snprintf(buf, sizeof buf, "warm 1\n%s\n%s\n%lld %lld\n%d %u %u\n%s\n",
+	/* warm 2: the RAM in a file of its own, the state without it */
+	snprintf(buf, sizeof buf, "warm 2\n%s\n%s\n%lld %lld\n%d %u %u\n%s\n",
 		 w->template_hash, qemu, (long long)st.st_size, (long long)st.st_mtime,
 		 (int)w->accel, w->cpus, w->memory_mib, SB_CHAN_VERSION);
 	crypto_generichash(h, sizeof h, (const unsigned char *)buf, strlen(buf), NULL, 0);
@@ -69,19 +71,24 @@ int sb_warm_key(const struct sb_warm_spec *w, char key[SB_WARM_KEY_LEN + 1])
 	return SB_OK;
 }
 
-int sb_warm_find(const char *home, const char *key, char *path, size_t cap)
+int sb_warm_find(const char *home, const char *key, char *state, char *ram, size_t cap)
 {
-	if ((size_t)snprintf(path, cap, "%s/cache/warm/%s.mem", home, key) >= cap)
+	if ((size_t)snprintf(state, cap, "%s/cache/warm/%s.mem", home, key) >= cap ||
+	    (size_t)snprintf(ram, cap, "%s/cache/warm/%s.ram", home, key) >= cap)
 		return sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
-	return access(path, R_OK) == 0 ? SB_OK : SB_ERR_NOTFOUND;
+	return access(state, R_OK) == 0 && access(ram, R_OK | W_OK) == 0
+		   ? SB_OK
+		   : SB_ERR_NOTFOUND;
 }
 
 void sb_warm_drop(const char *home, const char *key)
 {
-	char path[WARM_PATH_MAX];
+	char state[WARM_PATH_MAX], ram[WARM_PATH_MAX];
 
-	if (sb_warm_find(home, key, path, sizeof path) != SB_ERR_TOOBIG)
-		unlink(path);
+	if (sb_warm_find(home, key, state, ram, sizeof state) != SB_ERR_TOOBIG) {
+		unlink(state); /* the image is gone with its state */
+		unlink(ram);
+	}
 }
 
 /* --- building --- */
@@ -89,7 +96,8 @@ void sb_warm_drop(const char *home, const char *key)
 struct build {
 	char dir[WARM_PATH_MAX + 16];
 	char disk[WARM_PATH_MAX + 32], chan[WARM_PATH_MAX + 32], qmp[WARM_PATH_MAX + 32],
-	    console[WARM_PATH_MAX + 32], pidfile[WARM_PATH_MAX + 32];
+	    console[WARM_PATH_MAX + 32], pidfile[WARM_PATH_MAX + 32],
+	    ram[WARM_PATH_MAX + 32], state[WARM_PATH_MAX + 32];
 	int chan_lfd, qmp_lfd, chan_fd;
 	pid_t pid;
 };
@@ -111,6 +119,8 @@ static void build_clean(struct build *b)
 	unlink(b->qmp);
 	unlink(b->console);
 	unlink(b->pidfile);
+	unlink(b->ram);
+	unlink(b->state);
 	snprintf(b->console, sizeof b->console, "%s/qemu.log", b->dir);
 	unlink(b->console);
 	rmdir(b->dir);
@@ -193,7 +203,8 @@ out:
 	return rc;
 }
 
-/* Saves the paused guest's state into file through QMP on q. */
+/* Saves the guest's device state into file through QMP on q: paused, with
+ * its RAM (the shared file) left out. */
 static int save_state(sb_qmp *q, const char *file, int64_t deadline)
 {
 	char *quoted = sb_vm_shquote(file), uri[WARM_PATH_MAX * 4 + 32];
@@ -206,6 +217,16 @@ static int save_state(sb_qmp *q, const char *file, int64_t deadline)
 	free(quoted);
 	if ((rc = sb_qmp_command(q, "stop", NULL, 10000, NULL)))
 		return rc;
+	{
+		json_t *caps = json_pack("{s:[{s:s, s:b}]}", "capabilities", "capability",
+					 SB_WARM_MIGRATE_CAP, "state", 1);
+		rc = caps ? sb_qmp_command(q, "migrate-set-capabilities", caps, 10000,
+					   NULL)
+			  : SB_ERR_NOMEM;
+		json_decref(caps);
+		if (rc)
+			return rc;
+	}
 	{
 		/* paused: saved as fast as the disk takes it */
 		json_t *sp =
@@ -244,12 +265,24 @@ static int save_state(sb_qmp *q, const char *file, int64_t deadline)
 	return rc;
 }
 
+/* Makes the build's file from into the image's file to: on the disk,
+ * read-only, then renamed. */
+static int install(const char *from, const char *to)
+{
+	int fd = open(from, O_RDONLY | O_CLOEXEC), rc = SB_OK;
+
+	if (fd < 0 || fsync(fd) || fchmod(fd, 0444) || rename(from, to))
+		rc = sb_seterr(SB_ERR_IO, "%s: %s", to, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 int sb_warm_build(const char *home, const char *key, const struct sb_warm_spec *w)
 {
 	struct build b = {.chan_lfd = -1, .qmp_lfd = -1, .chan_fd = -1};
 	struct sb_vm_config vc = {0};
-	char cache[WARM_PATH_MAX], image[WARM_PATH_MAX], tmp[WARM_PATH_MAX + 8],
-	    pidbuf[32];
+	char cache[WARM_PATH_MAX], state[WARM_PATH_MAX], ram[WARM_PATH_MAX], pidbuf[32];
 	int64_t deadline;
 	sb_qmp *q = NULL;
 	FILE *f;
@@ -258,7 +291,7 @@ int sb_warm_build(const char *home, const char *key, const struct sb_warm_spec *
 	snprintf(cache, sizeof cache, "%s/cache/warm", home);
 	if ((rc = sb_mkdirs(cache, 0700)))
 		return rc;
-	if (sb_warm_find(home, key, image, sizeof image) == SB_OK)
+	if (sb_warm_find(home, key, state, ram, sizeof state) == SB_OK)
 		return SB_OK;
 	snprintf(b.dir, sizeof b.dir, "%s/%s.build", cache, key);
 	snprintf(b.disk, sizeof b.disk, "%s/disk.qcow2", b.dir);
@@ -266,9 +299,15 @@ int sb_warm_build(const char *home, const char *key, const struct sb_warm_spec *
 	snprintf(b.qmp, sizeof b.qmp, "%s/qmp.sock", b.dir);
 	snprintf(b.console, sizeof b.console, "%s/console.log", b.dir);
 	snprintf(b.pidfile, sizeof b.pidfile, "%s/qemu.pid", b.dir);
-	snprintf(tmp, sizeof tmp, "%s.tmp", image);
+	snprintf(b.ram, sizeof b.ram, "%s/ram", b.dir);
+	snprintf(b.state, sizeof b.state, "%s/state", b.dir);
 	if ((rc = build_lock(&b)))
 		return rc;
+	if (sb_warm_find(home, key, state, ram, sizeof state) == SB_OK)
+		goto out; /* a build that held the lock made it */
+	/* half an image (one file without the other) goes first: the new RAM
+	 * must never be found beside an old state */
+	sb_warm_drop(home, key);
 	if ((rc = sb_disk_layer_create(w->rootfs, "raw", b.disk)) ||
 	    (rc = sb_unix_listen(b.chan, &b.chan_lfd)) ||
 	    (rc = sb_unix_listen(b.qmp, &b.qmp_lfd)))
@@ -282,6 +321,8 @@ int sb_warm_build(const char *home, const char *key, const struct sb_warm_spec *
 	vc.cpus = w->cpus;
 	vc.memory_mib = w->memory_mib;
 	vc.accel = w->accel;
+	vc.ram_file = b.ram; /* the guest's RAM is the image's */
+	vc.ram_shared = 1;
 	vc.die_with_parent = 1; /* a daemon that exits takes its build with it */
 	if ((rc = sb_vm_spawn(&vc, &b.pid)))
 		goto out;
@@ -295,13 +336,21 @@ int sb_warm_build(const char *home, const char *key, const struct sb_warm_spec *
 	    (rc = wait_hello(b.chan_fd, deadline)) ||
 	    (rc = sb_unix_accept(b.qmp_lfd, 10000, &fd)) ||
 	    (rc = sb_qmp_open(fd, 10000, &q)) ||
-	    (rc = save_state(q, tmp, sb_now_ms() + WARM_SAVE_MS)))
+	    (rc = save_state(q, b.state, sb_now_ms() + WARM_SAVE_MS)))
 		goto out;
-	if (rename(tmp, image))
-		rc = sb_seterr(SB_ERR_IO, "%s: %s", image, strerror(errno));
+	/* QEMU goes before its RAM is the image's: nothing writes it then */
+	sb_proc_kill(b.pid, SIGKILL);
+	sb_proc_wait(b.pid, 5000, NULL);
+	b.pid = 0;
+	/* the state last: its name is the image's being there */
+	if ((rc = install(b.ram, ram)) || (rc = install(b.state, state)))
+		goto out;
+	if ((fd = open(cache, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+		fsync(fd);
+		close(fd);
+	}
 out:
 	sb_qmp_close(q);
-	unlink(tmp);
 	build_clean(&b);
 	return rc;
 }
@@ -330,10 +379,10 @@ int sb_warm_build_async(const char *home, const char *key, const struct sb_warm_
 	struct build_job *j;
 	pthread_attr_t at;
 	pthread_t t;
-	char image[WARM_PATH_MAX];
+	char state[WARM_PATH_MAX], ram[WARM_PATH_MAX];
 	int err;
 
-	if (sb_warm_find(home, key, image, sizeof image) == SB_OK)
+	if (sb_warm_find(home, key, state, ram, sizeof state) == SB_OK)
 		return SB_OK;
 	if (!(j = calloc(1, sizeof *j)))
 		return SB_ERR_NOMEM;

@@ -33,6 +33,8 @@
 #                                run that restores the template's warm image
 #                                (median of 3), and its ratio to the cold run
 #                                (snapshot.warm_vs_cold_to_harness)
+#   snapshot.warm_image_state    KiB the warm image's device state (KEY.mem;
+#                                its RAM is the file KEY.ram beside it)
 #   snapshot.pss_cold_idle,      MiB proportional set size of an idle cold-booted
 #   snapshot.pss_warm_idle       and warm-started sandbox's QEMU, and their ratio
 #                                (snapshot.pss_warm_vs_cold)
@@ -401,6 +403,7 @@ note "warm to harness ns:$p; PSS cold $pss_cold KiB, warm $pss_warm KiB"
 warm_ns=$(median $p)
 echo "bench snapshot.warm_to_harness $(awk -v n="$warm_ns" 'BEGIN { printf "%.3f", n / 1e9 }') s"
 echo "bench snapshot.warm_vs_cold_to_harness $(awk -v a="$warm_ns" -v b="$cold_ns" 'BEGIN { printf "%.3f", a / b }') x"
+echo "bench snapshot.warm_image_state $(awk -v n="$(stat -c %s "$SANBOX_HOME"/cache/warm/*.mem)" 'BEGIN { printf "%.1f", n / 1024 }') KiB"
 echo "bench snapshot.pss_cold_idle $(awk -v n="$pss_cold" 'BEGIN { printf "%.1f", n / 1024 }') MiB"
 echo "bench snapshot.pss_warm_idle $(awk -v n="$pss_warm" 'BEGIN { printf "%.1f", n / 1024 }') MiB"
 echo "bench snapshot.pss_warm_vs_cold $(awk -v a="$pss_warm" -v b="$pss_cold" 'BEGIN { printf "%.2f", a / b }') x"

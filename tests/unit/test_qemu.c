@@ -98,13 +98,15 @@ static void test_argv_tcg_full(void **state)
 	const char *want[] = {
 	    "/opt/qemu/bin/qemu-system-x86_64",
 	    "-M",
-	    "microvm,x-option-roms=off,rtc=on",
+	    "microvm,x-option-roms=off,rtc=on,memory-backend=microvm.ram",
 	    "-accel",
 	    "tcg,tb-size=64",
 	    "-cpu",
 	    "max",
 	    "-m",
 	    "512M",
+	    "-object",
+	    "memory-backend-ram,id=microvm.ram,size=512M",
 	    "-smp",
 	    "2",
 	    "-nodefaults",
@@ -227,6 +229,57 @@ static void test_argv_escaping(void **state)
 	assert_string_equal(opt_val(argv, "-incoming"),
 			    "exec:cat '/r/it'\\''s here; rm -rf x.bin'");
 	sb_argv_free(argv);
+}
+
+/* The RAM in a file: shared (a warm image being built, its guest writes
+ * the file) or private (a warm start: copy on write), the backend's id the
+ * one plain RAM has, so that streams of both load into either; a warm
+ * start waits for its state (-incoming defer). */
+static void test_argv_ram_file(void **state)
+{
+	struct sb_vm_config c = {
+	    .kernel = "/k/vmlinux",
+	    .console_log = "/r/console.log",
+	    .ram_file = "/w/a,b/k.ram",
+	    .ram_shared = 1,
+	    .cpus = 1,
+	    .memory_mib = 128,
+	    .accel = SB_ACCEL_KVM,
+	};
+	char **argv = NULL;
+
+	assert_int_equal(sb_vm_argv(&c, &argv), 0);
+	assert_string_equal(
+	    opt_val(argv, "-M"),
+	    "microvm,x-option-roms=off,rtc=on,memory-backend=" SB_VM_RAM_ID);
+	assert_string_equal(opt_val(argv, "-m"), "128M");
+	assert_string_equal(opt_val(argv, "-object"),
+			    "memory-backend-file,id=microvm.ram,size=128M,"
+			    "mem-path=/w/a,,b/k.ram,share=on");
+	assert_null(opt_val(argv, "-incoming"));
+	assert_false(has_arg(argv, "-S"));
+	sb_argv_free(argv);
+
+	c.ram_shared = 0;
+	c.incoming_defer = 1;
+	assert_int_equal(sb_vm_argv(&c, &argv), 0);
+	assert_string_equal(opt_val(argv, "-object"),
+			    "memory-backend-file,id=microvm.ram,size=128M,"
+			    "mem-path=/w/a,,b/k.ram,share=off");
+	assert_true(has_arg(argv, "-S"));
+	assert_string_equal(opt_val(argv, "-incoming"), "defer");
+	sb_argv_free(argv);
+
+	/* one incoming or the other */
+	c.incoming = "/w/k.mem";
+	argv = (char **)1;
+	assert_int_equal(sb_vm_argv(&c, &argv), SB_ERR_INVAL);
+	assert_null(argv);
+	tu_errmsg_has(SB_ERR_INVAL, "deferred");
+	c.incoming = NULL;
+	c.ram_file = "/w/k\n.ram";
+	assert_int_equal(sb_vm_argv(&c, &argv), SB_ERR_INVAL);
+	tu_errmsg_has(SB_ERR_INVAL, "newline");
 }
 
 /* Under TCG with tsc_khz 0 the host's TSC rate is measured and passed. */
@@ -459,6 +512,11 @@ static void test_spawn_errors(void **state)
 	assert_int_equal(sb_vm_spawn(&c, &pid), SB_ERR_NOTFOUND);
 	tu_errmsg_has(SB_ERR_NOTFOUND, "disk");
 	c.disk = NULL;
+	/* A private RAM file must be there (a shared one QEMU makes). */
+	c.ram_file = "/nonexistent/k.ram";
+	assert_int_equal(sb_vm_spawn(&c, &pid), SB_ERR_NOTFOUND);
+	tu_errmsg_has(SB_ERR_NOTFOUND, "memory file", "/nonexistent/k.ram");
+	c.ram_file = NULL;
 	/* Console in a directory that does not exist: qemu.log cannot open. */
 	c.console_log = "/nonexistent/dir/console.log";
 	assert_int_equal(sb_vm_spawn(&c, &pid), SB_ERR_IO);
@@ -769,6 +827,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_argv_tcg_full, teardown),
 	    cmocka_unit_test_teardown(test_argv_kvm_minimal, teardown),
 	    cmocka_unit_test_teardown(test_argv_escaping, teardown),
+	    cmocka_unit_test_teardown(test_argv_ram_file, teardown),
 	    cmocka_unit_test_teardown(test_argv_tcg_host_tsc, teardown),
 	    cmocka_unit_test_teardown(test_argv_bad, teardown),
 	    cmocka_unit_test_teardown(test_spawn_fake, teardown),
