@@ -63,6 +63,13 @@ $(NETPROBE): tests/guest/netprobe.c
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE \
 	    -static -o $@ $<
 
+# The hostile network tests' guest program: static, libc only.
+NETHOSTILE := $(BUILD)/tests/nethostile
+$(NETHOSTILE): tests/guest/nethostile.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE \
+	    -static -o $@ $<
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libsanbox.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
@@ -107,7 +114,7 @@ deps:
 images: all
 	SANBOX_TEMPLATES=$(abspath $(BUILD))/templates $(BUILD)/sanbox template build shell
 
-test: deps-check all $(UNIT_BINS) $(FUZZ_BINS) $(NETPROBE)
+test: deps-check all $(UNIT_BINS) $(FUZZ_BINS) $(NETPROBE) $(NETHOSTILE)
 	@BUILD=$(BUILD) sh tests/run.sh
 
 deps-check:
