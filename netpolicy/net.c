@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <jansson.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -27,6 +28,10 @@
 #include "netpolicy/tap.h"
 
 #define LOCK_DIR "/run/sanbox"
+
+#ifndef SO_NETNS_COOKIE
+#define SO_NETNS_COOKIE 71 /* asm-generic/socket.h, Linux 5.14 */
+#endif
 
 /* A run's handle, what the daemon's loop holds (see netrun.h). It is
  * freed when its last reference goes: the caller's (until close or
@@ -291,15 +296,28 @@ static int cap_net_admin(void)
 static int ns_lock(sb_net *n, int *fence)
 {
 	char path[128], buf[PATH_MAX + 64] = "";
+	uint64_t cookie = 0;
+	socklen_t clen = sizeof cookie;
 	struct stat st;
 	int fd, len;
 
-	if (stat("/proc/self/ns/net", &st))
+	if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0 &&
+	    getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &clen) == 0) {
+		/* a namespace's cookie is never another's, unlike its inode */
+		snprintf(path, sizeof path, LOCK_DIR "/net-c%llu.lock",
+			 (unsigned long long)cookie);
+	} else if (stat("/proc/self/ns/net", &st) == 0) {
+		snprintf(path, sizeof path, LOCK_DIR "/net-%llu.lock",
+			 (unsigned long long)st.st_ino);
+	} else {
+		if (fd >= 0)
+			close(fd);
 		return sb_seterr(SB_ERR_UNAVAIL, "network acl: /proc/self/ns/net: %s",
 				 strerror(errno));
+	}
+	if (fd >= 0)
+		close(fd);
 	mkdir(LOCK_DIR, 0700);
-	snprintf(path, sizeof path, LOCK_DIR "/net-%llu.lock",
-		 (unsigned long long)st.st_ino);
 	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
 		return sb_seterr(SB_ERR_UNAVAIL, "network acl: %s: %s", path,
 				 strerror(errno));
@@ -591,11 +609,18 @@ static void run_names(struct net_run *r)
 	snprintf(r->nr.guest6, sizeof r->nr.guest6, "%s", r->iface.guest6);
 }
 
+/* The conntrack mark of r's next grants: the run id's first 20 bits and
+ * a count of its changes, so a slot's next run never has the mark of the
+ * run before it (whose connections conntrack may still hold). */
 static uint32_t mark_next(const struct net_run *r)
 {
-	uint32_t gen = (r->nr.mark & 0xffff) + 1;
+	uint32_t id = 0, gen = ((r->nr.mark & 0xfff) + 1) & 0xfff;
 
-	return (uint32_t)(r->slot + 1) << 16 | (gen & 0xffff ? gen & 0xffff : 1);
+	for (int i = 0; i < 5; i++) /* 20 bits of hex digits */
+		id = id << 4 |
+		     (uint32_t)(r->id[i] <= '9' ? r->id[i] - '0' : r->id[i] - 'a' + 10);
+
+	return id << 12 | (gen ? gen : 1);
 }
 
 int sb_net_run_open(sb_net *n, const char *run, const struct sb_netpolicy *p,
@@ -708,7 +733,8 @@ int net_fds_watch(struct net_run *r, int from, int to, void (*cb)(void *ctx, int
 			continue;
 		r->fctx[i].r = r;
 		r->fctx[i].i = i;
-		if (!(r->fw[i] = sb_loop_io(r->n->loop, r->fds[i], SB_READ, cb, &r->fctx[i])))
+		if (!(r->fw[i] =
+			  sb_loop_io(r->n->loop, r->fds[i], SB_READ, cb, &r->fctx[i])))
 			return SB_ERR_NOMEM;
 	}
 	return SB_OK;
@@ -839,12 +865,15 @@ void sb_net_run_leave(sb_net_run *h)
 
 /* --- reports --- */
 
+#define AGG_MORE "not granted (more destinations than reported)"
+
 void net_agg_add(struct net_run *r, enum sb_net_report_kind kind, const char *dst,
 		 uint16_t port, const char *proto, const char *name, const char *reason,
 		 const char *addrs, uint64_t count)
 {
 	struct net_agg *a = &r->agg;
 	struct sb_net_report *it;
+	int summary;
 
 	for (size_t i = 0; i < a->n; i++) {
 		it = &a->items[i];
@@ -857,8 +886,10 @@ void net_agg_add(struct net_run *r, enum sb_net_report_kind kind, const char *ds
 			return;
 		}
 	}
-	if (a->n == NET_AGG_MAX) {
-		if (kind == SB_NET_DENIED)
+	/* the last slot is the summary's: what found no room */
+	summary = reason && !strcmp(reason, AGG_MORE);
+	if (a->n >= NET_AGG_MAX - !summary) {
+		if (kind == SB_NET_DENIED && !summary)
 			a->overflow += count;
 		return;
 	}
@@ -901,12 +932,8 @@ static void agg_flush(struct net_run *r)
 	if (!n)
 		return;
 	if (a->overflow)
-		net_agg_add(r, SB_NET_DENIED, "", 0, "any", NULL,
-			    "not granted (more destinations than reported)", NULL, 0);
-	if (a->overflow && a->n == NET_AGG_MAX) /* no room for the summary: the last */
-		a->items[NET_AGG_MAX - 1].count += a->overflow;
-	else if (a->overflow)
-		a->items[a->n - 1].count = a->overflow;
+		net_agg_add(r, SB_NET_DENIED, "", 0, "any", NULL, AGG_MORE, NULL,
+			    a->overflow);
 	n = a->n;
 	if ((b = malloc(sizeof *b + n * sizeof b->items[0]))) {
 		b->h = r->h;
@@ -1037,6 +1064,145 @@ int net_addr_resolved(const struct net_run *r, int family, const uint8_t *addr)
 		    !memcmp(r->resolved[i].addr, addr, family == 4 ? 4 : 16))
 			return 1;
 	return 0;
+}
+
+/* 1 when the len-bit prefix of a (n bytes) equals that of b. */
+static int prefix_eq(const uint8_t *a, const uint8_t *b, int len)
+{
+	int whole = len / 8, rest = len % 8;
+
+	if (memcmp(a, b, (size_t)whole))
+		return 0;
+	return !rest || ((a[whole] ^ b[whole]) & (0xff << (8 - rest))) == 0;
+}
+
+/* Blocks of one family: {first bytes, prefix length}. */
+struct block {
+	uint8_t a[16];
+	int len;
+};
+
+static const struct block special4[] = {
+    {{0}, 8}, {{127}, 8}, {{169, 254}, 16}, {{224}, 4}, {{240}, 4},
+};
+static const struct block private4[] = {
+    {{10}, 8}, {{172, 16}, 12}, {{192, 168}, 16}, {{100, 64}, 10}};
+static const struct block special6[] = {
+    {{0}, 96} /* ::, ::1, v4-compatible */,
+    {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, 96} /* v4-mapped */,
+    {{0xfe, 0x80}, 10},
+    {{0xff}, 8},
+};
+static const struct block private6[] = {{{0xfc}, 7}};
+
+static int in_blocks(const struct block *b, size_t n, const uint8_t *addr)
+{
+	for (size_t i = 0; i < n; i++)
+		if (prefix_eq(addr, b[i].a, b[i].len))
+			return 1;
+	return 0;
+}
+
+int net_addr_local(int family, const uint8_t *addr)
+{
+	struct ifaddrs *all, *i;
+	int found = 0;
+
+	if (getifaddrs(&all))
+		return 0;
+	for (i = all; i && !found; i = i->ifa_next) {
+		if (!i->ifa_addr ||
+		    i->ifa_addr->sa_family != (family == 4 ? AF_INET : AF_INET6))
+			continue;
+		found =
+		    family == 4
+			? !memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr, addr, 4)
+			: !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, addr,
+				  16);
+	}
+	freeifaddrs(all);
+	return found;
+}
+
+/* 1 when addr is in a network one of the host's interfaces is on. */
+static int addr_on_link(int family, const uint8_t *addr)
+{
+	struct ifaddrs *all, *i;
+	int found = 0;
+
+	if (getifaddrs(&all))
+		return 0;
+	for (i = all; i && !found; i = i->ifa_next) {
+		const uint8_t *a, *m;
+		int len = 0, n = family == 4 ? 4 : 16;
+		if (!i->ifa_addr || !i->ifa_netmask ||
+		    i->ifa_addr->sa_family != (family == 4 ? AF_INET : AF_INET6))
+			continue;
+		a = family == 4
+			? (const uint8_t *)&((struct sockaddr_in *)i->ifa_addr)->sin_addr
+			: (const uint8_t *)&((struct sockaddr_in6 *)i->ifa_addr)
+			      ->sin6_addr;
+		m = family == 4
+			? (const uint8_t *)&((struct sockaddr_in *)i->ifa_netmask)
+			      ->sin_addr
+			: (const uint8_t *)&((struct sockaddr_in6 *)i->ifa_netmask)
+			      ->sin6_addr;
+		for (int k = 0; k < n; k++)
+			len += __builtin_popcount(m[k]);
+		found = prefix_eq(addr, a, len);
+	}
+	freeifaddrs(all);
+	return found;
+}
+
+/* 1 when an address grant of r covers addr. */
+static int addr_granted(const struct net_run *r, int family, const uint8_t *addr)
+{
+	for (size_t i = 0; i < r->pol.ngrants; i++) {
+		const struct sb_net_grant *g = &r->pol.grants[i];
+		uint8_t a[16] = {0};
+		if (g->family == family &&
+		    inet_pton(family == 4 ? AF_INET : AF_INET6, g->host, a) == 1 &&
+		    prefix_eq(addr, a, g->prefix))
+			return 1;
+	}
+	return 0;
+}
+
+int net_answer_ok(const struct net_run *r, int family, const uint8_t *addr, char *why,
+		  size_t cap)
+{
+	const sb_net *n = r->n;
+	const char *no = NULL;
+	uint32_t v4;
+
+	if (addr_granted(r, family, addr))
+		return 1;
+	if (family == 4) {
+		memcpy(&v4, addr, 4);
+		if (in_blocks(special4, sizeof special4 / sizeof special4[0], addr))
+			no = "a loopback, link-local, multicast or reserved address";
+		else if ((ntohl(v4) & ~((1u << (32 - n->len4)) - 1)) == n->net4)
+			no = "a run's address";
+		else if (!n->c.private_answers &&
+			 in_blocks(private4, sizeof private4 / sizeof private4[0], addr))
+			no = "a private address";
+	} else {
+		if (in_blocks(special6, sizeof special6 / sizeof special6[0], addr))
+			no = "a loopback, link-local, multicast or reserved address";
+		else if (prefix_eq(addr, n->net6, n->len6))
+			no = "a run's address";
+		else if (!n->c.private_answers &&
+			 in_blocks(private6, sizeof private6 / sizeof private6[0], addr))
+			no = "a private address";
+	}
+	if (!no && net_addr_local(family, addr))
+		no = "the host's own address";
+	else if (!no && addr_on_link(family, addr))
+		no = "an address on the host's networks";
+	if (no)
+		snprintf(why, cap, "the answer is %s", no);
+	return !no;
 }
 
 /* The elements of address a under grants p: one per grant of its name. */

@@ -40,6 +40,8 @@ struct sb_net_config {
 	int ipv6;	   /* 1: runs get IPv6 too */
 	uint32_t ttl_min_s, ttl_max_s; /* a granted name's TTL is clamped to these */
 	double report_s;	       /* how often denials are gathered and reported */
+	int private_answers;	       /* 1: granted names may resolve to private
+					* addresses (RFC 1918, 100.64/10, fc00::/7) */
 	int links_given; /* 1: a run's link (named as its tap) is made and deleted
 			  * by the caller, not a tap made here: a veth of a
 			  * test or a benchmark; the enforcer gives it its

@@ -213,11 +213,13 @@ int sb_netpolicy_resolve(const msgpack_object *spec, const struct sb_netpolicy *
 			;
 		sb_net_grant_format(&n, g, sizeof g);
 		if (k >= first && k < p->ngrants)
-			return sb_seterr(SB_ERR_INVAL, "spec: grant %s is given twice", g);
+			return sb_seterr(SB_ERR_INVAL, "spec: grant %s is given twice",
+					 g);
 		if (k < p->ngrants)
 			continue; /* the template's already */
 		if (p->ngrants == SB_NET_GRANTS)
-			return sb_seterr(SB_ERR_INVAL, "spec: more than %d grants", SB_NET_GRANTS);
+			return sb_seterr(SB_ERR_INVAL, "spec: more than %d grants",
+					 SB_NET_GRANTS);
 		p->grants[p->ngrants++] = n;
 	}
 	if (p->ngrants && p->mode != SB_NET_ACL)

@@ -26,6 +26,7 @@
 #define NET_DNS_BURST	 400
 #define NET_HEAD_S	 10.0 /* a proxied connection names its host within this */
 #define NET_TTL_GRACE_S	 30   /* a name's addresses outlive its answer's TTL by this */
+#define NET_DNS_CACHE	 64   /* answers a run's stub keeps, for their TTL */
 
 struct stub_conn;
 struct proxy_conn;
@@ -35,6 +36,16 @@ struct net_agg {
 	struct sb_net_report items[NET_AGG_MAX];
 	size_t n;
 	uint64_t overflow; /* denials that found no room */
+};
+
+/* An answer the stub keeps (a lookup of a granted name), until expires. */
+struct dns_cached {
+	char name[254];
+	uint16_t type;
+	int rcode;
+	uint8_t addrs[16][16];
+	size_t n;
+	double expires; /* the net loop's clock; 0: a free place */
 };
 
 /* An address a granted name resolved to, with the moment it expires. */
@@ -98,6 +109,7 @@ struct net_run {
 	size_t ndns_conns;
 	struct proxy_conn *proxies;
 	size_t nproxies;
+	struct dns_cached cache[NET_DNS_CACHE];
 	struct net_resolved resolved[NET_RESOLVED_MAX];
 	size_t nresolved;
 	struct net_agg agg;
@@ -125,6 +137,18 @@ int net_name_granted(const struct net_run *r, const char *name, int udp, uint16_
  * granted name that is still valid. */
 int net_addr_resolved(const struct net_run *r, int family, const uint8_t *addr);
 
+/* 1 when addr (family 4 or 6), answered for a granted name, may go into
+ * r's sets: not loopback, unspecified, link-local, multicast or
+ * broadcast, not in the runs' subnets, not one of the host's addresses or
+ * in a network the host is on, and (unless net.private_answers) not
+ * private (RFC 1918, 100.64/10, fc00::/7), unless an address grant of r
+ * covers it. Else 0, and why (cap bytes) says which. */
+int net_answer_ok(const struct net_run *r, int family, const uint8_t *addr, char *why,
+		  size_t cap);
+
+/* 1 when addr (family 4 or 6) is one of this host's own addresses. */
+int net_addr_local(int family, const uint8_t *addr);
+
 /* (net) Takes a task of r: it is not freed while busy. */
 void net_busy(struct net_run *r);
 
@@ -140,7 +164,8 @@ int net_names_add(struct net_run *r, const char *name, int family,
 
 /* (net) Watches r's sockets fds[from..to) that are open for reading,
  * calling cb with &r->fctx[i]. Errors: SB_ERR_NOMEM. */
-int net_fds_watch(struct net_run *r, int from, int to, void (*cb)(void *ctx, int revents));
+int net_fds_watch(struct net_run *r, int from, int to,
+		  void (*cb)(void *ctx, int revents));
 
 /* (net) Stops watching r's sockets fds[from..to). */
 void net_fds_unwatch(struct net_run *r, int from, int to);

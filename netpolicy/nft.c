@@ -116,11 +116,23 @@ int sb_nft_table_add(sb_nft *n, const struct sb_nft_host *h)
 		" map runs_f { type ifname : verdict; }\n"
 		" map runs_i { type ifname : verdict; }\n"
 		" map runs_p { type ifname : verdict; }\n"
+		" map runs_o { type ifname : verdict; }\n"
+		/* a guest's DNS flows last seconds in conntrack, not 30 s: a
+		 * flood of them from many ports fills no table */
+		" ct timeout dns4 { protocol udp; l3proto ip; policy = { unreplied : 5, "
+		"replied : 1 }; }\n"
+		" ct timeout dns6 { protocol udp; l3proto ip6; policy = { unreplied : 5, "
+		"replied : 1 }; }\n"
+		" chain raw {\n"
+		"  type filter hook prerouting priority raw; policy accept;\n"
+		"  iifname @taps meta nfproto ipv4 udp dport 53 ct timeout set \"dns4\"\n"
+		"  iifname @taps meta nfproto ipv6 udp dport 53 ct timeout set \"dns6\"\n"
+		" }\n"
 		" chain forward {\n"
 		"  type filter hook forward priority filter; policy accept;\n"
 		"  iifname vmap @runs_f\n"
 		"  iifname @taps drop\n"
-		"  oifname @taps ct state established,related accept\n"
+		"  oifname vmap @runs_o\n"
 		"  oifname @taps drop\n"
 		"%s"
 		" }\n"
@@ -287,7 +299,7 @@ int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
 		    "flags dynamic; counter; }\n",
 		    v, id, addr, v, id, addr, v, id, addr, v, id, addr);
 		for (size_t k = 0; k < 4; k++)
-			if (!update || k == 0)
+			if (!update || k < 2) /* an update keeps the counts */
 				fprintf(s.f, "flush set inet sanbox %s%d_%s\n", kinds[k],
 					v, id);
 	}
@@ -295,8 +307,9 @@ int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
 		"add counter inet sanbox c_%s\n"
 		"add chain inet sanbox f_%s\nflush chain inet sanbox f_%s\n"
 		"add chain inet sanbox i_%s\nflush chain inet sanbox i_%s\n"
-		"add chain inet sanbox p_%s\nflush chain inet sanbox p_%s\n",
-		id, id, id, id, id, id, id);
+		"add chain inet sanbox p_%s\nflush chain inet sanbox p_%s\n"
+		"add chain inet sanbox o_%s\nflush chain inet sanbox o_%s\n",
+		id, id, id, id, id, id, id, id, id);
 	grants_add(s.f, id, p, 4);
 	grants_add(s.f, id, p, 6);
 	for (size_t i = 0; i < count; i++) {
@@ -304,12 +317,28 @@ int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
 		elem_write(s.f, &e[i]);
 		fprintf(s.f, " timeout %us }\n", e[i].timeout_s);
 	}
-	/* connections its grants let through go on while they are granted */
-	fprintf(s.f,
-		"add rule inet sanbox f_%s oifname @taps counter name c_%s drop\n"
-		"add rule inet sanbox f_%s ct state established,related ct mark 0x%08x "
-		"accept\n",
-		id, id, id, r->mark);
+	/* connections its grants let through go on while they are granted,
+	 * both ways (a change of grants changes the mark); new connections
+	 * are bounded, so no run fills the host's conntrack table */
+	fprintf(
+	    s.f,
+	    "add rule inet sanbox f_%s oifname @taps counter name c_%s drop\n"
+	    "add rule inet sanbox f_%s ct state established,related ct mark 0x%08x "
+	    "accept\n"
+	    "add rule inet sanbox f_%s ct state new limit rate over %u/second burst %u "
+	    "packets counter name c_%s drop\n"
+	    "add rule inet sanbox f_%s ct state new ct count over %u counter name c_%s "
+	    "drop\n"
+	    "add rule inet sanbox o_%s ct state established,related ct mark 0x%08x "
+	    "accept\n"
+	    "add rule inet sanbox o_%s counter name c_%s drop\n"
+	    "add rule inet sanbox i_%s ct state new limit rate over %u/second burst %u "
+	    "packets counter name c_%s drop\n"
+	    "add rule inet sanbox i_%s ct state new ct count over %u counter name c_%s "
+	    "drop\n",
+	    id, id, id, r->mark, id, SB_NFT_NEW_RATE, 2 * SB_NFT_NEW_RATE, id, id,
+	    SB_NFT_CONNS_OUT, id, id, r->mark, id, id, id, SB_NFT_NEW_RATE_HOST,
+	    2 * SB_NFT_NEW_RATE_HOST, id, id, SB_NFT_CONNS_HOST, id);
 	family_rules(s.f, r, 0);
 	family_rules(s.f, r, 1);
 	fprintf(s.f,
@@ -318,8 +347,9 @@ int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
 		"add element inet sanbox taps { \"%s\" }\n"
 		"add element inet sanbox runs_f { \"%s\" : jump f_%s }\n"
 		"add element inet sanbox runs_i { \"%s\" : jump i_%s }\n"
-		"add element inet sanbox runs_p { \"%s\" : jump p_%s }\n",
-		id, id, id, id, r->tap, r->tap, id, r->tap, id, r->tap, id);
+		"add element inet sanbox runs_p { \"%s\" : jump p_%s }\n"
+		"add element inet sanbox runs_o { \"%s\" : jump o_%s }\n",
+		id, id, id, id, r->tap, r->tap, id, r->tap, id, r->tap, id, r->tap, id);
 	return script_close(&s, out);
 }
 
@@ -426,7 +456,7 @@ static int holds(json_t *table, const char *name, const char *tap)
 
 int sb_nft_run_del(sb_nft *n, const char *id, const char *tap)
 {
-	static const char *const maps[] = {"runs_f", "runs_i", "runs_p"};
+	static const char *const maps[] = {"runs_f", "runs_i", "runs_p", "runs_o"};
 	static const char *const passes[] = {"flush", "chain", "set", "counter"};
 	struct del_ctx d = {id, NULL, NULL};
 	struct script s;
@@ -441,7 +471,7 @@ int sb_nft_run_del(sb_nft *n, const char *id, const char *tap)
 		return rc;
 	}
 	d.f = s.f;
-	for (size_t i = 0; i < 3; i++)
+	for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++)
 		if (holds(t, maps[i], tap))
 			fprintf(s.f, "delete element inet sanbox %s { \"%s\" }\n",
 				maps[i], tap);

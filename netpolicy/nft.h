@@ -4,9 +4,9 @@
  *
  * The table holds the hooks (forward, input, NAT prerouting and
  * postrouting), the set of the runs' taps, verdict maps from a tap to its
- * run's chains (runs_f, runs_i, runs_p), and masquerading of the runs' subnets. A run's
- * part is named after its id: chains f_ID (what its guest sends through the host), i_ID
- * (what it sends to the host: its DNS stub and proxy only) and p_ID (NAT: DNS to the
+ * run's chains (runs_f, runs_i, runs_p, runs_o), and masquerading of the runs' subnets. A
+ * run's part is named after its id: chains f_ID (what its guest sends through the host),
+ * i_ID (what it sends to the host: its DNS stub and proxy only) and p_ID (NAT: DNS to the
  * stub, TLS and HTTP connections of hostname grants to the proxy); sets g4_ID/g6_ID
  * (address grants), n4_ID/n6_ID (addresses of granted names, with timeouts), d4_ID/d6_ID
  * and e4_ID/e6_ID (denied destinations with counters) and counter c_ID (every packet
@@ -113,6 +113,15 @@ int sb_nft_denials(sb_nft *n, const char *id,
 /* Calls fn with the id of each run that has chains in the table. Errors:
  * those of sb_nft_run (no table: SB_OK, no call). */
 int sb_nft_runs(sb_nft *n, void (*fn)(void *ctx, const char *id), void *ctx);
+
+/* A run's new connections: through the host at most SB_NFT_NEW_RATE a
+ * second (twice at once) and SB_NFT_CONNS_OUT open; to the host (its stub
+ * and proxy) at most SB_NFT_NEW_RATE_HOST a second (twice at once) and
+ * SB_NFT_CONNS_HOST open. */
+#define SB_NFT_NEW_RATE	     500
+#define SB_NFT_NEW_RATE_HOST 200
+#define SB_NFT_CONNS_OUT     4096
+#define SB_NFT_CONNS_HOST    2048
 
 /* The ports whose connections to a granted name's addresses are checked
  * by name (TLS SNI, HTTP Host) before they go through. */

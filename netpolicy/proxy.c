@@ -81,13 +81,20 @@ static void deny(struct proxy_conn *c, const char *name, const char *reason)
 	conn_free(c);
 }
 
+/* 1 when what the guest sends goes straight to the server's buffer. */
+static int direct(const struct proxy_conn *c)
+{
+	return c->opaque && !c->nhold;
+}
+
 /* Sets the events each side waits for, from what the buffers hold. */
 static void arm(struct proxy_conn *c)
 {
 	int ce = 0, se = 0;
 
-	/* read the guest while there is room for what it sends */
-	if (!c->c_eof && (c->opaque ? c->ncs < BUF_CAP : c->nhold < sizeof c->hold))
+	/* read the guest while there is room for what it sends (held bytes
+	 * go first, so straight to the server only once none are held) */
+	if (!c->c_eof && (direct(c) ? c->ncs < BUF_CAP : c->nhold < sizeof c->hold))
 		ce |= SB_READ;
 	if (c->nsc)
 		ce |= SB_WRITE;
@@ -119,17 +126,14 @@ static int server_open(struct proxy_conn *c)
 	return c->sw ? 0 : -1;
 }
 
-/* Moves n judged bytes from hold to the server's buffer; 0 when there is
- * no room for them yet. */
-static int hold_pass(struct proxy_conn *c, size_t n)
+/* Moves n judged bytes from hold to the server's buffer, which has room
+ * for all of hold (judge feeds the parser only then). */
+static void hold_pass(struct proxy_conn *c, size_t n)
 {
-	if (c->ncs + n > BUF_CAP)
-		return 0;
 	memcpy(c->cs + c->ncs, c->hold, n);
 	c->ncs += n;
 	memmove(c->hold, c->hold + n, c->nhold - n);
 	c->nhold -= n;
-	return 1;
 }
 
 /* Judges what the guest sent so far. Returns -1 when c was closed. */
@@ -144,18 +148,17 @@ static int judge(struct proxy_conn *c)
 	}
 	if (!c->requests && c->nhold && !c->opaque)
 		c->tls = c->hold[0] == 0x16;
-	while (c->nhold && !c->opaque && !c->await101) {
+	if (c->opaque && c->nhold && BUF_CAP - c->ncs >= c->nhold)
+		hold_pass(c, c->nhold); /* what waited for the server's 101 */
+	/* the parser goes on only when whatever it passes fits: a verdict is
+	 * acted on at once, never fed again */
+	while (c->nhold && !c->opaque && !c->await101 && BUF_CAP - c->ncs >= c->nhold) {
 		int rc =
 		    sb_sniff_feed(&c->sn, c->hold, c->nhold, &pass, name, sizeof name);
 		switch (rc) {
 		case SB_SNIFF_MORE: return 0;
-		case SB_SNIFF_PASS:
-			if (!hold_pass(c, pass))
-				return 0; /* again once the server took some */
-			break;
+		case SB_SNIFF_PASS: hold_pass(c, pass); break;
 		case SB_SNIFF_NAME:
-			if (c->ncs + pass > BUF_CAP)
-				return 0;
 			if (!name[0]) {
 				deny(
 				    c, "",
@@ -191,8 +194,7 @@ static int judge(struct proxy_conn *c)
 				c->await101 = 1;
 				return 0;
 			}
-			if (!hold_pass(c, c->nhold))
-				return 0;
+			hold_pass(c, c->nhold);
 			c->opaque = 1;
 			break;
 		default:
@@ -206,7 +208,7 @@ static int judge(struct proxy_conn *c)
 /* Both sides are done: the connection ends. */
 static int finished(struct proxy_conn *c)
 {
-	if (c->c_eof && c->s_eof && !c->ncs && !c->nsc) {
+	if (c->c_eof && c->s_eof && !c->ncs && !c->nsc && !c->nhold) {
 		conn_free(c);
 		return 1;
 	}
@@ -232,8 +234,9 @@ static void on_client(void *ctx, int revents)
 			shutdown(c->cfd, SHUT_WR);
 	}
 	if (revents & SB_READ) {
-		uint8_t *to = c->opaque ? c->cs + c->ncs : c->hold + c->nhold;
-		size_t room = c->opaque ? BUF_CAP - c->ncs : sizeof c->hold - c->nhold;
+		int straight = direct(c);
+		uint8_t *to = straight ? c->cs + c->ncs : c->hold + c->nhold;
+		size_t room = straight ? BUF_CAP - c->ncs : sizeof c->hold - c->nhold;
 		k = room ? recv(c->cfd, to, room, MSG_DONTWAIT) : -1;
 		if (k == 0) {
 			c->c_eof = 1;
@@ -241,13 +244,13 @@ static void on_client(void *ctx, int revents)
 				deny(c, c->name, "closed before it named its host");
 				return;
 			}
-			if (c->sfd >= 0 && c->connected && !c->ncs)
+			if (c->sfd >= 0 && c->connected && !c->ncs && !c->nhold)
 				shutdown(c->sfd, SHUT_WR);
 		} else if (k < 0 && room && errno != EAGAIN && errno != EINTR) {
 			conn_free(c);
 			return;
 		} else if (k > 0) {
-			*(c->opaque ? &c->ncs : &c->nhold) += (size_t)k;
+			*(straight ? &c->ncs : &c->nhold) += (size_t)k;
 			if (judge(c))
 				return;
 		}
@@ -271,11 +274,7 @@ static int upgrade_answered(struct proxy_conn *c)
 	if (!memcmp(c->first, "HTTP/1.1 101", 12) ||
 	    !memcmp(c->first, "HTTP/1.0 101", 12)) {
 		c->opaque = 1;
-		if (!hold_pass(c, c->nhold)) { /* cannot be: cs held nothing more */
-			deny(c, c->name, "an Upgrade's first bytes did not fit");
-			return 1;
-		}
-		return 0;
+		return judge(c) < 0; /* what waited goes on as the buffer allows */
 	}
 	c->declined = 1;
 	return judge(c) < 0;
@@ -308,7 +307,7 @@ static void on_server(void *ctx, int revents)
 			if (judge(c)) /* room again for what waited */
 				return;
 		}
-		if (!c->ncs && c->c_eof)
+		if (!c->ncs && !c->nhold && c->c_eof)
 			shutdown(c->sfd, SHUT_WR);
 	}
 	if (revents & SB_READ) {
@@ -391,6 +390,15 @@ static void on_accept(void *ctx, int revents)
 	own = f->i == 5 ? r->iface.host6 : r->iface.host4;
 	if (!strcmp(c->dsttext, own)) {
 		deny(c, "", "not a connection to a granted name");
+		return;
+	}
+	/* never to the host itself (an address a name's answer gave) */
+	if (net_addr_local(
+		c->family,
+		c->family == 4
+		    ? (const uint8_t *)&((struct sockaddr_in *)&c->dst)->sin_addr
+		    : (const uint8_t *)&((struct sockaddr_in6 *)&c->dst)->sin6_addr)) {
+		deny(c, "", "a connection to the host itself");
 		return;
 	}
 	if (r->nproxies > NET_PROXY_MAX) {

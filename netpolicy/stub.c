@@ -140,6 +140,59 @@ static const char *type_name(uint16_t t)
 }
 
 /* The addresses are in the run's sets: the guest may use them now. */
+/* Keeps lk's answer (rcode, its addresses) in its run's cache for ttl_s:
+ * the name's servers see one lookup a TTL, however often the guest asks. */
+static void cache_put(const struct lookup *lk, int rcode, uint32_t ttl_s)
+{
+	struct net_run *r = lk->r;
+	struct dns_cached *c = &r->cache[0];
+	double now = sb_loop_now(r->n->loop);
+
+	if (strlen(lk->q.name) >= sizeof c->name || !ttl_s)
+		return;
+	for (size_t i = 0; i < NET_DNS_CACHE; i++) {
+		struct dns_cached *x = &r->cache[i];
+		if (x->expires > now && x->type == lk->q.qtype &&
+		    !strcmp(x->name, lk->q.name)) {
+			c = x; /* the same question: replaced */
+			break;
+		}
+		if (x->expires < c->expires)
+			c = x; /* else the soonest to expire makes room */
+	}
+	snprintf(c->name, sizeof c->name, "%s", lk->q.name);
+	c->type = lk->q.qtype;
+	c->rcode = rcode;
+	c->n = lk->naddrs;
+	memcpy(c->addrs, lk->addrs, lk->naddrs * sizeof lk->addrs[0]);
+	c->expires = now + ttl_s;
+}
+
+/* Answers lk from its run's cache; 0 when the question is not there. */
+static int cache_answer(struct lookup *lk)
+{
+	struct net_run *r = lk->r;
+	double now = sb_loop_now(r->n->loop);
+	struct sb_dns_rr rrs[16];
+
+	for (size_t i = 0; i < NET_DNS_CACHE; i++) {
+		struct dns_cached *x = &r->cache[i];
+		if (x->expires <= now || x->type != lk->q.qtype ||
+		    strcmp(x->name, lk->q.name))
+			continue;
+		for (size_t k = 0; k < x->n; k++) {
+			rrs[k].type = x->type;
+			rrs[k].ttl = (uint32_t)(x->expires - now) + 1;
+			memcpy(rrs[k].addr, x->addrs[k], 16);
+		}
+		net_agg_add(r, SB_NET_RESOLVED, "", 0, type_name(x->type), x->name, NULL,
+			    NULL, 1);
+		answer(lk, x->rcode, rrs, x->n);
+		return 1;
+	}
+	return 0;
+}
+
 static void on_names(void *ctx, int rc)
 {
 	struct lookup *lk = ctx;
@@ -164,6 +217,7 @@ static void on_names(void *ctx, int rc)
 	}
 	net_agg_add(lk->r, SB_NET_RESOLVED, "", 0, type_name(lk->q.qtype), lk->q.name,
 		    NULL, list, 1);
+	cache_put(lk, SB_DNS_NOERROR, lk->ttl);
 	answer(lk, SB_DNS_NOERROR, rrs, lk->naddrs);
 }
 
@@ -181,12 +235,11 @@ static void on_resolved(void *arg, int status, int timeouts, unsigned char *abuf
 		answer(lk, SB_DNS_SERVFAIL, NULL, 0);
 		return;
 	}
-	if (status == ARES_ENOTFOUND) {
-		answer(lk, SB_DNS_NXDOMAIN, NULL, 0);
-		return;
-	}
-	if (status == ARES_ENODATA) {
-		answer(lk, SB_DNS_NOERROR, NULL, 0);
+	if (status == ARES_ENOTFOUND || status == ARES_ENODATA) {
+		int rcode = status == ARES_ENOTFOUND ? SB_DNS_NXDOMAIN : SB_DNS_NOERROR;
+		lk->naddrs = 0;
+		cache_put(lk, rcode, r->n->c.ttl_min_s > 5 ? r->n->c.ttl_min_s : 5);
+		answer(lk, rcode, NULL, 0);
 		return;
 	}
 	if (status != ARES_SUCCESS) {
@@ -205,16 +258,32 @@ static void on_resolved(void *arg, int status, int timeouts, unsigned char *abuf
 		answer(lk, SB_DNS_SERVFAIL, NULL, 0);
 		return;
 	}
-	lk->naddrs = (size_t)n;
+	lk->naddrs = 0;
 	for (int i = 0; i < n; i++) {
 		int t = lk->family == 4 ? a4[i].ttl : a6[i].ttl;
-		memset(lk->addrs[i], 0, 16);
+		uint8_t *a = lk->addrs[lk->naddrs];
+		char why[64], text[INET6_ADDRSTRLEN];
+		memset(a, 0, 16);
 		if (lk->family == 4)
-			memcpy(lk->addrs[i], &a4[i].ipaddr, 4);
+			memcpy(a, &a4[i].ipaddr, 4);
 		else
-			memcpy(lk->addrs[i], &a6[i].ip6addr, 16);
+			memcpy(a, &a6[i].ip6addr, 16);
+		/* a granted name may not lead to the host, its networks or
+		 * other runs (an answer the name's servers choose) */
+		if (!net_answer_ok(r, lk->family, a, why, sizeof why)) {
+			inet_ntop(lk->family == 4 ? AF_INET : AF_INET6, a, text,
+				  sizeof text);
+			net_agg_add(r, SB_NET_DENIED, text, 0, "dns", lk->q.name, why,
+				    NULL, 1);
+			continue;
+		}
+		lk->naddrs++;
 		if (t >= 0 && (uint32_t)t < ttl)
 			ttl = (uint32_t)t;
+	}
+	if (!lk->naddrs) {
+		answer(lk, SB_DNS_NOERROR, NULL, 0);
+		return;
 	}
 	lk->ttl = ttl < r->n->c.ttl_min_s ? r->n->c.ttl_min_s : ttl;
 	if (net_names_add(r, lk->q.name, lk->family, (const uint8_t(*)[16])lk->addrs,
@@ -257,6 +326,8 @@ static void query(struct lookup *lk, const uint8_t *msg, size_t len)
 		answer(lk, SB_DNS_SERVFAIL, NULL, 0);
 		return;
 	}
+	if (cache_answer(lk))
+		return;
 	lk->family = q->qtype == SB_DNS_A ? 4 : 6;
 	ares_query(r->n->ares, q->name, 1, q->qtype, on_resolved, lk);
 	ares_rearm(r->n);

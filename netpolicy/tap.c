@@ -50,6 +50,15 @@ int sb_sysctl_set(const char *path, int value)
 	return rc;
 }
 
+/* Sets net.ipv4.conf.NAME.KEY (best effort: an old kernel may lack it). */
+static void conf_set(const char *name, const char *key, int value)
+{
+	char path[128];
+
+	snprintf(path, sizeof path, "/proc/sys/net/ipv4/conf/%s/%s", name, key);
+	sb_sysctl_set(path, value);
+}
+
 /* Opens /dev/net/tun as tap name; persist 1 keeps it after close, 0
  * lets it go. */
 static int tun_persist(const char *name, int persist)
@@ -137,6 +146,9 @@ int sb_link_up(const char *name, const char *host4, int prefix4, const char *hos
 		rc = sb_seterr(SB_ERR_IO, "%s: up: %s", name, strerror(errno));
 		goto out;
 	}
+	/* the host answers the guest's ARP for the tap's address only */
+	conf_set(name, "arp_ignore", 1);
+	conf_set(name, "arp_announce", 2);
 	if (host6[0])
 		rc = addr6_set(name, host6, prefix6);
 out:

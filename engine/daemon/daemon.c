@@ -323,6 +323,7 @@ static int net_open(struct sb_daemon *d)
 	snprintf(c.subnet4, sizeof c.subnet4, "%s", st->net_subnet4);
 	snprintf(c.subnet6, sizeof c.subnet6, "%s", st->net_subnet6);
 	c.ipv6 = st->net_ipv6 >= 1;
+	c.private_answers = st->net_private_answers >= 1;
 	c.ttl_min_s = (uint32_t)st->net_ttl_min_s;
 	c.ttl_max_s = (uint32_t)st->net_ttl_max_s;
 	c.report_s = st->net_report_s;

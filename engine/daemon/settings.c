@@ -75,6 +75,7 @@ static const struct setting {
     S("net", "subnet4", net_subnet4, "10.87.0.0/16"),
     S("net", "subnet6", net_subnet6, "fd53:616e:626f::/48"),
     D("net", "ipv6", net_ipv6, 0, 0, 1),
+    D("net", "private_answers", net_private_answers, 0, 0, 1),
     D("net", "ttl_min_s", net_ttl_min_s, 5, 0, 3600),
     D("net", "ttl_max_s", net_ttl_max_s, 3600, 1, 86400),
     D("net", "report_interval_s", net_report_s, 1, 0.1, 60),

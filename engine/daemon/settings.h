@@ -42,6 +42,7 @@ struct sb_settings {
 	char net_resolver[64]; /* "IP[:PORT]", or "": /etc/resolv.conf */
 	char net_subnet4[20], net_subnet6[48];
 	double net_ipv6; /* 1: runs get IPv6 too */
+	double net_private_answers; /* 1: granted names may resolve to private addresses */
 	double net_ttl_min_s, net_ttl_max_s;
 	double net_report_s;
 };

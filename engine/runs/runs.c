@@ -579,8 +579,8 @@ static void m_net(void *ctx, const struct sb_net_report *n)
 		sb_pack_kstr(&pk, "dst", n->dst);
 		sb_pack_ku64(&pk, "port", n->port);
 		sb_pack_kstr(&pk, "proto", n->proto);
-		if (n->name[0])
-			sb_pack_kstr(&pk, "name", n->name);
+		if (n->name[0]) /* a name (escaped) is cut at 256 bytes */
+			sb_pack_kstrn(&pk, "name", n->name, strnlen(n->name, 256));
 		sb_pack_kstr(&pk, "reason", n->reason);
 		sb_pack_ku64(&pk, "count", n->count);
 	} else {

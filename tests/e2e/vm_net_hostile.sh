@@ -295,8 +295,15 @@ n=$(log_count "$HOST_LOG" "e['kind'] == 'tcp' and e['event'] == 'connect'")
 		"$n connections to $(grep '"connect"' "$HOST_LOG" | sed 's/.*"server": "\([^"]*\)".*/\1/' | sort -u | tr '\n' ' ')"
 case $(line loop) in *"hello from"*) bad "loop (a granted name answered with 127.0.0.1: the host's loopback)" "$(line loop)" ;;
 *) ok "the host's loopback stays out of reach: $(line loop)" ;; esac
-expect self "closed" "a granted name answered with the host's own address"
-expect lan "timeout" "a granted name answered with a neighbour of the host on a LAN"
+# a hostile answer is left out (the name does not resolve), or nothing
+# of the connection gets through
+for l in loop self lan; do
+	case $(line $l) in unresolved* | closed* | timeout*) ok "$l: out of reach ($(line $l))" ;;
+	*) bad "$l (a granted name answered with the host's or its LAN's address)" "$(line $l)" ;; esac
+done
+has_event "$A" "e['type'] == 'net.denied' and e['payload']['proto'] == 'dns' and e['payload'].get('name') == 'self.test' and 'host' in e['payload']['reason']" &&
+	ok "the answer of the host's own address is recorded as refused" ||
+	bad "self.test" "no net.denied for its answer"
 case $(line arp-host) in *timeout) ok "ARP shows none of the host's other addresses" ;;
 *) bad "ARP (the host answers for all its addresses on the tap)" "$(line arp-host)" ;; esac
 
