@@ -366,6 +366,10 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	    (rc = sb_work_open("jobs", JOB_THREADS, &d->jobs)))
 		goto fail;
 	gw.log = d->log;
+	gw.max_conns = (unsigned)d->settings.gateway_max_conns;
+	/* the gateway counts whole seconds */
+	gw.header_timeout_s = (unsigned)ceil(d->settings.gateway_header_s);
+	gw.body_timeout_s = (unsigned)ceil(d->settings.gateway_body_s);
 	gw.on_budget = on_budget;
 	gw.on_call = on_call;
 	gw.ctx = d;
