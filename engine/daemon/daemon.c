@@ -275,6 +275,8 @@ static int open_servers(struct sb_daemon *d, const struct sb_daemon_opts *o)
 	so.limits.max_inflight = (unsigned)st->local_max_inflight;
 	so.limits.max_buffered = st->local_max_buffered;
 	so.limits.handshake_s = st->local_handshake_s;
+	so.limits.request_s = st->local_request_s;
+	so.limits.idle_s = st->local_idle_s;
 	if ((rc = sb_sp_open(&so, &d->local)))
 		return rc;
 	sb_home_path(d->home, "api.sock", path, sizeof path);
