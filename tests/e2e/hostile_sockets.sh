@@ -135,12 +135,20 @@ grep -q '^preauth: 16 connections' "$tmp/pa" || fail "unauthenticated uploads: $
 pass "16 unauthenticated 63 MiB requests: RSS ${rss0} -> at most ${max} KiB ($(cat "$tmp/pa"))"
 
 # -- wrong tokens: slowed, the connection closed, counted and logged
+denied() {
+	"$SB" daemon status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["remote"]["denied"])'
+}
+d0=$(denied) || fail "daemon status --json has no remote.denied"
+[ "$d0" -ge 16 ] || fail "remote.denied is $d0 after 16 requests refused before their token"
 $H wrong_tokens "$port" 200 5 >"$tmp/wt" || fail "wrong tokens: $(cat "$tmp/wt")"
 a=$(sed -n 's/^wrong_tokens: \([0-9]*\) answers.*/\1/p' "$tmp/wt")
-[ -n "$a" ] && [ "$a" -le 8 ] || fail "wrong tokens answered too fast: $(cat "$tmp/wt")"
+[ -n "$a" ] && [ "$a" -ge 1 ] && [ "$a" -le 8 ] || fail "wrong tokens answered too fast: $(cat "$tmp/wt")"
 grep -q 'closed True' "$tmp/wt" || fail "a connection sending wrong tokens stays open: $(cat "$tmp/wt")"
 grep -q 'requests refused (no valid token)' "$SANBOX_HOME/d.log" || fail "refusals not logged"
-"$SB" daemon status --json >"$tmp/h" 2>/dev/null
+d1=$(denied) || fail "daemon status --json has no remote.denied"
+# each answer was a refusal, and at most max_denied (8) were read
+[ $((d1 - d0)) -ge "$a" ] && [ $((d1 - d0)) -le 8 ] ||
+	fail "remote.denied went from $d0 to $d1 for $a refused requests"
 "$SB" --remote "$url" --token "$token" --ca "$certs/server.pem" ps >/dev/null ||
 	fail "a good token is refused after the wrong ones"
 pass "wrong tokens: $(cat "$tmp/wt")"
