@@ -18,7 +18,8 @@ static void print_running(const struct sb_reply *rep, int json)
 		json_object_del(j, "ok");
 		json_object_set_new(j, "state", json_string("running"));
 		json_object_set_new(j, "running", json_true());
-		json_object_set_new(j, cli_remote ? "remote" : "home", json_string(where));
+		/* "url", not "remote": health's "remote" holds the counters */
+		json_object_set_new(j, cli_remote ? "url" : "home", json_string(where));
 		cli_print_json(j);
 		return;
 	}
@@ -38,7 +39,7 @@ static void print_down(int silent, int pid, const char *detail, int json)
 	if (json) {
 		/* running: a process holds the lock here; of a remote one nothing is known */
 		json_t *j = json_pack("{s:s, s:b, s:s}", "state", silent ? "not-answering" : "not-running",
-				      "running", silent && !cli_remote, cli_remote ? "remote" : "home",
+				      "running", silent && !cli_remote, cli_remote ? "url" : "home",
 				      where);
 		if (pid)
 			json_object_set_new(j, "pid", json_integer(pid));

@@ -160,7 +160,8 @@ static const struct cli_cmd commands[] = {
 	 "status tells 'running' (it answers; exit 0) from 'not running' and\n"
 	 "'running but not answering (pid N)' (a process holds STATE_DIR/sanboxd.pid\n"
 	 "but health does not answer within 2 s; exit 4 for both). With --remote it\n"
-	 "asks the remote daemon.\n"},
+	 "asks the remote daemon. --json: state, running, health's fields, and home\n"
+	 "(the state directory) or, with --remote, url.\n"},
 	{"admin", cmd_admin, "maintenance: reproject, tokens, append",
 	 "usage: sanbox admin reproject [--json]\n"
 	 "       sanbox admin token create [NAME] [--json]\n"

@@ -275,6 +275,8 @@ static int open_servers(struct sb_daemon *d, const struct sb_daemon_opts *o)
 	so.limits.max_inflight = (unsigned)st->local_max_inflight;
 	so.limits.max_buffered = st->local_max_buffered;
 	so.limits.handshake_s = st->local_handshake_s;
+	so.limits.request_s = st->local_request_s;
+	so.limits.idle_s = st->local_idle_s;
 	if ((rc = sb_sp_open(&so, &d->local)))
 		return rc;
 	sb_home_path(d->home, "api.sock", path, sizeof path);
@@ -367,6 +369,10 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	    (rc = sb_work_open("jobs", JOB_THREADS, &d->jobs)))
 		goto fail;
 	gw.log = d->log;
+	gw.max_conns = (unsigned)d->settings.gateway_max_conns;
+	/* the gateway counts whole seconds */
+	gw.header_timeout_s = (unsigned)ceil(d->settings.gateway_header_s);
+	gw.body_timeout_s = (unsigned)ceil(d->settings.gateway_body_s);
 	gw.on_budget = on_budget;
 	gw.on_call = on_call;
 	gw.ctx = d;

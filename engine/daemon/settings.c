@@ -49,6 +49,8 @@ static const struct setting {
     U("local", "max_inflight", local_max_inflight, 64, 1, 4096, 1),
     U("local", "max_buffered_mib", local_max_buffered, 512, 64, 65536, MIB),
     D("local", "handshake_timeout_s", local_handshake_s, 10, 0.1, 3600),
+    D("local", "request_timeout_s", local_request_s, 30, 0.1, 3600),
+    D("local", "idle_timeout_s", local_idle_s, 600, 1, 86400),
     U("remote", "max_conns", remote_max_conns, 256, 1, 65536, 1),
     U("remote", "max_conns_per_peer", remote_max_conns_per_peer, 16, 1, 65536, 1),
     D("remote", "accept_rate", remote_accept_rate, 10, 0.1, 100000),

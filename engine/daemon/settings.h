@@ -18,6 +18,8 @@ struct sb_settings {
 	uint64_t local_max_inflight;
 	uint64_t local_max_buffered; /* bytes */
 	double local_handshake_s;
+	double local_request_s; /* a request's first byte to its last */
+	double local_idle_s;	/* api.sock: no request, no reply in flight */
 	/* the remote listener (sanboxd --listen) */
 	uint64_t remote_max_conns;
 	uint64_t remote_max_conns_per_peer;

@@ -42,6 +42,7 @@
 
 #define SWEEP_S	       0.25
 #define READ_BUDGET    (256u << 10) /* bytes read from one connection per wake-up */
+#define BODY_FIRST     (64u << 10)  /* a unix socket request's first buffer */
 #define ACCEPT_BURST   64	    /* connections accepted per wake-up */
 #define BT_WORDS_MAX   8	    /* backtrace hops, as nng allows */
 #define PEER_BUCKETS   256
@@ -95,6 +96,7 @@ struct conn {
 	mbedtls_ssl_context ssl;
 	enum cstate state;
 	double t_start, t_last, resume_at;
+	double t_msg; /* the first byte of the message being read */
 	struct peer *peer;
 	/* the peer's header */
 	uint8_t hdr[8];
@@ -556,17 +558,7 @@ static void msg_authenticate(struct conn *c)
 					sizeof c->who);
 
 	if (rc == SB_OK) {
-		uint8_t *b;
-		c->authed = c->ever_authed = 1;
-		if (complete)
-			return;
-		if (!(b = realloc(c->body, (size_t)c->body_len))) {
-			conn_drop(c, "out of memory");
-			return;
-		}
-		s->buffered += (size_t)c->body_len - c->body_cap;
-		c->body = b;
-		c->body_cap = (size_t)c->body_len;
+		c->authed = c->ever_authed = 1; /* the rest comes as it arrives */
 		return;
 	}
 	/* SB_END too: the credentials were not in the first preauth_max bytes */
@@ -611,21 +603,21 @@ static int msg_begin(struct conn *c)
 	return 0;
 }
 
-/* The backtrace is in: makes the body's buffer. Returns -1 when c is
- * paused for memory (the caller stops reading) or dropped. */
+/* The backtrace is in: makes the body's first buffer, of its first
+ * preauth_max bytes over TLS (until it is authenticated), BODY_FIRST over
+ * a unix socket; it grows as the bytes come (body_grow). Returns -1 when c
+ * is dropped. */
 static int body_begin(struct conn *c)
 {
 	sb_sp *s = c->s;
-	size_t cap;
+	size_t cap, first = c->tls ? s->lim.preauth_max : BODY_FIRST;
 
 	c->body_len = c->msg_len - c->bt_len;
 	if (c->body_len > s->lim.max_request) {
 		msg_too_large(c, c->body_len);
 		return -1;
 	}
-	cap = (size_t)c->body_len;
-	if (c->tls && cap > s->lim.preauth_max)
-		cap = s->lim.preauth_max;
+	cap = c->body_len < first ? (size_t)c->body_len : first;
 	c->body_cap = cap;
 	c->body_got = 0;
 	c->body = malloc(cap ? cap : 1);
@@ -638,8 +630,26 @@ static int body_begin(struct conn *c)
 	return 0;
 }
 
-/* The body's buffer is full: authenticate what is there (TLS), and hand
- * the message on once it is whole. */
+/* Doubles the body's buffer of c, to its declared length at most, and
+ * counts what it adds as held. */
+static void body_grow(struct conn *c)
+{
+	sb_sp *s = c->s;
+	size_t cap = c->body_cap < c->body_len - c->body_cap ? 2 * c->body_cap
+							     : (size_t)c->body_len;
+	uint8_t *b = realloc(c->body, cap);
+
+	if (!b) {
+		conn_drop(c, "out of memory");
+		return;
+	}
+	s->buffered += cap - c->body_cap;
+	c->body = b;
+	c->body_cap = cap;
+}
+
+/* The body's buffer is full: authenticate what is there (TLS), hand the
+ * message on once it is whole, else make room for more. */
 static void body_done(struct conn *c)
 {
 	if (c->tls && !c->authed) {
@@ -649,6 +659,8 @@ static void body_done(struct conn *c)
 	}
 	if (c->body_got == c->body_len)
 		msg_deliver(c);
+	else
+		body_grow(c);
 }
 
 /* Feeds n bytes read from c into its message state. Returns the bytes
@@ -665,6 +677,8 @@ static size_t msg_feed(struct conn *c, const uint8_t *p, size_t n)
 		switch (c->rs) {
 		case R_MSGHDR: {
 			size_t need = c->tls ? 8 : 9;
+			if (!c->mhdr_got)
+				c->t_msg = sb_loop_now(c->s->loop);
 			k = need - c->mhdr_got < n - used ? need - c->mhdr_got : n - used;
 			memcpy(c->mhdr + c->mhdr_got, p + used, k);
 			c->mhdr_got += k;
@@ -1046,15 +1060,52 @@ static void on_later(void *ctx)
 	conn_release(c);
 }
 
+/* 1 when c is reading a message: a byte of it is in. */
+static int msg_begun(const struct conn *c)
+{
+	return c->rs != R_MSGHDR || c->mhdr_got;
+}
+
+/* The unix socket connection to close for a new one when the server is
+ * full: the one idle longest of those waiting for their header or for a
+ * request, or else the subscriber idle longest; NULL when all are busy. */
+static struct conn *conn_victim(sb_sp *s)
+{
+	struct conn *best = NULL, *sub = NULL;
+
+	for (struct conn *c = s->conns; c; c = c->next) {
+		if (c->tls || c->closing)
+			continue;
+		if (c->state == C_OPEN && c->proto == SB_SP_PROTO_PUB) {
+			if (!sub || c->t_last < sub->t_last)
+				sub = c;
+		} else if (c->state != C_OPEN ||
+			   (!c->inflight && !c->out_head && !msg_begun(c) &&
+			    !c->rest_len)) {
+			if (!best || c->t_last < best->t_last)
+				best = c;
+		}
+	}
+	return best ? best : sub;
+}
+
 static void conn_new(struct listener *l, int fd, const struct sockaddr_storage *ss)
 {
 	sb_sp *s = l->s;
 	double now = sb_loop_now(s->loop);
-	struct conn *c = NULL;
+	struct conn *c = NULL, *v;
 	struct peer *p = NULL;
 	struct frame *f;
 	char key[48];
 
+	if (s->nconns >= s->lim.max_conns && !l->tls && (v = conn_victim(s))) {
+		sp_log(s, &s->rl_limit,
+		       "%u connections: the limit; the one idle longest (%.0f s) "
+		       "was closed for a new one",
+		       s->nconns, now - v->t_last);
+		stat_add(s, &s->st.dropped_conns, 1);
+		conn_drop(v, NULL);
+	}
 	if (s->nconns >= s->lim.max_conns) {
 		sp_log(s, &s->rl_limit,
 		       "%u connections: the limit; a new one was refused", s->nconns);
@@ -1176,7 +1227,11 @@ static void on_sweep(void *ctx)
 		else if (c->tls && !c->ever_authed &&
 			 now - c->t_start > s->lim.unauth_idle_s)
 			conn_drop(c, "no authenticated request in time");
-		else if (c->tls && !c->inflight && now - c->t_last > s->lim.idle_s)
+		else if (!c->tls && c->proto == SB_SP_PROTO_REP && msg_begun(c) &&
+			 now - c->t_msg > s->lim.request_s)
+			conn_drop(c, "request not whole in time");
+		else if (c->proto == SB_SP_PROTO_REP && !c->inflight &&
+			 now - c->t_last > s->lim.idle_s)
 			/* idle, or its replies have not moved for as long */
 			conn_drop(c, c->out_head ? "replies not read in time" : NULL);
 		else
@@ -1279,6 +1334,8 @@ int sb_sp_open(const struct sb_sp_opts *o, sb_sp **out)
 		l->unauth_idle_s = 10;
 	if (!(l->idle_s > 0))
 		l->idle_s = 300;
+	if (!(l->request_s > 0))
+		l->request_s = 30;
 	if (!l->max_request)
 		l->max_request = 64u << 20;
 	if (!l->preauth_max)

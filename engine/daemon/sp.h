@@ -39,7 +39,14 @@
 typedef struct sb_sp sb_sp;
 typedef struct sb_sp_req sb_sp_req;
 
-/* What a server bounds. A zero field takes the default in brackets. */
+/* What a server bounds. A zero field takes the default in brackets.
+ *
+ * A request's buffer grows as its bytes arrive (to at most twice what has
+ * arrived), never to its declared length at once: max_buffered counts the
+ * bytes held, not the bytes promised. When a unix socket server holds
+ * max_conns connections, a new one is still taken: the connection idle
+ * longest (waiting for its header or for a request, a subscriber only when
+ * there is none) is closed for it; only when all are busy is it refused. */
 struct sb_sp_limits {
 	unsigned max_conns;	     /* connections at once [1024] */
 	unsigned max_conns_per_peer; /* TLS: per peer (IPv4 address, IPv6 /64) [16] */
@@ -47,8 +54,11 @@ struct sb_sp_limits {
 	double accept_burst;	     /* TLS: ... with this burst [20] */
 	double handshake_s;	     /* accept to headers (and TLS) done [10] */
 	double unauth_idle_s;	     /* TLS: to the first authenticated request [10] */
-	double idle_s;		     /* TLS: no request, no reply in flight or
-				      * taken by the peer [300] */
+	double idle_s;		     /* request/reply connections: no request
+				      * in flight, no reply taken by the peer
+				      * [300] */
+	double request_s;	     /* unix sockets: a request's first byte to
+				      * its last [30] */
 	size_t max_request;	     /* bytes of one request [64 MiB] */
 	size_t preauth_max;	     /* TLS: bytes read before a request is
 				      * authenticated [4096] */

@@ -26,11 +26,11 @@
 #define GUEST_READ_BUDGET (256u << 10) /* bytes read from one guest per wake-up */
 #define WARN_EVERY_S	  1.0
 
-enum drop { D_RATE, D_MALFORMED, D_SCHEMA, D_REPEATED, D_QUOTA, D_COUNT };
+enum drop { D_RATE, D_MALFORMED, D_SCHEMA, D_REPEATED, D_LONG, D_QUOTA, D_COUNT };
 
 static const char *const drop_what[D_COUNT] = {"over the event rate limit", "malformed",
 					       "refused by the schema", "repeated",
-					       "past the record quota"};
+					       "too long", "past the record quota"};
 
 /* The agent's events that happen once in a run (see once_bit). */
 enum { ONCE_READY = 1, ONCE_EXITED = 2 };
@@ -378,6 +378,26 @@ static void guest_event(sb_guest *g, const char *type, enum sb_source src,
 	msgpack_sbuffer_destroy(&buf);
 }
 
+/* A line the agent dropped for its length ({too_long, head}): counted,
+ * quoted by its head masked, less a tail that may begin a secret value. */
+static void long_line(sb_guest *g, const msgpack_object *body)
+{
+	const msgpack_object *head = sb_map_get(body, "head");
+	struct sb_mask_stream st = {0};
+	msgpack_sbuffer buf;
+	char detail[200];
+
+	msgpack_sbuffer_init(&buf);
+	if (head && head->type == MSGPACK_OBJECT_BIN)
+		sb_mask_stream(g->mask, &st, head->via.bin.ptr, head->via.bin.size, 0, &buf);
+	snprintf(detail, sizeof detail, "a harness line over %llu bytes: %.*s",
+		 (unsigned long long)sb_map_u64(body, "too_long", 0),
+		 buf.data ? (int)buf.size : 0, buf.data ? buf.data : "");
+	drop(g, D_LONG, detail);
+	sodium_memzero(&st, sizeof st);
+	msgpack_sbuffer_destroy(&buf);
+}
+
 /* A line the harness wrote to $SANBOX_EVENTS: {"type": ..., "payload": {...}}. */
 static void harness_line(sb_guest *g, const msgpack_object *body)
 {
@@ -388,6 +408,10 @@ static void harness_line(sb_guest *g, const msgpack_object *body)
 	msgpack_zone zone;
 	msgpack_object obj;
 
+	if (body->type == MSGPACK_OBJECT_MAP && sb_map_get(body, "too_long")) {
+		long_line(g, body);
+		return;
+	}
 	if (body->type != MSGPACK_OBJECT_BIN && body->type != MSGPACK_OBJECT_STR) {
 		drop(g, D_MALFORMED, "a harness line frame without bytes");
 		return;

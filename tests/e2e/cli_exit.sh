@@ -190,7 +190,7 @@ done
 "$SB" --remote tls+tcp://127.0.0.1:1 --token t --ca /dev/null daemon status --json >"$tmp/st" 2>&1
 rc=$?
 [ $rc = 4 ] || fail "remote status of nothing: exit $rc, want 4"
-json_is "$tmp/st" "j['state'] == 'not-answering' and j['remote'] == 'tls+tcp://127.0.0.1:1' and 'home' not in j" ||
+json_is "$tmp/st" "j['state'] == 'not-answering' and j['url'] == 'tls+tcp://127.0.0.1:1' and 'home' not in j and 'remote' not in j" ||
 	fail "remote status --json: $(cat "$tmp/st")"
 "$SB" --remote tls+tcp://127.0.0.1:1 --token t --ca /dev/null daemon status >"$tmp/st"
 grep -q 'tls+tcp://127.0.0.1:1' "$tmp/st" && ! grep -q "$SANBOX_HOME" "$tmp/st" ||

@@ -13,7 +13,7 @@ mkdir -p "$certs"
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=127.0.0.1" \
 	-keyout "$certs/server.key" -out "$certs/server.pem" >/dev/null 2>&1 || fail "openssl"
 cat >"$SANBOX_HOME/sanboxd.json" <<'J'
-{"local": {"handshake_timeout_s": 2},
+{"local": {"handshake_timeout_s": 2, "request_timeout_s": 3, "idle_timeout_s": 4},
  "remote": {"handshake_timeout_s": 2, "unauth_timeout_s": 3, "max_conns_per_peer": 16}}
 J
 port=$((20000 + $$ % 20000))
@@ -30,6 +30,17 @@ until "$SB" daemon status >/dev/null 2>&1; do
 done
 token=$("$SB" admin token create) || fail "token create"
 answers() { timeout 5 "$SB" daemon status >/dev/null 2>&1; }
+# running_throughout PID WHAT: while PID lives, `daemon status` says running
+running_throughout() {
+	rt_n=0
+	while kill -0 "$1" 2>/dev/null; do
+		timeout 5 "$SB" daemon status >"$tmp/rt" 2>&1
+		grep -q '^sanboxd: running for' "$tmp/rt" || fail "$2: daemon status says: $(cat "$tmp/rt")"
+		rt_n=$((rt_n + 1))
+		sleep 0.2
+	done
+	[ $rt_n -ge 3 ] || fail "$2: ended before daemon status was asked 3 times"
+}
 rss_kb() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' "/proc/$dpid/status"; }
 nfds() { ls "/proc/$dpid/fd" | wc -l; }
 
@@ -66,6 +77,31 @@ wait "$spid"
 grep -q 'stall: 50 of 50 closed' "$tmp/st" || fail "stalled connections: $(cat "$tmp/st")"
 pass "stalled handshakes closed, the socket answered meanwhile"
 
+# -- 1100 connections past the header that never send a request, above
+# local.max_conns (1024): each new client still gets in (the one idle
+# longest is closed for it), and all are closed at the idle deadline
+$H idle_flood "$SANBOX_HOME/api.sock" 1100 7 >"$tmp/if" &
+fpid=$!
+bg="$bg $fpid"
+running_throughout "$fpid" "idle flood past local.max_conns"
+wait "$fpid"
+grep -q '^idle_flood: 1100 connected, 0 refused, 1100 closed' "$tmp/if" || fail "idle flood: $(cat "$tmp/if")"
+pass "idle flood past local.max_conns: daemon status answered throughout ($(cat "$tmp/if"))"
+
+# -- requests that declare 60 MiB each (9 of them: above the 512 MiB of
+# local.max_buffered_mib) and trickle their bodies: only the bytes that
+# came are held, and each is closed at local.request_timeout_s
+rss0=$(rss_kb)
+$H trickle "$SANBOX_HOME/api.sock" 9 60 8 >"$tmp/tr" &
+fpid=$!
+bg="$bg $fpid"
+running_throughout "$fpid" "declared large, body trickled"
+wait "$fpid"
+rss1=$(rss_kb)
+grep -q '^trickle: 9 of 9 requests of 60 MiB closed' "$tmp/tr" || fail "trickled requests: $(cat "$tmp/tr")"
+[ $((rss1 - rss0)) -lt 65536 ] || fail "the daemon grew from ${rss0} to ${rss1} KiB on trickled requests"
+pass "declared large, body trickled: daemon status answered throughout ($(cat "$tmp/tr"))"
+
 # -- 2000 plain TCP connections on the TLS port: capped, local socket fine
 $H tcp_flood "$port" 2000 3 >"$tmp/tf" &
 fpid=$!
@@ -99,12 +135,20 @@ grep -q '^preauth: 16 connections' "$tmp/pa" || fail "unauthenticated uploads: $
 pass "16 unauthenticated 63 MiB requests: RSS ${rss0} -> at most ${max} KiB ($(cat "$tmp/pa"))"
 
 # -- wrong tokens: slowed, the connection closed, counted and logged
+denied() {
+	"$SB" daemon status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["remote"]["denied"])'
+}
+d0=$(denied) || fail "daemon status --json has no remote.denied"
+[ "$d0" -ge 16 ] || fail "remote.denied is $d0 after 16 requests refused before their token"
 $H wrong_tokens "$port" 200 5 >"$tmp/wt" || fail "wrong tokens: $(cat "$tmp/wt")"
 a=$(sed -n 's/^wrong_tokens: \([0-9]*\) answers.*/\1/p' "$tmp/wt")
-[ -n "$a" ] && [ "$a" -le 8 ] || fail "wrong tokens answered too fast: $(cat "$tmp/wt")"
+[ -n "$a" ] && [ "$a" -ge 1 ] && [ "$a" -le 8 ] || fail "wrong tokens answered too fast: $(cat "$tmp/wt")"
 grep -q 'closed True' "$tmp/wt" || fail "a connection sending wrong tokens stays open: $(cat "$tmp/wt")"
 grep -q 'requests refused (no valid token)' "$SANBOX_HOME/d.log" || fail "refusals not logged"
-"$SB" daemon status --json >"$tmp/h" 2>/dev/null
+d1=$(denied) || fail "daemon status --json has no remote.denied"
+# each answer was a refusal, and at most max_denied (8) were read
+[ $((d1 - d0)) -ge "$a" ] && [ $((d1 - d0)) -le 8 ] ||
+	fail "remote.denied went from $d0 to $d1 for $a refused requests"
 "$SB" --remote "$url" --token "$token" --ca "$certs/server.pem" ps >/dev/null ||
 	fail "a good token is refused after the wrong ones"
 pass "wrong tokens: $(cat "$tmp/wt")"

@@ -28,6 +28,17 @@ out=$(timeout 120 "$SB" --remote "$url" --token "$token" --ca "$certs/server.pem
 case "$out" in *remote-hi*run.stopped*) ok "remote attach follows to the end" ;;
 *) bad "remote attach" "$out" ;; esac
 remote ps --json | grep -q "\"$R\"" && ok "remote ps" || bad "remote ps" "run not listed"
+# status of the remote daemon: its url under "url", health's counters under "remote"
+remote daemon status --json >"$SANBOX_HOME/st.json"
+python3 - "$SANBOX_HOME/st.json" "$url" <<'EOF' && ok "remote daemon status --json" || bad "remote status" "$(cat "$SANBOX_HOME/st.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+r = j.get("remote")
+sys.exit(0 if j["state"] == "running" and j["url"] == sys.argv[2] and "home" not in j and
+         isinstance(r, dict) and r["requests"] >= 3 and r["conns"] >= 1 else 1)
+EOF
+remote daemon status | grep -q "^sanboxd: running at $url (pid" && ok "remote daemon status" ||
+	bad "remote status text" "$(remote daemon status)"
 [ "$(remote inspect "$R" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["exit_status"])')" = 5 ] &&
 	ok "remote inspect" || bad "remote inspect" "exit status"
 off=$(remote admin append "$R" operator.note '{"text":"looked at it","by":"root"}' 2>&1)

@@ -275,4 +275,29 @@ t=$(sed -n 's/.*slow-closed-after=\([0-9]*\).*/\1/p' "$work/slow.out")
 grep -q '"acme/scripted"' "$work/slow.out" && ok "the run is served after it" || bad "after slowloris" "$(cat "$work/slow.out")"
 
 "$SB" daemon status >/dev/null && ok "daemon healthy afterwards" || bad "daemon" "not answering"
+
+# --- 7. the gateway's limits are the daemon's settings: with
+# gateway.header_timeout_s 3 the same slowloris is closed after 3 s, not 10;
+# with gateway.max_conns 16 a run's share is 16 (not 64), so 20 connections
+# at once get refusals
+"$SB" daemon stop >/dev/null || bad "daemon stop" "failed"
+echo '{"gateway": {"header_timeout_s": 3, "max_conns": 16}}' >"$SANBOX_HOME/sanboxd.json"
+"$SB" run --name slow3 -m acme/scripted -- /bin/sh -c '
+	s=$(date +%s)
+	(printf "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+	 while :; do printf "X-Slow: a\r\n" || exit; sleep 1; done) | timeout 60 nc 127.0.0.1 4000 >/dev/null 2>&1
+	echo slow-closed-after=$(( $(date +%s) - s ))
+	i=0
+	while [ $i -lt 20 ]; do
+		sleep 2 | nc 127.0.0.1 4000 >/dev/null 2>&1 &
+		i=$((i + 1))
+	done
+	wait' >"$work/slow3.out" 2>&1
+t=$(sed -n 's/.*slow-closed-after=\([0-9]*\).*/\1/p' "$work/slow3.out")
+[ -n "$t" ] && [ "$t" -ge 2 ] && [ "$t" -le 7 ] && ok "gateway.header_timeout_s 3 closes a trickled header block after ${t}s" ||
+	bad "gateway.header_timeout_s" "$(cat "$work/slow3.out")"
+has_event slow3 "e['type'] == 'run.warning' and 'tunnel connection refused' in e['payload'].get('message', '')" &&
+	ok "gateway.max_conns 16: 20 connections of one run are refused past its share" ||
+	bad "gateway.max_conns" "$("$SB" events slow3 --type run.warning)"
+rm -f "$SANBOX_HOME/sanboxd.json"
 exit $((failures > 0))

@@ -4,9 +4,9 @@
 # harness.input.ready, agent.output, usage) are refused and a valid
 # agent.turn.started is recorded as source harness; malformed lines (not
 # JSON, an array, a payload that is no object, a 200-character type, deep
-# nesting, duplicate keys) are each counted in the "dropped guest events"
-# warnings; terminal escapes reach the record as written and `events` text
-# prints them escaped; an env secret printed over two writes, in a line's
+# nesting, duplicate keys) and lines over 64 KiB are each counted in the
+# "dropped guest events" warnings; terminal escapes reach the record as
+# written and `events` text prints them escaped; an env secret printed over two writes, in a line's
 # payload, in a key, as a type and in a file name is masked everywhere; a
 # flood of thousands of lines a second is rate-limited and counted while
 # the daemon answers, and the run.exited right after it is still recorded.
@@ -65,6 +65,10 @@ printf '%s:end\n' "${K#??????????}"
 printf '{"type":"agent.message","payload":{"role":"user","text":"the key is %s"}}\n' "$K" >"$E"
 printf '{"type":"agent.tool.started","payload":{"tool":"sh","args":"x","%s":1}}\n' "$K" >"$E"
 printf '{"type":"%s","payload":{}}\n' "$K" >"$E"
+# two lines over 64 KiB, the secret across the cut of what the host is told
+sleep 2
+{ printf '{"type":"agent.message","payload":{"text":"%s ' "$K"; head -c 70000 /dev/zero | tr '\0' x; printf '"}}\n'; } >"$E"
+{ printf '{"type":"agent.message","payload":{"text":"%s ' "$K"; head -c 200000 /dev/zero | tr '\0' y; printf '"}}\n'; } >"$E"
 echo leaked >"/workspace/leak-$K.txt"
 sleep 2
 # the flood: thousands of valid lines a second for 4 s, then exit at once
@@ -143,6 +147,9 @@ for e in of("run.warning"):
             sums[why] = sums.get(why, 0) + int(n)
 check(sums.get("malformed") == malformed, "%d malformed lines counted" % malformed, sums)
 check(sums.get("refused by the schema") == refused + 1, "%d refused lines counted" % (refused + 1), sums)
+check(sums.get("too long") == 2, "2 lines over 64 KiB counted", sums)
+check([e for e in of("run.warning") if '(last: a harness line over 65536 bytes: {"type":"agent.message"'
+       in e["payload"]["message"]], "a line over 64 KiB is named by its head", of("run.warning"))
 flooded = [e for e in turns if "flood" in e["payload"]]
 rate = sums.get("over the event rate limit", 0)
 check(flood >= 2000 and rate > 0 and len(flooded) + rate == flood,

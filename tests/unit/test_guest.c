@@ -4,7 +4,8 @@
  * rate bucket and past the quota, and the output still held for masking
  * comes before run.exited; a reached quota stays reached; the text of
  * HELLO, DONE and of the drop warnings is masked before it is cut; every
- * drop is counted in the warnings.
+ * drop is counted in the warnings, a harness line the agent dropped for
+ * its length too.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -367,6 +368,53 @@ static void test_masked_text(void **state)
 	rig_close(&r);
 }
 
+/* The agent's report of a harness line over its limit ({too_long, head}
+ * in an EVENT_JSON): counted as too long and quoted by its head, masked,
+ * less a tail that may begin a secret; nothing is recorded of it, and
+ * the lines after it are. */
+static void test_long_line(void **state)
+{
+	static const char head[] = "{\"type\": \"agent.message\", \"payload\": "
+				   "{\"t\": \"" KEY " and SECRETV";
+	struct rig r;
+	struct seen *s = &r.seen;
+	int quoted = 0;
+
+	rig_open(&r, 100, 100, 1 << 20);
+	for (int i = 0; i < 2; i++) {
+		msgpack_sbuffer sb;
+		msgpack_packer pk;
+		size_t start;
+		msgpack_sbuffer_init(&sb);
+		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+		assert_int_equal(sb_chan_begin(&sb, &pk, SB_CHAN_EVENT_JSON, 0, &start),
+				 SB_OK);
+		msgpack_pack_map(&pk, 2);
+		sb_pack_ku64(&pk, "too_long", 65536);
+		sb_pack_str(&pk, "head");
+		msgpack_pack_bin_with_body(&pk, head, strlen(head));
+		assert_int_equal(sb_chan_end(&sb, start), SB_OK);
+		assert_int_equal(write(r.peer, sb.data, sb.size), (ssize_t)sb.size);
+		msgpack_sbuffer_destroy(&sb);
+	}
+	send_body(&r, SB_CHAN_EVENT_JSON, "{'too_long': 65536}"); /* no head */
+	send_event(&r, "run.exited", "{'status': 0, 'signal': 0}");
+	spin(&r);
+	sb_guest_finish(r.g);
+	assert_int_equal(dropped(s, "too long"), 3);
+	assert_int_equal(dropped(s, "malformed"), 0);
+	for (int i = 0; i < s->nwarn; i++) {
+		assert_null(strstr(s->warn[i], "SECRE"));
+		quoted += strstr(s->warn[i], "a harness line over 65536 bytes: {\"type\": "
+					     "\"agent.message\"") != NULL &&
+			  strstr(s->warn[i], "[masked K] and") != NULL;
+	}
+	assert_true(quoted >= 1);
+	assert_int_equal(s->n, 1);
+	assert_string_equal(s->type[0], "run.exited");
+	rig_close(&r);
+}
+
 static const char *field(const struct seen *s, int i, const char *key)
 {
 	return json_string_value(json_object_get(s->payload[i], key));
@@ -428,6 +476,7 @@ int main(void)
 	    cmocka_unit_test(test_once_events),	 cmocka_unit_test(test_recorded),
 	    cmocka_unit_test(test_quota),	 cmocka_unit_test(test_masked_text),
 	    cmocka_unit_test(test_file_content),
+	    cmocka_unit_test(test_long_line),
 	};
 	if (sodium_init() < 0)
 		return 1;

@@ -39,13 +39,15 @@ static void test_defaults_and_overrides(void **state)
 	assert_int_equal(s.remote_preauth_bytes, 4096);
 	assert_int_equal(s.run_record_quota, 1024ull << 20);
 	assert_true(s.boot_timeout_s == 120 && s.gateway_body_s == 60);
+	assert_true(s.local_request_s == 30 && s.local_idle_s == 600);
 	put(home, "{\"remote\": {\"max_conns_per_peer\": 4, \"accept_rate\": 0.5},"
-		  " \"runs\": {\"record_quota_mib\": 3}, \"local\": {}}");
+		  " \"runs\": {\"record_quota_mib\": 3}, \"local\": {\"idle_timeout_s\": 5}}");
 	assert_int_equal(sb_settings_load(home, &s), SB_OK);
 	assert_int_equal(s.remote_max_conns_per_peer, 4);
 	assert_true(s.remote_accept_rate == 0.5);
 	assert_int_equal(s.run_record_quota, 3u << 20); /* MiB in the file, bytes here */
 	assert_int_equal(s.remote_max_conns, 256);     /* the others keep their defaults */
+	assert_true(s.local_idle_s == 5 && s.local_request_s == 30);
 	setenv("SANBOX_BOOT_TIMEOUT", "3m", 1);
 	assert_int_equal(sb_settings_load(home, &s), SB_OK);
 	assert_true(s.boot_timeout_s == 180);

@@ -758,6 +758,8 @@ static struct rc *rc_send_new(struct fx *f, const msgpack_sbuffer *req)
 	return r;
 }
 
+static struct rc *subscribe(struct fx *f);
+
 /* ================= unix sockets ================= */
 
 /* Pipelined requests on one connection, answered in another order, each
@@ -1099,36 +1101,209 @@ static void test_ipc_handshake_deadline(void **state)
 	fx_close(f);
 }
 
-/* More than max_conns connections: the extra ones are closed at once and
- * counted; once some close, new ones are taken again. */
+/* A full table of max_conns: a new client still gets in, the connection
+ * idle longest (past its header, no request) closed for it; a subscriber
+ * goes only when no such one is left; when every connection is busy (a
+ * request in flight, or one being read) the new one is refused at once. */
 static void test_ipc_max_conns(void **state)
 {
 	struct fx *f = fx_open(&(struct sb_sp_limits){.max_conns = 8}, 0);
-	struct rc *keep[8], *extra[5];
+	struct rc *c[8], *x, *y, *sub;
+	msgpack_sbuffer sb;
+	unsigned seen;
 
 	(void)state;
 	for (int i = 0; i < 8; i++) {
-		keep[i] = rc_ipc(f->api);
-		rc_hello(keep[i], REQ);
+		c[i] = rc_ipc(f->api);
+		rc_hello(c[i], REQ);
+		sleep_ms(20); /* so each has been idle a different time */
 	}
 	fx_wait_conns(f, 8, 1);
-	for (int i = 0; i < 5; i++) {
-		double t0 = now_s();
-		extra[i] = rc_ipc(f->api);
-		assert_true(rc_closed_within(extra[i], 1.0));
-		assert_true(now_s() - t0 < 0.5);
+	for (int i = 0; i < 3; i++) {
+		x = rc_ipc(f->api);
+		rc_hello(x, REQ); /* taken */
+		if (!rc_closed_within(c[i], 1.0))
+			fail_msg("connection %d, idle longest, was not closed for a new one",
+				 i);
+		for (int k = i + 1; k < 8; k++)
+			assert_false(rc_closed_within(c[k], 0.01));
+		rc_close(c[i]);
+		c[i] = x;
+		sleep_ms(20);
 	}
-	fx_wait_refused(f, 5);
-	assert_int_equal(fx_stats(f).accepted, 8);
-	for (int i = 0; i < 5; i++)
-		rc_close(extra[i]);
-	for (int i = 0; i < 4; i++)
-		rc_close(keep[i]);
-	fx_wait_conns(f, 4, 1);
+	assert_int_equal(fx_stats(f).refused_conns, 0);
+	assert_int_equal(fx_stats(f).dropped_conns, 3);
+	assert_int_equal(fx_stats(f).conns, 8);
 	fx_healthy(f);
-	for (int i = 4; i < 8; i++)
-		rc_close(keep[i]);
+	for (int i = 0; i < 8; i++)
+		rc_close(c[i]);
 	fx_wait_conns(f, 0, 1);
+
+	/* 6 requests held, one request half sent, one subscriber */
+	fx_hold(f, 1);
+	seen = fx_get(f, &f->seen);
+	msgpack_sbuffer_init(&sb);
+	frame_req(&sb, 0, ID(1), "held", 4);
+	for (int i = 0; i < 6; i++)
+		c[i] = rc_send_new(f, &sb);
+	fx_wait_seen(f, seen + 6, 2);
+	c[6] = rc_send_new(f, NULL);
+	assert_int_equal(rc_write(c[6], sb.data, 5), 0);
+	sub = subscribe(f);
+	fx_wait_conns(f, 8, 1);
+	x = rc_ipc(f->api);
+	rc_hello(x, REQ);
+	assert_true(rc_closed_within(sub, 1.0));
+	rc_close(sub);
+	assert_int_equal(rc_write(x, sb.data, sb.size), 0);
+	fx_wait_seen(f, seen + 7, 2);
+	/* all busy now */
+	y = rc_ipc(f->api);
+	assert_true(rc_closed_within(y, 1.0));
+	rc_close(y);
+	fx_wait_refused(f, 1);
+	for (int i = 0; i < 6; i++)
+		assert_false(rc_closed_within(c[i], 0.01));
+	fx_hold(f, 0);
+	for (int i = 0; i < 6; i++)
+		rc_expect(c[i], ID(1), "held", 4);
+	rc_expect(x, ID(1), "held", 4);
+	for (int i = 0; i < 7; i++)
+		rc_close(c[i]);
+	rc_close(x);
+	msgpack_sbuffer_destroy(&sb);
+	fx_wait_conns(f, 0, 1);
+	fx_healthy(f);
+	fx_close(f);
+}
+
+/* Requests that declare 7 MiB each and send one byte of it, on 6
+ * connections, against max_buffered 1 MiB: the server holds what came,
+ * not what was declared, so a new client is answered; and a request of
+ * 7 MiB sent whole, in pieces, comes back intact. */
+static void test_ipc_declared_large(void **state)
+{
+	struct sb_sp_limits lim = {.max_request = 8 << 20, .max_buffered = 1 << 20};
+	struct fx *f = fx_open(&lim, 0);
+	size_t big = 7 << 20;
+	uint8_t *body = malloc(big), h[13];
+	struct rc *r[6];
+	uint32_t bt[9];
+	size_t nw, n;
+	uint8_t *b;
+
+	(void)state;
+	assert_non_null(body);
+	for (size_t i = 0; i < big; i++)
+		body[i] = (uint8_t)(i * 7 + i / 4096);
+	h[0] = 1;
+	put_be64(h + 1, 4 + big);
+	put_be32(h + 9, ID(1));
+	for (int i = 0; i < 6; i++) {
+		r[i] = rc_send_new(f, NULL);
+		assert_int_equal(rc_write(r[i], h, sizeof h), 0);
+		assert_int_equal(rc_write(r[i], body, 1), 0);
+	}
+	sleep_ms(200);
+	fx_healthy(f);
+	fx_healthy(f);
+	/* the first one sends the rest, in uneven pieces */
+	for (size_t off = 1, k = 1000; off < big; off += k, k = k * 3 % 200000 + 1) {
+		if (k > big - off)
+			k = big - off;
+		assert_int_equal(rc_write(r[0], body + off, k), 0);
+	}
+	assert_int_equal(rc_recv(r[0], bt, &nw, &b, &n), 1);
+	assert_int_equal(bt[0], ID(1));
+	assert_int_equal(n, big);
+	assert_memory_equal(b, body, big);
+	free(b);
+	for (int i = 0; i < 6; i++)
+		rc_close(r[i]);
+	fx_wait_conns(f, 0, 2);
+	assert_int_equal(fx_get(f, &f->seen), 3);
+	free(body);
+	fx_close(f);
+}
+
+/* request_s: a request must be whole within it of its first byte, however
+ * its bytes trickle: one stalled mid-body, one mid-header and one sending a
+ * byte every 100 ms are each closed after it; a connection idle between
+ * requests is not (that is idle_s). */
+static void test_ipc_request_deadline(void **state)
+{
+	struct fx *f = fx_open(&(struct sb_sp_limits){.request_s = 1.0}, 0);
+	struct rc *body = rc_send_new(f, NULL), *head = rc_send_new(f, NULL);
+	struct rc *idle = rc_send_new(f, NULL), *drip = rc_send_new(f, NULL);
+	msgpack_sbuffer sb;
+	double t0 = now_s(), took;
+	size_t k = 0;
+
+	(void)state;
+	msgpack_sbuffer_init(&sb);
+	frame_req(&sb, 0, ID(1), "a request that never ends", 25);
+	assert_int_equal(rc_write(body, sb.data, sb.size - 5), 0);
+	assert_int_equal(rc_write(head, sb.data, 4), 0);
+	while (k < sb.size - 1 && rc_write(drip, sb.data + k, 1) == 0 &&
+	       now_s() - t0 < 3) {
+		k++;
+		sleep_ms(100);
+		if (rc_closed_within(drip, 0.001))
+			break;
+	}
+	took = now_s() - t0;
+	if (took < 0.9 || took > 2.0)
+		fail_msg("a trickled request was closed after %.2f s (deadline 1 s)",
+			 took);
+	assert_true(rc_closed_within(body, 1.0));
+	assert_true(rc_closed_within(head, 1.0));
+	assert_false(rc_closed_within(idle, 0.5));
+	assert_int_equal(fx_stats(f).dropped_conns, 3);
+	assert_int_equal(fx_get(f, &f->seen), 0);
+	/* the idle one still works */
+	msgpack_sbuffer_destroy(&sb);
+	msgpack_sbuffer_init(&sb);
+	frame_req(&sb, 0, ID(2), "late", 4);
+	assert_int_equal(rc_write(idle, sb.data, sb.size), 0);
+	rc_expect(idle, ID(2), "late", 4);
+	rc_close(body);
+	rc_close(head);
+	rc_close(idle);
+	rc_close(drip);
+	msgpack_sbuffer_destroy(&sb);
+	fx_healthy(f);
+	fx_close(f);
+}
+
+/* idle_s on a unix socket: a connection past its header with no request
+ * is closed after it; one whose request is being served, and a
+ * subscriber, are not. */
+static void test_ipc_idle_deadline(void **state)
+{
+	struct fx *f = fx_open(&(struct sb_sp_limits){.idle_s = 1.0}, 0);
+	struct rc *idle = rc_send_new(f, NULL), *busy, *sub = subscribe(f);
+	msgpack_sbuffer sb;
+	double t0 = now_s(), took;
+
+	(void)state;
+	fx_hold(f, 1);
+	msgpack_sbuffer_init(&sb);
+	frame_req(&sb, 0, ID(3), "slow", 4);
+	busy = rc_send_new(f, &sb);
+	fx_wait_seen(f, 1, 1);
+	assert_true(rc_closed_within(idle, 3.0));
+	took = now_s() - t0;
+	if (took < 0.9 || took > 2.0)
+		fail_msg("an idle connection was closed after %.2f s (idle_s 1)", took);
+	assert_false(rc_closed_within(busy, 1.0));
+	assert_false(rc_closed_within(sub, 0.01));
+	fx_hold(f, 0);
+	rc_expect(busy, ID(3), "slow", 4);
+	rc_close(idle);
+	rc_close(busy);
+	rc_close(sub);
+	msgpack_sbuffer_destroy(&sb);
+	fx_healthy(f);
 	fx_close(f);
 }
 
@@ -1865,6 +2040,9 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_ipc_close_states),
 	    cmocka_unit_test(test_ipc_handshake_deadline),
 	    cmocka_unit_test(test_ipc_max_conns),
+	    cmocka_unit_test(test_ipc_declared_large),
+	    cmocka_unit_test(test_ipc_request_deadline),
+	    cmocka_unit_test(test_ipc_idle_deadline),
 	    cmocka_unit_test(test_ipc_max_inflight),
 	    cmocka_unit_test(test_ipc_unread_replies),
 	    cmocka_unit_test(test_ipc_max_buffered),

@@ -37,6 +37,7 @@
 
 #define OUTPUT_RATE    64    /* agent.output events per second */
 #define LINE_MAX_BYTES 65536 /* longest line forwarded from the FIFO */
+#define LINE_HEAD      64    /* of a longer one, the bytes the host is told */
 #define DRAIN_MS       1000  /* wait for the pipes after the harness exits */
 #define DEFAULT_PATH   "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -740,6 +741,20 @@ static void send_event_json(struct agent *ag, const char *line, size_t len)
 	agent_frame_send(&ag->port, &f);
 }
 
+/* Tells the host a line over LINE_MAX_BYTES was dropped (it counts and
+ * warns): an EVENT_JSON whose body is {too_long, head} instead of the
+ * line's bytes, head being its first LINE_HEAD bytes. */
+static void send_line_dropped(struct agent *ag, const char *head, size_t len)
+{
+	struct agent_frame f;
+
+	agent_frame_begin(&f, SB_CHAN_EVENT_JSON, 0);
+	msgpack_pack_map(&f.pk, 2);
+	agent_pack_kv_uint(&f, "too_long", LINE_MAX_BYTES);
+	agent_pack_kv_bin(&f, "head", head, len < LINE_HEAD ? len : LINE_HEAD);
+	agent_frame_send(&ag->port, &f);
+}
+
 /* Forwards each whole line the FIFO holds; drops lines over the limit. */
 static void fifo_read(struct agent *ag)
 {
@@ -757,9 +772,7 @@ static void fifo_read(struct agent *ag)
 			nl = memchr(p, '\n', (size_t)(end - p));
 			seg = (size_t)((nl ? nl : end) - p);
 			if (!ag->line_drop && ag->line_len + seg > LINE_MAX_BYTES) {
-				agent_log(&ag->port,
-					  "events: line longer than %d bytes dropped",
-					  LINE_MAX_BYTES);
+				send_line_dropped(ag, ag->line, ag->line_len);
 				ag->line_drop = 1;
 				ag->line_len = 0;
 			}

@@ -7,6 +7,7 @@ checks the daemon's answers around it. Wire (SPEC.md, "Sockets"): header
 socket: 01, 64-bit big-endian length, bytes; over TLS: the length, bytes.
 """
 import os
+import resource
 import socket
 import ssl
 import struct
@@ -91,6 +92,56 @@ def stall(path, n, secs):
     t0 = time.time()
     closed = sum(closed_by_peer(s, max(0.1, secs - (time.time() - t0))) for s in conns)
     print("stall: %d of %d closed by the daemon within %.1f s" % (closed, n, secs))
+
+
+def raise_nofile(n):
+    """Lets this process hold n more descriptors than it has."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n + 64:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 64), hard))
+
+
+def idle_flood(path, n, hold):
+    """n connections that finish the header and send no request, held for
+    hold seconds: how many did the daemon close?"""
+    raise_nofile(n)
+    conns, refused = [], 0
+    for _ in range(n):
+        try:
+            s = unix(path)
+            s.sendall(REQ_HDR)
+            conns.append(s)
+        except OSError:
+            refused += 1
+    time.sleep(hold)
+    closed = sum(closed_by_peer(s, 0.01) for s in conns)
+    for s in conns:
+        s.close()
+    print("idle_flood: %d connected, %d refused, %d closed by the daemon within %.1f s" %
+          (len(conns), refused, closed, hold))
+
+
+def trickle(path, n, mib, secs):
+    """n requests that each declare mib MiB and send a byte of it every
+    half second for secs seconds: how many did the daemon close?"""
+    conns, closed, t0 = [], 0, time.time()
+    for _ in range(n):
+        s = unix(path)
+        s.sendall(REQ_HDR + b"\x01" + struct.pack(">Q", 4 + (mib << 20)) + b"\x80\0\0\1")
+        conns.append(s)
+    while conns and time.time() - t0 < secs:
+        for s in list(conns):
+            try:
+                s.send(b"\x81")
+            except OSError:
+                conns.remove(s)
+                closed += 1
+        time.sleep(0.5)
+    closed += sum(closed_by_peer(s, 0.01) for s in conns)
+    for s in conns:
+        s.close()
+    print("trickle: %d of %d requests of %d MiB closed by the daemon within %.1f s" %
+          (closed, n, mib, time.time() - t0))
 
 
 def tcp_flood(port, n, hold):
@@ -186,6 +237,10 @@ if __name__ == "__main__":
         globals()[mode](args[0], int(args[1]))
     elif mode == "stall":
         stall(args[0], int(args[1]), float(args[2]))
+    elif mode == "idle_flood":
+        idle_flood(args[0], int(args[1]), float(args[2]))
+    elif mode == "trickle":
+        trickle(args[0], int(args[1]), int(args[2]), float(args[3]))
     elif mode == "tcp_flood":
         tcp_flood(int(args[0]), int(args[1]), float(args[2]))
     elif mode == "preauth":
