@@ -153,7 +153,7 @@ echo more >> in/a.txt; mkdir -p a/b/c; sleep 1; echo deep > a/b/c/f; mv a/b/c/f 
 boot events -t 4000 -e FOO=bar -i 'in/a.txt=input-data' -a /bin/sh -a -c -a "$script"
 expect events 'EVENT harness.input.ready {"files"=>1, "bytes"=>10}' "inputs not counted"
 expect events 'EVENT_JSON {"type":"agent.turn.started","payload":{"turn":1}}' "no EVENT_JSON"
-expect events 'LOG events: line longer than 65536 bytes dropped' "long line not dropped with a LOG"
+expect events 'DROPPED_LINE {"too_long"=>65536, "head"=>' "long line not reported as dropped"
 expect events 'EVENT_JSON {"type":"agent.turn.completed","payload":{"turn":1}}' \
 	"no EVENT_JSON after the long line"
 [ "$(grep -c '^EVENT_JSON' "$tmp/events.out")" = 2 ] || fail "events: the long line was forwarded"

@@ -290,9 +290,14 @@ static int on_frame(const struct sb_chan_frame *f, int64_t t0, int64_t *kill_at)
 		}
 		break;
 	case SB_CHAN_EVENT_JSON:
-		if (f->body.type == MSGPACK_OBJECT_BIN)
+		if (f->body.type == MSGPACK_OBJECT_BIN) {
 			printf("EVENT_JSON %.*s\n", (int)f->body.via.bin.size,
 			       f->body.via.bin.ptr);
+		} else { /* a line the agent dropped: {too_long, head} */
+			printf("DROPPED_LINE ");
+			print_obj(&f->body);
+			putchar('\n');
+		}
 		break;
 	case SB_CHAN_OPEN:
 		printf("OPEN %llu ", (unsigned long long)f->stream);
