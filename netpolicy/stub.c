@@ -160,7 +160,7 @@ static void cache_put(const struct lookup *lk, int rcode, uint32_t ttl_s)
 		if (x->expires < c->expires)
 			c = x; /* else the soonest to expire makes room */
 	}
-	snprintf(c->name, sizeof c->name, "%s", lk->q.name);
+	snprintf(c->name, sizeof c->name, "%.*s", (int)sizeof c->name - 1, lk->q.name);
 	c->type = lk->q.qtype;
 	c->rcode = rcode;
 	c->n = lk->naddrs;
