@@ -208,6 +208,7 @@ int sb_net_open(const struct sb_net_config *c, sb_net **out)
 	n->c = *c;
 	n->lock_fd = -1;
 	pthread_mutex_init(&n->lock, NULL);
+	pthread_cond_init(&n->ended, NULL);
 	if (subnet4_parse(c->subnet4, &n->net4, &n->len4)) {
 		rc = sb_seterr(SB_ERR_INVAL,
 			       "net.subnet4: not an IPv4 block of /8 to /28: %s",
@@ -259,6 +260,11 @@ void sb_net_close(sb_net *n)
 	if (!n)
 		return;
 	if (n->started) {
+		/* the runs asked to end finish it first: their jobs use n */
+		pthread_mutex_lock(&n->lock);
+		while (n->ending)
+			pthread_cond_wait(&n->ended, &n->lock);
+		pthread_mutex_unlock(&n->lock);
 		sb_loop_post(n->loop, net_stop, n);
 		pthread_join(n->thread, NULL);
 	} else if (n->ares) {
@@ -269,6 +275,7 @@ void sb_net_close(sb_net *n)
 	if (n->lock_fd >= 0)
 		close(n->lock_fd);
 	free(n->slots);
+	pthread_cond_destroy(&n->ended);
 	pthread_mutex_destroy(&n->lock);
 	free(n);
 }
@@ -821,6 +828,10 @@ static void end_job(void *ctx)
 		table_drop_if_idle(n);
 	handle_release(r->h);
 	free(r);
+	pthread_mutex_lock(&n->lock);
+	n->ending--;
+	pthread_cond_broadcast(&n->ended);
+	pthread_mutex_unlock(&n->lock);
 }
 
 static void changes_drop(struct net_run *r);
@@ -848,6 +859,9 @@ static void run_end(sb_net_run *h, int leave)
 	r = h->rn;
 	h->closed = 1;
 	r->leaving = leave;
+	pthread_mutex_lock(&r->n->lock);
+	r->n->ending++;
+	pthread_mutex_unlock(&r->n->lock);
 	if (sb_loop_post(r->n->loop, end_on_loop, r))
 		end_job(r);
 	handle_release(h);
@@ -946,12 +960,23 @@ static void agg_flush(struct net_run *r)
 	a->overflow = 0;
 }
 
-/* A count of denials from the kernel, on a worker, then on the loop. */
+/* A count of a run's denials from the kernel, on a worker, then on the
+ * loop. */
 struct poll_job {
 	struct net_run *r;
 	size_t n;
 	struct sb_nft_denial d[2 * 256 + 2 * 64 + 1];
-	uint64_t other; /* dropped, but not to a destination counted */
+	uint64_t other;	  /* dropped, but not to a destination counted */
+	uint64_t dropped; /* what its counter says now */
+	int counted;	  /* dropped was read */
+};
+
+/* A tick's count of every run served: one listing of all runs' counters,
+ * then the sets of each run whose counter moved. */
+struct poll_round {
+	sb_net *n;
+	size_t count;
+	struct poll_job *jobs[];
 };
 
 static void poll_seen(void *ctx, const struct sb_nft_denial *d)
@@ -980,9 +1005,8 @@ static void poll_seen(void *ctx, const struct sb_nft_denial *d)
 	}
 }
 
-static void poll_done(void *ctx)
+static void poll_done(struct poll_job *j)
 {
-	struct poll_job *j = ctx;
 	struct net_run *r = j->r;
 
 	for (size_t i = 0; i < j->n; i++)
@@ -999,22 +1023,54 @@ static void poll_done(void *ctx)
 	end_when_idle(r);
 }
 
-static void poll_job(void *ctx)
+static void round_done(void *ctx)
 {
-	struct poll_job *j = ctx;
-	struct net_run *r = j->r;
-	uint64_t dropped = 0, counted = 0;
+	struct poll_round *p = ctx;
 
-	if (sb_nft_denials(r->n->nft, r->id, poll_seen, j, &dropped) == SB_OK) {
-		for (size_t i = 0; i < j->n; i++)
-			counted += j->d[i].packets;
-		if (dropped > r->dropped && dropped - r->dropped > counted)
-			j->other = dropped - r->dropped - counted;
-		r->dropped = dropped;
-	}
-	if (sb_loop_post(r->n->loop, poll_done, j)) {
-		r->polling = 0; /* the loop is closing */
-		free(j);
+	for (size_t i = 0; i < p->count; i++)
+		poll_done(p->jobs[i]);
+	p->n->polling = 0;
+	free(p);
+}
+
+static void round_drops(void *ctx, const char *id, uint64_t packets)
+{
+	struct poll_round *p = ctx;
+
+	for (size_t i = 0; i < p->count; i++)
+		if (!strcmp(p->jobs[i]->r->id, id)) {
+			p->jobs[i]->dropped = packets;
+			p->jobs[i]->counted = 1;
+			return;
+		}
+}
+
+static void round_job(void *ctx)
+{
+	struct poll_round *p = ctx;
+
+	if (sb_nft_drops(p->n->nft, round_drops, p) == SB_OK)
+		for (size_t i = 0; i < p->count; i++) {
+			struct poll_job *j = p->jobs[i];
+			struct net_run *r = j->r;
+			uint64_t counted = 0;
+			/* every drop of its chains counts: nothing new without */
+			if (!j->counted || j->dropped == r->dropped ||
+			    sb_nft_denials(p->n->nft, r->id, poll_seen, j) != SB_OK)
+				continue;
+			for (size_t k = 0; k < j->n; k++)
+				counted += j->d[k].packets;
+			if (j->dropped > r->dropped && j->dropped - r->dropped > counted)
+				j->other = j->dropped - r->dropped - counted;
+			r->dropped = j->dropped;
+		}
+	if (sb_loop_post(p->n->loop, round_done, p)) { /* the loop is closing */
+		for (size_t i = 0; i < p->count; i++) {
+			p->jobs[i]->r->polling = 0;
+			free(p->jobs[i]);
+		}
+		p->n->polling = 0;
+		free(p);
 	}
 }
 
@@ -1022,6 +1078,8 @@ static void on_tick(void *ctx)
 {
 	sb_net *n = ctx;
 	double now = sb_loop_now(n->loop);
+	struct poll_round *p = NULL;
+	size_t count = 0;
 
 	for (struct net_run *r = n->runs; r; r = r->next) {
 		/* forget names' addresses past their time */
@@ -1030,17 +1088,28 @@ static void on_tick(void *ctx)
 				r->resolved[i] = r->resolved[--r->nresolved];
 			else
 				i++;
-		if (r->polling)
-			continue;
+		count++;
+	}
+	if (n->polling || !count ||
+	    !(p = calloc(1, sizeof *p + count * sizeof p->jobs[0])))
+		return; /* the last round is not done yet: this one is skipped */
+	p->n = n;
+	for (struct net_run *r = n->runs; r; r = r->next) {
 		struct poll_job *j = calloc(1, sizeof *j);
 		if (!j)
-			continue;
+			break;
 		j->r = r;
 		r->polling = 1;
-		if (sb_work_submit(n->c.work, poll_job, j)) {
-			r->polling = 0;
-			free(j);
+		p->jobs[p->count++] = j;
+	}
+	n->polling = 1;
+	if (sb_work_submit(n->c.work, round_job, p)) {
+		for (size_t i = 0; i < p->count; i++) {
+			p->jobs[i]->r->polling = 0;
+			free(p->jobs[i]);
 		}
+		n->polling = 0;
+		free(p);
 	}
 }
 

@@ -83,8 +83,9 @@ void sb_net_iface_pack(const struct sb_net_iface *f, msgpack_packer *pk);
  * SB_ERR_NOMEM, SB_ERR_IO (the thread). */
 int sb_net_open(const struct sb_net_config *c, sb_net **out);
 
-/* Ends the enforcer's thread (NULL is fine). Runs still live keep their
- * taps and chains. */
+/* Ends the enforcer's thread (NULL is fine), once the ends of the runs
+ * closed or left before are done (they take c->work, which must still
+ * run). Runs still live keep their taps and chains. */
 void sb_net_close(sb_net *n);
 
 /* Blocking. SB_OK when mode acl can be enforced on this host; the first

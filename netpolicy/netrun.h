@@ -63,9 +63,11 @@ struct sb_net {
 	uint8_t net6[16];
 	int len6;
 	size_t nslots;
-	pthread_mutex_t lock; /* slots, checked, fence, nruns */
+	pthread_mutex_t lock; /* slots, checked, fence, nruns, ending */
 	uint8_t *slots;	      /* 1: taken */
 	size_t nruns;	      /* runs with chains, this daemon's */
+	size_t ending;	      /* runs asked to end whose end is not done */
+	pthread_cond_t ended; /* ending went down */
 	int checked;	      /* sb_net_check succeeded once */
 	int fence;	      /* forwarding was off: fenced (see nft.h) */
 	int lock_fd;	      /* this network namespace's enforcer lock */
@@ -82,6 +84,7 @@ struct sb_net {
 	} aw[16]; /* the resolver's sockets */
 	sb_watch *ares_timer;
 	struct net_run *runs; /* (net) the runs being served */
+	int polling;	      /* (net) a count of the runs' denials is under way */
 	sb_watch *tick;	      /* (net) reports, expiry */
 };
 

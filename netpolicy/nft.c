@@ -454,9 +454,41 @@ static int holds(json_t *table, const char *name, const char *tap)
 	return 0;
 }
 
+static const char *const run_maps[] = {"runs_f", "runs_i", "runs_p", "runs_o"};
+
+/* Deletes the whole of what sb_nft_run_script makes for run id, each
+ * object by its name, in one batch: it fails, deleting nothing, when any
+ * of it is missing. Cheap however many runs the table holds. */
+static int run_del_named(sb_nft *n, const char *id, const char *tap)
+{
+	static const char *const chains = "fipo", *const sets = "gnde";
+	struct script s;
+	char *text;
+	int rc;
+
+	if ((rc = script_open(&s)))
+		return rc;
+	for (size_t i = 0; i < sizeof run_maps / sizeof run_maps[0]; i++)
+		fprintf(s.f, "delete element inet sanbox %s { \"%s\" }\n", run_maps[i],
+			tap);
+	fprintf(s.f, "delete element inet sanbox taps { \"%s\" }\n", tap);
+	for (const char *c = chains; *c; c++)
+		fprintf(s.f, "flush chain inet sanbox %c_%s\n", *c, id);
+	for (const char *c = chains; *c; c++)
+		fprintf(s.f, "delete chain inet sanbox %c_%s\n", *c, id);
+	for (int v = 4; v <= 6; v += 2)
+		for (const char *k = sets; *k; k++)
+			fprintf(s.f, "delete set inet sanbox %c%d_%s\n", *k, v, id);
+	fprintf(s.f, "delete counter inet sanbox c_%s\n", id);
+	if ((rc = script_close(&s, &text)))
+		return rc;
+	rc = nft_exec(n, text, 0, NULL);
+	free(text);
+	return rc;
+}
+
 int sb_nft_run_del(sb_nft *n, const char *id, const char *tap)
 {
-	static const char *const maps[] = {"runs_f", "runs_i", "runs_p", "runs_o"};
 	static const char *const passes[] = {"flush", "chain", "set", "counter"};
 	struct del_ctx d = {id, NULL, NULL};
 	struct script s;
@@ -464,6 +496,10 @@ int sb_nft_run_del(sb_nft *n, const char *id, const char *tap)
 	json_t *t;
 	int rc;
 
+	if (run_del_named(n, id, tap) == SB_OK)
+		return SB_OK;
+	/* a part is missing (a run half made, or half deleted): what the
+	 * table holds of it goes */
 	if (!(t = table_json(n, &rc)))
 		return rc;
 	if ((rc = script_open(&s))) {
@@ -471,10 +507,10 @@ int sb_nft_run_del(sb_nft *n, const char *id, const char *tap)
 		return rc;
 	}
 	d.f = s.f;
-	for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++)
-		if (holds(t, maps[i], tap))
+	for (size_t i = 0; i < sizeof run_maps / sizeof run_maps[0]; i++)
+		if (holds(t, run_maps[i], tap))
 			fprintf(s.f, "delete element inet sanbox %s { \"%s\" }\n",
-				maps[i], tap);
+				run_maps[i], tap);
 	if (holds(t, "taps", tap))
 		fprintf(s.f, "delete element inet sanbox taps { \"%s\" }\n", tap);
 	for (size_t i = 0; i < 4; i++) {
@@ -557,53 +593,71 @@ static int denial_read(json_t *e, struct sb_nft_denial *d)
 
 /* Lists one object of run id as JSON and calls fn for each denial in it
  * (a set's elements) or sets *dropped (the counter). */
-static int denials_of(sb_nft *n, const char *what, const char *id,
-		      void (*fn)(void *ctx, const struct sb_nft_denial *d), void *ctx,
-		      uint64_t *dropped)
+/* Lists cmd's object (nft 1.0.6 lists only the first of several a
+ * command) as JSON into *out; missing names what is not there. */
+static int object_json(sb_nft *n, const char *cmd, const char *missing, json_t **out)
 {
-	char cmd[128], *out;
 	json_error_t je;
-	json_t *j, *it, *e;
-	size_t i, k;
+	char *text;
 
-	/* one object a command: nft 1.0.6 lists only the first of several */
-	snprintf(cmd, sizeof cmd, "list %s inet sanbox %s_%s",
-		 what[0] == 'c' ? "counter" : "set", what, id);
-	if (nft_exec(n, cmd, 1, &out))
-		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no chains", id);
-	j = json_loads(out, 0, &je);
-	free(out);
-	if (!j)
-		return sb_seterr(SB_ERR_CORRUPT, "nftables: JSON: %s", je.text);
-	json_array_foreach(json_object_get(j, "nftables"), i, it)
-	{
-		json_t *ctr = json_object_get(it, "counter");
-		if (ctr)
-			*dropped =
-			    (uint64_t)json_integer_value(json_object_get(ctr, "packets"));
-		json_array_foreach(json_object_get(json_object_get(it, "set"), "elem"), k,
-				   e)
-		{
-			struct sb_nft_denial d;
-			if (denial_read(e, &d) == 0)
-				fn(ctx, &d);
-		}
-	}
-	json_decref(j);
-	return SB_OK;
+	if (nft_exec(n, cmd, 1, &text))
+		return sb_seterr(SB_ERR_NOTFOUND, "%s", missing);
+	*out = json_loads(text, 0, &je);
+	free(text);
+	return *out ? SB_OK : sb_seterr(SB_ERR_CORRUPT, "nftables: JSON: %s", je.text);
 }
 
 int sb_nft_denials(sb_nft *n, const char *id,
-		   void (*fn)(void *ctx, const struct sb_nft_denial *d), void *ctx,
-		   uint64_t *dropped)
+		   void (*fn)(void *ctx, const struct sb_nft_denial *d), void *ctx)
 {
-	static const char *const what[] = {"c", "d4", "d6", "e4", "e6"};
-	int rc = SB_OK;
+	static const char *const sets[] = {"d4", "d6", "e4", "e6"};
+	char cmd[128], missing[64];
+	json_t *j, *it, *e;
+	size_t i, k;
+	int rc;
 
-	*dropped = 0;
-	for (size_t i = 0; rc == SB_OK && i < 5; i++)
-		rc = denials_of(n, what[i], id, fn, ctx, dropped);
-	return rc;
+	snprintf(missing, sizeof missing, "run %s has no chains", id);
+	for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+		/* a set by name is cheap: nft fetches that set alone */
+		snprintf(cmd, sizeof cmd, "list set inet sanbox %s_%s", sets[s], id);
+		if ((rc = object_json(n, cmd, missing, &j)))
+			return rc;
+		json_array_foreach(json_object_get(j, "nftables"), i, it)
+		{
+			json_array_foreach(
+			    json_object_get(json_object_get(it, "set"), "elem"), k, e)
+			{
+				struct sb_nft_denial d;
+				if (denial_read(e, &d) == 0)
+					fn(ctx, &d);
+			}
+		}
+		json_decref(j);
+	}
+	return SB_OK;
+}
+
+int sb_nft_drops(sb_nft *n, void (*fn)(void *ctx, const char *id, uint64_t packets),
+		 void *ctx)
+{
+	json_t *j, *it;
+	size_t i;
+	int rc;
+
+	/* one listing for all: a counter by name costs as much as all */
+	if ((rc = object_json(n, "list counters table inet sanbox",
+			      "no table inet sanbox", &j)))
+		return rc;
+	json_array_foreach(json_object_get(j, "nftables"), i, it)
+	{
+		json_t *c = json_object_get(it, "counter");
+		const char *name = json_string_value(json_object_get(c, "name"));
+		if (name && !strncmp(name, "c_", 2))
+			fn(ctx, name + 2,
+			   (uint64_t)json_integer_value(json_object_get(c, "packets")));
+	}
+	json_decref(j);
+	return SB_OK;
 }
 
 struct runs_ctx {

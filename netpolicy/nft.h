@@ -102,13 +102,18 @@ int sb_nft_run_del(sb_nft *n, const char *id, const char *tap);
 int sb_nft_names_add(sb_nft *n, const char *id, const struct sb_nft_elem *e,
 		     size_t count);
 
-/* Reads run id's denied destinations: calls fn for each (at most
- * max_per_set per set) and sets *dropped to every packet its chains
- * dropped. Errors: SB_ERR_NOTFOUND (no such run), those of sb_nft_run,
+/* Reads run id's denied destinations (its sets d4, d6, e4, e6): calls fn
+ * for each. Errors: SB_ERR_NOTFOUND (no such run), those of sb_nft_run,
  * SB_ERR_CORRUPT (nft's JSON). */
 int sb_nft_denials(sb_nft *n, const char *id,
-		   void (*fn)(void *ctx, const struct sb_nft_denial *d), void *ctx,
-		   uint64_t *dropped);
+		   void (*fn)(void *ctx, const struct sb_nft_denial *d), void *ctx);
+
+/* Calls fn with the id of each run of the table and every packet its
+ * chains dropped (its counter), all from one listing: a run whose count
+ * did not change has no new denial. Errors: SB_ERR_NOTFOUND (no table),
+ * those of sb_nft_run, SB_ERR_CORRUPT (nft's JSON). */
+int sb_nft_drops(sb_nft *n, void (*fn)(void *ctx, const char *id, uint64_t packets),
+		 void *ctx);
 
 /* Calls fn with the id of each run that has chains in the table. Errors:
  * those of sb_nft_run (no table: SB_OK, no call). */
