@@ -9,9 +9,14 @@
  * for and passes bytes both ways. A connection that names another host,
  * none, or speaks neither TLS nor HTTP is closed and reported; nothing of
  * it reaches the server.
+ *
+ * Each direction's bytes are copied through a buffer while they must be
+ * looked at (the guest's until its stream is opaque, the server's first
+ * few) and spliced through a pipe after that, not copied to user space.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/netfilter_ipv4.h>
 #include <linux/netfilter_ipv6/ip6_tables.h>
 #include <netinet/in.h>
@@ -24,7 +29,20 @@
 #include "netpolicy/netrun.h"
 #include "netpolicy/sniff.h"
 
-#define BUF_CAP (64 * 1024) /* bytes in flight each way */
+#define BUF_CAP	 (64 * 1024)   /* bytes copied in flight each way */
+#define PIPE_CAP (1024 * 1024) /* bytes spliced in flight each way (asked) */
+
+/* One direction's bytes in flight: those copied through buf, then those
+ * spliced through pipe. A flow splices once it may (the caller says) and
+ * buf is empty; nothing is copied into buf after that, so buf's bytes
+ * always go out before the pipe's. */
+struct flow {
+	uint8_t buf[BUF_CAP];
+	size_t n;	/* bytes in buf */
+	int pipe[2];	/* read end, write end; -1: none (yet, or to be had) */
+	size_t npipe;	/* bytes in the pipe */
+	size_t pipecap; /* the pipe's size */
+};
 
 struct proxy_conn {
 	struct net_run *r;
@@ -44,14 +62,109 @@ struct proxy_conn {
 	int declined;	   /* ... and it did not: the guest may send nothing more */
 	uint8_t first[12]; /* the server's first bytes */
 	size_t nfirst;
-	char name[SB_NET_HOST_MAX];	  /* the last name let through */
-	uint8_t cs[BUF_CAP], sc[BUF_CAP]; /* to the server, to the guest */
-	size_t ncs, nsc;
+	char name[SB_NET_HOST_MAX]; /* the last name let through */
+	struct flow cs, sc;	    /* to the server, to the guest */
 	int connected;
 	int c_eof, s_eof; /* each side said it sends no more */
 	sb_watch *cw, *sw, *head_w;
 	struct proxy_conn *next;
 };
+
+static void flow_init(struct flow *f)
+{
+	f->pipe[0] = f->pipe[1] = -1;
+}
+
+static void flow_close(struct flow *f)
+{
+	if (f->pipe[0] >= 0) {
+		close(f->pipe[0]);
+		close(f->pipe[1]);
+	}
+}
+
+static size_t flow_pending(const struct flow *f)
+{
+	return f->n + f->npipe;
+}
+
+/* 1 when what comes next goes to the pipe. */
+static int flow_spliced(const struct flow *f)
+{
+	return f->pipe[0] >= 0 && !f->n;
+}
+
+/* 1 when there is room for what comes next. */
+static int flow_room(const struct flow *f)
+{
+	return flow_spliced(f) ? f->npipe < f->pipecap : f->n < BUF_CAP;
+}
+
+/* Reads at most max bytes of what fd has into f: spliced when may_splice
+ * and buf is empty (a pipe is made then; without one, buf goes on).
+ * recv(2)'s results. */
+static ssize_t flow_fill(struct flow *f, int fd, int may_splice, uint64_t max)
+{
+	size_t room;
+	ssize_t k;
+
+	if (may_splice && !f->n && f->pipe[0] < 0 &&
+	    pipe2(f->pipe, O_NONBLOCK | O_CLOEXEC) == 0) {
+		int sz = fcntl(f->pipe[1], F_SETPIPE_SZ, PIPE_CAP);
+		if (sz < 0)
+			sz = fcntl(f->pipe[1], F_GETPIPE_SZ);
+		if (sz > 0) {
+			f->pipecap = (size_t)sz;
+		} else {
+			flow_close(f);
+			flow_init(f);
+		}
+	}
+	if (!flow_room(f)) {
+		errno = EAGAIN;
+		return -1;
+	}
+	room = flow_spliced(f) ? f->pipecap - f->npipe : BUF_CAP - f->n;
+	if (room > max)
+		room = (size_t)max;
+	if (flow_spliced(f)) {
+		k = splice(fd, NULL, f->pipe[1], NULL, room,
+			   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (k > 0)
+			f->npipe += (size_t)k;
+		return k;
+	}
+	k = recv(fd, f->buf + f->n, room, MSG_DONTWAIT);
+	if (k > 0)
+		f->n += (size_t)k;
+	return k;
+}
+
+/* Sends what f holds to fd, as much as fd takes now. The bytes sent, or
+ * -1 on an error of fd other than EAGAIN. */
+static ssize_t flow_drain(struct flow *f, int fd)
+{
+	ssize_t k, sent = 0;
+
+	if (f->n) {
+		k = send(fd, f->buf, f->n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -1;
+		memmove(f->buf, f->buf + k, f->n - (size_t)k);
+		f->n -= (size_t)k;
+		sent = k;
+	}
+	if (!f->n && f->npipe) {
+		/* SIGPIPE is the daemon's to ignore: splice has no MSG_NOSIGNAL */
+		k = splice(f->pipe[0], NULL, fd, NULL, f->npipe,
+			   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (k < 0)
+			return errno == EAGAIN || errno == EINTR ? sent : -1;
+		f->npipe -= (size_t)k;
+		sent += k;
+	}
+	return sent;
+}
 
 static void conn_free(struct proxy_conn *c)
 {
@@ -70,6 +183,8 @@ static void conn_free(struct proxy_conn *c)
 	close(c->cfd);
 	if (c->sfd >= 0)
 		close(c->sfd);
+	flow_close(&c->cs);
+	flow_close(&c->sc);
 	free(c);
 }
 
@@ -81,29 +196,44 @@ static void deny(struct proxy_conn *c, const char *name, const char *reason)
 	conn_free(c);
 }
 
-/* 1 when what the guest sends goes straight to the server's buffer. */
+/* 1 when what the guest sends goes straight to the server's flow: all
+ * of it once the stream is opaque, else a request body's bytes (only the
+ * parser's count of them) once none are held. */
 static int direct(const struct proxy_conn *c)
 {
-	return c->opaque && !c->nhold;
+	return !c->nhold && (c->opaque || (c->sfd >= 0 && sb_sniff_unread(&c->sn)));
 }
 
-/* Sets the events each side waits for, from what the buffers hold. */
+/* 1 when the server's flow takes n held bytes now: after what waits in
+ * its pipe, never before. */
+static int takes(const struct proxy_conn *c, size_t n)
+{
+	return !c->cs.npipe && BUF_CAP - c->cs.n >= n;
+}
+
+/* 1 when the server's bytes need no more looking at. */
+static int server_seen(const struct proxy_conn *c)
+{
+	return c->nfirst == sizeof c->first;
+}
+
+/* Sets the events each side waits for, from what the flows hold. */
 static void arm(struct proxy_conn *c)
 {
 	int ce = 0, se = 0;
 
 	/* read the guest while there is room for what it sends (held bytes
 	 * go first, so straight to the server only once none are held) */
-	if (!c->c_eof && (direct(c) ? c->ncs < BUF_CAP : c->nhold < sizeof c->hold))
+	if (!c->c_eof && (direct(c) ? flow_room(&c->cs) : c->nhold < sizeof c->hold))
 		ce |= SB_READ;
-	if (c->nsc)
+	if (flow_pending(&c->sc))
 		ce |= SB_WRITE;
 	if (c->sfd >= 0) {
 		if (!c->connected)
 			se = SB_WRITE;
 		else
-			se = (c->ncs ? SB_WRITE : 0) |
-			     (!c->s_eof && c->nsc < BUF_CAP ? SB_READ : 0);
+			se = (flow_pending(&c->cs) ? SB_WRITE : 0) |
+			     (!c->s_eof && flow_room(&c->sc) ? SB_READ : 0);
 	}
 	sb_watch_io_set(c->cw, ce);
 	if (c->sw)
@@ -126,12 +256,12 @@ static int server_open(struct proxy_conn *c)
 	return c->sw ? 0 : -1;
 }
 
-/* Moves n judged bytes from hold to the server's buffer, which has room
- * for all of hold (judge feeds the parser only then). */
+/* Moves n judged bytes from hold to the server's buffer, which takes all
+ * of hold (judge feeds the parser only then). */
 static void hold_pass(struct proxy_conn *c, size_t n)
 {
-	memcpy(c->cs + c->ncs, c->hold, n);
-	c->ncs += n;
+	memcpy(c->cs.buf + c->cs.n, c->hold, n);
+	c->cs.n += n;
 	memmove(c->hold, c->hold + n, c->nhold - n);
 	c->nhold -= n;
 }
@@ -148,11 +278,11 @@ static int judge(struct proxy_conn *c)
 	}
 	if (!c->requests && c->nhold && !c->opaque)
 		c->tls = c->hold[0] == 0x16;
-	if (c->opaque && c->nhold && BUF_CAP - c->ncs >= c->nhold)
+	if (c->opaque && c->nhold && takes(c, c->nhold))
 		hold_pass(c, c->nhold); /* what waited for the server's 101 */
 	/* the parser goes on only when whatever it passes fits: a verdict is
 	 * acted on at once, never fed again */
-	while (c->nhold && !c->opaque && !c->await101 && BUF_CAP - c->ncs >= c->nhold) {
+	while (c->nhold && !c->opaque && !c->await101 && takes(c, c->nhold)) {
 		int rc =
 		    sb_sniff_feed(&c->sn, c->hold, c->nhold, &pass, name, sizeof name);
 		switch (rc) {
@@ -205,14 +335,41 @@ static int judge(struct proxy_conn *c)
 	return 0;
 }
 
-/* Both sides are done: the connection ends. */
-static int finished(struct proxy_conn *c)
+/* Moves what each side holds on to the other, as far as the other takes
+ * it now, and ends each direction whose sender ended once it is through.
+ * Returns -1 when c was closed. */
+static int pump(struct proxy_conn *c)
 {
-	if (c->c_eof && c->s_eof && !c->ncs && !c->nsc && !c->nhold) {
-		conn_free(c);
-		return 1;
+	ssize_t k;
+
+	if (c->connected && flow_pending(&c->cs)) {
+		if ((k = flow_drain(&c->cs, c->sfd)) < 0) {
+			conn_free(c);
+			return -1;
+		}
+		if (k > 0 && judge(c)) /* room again for what waited */
+			return -1;
 	}
+	if (c->connected && c->c_eof && !flow_pending(&c->cs) && !c->nhold)
+		shutdown(c->sfd, SHUT_WR);
+	if (flow_pending(&c->sc) && flow_drain(&c->sc, c->cfd) < 0) {
+		conn_free(c);
+		return -1;
+	}
+	if (c->s_eof && !flow_pending(&c->sc))
+		shutdown(c->cfd, SHUT_WR);
 	return 0;
+}
+
+/* Both sides are done: the connection ends. Else waits for what each
+ * side can do next. */
+static void settle(struct proxy_conn *c)
+{
+	if (c->c_eof && c->s_eof && !flow_pending(&c->cs) && !flow_pending(&c->sc) &&
+	    !c->nhold)
+		conn_free(c);
+	else
+		arm(c);
 }
 
 static void on_client(void *ctx, int revents)
@@ -220,47 +377,40 @@ static void on_client(void *ctx, int revents)
 	struct proxy_conn *c = ctx;
 	ssize_t k;
 
-	if (revents & SB_WRITE && c->nsc) {
-		k = send(c->cfd, c->sc, c->nsc, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (k < 0 && errno != EAGAIN && errno != EINTR) {
-			conn_free(c);
-			return;
-		}
-		if (k > 0) {
-			memmove(c->sc, c->sc + k, c->nsc - (size_t)k);
-			c->nsc -= (size_t)k;
-		}
-		if (!c->nsc && c->s_eof)
-			shutdown(c->cfd, SHUT_WR);
-	}
 	if (revents & SB_READ) {
 		int straight = direct(c);
-		uint8_t *to = straight ? c->cs + c->ncs : c->hold + c->nhold;
-		size_t room = straight ? BUF_CAP - c->ncs : sizeof c->hold - c->nhold;
-		k = room ? recv(c->cfd, to, room, MSG_DONTWAIT) : -1;
+		if (straight) {
+			uint64_t body = c->opaque ? UINT64_MAX : sb_sniff_unread(&c->sn);
+			if ((k = flow_fill(&c->cs, c->cfd, 1, body)) > 0 && !c->opaque)
+				sb_sniff_skip(&c->sn, (uint64_t)k);
+		} else {
+			size_t room = sizeof c->hold - c->nhold;
+			k = room ? recv(c->cfd, c->hold + c->nhold, room, MSG_DONTWAIT)
+				 : -1;
+			if (k < 0 && !room)
+				errno = EAGAIN;
+			if (k > 0)
+				c->nhold += (size_t)k;
+		}
 		if (k == 0) {
 			c->c_eof = 1;
 			if (!c->opaque && c->nhold) { /* it ended before it was judged */
 				deny(c, c->name, "closed before it named its host");
 				return;
 			}
-			if (c->sfd >= 0 && c->connected && !c->ncs && !c->nhold)
-				shutdown(c->sfd, SHUT_WR);
-		} else if (k < 0 && room && errno != EAGAIN && errno != EINTR) {
+		} else if (k < 0 && errno != EAGAIN && errno != EINTR) {
 			conn_free(c);
 			return;
-		} else if (k > 0) {
-			*(straight ? &c->ncs : &c->nhold) += (size_t)k;
-			if (judge(c))
-				return;
+		} else if (k > 0 && !straight && judge(c)) {
+			return;
 		}
 	}
 	if (c->c_eof && c->sfd < 0) { /* nothing was let through */
 		conn_free(c);
 		return;
 	}
-	if (!finished(c))
-		arm(c);
+	if (!pump(c))
+		settle(c);
 }
 
 /* The server's first answer to an Upgrade is in: 101 makes the stream
@@ -268,7 +418,7 @@ static void on_client(void *ctx, int revents)
  * closed. */
 static int upgrade_answered(struct proxy_conn *c)
 {
-	if (c->nfirst < sizeof c->first)
+	if (!server_seen(c))
 		return 0;
 	c->await101 = 0;
 	if (!memcmp(c->first, "HTTP/1.1 101", 12) ||
@@ -295,43 +445,27 @@ static void on_server(void *ctx, int revents)
 		}
 		c->connected = 1;
 	}
-	if (revents & SB_WRITE && c->ncs) {
-		k = send(c->sfd, c->cs, c->ncs, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (k < 0 && errno != EAGAIN && errno != EINTR) {
-			conn_free(c);
-			return;
-		}
-		if (k > 0) {
-			memmove(c->cs, c->cs + k, c->ncs - (size_t)k);
-			c->ncs -= (size_t)k;
-			if (judge(c)) /* room again for what waited */
-				return;
-		}
-		if (!c->ncs && !c->nhold && c->c_eof)
-			shutdown(c->sfd, SHUT_WR);
-	}
 	if (revents & SB_READ) {
-		k = recv(c->sfd, c->sc + c->nsc, BUF_CAP - c->nsc, MSG_DONTWAIT);
+		size_t before = c->sc.n;
+		int seen = server_seen(c);
+		k = flow_fill(&c->sc, c->sfd, seen, UINT64_MAX);
 		if (k == 0) {
 			c->s_eof = 1;
-			if (!c->nsc)
-				shutdown(c->cfd, SHUT_WR);
 		} else if (k < 0 && errno != EAGAIN && errno != EINTR) {
 			conn_free(c);
 			return;
-		} else if (k > 0) {
+		} else if (k > 0 && !seen) { /* copied, not spliced */
 			size_t take = sizeof c->first - c->nfirst;
 			if (take > (size_t)k)
 				take = (size_t)k;
-			memcpy(c->first + c->nfirst, c->sc + c->nsc, take);
+			memcpy(c->first + c->nfirst, c->sc.buf + before, take);
 			c->nfirst += take;
-			c->nsc += (size_t)k;
 			if (c->await101 && upgrade_answered(c))
 				return;
 		}
 	}
-	if (!finished(c))
-		arm(c);
+	if (!pump(c))
+		settle(c);
 }
 
 static void on_head_timeout(void *ctx)
@@ -378,6 +512,8 @@ static void on_accept(void *ctx, int revents)
 	c->r = r;
 	c->cfd = fd;
 	c->sfd = -1;
+	flow_init(&c->cs);
+	flow_init(&c->sc);
 	sb_sniff_init(&c->sn);
 	c->next = r->proxies;
 	r->proxies = c;

@@ -547,6 +547,22 @@ static int body_feed(struct sb_sniff *s, const uint8_t *b, size_t n, size_t *pas
 	return p ? SB_SNIFF_PASS : SB_SNIFF_MORE;
 }
 
+uint64_t sb_sniff_unread(const struct sb_sniff *s)
+{
+	return s->mode == M_BODY || s->mode == M_CHUNK_DATA ? s->left : 0;
+}
+
+void sb_sniff_skip(struct sb_sniff *s, uint64_t k)
+{
+	if (k > sb_sniff_unread(s))
+		k = sb_sniff_unread(s);
+	s->left -= k;
+	if (s->left == 0 && s->mode == M_BODY)
+		body_end(s);
+	else if (s->left == 0 && s->mode == M_CHUNK_DATA)
+		s->mode = M_CHUNK_END;
+}
+
 void sb_sniff_init(struct sb_sniff *s)
 {
 	memset(s, 0, sizeof *s);

@@ -92,4 +92,11 @@ void sb_sniff_init(struct sb_sniff *s);
 int sb_sniff_feed(struct sb_sniff *s, const uint8_t *buf, size_t n, size_t *pass,
 		  char *name, size_t name_cap);
 
+/* Bytes the caller may forward unread now: the rest of a Content-Length
+ * body or of a chunk's data, once nothing is held (0 elsewhere). */
+uint64_t sb_sniff_unread(const struct sb_sniff *s);
+
+/* Says that k of those bytes (k <= sb_sniff_unread) went on unread. */
+void sb_sniff_skip(struct sb_sniff *s, uint64_t k);
+
 #endif

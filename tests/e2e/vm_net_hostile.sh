@@ -97,7 +97,8 @@ def handle(c, peer):
         pass
     hosts = sorted(set(h.decode("latin-1") for h in re.findall(rb"\r\nHost: ([^\r]*)\r\n", data)))
     log.write(json.dumps({"from": "%s:%d" % peer, "bytes": len(data), "hosts": hosts,
-                          "secrets": data.count(b"secret-")}) + "\n")
+                          "secrets": data.count(b"secret-"),
+                          "posts": data.count(b"POST /body ")}) + "\n")
     log.flush()
     c.close()
 log.write(json.dumps({"ready": 1}) + "\n"); log.flush()
@@ -205,6 +206,8 @@ r http10 $p tcp 198.51.100.10 80 --send 'GET / HTTP/1.0\r\n\r\n'
 r pipelined $p tcp 198.51.100.10 80 --send 'GET / HTTP/1.1\r\nHost: a.test\r\n\r\nGET / HTTP/1.1\r\nHost: b.test\r\n\r\n'
 r upgrade $p tcp 198.51.100.10 80 --send 'GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nGET / HTTP/1.1\r\nHost: b.test\r\n\r\n'
 $h smuggle 198.51.100.11 8443 n.test b.test
+$h bodysmuggle 198.51.100.11 8443 n.test b.test length
+$h bodysmuggle 198.51.100.11 8443 n.test b.test chunked
 
 # floods
 $h dnsflood 1500
@@ -323,6 +326,12 @@ tries=$(log_count "$SLOW_LOG" "'bytes' in e")
 [ "$n" = 0 ] && ok "a full proxy buffer let no request for b.test through ($tries tries)" ||
 	bad "proxy: a request judged while the buffer toward the server is full goes through unchecked" \
 		"$n of $tries connections brought 'Host: b.test' and $(log_count "$SLOW_LOG" "e['secrets'] > 0 and 'b.test' in e['hosts']") its data to the server; guest: $(line smuggle)"
+
+expect bodysmuggle-length closed "a request after a Content-Length body the proxy passed unread"
+expect bodysmuggle-chunked closed "a request after a chunked body the proxy passed unread"
+[ "$(log_count "$SLOW_LOG" "e.get('posts') == 1 and e['hosts'] == ['n.test'] and e['bytes'] > 200000")" = 2 ] &&
+	ok "both bodies reached the server whole, and no request after them" ||
+	bad "proxy: bodies" "a body passed unread did not reach the server: $(grep bytes "$SLOW_LOG" | tail -3)"
 
 # --- floods ---
 fds2=$(ls "/proc/$dpid/fd" 2>/dev/null | wc -l)

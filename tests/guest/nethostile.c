@@ -22,6 +22,12 @@
  *                               slow server, then one request for BAD with
  *                               a Content-Length, then data; tried again
  *                               until the connection stays open (50 tries)
+ *   bodysmuggle HOST PORT GOOD BAD length|chunked
+ *                               a POST for GOOD with a 200 KB body (by
+ *                               Content-Length or in one chunk) sent after
+ *                               its head was judged, then at once a request
+ *                               for BAD with data; prints "bodysmuggle-KIND:
+ *                               closed" or "... open"
  *   dnsflood N                  N queries for distinct ungranted names of
  *                               255 wire bytes to the resolv.conf server,
  *                               150 a second
@@ -101,8 +107,8 @@ static int nic_find(void)
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof line, f))
-		if (sscanf(line, "%15s %x %x %x", ifn, &dst, &gw, &flags) == 4 && dst == 0 &&
-		    gw) {
+		if (sscanf(line, "%15s %x %x %x", ifn, &dst, &gw, &flags) == 4 &&
+		    dst == 0 && gw) {
 			snprintf(nic.name, sizeof nic.name, "%s", ifn);
 			nic.gw4.s_addr = gw;
 		}
@@ -288,8 +294,8 @@ static int cmd_spoof(int v6, char **a)
 
 /* --- connections --- */
 
-static int sock_to(const char *host, const char *port, int type, struct sockaddr_storage *ss,
-		   socklen_t *len)
+static int sock_to(const char *host, const char *port, int type,
+		   struct sockaddr_storage *ss, socklen_t *len)
 {
 	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
 	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
@@ -371,14 +377,16 @@ static int cmd_usend(char **a)
 	struct sockaddr_in me = {0};
 	socklen_t len;
 	char buf[512];
-	int s = sock_to(a[0], a[1], SOCK_DGRAM, &ss, &len), n = atoi(a[4]), got = 0, one = 1;
+	int s = sock_to(a[0], a[1], SOCK_DGRAM, &ss, &len), n = atoi(a[4]), got = 0,
+	    one = 1;
 
 	if (s < 0 || ss.ss_family != AF_INET)
 		return 64;
 	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	me.sin_family = AF_INET;
 	me.sin_port = htons((uint16_t)atoi(a[2]));
-	if (bind(s, (struct sockaddr *)&me, sizeof me) || connect(s, (struct sockaddr *)&ss, len))
+	if (bind(s, (struct sockaddr *)&me, sizeof me) ||
+	    connect(s, (struct sockaddr *)&ss, len))
 		return 64;
 	for (int i = 0; i < n; i++) {
 		send(s, a[3], strlen(a[3]), 0);
@@ -434,9 +442,9 @@ static int send_all(int s, const char *p, size_t n)
 static size_t head(char *out, size_t size, const char *method, const char *path,
 		   const char *host, const char *cl)
 {
-	int n = snprintf(out, size + 1, "%s %s HTTP/1.1\r\nHost: %s\r\n%s%s%sX-Pad: ",
-			 method, path, host, cl ? "Content-Length: " : "", cl ? cl : "",
-			 cl ? "\r\n" : "");
+	int n = snprintf(
+	    out, size + 1, "%s %s HTTP/1.1\r\nHost: %s\r\n%s%s%sX-Pad: ", method, path,
+	    host, cl ? "Content-Length: " : "", cl ? cl : "", cl ? "\r\n" : "");
 	size_t pad = size - (size_t)n - 4;
 
 	memset(out + n, 'a', pad);
@@ -491,10 +499,54 @@ static int cmd_smuggle(char **a)
 {
 	for (int i = 1; i <= 50; i++)
 		if (smuggle_try(a)) {
-			say("smuggle: the connection with the request for %s stayed open at try %d", a[3], i);
+			say("smuggle: the connection with the request for %s stayed open "
+			    "at try %d",
+			    a[3], i);
 			return 0;
 		}
 	say("smuggle: the proxy closed all 50 tries");
+	return 0;
+}
+
+/* A body's bytes go on unread by the proxy: the request after the body
+ * must still be judged. */
+static int cmd_bodysmuggle(char **a)
+{
+	static char body[200000];
+	char buf[512];
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int chunked = !strcmp(a[4], "chunked"), open = 0;
+	int s = sock_to(a[0], a[1], SOCK_STREAM, &ss, &len);
+	size_t n;
+	char c;
+
+	if (s < 0 || connect(s, (struct sockaddr *)&ss, len)) {
+		say("bodysmuggle-%s: no connection", a[4]);
+		if (s >= 0)
+			close(s);
+		return 0;
+	}
+	n = (size_t)snprintf(
+	    buf, sizeof buf, "POST /body HTTP/1.1\r\nHost: %s\r\n%s\r\n%s", a[2],
+	    chunked ? "Transfer-Encoding: chunked\r\n" : "Content-Length: 200000\r\n",
+	    chunked ? "30d40\r\n" : "");
+	if (send_all(s, buf, n))
+		goto out;
+	sleep_ms(500); /* the head is judged; the body comes on its own */
+	memset(body, 'b', sizeof body);
+	if (send_all(s, body, sizeof body))
+		goto out;
+	n = (size_t)snprintf(buf, sizeof buf,
+			     "%sGET /after-body HTTP/1.1\r\nHost: %s\r\n\r\n"
+			     "secret-body for %s\n",
+			     chunked ? "\r\n0\r\n\r\n" : "", a[3], a[3]);
+	if (send_all(s, buf, n))
+		goto out;
+	open = !readable(s, 6000) || recv(s, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+out:
+	say("bodysmuggle-%s: %s", a[4], open ? "open" : "closed");
+	close(s);
 	return 0;
 }
 
@@ -652,7 +704,8 @@ static int cmd_conns(char **a)
 	sleep_ms(1000 * atoi(a[3]));
 	for (int i = 0; i < made; i++) {
 		fcntl(fds[i], F_SETFL, O_NONBLOCK);
-		if (recv(fds[i], &c, 1, 0) == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+		if (recv(fds[i], &c, 1, 0) == 0 ||
+		    (errno != EAGAIN && errno != EWOULDBLOCK))
 			closed++;
 		close(fds[i]);
 	}
@@ -714,7 +767,8 @@ static int cmd_rawtcp(char **a)
 	enum { FIN = 1, SYN = 2, RST = 4, PSH = 8, ACK = 16 };
 	uint8_t src[4], dst[4], mac[6], pkt[1600], buf[2048], got[4096];
 	struct ifreq ifr = {0};
-	uint16_t sport = (uint16_t)(20000 + now_ms() % 30000), dport = (uint16_t)atoi(a[1]);
+	uint16_t sport = (uint16_t)(20000 + now_ms() % 30000),
+		 dport = (uint16_t)atoi(a[1]);
 	uint32_t seq = (uint32_t)now_ms() * 7919u, ack = 0;
 	size_t ngot = 0, n;
 	int t = socket(AF_INET, SOCK_DGRAM, 0), s, r, state = 0; /* 0 syn sent, 1 open */
@@ -754,7 +808,8 @@ static int cmd_rawtcp(char **a)
 		if ((tcp[0] << 8 | tcp[1]) != dport || (tcp[2] << 8 | tcp[3]) != sport)
 			continue;
 		if (tcp[13] & RST) {
-			say("rawtcp %s:%s: reset%s", a[0], a[1], state ? " after connecting" : "");
+			say("rawtcp %s:%s: reset%s", a[0], a[1],
+			    state ? " after connecting" : "");
 			return 0;
 		}
 		if (state == 0 && (tcp[13] & (SYN | ACK)) == (SYN | ACK)) {
@@ -770,16 +825,19 @@ static int cmd_rawtcp(char **a)
 			}
 			seq++;
 			ack = get32(tcp + 4) + 1;
-			n = tcp_packet(src, dst, sport, dport, seq, ack, ACK, NULL, 0, pkt);
+			n = tcp_packet(src, dst, sport, dport, seq, ack, ACK, NULL, 0,
+				       pkt);
 			frame_send(s, ETH_P_IP, mac, pkt, n);
-			n = tcp_packet(src, dst, sport, dport, seq, ack, ACK | PSH, text, tl, pkt);
+			n = tcp_packet(src, dst, sport, dport, seq, ack, ACK | PSH, text,
+				       tl, pkt);
 			frame_send(s, ETH_P_IP, mac, pkt, n);
 			seq += (uint32_t)tl;
 			state = 1;
 			continue;
 		}
 		if (state == 1) {
-			size_t hl = (size_t)(tcp[12] >> 4) * 4, ipl = (size_t)(buf[2] << 8 | buf[3]);
+			size_t hl = (size_t)(tcp[12] >> 4) * 4,
+			       ipl = (size_t)(buf[2] << 8 | buf[3]);
 			size_t dl = ipl - (size_t)(tcp - buf) - hl;
 			if (get32(tcp + 4) == ack && dl) {
 				if (ngot + dl <= sizeof got) {
@@ -790,7 +848,8 @@ static int cmd_rawtcp(char **a)
 			}
 			if (tcp[13] & FIN)
 				ack++;
-			n = tcp_packet(src, dst, sport, dport, seq, ack, ACK, NULL, 0, pkt);
+			n = tcp_packet(src, dst, sport, dport, seq, ack, ACK, NULL, 0,
+				       pkt);
 			frame_send(s, ETH_P_IP, mac, pkt, n);
 			if (tcp[13] & FIN)
 				break;
@@ -812,10 +871,10 @@ int main(int argc, char **argv)
 	static const struct {
 		const char *name;
 		int args;
-	} cmds[] = {{"arp", 1},	   {"spoof4", 4},   {"spoof6", 4},   {"hold", 3},
-		    {"uhold", 3},  {"urecv", 3},    {"smuggle", 4},  {"dnsflood", 1},
-		    {"dnsmany", 2}, {"ctflood", 3}, {"conns", 4},   {"rawtcp", 3},
-		    {"usend", 5}};
+	} cmds[] = {{"arp", 1},	    {"spoof4", 4},     {"spoof6", 4},  {"hold", 3},
+		    {"uhold", 3},   {"urecv", 3},      {"smuggle", 4}, {"dnsflood", 1},
+		    {"dnsmany", 2}, {"ctflood", 3},    {"conns", 4},   {"rawtcp", 3},
+		    {"usend", 5},   {"bodysmuggle", 5}};
 	int i;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -844,9 +903,11 @@ int main(int argc, char **argv)
 	case 9: return cmd_ctflood(argv);
 	case 10: return cmd_conns(argv);
 	case 11: return cmd_rawtcp(argv);
-	default: return cmd_usend(argv);
+	case 12: return cmd_usend(argv);
+	default: return cmd_bodysmuggle(argv);
 	}
 usage:
-	fprintf(stderr, "usage: see the comment at the top of tests/guest/nethostile.c\n");
+	fprintf(stderr,
+		"usage: see the comment at the top of tests/guest/nethostile.c\n");
 	return 64;
 }

@@ -540,6 +540,51 @@ static void test_http_pipelined(void **state)
 		   "NAME a 27; BAD");
 }
 
+/* Feeds all of b; returns the verdict, with *pass. */
+static int feed_all(struct sb_sniff *s, const char *b, size_t *pass)
+{
+	char name[SB_NET_HOST_MAX];
+
+	return sb_sniff_feed(s, (const uint8_t *)b, strlen(b), pass, name, sizeof name);
+}
+
+/* A body's bytes may go on unread: the parser counts them, then reads the
+ * next request (or chunk-size line) as if it had seen them. */
+static void test_http_unread(void **state)
+{
+	struct sb_sniff s;
+	size_t pass;
+
+	sb_sniff_init(&s);
+	assert_int_equal(sb_sniff_unread(&s), 0);
+	assert_int_equal(
+	    feed_all(&s, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n",
+		     &pass),
+	    SB_SNIFF_NAME);
+	assert_int_equal(sb_sniff_unread(&s), 100);
+	sb_sniff_skip(&s, 60);
+	assert_int_equal(sb_sniff_unread(&s), 40);
+	sb_sniff_skip(&s, 1000); /* no more than there is */
+	assert_int_equal(sb_sniff_unread(&s), 0);
+	/* the next request is judged again: the "body" skipped was not read */
+	assert_int_equal(feed_all(&s, "GET / HTTP/1.1\r\nHost: b\r\n\r\n", &pass),
+			 SB_SNIFF_NAME);
+	assert_int_equal(sb_sniff_unread(&s), 0);
+
+	sb_sniff_init(&s);
+	assert_int_equal(feed_all(&s,
+				  "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: "
+				  "chunked\r\n\r\n",
+				  &pass),
+			 SB_SNIFF_NAME);
+	assert_int_equal(sb_sniff_unread(&s), 0); /* a size line first */
+	assert_int_equal(feed_all(&s, "8\r\n", &pass), SB_SNIFF_PASS);
+	assert_int_equal(sb_sniff_unread(&s), 8);
+	sb_sniff_skip(&s, 8);
+	/* then the chunk's CRLF, checked as if the data had been fed */
+	assert_int_equal(feed_all(&s, "XX", &pass), SB_SNIFF_BAD);
+}
+
 static void test_http_upgrade(void **state)
 {
 	expect_str("GET /ws HTTP/1.1\r\nHost: a.example\r\nUpgrade: websocket\r\n"
@@ -626,7 +671,7 @@ int main(void)
 	    cmocka_unit_test(test_tls_hold),	 cmocka_unit_test(test_http_names),
 	    cmocka_unit_test(test_http_refused), cmocka_unit_test(test_http_pipelined),
 	    cmocka_unit_test(test_http_upgrade), cmocka_unit_test(test_http_hold),
-	    cmocka_unit_test(test_name_cap),
+	    cmocka_unit_test(test_name_cap),	 cmocka_unit_test(test_http_unread),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
