@@ -276,13 +276,6 @@ static int plain_connect(struct gw_via *v, int *fd)
 	return SB_OK;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* Sequential calls: writes the p50 and p99 in ms. */
 static void latency(const struct target *t, double *p50, double *p99)
 {
@@ -298,7 +291,7 @@ static void latency(const struct target *t, double *p50, double *p99)
 		one_call(c);
 		ms[i] = (bench_now() - t0) * 1e3;
 	}
-	qsort(ms, LAT_CALLS, sizeof ms[0], cmp_double);
+	qsort(ms, LAT_CALLS, sizeof ms[0], bench_cmp_double);
 	*p50 = ms[LAT_CALLS / 2];
 	*p99 = ms[LAT_CALLS * 99 / 100];
 	curl_slist_free_all(h);
