@@ -5,10 +5,13 @@
  * gives it: the bytes held (SB_SNIFF_HOLD at most, kept at the end of a heap
  * block so that a read past n is caught), those the answer passes dropped,
  * more added after SB_SNIFF_MORE. Twice: in pieces whose sizes come from a
- * generator seeded by the input, and in pieces as large as the hold allows.
+ * generator seeded by the input, and in pieces as large as the hold allows;
+ * a third time as the first, but with a body's bytes given to nobody, as
+ * the proxy splices them (sb_sniff_unread, sb_sniff_skip) when none are
+ * held.
  * Every answer keeps the contract (*pass within the held bytes, > 0 for
  * NAME and PASS and 0 otherwise; a NAME in lower case, terminated, nothing
- * written past name_cap; never MORE with the hold full), and both feedings
+ * written past name_cap; never MORE with the hold full), and all feedings
  * see the same requests: the same names at the same places, the same end.
  */
 #include <stdint.h>
@@ -42,13 +45,14 @@ static void name_check(const char *name, size_t cap)
 }
 
 /* Feeds data in pieces of step bytes, or of sizes drawn from rng when step
- * is 0. */
-static void feed(const uint8_t *data, size_t size, size_t step, uint64_t rng,
+ * is 0; with skip, a body's bytes are skipped unread when none are held. */
+static void feed(const uint8_t *data, size_t size, size_t step, uint64_t rng, int skip,
 		 struct seen *out)
 {
 	uint8_t *hold = malloc(SB_SNIFF_HOLD);
 	char name[SB_NET_HOST_MAX + 16];
 	size_t held = 0, read = 0, sent = 0, pass, k;
+	uint64_t unread;
 	struct sb_sniff s;
 	int rc;
 
@@ -91,6 +95,15 @@ static void feed(const uint8_t *data, size_t size, size_t step, uint64_t rng,
 		}
 		if (k > size - read)
 			k = size - read;
+		if (skip && !held && (unread = sb_sniff_unread(&s)) > 0) {
+			if (k > unread)
+				k = (size_t)unread;
+			sb_sniff_skip(&s, k);
+			CHECK(sb_sniff_unread(&s) == unread - k);
+			read += k;
+			sent += k;
+			continue;
+		}
 		if (k > SB_SNIFF_HOLD - held)
 			k = SB_SNIFF_HOLD - held;
 		memmove(hold + SB_SNIFF_HOLD - held - k, hold + SB_SNIFF_HOLD - held,
@@ -105,17 +118,19 @@ static void feed(const uint8_t *data, size_t size, size_t step, uint64_t rng,
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static struct seen a, b;
+	static struct seen a, b, c;
 	uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 	for (size_t i = 0; i < size; i++)
 		rng = (rng ^ data[i]) * 0x100000001b3ull;
-	feed(data, size, 0, rng | 1, &a);
-	feed(data, size, SB_SNIFF_HOLD, 0, &b);
-	CHECK(a.last == b.last);
-	CHECK(a.names == b.names);
+	feed(data, size, 0, rng | 1, 0, &a);
+	feed(data, size, SB_SNIFF_HOLD, 0, 0, &b);
+	feed(data, size, 0, rng | 1, 1, &c);
+	CHECK(a.last == b.last && a.last == c.last);
+	CHECK(a.names == b.names && a.names == c.names);
 	for (size_t i = 0; i < a.names && i < NAMES; i++)
 		CHECK(a.at[i] == b.at[i] && a.len[i] == b.len[i] &&
-		      !strcmp(a.name[i], b.name[i]));
+		      !strcmp(a.name[i], b.name[i]) && a.at[i] == c.at[i] &&
+		      a.len[i] == c.len[i] && !strcmp(a.name[i], c.name[i]));
 	return 0;
 }
