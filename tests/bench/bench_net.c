@@ -574,7 +574,8 @@ static struct xfer_result transfer(enum xfer_kind kind, int resolve, const char 
 
 /* --- the enforcer --- */
 
-static sb_loop *dloop; /* the "daemon's" loop: reports and callbacks */
+static sb_loop *dloop;	      /* the "daemon's" loop: reports and callbacks */
+static sb_watch *dloop_alive; /* a watcher: a loop with none returns at once */
 static pthread_t dloop_thread;
 static sb_work *work;
 static sb_nft *probe; /* to see whether H has the table */
@@ -593,8 +594,13 @@ static void on_report(void *ctx, const struct sb_net_report *r)
 			(unsigned long long)r->count);
 }
 
+static void dloop_idle(void *ctx)
+{
+}
+
 static void dloop_stop(void *ctx)
 {
+	sb_watch_stop(dloop_alive);
 	sb_loop_break(dloop);
 }
 
@@ -849,6 +855,8 @@ int main(void)
 
 	if ((rc = sb_loop_open(&dloop)))
 		die("sb_loop_open", rc);
+	if (!(dloop_alive = sb_loop_timer(dloop, 3600, 3600, dloop_idle, NULL)))
+		die("sb_loop_timer", SB_ERR_NOMEM);
 	if (pthread_create(&dloop_thread, NULL, dloop_main, NULL))
 		die("pthread_create", errno);
 	if ((rc = sb_work_open("net", 2, &work)))
