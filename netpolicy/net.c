@@ -260,9 +260,11 @@ void sb_net_close(sb_net *n)
 	if (!n)
 		return;
 	if (n->started) {
-		/* the runs asked to end finish it first: their jobs use n */
+		/* the runs asked to end finish it first, and a count under
+		 * way: their jobs use n */
 		pthread_mutex_lock(&n->lock);
-		while (n->ending)
+		n->closing = 1;
+		while (n->ending || n->polling)
 			pthread_cond_wait(&n->ended, &n->lock);
 		pthread_mutex_unlock(&n->lock);
 		sb_loop_post(n->loop, net_stop, n);
@@ -1023,14 +1025,25 @@ static void poll_done(struct poll_job *j)
 	end_when_idle(r);
 }
 
+/* Ends a count: nobody waits for it now. */
+static void round_free(struct poll_round *p)
+{
+	sb_net *n = p->n;
+
+	free(p);
+	pthread_mutex_lock(&n->lock);
+	n->polling = 0;
+	pthread_cond_broadcast(&n->ended);
+	pthread_mutex_unlock(&n->lock);
+}
+
 static void round_done(void *ctx)
 {
 	struct poll_round *p = ctx;
 
 	for (size_t i = 0; i < p->count; i++)
 		poll_done(p->jobs[i]);
-	p->n->polling = 0;
-	free(p);
+	round_free(p);
 }
 
 static void round_drops(void *ctx, const char *id, uint64_t packets)
@@ -1064,13 +1077,12 @@ static void round_job(void *ctx)
 				j->other = j->dropped - r->dropped - counted;
 			r->dropped = j->dropped;
 		}
-	if (sb_loop_post(p->n->loop, round_done, p)) { /* the loop is closing */
+	if (sb_loop_post(p->n->loop, round_done, p)) { /* no memory */
 		for (size_t i = 0; i < p->count; i++) {
 			p->jobs[i]->r->polling = 0;
 			free(p->jobs[i]);
 		}
-		p->n->polling = 0;
-		free(p);
+		round_free(p);
 	}
 }
 
@@ -1090,9 +1102,14 @@ static void on_tick(void *ctx)
 				i++;
 		count++;
 	}
-	if (n->polling || !count ||
-	    !(p = calloc(1, sizeof *p + count * sizeof p->jobs[0])))
-		return; /* the last round is not done yet: this one is skipped */
+	pthread_mutex_lock(&n->lock);
+	if (n->polling || n->closing || !count ||
+	    !(p = calloc(1, sizeof *p + count * sizeof p->jobs[0]))) {
+		pthread_mutex_unlock(&n->lock);
+		return; /* the last count is not done yet: this one is skipped */
+	}
+	n->polling = 1;
+	pthread_mutex_unlock(&n->lock);
 	p->n = n;
 	for (struct net_run *r = n->runs; r; r = r->next) {
 		struct poll_job *j = calloc(1, sizeof *j);
@@ -1102,14 +1119,12 @@ static void on_tick(void *ctx)
 		r->polling = 1;
 		p->jobs[p->count++] = j;
 	}
-	n->polling = 1;
 	if (sb_work_submit(n->c.work, round_job, p)) {
 		for (size_t i = 0; i < p->count; i++) {
 			p->jobs[i]->r->polling = 0;
 			free(p->jobs[i]);
 		}
-		n->polling = 0;
-		free(p);
+		round_free(p);
 	}
 }
 

@@ -63,11 +63,12 @@ struct sb_net {
 	uint8_t net6[16];
 	int len6;
 	size_t nslots;
-	pthread_mutex_t lock; /* slots, checked, fence, nruns, ending */
+	pthread_mutex_t lock; /* slots, checked, fence, nruns, ending, polling,
+			       * closing */
 	uint8_t *slots;	      /* 1: taken */
 	size_t nruns;	      /* runs with chains, this daemon's */
 	size_t ending;	      /* runs asked to end whose end is not done */
-	pthread_cond_t ended; /* ending went down */
+	pthread_cond_t ended; /* ending or polling went down */
 	int checked;	      /* sb_net_check succeeded once */
 	int fence;	      /* forwarding was off: fenced (see nft.h) */
 	int lock_fd;	      /* this network namespace's enforcer lock */
@@ -84,7 +85,8 @@ struct sb_net {
 	} aw[16]; /* the resolver's sockets */
 	sb_watch *ares_timer;
 	struct net_run *runs; /* (net) the runs being served */
-	int polling;	      /* (net) a count of the runs' denials is under way */
+	int polling;	      /* (lock) a count of the runs' denials is under way */
+	int closing;	      /* (lock) sb_net_close began: no count begins */
 	sb_watch *tick;	      /* (net) reports, expiry */
 };
 

@@ -42,6 +42,9 @@ struct flow {
 	int pipe[2];	/* read end, write end; -1: none (yet, or to be had) */
 	size_t npipe;	/* bytes in the pipe */
 	size_t pipecap; /* the pipe's size */
+	int full;	/* the pipe took no more though npipe < pipecap (its
+			 * slots, one a packet at least, are taken): no
+			 * room until some of it went out */
 };
 
 struct proxy_conn {
@@ -97,7 +100,7 @@ static int flow_spliced(const struct flow *f)
 /* 1 when there is room for what comes next. */
 static int flow_room(const struct flow *f)
 {
-	return flow_spliced(f) ? f->npipe < f->pipecap : f->n < BUF_CAP;
+	return flow_spliced(f) ? f->npipe < f->pipecap && !f->full : f->n < BUF_CAP;
 }
 
 /* Reads at most max bytes of what fd has into f: spliced when may_splice
@@ -132,6 +135,8 @@ static ssize_t flow_fill(struct flow *f, int fd, int may_splice, uint64_t max)
 			   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 		if (k > 0)
 			f->npipe += (size_t)k;
+		else if (k < 0 && errno == EAGAIN && f->npipe)
+			f->full = 1; /* (or fd had nothing: it waits all the same) */
 		return k;
 	}
 	k = recv(fd, f->buf + f->n, room, MSG_DONTWAIT);
@@ -161,6 +166,7 @@ static ssize_t flow_drain(struct flow *f, int fd)
 		if (k < 0)
 			return errno == EAGAIN || errno == EINTR ? sent : -1;
 		f->npipe -= (size_t)k;
+		f->full = f->full && !k;
 		sent += k;
 	}
 	return sent;
@@ -266,6 +272,8 @@ static void hold_pass(struct proxy_conn *c, size_t n)
 	c->nhold -= n;
 }
 
+static int upgrade_answered(struct proxy_conn *c);
+
 /* Judges what the guest sent so far. Returns -1 when c was closed. */
 static int judge(struct proxy_conn *c)
 {
@@ -286,7 +294,12 @@ static int judge(struct proxy_conn *c)
 		int rc =
 		    sb_sniff_feed(&c->sn, c->hold, c->nhold, &pass, name, sizeof name);
 		switch (rc) {
-		case SB_SNIFF_MORE: return 0;
+		case SB_SNIFF_MORE:
+			if (c->c_eof) { /* what is held never becomes a request */
+				deny(c, c->name, "closed before it named its host");
+				return -1;
+			}
+			return 0;
 		case SB_SNIFF_PASS: hold_pass(c, pass); break;
 		case SB_SNIFF_NAME:
 			if (!name[0]) {
@@ -322,7 +335,8 @@ static int judge(struct proxy_conn *c)
 					return -1;
 				}
 				c->await101 = 1;
-				return 0;
+				/* the answer may be in already */
+				return upgrade_answered(c) ? -1 : 0;
 			}
 			hold_pass(c, c->nhold);
 			c->opaque = 1;
@@ -393,11 +407,10 @@ static void on_client(void *ctx, int revents)
 				c->nhold += (size_t)k;
 		}
 		if (k == 0) {
+			/* what it holds is still judged, as room is made for it */
 			c->c_eof = 1;
-			if (!c->opaque && c->nhold) { /* it ended before it was judged */
-				deny(c, c->name, "closed before it named its host");
+			if (c->nhold && judge(c))
 				return;
-			}
 		} else if (k < 0 && errno != EAGAIN && errno != EINTR) {
 			conn_free(c);
 			return;
@@ -451,6 +464,12 @@ static void on_server(void *ctx, int revents)
 		k = flow_fill(&c->sc, c->sfd, seen, UINT64_MAX);
 		if (k == 0) {
 			c->s_eof = 1;
+			if (c->await101) { /* it ended without taking the Upgrade */
+				c->await101 = 0;
+				c->declined = 1;
+				if (judge(c))
+					return;
+			}
 		} else if (k < 0 && errno != EAGAIN && errno != EINTR) {
 			conn_free(c);
 			return;
