@@ -85,6 +85,8 @@ child(const char *path, const struct sb_spawn *s, int in, int out, int err, int 
 		goto fail; /* the parent is gone already */
 	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		goto fail;
+	if (s->nice && nice(s->nice) == -1)
+		errno = 0; /* best effort: a child at the caller's priority */
 	for (i = 1; i < NSIG; i++)
 		signal(i, SIG_DFL);
 	sigemptyset(&none);
@@ -228,9 +230,12 @@ int sb_proc_run(char *const argv[], int timeout_ms, char *out, size_t outlen, in
 {
 	int64_t deadline = sb_deadline(timeout_ms);
 	struct pollfd pfd = {.events = POLLIN};
-	struct sb_spawn sp = {
-	    .argv = argv, .in = -1, .out = -1, .err = -1, .new_session = 1,
-	    .die_with_parent = 1};
+	struct sb_spawn sp = {.argv = argv,
+			      .in = -1,
+			      .out = -1,
+			      .err = -1,
+			      .new_session = 1,
+			      .die_with_parent = 1};
 	char scratch[4096];
 	int pp[2] = {-1, -1}, rc;
 	size_t used = 0;

@@ -22,6 +22,8 @@ struct sb_spawn {
 			      * that exits at once); *pid is then 0 */
 	int die_with_parent; /* 1: SIGKILL once the thread that started it
 			      * ends (the whole process, say) */
+	int nice;	     /* added to the child's nice value (0: the
+			      * caller's); best effort */
 };
 
 /* Starts s->argv. *pid is the caller's child to reap (sb_proc_wait), or 0

@@ -336,6 +336,7 @@ int sb_vm_spawn(const struct sb_vm_config *c, pid_t *pid)
 	sp.out = sp.err = out;
 	sp.new_session = 1;
 	sp.die_with_parent = c->die_with_parent;
+	sp.nice = SB_VM_NICE;
 	rc = sb_spawn(&sp, pid);
 fail:
 	if (out >= 0)

@@ -28,6 +28,11 @@ typedef enum { SB_ACCEL_AUTO, SB_ACCEL_KVM, SB_ACCEL_TCG } sb_accel;
  * so every stream, whatever backs the RAM, loads into every machine. */
 #define SB_VM_RAM_ID "microvm.ram"
 
+/* Every QEMU runs this much nicer than the daemon that starts it: busy
+ * guests take what CPU the daemon leaves, so its API, record and tunnels
+ * answer in time however many guests are busy. */
+#define SB_VM_NICE 5
+
 struct sb_vm_config {
 	const char *qemu;	  /* binary, NULL = sb_vm_qemu() */
 	const char *kernel;	  /* required: PVH vmlinux or bzImage */

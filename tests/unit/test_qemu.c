@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -423,6 +424,7 @@ static void test_spawn_fake(void **state)
 			    "echo \"pgrp=$(cut -d' ' -f5 /proc/$$/stat) sid=$(cut -d' ' "
 			    "-f6 /proc/$$/stat) pid=$$\"\n"
 			    "echo \"stdin=$(readlink /proc/$$/fd/0)\"\n"
+			    "echo \"nice=$(cut -d' ' -f19 /proc/$$/stat)\"\n"
 			    "while read -r l; do case $l in SigBlk*) echo \"$l\";; esac; "
 			    "done </proc/self/status\n"
 			    "printf 'fds: '; ls /proc/$$/fd | tr '\\n' ' '; echo\n"
@@ -460,6 +462,11 @@ static void test_spawn_fake(void **state)
 		 (int)pid);
 	assert_non_null(strstr(out, want));
 	assert_non_null(strstr(out, "stdin=/dev/null"));
+	/* QEMU yields to the daemon */
+	snprintf(want, sizeof want, "nice=%d\n",
+		 getpriority(PRIO_PROCESS, 0) + SB_VM_NICE);
+	if (!strstr(out, want))
+		fail_msg("QEMU not at the daemon's nice + %d: %s", SB_VM_NICE, out);
 	if (!strstr(out, "SigBlk:\t0000000000000000"))
 		fail_msg("QEMU inherited blocked signals: %s", out);
 	/* dash keeps fd 10 open on the script it reads; nothing else. */
@@ -689,8 +696,8 @@ static void killed_midway(void (*fn)(const char *dir))
 	int i;
 
 	snprintf(pidf, sizeof pidf, "%s/pid", dir);
-	assert_true(asprintf(&body, "echo $$ > %s.tmp; mv %s.tmp %s\nexec sleep 30\n", pidf,
-			     pidf, pidf) > 0);
+	assert_true(asprintf(&body, "echo $$ > %s.tmp; mv %s.tmp %s\nexec sleep 30\n",
+			     pidf, pidf, pidf) > 0);
 	fake = write_script(dir, "fake-qemu", body);
 	child = fork();
 	assert_true(child >= 0);
