@@ -6,7 +6,9 @@
  * child gets the descriptors it is given as 0, 1 and 2 and no others,
  * default signal dispositions and an empty mask, and sb_spawn returns once
  * the exec has succeeded or failed (a failed exec is an error here, never
- * a child that exits 127 later).
+ * a child that exits 127 later). Without die_with_parent and detach it
+ * uses posix_spawn(3), which does not copy the caller's page tables: the
+ * daemon's loop starts QEMU that way without standing still.
  */
 #ifndef SB_PROC_H
 #define SB_PROC_H
@@ -22,8 +24,9 @@ struct sb_spawn {
 			      * that exits at once); *pid is then 0 */
 	int die_with_parent; /* 1: SIGKILL once the thread that started it
 			      * ends (the whole process, say) */
-	int nice;	     /* added to the child's nice value (0: the
-			      * caller's); best effort */
+	int nice;	     /* added to the caller's nice value for the
+			      * child, once it runs (0: the caller's); best
+			      * effort */
 };
 
 /* Starts s->argv. *pid is the caller's child to reap (sb_proc_wait), or 0

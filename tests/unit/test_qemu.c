@@ -424,6 +424,7 @@ static void test_spawn_fake(void **state)
 			    "echo \"pgrp=$(cut -d' ' -f5 /proc/$$/stat) sid=$(cut -d' ' "
 			    "-f6 /proc/$$/stat) pid=$$\"\n"
 			    "echo \"stdin=$(readlink /proc/$$/fd/0)\"\n"
+			    "sleep 0.3\n" /* the nice value is set after the exec */
 			    "echo \"nice=$(cut -d' ' -f19 /proc/$$/stat)\"\n"
 			    "while read -r l; do case $l in SigBlk*) echo \"$l\";; esac; "
 			    "done </proc/self/status\n"
