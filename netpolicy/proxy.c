@@ -431,11 +431,11 @@ static void on_client(void *ctx, int revents)
  * closed. */
 static int upgrade_answered(struct proxy_conn *c)
 {
-	if (!server_seen(c))
+	if (!server_seen(c) && !c->s_eof)
 		return 0;
-	c->await101 = 0;
-	if (!memcmp(c->first, "HTTP/1.1 101", 12) ||
-	    !memcmp(c->first, "HTTP/1.0 101", 12)) {
+	c->await101 = 0; /* a server that ended without answering declined */
+	if (server_seen(c) && (!memcmp(c->first, "HTTP/1.1 101", 12) ||
+			       !memcmp(c->first, "HTTP/1.0 101", 12))) {
 		c->opaque = 1;
 		return judge(c) < 0; /* what waited goes on as the buffer allows */
 	}
@@ -464,12 +464,8 @@ static void on_server(void *ctx, int revents)
 		k = flow_fill(&c->sc, c->sfd, seen, UINT64_MAX);
 		if (k == 0) {
 			c->s_eof = 1;
-			if (c->await101) { /* it ended without taking the Upgrade */
-				c->await101 = 0;
-				c->declined = 1;
-				if (judge(c))
-					return;
-			}
+			if (c->await101 && upgrade_answered(c))
+				return;
 		} else if (k < 0 && errno != EAGAIN && errno != EINTR) {
 			conn_free(c);
 			return;

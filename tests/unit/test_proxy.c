@@ -827,19 +827,31 @@ static void srv_no101(struct peer_res *res)
 	res->ended = k != -2;
 }
 
-/* Client: the Upgrade and, at once, bytes for after it; then reads to the
- * end and tries sending more. */
+static int no101_pause_ms; /* between the Upgrade and the bytes after it */
+
+/* Client: the Upgrade and, at once or after no101_pause_ms, bytes for
+ * after it; then reads to the end and tries sending more. */
 static void cli_no101(struct peer_res *res)
 {
 	static char buf[4096];
 	int fd = cli_connect(res, 0);
+	size_t n;
 	ssize_t k;
 
 	if (fd < 0)
 		return;
 	memcpy(buf, upgrade, sizeof upgrade - 1);
-	memcpy(buf + sizeof upgrade - 1, frame, sizeof frame - 1);
-	if (netlab_send_all(fd, buf, sizeof upgrade - 1 + sizeof frame - 1)) {
+	n = sizeof upgrade - 1;
+	if (no101_pause_ms) {
+		if (netlab_send_all(fd, buf, n)) {
+			failed(res, STEP_SEND);
+			return;
+		}
+		poll(NULL, 0, no101_pause_ms); /* the server has ended meanwhile */
+		n = 0;
+	}
+	memcpy(buf + n, frame, sizeof frame - 1);
+	if (netlab_send_all(fd, buf, n + sizeof frame - 1)) {
 		failed(res, STEP_SEND);
 		return;
 	}
@@ -869,6 +881,15 @@ static void test_upgrade_unanswered(void **state)
 		fail_msg("the client's connection did not end (EOF %d, closed %d)",
 			 cli.ended, cli.reset);
 	assert_true(denial_seen("a.test", "a request after a declined Upgrade"));
+}
+
+/* The same when the server ended before the guest's next bytes came: the
+ * connection does not wait for an answer that cannot come. */
+static void test_upgrade_unanswered_late(void **state)
+{
+	no101_pause_ms = 500;
+	test_upgrade_unanswered(state);
+	no101_pause_ms = 0;
 }
 
 /* --- pipelined requests, a half-close --- */
@@ -968,6 +989,8 @@ int main(void)
 					    test_teardown),
 	    cmocka_unit_test_setup_teardown(test_websocket, test_setup, test_teardown),
 	    cmocka_unit_test_setup_teardown(test_upgrade_unanswered, test_setup,
+					    test_teardown),
+	    cmocka_unit_test_setup_teardown(test_upgrade_unanswered_late, test_setup,
 					    test_teardown),
 	    cmocka_unit_test_setup_teardown(test_half_close, test_setup, test_teardown),
 	    cmocka_unit_test_setup_teardown(test_smuggle_content_length, test_setup,
