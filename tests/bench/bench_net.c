@@ -8,7 +8,7 @@
  * names are gone once all is set up (the bench holds them by file
  * descriptor), so nothing of them outlives the bench's processes.
  *
- * In S, forked servers: HTTP on port 80 (a GET is answered with 256 MiB; a
+ * In S, forked servers: HTTP on port 80 (a GET is answered with 1 GiB; a
  * POST's body is read to its Content-Length, then answered) and DNS on
  * port 53 (a.test A 203.0.113.10, dns.h). In G, a forked client per
  * transfer sends its request with Host a.test and reads to EOF; the time
@@ -63,8 +63,8 @@
 #define TAP	    NETLAB_TAP
 #define GATEWAY	    NETLAB_GATEWAY
 #define SERVER	    NETLAB_SERVER
-#define XFER_BYTES  (256ull << 20)
-#define ROUNDS	    5
+#define XFER_BYTES  (1ull << 30)
+#define ROUNDS	    7
 #define SETUP_RUNS  20
 #define MANY_RUNS   50
 #define MANY_REPEAT 5
@@ -127,7 +127,7 @@ static void on_signal(int sig)
 
 static uint8_t chunk[CHUNK];
 
-static const char get_answer[] = "HTTP/1.1 200 OK\r\nContent-Length: 268435456\r\n"
+static const char get_answer[] = "HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n"
 				 "Connection: close\r\n\r\n";
 static const char post_answer[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n"
 				  "Connection: close\r\n\r\n";
@@ -264,7 +264,7 @@ static void client_main(enum xfer_kind kind, int resolve, const char *addr, uint
 {
 	static const char get[] = "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n";
 	static const char post[] = "POST / HTTP/1.1\r\nHost: a.test\r\n"
-				   "Content-Length: 268435456\r\n\r\n";
+				   "Content-Length: 1073741824\r\n\r\n";
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
 	uint64_t want = kind == XFER_GET ? sizeof get_answer - 1 + XFER_BYTES
 					 : sizeof post_answer - 1;
