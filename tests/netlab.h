@@ -30,7 +30,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -56,6 +55,7 @@
 #include "netpolicy/dns.h"
 #include "netpolicy/net.h"
 #include "netpolicy/nft.h"
+#include "tests/bench/benchutil.h"
 
 #define NETLAB_RUN_ID  "0000000000b1"
 #define NETLAB_TAP     "sb" NETLAB_RUN_ID
@@ -244,15 +244,6 @@ static inline void netlab_unname(struct netlab *lab)
 		}
 }
 
-static inline int netlab_rm_one(const char *path, const struct stat *st, int flag,
-				struct FTW *f)
-{
-	(void)st;
-	(void)flag;
-	(void)f;
-	return remove(path);
-}
-
 /* Undoes what lab made on disk and in /run/netns: the namespaces' names,
  * the enforcer's lock, home. The caller first ends the processes it
  * started in them. Safe to call again. */
@@ -263,7 +254,7 @@ static inline void netlab_cleanup(struct netlab *lab)
 		unlink(lab->lock_path);
 	lab->lock_path[0] = 0;
 	if (lab->home_made)
-		nftw(lab->home, netlab_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+		bench_rmrf(lab->home);
 	lab->home_made = 0;
 }
 
@@ -567,14 +558,6 @@ static inline int netlab_table_there(struct netlab *lab)
 	return sb_nft_run(lab->probe, "list table inet sanbox", NULL) == SB_OK;
 }
 
-static inline double netlab_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Closes run id (handle h) and waits until its end is done: its net.json
  * deleted (the last step after its chains and link) and, when it was the
  * enforcer's last run, the table gone too. SB_ERR_TIMEOUT after
@@ -612,9 +595,9 @@ static inline int netlab_run_down(struct netlab *lab, sb_net_run *h, const char 
 			p += sizeof *e + e->len;
 		}
 	}
-	for (double t0 = netlab_now(); last && netlab_table_there(lab);) {
+	for (double t0 = bench_now(); last && netlab_table_there(lab);) {
 		struct timespec ts = {0, 50000};
-		if (netlab_now() - t0 > NETLAB_WAIT_MS / 1e3) {
+		if (bench_now() - t0 > NETLAB_WAIT_MS / 1e3) {
 			rc = netlab_fail(
 			    lab, SB_ERR_TIMEOUT,
 			    "the last run's end: the table still there after 10 s");

@@ -448,11 +448,11 @@ static double cpu_s(pid_t tid)
 /* The share of one CPU the enforcer's thread takes over MEASURE_S. */
 static double net_thread_load(void)
 {
-	double c0 = cpu_s(net_tid), t0 = netlab_now(), c1, t1;
+	double c0 = cpu_s(net_tid), t0 = bench_now(), c1, t1;
 
 	sleep_s(MEASURE_S);
 	c1 = cpu_s(net_tid);
-	t1 = netlab_now();
+	t1 = bench_now();
 	return (c1 - c0) / (t1 - t0);
 }
 
@@ -599,6 +599,31 @@ static void assert_peer_ok(const struct peer_res *r, const char *who)
 
 /* --- 1-byte segments against a receiver that stopped reading --- */
 
+/* Sends head, says it is ready, then sends byte one segment at a time
+ * (TCP_NODELAY) for TRICKLE_S, counting them in res->sent. */
+static void trickle(struct peer_res *res, int fd, const char *head, const char *byte)
+{
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	if (netlab_send_all(fd, head, strlen(head))) {
+		failed(res, STEP_SEND);
+		return;
+	}
+	peer_ready();
+	for (double t0 = bench_now(); bench_now() - t0 < TRICKLE_S;) {
+		ssize_t k = send(fd, byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (k == 1 && ++res->sent % 50 == 0)
+			sleep_s(0.0005);
+		else if (k < 0 && errno == EAGAIN)
+			sleep_s(0.001);
+		else if (k < 0) {
+			failed(res, STEP_SEND);
+			return;
+		}
+	}
+}
+
 /* Server: takes the head, then never reads (a small receive buffer, so
  * what the proxy sends soon waits). */
 static void srv_sink(struct peer_res *res)
@@ -616,49 +641,41 @@ static void cli_trickle(struct peer_res *res)
 {
 	static const char head[] = "POST /up HTTP/1.1\r\nHost: a.test\r\n"
 				   "Content-Length: 100000000\r\n\r\n";
-	int fd = cli_connect(res, 0), one = 1;
-	double t0;
+	int fd = cli_connect(res, 0);
 
-	if (fd < 0)
-		return;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	if (netlab_send_all(fd, head, sizeof head - 1)) {
-		failed(res, STEP_SEND);
-		return;
-	}
-	peer_ready();
-	for (t0 = netlab_now(); netlab_now() - t0 < TRICKLE_S;) {
-		ssize_t k = send(fd, "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (k == 1 && ++res->sent % 50 == 0)
-			sleep_s(0.0005);
-		else if (k < 0 && errno == EAGAIN)
-			sleep_s(0.001);
-		else if (k < 0) {
-			failed(res, STEP_SEND);
-			return;
-		}
-	}
+	if (fd >= 0)
+		trickle(res, fd, head, "x");
+}
+
+/* Runs srv_fn and cli_fn, one of them (trickler, SRV or CLI) sending
+ * 1-byte segments the other does not read: the enforcer's thread must
+ * not spin meanwhile. */
+static void trickle_check(void (*srv_fn)(struct peer_res *),
+			  void (*cli_fn)(struct peer_res *), int trickler)
+{
+	const char *who = trickler == SRV ? "server" : "client";
+	struct peer_res res;
+	double load;
+
+	peer_start(SRV, NETLAB_S, srv_fn);
+	peer_start(CLI, NETLAB_G, cli_fn);
+	assert_true(peer_wait_ready(trickler)); /* the trickle starts */
+	sleep_s(SETTLE_S);
+	load = net_thread_load();
+	peer_result(trickler, (int)(TRICKLE_S * 1000) + 5000, &res);
+	assert_peer_ok(&res, who);
+	print_message("test_proxy: %s sent %llu 1-byte segments; enforcer thread "
+		      "%.0f%% of a CPU\n",
+		      who, (unsigned long long)res.sent, load * 100);
+	assert_true(res.sent > 1000); /* it did trickle */
+	if (load >= SPIN_MAX)
+		fail_msg("the enforcer's thread spun: %.0f%% of a CPU", load * 100);
 }
 
 static void test_trickle_to_server(void **state)
 {
-	struct peer_res cli;
-	double load;
-
 	NEED_LAB();
-	peer_start(SRV, NETLAB_S, srv_sink);
-	peer_start(CLI, NETLAB_G, cli_trickle);
-	assert_true(peer_wait_ready(CLI));
-	sleep_s(SETTLE_S);
-	load = net_thread_load();
-	peer_result(CLI, (int)(TRICKLE_S * 1000) + 5000, &cli);
-	assert_peer_ok(&cli, "client");
-	print_message("test_proxy: client sent %llu 1-byte segments; enforcer thread "
-		      "%.0f%% of a CPU\n",
-		      (unsigned long long)cli.sent, load * 100);
-	assert_true(cli.sent > 1000); /* it did trickle */
-	if (load >= SPIN_MAX)
-		fail_msg("the enforcer's thread spun: %.0f%% of a CPU", load * 100);
+	trickle_check(srv_sink, cli_trickle, CLI);
 }
 
 /* Client: asks for a download and never reads (a small receive buffer). */
@@ -682,49 +699,16 @@ static void srv_trickle(struct peer_res *res)
 	static const char answer[] =
 	    "HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n";
 	static char head[4096];
-	int fd = srv_accept(res, 0), one = 1;
-	double t0;
+	int fd = srv_accept(res, 0);
 
-	if (fd < 0 || read_head(fd, head, sizeof head, res) < 0)
-		return;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	if (netlab_send_all(fd, answer, sizeof answer - 1)) {
-		failed(res, STEP_SEND);
-		return;
-	}
-	peer_ready();
-	for (t0 = netlab_now(); netlab_now() - t0 < TRICKLE_S;) {
-		ssize_t k = send(fd, "y", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (k == 1 && ++res->sent % 50 == 0)
-			sleep_s(0.0005);
-		else if (k < 0 && errno == EAGAIN)
-			sleep_s(0.001);
-		else if (k < 0) {
-			failed(res, STEP_SEND);
-			return;
-		}
-	}
+	if (fd >= 0 && read_head(fd, head, sizeof head, res) >= 0)
+		trickle(res, fd, answer, "y");
 }
 
 static void test_trickle_to_guest(void **state)
 {
-	struct peer_res srv;
-	double load;
-
 	NEED_LAB();
-	peer_start(SRV, NETLAB_S, srv_trickle);
-	peer_start(CLI, NETLAB_G, cli_noread);
-	assert_true(peer_wait_ready(SRV)); /* it answered: the trickle starts */
-	sleep_s(SETTLE_S);
-	load = net_thread_load();
-	peer_result(SRV, (int)(TRICKLE_S * 1000) + 5000, &srv);
-	assert_peer_ok(&srv, "server");
-	print_message("test_proxy: server sent %llu 1-byte segments; enforcer thread "
-		      "%.0f%% of a CPU\n",
-		      (unsigned long long)srv.sent, load * 100);
-	assert_true(srv.sent > 1000);
-	if (load >= SPIN_MAX)
-		fail_msg("the enforcer's thread spun: %.0f%% of a CPU", load * 100);
+	trickle_check(srv_trickle, cli_noread, SRV);
 }
 
 /* --- an Upgrade --- */
@@ -734,6 +718,22 @@ static const char upgrade[] = "GET /ws HTTP/1.1\r\nHost: a.test\r\nUpgrade: webs
 static const char frame[] = "\x81\x0bhello-frame";
 static const char switching[] = "HTTP/1.1 101 Switching Protocols\r\n"
 				"Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+
+/* Reads the frame the other side sends (within IDLE_MS) into buf: res
+ * gets its size and whether it is frame. Its size, or -1 (res says why). */
+static ssize_t frame_recv(struct peer_res *res, int fd, char *buf, size_t cap)
+{
+	ssize_t k = recv_within(fd, buf, cap, IDLE_MS);
+
+	if (k <= 0) {
+		errno = k == -2 ? ETIMEDOUT : errno;
+		failed(res, STEP_RECV);
+		return -1;
+	}
+	res->got = (uint64_t)k;
+	res->match = k == sizeof frame - 1 && !memcmp(buf, frame, (size_t)k);
+	return k;
+}
 
 /* Server: takes the Upgrade, answers 101, echoes what comes next. */
 static void srv_ws(struct peer_res *res)
@@ -748,14 +748,8 @@ static void srv_ws(struct peer_res *res)
 		failed(res, STEP_SEND);
 		return;
 	}
-	if ((k = recv_within(fd, buf, sizeof buf, IDLE_MS)) <= 0) {
-		errno = k == -2 ? ETIMEDOUT : errno;
-		failed(res, STEP_RECV);
-		return;
-	}
-	res->got = (uint64_t)k;
-	res->match = k == sizeof frame - 1 && !memcmp(buf, frame, (size_t)k);
-	netlab_send_all(fd, buf, (size_t)k);
+	if ((k = frame_recv(res, fd, buf, sizeof buf)) > 0)
+		netlab_send_all(fd, buf, (size_t)k);
 }
 
 /* Client: sends the Upgrade, waits for the 101, then sends a frame and
@@ -764,7 +758,6 @@ static void cli_ws(struct peer_res *res)
 {
 	static char buf[4096];
 	int fd = cli_connect(res, 0);
-	ssize_t k;
 
 	if (fd < 0)
 		return;
@@ -783,13 +776,7 @@ static void cli_ws(struct peer_res *res)
 		failed(res, STEP_SEND);
 		return;
 	}
-	if ((k = recv_within(fd, buf, sizeof buf, IDLE_MS)) <= 0) {
-		errno = k == -2 ? ETIMEDOUT : errno;
-		failed(res, STEP_RECV);
-		return;
-	}
-	res->got = (uint64_t)k;
-	res->match = k == sizeof frame - 1 && !memcmp(buf, frame, (size_t)k);
+	frame_recv(res, fd, buf, sizeof buf);
 }
 
 /* An Upgrade answered 101 before the guest's next bytes: they go on. */
