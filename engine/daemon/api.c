@@ -167,12 +167,24 @@ static int resolve_cb(void *vctx, const struct sb_runstate *rs)
 	return 0;
 }
 
-/* Resolves a run id, a unique id prefix of 4+ characters, or a run name. */
-static int resolve_run(struct req *r, const char *want, char out[SB_RUN_MAX])
+/* Resolves want as resolve_run does; with log_only (the caller reads the
+ * log, not the projections) a run's whole id of a run projected already
+ * is taken without catching up, which waits for the log's writer. */
+static int resolve(struct req *r, const char *want, int log_only, char out[SB_RUN_MAX])
 {
 	struct resolve_ctx c = {want, strlen(want), "", 0, 0};
 	int rc;
 
+	if (log_only) {
+		/* a whole id wins over every other match */
+		if ((rc = sb_runstate_each(r->e->proj, resolve_cb, &c)) < 0)
+			return rc;
+		if (c.matches == 1 && !strcmp(c.found, want)) {
+			memcpy(out, c.found, SB_RUN_MAX);
+			return SB_OK;
+		}
+		c = (struct resolve_ctx){want, strlen(want), "", 0, 0};
+	}
 	catch_up(r);
 	if ((rc = sb_runstate_each(r->e->proj, resolve_cb, &c)) < 0)
 		return rc;
@@ -183,6 +195,13 @@ static int resolve_run(struct req *r, const char *want, char out[SB_RUN_MAX])
 				 "run '%s' is ambiguous: give more characters", want);
 	memcpy(out, c.found, SB_RUN_MAX);
 	return SB_OK;
+}
+
+/* Resolves a run id, a unique id prefix of 4+ characters, or a run name,
+ * with the projections caught up (so the caller reads them fresh). */
+static int resolve_run(struct req *r, const char *want, char out[SB_RUN_MAX])
+{
+	return resolve(r, want, 0, out);
 }
 
 static int arg_run(struct req *r, char run[SB_RUN_MAX])
@@ -292,7 +311,7 @@ static int op_events_read(struct req *r)
 		if (types->via.array.ptr[i].type != MSGPACK_OBJECT_STR)
 			return sb_seterr(SB_ERR_INVAL,
 					 "argument 'types' must be an array of strings");
-	if (want[0] && (rc = resolve_run(r, want, run)))
+	if (want[0] && (rc = resolve(r, want, 1, run)))
 		return rc;
 	if (!limit)
 		limit = READ_LIMIT_DEFAULT;
