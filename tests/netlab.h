@@ -150,11 +150,12 @@ static inline int netlab_init(struct netlab *lab, const char *prefix,
 static inline int netlab_ns_setup(struct netlab *lab)
 {
 	static const char tag[3] = {'h', 'g', 's'};
-	char path[128], *h, *g, *s;
+	char path[128], prefix[sizeof lab->prefix], *h, *g, *s;
 	int rc;
 
+	memcpy(prefix, lab->prefix, sizeof prefix); /* not a source inside lab */
 	for (int i = 0; i < 3; i++)
-		snprintf(lab->ns_name[i], sizeof lab->ns_name[i], "%s-%c-%d", lab->prefix,
+		snprintf(lab->ns_name[i], sizeof lab->ns_name[i], "%s-%c-%d", prefix,
 			 tag[i], (int)getpid());
 	h = lab->ns_name[NETLAB_H], g = lab->ns_name[NETLAB_G],
 	s = lab->ns_name[NETLAB_S];
