@@ -1187,56 +1187,47 @@ static int in_blocks(const struct block *b, size_t n, const uint8_t *addr)
 	return 0;
 }
 
-int net_addr_local(int family, const uint8_t *addr)
+/* The bytes of sa's address (family 4 or 6). */
+static const uint8_t *sa_bytes(const struct sockaddr *sa, int family)
+{
+	return family == 4
+		   ? (const uint8_t *)&((const struct sockaddr_in *)sa)->sin_addr
+		   : (const uint8_t *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+}
+
+/* Where addr is to this host, from one look at its interfaces: 2, one
+ * of its own addresses; 1, in a network one of them is on; else 0. */
+static int addr_host(int family, const uint8_t *addr)
 {
 	struct ifaddrs *all, *i;
-	int found = 0;
+	int n = family == 4 ? 4 : 16, where = 0;
 
 	if (getifaddrs(&all))
 		return 0;
-	for (i = all; i && !found; i = i->ifa_next) {
+	for (i = all; i && where < 2; i = i->ifa_next) {
+		const uint8_t *a, *m;
+		int len = 0;
 		if (!i->ifa_addr ||
 		    i->ifa_addr->sa_family != (family == 4 ? AF_INET : AF_INET6))
 			continue;
-		found =
-		    family == 4
-			? !memcmp(&((struct sockaddr_in *)i->ifa_addr)->sin_addr, addr, 4)
-			: !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, addr,
-				  16);
+		a = sa_bytes(i->ifa_addr, family);
+		if (!memcmp(a, addr, (size_t)n)) {
+			where = 2;
+		} else if (i->ifa_netmask) {
+			m = sa_bytes(i->ifa_netmask, family);
+			for (int k = 0; k < n; k++)
+				len += __builtin_popcount(m[k]);
+			if (prefix_eq(addr, a, len))
+				where = 1;
+		}
 	}
 	freeifaddrs(all);
-	return found;
+	return where;
 }
 
-/* 1 when addr is in a network one of the host's interfaces is on. */
-static int addr_on_link(int family, const uint8_t *addr)
+int net_addr_local(int family, const uint8_t *addr)
 {
-	struct ifaddrs *all, *i;
-	int found = 0;
-
-	if (getifaddrs(&all))
-		return 0;
-	for (i = all; i && !found; i = i->ifa_next) {
-		const uint8_t *a, *m;
-		int len = 0, n = family == 4 ? 4 : 16;
-		if (!i->ifa_addr || !i->ifa_netmask ||
-		    i->ifa_addr->sa_family != (family == 4 ? AF_INET : AF_INET6))
-			continue;
-		a = family == 4
-			? (const uint8_t *)&((struct sockaddr_in *)i->ifa_addr)->sin_addr
-			: (const uint8_t *)&((struct sockaddr_in6 *)i->ifa_addr)
-			      ->sin6_addr;
-		m = family == 4
-			? (const uint8_t *)&((struct sockaddr_in *)i->ifa_netmask)
-			      ->sin_addr
-			: (const uint8_t *)&((struct sockaddr_in6 *)i->ifa_netmask)
-			      ->sin6_addr;
-		for (int k = 0; k < n; k++)
-			len += __builtin_popcount(m[k]);
-		found = prefix_eq(addr, a, len);
-	}
-	freeifaddrs(all);
-	return found;
+	return addr_host(family, addr) == 2;
 }
 
 /* 1 when an address grant of r covers addr. */
@@ -1280,10 +1271,12 @@ int net_answer_ok(const struct net_run *r, int family, const uint8_t *addr, char
 			 in_blocks(private6, sizeof private6 / sizeof private6[0], addr))
 			no = "a private address";
 	}
-	if (!no && net_addr_local(family, addr))
-		no = "the host's own address";
-	else if (!no && addr_on_link(family, addr))
-		no = "an address on the host's networks";
+	if (!no) {
+		int where = addr_host(family, addr);
+		no = where == 2	  ? "the host's own address"
+		     : where == 1 ? "an address on the host's networks"
+				  : NULL;
+	}
 	if (no)
 		snprintf(why, cap, "the answer is %s", no);
 	return !no;
