@@ -275,10 +275,14 @@ static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
 
 static void elem_write(FILE *f, const struct sb_nft_elem *e);
 
+/* The letters of a run's sets, each of both families (g4_ID, g6_ID, ...),
+ * and of its chains (f_ID, ...): what sb_nft_run_script makes and
+ * run_del_named deletes. */
+static const char run_sets[] = "gnde", run_chains[] = "fipo";
+
 int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
 		      int update, const struct sb_nft_elem *e, size_t count, char **out)
 {
-	static const char *const kinds[] = {"g", "n", "d", "e"};
 	const char *id = r->id;
 	struct script s;
 	int rc;
@@ -298,10 +302,10 @@ int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
 		    "add set inet sanbox e%d_%s { type %s . inet_proto; size 64; "
 		    "flags dynamic; counter; }\n",
 		    v, id, addr, v, id, addr, v, id, addr, v, id, addr);
-		for (size_t k = 0; k < 4; k++)
-			if (!update || k < 2) /* an update keeps the counts */
-				fprintf(s.f, "flush set inet sanbox %s%d_%s\n", kinds[k],
-					v, id);
+		for (size_t k = 0; run_sets[k]; k++)
+			if (!update || k < 2) /* an update keeps the counts (d, e) */
+				fprintf(s.f, "flush set inet sanbox %c%d_%s\n",
+					run_sets[k], v, id);
 	}
 	fprintf(s.f,
 		"add counter inet sanbox c_%s\n"
@@ -377,20 +381,28 @@ int sb_nft_run_update(sb_nft *n, const struct sb_nft_run *r, const struct sb_net
 	return run_script(n, r, p, 1, e, count);
 }
 
+/* Lists cmd's object (nft 1.0.6 lists only the first of several a
+ * command) as JSON into *out; missing names what is not there. */
+static int object_json(sb_nft *n, const char *cmd, const char *missing, json_t **out)
+{
+	json_error_t je;
+	char *text;
+
+	if (nft_exec(n, cmd, 1, &text))
+		return sb_seterr(SB_ERR_NOTFOUND, "%s", missing);
+	*out = json_loads(text, 0, &je);
+	free(text);
+	return *out ? SB_OK : sb_seterr(SB_ERR_CORRUPT, "nftables: JSON: %s", je.text);
+}
+
 /* The table as JSON (NULL when there is none). */
 static json_t *table_json(sb_nft *n, int *rc)
 {
-	json_error_t je;
-	char *out;
-	json_t *j;
+	json_t *j = NULL;
 
-	*rc = SB_OK;
-	if (nft_exec(n, "list table inet sanbox", 1, &out))
-		return NULL; /* no table */
-	j = json_loads(out, 0, &je);
-	free(out);
-	if (!j)
-		*rc = sb_seterr(SB_ERR_CORRUPT, "nftables: JSON: %s", je.text);
+	*rc = object_json(n, "list table inet sanbox", "no table inet sanbox", &j);
+	if (*rc == SB_ERR_NOTFOUND)
+		*rc = SB_OK; /* no table */
 	return j;
 }
 
@@ -461,7 +473,6 @@ static const char *const run_maps[] = {"runs_f", "runs_i", "runs_p", "runs_o"};
  * of it is missing. Cheap however many runs the table holds. */
 static int run_del_named(sb_nft *n, const char *id, const char *tap)
 {
-	static const char *const chains = "fipo", *const sets = "gnde";
 	struct script s;
 	char *text;
 	int rc;
@@ -472,12 +483,12 @@ static int run_del_named(sb_nft *n, const char *id, const char *tap)
 		fprintf(s.f, "delete element inet sanbox %s { \"%s\" }\n", run_maps[i],
 			tap);
 	fprintf(s.f, "delete element inet sanbox taps { \"%s\" }\n", tap);
-	for (const char *c = chains; *c; c++)
+	for (const char *c = run_chains; *c; c++)
 		fprintf(s.f, "flush chain inet sanbox %c_%s\n", *c, id);
-	for (const char *c = chains; *c; c++)
+	for (const char *c = run_chains; *c; c++)
 		fprintf(s.f, "delete chain inet sanbox %c_%s\n", *c, id);
 	for (int v = 4; v <= 6; v += 2)
-		for (const char *k = sets; *k; k++)
+		for (const char *k = run_sets; *k; k++)
 			fprintf(s.f, "delete set inet sanbox %c%d_%s\n", *k, v, id);
 	fprintf(s.f, "delete counter inet sanbox c_%s\n", id);
 	if ((rc = script_close(&s, &text)))
@@ -589,22 +600,6 @@ static int denial_read(json_t *e, struct sb_nft_denial *d)
 	d->port = (uint16_t)json_integer_value(json_array_get(c, 2));
 	d->packets = (uint64_t)json_integer_value(pk);
 	return 0;
-}
-
-/* Lists one object of run id as JSON and calls fn for each denial in it
- * (a set's elements) or sets *dropped (the counter). */
-/* Lists cmd's object (nft 1.0.6 lists only the first of several a
- * command) as JSON into *out; missing names what is not there. */
-static int object_json(sb_nft *n, const char *cmd, const char *missing, json_t **out)
-{
-	json_error_t je;
-	char *text;
-
-	if (nft_exec(n, cmd, 1, &text))
-		return sb_seterr(SB_ERR_NOTFOUND, "%s", missing);
-	*out = json_loads(text, 0, &je);
-	free(text);
-	return *out ? SB_OK : sb_seterr(SB_ERR_CORRUPT, "nftables: JSON: %s", je.text);
 }
 
 int sb_nft_denials(sb_nft *n, const char *id,
