@@ -139,7 +139,6 @@ static const char *type_name(uint16_t t)
 	return t == SB_DNS_A ? "A" : t == SB_DNS_AAAA ? "AAAA" : "other";
 }
 
-/* The addresses are in the run's sets: the guest may use them now. */
 /* Keeps lk's answer (rcode, its addresses) in its run's cache for ttl_s:
  * the name's servers see one lookup a TTL, however often the guest asks. */
 static void cache_put(const struct lookup *lk, int rcode, uint32_t ttl_s)
@@ -193,6 +192,7 @@ static int cache_answer(struct lookup *lk)
 	return 0;
 }
 
+/* The addresses are in the run's sets: the guest may use them now. */
 static void on_names(void *ctx, int rc)
 {
 	struct lookup *lk = ctx;
