@@ -161,29 +161,108 @@ int sb_client_open(const char *dir, const char *ca_pem, sb_client **out)
 	return SB_OK;
 }
 
+/* A call's aio completes through call_done, which a waiter watches with its
+ * own deadline: the aio's timeout is nng's to keep, and nng 1.5.2 has been
+ * seen not to keep it (its poll thread spinning, the expiry never run). A
+ * waiter that sees neither the reply nor the timeout by CALL_GRACE_MS after
+ * it gives the call up: it returns SB_ERR_TIMEOUT, and the call (its aio,
+ * its context and any reply that still comes) is left to nng and never
+ * freed. That costs a few hundred bytes once in a wedged process; waiting
+ * forever would cost the process. */
+#define CALL_GRACE_MS 2000
+
 struct sb_call {
 	nng_ctx ctx;
 	nng_aio *aio;
+	int timeout_ms;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int receiving; /* the operation under way is the reply's */
+	int done;      /* the aio's operation is over */
+	int abandoned; /* the waiter gave up: call_done drops a reply */
 };
 
-/* Ends call: waits until its operation is over (the reply came, or it
- * failed or timed out), then frees it. Returns the reply (NULL if none; the
- * caller frees it) and the error in *rv. The wait matters: nng 1.5.2 can
- * also hang closing a req socket while a reply arrives (see struct
- * sub_socket), so a dropped call must not leave its reply on the way. */
+/* Sets *dl to timeout_ms from now on CLOCK_MONOTONIC. */
+static void deadline_after(struct timespec *dl, int timeout_ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, dl);
+	dl->tv_sec += timeout_ms / 1000;
+	dl->tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (dl->tv_nsec >= 1000000000) {
+		dl->tv_sec++;
+		dl->tv_nsec -= 1000000000;
+	}
+}
+
+static void call_done(void *arg)
+{
+	sb_call *call = arg;
+	nng_msg *m;
+
+	pthread_mutex_lock(&call->mu);
+	call->done = 1;
+	if (call->abandoned && call->receiving && !nng_aio_result(call->aio) &&
+	    (m = nng_aio_get_msg(call->aio)))
+		nng_msg_free(m);
+	pthread_cond_signal(&call->cv);
+	pthread_mutex_unlock(&call->mu);
+}
+
+/* Starts the next operation of call (send or receive) and waits for it to
+ * end. Returns nng's result, or NNG_ETIMEDOUT with call abandoned: then
+ * nothing of call may be touched again. */
+static int call_step(sb_call *call, int send)
+{
+	struct timespec dl;
+	int rv = 0;
+
+	call->done = 0;
+	call->receiving = !send;
+	if (send)
+		nng_ctx_send(call->ctx, call->aio);
+	else
+		nng_ctx_recv(call->ctx, call->aio);
+	deadline_after(&dl,
+		       (call->timeout_ms < 0 ? 0 : call->timeout_ms) + CALL_GRACE_MS);
+	pthread_mutex_lock(&call->mu);
+	while (!call->done && rv != ETIMEDOUT)
+		rv = call->timeout_ms < 0
+			 ? pthread_cond_wait(&call->cv, &call->mu)
+			 : pthread_cond_timedwait(&call->cv, &call->mu, &dl);
+	if (!call->done)
+		call->abandoned = 1;
+	pthread_mutex_unlock(&call->mu);
+	if (call->abandoned)
+		return NNG_ETIMEDOUT;
+	nng_aio_wait(call->aio); /* call_done has returned */
+	return nng_aio_result(call->aio);
+}
+
+/* Frees call once its operation is over (not an abandoned one). */
+static void call_free(sb_call *call)
+{
+	if (call->aio)
+		nng_aio_free(call->aio);
+	nng_ctx_close(call->ctx);
+	pthread_cond_destroy(&call->cv);
+	pthread_mutex_destroy(&call->mu);
+	free(call);
+}
+
+/* Ends call: waits until its reply came, or it failed or timed out, then
+ * frees it. Returns the reply (NULL if none; the caller frees it) and the
+ * error in *rv. The wait matters: nng 1.5.2 can also hang closing a req
+ * socket while a reply arrives (see struct sub_socket), so a dropped call
+ * must not leave its reply on the way. */
 static nng_msg *call_end(sb_call *call, int *rv)
 {
 	nng_msg *m = NULL;
 
-	*rv = NNG_ENOMEM;
-	if (call->aio) {
-		nng_aio_wait(call->aio);
-		if (!(*rv = nng_aio_result(call->aio)))
-			m = nng_aio_get_msg(call->aio);
-		nng_aio_free(call->aio);
-	}
-	nng_ctx_close(call->ctx);
-	free(call);
+	if ((*rv = call_step(call, 0)) == NNG_ETIMEDOUT && call->abandoned)
+		return NULL;
+	if (!*rv)
+		m = nng_aio_get_msg(call->aio);
+	call_free(call);
 	return m;
 }
 
@@ -196,37 +275,47 @@ void sb_client_cancel(sb_call *call)
 		nng_msg_free(m);
 }
 
-int sb_client_send(sb_client *c, const void *req, size_t len, int timeout_ms, sb_call **out)
+int sb_client_send(sb_client *c, const void *req, size_t len, int timeout_ms,
+		   sb_call **out)
 {
 	sb_call *call = calloc(1, sizeof *call);
+	pthread_condattr_t ca;
 	nng_msg *m = NULL;
 	int rv;
 
 	if (!call)
 		return SB_ERR_NOMEM;
+	pthread_mutex_init(&call->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&call->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	call->timeout_ms = timeout_ms;
 	if ((rv = nng_ctx_open(&call->ctx, c->req))) {
+		pthread_cond_destroy(&call->cv);
+		pthread_mutex_destroy(&call->mu);
 		free(call);
 		return nng_err(rv, "request");
 	}
-	if ((rv = nng_aio_alloc(&call->aio, NULL, NULL)) || (rv = nng_msg_alloc(&m, 0)) ||
-	    (rv = nng_msg_append(m, req, len)))
-		goto fail;
+	if ((rv = nng_aio_alloc(&call->aio, call_done, call)) ||
+	    (rv = nng_msg_alloc(&m, 0)) || (rv = nng_msg_append(m, req, len))) {
+		if (m)
+			nng_msg_free(m);
+		call_free(call);
+		return nng_err(rv, "request");
+	}
 	nng_ctx_set_ms(call->ctx, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
 	nng_aio_set_timeout(call->aio, timeout_ms);
 	nng_aio_set_msg(call->aio, m);
-	nng_ctx_send(call->ctx, call->aio);
-	nng_aio_wait(call->aio);
-	if ((rv = nng_aio_result(call->aio)))
-		goto fail; /* the message is still ours */
-	m = NULL;
-	nng_ctx_recv(call->ctx, call->aio);
+	if ((rv = call_step(call, 1))) {
+		if (!call->abandoned) {
+			nng_msg_free(m); /* not sent: still ours */
+			call_free(call);
+		}
+		return nng_err(rv, "request");
+	}
 	*out = call;
 	return SB_OK;
-fail:
-	if (m)
-		nng_msg_free(m);
-	sb_client_cancel(call);
-	return nng_err(rv, "request");
 }
 
 int sb_client_wait(sb_call *call, void **rep, size_t *replen)
@@ -433,15 +522,8 @@ int sb_sub_next(sb_sub *s, int timeout_ms, void **msg, size_t *len)
 	nng_msg *m = NULL;
 	int rc = SB_OK;
 
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	if (timeout_ms > 0) {
-		dl.tv_sec += timeout_ms / 1000;
-		dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-		if (dl.tv_nsec >= 1000000000) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000;
-		}
-	}
+	if (timeout_ms > 0)
+		deadline_after(&dl, timeout_ms);
 	pthread_mutex_lock(&ss->mu);
 	for (;;) {
 		if (ss->head - s->pos > RING)
