@@ -345,11 +345,82 @@ int sb_client_call(sb_client *c, const void *req, size_t len, int timeout_ms, vo
 	return rc ? rc : sb_client_wait(call, rep, replen);
 }
 
+/* nng_close of a req socket, on a thread of its own that the caller waits
+ * for at most CALL_GRACE_MS: nng 1.5.2 has been seen to wait forever in it
+ * for a connection that never went (its socket's pipe list never empty).
+ * The last of the two to finish frees the closer. */
+struct closer {
+	nng_socket sock;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done;
+	int refs;
+};
+
+static void closer_rele(struct closer *k)
+{
+	int last;
+
+	pthread_mutex_lock(&k->mu);
+	last = --k->refs == 0;
+	pthread_mutex_unlock(&k->mu);
+	if (!last)
+		return;
+	pthread_cond_destroy(&k->cv);
+	pthread_mutex_destroy(&k->mu);
+	free(k);
+}
+
+static void *closer_main(void *arg)
+{
+	struct closer *k = arg;
+
+	nng_close(k->sock);
+	pthread_mutex_lock(&k->mu);
+	k->done = 1;
+	pthread_cond_signal(&k->cv);
+	pthread_mutex_unlock(&k->mu);
+	closer_rele(k);
+	return NULL;
+}
+
 void sb_client_close(sb_client *c)
 {
+	struct closer *k;
+	pthread_condattr_t ca;
+	pthread_attr_t at;
+	pthread_t t;
+	struct timespec dl;
+	int rv = 0;
+
 	if (!c)
 		return;
-	nng_close(c->req);
+	if (!(k = calloc(1, sizeof *k))) {
+		nng_close(c->req);
+		free(c);
+		return;
+	}
+	k->sock = c->req;
+	k->refs = 2;
+	pthread_mutex_init(&k->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&k->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &at, closer_main, k)) {
+		k->refs = 1;
+		closer_main(k); /* no thread: close here, unbounded */
+	} else {
+		deadline_after(&dl, CALL_GRACE_MS);
+		pthread_mutex_lock(&k->mu);
+		while (!k->done && rv != ETIMEDOUT)
+			rv = pthread_cond_timedwait(&k->cv, &k->mu, &dl);
+		pthread_mutex_unlock(&k->mu);
+		closer_rele(k);
+	}
+	pthread_attr_destroy(&at);
 	free(c);
 }
 

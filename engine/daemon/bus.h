@@ -42,14 +42,16 @@ int sb_client_call(sb_client *c, const void *req, size_t len, int timeout_ms,
 int sb_client_send(sb_client *c, const void *req, size_t len, int timeout_ms, sb_call **call);
 
 /* Waits for the reply of call (*rep, the caller frees with sb_bus_free) and
- * frees call. Errors: as sb_client_call. */
+ * frees call. Waits at most the call's timeout and 2 s more, whatever nng
+ * does (see bus.c). Errors: as sb_client_call. */
 int sb_client_wait(sb_call *call, void **rep, size_t *replen);
 
 /* Drops a call: waits for its reply (or its error or timeout) and throws
  * it away (NULL is fine). */
 void sb_client_cancel(sb_call *call);
 
-/* Closes the connection (NULL is fine). */
+/* Closes the connection (NULL is fine). Returns within about 2 s even when
+ * nng does not (see bus.c): the socket is then left to nng. */
 void sb_client_close(sb_client *c);
 
 /* Subscribes to topic (a run id, or "" for every run) on the daemon in dir.
