@@ -760,6 +760,10 @@ static void test_disk_layer(void **state)
 	char *dir = tmp = tu_tmpdir(), base[PATH_MAX], layer[PATH_MAX], fork[PATH_MAX],
 	     out[8192], cwd[PATH_MAX];
 	char *info[] = {"qemu-img", "info", "--output=json", layer, NULL};
+	char *check[] = {"qemu-img", "check", "-q", layer, NULL};
+	char *check_fork[] = {"qemu-img", "check", "-q", fork, NULL};
+	char *io[] = {"qemu-io", "-c", "write -P 0x5a 600M 64k", "-c", "read -P 0x5a 600M 64k",
+		      "-c", "read -P 0 0 64k", fork, NULL};
 	json_t *j;
 	int fd, st = 0;
 
@@ -788,9 +792,26 @@ static void test_disk_layer(void **state)
 	assert_int_equal(json_integer_value(json_object_get(j, "virtual-size")),
 			 64 << 20);
 	json_decref(j);
+	/* written here, not by qemu-img: qemu-img finds nothing wrong */
+	assert_int_equal(sb_proc_run(check, 10000, out, sizeof out, &st), 0);
+	if (WEXITSTATUS(st) != 0)
+		fail_msg("qemu-img check %s: %s", layer, out);
 
-	/* A layer on a layer (a fork of a frozen disk). */
+	/* A layer on a layer (a fork of a frozen disk), of 1 GiB: two L2
+	 * tables' reach, written and read back past the first */
+	assert_int_equal(truncate(base, 1 << 30), 0);
+	unlink(layer);
+	assert_int_equal(sb_disk_layer_create(base, "raw", layer), 0);
 	assert_int_equal(sb_disk_layer_create(layer, "qcow2", fork), 0);
+	assert_int_equal(sb_proc_run(check_fork, 10000, out, sizeof out, &st), 0);
+	if (WEXITSTATUS(st) != 0)
+		fail_msg("qemu-img check %s: %s", fork, out);
+	assert_int_equal(sb_proc_run(io, 10000, out, sizeof out, &st), 0);
+	if (WEXITSTATUS(st) != 0 || strstr(out, "Pattern verification failed"))
+		fail_msg("qemu-io %s: %s", fork, out);
+	assert_int_equal(sb_proc_run(check_fork, 10000, out, sizeof out, &st), 0);
+	if (WEXITSTATUS(st) != 0)
+		fail_msg("qemu-img check %s after a write: %s", fork, out);
 
 	assert_int_equal(sb_disk_layer_create(base, "raw", layer), SB_ERR_EXISTS);
 	assert_int_equal(
@@ -798,11 +819,11 @@ static void test_disk_layer(void **state)
 	    SB_ERR_NOTFOUND);
 	assert_int_equal(sb_disk_layer_create(base, "vmdk", "/tmp/x.qcow2"),
 			 SB_ERR_INVAL);
-	/* qemu-img's own complaint becomes the detail: a raw file given as
-	 * qcow2 is not a qcow2 image. */
+	/* a raw file given as qcow2 is not a qcow2 image; nothing is made */
 	snprintf(fork, sizeof fork, "%s/bad.qcow2", dir);
 	assert_int_equal(sb_disk_layer_create(base, "qcow2", fork), SB_ERR_IO);
-	tu_errmsg_has(SB_ERR_IO, "qemu-img create", "qcow2");
+	tu_errmsg_has(SB_ERR_IO, "disk base", "not a qcow2 image");
+	assert_int_equal(access(fork, F_OK), -1);
 }
 
 static void test_accel_names(void **state)
