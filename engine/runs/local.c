@@ -550,7 +550,7 @@ static void on_incoming_state(void *ctx, int rc, json_t *ret)
 		return;
 	}
 	/* none yet, setup, active: again soon */
-	m->incoming_w = sb_loop_timer(m->lr->loop, 0.02, 0, on_incoming_timer, m);
+	m->incoming_w = sb_loop_timer(m->lr->loop, 0.005, 0, on_incoming_timer, m);
 }
 
 static void incoming_poll(struct sb_machine *m)
