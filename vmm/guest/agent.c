@@ -567,18 +567,22 @@ static void send_hello(struct agent *ag, int resume)
 	agent_frame_send(&ag->port, &f);
 }
 
-/* Writes the machine id RESTORED gave into the run's /etc/machine-id. */
+/* Writes the machine id RESTORED gave into the run's /etc/machine-id, over
+ * its old bytes: truncating it first would have ext4 write the file out
+ * at close (auto_da_alloc), work a resume's first output waits for. */
 static void machine_id_write(struct agent *ag)
 {
 	char line[34];
+	struct stat st;
+	size_t n;
 	int fd;
 
 	if (!ag->machine_id[0] || !ag->rooted)
 		return;
-	snprintf(line, sizeof line, "%s\n", ag->machine_id);
-	fd = open("/etc/machine-id",
-		  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0444);
-	if (fd < 0 || agent_write_all(fd, line, strlen(line)))
+	n = (size_t)snprintf(line, sizeof line, "%s\n", ag->machine_id);
+	fd = open("/etc/machine-id", O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0444);
+	if (fd < 0 || pwrite(fd, line, n, 0) != (ssize_t)n || fstat(fd, &st) ||
+	    (st.st_size != (off_t)n && ftruncate(fd, (off_t)n)))
 		agent_log(&ag->port, "cannot write /etc/machine-id: %s", strerror(errno));
 	if (fd >= 0)
 		close(fd);
