@@ -278,12 +278,18 @@ void sb_client_cancel(sb_call *call)
 int sb_client_send(sb_client *c, const void *req, size_t len, int timeout_ms,
 		   sb_call **out)
 {
-	sb_call *call = calloc(1, sizeof *call);
+	sb_call *call;
 	pthread_condattr_t ca;
 	nng_msg *m = NULL;
 	int rv;
 
-	if (!call)
+	/* refused here: the daemon drops the connection of a larger one, and
+	 * nng 1.5.2, sending it again on each new connection until the call
+	 * times out, was seen to wedge the socket for the calls after it */
+	if (len > SB_REQ_MAX)
+		return sb_seterr(SB_ERR_TOOBIG, "a request of %zu bytes is above the %u-byte limit",
+				 len, SB_REQ_MAX);
+	if (!(call = calloc(1, sizeof *call)))
 		return SB_ERR_NOMEM;
 	pthread_mutex_init(&call->mu, NULL);
 	pthread_condattr_init(&ca);

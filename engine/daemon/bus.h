@@ -31,14 +31,15 @@ void sb_bus_free(void *p);
 int sb_client_open(const char *dir, const char *ca_pem, sb_client **out);
 
 /* Sends req and waits at most timeout_ms for the reply (*rep, the caller
- * frees with sb_bus_free). Errors: SB_ERR_TIMEOUT, SB_ERR_UNAVAIL, SB_ERR_IO. */
+ * frees with sb_bus_free). Errors: SB_ERR_TOOBIG (req over SB_REQ_MAX: not
+ * sent), SB_ERR_TIMEOUT, SB_ERR_UNAVAIL, SB_ERR_IO. */
 int sb_client_call(sb_client *c, const void *req, size_t len, int timeout_ms,
 		   void **rep, size_t *replen);
 
 /* Sends req and returns at once with *call, to be waited for with
  * sb_client_wait (or dropped with sb_client_cancel); several calls may be
- * in flight on one client, answered in order. Errors: SB_ERR_TIMEOUT,
- * SB_ERR_UNAVAIL, SB_ERR_IO, SB_ERR_NOMEM. */
+ * in flight on one client, answered in order. Errors: SB_ERR_TOOBIG,
+ * SB_ERR_TIMEOUT, SB_ERR_UNAVAIL, SB_ERR_IO, SB_ERR_NOMEM. */
 int sb_client_send(sb_client *c, const void *req, size_t len, int timeout_ms, sb_call **call);
 
 /* Waits for the reply of call (*rep, the caller frees with sb_bus_free) and
