@@ -132,7 +132,8 @@ out:
  *                are used once
  *   cluster 3..  the L1 table, all zero: nothing is allocated, every read
  *                goes to the backing file
- * The L1 table has an entry per 512 MiB (an L2 table's reach). */
+ * The L1 table has an entry per 512 MiB (an L2 table's reach); a disk of
+ * size 0 has none (offset 0, as qemu-img makes it). */
 #define LAYER_CLUSTER_BITS 16
 #define LAYER_CLUSTER	   (1u << LAYER_CLUSTER_BITS)
 #define LAYER_L2_REACH	   ((uint64_t)LAYER_CLUSTER * (LAYER_CLUSTER / 8))
@@ -168,7 +169,7 @@ static int disk_size(const char *base, const char *base_fmt, uint64_t *size)
 	else
 		*size = be(h + 24, 8);
 	close(fd);
-	if (rc == SB_OK && (*size == 0 || *size > LAYER_MAX_SIZE))
+	if (rc == SB_OK && *size > LAYER_MAX_SIZE)
 		rc = sb_seterr(SB_ERR_INVAL, "disk base %s: a size of %llu bytes", base,
 			       (unsigned long long)*size);
 	return rc;
@@ -199,7 +200,7 @@ int sb_disk_layer_create(const char *base, const char *base_fmt, const char *pat
 	put_be(c + 20, LAYER_CLUSTER_BITS, 4); /* cluster bits */
 	put_be(c + 24, size, 8);	       /* virtual size */
 	put_be(c + 36, l1_size, 4);	       /* L1 entries */
-	put_be(c + 40, 3 * LAYER_CLUSTER, 8);  /* L1 table's offset */
+	put_be(c + 40, l1_size ? 3 * LAYER_CLUSTER : 0, 8); /* L1 table's offset */
 	put_be(c + 48, LAYER_CLUSTER, 8);      /* refcount table's offset */
 	put_be(c + 56, 1, 4);		       /* ... its clusters */
 	put_be(c + 96, 4, 4);		       /* refcount order: 16 bits */

@@ -13,8 +13,8 @@
  * "qcow2"), as `qemu-img create -f qcow2 -b BASE -F FMT PATH` would, but
  * written here (see disk.c). The layer's size is the base's; the backing
  * path is recorded absolute, so the layer works from any directory. The
- * base is not modified. Errors: SB_ERR_INVAL (format, or a size of 0 or
- * over 1 PiB), SB_ERR_NOTFOUND (base missing), SB_ERR_EXISTS (path
+ * base is not modified. Errors: SB_ERR_INVAL (format, or a size over 1
+ * PiB), SB_ERR_NOTFOUND (base missing), SB_ERR_EXISTS (path
  * exists), SB_ERR_IO (the base unreadable or not the format given, or the
  * layer not written: then nothing is left at path), SB_ERR_NOMEM. */
 int sb_disk_layer_create(const char *base, const char *base_fmt, const char *path);

@@ -819,6 +819,15 @@ static void test_disk_layer(void **state)
 	    SB_ERR_NOTFOUND);
 	assert_int_equal(sb_disk_layer_create(base, "vmdk", "/tmp/x.qcow2"),
 			 SB_ERR_INVAL);
+	/* an empty base: a layer of size 0, as qemu-img makes it */
+	snprintf(fork, sizeof fork, "%s/empty.qcow2", dir);
+	assert_int_equal(truncate(base, 0), 0);
+	assert_int_equal(sb_disk_layer_create(base, "raw", fork), 0);
+	assert_int_equal(sb_proc_run(check_fork, 10000, out, sizeof out, &st), 0);
+	if (WEXITSTATUS(st) != 0)
+		fail_msg("qemu-img check %s: %s", fork, out);
+	assert_int_equal(truncate(base, 1 << 30), 0);
+
 	/* a raw file given as qcow2 is not a qcow2 image; nothing is made */
 	snprintf(fork, sizeof fork, "%s/bad.qcow2", dir);
 	assert_int_equal(sb_disk_layer_create(base, "qcow2", fork), SB_ERR_IO);
