@@ -208,13 +208,15 @@ static void call_done(void *arg)
 	pthread_mutex_unlock(&call->mu);
 }
 
+#define CALL_ABANDONED (-1) /* call_step's: not one of nng's codes */
+
 /* Starts the next operation of call (send or receive) and waits for it to
- * end. Returns nng's result, or NNG_ETIMEDOUT with call abandoned: then
- * nothing of call may be touched again. */
+ * end. Returns nng's result, or CALL_ABANDONED: then nothing of call may
+ * be touched again. */
 static int call_step(sb_call *call, int send)
 {
 	struct timespec dl;
-	int rv = 0;
+	int rv = 0, gave_up;
 
 	call->done = 0;
 	call->receiving = !send;
@@ -229,11 +231,10 @@ static int call_step(sb_call *call, int send)
 		rv = call->timeout_ms < 0
 			 ? pthread_cond_wait(&call->cv, &call->mu)
 			 : pthread_cond_timedwait(&call->cv, &call->mu, &dl);
-	if (!call->done)
-		call->abandoned = 1;
+	gave_up = call->abandoned = !call->done;
 	pthread_mutex_unlock(&call->mu);
-	if (call->abandoned)
-		return NNG_ETIMEDOUT;
+	if (gave_up)
+		return CALL_ABANDONED;
 	nng_aio_wait(call->aio); /* call_done has returned */
 	return nng_aio_result(call->aio);
 }
@@ -258,8 +259,10 @@ static nng_msg *call_end(sb_call *call, int *rv)
 {
 	nng_msg *m = NULL;
 
-	if ((*rv = call_step(call, 0)) == NNG_ETIMEDOUT && call->abandoned)
+	if ((*rv = call_step(call, 0)) == CALL_ABANDONED) {
+		*rv = NNG_ETIMEDOUT;
 		return NULL;
+	}
 	if (!*rv)
 		m = nng_aio_get_msg(call->aio);
 	call_free(call);
@@ -313,11 +316,11 @@ int sb_client_send(sb_client *c, const void *req, size_t len, int timeout_ms,
 	nng_ctx_set_ms(call->ctx, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
 	nng_aio_set_timeout(call->aio, timeout_ms);
 	nng_aio_set_msg(call->aio, m);
-	if ((rv = call_step(call, 1))) {
-		if (!call->abandoned) {
-			nng_msg_free(m); /* not sent: still ours */
-			call_free(call);
-		}
+	if ((rv = call_step(call, 1)) == CALL_ABANDONED)
+		return nng_err(NNG_ETIMEDOUT, "request");
+	if (rv) {
+		nng_msg_free(m); /* not sent: still ours */
+		call_free(call);
 		return nng_err(rv, "request");
 	}
 	*out = call;
