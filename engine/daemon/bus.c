@@ -194,6 +194,41 @@ static void deadline_after(struct timespec *dl, int timeout_ms)
 	}
 }
 
+/* A lock and its condition, whose timed waits count on CLOCK_MONOTONIC
+ * (deadline_after's clock). */
+static void sync_init(pthread_mutex_t *mu, pthread_cond_t *cv)
+{
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+static void sync_destroy(pthread_mutex_t *mu, pthread_cond_t *cv)
+{
+	pthread_cond_destroy(cv);
+	pthread_mutex_destroy(mu);
+}
+
+/* With mu held, waits until *flag is set (by a thread that signals cv) or
+ * timeout_ms passes (-1: never); returns *flag. */
+static int wait_flag(pthread_mutex_t *mu, pthread_cond_t *cv, const int *flag,
+		     int timeout_ms)
+{
+	struct timespec dl;
+	int rv = 0;
+
+	if (timeout_ms >= 0)
+		deadline_after(&dl, timeout_ms);
+	while (!*flag && rv != ETIMEDOUT)
+		rv = timeout_ms < 0 ? pthread_cond_wait(cv, mu)
+				    : pthread_cond_timedwait(cv, mu, &dl);
+	return *flag;
+}
+
 static void call_done(void *arg)
 {
 	sb_call *call = arg;
@@ -215,8 +250,7 @@ static void call_done(void *arg)
  * be touched again. */
 static int call_step(sb_call *call, int send)
 {
-	struct timespec dl;
-	int rv = 0, gave_up;
+	int gave_up;
 
 	call->done = 0;
 	call->receiving = !send;
@@ -224,14 +258,10 @@ static int call_step(sb_call *call, int send)
 		nng_ctx_send(call->ctx, call->aio);
 	else
 		nng_ctx_recv(call->ctx, call->aio);
-	deadline_after(&dl,
-		       (call->timeout_ms < 0 ? 0 : call->timeout_ms) + CALL_GRACE_MS);
 	pthread_mutex_lock(&call->mu);
-	while (!call->done && rv != ETIMEDOUT)
-		rv = call->timeout_ms < 0
-			 ? pthread_cond_wait(&call->cv, &call->mu)
-			 : pthread_cond_timedwait(&call->cv, &call->mu, &dl);
-	gave_up = call->abandoned = !call->done;
+	gave_up = call->abandoned =
+	    !wait_flag(&call->mu, &call->cv, &call->done,
+		       call->timeout_ms < 0 ? -1 : call->timeout_ms + CALL_GRACE_MS);
 	pthread_mutex_unlock(&call->mu);
 	if (gave_up)
 		return CALL_ABANDONED;
@@ -245,8 +275,7 @@ static void call_free(sb_call *call)
 	if (call->aio)
 		nng_aio_free(call->aio);
 	nng_ctx_close(call->ctx);
-	pthread_cond_destroy(&call->cv);
-	pthread_mutex_destroy(&call->mu);
+	sync_destroy(&call->mu, &call->cv);
 	free(call);
 }
 
@@ -282,7 +311,6 @@ int sb_client_send(sb_client *c, const void *req, size_t len, int timeout_ms,
 		   sb_call **out)
 {
 	sb_call *call;
-	pthread_condattr_t ca;
 	nng_msg *m = NULL;
 	int rv;
 
@@ -294,15 +322,10 @@ int sb_client_send(sb_client *c, const void *req, size_t len, int timeout_ms,
 				 len, SB_REQ_MAX);
 	if (!(call = calloc(1, sizeof *call)))
 		return SB_ERR_NOMEM;
-	pthread_mutex_init(&call->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&call->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	sync_init(&call->mu, &call->cv);
 	call->timeout_ms = timeout_ms;
 	if ((rv = nng_ctx_open(&call->ctx, c->req))) {
-		pthread_cond_destroy(&call->cv);
-		pthread_mutex_destroy(&call->mu);
+		sync_destroy(&call->mu, &call->cv);
 		free(call);
 		return nng_err(rv, "request");
 	}
@@ -375,8 +398,7 @@ static void closer_rele(struct closer *k)
 	pthread_mutex_unlock(&k->mu);
 	if (!last)
 		return;
-	pthread_cond_destroy(&k->cv);
-	pthread_mutex_destroy(&k->mu);
+	sync_destroy(&k->mu, &k->cv);
 	free(k);
 }
 
@@ -396,11 +418,8 @@ static void *closer_main(void *arg)
 void sb_client_close(sb_client *c)
 {
 	struct closer *k;
-	pthread_condattr_t ca;
 	pthread_attr_t at;
 	pthread_t t;
-	struct timespec dl;
-	int rv = 0;
 
 	if (!c)
 		return;
@@ -411,21 +430,15 @@ void sb_client_close(sb_client *c)
 	}
 	k->sock = c->req;
 	k->refs = 2;
-	pthread_mutex_init(&k->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&k->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	sync_init(&k->mu, &k->cv);
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	if (pthread_create(&t, &at, closer_main, k)) {
 		k->refs = 1;
 		closer_main(k); /* no thread: close here, unbounded */
 	} else {
-		deadline_after(&dl, CALL_GRACE_MS);
 		pthread_mutex_lock(&k->mu);
-		while (!k->done && rv != ETIMEDOUT)
-			rv = pthread_cond_timedwait(&k->cv, &k->mu, &dl);
+		wait_flag(&k->mu, &k->cv, &k->done, CALL_GRACE_MS);
 		pthread_mutex_unlock(&k->mu);
 		closer_rele(k);
 	}
@@ -442,7 +455,6 @@ static void sub_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg);
 static int sub_socket(const char *dir, const char *ca_pem, struct sub_socket **out)
 {
 	struct sub_socket *ss;
-	pthread_condattr_t ca;
 	int rv, rc;
 
 	for (ss = sub_sockets; ss && strcmp(ss->dir, dir); ss = ss->next)
@@ -459,11 +471,7 @@ static int sub_socket(const char *dir, const char *ca_pem, struct sub_socket **o
 		return nng_err(rv, "event socket");
 	}
 	nng_socket_set_size(ss->sock, NNG_OPT_RECVMAXSZ, 0);
-	pthread_mutex_init(&ss->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&ss->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	sync_init(&ss->mu, &ss->cv);
 	if ((rv = nng_pipe_notify(ss->sock, NNG_PIPE_EV_ADD_POST, sub_pipe_cb, ss)) ||
 	    (rv = nng_ctx_open(&ss->ctx, ss->sock)) ||
 	    (rv = nng_ctx_set_int(ss->ctx, NNG_OPT_RECVBUF, RING)) ||
