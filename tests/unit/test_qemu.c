@@ -755,6 +755,20 @@ static void test_killed_midway(void **state)
 	killed_midway(version_in);
 }
 
+/* Runs qemu-img or qemu-io (argv, the last argument the image) and fails
+ * the test unless it exits 0 without a pattern mismatch. */
+static void qemu_tool_ok(char *const argv[])
+{
+	char out[8192];
+	int st = 0, i;
+
+	assert_int_equal(sb_proc_run(argv, 10000, out, sizeof out, &st), 0);
+	for (i = 0; argv[i + 1]; i++)
+		;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || strstr(out, "Pattern verification failed"))
+		fail_msg("%s %s: %s", argv[0], argv[i], out);
+}
+
 static void test_disk_layer(void **state)
 {
 	char *dir = tmp = tu_tmpdir(), base[PATH_MAX], layer[PATH_MAX], fork[PATH_MAX],
@@ -793,9 +807,7 @@ static void test_disk_layer(void **state)
 			 64 << 20);
 	json_decref(j);
 	/* written here, not by qemu-img: qemu-img finds nothing wrong */
-	assert_int_equal(sb_proc_run(check, 10000, out, sizeof out, &st), 0);
-	if (WEXITSTATUS(st) != 0)
-		fail_msg("qemu-img check %s: %s", layer, out);
+	qemu_tool_ok(check);
 
 	/* A layer on a layer (a fork of a frozen disk), of 1 GiB: two L2
 	 * tables' reach, written and read back past the first */
@@ -803,15 +815,9 @@ static void test_disk_layer(void **state)
 	unlink(layer);
 	assert_int_equal(sb_disk_layer_create(base, "raw", layer), 0);
 	assert_int_equal(sb_disk_layer_create(layer, "qcow2", fork), 0);
-	assert_int_equal(sb_proc_run(check_fork, 10000, out, sizeof out, &st), 0);
-	if (WEXITSTATUS(st) != 0)
-		fail_msg("qemu-img check %s: %s", fork, out);
-	assert_int_equal(sb_proc_run(io, 10000, out, sizeof out, &st), 0);
-	if (WEXITSTATUS(st) != 0 || strstr(out, "Pattern verification failed"))
-		fail_msg("qemu-io %s: %s", fork, out);
-	assert_int_equal(sb_proc_run(check_fork, 10000, out, sizeof out, &st), 0);
-	if (WEXITSTATUS(st) != 0)
-		fail_msg("qemu-img check %s after a write: %s", fork, out);
+	qemu_tool_ok(check_fork);
+	qemu_tool_ok(io);
+	qemu_tool_ok(check_fork); /* after the write */
 
 	assert_int_equal(sb_disk_layer_create(base, "raw", layer), SB_ERR_EXISTS);
 	assert_int_equal(
@@ -823,9 +829,7 @@ static void test_disk_layer(void **state)
 	snprintf(fork, sizeof fork, "%s/empty.qcow2", dir);
 	assert_int_equal(truncate(base, 0), 0);
 	assert_int_equal(sb_disk_layer_create(base, "raw", fork), 0);
-	assert_int_equal(sb_proc_run(check_fork, 10000, out, sizeof out, &st), 0);
-	if (WEXITSTATUS(st) != 0)
-		fail_msg("qemu-img check %s: %s", fork, out);
+	qemu_tool_ok(check_fork);
 	assert_int_equal(truncate(base, 1 << 30), 0);
 
 	/* a raw file given as qcow2 is not a qcow2 image; nothing is made */
