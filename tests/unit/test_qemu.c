@@ -772,7 +772,8 @@ static void qemu_tool_ok(char *const argv[])
 static void test_disk_layer(void **state)
 {
 	char *dir = tmp = tu_tmpdir(), base[PATH_MAX], layer[PATH_MAX], fork[PATH_MAX],
-	     out[8192], cwd[PATH_MAX];
+	     out[8192], cwd[PATH_MAX], huge[PATH_MAX];
+	unsigned char hdr[104] = {'Q', 'F', 'I', 0xfb, 0, 0, 0, 3}; /* qcow2 v3 */
 	char *info[] = {"qemu-img", "info", "--output=json", layer, NULL};
 	char *check[] = {"qemu-img", "check", "-q", layer, NULL};
 	char *check_fork[] = {"qemu-img", "check", "-q", fork, NULL};
@@ -831,6 +832,18 @@ static void test_disk_layer(void **state)
 	assert_int_equal(sb_disk_layer_create(base, "raw", fork), 0);
 	qemu_tool_ok(check_fork);
 	assert_int_equal(truncate(base, 1 << 30), 0);
+
+	/* a qcow2 base whose header claims 2^60 bytes: refused, nothing made */
+	snprintf(huge, sizeof huge, "%s/huge.qcow2", dir);
+	hdr[24] = 0x10; /* the size, big-endian: 1 << 60 */
+	fd = open(huge, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, hdr, sizeof hdr), (ssize_t)sizeof hdr);
+	close(fd);
+	snprintf(fork, sizeof fork, "%s/over-huge.qcow2", dir);
+	assert_int_equal(sb_disk_layer_create(huge, "qcow2", fork), SB_ERR_INVAL);
+	tu_errmsg_has(SB_ERR_INVAL, "huge.qcow2", "a size of 1152921504606846976 bytes");
+	assert_int_equal(access(fork, F_OK), -1);
 
 	/* a raw file given as qcow2 is not a qcow2 image; nothing is made */
 	snprintf(fork, sizeof fork, "%s/bad.qcow2", dir);
