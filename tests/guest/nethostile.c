@@ -35,7 +35,9 @@
  *                               how many were answered
  *   ctflood DST PORT N          N UDP datagrams to DST:PORT, each from
  *                               another source port of the guest's own
- *                               address (a conntrack entry each)
+ *                               address (a conntrack entry each), never
+ *                               blocking: prints how many were sent and
+ *                               refused, and the NIC's transmit counters
  *   conns HOST PORT N SECS      N TCP connections held idle for SECS;
  *                               prints how many the far end closed
  *   rawtcp DST PORT TEXT        a TCP connection made with raw frames (so
@@ -649,12 +651,35 @@ static int cmd_dnsmany(char **a)
 	return 0;
 }
 
+/* The NIC's transmit counter (tx_packets, or tx_dropped), -1 unknown. */
+static long long nic_stat(const char *name)
+{
+	char path[128];
+	long long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof path, "/sys/class/net/%s/statistics/%s", nic.name, name);
+	if ((f = fopen(path, "r"))) {
+		if (fscanf(f, "%lld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+/* Sends without blocking: a frame the socket has no room for is counted
+ * as refused, and a send queue that stays full for CTFLOOD_STUCK_MS ends
+ * the flood, said so with the NIC's counters (a NIC that stopped sending
+ * is then told from a flood the host dropped). */
+#define CTFLOOD_STUCK_MS 5000
 static int cmd_ctflood(char **a)
 {
 	uint8_t src[4], dst[4], mac[6], pkt[128], q[64];
 	struct ifreq ifr = {0};
-	int n = atoi(a[2]), t = socket(AF_INET, SOCK_DGRAM, 0), s;
+	int n = atoi(a[2]), t = socket(AF_INET, SOCK_DGRAM, 0), s, sent = 0, refused = 0;
 	size_t ql = query(q, 1, "x.test", 0), len;
+	long long tx0 = nic_stat("tx_packets"), drop0 = nic_stat("tx_dropped");
+	int64_t t0, since = 0;
 
 	snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", nic.name);
 	if (t < 0 || ioctl(t, SIOCGIFADDR, &ifr) || inet_pton(AF_INET, a[0], dst) != 1)
@@ -665,16 +690,29 @@ static int cmd_ctflood(char **a)
 		say("ctflood: no gateway MAC");
 		return 0;
 	}
-	s = socket(AF_PACKET, SOCK_DGRAM, htons(ETH_P_IP));
-	int64_t t0 = now_ms();
-	for (int i = 0; s >= 0 && i < n; i++) {
-		len = udp_packet(0, src, dst, (uint16_t)(1024 + i % 64000),
+	s = socket(AF_PACKET, SOCK_DGRAM | SOCK_NONBLOCK, htons(ETH_P_IP));
+	t0 = now_ms();
+	while (s >= 0 && sent < n) {
+		len = udp_packet(0, src, dst, (uint16_t)(1024 + sent % 64000),
 				 (uint16_t)atoi(a[1]), q, ql, pkt);
-		frame_send(s, ETH_P_IP, mac, pkt, len);
-		if (i % 500 == 499)
+		if (frame_send(s, ETH_P_IP, mac, pkt, len)) {
+			refused++;
+			if (!since)
+				since = now_ms();
+			else if (now_ms() - since > CTFLOOD_STUCK_MS)
+				break;
+			sleep_ms(1);
+			continue;
+		}
+		since = 0;
+		if (++sent % 500 == 0)
 			sleep_ms(10);
 	}
-	say("ctflood: %d sent in %lld ms", n, (long long)(now_ms() - t0));
+	say("ctflood: %d sent, %d refused (send queue full) in %lld ms%s; NIC tx_packets "
+	    "+%lld, tx_dropped +%lld",
+	    sent, refused, (long long)(now_ms() - t0),
+	    sent < n ? ", stopped: the send queue stayed full" : "",
+	    nic_stat("tx_packets") - tx0, nic_stat("tx_dropped") - drop0);
 	return 0;
 }
 
