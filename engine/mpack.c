@@ -115,6 +115,13 @@ uint64_t sb_map_u64(const msgpack_object *map, const char *key, uint64_t dflt)
 	return v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? v->via.u64 : dflt;
 }
 
+int sb_map_bool(const msgpack_object *map, const char *key, int dflt)
+{
+	const msgpack_object *v = sb_map_get(map, key);
+
+	return v && v->type == MSGPACK_OBJECT_BOOLEAN ? v->via.boolean : dflt;
+}
+
 int64_t sb_map_i64(const msgpack_object *map, const char *key, int64_t dflt)
 {
 	const msgpack_object *v = sb_map_get(map, key);

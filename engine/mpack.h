@@ -36,6 +36,10 @@ int sb_map_str(const msgpack_object *map, const char *key, char *buf, size_t cap
  * >= 0. */
 uint64_t sb_map_u64(const msgpack_object *map, const char *key, uint64_t dflt);
 
+/* Returns the boolean value of key (0 or 1), or dflt when absent or not a
+ * boolean. */
+int sb_map_bool(const msgpack_object *map, const char *key, int dflt);
+
 /* Returns the signed value of key, or dflt when absent or not an integer. */
 int64_t sb_map_i64(const msgpack_object *map, const char *key, int64_t dflt);
 

@@ -33,7 +33,8 @@ struct sb_chan_reader {
 static const char *const kind_names[] = {"?",	       "HELLO", "SPEC", "EVENT",
 					 "EVENT_JSON", "OPEN",	"DATA", "CLOSE",
 					 "SIGNAL",     "DONE",	"LOG",	"INPUT",
-					 "SYNC",       "SYNCED", "RESTORED"};
+					 "SYNC",       "SYNCED", "RESTORED",
+					 "THAW"};
 
 const char *sb_chan_kind_name(int kind)
 {

@@ -29,7 +29,7 @@
 #define SB_CHAN_OUTPUT_MAX  4096	 /* largest agent.output data */
 #define SB_CHAN_INPUTS_MAX  (48u << 20)	 /* input bytes of a run, in all */
 #define SB_CHAN_INPUT_FILES 1024	 /* input files of a run */
-#define SB_CHAN_VERSION	    "0.6.0"	 /* the agent's, in HELLO; the host requires it */
+#define SB_CHAN_VERSION	    "0.7.0"	 /* the agent's, in HELLO; the host requires it */
 
 enum sb_chan_kind {
 	SB_CHAN_HELLO = 1,	/* guest->host {version, kernel} */
@@ -46,14 +46,19 @@ enum sb_chan_kind {
 	SB_CHAN_INPUT = 11,	/* host->guest, stream = input index, bin of
 				 * 1..SB_CHAN_DATA_MAX bytes: a chunk of an
 				 * input file, after the SPEC (see above) */
-	SB_CHAN_SYNC = 12,	/* host->guest {id}: write the guest's files out
-				 * (before a disk snapshot) */
-	SB_CHAN_SYNCED = 13,	/* guest->host {id}: done, the disk holds them */
+	SB_CHAN_SYNC = 12,	/* host->guest {id, freeze?}: write the guest's
+				 * files out (before a disk snapshot); freeze:
+				 * also stop the harness's processes (before a
+				 * memory snapshot) until THAW or RESTORED */
+	SB_CHAN_SYNCED = 13,	/* guest->host {id, frozen?}: done, the disk
+				 * holds them (and the harness is frozen) */
 	SB_CHAN_RESTORED = 14,	/* host->guest {time_ns, seed}: the guest was
 				 * restored from a memory snapshot: set the
-				 * clock, reseed the kernel's randomness, and
-				 * say HELLO again */
-	SB_CHAN_KIND_MAX = SB_CHAN_RESTORED,
+				 * clock, reseed the kernel's randomness, thaw
+				 * the harness and say HELLO again */
+	SB_CHAN_THAW = 15,	/* host->guest {}: the memory snapshot is
+				 * taken: the harness goes on */
+	SB_CHAN_KIND_MAX = SB_CHAN_THAW,
 };
 
 /* Returns the name of a frame kind ("HELLO"), or "?" when unknown. */

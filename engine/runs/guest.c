@@ -477,8 +477,9 @@ void sb_guest_send(sb_guest *g, const void *frames, size_t len)
 
 /* Sends a frame whose body the caller packs through pk between begin and
  * end. */
+/* arg: SIGNAL's signal number, SYNC's freeze flag. */
 static void send_frame(sb_guest *g, int kind, uint64_t stream, const void *bin,
-		       size_t len, int sig)
+		       size_t len, int arg)
 {
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
@@ -489,10 +490,14 @@ static void send_frame(sb_guest *g, int kind, uint64_t stream, const void *bin,
 	if (sb_chan_begin(&buf, &pk, kind, stream, &start) == SB_OK) {
 		if (kind == SB_CHAN_SIGNAL) {
 			msgpack_pack_map(&pk, 1);
-			sb_pack_ku64(&pk, "signal", (uint64_t)sig);
+			sb_pack_ku64(&pk, "signal", (uint64_t)arg);
 		} else if (kind == SB_CHAN_SYNC) {
-			msgpack_pack_map(&pk, 1);
+			msgpack_pack_map(&pk, 1 + !!arg);
 			sb_pack_ku64(&pk, "id", stream);
+			if (arg)
+				sb_pack_kbool(&pk, "freeze", 1);
+		} else if (kind == SB_CHAN_THAW) {
+			msgpack_pack_map(&pk, 0);
 		} else if (kind == SB_CHAN_DATA) {
 			msgpack_pack_bin_with_body(&pk, bin, len);
 		} else {
@@ -509,9 +514,14 @@ void sb_guest_signal(sb_guest *g, int sig)
 	send_frame(g, SB_CHAN_SIGNAL, 0, NULL, 0, sig);
 }
 
-void sb_guest_sync(sb_guest *g, uint64_t id)
+void sb_guest_sync(sb_guest *g, uint64_t id, int freeze)
 {
-	send_frame(g, SB_CHAN_SYNC, id, NULL, 0, 0);
+	send_frame(g, SB_CHAN_SYNC, id, NULL, 0, freeze);
+}
+
+void sb_guest_thaw(sb_guest *g)
+{
+	send_frame(g, SB_CHAN_THAW, 0, NULL, 0, 0);
 }
 
 void sb_guest_restored(sb_guest *g, const struct sb_net_iface *net)
@@ -611,7 +621,8 @@ static void on_frame(sb_guest *g, const struct sb_chan_frame *f)
 		break;
 	case SB_CHAN_SYNCED:
 		if (g->ops->synced)
-			g->ops->synced(g->ctx, sb_map_u64(&f->body, "id", 0));
+			g->ops->synced(g->ctx, sb_map_u64(&f->body, "id", 0),
+				       sb_map_bool(&f->body, "frozen", 0));
 		break;
 	case SB_CHAN_DONE:
 		guest_field(g, &f->body, "error", error,

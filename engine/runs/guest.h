@@ -50,9 +50,10 @@ struct sb_guest_ops {
 	void (*done)(void *ctx, const char *error);
 	/* The channel closed (the VM is ending, or QEMU lost it). */
 	void (*closed)(void *ctx);
-	/* SYNCED {id}: the guest wrote its files out for SYNC id (it may
-	 * lie, or never answer: the caller has its own deadline). */
-	void (*synced)(void *ctx, uint64_t id);
+	/* SYNCED {id, frozen}: the guest wrote its files out for SYNC id,
+	 * and froze its harness when asked (it may lie, or never answer:
+	 * the caller has its own deadline). */
+	void (*synced)(void *ctx, uint64_t id, int frozen);
 	/* A tunnelled stream wants the gateway: a connection tied to the
 	 * run into *fd. Errors: those of sb_gateway_connect. */
 	int (*connect)(void *ctx, int *fd);
@@ -87,9 +88,14 @@ void sb_guest_send(sb_guest *g, const void *frames, size_t len);
 /* Sends SIGNAL {signal: sig} (the harness's process group). */
 void sb_guest_signal(sb_guest *g, int sig);
 
-/* Sends SYNC {id}: the agent writes the guest's files out to its disk
- * and answers SYNCED {id} (ops->synced). */
-void sb_guest_sync(sb_guest *g, uint64_t id);
+/* Sends SYNC {id, freeze?}: the agent writes the guest's files out to its
+ * disk and answers SYNCED {id, frozen?} (ops->synced). With freeze (before
+ * a memory snapshot) it also freezes the harness's processes, until
+ * sb_guest_thaw or, in a copy, RESTORED. */
+void sb_guest_sync(sb_guest *g, uint64_t id, int freeze);
+
+/* Sends THAW {}: the harness frozen by SYNC goes on. */
+void sb_guest_thaw(sb_guest *g);
 
 /* Sends RESTORED {time_ns, seed, machine_id, net}: the guest is a copy of
  * a memory snapshot; the agent sets its clock to the host's, reseeds its

@@ -670,12 +670,12 @@ static void g_event(void *ctx, const char *type, enum sb_source src, const void 
 	}
 }
 
-static void g_synced(void *ctx, uint64_t id)
+static void g_synced(void *ctx, uint64_t id, int frozen)
 {
 	struct run *r = ctx;
 
 	if (r->snap)
-		sb_snapper_synced(r->snap, id);
+		sb_snapper_synced(r->snap, id, frozen);
 }
 
 static void g_warn(void *ctx, const char *line)
@@ -746,7 +746,7 @@ static int snap_saved(void *ctx, const struct sb_snap_done *d)
 	snprintf(id, sizeof id, "s%u", in->layer);
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 12);
+	msgpack_pack_map(&pk, 13);
 	sb_pack_kstr(&pk, "snapshot", id);
 	sb_pack_kstr(&pk, "kind", d->kind);
 	sb_pack_kstr(&pk, "trigger", d->trigger);
@@ -766,6 +766,7 @@ static int snap_saved(void *ctx, const struct sb_snap_done *d)
 	sb_pack_str(&pk, "sync_ms");
 	msgpack_pack_double(&pk, d->sync_ms);
 	sb_pack_kbool(&pk, "synced", d->synced);
+	sb_pack_kbool(&pk, "frozen", d->frozen);
 	batch_flush(rs);
 	rc = buf.data ? sb_event_init(&ev, "snapshot.saved", r->id, SB_SRC_HOST, buf.data,
 				      buf.size)

@@ -26,7 +26,8 @@ struct sb_snapper {
 	struct req *head, *cur;
 	enum snap_state st;
 	uint64_t sync_id;
-	int synced;
+	int synced, frozen;
+	int thaw; /* the guest was asked to freeze: THAW once the snapshot is over */
 	double t_sync, sync_ms; /* SYNC sent (loop time), and the wait for it */
 	int ended; /* the final snapshot is asked for: no more automatic ones */
 	double last_auto;
@@ -91,6 +92,9 @@ static void finish(sb_snapper *s, int rc, const char *id)
 
 	s->cur = NULL;
 	s->st = S_IDLE;
+	if (s->thaw && s->g) /* the original goes on, whether the copy was made */
+		sb_guest_thaw(s->g);
+	s->thaw = 0;
 	if (id)
 		snprintf(copy, sizeof copy, "%s", id);
 	free(r);
@@ -118,6 +122,7 @@ static void on_taken(void *ctx, int rc, const struct sb_snapshot_info *info)
 			    : s->cur->kind == K_TURN ? "turn"
 						     : "end";
 		d.synced = s->synced;
+		d.frozen = s->frozen;
 		d.sync_ms = s->sync_ms;
 		snprintf(id, sizeof id, "s%u", info->layer);
 		rc = s->env.saved(s->env.ctx, &d);
@@ -126,7 +131,7 @@ static void on_taken(void *ctx, int rc, const struct sb_snapshot_info *info)
 }
 
 /* The guest answered (synced 1) or its time is up: the snapshot itself. */
-static void take(sb_snapper *s, int synced)
+static void take(sb_snapper *s, int synced, int frozen)
 {
 	struct sb_snapshot_req q = {.memory = s->cur->memory};
 	int rc;
@@ -136,6 +141,7 @@ static void take(sb_snapper *s, int synced)
 	sb_watch_stop(s->sync_w);
 	s->sync_w = NULL;
 	s->synced = synced;
+	s->frozen = frozen;
 	s->st = S_TAKING;
 	if (!s->m)
 		rc = sb_seterr(SB_ERR_STATE, "the run has no machine");
@@ -157,7 +163,7 @@ static void on_merged(void *ctx, int rc, const struct sb_snapshot_info *info)
 
 static void on_sync_timeout(void *ctx)
 {
-	take(ctx, 0); /* the guest did not answer: its disk as it is */
+	take(ctx, 0, 0); /* the guest did not answer: its disk as it is */
 }
 
 static void kick(sb_snapper *s)
@@ -178,21 +184,22 @@ static void kick(sb_snapper *s)
 		return;
 	}
 	if (s->cur->kind == K_FINAL || !s->g || !sb_guest_connected(s->g)) {
-		take(s, s->cur->kind == K_FINAL);
+		take(s, s->cur->kind == K_FINAL, 0);
 		return;
 	}
 	s->st = S_SYNCING;
 	s->t_sync = sb_loop_now(s->env.loop);
-	sb_guest_sync(s->g, ++s->sync_id);
+	s->thaw = s->cur->memory;
+	sb_guest_sync(s->g, ++s->sync_id, s->cur->memory);
 	s->sync_w = sb_loop_timer(s->env.loop, SB_SNAP_SYNC_S, 0, on_sync_timeout, s);
 	if (!s->sync_w)
-		take(s, 0);
+		take(s, 0, 0);
 }
 
-void sb_snapper_synced(sb_snapper *s, uint64_t id)
+void sb_snapper_synced(sb_snapper *s, uint64_t id, int frozen)
 {
 	if (s->st == S_SYNCING && id == s->sync_id)
-		take(s, 1);
+		take(s, 1, frozen && s->cur->memory);
 }
 
 static struct req *req_new(enum snap_kind kind, int memory, sb_snap_fn cb, void *ctx)

@@ -6,7 +6,10 @@
  * files out first (SYNC, answered by SYNCED within SB_SNAP_SYNC_S; a guest
  * that does not answer is snapshotted anyway and the snapshot says
  * synced: false), then the runner's snapshot op freezes the disk layer
- * (and saves the memory). One snapshot at a time: a demand made meanwhile
+ * (and saves the memory). Before a memory snapshot the agent also freezes
+ * the harness's processes (SYNC's freeze), so that a copy runs none of
+ * them before RESTORED gave it its own clock and randomness; the original
+ * is sent THAW once the snapshot is over, taken or not. One snapshot at a time: a demand made meanwhile
  * waits its turn; turns are coalesced and rate-limited (at most one
  * automatic snapshot per min_interval_s, whatever the guest reports), so a
  * guest reporting turns in a loop causes no snapshot storm.
@@ -30,6 +33,7 @@ struct sb_snap_done {
 	const char *kind;    /* "disk" or "memory" */
 	const char *trigger; /* "demand", "turn" or "end" */
 	int synced;	     /* the guest answered SYNC (always 1 at the end) */
+	int frozen;	     /* ... and said its harness was frozen (memory) */
 	double sync_ms;	     /* waiting for it, before the runner's part */
 };
 
@@ -71,8 +75,8 @@ int sb_snapper_merge(sb_snapper *s, unsigned layer, sb_snap_fn cb, void *ctx);
  * min_interval_s (later turns are folded into the next one). */
 void sb_snapper_turn(sb_snapper *s);
 
-/* The guest answered SYNC id. */
-void sb_snapper_synced(sb_snapper *s, uint64_t id);
+/* The guest answered SYNC id (frozen: it froze its harness). */
+void sb_snapper_synced(sb_snapper *s, uint64_t id, int frozen);
 
 /* 1 while a snapshot is being taken or waits. */
 int sb_snapper_busy(const sb_snapper *s);

@@ -14,7 +14,8 @@
 #                                snapshot.memory_resume_vs_incoming its ratio to
 #                                QEMU alone: the same command line (-incoming of
 #                                the same file), run by the bench as its own
-#                                monitor (cont once loaded) and channel, from
+#                                monitor (cont once loaded) and channel (which
+#                                sends RESTORED, as the daemon does), from
 #                                spawn to the guest's first EVENT frame (median
 #                                of 7, each right after a resume: QEMU's load
 #                                alone varies by 2-3x from run to run here)
@@ -291,6 +292,13 @@ try:
     while (cmd("query-migrate") or {}).get("status") != "completed": time.sleep(0.005)
     cmd("cont")
     c, _ = ls[0].accept(); c.settimeout(60); buf = b""
+    # RESTORED {time_ns, seed, machine_id}, as the daemon sends it: the
+    # guest's harness is frozen until its agent has handled it
+    body = (b"\x83\xa7time_ns\xcf" + time.time_ns().to_bytes(8, "big") +
+            b"\xa4seed\xc4\x20" + os.urandom(32) +
+            b"\xaamachine_id\xd9\x20" + os.urandom(16).hex().encode())
+    msg = b"\x93\x0e\x00" + body
+    c.sendall(len(msg).to_bytes(4, "big") + msg)
     while True:  # frames: 4-byte length, then [kind, stream, body]; 3 = EVENT
         buf += c.recv(65536)
         while len(buf) >= 6:

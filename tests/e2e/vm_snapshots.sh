@@ -12,7 +12,11 @@
 #   turns causes no storm); --snapshots off takes none. A memory snapshot
 #   of a live run, resumed, continues a counter in the guest's running
 #   process where it was; with its memory file truncated, the resume fails
-#   in one line naming the file and records nothing. With
+#   in one line naming the file and records nothing; it is taken with the
+#   harness frozen, and two forks of a 2-vCPU guest reading the kernel's
+#   randomness as fast as they go share no read made after the snapshot
+#   (the file the snapshot's own layer holds, read offline, is the prefix
+#   of both forks' files: the journal was written out first). With
 #   runs.snapshots_keep 2, a live run's older automatic snapshots are merged
 #   away (QMP block-stream) as it goes, and its files all stay readable.
 . "$(dirname "$0")/lib/vm.sh"
@@ -187,9 +191,10 @@ at=$(events_json "$M" | python3 -c "
 import json, sys
 evs = [json.loads(l) for l in sys.stdin if l.strip()]
 snap = [e for e in evs if e['type'] == 'snapshot.saved'][0]
-outs = [e for e in evs if e['type'] == 'agent.output' and e['offset'] < snap['offset']]
-print(outs[-1]['payload']['data'].split('n=')[-1].split()[0], snap['payload']['kind'], snap['payload']['memory_bytes'] > 0)")
-case $at in *" memory True") ok "memory snapshot $MS taken at n=${at%% *}" ;; *) bad "memory snapshot" "$MS: $at" ;; esac
+lines = [ln for e in evs if e['type'] == 'agent.output' and e['offset'] < snap['offset']
+         for ln in e['payload']['data'].splitlines() if ln.startswith('n=')]
+print(lines[-1].split()[0][2:], snap['payload']['kind'], snap['payload']['memory_bytes'] > 0, snap['payload']['frozen'])")
+case $at in *" memory True True") ok "memory snapshot $MS taken at n=${at%% *}, the harness frozen" ;; *) bad "memory snapshot" "$MS: $at" ;; esac
 wait_event "$M" "e['type']=='agent.output' and 'n=$((${at%% *} + 3))' in e['payload']['data']" 60
 "$SB" stop "$M" >/dev/null
 "$SB" attach "$M" >/dev/null 2>&1
@@ -199,8 +204,9 @@ first=$(for i in $(seq 1 60); do
 import json, sys
 evs = [json.loads(l) for l in sys.stdin if l.strip()]
 res = [e['offset'] for e in evs if e['type'] == 'run.resumed']
-outs = [e for e in evs if res and e['type'] == 'agent.output' and e['offset'] > res[-1]]
-print(outs[0]['payload']['data'].split('n=')[-1].split()[0] if outs else '')")
+lines = [ln for e in evs if res and e['type'] == 'agent.output' and e['offset'] > res[-1]
+         for ln in e['payload']['data'].splitlines() if ln.startswith('n=')]
+print(lines[0].split()[0][2:] if lines else '')")
 	[ -n "$v" ] && { echo "$v"; break; }
 	sleep 1
 done)
@@ -256,6 +262,42 @@ rc=$?
 	ok "a truncated memory file: one line naming it" || bad "truncated memory" "exit $rc: $out"
 [ "$(events_json "$M" | wc -l)" = "$nev" ] && [ "$(status "$M")" = stopped ] &&
 	ok "and nothing recorded" || bad "truncated memory" "events $nev -> $(events_json "$M" | wc -l)"
+# ---- no process of a copy runs before RESTORED reseeded it ----
+# A reader of the kernel's randomness, as fast as it goes, on the second of
+# 2 vCPUs while the agent handles RESTORED on the first: the lines its two
+# forks add after the file the snapshot holds must differ from the first
+# (the one read under way at the freeze may be in both).
+Q=$("$SB" run --detach --accel tcg --cpu 2 --snapshots off --timeout 300s -- /bin/sh -c \
+	'while :; do od -An -N8 -tx1 /dev/urandom >>q.txt; done')
+wait_event "$Q" "e['type']=='harness.input.ready'" 120 || bad "reader" "did not start"
+sleep 2
+QS=$("$SB" snapshot "$Q" --memory 2>&1)
+QF=$("$SB" fork "$Q" --snapshot "$QS" -n 2 --detach)
+sleep 4
+for F in $QF; do "$SB" stop "$F" >/dev/null; "$SB" attach "$F" >/dev/null 2>&1; done
+q=$SANBOX_HOME/q
+"$SB" fs cat "$Q" q.txt --snapshot "$QS" >"$q.0" 2>&1
+i=1
+for F in $QF; do "$SB" fs cat "$F" q.txt >"$q.$i" 2>&1; i=$((i + 1)); done
+"$SB" stop "$Q" >/dev/null
+got=$(python3 - "$q.0" "$q.1" "$q.2" <<'PY'
+import sys
+p, a, b = (open(f).read().splitlines() for f in sys.argv[1:])
+if not p or a[:len(p)] != p or b[:len(p)] != p:
+    print("bad: the forks' files do not start with the snapshot's (%d lines)" % len(p))
+    sys.exit()
+a, b = a[len(p):], b[len(p):]
+same = 0
+while same < min(len(a), len(b)) and a[same] == b[same]:
+    same += 1
+print("%s: %d of %d and %d reads the same after the snapshot's %d" %
+      ("ok" if same <= 1 and min(len(a), len(b)) >= 5 else "bad", same, len(a), len(b), len(p)))
+PY
+)
+case $got in
+ok:*) ok "a fork's processes read no random byte before it was reseeded (${got#ok: })" ;;
+*) bad "memory fork reseed (reads before RESTORED)" "${got#bad: }" ;;
+esac
 # ---- the reference harness continues its conversation ----
 H=$("$SB" run --detach --accel tcg --timeout 300s "fix the failing test")
 "$SB" attach "$H" >/dev/null 2>&1

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <linux/fs.h>
 #include <linux/random.h>
 #include <signal.h>
 #include <stdio.h>
@@ -90,6 +91,9 @@ struct agent {
 	int sigfd;
 	int oldroot; /* the initramfs root, to leave the chroot */
 	int mounted; /* how many of run_mounts[] are mounted */
+	int cg_procs, cg_freeze; /* the harness's cgroup (-1: no freezer) */
+	int frozen;		  /* cgroup.freeze is 1 (SYNC freeze) */
+	int64_t frozen_at;	  /* since when (agent_now_ms) */
 };
 
 /* Mounts made in /newroot, in order; unmounted in reverse. */
@@ -507,6 +511,44 @@ static const char *open_fifo(struct agent *ag)
 	return NULL;
 }
 
+/* The harness's own cgroup (v2), whose freezer stops all its processes
+ * for a memory snapshot. Without one (a kernel without cgroup v2) the run
+ * goes on: its copies may then run a moment before they are reseeded. */
+static void cgroup_open(struct agent *ag)
+{
+	if ((mount("cgroup2", AGENT_CGROUP_FS, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+		   NULL) &&
+	     errno != EBUSY) ||
+	    (mkdir(AGENT_CGROUP, 0755) && errno != EEXIST) ||
+	    (ag->cg_procs = open(AGENT_CGROUP "/cgroup.procs", O_WRONLY | O_CLOEXEC)) < 0 ||
+	    (ag->cg_freeze = open(AGENT_CGROUP "/cgroup.freeze", O_WRONLY | O_CLOEXEC)) < 0) {
+		agent_log(&ag->port, "no cgroup freezer (%s): the harness is not frozen for "
+				     "memory snapshots", strerror(errno));
+		if (ag->cg_procs >= 0)
+			close(ag->cg_procs);
+		ag->cg_procs = -1;
+	}
+}
+
+/* Freezes the harness's processes: none of them runs user code from the
+ * write on (a task traps at its next return to user space, also in a
+ * copy of this memory). Returns 1 when frozen. */
+static int harness_freeze(struct agent *ag)
+{
+	if (!ag->frozen && ag->cg_freeze >= 0 && pwrite(ag->cg_freeze, "1", 1, 0) == 1) {
+		ag->frozen = 1;
+		ag->frozen_at = agent_now_ms();
+	}
+	return ag->frozen;
+}
+
+static void harness_thaw(struct agent *ag)
+{
+	if (ag->frozen && pwrite(ag->cg_freeze, "0", 1, 0) != 1)
+		agent_log(&ag->port, "cannot thaw the harness: %s", strerror(errno));
+	ag->frozen = 0;
+}
+
 /* Forks the harness: its own session and process group, chdir, pipes. */
 static const char *start_harness(struct agent *ag)
 {
@@ -525,6 +567,9 @@ static const char *start_harness(struct agent *ag)
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		signal(SIGPIPE, SIG_DFL);
 		setsid();
+		if (ag->cg_procs >= 0 && write(ag->cg_procs, "0", 1) != 1)
+			dprintf(2, "sanbox-agent: joining the harness cgroup: %s\n",
+				strerror(errno));
 		null = open("/dev/null", O_RDWR);
 		if (null >= 0)
 			dup2(null, 0);
@@ -643,6 +688,7 @@ static void restored(struct agent *ag, const msgpack_object *body, int resume)
 		ag->machine_id[32] = 0;
 		machine_id_write(ag);
 	}
+	harness_thaw(ag); /* a copy's harness goes on only now */
 	send_hello(ag, resume);
 }
 
@@ -688,6 +734,7 @@ static const char *run_setup(struct agent *ag)
 	if (ag->spec.tunnel_port &&
 	    tunnel_open(ag->spec.tunnel_port, &ag->port, &ag->tunnel))
 		return "cannot listen on the tunnel port";
+	cgroup_open(ag);
 	agent_event_begin(&ev, "harness.input.ready", 2);
 	agent_pack_kv_uint(&ev, "files", files);
 	agent_pack_kv_uint(&ev, "bytes", bytes);
@@ -815,25 +862,70 @@ static void reap(struct agent *ag)
 	}
 }
 
-/* SYNC {id}: the changes seen so far are reported and every file is
- * written out to the disk, then SYNCED {id} (the host snapshots the disk
- * next). */
-static void send_synced(struct agent *ag, const msgpack_object *id)
+/* Sends what the harness wrote to its pipes so far (also past the output
+ * rate: it is owed). */
+static void out_flush(struct agent *ag)
 {
+	for (size_t i = 0; i < 2; i++) {
+		struct pollfd p = {.fd = ag->out[i].fd, .events = POLLIN};
+		for (int k = 0; k < 16 && ag->out[i].fd >= 0; k++) {
+			p.fd = ag->out[i].fd;
+			if (poll(&p, 1, 0) <= 0)
+				break;
+			out_read(ag, &ag->out[i]);
+		}
+	}
+}
+
+/* Writes the root file system's journal out to its place (a freeze and a
+ * thaw: ext4 checkpoints its journal to freeze), so that a reader of the
+ * disk that replays no journal (sanbox fs, libext2fs) finds every file
+ * sync() wrote, its inode too. */
+static void fs_checkpoint(struct agent *ag)
+{
+	int fd;
+
+	if (!ag->rooted || (fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		return;
+	if (ioctl(fd, FIFREEZE, 0) == 0) {
+		if (ioctl(fd, FITHAW, 0))
+			agent_log(&ag->port, "cannot thaw the root file system: %s",
+				  strerror(errno));
+	} else if (errno != EBUSY) { /* EBUSY: frozen already (by the harness) */
+		agent_log(&ag->port, "cannot checkpoint the root file system: %s",
+			  strerror(errno));
+	}
+	close(fd);
+}
+
+/* SYNC {id, freeze?}: with freeze (a memory snapshot follows) the harness
+ * is frozen and what it wrote before is sent; the changes seen so far are
+ * reported and every file is written out to the disk, then SYNCED {id,
+ * frozen} (the host snapshots next). */
+static void send_synced(struct agent *ag, const msgpack_object *body)
+{
+	const msgpack_object *id = sb_map_get(body, "id"), *fr = sb_map_get(body, "freeze");
 	struct agent_frame f;
+	int frozen = 0;
 
 	if (!id || id->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
 		agent_log(&ag->port, "SYNC without an id");
 		return;
+	}
+	if (fr && fr->type == MSGPACK_OBJECT_BOOLEAN && fr->via.boolean) {
+		frozen = harness_freeze(ag);
+		out_flush(ag);
 	}
 	if (ag->watch && watch_read(ag->watch)) {
 		watch_close(ag->watch);
 		ag->watch = NULL;
 	}
 	sync();
+	fs_checkpoint(ag);
 	agent_frame_begin(&f, SB_CHAN_SYNCED, 0);
-	msgpack_pack_map(&f.pk, 1);
+	msgpack_pack_map(&f.pk, 2);
 	agent_pack_kv_uint(&f, "id", id->via.u64);
+	agent_pack_kv_bool(&f, "frozen", frozen);
 	agent_frame_send(&ag->port, &f);
 }
 
@@ -849,6 +941,7 @@ static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 			agent_log(&ag->port, "SIGNAL without a valid signal number");
 			break;
 		}
+		harness_thaw(ag); /* frozen, it could not act on it */
 		if (ag->harness && !ag->exited && kill(-ag->harness, (int)sig->via.u64))
 			agent_log(&ag->port, "kill: %s", strerror(errno));
 		break;
@@ -857,8 +950,9 @@ static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 		if (ag->tunnel)
 			tunnel_frame(ag->tunnel, f->kind, f->stream, &f->body);
 		break;
-	case SB_CHAN_SYNC: send_synced(ag, sb_map_get(&f->body, "id")); break;
+	case SB_CHAN_SYNC: send_synced(ag, &f->body); break;
 	case SB_CHAN_RESTORED: restored(ag, &f->body, 1); break;
+	case SB_CHAN_THAW: harness_thaw(ag); break;
 	default:
 		agent_log(&ag->port, "ignored %s frame while running",
 			  sb_chan_kind_name(f->kind));
@@ -903,6 +997,10 @@ static void run_loop(struct agent *ag)
 		}
 		if (ag->port_hup && now >= ag->port_retry)
 			ag->port_hup = 0;
+		if (ag->frozen && now - ag->frozen_at >= AGENT_FREEZE_MAX_MS) {
+			agent_log(&ag->port, "no THAW came: the harness goes on");
+			harness_thaw(ag);
+		}
 		pfd[P_PORT] = (struct pollfd){.fd = ag->port_hup ? -1 : ag->port.fd,
 					      .events = POLLIN};
 		for (i = 0; i < 2; i++)
@@ -922,6 +1020,8 @@ static void run_loop(struct agent *ag)
 			wait = deadline - now;
 		if (ag->port_hup && (wait < 0 || ag->port_retry - now < wait))
 			wait = ag->port_retry - now;
+		if (ag->frozen && (wait < 0 || ag->frozen_at + AGENT_FREEZE_MAX_MS - now < wait))
+			wait = ag->frozen_at + AGENT_FREEZE_MAX_MS - now;
 		timeout = wait < 0 ? -1 : (int)wait;
 		if (poll(pfd, P_TUNNEL + ntun, timeout) < 0) {
 			if (errno != EINTR)
@@ -986,6 +1086,12 @@ static void leave_root(struct agent *ag)
 {
 	int i;
 
+	if (ag->cg_procs >= 0) {
+		close(ag->cg_procs);
+		close(ag->cg_freeze);
+		ag->cg_procs = ag->cg_freeze = -1;
+		umount2(AGENT_CGROUP_FS, MNT_DETACH);
+	}
 	if (ag->oldroot >= 0) {
 		if (fchdir(ag->oldroot) || chroot(".") || chdir("/"))
 			agent_log(&ag->port, "cannot leave the chroot: %s",
@@ -1069,6 +1175,7 @@ int main(void)
 
 	ag.port.fd = ag.port.console = -1;
 	ag.fifo_rd = ag.fifo_wr = ag.sigfd = ag.oldroot = -1;
+	ag.cg_procs = ag.cg_freeze = -1;
 	ag.out[0].fd = ag.out[1].fd = -1;
 	umask(022);
 	signal(SIGPIPE, SIG_IGN);

@@ -21,6 +21,9 @@
 #define AGENT_ROOT	"/newroot"	/* where /dev/vda is mounted */
 #define AGENT_WORKSPACE "/workspace"	/* inside the new root */
 #define AGENT_EVENTS	"/run/sanbox/events"
+#define AGENT_CGROUP_FS "/sys/fs/cgroup"		/* cgroup v2, inside the new root */
+#define AGENT_CGROUP	AGENT_CGROUP_FS "/sanbox-harness" /* the harness's */
+#define AGENT_FREEZE_MAX_MS 30000 /* a freeze no THAW ends is ended then */
 #define AGENT_CONVERSATION                                                               \
 	"/var/lib/sanbox/conversation.json" /* the harness keeps its own there */
 
@@ -57,6 +60,7 @@ void agent_pack_kv_strn(struct agent_frame *f, const char *k, const char *v, siz
 void agent_pack_kv_bin(struct agent_frame *f, const char *k, const void *v, size_t n);
 void agent_pack_kv_uint(struct agent_frame *f, const char *k, uint64_t v);
 void agent_pack_kv_int(struct agent_frame *f, const char *k, int64_t v);
+void agent_pack_kv_bool(struct agent_frame *f, const char *k, int v);
 
 /* Writes len bytes of buf to fd, going on after short writes and EINTR.
  * Returns 0, or -1 with errno set. */

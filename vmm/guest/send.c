@@ -77,6 +77,15 @@ void agent_pack_kv_uint(struct agent_frame *f, const char *k, uint64_t v)
 	msgpack_pack_uint64(&f->pk, v);
 }
 
+void agent_pack_kv_bool(struct agent_frame *f, const char *k, int v)
+{
+	agent_pack_str(f, k);
+	if (v)
+		msgpack_pack_true(&f->pk);
+	else
+		msgpack_pack_false(&f->pk);
+}
+
 void agent_pack_kv_int(struct agent_frame *f, const char *k, int64_t v)
 {
 	agent_pack_str(f, k);
