@@ -18,7 +18,9 @@
 #                                sends RESTORED, as the daemon does), from
 #                                spawn to the guest's first EVENT frame (median
 #                                of 7, each right after a resume: QEMU's load
-#                                alone varies by 2-3x from run to run here)
+#                                alone varies by 2-3x from run to run here;
+#                                each side starts 1 s after the QEMU before
+#                                it ended)
 #   snapshot.fork_64m            ms wall time of `sanbox fork RUN --detach` of a
 #   snapshot.fork_4g                run that ended (its end snapshot), 64 MiB and
 #                                4 GiB disks (median of 5; each fork is
@@ -234,6 +236,12 @@ if tid=$(take "$ticker" --memory); then
 	for i in 1 2 3 4 5 6 7; do
 		"$SB" stop "$ticker" >/dev/null 2>&1
 		wait_ended "$ticker"
+		# each timed start 1 s after the QEMU before it ended: one started
+		# at once reuses the memory that one just freed, and clears its
+		# pages faster (on this host a QEMU -incoming right after another
+		# took 300 ms, after a pause 550 ms), an edge the side that came
+		# sooner would get
+		sleep 1
 		t0=$(now)
 		"$SB" resume "$ticker" --snapshot "$tid" --detach >/dev/null 2>"$tmp/err" ||
 			die "resume from memory: $(cat "$tmp/err")"
@@ -259,6 +267,7 @@ print(outs[0] if outs else "")')
 		p="$p $((t1 - t0))"
 		"$SB" stop "$ticker" >/dev/null 2>&1
 		wait_ended "$ticker"
+		sleep 1
 		q="$q $(python3 - "$tmp/qemu.argv" "$tmp" <<'PY'
 import json, os, socket, subprocess, sys, time
 argv = open(sys.argv[1]).read().split("\n")[:-1]
