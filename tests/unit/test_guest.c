@@ -5,7 +5,7 @@
  * comes before run.exited; a reached quota stays reached; the text of
  * HELLO, DONE and of the drop warnings is masked before it is cut; every
  * drop is counted in the warnings, a harness line the agent dropped for
- * its length too.
+ * its length too; SYNCED's frozen counts only as a boolean true.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -77,6 +77,16 @@ static void on_closed(void *ctx)
 {
 }
 
+static uint64_t synced_id[8];
+static int synced_frozen[8], nsynced;
+
+static void on_synced(void *ctx, uint64_t id, int frozen)
+{
+	assert_true(nsynced < 8);
+	synced_id[nsynced] = id;
+	synced_frozen[nsynced++] = frozen;
+}
+
 static int on_connect(void *ctx, int *fd)
 {
 	return SB_ERR_STATE;
@@ -88,6 +98,7 @@ static const struct sb_guest_ops ops = {
     .warn = on_warn,
     .done = on_done,
     .closed = on_closed,
+    .synced = on_synced,
     .connect = on_connect,
 };
 
@@ -234,6 +245,32 @@ static const char *data_of(const struct seen *s, int i)
 }
 
 /* Once-events: past an empty bucket, once each; held output before run.exited. */
+/* SYNCED from a hostile agent: frozen is true only as a boolean true. */
+static void test_synced(void **state)
+{
+	static const char *const bodies[] = {
+	    "{'id': 1, 'frozen': true}", "{'id': 2, 'frozen': false}",
+	    "{'id': 3, 'frozen': 1}",	 "{'id': 4, 'frozen': 'true'}",
+	    "{'id': 5}",		 "{'frozen': true}",
+	    "[1, true]",
+	};
+	static const int want_frozen[] = {1, 0, 0, 0, 0, 1, 0};
+	static const uint64_t want_id[] = {1, 2, 3, 4, 5, 0, 0};
+	struct rig r;
+
+	nsynced = 0;
+	rig_open(&r, 100, 100, 1 << 20);
+	for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++)
+		send_body(&r, SB_CHAN_SYNCED, bodies[i]);
+	spin(&r);
+	assert_int_equal(nsynced, 7);
+	for (int i = 0; i < nsynced; i++) {
+		assert_int_equal(synced_id[i], want_id[i]);
+		assert_int_equal(synced_frozen[i], want_frozen[i]);
+	}
+	rig_close(&r);
+}
+
 static void test_once_events(void **state)
 {
 	struct rig r;
@@ -473,6 +510,7 @@ static void test_file_content(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_synced),
 	    cmocka_unit_test(test_once_events),	 cmocka_unit_test(test_recorded),
 	    cmocka_unit_test(test_quota),	 cmocka_unit_test(test_masked_text),
 	    cmocka_unit_test(test_file_content),
