@@ -475,9 +475,8 @@ void sb_guest_send(sb_guest *g, const void *frames, size_t len)
 	out_flush(g);
 }
 
-/* Sends a frame whose body the caller packs through pk between begin and
- * end. */
-/* arg: SIGNAL's signal number, SYNC's freeze flag. */
+/* Sends a frame of kind, its body made here from stream, bin and arg
+ * (SIGNAL's signal number, SYNC's freeze flag). */
 static void send_frame(sb_guest *g, int kind, uint64_t stream, const void *bin,
 		       size_t len, int arg)
 {

@@ -867,9 +867,8 @@ static void reap(struct agent *ag)
 static void out_flush(struct agent *ag)
 {
 	for (size_t i = 0; i < 2; i++) {
-		struct pollfd p = {.fd = ag->out[i].fd, .events = POLLIN};
 		for (int k = 0; k < 16 && ag->out[i].fd >= 0; k++) {
-			p.fd = ag->out[i].fd;
+			struct pollfd p = {.fd = ag->out[i].fd, .events = POLLIN};
 			if (poll(&p, 1, 0) <= 0)
 				break;
 			out_read(ag, &ag->out[i]);
@@ -904,7 +903,7 @@ static void fs_checkpoint(struct agent *ag)
  * frozen} (the host snapshots next). */
 static void send_synced(struct agent *ag, const msgpack_object *body)
 {
-	const msgpack_object *id = sb_map_get(body, "id"), *fr = sb_map_get(body, "freeze");
+	const msgpack_object *id = sb_map_get(body, "id");
 	struct agent_frame f;
 	int frozen = 0;
 
@@ -912,7 +911,7 @@ static void send_synced(struct agent *ag, const msgpack_object *body)
 		agent_log(&ag->port, "SYNC without an id");
 		return;
 	}
-	if (fr && fr->type == MSGPACK_OBJECT_BOOLEAN && fr->via.boolean) {
+	if (sb_map_bool(body, "freeze", 0)) {
 		frozen = harness_freeze(ag);
 		out_flush(ag);
 	}
