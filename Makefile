@@ -11,7 +11,7 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wshad
            -I/usr/include/x86_64-linux-gnu -pthread $(SAN)
 override LDFLAGS += -pthread -Wl,--as-needed $(SAN)
 LIBS    := -llmdb -lmsgpackc -lxxhash -lev -lnng -lmbedtls -lmbedx509 -lmbedcrypto \
-           -ljansson -lsodium -lcurl -lmicrohttpd -lnftables -lcares -lext2fs -lcom_err -lnbd -lm
+           -ljansson -lsodium -lcurl -lmicrohttpd -lnftables -lnetfilter_queue -lnftnl -lmnl -lcares -lext2fs -lcom_err -lnbd -lm
 
 # Library code: every .c under these folders except program entry points.
 LIB_SRCS := $(filter-out engine/daemon/sanboxd.c, \

@@ -2,12 +2,21 @@
 #include "netpolicy/nft.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
+#include <libmnl/libmnl.h>
+#include <libnftnl/expr.h>
+#include <libnftnl/rule.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/xt_NFQUEUE.h>
 #include <nftables/libnftables.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 #include "engine/error.h"
 
@@ -164,6 +173,97 @@ int sb_nft_table_add(sb_nft *n, const struct sb_nft_host *h)
 		 ? SB_OK
 		 : nft_exec(n, text, 0, NULL);
 	free(text);
+	return rc;
+}
+
+/* Appends to b a message of type for the rule r. */
+static void batch_rule(struct mnl_nlmsg_batch *b, struct nftnl_rule *r, int type,
+		       uint16_t flags, uint32_t seq)
+{
+	struct nlmsghdr *h = nftnl_rule_nlmsg_build_hdr(mnl_nlmsg_batch_current(b), type,
+						       NFPROTO_INET, flags, seq);
+
+	nftnl_rule_nlmsg_build_payload(h, r);
+	mnl_nlmsg_batch_next(b);
+}
+
+/* A rule of chain judge: no expression, or the xt target NFQUEUE to queue
+ * (an nft `queue` statement needs nft_queue, which not every kernel has;
+ * xt_NFQUEUE through nft_compat is in all that have NFQUEUE). */
+static struct nftnl_rule *judge_rule(int with_queue, uint16_t queue)
+{
+	struct nftnl_rule *r = nftnl_rule_alloc();
+	struct xt_NFQ_info_v3 *info;
+	struct nftnl_expr *e;
+
+	if (!r)
+		return NULL;
+	nftnl_rule_set_u32(r, NFTNL_RULE_FAMILY, NFPROTO_INET);
+	nftnl_rule_set_str(r, NFTNL_RULE_TABLE, "sanbox");
+	nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, "judge");
+	if (!with_queue)
+		return r;
+	if (!(e = nftnl_expr_alloc("target")) || !(info = calloc(1, sizeof *info))) {
+		nftnl_expr_free(e);
+		nftnl_rule_free(r);
+		return NULL;
+	}
+	info->queuenum = queue;
+	info->queues_total = 1;
+	nftnl_expr_set_str(e, NFTNL_EXPR_TG_NAME, "NFQUEUE");
+	nftnl_expr_set_u32(e, NFTNL_EXPR_TG_REV, 3);
+	nftnl_expr_set(e, NFTNL_EXPR_TG_INFO, info, sizeof *info); /* e owns info */
+	nftnl_rule_add_expr(r, e);
+	return r;
+}
+
+int sb_nft_judge_set(sb_nft *n, uint16_t queue)
+{
+	struct nftnl_rule *flush = judge_rule(0, 0), *add = judge_rule(1, queue);
+	struct mnl_socket *nl = NULL;
+	struct mnl_nlmsg_batch *b = NULL;
+	uint32_t seq = 1;
+	char *buf = malloc(MNL_SOCKET_BUFFER_SIZE);
+	ssize_t k;
+	int rc = SB_ERR_NOMEM;
+
+	if (!flush || !add || !buf || !(b = mnl_nlmsg_batch_start(buf, MNL_SOCKET_BUFFER_SIZE)))
+		goto out;
+	if ((rc = nft_exec(n, "add chain inet sanbox judge", 0, NULL)))
+		goto out;
+	nftnl_batch_begin(mnl_nlmsg_batch_current(b), seq++);
+	mnl_nlmsg_batch_next(b);
+	batch_rule(b, flush, NFT_MSG_DELRULE, NLM_F_ACK, seq++);
+	batch_rule(b, add, NFT_MSG_NEWRULE, NLM_F_APPEND | NLM_F_CREATE | NLM_F_ACK, seq++);
+	nftnl_batch_end(mnl_nlmsg_batch_current(b), seq++);
+	mnl_nlmsg_batch_next(b);
+	if (!(nl = mnl_socket_open(NETLINK_NETFILTER)) ||
+	    mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0 ||
+	    mnl_socket_sendto(nl, mnl_nlmsg_batch_head(b), mnl_nlmsg_batch_size(b)) < 0) {
+		rc = sb_seterr(SB_ERR_IO, "nftables: the judge's queue: %s", strerror(errno));
+		goto out;
+	}
+	/* an ACK (or an error) for each of the two rule messages; after an
+	 * error the kernel may send no more, hence the timeout */
+	setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVTIMEO,
+		   &(struct timeval){.tv_sec = 5}, sizeof(struct timeval));
+	rc = SB_OK;
+	for (int acks = 0; acks < 2 && rc == SB_OK; acks++) {
+		if ((k = mnl_socket_recvfrom(nl, buf, MNL_SOCKET_BUFFER_SIZE)) < 0 ||
+		    mnl_cb_run(buf, (size_t)k, 0, mnl_socket_get_portid(nl), NULL, NULL) < 0)
+			rc = sb_seterr(SB_ERR_UNAVAIL,
+				       "nftables: cannot queue to the judge (xt_NFQUEUE "
+				       "through nft_compat): %s",
+				       strerror(errno));
+	}
+out:
+	if (nl)
+		mnl_socket_close(nl);
+	if (b)
+		mnl_nlmsg_batch_stop(b);
+	free(buf);
+	nftnl_rule_free(flush);
+	nftnl_rule_free(add);
 	return rc;
 }
 

@@ -77,6 +77,12 @@ int sb_nft_run(sb_nft *n, const char *script, char **out);
  * table is left as it is). Errors: those of sb_nft_run. */
 int sb_nft_table_add(sb_nft *n, const struct sb_nft_host *h);
 
+/* Makes chain judge queue every packet it sees to NFQUEUE number queue
+ * (the enforcer's, nfq.h), in place of what it did before, in one
+ * transaction. Errors: SB_ERR_UNAVAIL (the kernel has no xt_NFQUEUE
+ * through nft_compat), SB_ERR_IO, SB_ERR_NOMEM. */
+int sb_nft_judge_set(sb_nft *n, uint16_t queue);
+
 /* Deletes the table and all it holds (none is fine). Errors: those of
  * sb_nft_run. */
 int sb_nft_table_del(sb_nft *n);
