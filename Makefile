@@ -107,6 +107,11 @@ $(BUILD)/fuzz/fuzz_sniff: tests/fuzz/fuzz_sniff.c netpolicy/sniff.c engine/error
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -o $@ $^
 
+# the judge of a TLS connection's segments, a hostile guest on a lossy path
+$(BUILD)/fuzz/fuzz_judge: tests/fuzz/fuzz_judge.c netpolicy/judge.c netpolicy/sniff.c engine/error.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $^
+
 deps:
 	@sh tools/deps.sh
 

@@ -14,6 +14,7 @@
 #include "engine/home.h"
 #include "engine/proc.h"
 #include "engine/runs/template.h"
+#include "netpolicy/nfq.h"
 #include "netpolicy/nft.h"
 #include "netpolicy/tap.h"
 #include "vmm/accel.h"
@@ -77,6 +78,8 @@ static void net_checks(struct report *r)
 {
 	char msg[400];
 	sb_nft *n = NULL;
+	sb_nfq *q = NULL;
+	uint16_t num = 0;
 	int fwd = -1, rc;
 
 	check(r, "tun", access("/dev/net/tun", R_OK | W_OK) == 0,
@@ -90,6 +93,16 @@ static void net_checks(struct report *r)
 		 rc == SB_OK ? "libnftables works" : sb_errmsg(rc));
 	sb_nft_close(n);
 	check(r, "nftlib", rc == SB_OK, msg);
+	/* the judge of TLS connections to granted names (nfq.h) */
+	if ((rc = sb_nfq_open(21314, 64, 1, &q, &num)) == SB_OK)
+		snprintf(msg, sizeof msg, "NFQUEUE works (queue %u free)", num);
+	else
+		snprintf(msg, sizeof msg,
+			 "%s: network acl needs NFQUEUE (nfnetlink_queue, xt_NFQUEUE, "
+			 "nft_compat)",
+			 sb_errmsg(rc));
+	sb_nfq_close(q);
+	check(r, "nfqueue", rc == SB_OK, msg);
 	sb_sysctl_get("/proc/sys/net/ipv4/ip_forward", &fwd);
 	check(r, "forwarding", 1,
 	      fwd == 1

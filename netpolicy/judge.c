@@ -82,7 +82,7 @@ static int from_guest(struct sb_judge *j, const struct sb_judge_seg *s)
 		return SB_JUDGE_ACCEPT;
 	}
 	if (s->flags & SB_TCP_RST)
-		return SB_JUDGE_ACCEPT;
+		return s->len ? kill(j, "data on an RST") : SB_JUDGE_ACCEPT;
 	if (s->flags & SB_TCP_SYN)
 		return s->seq == j->isn && !s->len ? SB_JUDGE_ACCEPT
 						   : kill(j, "a second SYN");

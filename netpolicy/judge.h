@@ -20,7 +20,7 @@
  *   - The judge lets the connection go only when the server acknowledges
  *     all of the ClientHello: from then on the server ignores any other
  *     copy of those bytes, whatever the guest sends.
- *   - Urgent data, data on a SYN, a second SYN with another sequence
+ *   - Urgent data, data on a SYN or an RST, a second SYN with another sequence
  *     number, data before the stream starts, a stream that is not TLS, a
  *     FIN or a ClientHello over SB_SNIFF_HOLD bytes before the name is
  *     read: each resets the connection.

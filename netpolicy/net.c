@@ -207,6 +207,7 @@ int sb_net_open(const struct sb_net_config *c, sb_net **out)
 		return SB_ERR_NOMEM;
 	n->c = *c;
 	n->lock_fd = -1;
+	n->raw4 = n->raw6 = -1;
 	pthread_mutex_init(&n->lock, NULL);
 	pthread_cond_init(&n->ended, NULL);
 	if (subnet4_parse(c->subnet4, &n->net4, &n->len4)) {
@@ -251,6 +252,7 @@ static void net_stop(void *ctx)
 
 	sb_watch_stop(n->tick);
 	n->tick = NULL;
+	judge_close(n);
 	ares_end(n);
 	sb_loop_break(n->loop);
 }
@@ -269,8 +271,10 @@ void sb_net_close(sb_net *n)
 		pthread_mutex_unlock(&n->lock);
 		sb_loop_post(n->loop, net_stop, n);
 		pthread_join(n->thread, NULL);
-	} else if (n->ares) {
-		ares_end(n);
+	} else {
+		if (n->ares)
+			ares_end(n);
+		judge_close(n);
 	}
 	sb_loop_close(n->loop);
 	sb_nft_close(n->nft);
@@ -410,7 +414,7 @@ static int check_locked(sb_net *n)
 	if (n->c.ipv6)
 		snprintf(h.subnet6, sizeof h.subnet6, "%s", n->c.subnet6);
 	h.fence = n->fence;
-	if ((rc = sb_nft_table_add(n->nft, &h)))
+	if ((rc = sb_nft_table_add(n->nft, &h)) || (rc = judge_open(n)))
 		goto out;
 	n->checked = 1;
 out:
@@ -619,17 +623,18 @@ static void run_names(struct net_run *r)
 }
 
 /* The conntrack mark of r's next grants: the run id's first 20 bits and
- * a count of its changes, so a slot's next run never has the mark of the
- * run before it (whose connections conntrack may still hold). */
+ * a count of its changes, 1 to 0xffe (0xfff is the judge's: nft.h), so a
+ * slot's next run never has the mark of the run before it (whose
+ * connections conntrack may still hold). */
 static uint32_t mark_next(const struct net_run *r)
 {
-	uint32_t id = 0, gen = ((r->nr.mark & 0xfff) + 1) & 0xfff;
+	uint32_t id = 0, gen = (r->nr.mark & 0xfff) % 0xffe + 1;
 
 	for (int i = 0; i < 5; i++) /* 20 bits of hex digits */
 		id = id << 4 |
 		     (uint32_t)(r->id[i] <= '9' ? r->id[i] - '0' : r->id[i] - 'a' + 10);
 
-	return id << 12 | (gen ? gen : 1);
+	return id << 12 | gen;
 }
 
 int sb_net_run_open(sb_net *n, const char *run, const struct sb_netpolicy *p,
@@ -768,6 +773,7 @@ static void serve(void *ctx)
 		       sb_loop_now(r->n->loop));
 	stub_start(r);
 	proxy_start(r);
+	judge_start(r);
 }
 
 int sb_net_run_start(sb_net_run *h,
@@ -845,6 +851,7 @@ static void end_on_loop(void *ctx)
 	if (r->serving) {
 		stub_stop(r);
 		proxy_stop(r);
+		judge_stop(r);
 		run_unlink(r);
 	}
 	changes_drop(r); /* asked for, not begun: nobody waits for them now */
@@ -1094,6 +1101,7 @@ static void on_tick(void *ctx)
 	size_t count = 0;
 
 	for (struct net_run *r = n->runs; r; r = r->next) {
+		judge_sweep(r, now);
 		/* forget names' addresses past their time */
 		for (size_t i = 0; i < r->nresolved;)
 			if (r->resolved[i].expires < now)
@@ -1463,6 +1471,7 @@ static void change_done(void *ctx)
 		r->pol = c->want;
 		r->nr.mark = c->nr.mark;
 		proxy_recheck(r);
+		judge_recheck(r);
 	}
 	r->changing = 0;
 	change_reply(c);
@@ -1645,7 +1654,7 @@ void sb_net_sweep(sb_net *n, int (*live)(void *ctx, const char *run), void *ctx)
 	 * forwarding is not touched) */
 	if (!cap_net_admin() || sb_nft_open(&probe))
 		return;
-	table = sb_nft_run(probe, "list table inet sanbox", NULL) == SB_OK;
+	table = sb_nft_run(probe, "list set inet sanbox taps", NULL) == SB_OK;
 	sb_nft_close(probe);
 	sb_tap_each("sb", tap_count, &taps);
 	/* only a daemon that may enforce here sweeps: another one's runs

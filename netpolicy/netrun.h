@@ -27,9 +27,15 @@
 #define NET_HEAD_S	 10.0 /* a proxied connection names its host within this */
 #define NET_TTL_GRACE_S	 30   /* a name's addresses outlive its answer's TTL by this */
 #define NET_DNS_CACHE	 64   /* answers a run's stub keeps, for their TTL */
+#define NET_JUDGE_MAX	 64   /* TLS connections of a run the judge reads at once */
+#define NET_JUDGE_HELD	 16   /* packets of one it keeps waiting */
+#define NET_PASSED_MAX	 1024 /* connections of a run it let go, remembered */
 
 struct stub_conn;
 struct proxy_conn;
+struct judged;
+struct passed;
+typedef struct sb_nfq sb_nfq;
 
 /* Reports gathered between two reports. */
 struct net_agg {
@@ -88,6 +94,10 @@ struct sb_net {
 	int polling;	      /* (lock) a count of the runs' denials is under way */
 	int closing;	      /* (lock) sb_net_close began: no count begins */
 	sb_watch *tick;	      /* (net) reports, expiry */
+	sb_nfq *nfq;	      /* the judge's queue (judged.c) */
+	uint16_t nfq_num;     /* its number */
+	int raw4, raw6;	      /* raw sockets: the judge's resets (-1: none) */
+	sb_watch *nfq_w;      /* (net) */
 };
 
 struct net_run {
@@ -114,6 +124,13 @@ struct net_run {
 	size_t ndns_conns;
 	struct proxy_conn *proxies;
 	size_t nproxies;
+	unsigned tap_index; /* its tap's ifindex */
+	int has4, has6;	    /* its guest's addresses: */
+	uint8_t guest4[4], guest6[16];
+	struct judged *judging[NET_JUDGE_MAX]; /* its TLS connections read now */
+	size_t njudging;
+	struct passed *passed; /* NET_PASSED_MAX of those let go, a ring */
+	size_t npassed, passed_next;
 	struct dns_cached cache[NET_DNS_CACHE];
 	struct net_resolved resolved[NET_RESOLVED_MAX];
 	size_t nresolved;
@@ -186,5 +203,16 @@ int proxy_start(struct net_run *r);
 void proxy_stop(struct net_run *r);
 /* Closes r's proxied connections whose name its grants no longer allow. */
 void proxy_recheck(struct net_run *r);
+
+/* The judge (judged.c). judge_open binds the enforcer's queue and points
+ * the table's chain judge at it (off the net loop, the table there);
+ * judge_close on the net loop or after it ended. The rest on the net
+ * loop: a run's start and end, a change of its grants, its tick. */
+int judge_open(sb_net *n);
+void judge_close(sb_net *n);
+int judge_start(struct net_run *r);
+void judge_stop(struct net_run *r);
+void judge_recheck(struct net_run *r);
+void judge_sweep(struct net_run *r, double now);
 
 #endif

@@ -126,6 +126,9 @@ int sb_nft_table_add(sb_nft *n, const struct sb_nft_host *h)
 		" map runs_i { type ifname : verdict; }\n"
 		" map runs_p { type ifname : verdict; }\n"
 		" map runs_o { type ifname : verdict; }\n"
+		/* what the judge reads goes to its queue (sb_nft_judge_set);
+		 * nothing goes on while it has none */
+		" chain judge { drop; }\n"
 		/* a guest's DNS flows last seconds in conntrack, not 30 s: a
 		 * flood of them from many ports fills no table */
 		" ct timeout dns4 { protocol udp; l3proto ip; policy = { unreplied : 5, "
@@ -169,7 +172,7 @@ int sb_nft_table_add(sb_nft *n, const struct sb_nft_host *h)
 	if ((rc = script_close(&s, &text)))
 		return rc;
 	/* only when missing: an existing table holds the runs' map entries */
-	rc = nft_exec(n, "list table inet sanbox", 0, NULL) == SB_OK
+	rc = nft_exec(n, "list set inet sanbox taps", 0, NULL) == SB_OK
 		 ? SB_OK
 		 : nft_exec(n, text, 0, NULL);
 	free(text);
@@ -181,7 +184,7 @@ static void batch_rule(struct mnl_nlmsg_batch *b, struct nftnl_rule *r, int type
 		       uint16_t flags, uint32_t seq)
 {
 	struct nlmsghdr *h = nftnl_rule_nlmsg_build_hdr(mnl_nlmsg_batch_current(b), type,
-						       NFPROTO_INET, flags, seq);
+							NFPROTO_INET, flags, seq);
 
 	nftnl_rule_nlmsg_build_payload(h, r);
 	mnl_nlmsg_batch_next(b);
@@ -227,20 +230,23 @@ int sb_nft_judge_set(sb_nft *n, uint16_t queue)
 	ssize_t k;
 	int rc = SB_ERR_NOMEM;
 
-	if (!flush || !add || !buf || !(b = mnl_nlmsg_batch_start(buf, MNL_SOCKET_BUFFER_SIZE)))
+	if (!flush || !add || !buf ||
+	    !(b = mnl_nlmsg_batch_start(buf, MNL_SOCKET_BUFFER_SIZE)))
 		goto out;
 	if ((rc = nft_exec(n, "add chain inet sanbox judge", 0, NULL)))
 		goto out;
 	nftnl_batch_begin(mnl_nlmsg_batch_current(b), seq++);
 	mnl_nlmsg_batch_next(b);
 	batch_rule(b, flush, NFT_MSG_DELRULE, NLM_F_ACK, seq++);
-	batch_rule(b, add, NFT_MSG_NEWRULE, NLM_F_APPEND | NLM_F_CREATE | NLM_F_ACK, seq++);
+	batch_rule(b, add, NFT_MSG_NEWRULE, NLM_F_APPEND | NLM_F_CREATE | NLM_F_ACK,
+		   seq++);
 	nftnl_batch_end(mnl_nlmsg_batch_current(b), seq++);
 	mnl_nlmsg_batch_next(b);
 	if (!(nl = mnl_socket_open(NETLINK_NETFILTER)) ||
 	    mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0 ||
 	    mnl_socket_sendto(nl, mnl_nlmsg_batch_head(b), mnl_nlmsg_batch_size(b)) < 0) {
-		rc = sb_seterr(SB_ERR_IO, "nftables: the judge's queue: %s", strerror(errno));
+		rc = sb_seterr(SB_ERR_IO, "nftables: the judge's queue: %s",
+			       strerror(errno));
 		goto out;
 	}
 	/* an ACK (or an error) for each of the two rule messages; after an
@@ -250,7 +256,8 @@ int sb_nft_judge_set(sb_nft *n, uint16_t queue)
 	rc = SB_OK;
 	for (int acks = 0; acks < 2 && rc == SB_OK; acks++) {
 		if ((k = mnl_socket_recvfrom(nl, buf, MNL_SOCKET_BUFFER_SIZE)) < 0 ||
-		    mnl_cb_run(buf, (size_t)k, 0, mnl_socket_get_portid(nl), NULL, NULL) < 0)
+		    mnl_cb_run(buf, (size_t)k, 0, mnl_socket_get_portid(nl), NULL, NULL) <
+			0)
 			rc = sb_seterr(SB_ERR_UNAVAIL,
 				       "nftables: cannot queue to the judge (xt_NFQUEUE "
 				       "through nft_compat): %s",
@@ -269,7 +276,7 @@ out:
 
 int sb_nft_table_del(sb_nft *n)
 {
-	if (nft_exec(n, "list table inet sanbox", 0, NULL))
+	if (nft_exec(n, "list set inet sanbox taps", 0, NULL))
 		return SB_OK; /* none */
 	return nft_exec(n, "delete table inet sanbox", 0, NULL);
 }
@@ -302,6 +309,23 @@ static void grants_add(FILE *f, const char *id, const struct sb_netpolicy *p, in
 		fprintf(f, " }\n");
 }
 
+/* The rules of chain c (f or o) of r, in family ip's part, for the
+ * connections the judge reads: its verdicts, then its queue. */
+static void judging_rules(FILE *f, char c, const struct sb_nft_run *r, const char *ip)
+{
+	uint32_t j = SB_NFT_JUDGING(r->mark);
+
+	fprintf(f,
+		"add rule inet sanbox %c_%s meta nfproto %s ct mark 0x%08x meta mark "
+		"0x%08x meta mark set 0 ct mark set 0x%08x accept\n"
+		"add rule inet sanbox %c_%s meta nfproto %s ct mark 0x%08x meta mark "
+		"0x%08x meta mark set 0 reject with tcp reset\n"
+		"add rule inet sanbox %c_%s meta nfproto %s ct mark 0x%08x jump judge\n",
+		c, r->id, ip[2] ? "ipv6" : "ipv4", j, SB_NFT_PASS, r->mark, c, r->id,
+		ip[2] ? "ipv6" : "ipv4", j, SB_NFT_KILL, c, r->id,
+		ip[2] ? "ipv6" : "ipv4", j);
+}
+
 /* The rules of one family (ip or ip6) in r's chains. */
 static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
 {
@@ -319,6 +343,12 @@ static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
 	/* f: what the guest sends through the host */
 	fprintf(f, "add rule inet sanbox f_%s %s saddr != %s counter name c_%s drop\n",
 		id, ip, guest, id);
+	judging_rules(f, 'f', r, ip);
+	judging_rules(f, 'o', r, ip);
+	fprintf(f,
+		"add rule inet sanbox f_%s tcp dport { %s } %s daddr . meta l4proto . th "
+		"dport @n%d_%s ct mark set 0x%08x jump judge\n",
+		id, SB_NFT_TLS_PORTS, ip, n, id, SB_NFT_JUDGING(r->mark));
 	fprintf(f,
 		"add rule inet sanbox f_%s %s daddr . meta l4proto . th dport @g%d_%s ct "
 		"mark "
@@ -370,7 +400,7 @@ static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
 		"add rule inet sanbox p_%s tcp dport { %s } %s daddr . meta l4proto . th "
 		"dport "
 		"@n%d_%s redirect to :%u\n",
-		id, SB_NFT_NAMED_PORTS, ip, n, id, r->proxy_port);
+		id, SB_NFT_PROXY_PORTS, ip, n, id, r->proxy_port);
 }
 
 static void elem_write(FILE *f, const struct sb_nft_elem *e);
@@ -435,25 +465,26 @@ int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
 	    "drop\n"
 	    "add rule inet sanbox o_%s ct state established,related ct mark 0x%08x "
 	    "accept\n"
-	    "add rule inet sanbox o_%s counter name c_%s drop\n"
 	    "add rule inet sanbox i_%s ct state new limit rate over %u/second burst %u "
 	    "packets counter name c_%s drop\n"
 	    "add rule inet sanbox i_%s ct state new ct count over %u counter name c_%s "
 	    "drop\n",
 	    id, id, id, r->mark, id, SB_NFT_NEW_RATE, 2 * SB_NFT_NEW_RATE, id, id,
-	    SB_NFT_CONNS_OUT, id, id, r->mark, id, id, id, SB_NFT_NEW_RATE_HOST,
+	    SB_NFT_CONNS_OUT, id, id, r->mark, id, SB_NFT_NEW_RATE_HOST,
 	    2 * SB_NFT_NEW_RATE_HOST, id, id, SB_NFT_CONNS_HOST, id);
 	family_rules(s.f, r, 0);
 	family_rules(s.f, r, 1);
 	fprintf(s.f,
 		"add rule inet sanbox f_%s counter name c_%s drop\n"
 		"add rule inet sanbox i_%s counter name c_%s drop\n"
+		"add rule inet sanbox o_%s counter name c_%s drop\n"
 		"add element inet sanbox taps { \"%s\" }\n"
 		"add element inet sanbox runs_f { \"%s\" : jump f_%s }\n"
 		"add element inet sanbox runs_i { \"%s\" : jump i_%s }\n"
 		"add element inet sanbox runs_p { \"%s\" : jump p_%s }\n"
 		"add element inet sanbox runs_o { \"%s\" : jump o_%s }\n",
-		id, id, id, id, r->tap, r->tap, id, r->tap, id, r->tap, id, r->tap, id);
+		id, id, id, id, id, id, r->tap, r->tap, id, r->tap, id, r->tap, id,
+		r->tap, id);
 	return script_close(&s, out);
 }
 

@@ -4,13 +4,16 @@
  *
  * The table holds the hooks (forward, input, NAT prerouting and
  * postrouting), the set of the runs' taps, verdict maps from a tap to its
- * run's chains (runs_f, runs_i, runs_p, runs_o), and masquerading of the runs' subnets. A
- * run's part is named after its id: chains f_ID (what its guest sends through the host),
- * i_ID (what it sends to the host: its DNS stub and proxy only) and p_ID (NAT: DNS to the
- * stub, TLS and HTTP connections of hostname grants to the proxy); sets g4_ID/g6_ID
- * (address grants), n4_ID/n6_ID (addresses of granted names, with timeouts), d4_ID/d6_ID
- * and e4_ID/e6_ID (denied destinations with counters) and counter c_ID (every packet
- * dropped).
+ * run's chains (runs_f, runs_i, runs_p, runs_o), the chain judge (to the
+ * judge's queue, nfq.h: the only rule not made through libnftables, but
+ * libnftnl, in sb_nft_judge_set) and masquerading of the runs' subnets. A
+ * run's part is named after its id: chains f_ID (what its guest sends
+ * through the host; a hostname grant's TLS ports to the judge), o_ID (what
+ * comes back), i_ID (what it sends to the host: its DNS stub and proxy
+ * only) and p_ID (NAT: DNS to the stub, a hostname grant's HTTP ports to
+ * the proxy); sets g4_ID/g6_ID (address grants), n4_ID/n6_ID (addresses of
+ * granted names, with timeouts), d4_ID/d6_ID and e4_ID/e6_ID (denied
+ * destinations with counters) and counter c_ID (every packet dropped).
  *
  * Threads: a handle serialises its own calls; every call is a netlink
  * round trip, so call it off the daemon's loop.
@@ -135,8 +138,22 @@ int sb_nft_runs(sb_nft *n, void (*fn)(void *ctx, const char *id), void *ctx);
 #define SB_NFT_CONNS_HOST    2048
 
 /* The ports whose connections to a granted name's addresses are checked
- * by name (TLS SNI, HTTP Host) before they go through. */
+ * by name before they go through: those of HTTP through the proxy (each
+ * request's Host), those of TLS through the judge (the ClientHello's
+ * server name; judge.h). */
 #define SB_NFT_NAMED_PORTS "80, 443, 8080, 8443"
+#define SB_NFT_PROXY_PORTS "80, 8080"
+#define SB_NFT_TLS_PORTS   "443, 8443"
+
+/* A connection the judge reads has the conntrack mark SB_NFT_JUDGING(mark)
+ * of its run's mark: the same for every mark of the run, never a run's
+ * mark (their low 12 bits count 1 to 0xffe), never 0 (a connection no
+ * rule marked). The judge sends a packet through the hook again with
+ * packet mark SB_NFT_PASS (the connection gets the run's mark: the kernel
+ * forwards it from then on) or SB_NFT_KILL (reset). */
+#define SB_NFT_JUDGING(mark) ((mark) | 0xfffu)
+#define SB_NFT_PASS	     0x53420a55u
+#define SB_NFT_KILL	     0x53420d1eu
 
 /* Builds the script of sb_nft_run_add (update 0) or sb_nft_run_update
  * (update 1, with the count elements e) into *out (the caller frees it).

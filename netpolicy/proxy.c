@@ -2,7 +2,8 @@
  * grants, checked by name before they go through.
  *
  * nftables redirects a guest's TCP connection to a granted name's address
- * on a TLS or HTTP port (SB_NFT_NAMED_PORTS) here. The proxy reads what the
+ * on an HTTP port (SB_NFT_PROXY_PORTS; TLS on them is read too) here; the
+ * TLS ports go to the judge (judged.c). The proxy reads what the
  * guest sends first (netpolicy/sniff.h: a TLS ClientHello's server name,
  * each HTTP request's Host), lets it through only when a grant of the run
  * names that host for that port, connects to the address the guest asked

@@ -1,11 +1,12 @@
 /* sniff.h - the name a guest's TCP connection asks for, read before any of
  * its bytes reach the server.
  *
- * A hostname grant's TLS and HTTP connections go through a proxy in the
- * daemon. The proxy holds the client's bytes and gives them here; this
- * parser says where each request starts and which host it names (TLS SNI,
- * HTTP Host), so the proxy forwards a request only once its name is checked
- * against the grants. That stops domain fronting on shared CDN addresses.
+ * A hostname grant's HTTP ports go through a proxy in the daemon, its TLS
+ * ports through the judge (judge.h). Each holds the client's bytes and
+ * gives them here; this parser says where each request starts and which
+ * host it names (TLS SNI, HTTP Host), so the proxy forwards a request only
+ * once its name is checked against the grants. That stops domain fronting
+ * on shared CDN addresses.
  *
  * The stream is one of:
  *   TLS   (first byte 0x16): handshake records holding one ClientHello;

@@ -556,7 +556,7 @@ static inline int netlab_run_up(struct netlab *lab, sb_net *n, const char *id,
 /* 1 when H has the table inet sanbox. */
 static inline int netlab_table_there(struct netlab *lab)
 {
-	return sb_nft_run(lab->probe, "list table inet sanbox", NULL) == SB_OK;
+	return sb_nft_run(lab->probe, "list set inet sanbox taps", NULL) == SB_OK;
 }
 
 /* Closes run id (handle h) and waits until its end is done: its net.json

@@ -9,10 +9,13 @@
  * descriptor), so nothing of them outlives the bench's processes.
  *
  * In S, forked servers: HTTP on port 80 (a GET is answered with 1 GiB; a
- * POST's body is read to its Content-Length, then answered) and DNS on
- * port 53 (a.test A 203.0.113.10, dns.h). In G, a forked client per
- * transfer sends its request with Host a.test and reads to EOF; the time
- * counts from connect to EOF.
+ * POST's body is read to its Content-Length, then answered), "TLS" on
+ * ports 443 and 8443 (a ClientHello record is read; then on 443 1 GiB is
+ * sent, on 8443 all is read to EOF and its count answered: no
+ * cryptography, as the enforcer reads nothing after the ClientHello) and
+ * DNS on port 53 (a.test A 203.0.113.10, dns.h). In G, a forked client per
+ * transfer sends its request with Host a.test, or a ClientHello naming
+ * a.test, and reads to EOF; the time counts from connect to EOF.
  *
  * The configurations, taken in turn in each of ROUNDS rounds (medians):
  *   direct   no enforcer, no table at all: plain forwarding, no conntrack.
@@ -26,9 +29,15 @@
  *            the run's stub (10.87.0.1:53, which asks the DNS server in S),
  *            then connects to 203.0.113.10:80, which nftables redirects to
  *            the run's proxy; the proxy checks the Host before it relays.
- * Each as a download and an upload (the upload's body is counted by the
- * proxy's HTTP parser). The run of a configuration is opened before its
- * transfers and closed after them (its teardown awaited, the table gone).
+ *   direct_tls, granted_tls (grants 203.0.113.10:443 and :8443) and
+ *   named_tls (grants a.test:443 and a.test:8443: the client resolves
+ *            a.test first; the judge reads the ClientHello in the
+ *            forwarding path, then the kernel forwards the rest): the same
+ *            over the TLS server, each against direct_tls.
+ * Each as a download and an upload (the HTTP upload's body is counted by
+ * the proxy's HTTP parser). The run of a configuration is opened before
+ * its transfers and closed after them (its teardown awaited, the table
+ * gone).
  *
  * Set-up: a second enforcer, making real taps (links_given 0), opens and
  * starts SETUP_RUNS runs one after another (sb_net_run_open +
@@ -38,7 +47,8 @@
  * one more is opened and closed, MANY_REPEAT times.
  *
  * Needs root; without it prints one line on stderr and no figure. Prints
- * only lines "bench NAME VALUE UNIT"; errors go to stderr with exit status
+ * only lines "bench NAME VALUE UNIT" (NAME_vs_BASE: the ratio to
+ * configuration BASE); errors go to stderr with exit status
  * 1. The namespaces, the processes this bench started and its files are
  * removed on every exit, also on failure or SIGINT/SIGTERM.
  */
@@ -58,6 +68,7 @@
 #include "netpolicy/net.h"
 #include "tests/bench/benchutil.h"
 #include "tests/netlab.h"
+#include "tests/unit/tlshello.h"
 
 #define RUN_ID	    NETLAB_RUN_ID
 #define TAP	    NETLAB_TAP
@@ -71,13 +82,15 @@
 #define CHUNK	    (1u << 20)
 #define RELAY_PORT  9080
 #define RELAY_BUF   (1 << 20)
+#define TLS_DOWN    443	 /* the TLS server's port for downloads */
+#define TLS_UP	    8443 /* ... and uploads */
 
 /* --- what to undo --- */
 
 static struct netlab lab; /* the namespaces, home, the daemon's stand-in */
-static pid_t kids[4];	  /* the HTTP and DNS servers, the relay, the client under way */
+static pid_t kids[6]; /* the HTTP, TLS and DNS servers, the relay, the client under way */
 
-enum { KID_HTTP, KID_DNS, KID_RELAY, KID_CLIENT, NKIDS };
+enum { KID_HTTP, KID_TLS_DOWN, KID_TLS_UP, KID_DNS, KID_RELAY, KID_CLIENT, NKIDS };
 
 static void kid_stop(int i)
 {
@@ -175,6 +188,59 @@ static void http_serve(int fd)
 	netlab_send_all(fd, post_answer, sizeof post_answer - 1);
 }
 
+/* The client's ClientHello record (SNI a.test), built before any fork. */
+static uint8_t hello_rec[512];
+static size_t hello_len;
+
+/* Serves one "TLS" connection: reads a ClientHello record, then on
+ * TLS_DOWN sends XFER_BYTES, on TLS_UP reads to EOF and answers the count
+ * (8 bytes). No cryptography: past the ClientHello the enforcer reads
+ * nothing, so the bytes after it need not be records. */
+static void tls_serve(int fd, uint16_t port)
+{
+	uint8_t head[5];
+	uint64_t got = 0;
+	size_t n = 0, len;
+	ssize_t k;
+
+	while (n < sizeof head && (k = recv(fd, head + n, sizeof head - n, 0)) > 0)
+		n += (size_t)k;
+	if (n < sizeof head || head[0] != 0x16)
+		return;
+	for (len = (size_t)(head[3] << 8 | head[4]); len;) {
+		if ((k = recv(fd, chunk, len, 0)) <= 0)
+			return;
+		len -= (size_t)k;
+	}
+	if (port == TLS_DOWN) {
+		for (uint64_t left = XFER_BYTES; left;) {
+			size_t c = left < CHUNK ? (size_t)left : CHUNK;
+			if (netlab_send_all(fd, chunk, c))
+				return;
+			left -= c;
+		}
+		return;
+	}
+	while ((k = recv(fd, chunk, CHUNK, 0)) > 0)
+		got += (uint64_t)k;
+	netlab_send_all(fd, &got, sizeof got);
+}
+
+static void tls_main(int fd)
+{
+	struct sockaddr_in sa;
+	socklen_t len = sizeof sa;
+
+	getsockname(fd, (struct sockaddr *)&sa, &len);
+	for (;;) {
+		int c = accept(fd, NULL, NULL);
+		if (c < 0)
+			continue;
+		tls_serve(c, ntohs(sa.sin_port));
+		close(c);
+	}
+}
+
 static void http_main(int fd)
 {
 	for (;;) {
@@ -245,7 +311,7 @@ static pid_t server_start(int ns, const char *addr, int type, uint16_t port,
 
 /* --- the client, in G (forked while threads run: system calls only) --- */
 
-enum xfer_kind { XFER_GET, XFER_POST };
+enum xfer_kind { XFER_GET, XFER_POST, XFER_TLS_GET, XFER_TLS_POST };
 
 struct xfer_result {
 	int step; /* 0: done; else where it failed (enum below) */
@@ -263,11 +329,14 @@ static void client_main(enum xfer_kind kind, int resolve, const char *addr, uint
 			struct xfer_result *res)
 {
 	static const char get[] = "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n";
-	static const char post[] = "POST / HTTP/1.1\r\nHost: a.test\r\n"
-				   "Content-Length: 1073741824\r\n\r\n";
+	static const char post_head[] = "POST / HTTP/1.1\r\nHost: a.test\r\n"
+					"Content-Length: 1073741824\r\n\r\n";
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-	uint64_t want = kind == XFER_GET ? sizeof get_answer - 1 + XFER_BYTES
-					 : sizeof post_answer - 1;
+	uint64_t want = kind == XFER_GET       ? sizeof get_answer - 1 + XFER_BYTES
+			: kind == XFER_POST    ? sizeof post_answer - 1
+			: kind == XFER_TLS_GET ? XFER_BYTES
+					       : sizeof(uint64_t);
+	int post = kind == XFER_POST || kind == XFER_TLS_POST;
 	uint64_t got = 0;
 	double t0;
 	int fd;
@@ -292,13 +361,14 @@ static void client_main(enum xfer_kind kind, int resolve, const char *addr, uint
 		res->err = errno;
 		return;
 	}
-	if (kind == XFER_GET ? netlab_send_all(fd, get, sizeof get - 1)
-			     : netlab_send_all(fd, post, sizeof post - 1)) {
+	if (kind == XFER_GET	? netlab_send_all(fd, get, sizeof get - 1)
+	    : kind == XFER_POST ? netlab_send_all(fd, post_head, sizeof post_head - 1)
+				: netlab_send_all(fd, hello_rec, hello_len)) {
 		res->step = STEP_SEND;
 		res->err = errno;
 		return;
 	}
-	for (uint64_t left = kind == XFER_POST ? XFER_BYTES : 0; left;) {
+	for (uint64_t left = post ? XFER_BYTES : 0; left;) {
 		size_t k = left < CHUNK ? (size_t)left : CHUNK;
 		if (netlab_send_all(fd, chunk, k)) {
 			res->step = STEP_SEND;
@@ -307,6 +377,8 @@ static void client_main(enum xfer_kind kind, int resolve, const char *addr, uint
 		}
 		left -= k;
 	}
+	if (kind == XFER_TLS_POST)
+		shutdown(fd, SHUT_WR);
 	for (;;) {
 		ssize_t k = recv(fd, chunk, CHUNK, 0);
 		if (k < 0 && errno == EINTR)
@@ -354,7 +426,7 @@ static struct xfer_result transfer(enum xfer_kind kind, int resolve, const char 
 		fprintf(stderr, "bench_net: client %s: %s\n", step_name[res.step],
 			strerror(res.err));
 		sleep(1); /* for the enforcer's reports, which say why */
-		die(kind == XFER_GET ? "download" : "upload", 0);
+		die(kind == XFER_GET || kind == XFER_TLS_GET ? "download" : "upload", 0);
 	}
 	return res;
 }
@@ -420,38 +492,89 @@ static double mbps(const struct xfer_result *r)
 	return (double)r->bytes / r->xfer_s / 1e6;
 }
 
-enum { CFG_DIRECT, CFG_RELAY, CFG_GRANTED, CFG_NAMED, NCFG };
+enum {
+	CFG_DIRECT,
+	CFG_RELAY,
+	CFG_GRANTED,
+	CFG_NAMED,
+	CFG_DIRECT_TLS,
+	CFG_GRANTED_TLS,
+	CFG_NAMED_TLS,
+	NCFG
+};
+
+/* A configuration: its name, its grants (none: no run at all), its
+ * baseline, and whether its stream is TLS. */
+static const struct cfg {
+	const char *name;
+	const char *grants[2];
+	size_t ngrants;
+	int base, tls;
+} cfgs[NCFG] = {
+    {"direct", {NULL}, 0, CFG_DIRECT, 0},
+    {"plain_relay", {NULL}, 0, CFG_DIRECT, 0},
+    {"granted", {SERVER ":80"}, 1, CFG_DIRECT, 0},
+    {"named", {"a.test:80"}, 1, CFG_DIRECT, 0},
+    {"direct_tls", {NULL}, 0, CFG_DIRECT_TLS, 1},
+    {"granted_tls", {SERVER ":443", SERVER ":8443"}, 2, CFG_DIRECT_TLS, 1},
+    {"named_tls", {"a.test:443", "a.test:8443"}, 2, CFG_DIRECT_TLS, 1},
+};
+
+/* Prints the figures of configurations [from, to): the downloads', then
+ * the uploads'. */
+static void figures(int from, int to, const double *md, const double *mu)
+{
+	for (int cfg = from; cfg < to; cfg++) {
+		const struct cfg *c = &cfgs[cfg];
+		printf("bench net.%s_mbps %.0f MB/s\n", c->name, md[cfg]);
+		if (cfg != c->base)
+			printf("bench net.%s_vs_%s %.2f ratio\n", c->name,
+			       cfgs[c->base].name, md[cfg] / md[c->base]);
+	}
+	for (int cfg = from; cfg < to; cfg++) {
+		const struct cfg *c = &cfgs[cfg];
+		printf("bench net.%s_upload_mbps %.0f MB/s\n", c->name, mu[cfg]);
+		if (cfg != c->base)
+			printf("bench net.%s_upload_vs_%s %.2f ratio\n", c->name,
+			       cfgs[c->base].name, mu[cfg] / mu[c->base]);
+	}
+}
 
 static void throughput(void)
 {
-	static const char *const addr_grant[] = {SERVER ":80"}, *const name_grant[] = {
-								    "a.test:80"};
-	static const char *const name[NCFG] = {"direct", "plain_relay", "granted",
-					       "named"};
 	double down[NCFG][ROUNDS], up[NCFG][ROUNDS], dns_ms[ROUNDS], md[NCFG], mu[NCFG];
 	struct sb_netpolicy pol[NCFG];
 	struct xfer_result r;
 	sb_net *n;
 
-	policy_of(&pol[CFG_GRANTED], addr_grant, 1);
-	policy_of(&pol[CFG_NAMED], name_grant, 1);
+	for (int cfg = 0; cfg < NCFG; cfg++)
+		if (cfgs[cfg].ngrants)
+			policy_of(&pol[cfg], cfgs[cfg].grants, cfgs[cfg].ngrants);
 	n = enforcer_open(1);
 	run_dir(RUN_ID);
 	for (int round = 0; round < ROUNDS; round++) {
 		for (int cfg = 0; cfg < NCFG; cfg++) {
+			const struct cfg *c = &cfgs[cfg];
 			sb_net_run *h = NULL;
 			const char *to = cfg == CFG_RELAY ? GATEWAY : SERVER;
-			uint16_t port = cfg == CFG_RELAY ? RELAY_PORT : 80;
-			if (cfg <= CFG_RELAY && table_there())
-				die("the table inet sanbox is there for the direct path",
+			int named = cfg == CFG_NAMED || cfg == CFG_NAMED_TLS;
+			if (!c->ngrants && table_there())
+				die("the table inet sanbox is there for a path without "
+				    "one",
 				    0);
-			if (cfg > CFG_RELAY)
+			if (c->ngrants)
 				h = run_up(n, RUN_ID, &pol[cfg]);
-			r = transfer(XFER_GET, cfg == CFG_NAMED, to, port);
+			r = transfer(c->tls ? XFER_TLS_GET : XFER_GET, named, to,
+				     c->tls		? TLS_DOWN
+				     : cfg == CFG_RELAY ? RELAY_PORT
+							: 80);
 			down[cfg][round] = mbps(&r);
 			if (cfg == CFG_NAMED)
 				dns_ms[round] = r.dns_s * 1e3;
-			r = transfer(XFER_POST, cfg == CFG_NAMED, to, port);
+			r = transfer(c->tls ? XFER_TLS_POST : XFER_POST, named, to,
+				     c->tls		? TLS_UP
+				     : cfg == CFG_RELAY ? RELAY_PORT
+							: 80);
 			up[cfg][round] = mbps(&r);
 			if (h)
 				run_down(h, RUN_ID, 1);
@@ -462,19 +585,9 @@ static void throughput(void)
 		md[cfg] = bench_median(down[cfg], ROUNDS);
 		mu[cfg] = bench_median(up[cfg], ROUNDS);
 	}
-	for (int cfg = 0; cfg < NCFG; cfg++) {
-		printf("bench net.%s_mbps %.0f MB/s\n", name[cfg], md[cfg]);
-		if (cfg)
-			printf("bench net.%s_vs_direct %.2f ratio\n", name[cfg],
-			       md[cfg] / md[0]);
-	}
-	for (int cfg = 0; cfg < NCFG; cfg++) {
-		printf("bench net.%s_upload_mbps %.0f MB/s\n", name[cfg], mu[cfg]);
-		if (cfg)
-			printf("bench net.%s_upload_vs_direct %.2f ratio\n", name[cfg],
-			       mu[cfg] / mu[0]);
-	}
+	figures(CFG_DIRECT, CFG_DIRECT_TLS, md, mu);
 	printf("bench net.stub_lookup_ms %.2f ms\n", bench_median(dns_ms, ROUNDS));
+	figures(CFG_DIRECT_TLS, NCFG, md, mu);
 	fflush(stdout);
 }
 
@@ -541,6 +654,7 @@ static void setup_times(void)
 int main(void)
 {
 	struct sigaction sa = {.sa_handler = on_signal};
+	uint8_t sni_ext[300];
 
 	if (geteuid() != 0) {
 		fprintf(stderr, "bench_net: needs root (network namespaces): skipped\n");
@@ -556,7 +670,11 @@ int main(void)
 	    /* this process lives in H from here on, and every thread it starts */
 	    netlab_enter_h(&lab))
 		die_lab();
+	hello_len = hello(hello_rec, sni_ext, sni(sni_ext, "a.test"));
 	kids[KID_HTTP] = server_start(NETLAB_S, SERVER, SOCK_STREAM, 80, http_main);
+	kids[KID_TLS_DOWN] =
+	    server_start(NETLAB_S, SERVER, SOCK_STREAM, TLS_DOWN, tls_main);
+	kids[KID_TLS_UP] = server_start(NETLAB_S, SERVER, SOCK_STREAM, TLS_UP, tls_main);
 	kids[KID_DNS] = server_start(NETLAB_S, SERVER, SOCK_DGRAM, 53, netlab_dns_main);
 	kids[KID_RELAY] =
 	    server_start(NETLAB_H, GATEWAY, SOCK_STREAM, RELAY_PORT, relay_main);

@@ -1,7 +1,7 @@
 /* test_judge.c - TLS connections judged segment by segment (judge.h): the
  * ClientHello whole and in pieces, the server's ACK that lets a connection
  * go, and a hostile guest's TCP: gaps, copies of checked bytes with other
- * bytes, urgent data, data on or before the SYN, a second SYN, FIN before
+ * bytes, urgent data, data on an RST or on or before the SYN, a second SYN, FIN before
  * the name, plain HTTP on a TLS port, sequence numbers that wrap. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -182,6 +182,9 @@ static void test_hostile_tcp(void **state)
 	killed(guest(SB_TCP_FIN, 10, ch, 10), "closed before naming");
 	open_conn(9);
 	killed(guest(SB_TCP_FIN, 0, ch, 0), "closed before naming");
+	/* data on an RST */
+	open_conn(9);
+	killed(guest(SB_TCP_RST, 0, ch, 10), "data on an RST");
 	/* an RST and empty ACKs go through */
 	open_conn(9);
 	assert_int_equal(guest(0, 0, ch, 0), SB_JUDGE_ACCEPT);

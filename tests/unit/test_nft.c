@@ -98,9 +98,20 @@ static void test_script_text(void **state)
 	assert_non_null(
 	    strstr(s, "ip saddr != 10.87.0.2 counter name c_0123456789ab drop"));
 	assert_non_null(strstr(s, "th dport 53 redirect to :40053"));
-	assert_non_null(strstr(s, "tcp dport { " SB_NFT_NAMED_PORTS " }"));
+	assert_non_null(strstr(s, "tcp dport { " SB_NFT_PROXY_PORTS " }"));
 	assert_non_null(strstr(s, "ct mark 0x00010001 accept"));
+	/* the TLS ports go to the judge, with the judging mark */
+	assert_non_null(strstr(s, "tcp dport { " SB_NFT_TLS_PORTS " } ip daddr"));
+	assert_non_null(strstr(s, "ct mark set 0x00010fff jump judge"));
 	free(s);
+	/* a run id of 00000...: no mark of it is 0, the judging mark neither
+	 * (0 is every connection no rule marked) */
+	r.mark = 0x00000001;
+	assert_int_equal(sb_nft_run_script(&r, &p, 0, NULL, 0, &s), SB_OK);
+	assert_null(strstr(s, "ct mark 0x00000000"));
+	assert_non_null(strstr(s, "ct mark 0x00000fff jump judge"));
+	free(s);
+	r.mark = 0x00010001;
 	/* no IPv6 address: every IPv6 packet drops */
 	r.guest6[0] = r.host6[0] = 0;
 	assert_int_equal(sb_nft_run_script(&r, &p, 1, NULL, 0, &s), SB_OK);
