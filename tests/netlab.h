@@ -16,7 +16,8 @@
  * and processes hold them), so nothing of them outlives its processes.
  *
  * Also: a DNS server for S (a.test A 203.0.113.10, every other name
- * NXDOMAIN), a lookup of a.test through the run's stub for G, and the
+ * NXDOMAIN), a lookup of a.test through the run's stub for G, a run's
+ * reports gathered for the tests to look for denials in, and the
  * daemon's part: its loop on a thread of its own, a worker pool, the
  * enforcer's configuration, a run's start and awaited end.
  *
@@ -415,6 +416,54 @@ static inline int netlab_resolve(void)
 	    (ans[6] << 8 | ans[7]) < 1)
 		return -1;
 	return memcmp(ans + k - 4, (uint8_t[]){203, 0, 113, 10}, 4) ? -1 : 0;
+}
+
+/* --- the enforcer's reports, gathered on the daemon's loop --- */
+
+#define NETLAB_REPORTS_MAX 32
+
+static pthread_mutex_t netlab_reports_mu __attribute__((unused)) =
+    PTHREAD_MUTEX_INITIALIZER;
+static struct sb_net_report netlab_reports[NETLAB_REPORTS_MAX] __attribute__((unused));
+static size_t netlab_nreports __attribute__((unused));
+
+/* A run's report callback (sb_net_run_start): keeps the first
+ * NETLAB_REPORTS_MAX reports. */
+static inline void netlab_report(void *ctx, const struct sb_net_report *r)
+{
+	(void)ctx;
+	pthread_mutex_lock(&netlab_reports_mu);
+	if (netlab_nreports < NETLAB_REPORTS_MAX)
+		netlab_reports[netlab_nreports++] = *r;
+	pthread_mutex_unlock(&netlab_reports_mu);
+}
+
+static inline void netlab_reports_clear(void)
+{
+	pthread_mutex_lock(&netlab_reports_mu);
+	netlab_nreports = 0;
+	pthread_mutex_unlock(&netlab_reports_mu);
+}
+
+/* Waits up to 3 s (reports come every second) for a denial of name for
+ * reason on port (-1: any); 1 when it came. */
+static inline int netlab_denial_seen(const char *name, const char *reason, int port)
+{
+	for (int i = 0; i < 60; i++) {
+		int seen = 0;
+		pthread_mutex_lock(&netlab_reports_mu);
+		for (size_t k = 0; k < netlab_nreports; k++) {
+			const struct sb_net_report *r = &netlab_reports[k];
+			seen |= r->kind == SB_NET_DENIED && !strcmp(r->name, name) &&
+				!strcmp(r->reason, reason) &&
+				(port < 0 || r->port == port);
+		}
+		pthread_mutex_unlock(&netlab_reports_mu);
+		if (seen)
+			return 1;
+		usleep(50000);
+	}
+	return 0;
 }
 
 /* --- the daemon's part, in H --- */

@@ -145,6 +145,18 @@ static const char get_answer[] = "HTTP/1.1 200 OK\r\nContent-Length: 1073741824\
 static const char post_answer[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n"
 				  "Connection: close\r\n\r\n";
 
+/* Sends XFER_BYTES of chunk to fd; 0 when all went. */
+static int xfer_send(int fd)
+{
+	for (uint64_t left = XFER_BYTES; left;) {
+		size_t k = left < CHUNK ? (size_t)left : CHUNK;
+		if (netlab_send_all(fd, chunk, k))
+			return -1;
+		left -= k;
+	}
+	return 0;
+}
+
 /* Serves one HTTP connection: a GET gets XFER_BYTES, a POST's body is
  * read to its Content-Length and answered. */
 static void http_serve(int fd)
@@ -165,14 +177,8 @@ static void http_serve(int fd)
 	if (!end)
 		return;
 	if (!strncmp(head, "GET ", 4)) {
-		if (netlab_send_all(fd, get_answer, sizeof get_answer - 1))
-			return;
-		for (uint64_t left = XFER_BYTES; left;) {
-			size_t k = left < CHUNK ? (size_t)left : CHUNK;
-			if (netlab_send_all(fd, chunk, k))
-				return;
-			left -= k;
-		}
+		if (netlab_send_all(fd, get_answer, sizeof get_answer - 1) == 0)
+			xfer_send(fd);
 		return;
 	}
 	if (strncmp(head, "POST ", 5) || !(cl = strcasestr(head, "content-length:")))
@@ -213,12 +219,7 @@ static void tls_serve(int fd, uint16_t port)
 		len -= (size_t)k;
 	}
 	if (port == TLS_DOWN) {
-		for (uint64_t left = XFER_BYTES; left;) {
-			size_t c = left < CHUNK ? (size_t)left : CHUNK;
-			if (netlab_send_all(fd, chunk, c))
-				return;
-			left -= c;
-		}
+		xfer_send(fd);
 		return;
 	}
 	while ((k = recv(fd, chunk, CHUNK, 0)) > 0)
@@ -368,14 +369,10 @@ static void client_main(enum xfer_kind kind, int resolve, const char *addr, uint
 		res->err = errno;
 		return;
 	}
-	for (uint64_t left = post ? XFER_BYTES : 0; left;) {
-		size_t k = left < CHUNK ? (size_t)left : CHUNK;
-		if (netlab_send_all(fd, chunk, k)) {
-			res->step = STEP_SEND;
-			res->err = errno;
-			return;
-		}
-		left -= k;
+	if (post && xfer_send(fd)) {
+		res->step = STEP_SEND;
+		res->err = errno;
+		return;
 	}
 	if (kind == XFER_TLS_POST)
 		shutdown(fd, SHUT_WR);

@@ -38,39 +38,10 @@ static sb_net_run *run;
 static pid_t srv_pid, dns_pid;
 static char srv_log[128];
 
-/* --- the enforcer's reports --- */
-
-static pthread_mutex_t reports_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct sb_net_report reports[32];
-static size_t nreports;
-
-static void on_report(void *ctx, const struct sb_net_report *r)
-{
-	(void)ctx;
-	pthread_mutex_lock(&reports_mu);
-	if (nreports < 32)
-		reports[nreports++] = *r;
-	pthread_mutex_unlock(&reports_mu);
-}
-
-/* 1 when a denial of name for reason came within 3 s (reports come each
- * second). */
+/* 1 when a denial of name for reason on the TLS port came (netlab.h). */
 static int denial_seen(const char *name, const char *reason)
 {
-	for (int i = 0; i < 60; i++) {
-		int seen = 0;
-		pthread_mutex_lock(&reports_mu);
-		for (size_t k = 0; k < nreports; k++)
-			seen |= reports[k].kind == SB_NET_DENIED &&
-				!strcmp(reports[k].name, name) &&
-				!strcmp(reports[k].reason, reason) &&
-				reports[k].port == TLS_PORT;
-		pthread_mutex_unlock(&reports_mu);
-		if (seen)
-			return 1;
-		usleep(50000);
-	}
-	return 0;
+	return netlab_denial_seen(name, reason, TLS_PORT);
 }
 
 /* 1 when the server's log holds s. */
@@ -493,7 +464,8 @@ static int setup(void **state)
 		return rc == SB_ERR_UNAVAIL ? lab_skip() : (lab_down(), -1);
 	if (netlab_policy(&lab, &pol, grants, 1) || netlab_enforcer_open(&lab, 1, &net))
 		goto fail;
-	if ((rc = netlab_run_up(&lab, net, NETLAB_RUN_ID, &pol, on_report, NULL, &run)))
+	if ((rc = netlab_run_up(&lab, net, NETLAB_RUN_ID, &pol, netlab_report, NULL,
+				&run)))
 		return rc == SB_ERR_UNAVAIL
 			   ? lab_skip()
 			   : (print_error("%s\n", lab.err), lab_down(), -1);

@@ -40,48 +40,6 @@ static sb_net_run *run;
 static pid_t dns_pid;
 static pid_t net_tid; /* the enforcer's thread, where the proxy runs */
 
-/* --- the enforcer's reports, gathered on the daemon's loop --- */
-
-#define REPORTS_MAX 32
-
-static pthread_mutex_t reports_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct sb_net_report reports[REPORTS_MAX];
-static size_t nreports;
-
-static void on_report(void *ctx, const struct sb_net_report *r)
-{
-	pthread_mutex_lock(&reports_mu);
-	if (nreports < REPORTS_MAX)
-		reports[nreports++] = *r;
-	pthread_mutex_unlock(&reports_mu);
-}
-
-static void reports_clear(void)
-{
-	pthread_mutex_lock(&reports_mu);
-	nreports = 0;
-	pthread_mutex_unlock(&reports_mu);
-}
-
-/* Waits up to 3 s for a denial of name for reason (the reports come every
- * second); 1 when it came. */
-static int denial_seen(const char *name, const char *reason)
-{
-	for (int i = 0; i < 60; i++) {
-		int seen = 0;
-		pthread_mutex_lock(&reports_mu);
-		for (size_t k = 0; k < nreports; k++)
-			seen |= reports[k].kind == SB_NET_DENIED &&
-				!strcmp(reports[k].name, name) &&
-				!strcmp(reports[k].reason, reason);
-		pthread_mutex_unlock(&reports_mu);
-		if (seen)
-			return 1;
-		usleep(50000);
-	}
-	return 0;
-}
-
 /* --- the peers: a client in G and a server in S, forked per test --- */
 
 /* What a peer saw, sent back to the test through a pipe. */
@@ -557,7 +515,8 @@ static int setup(void **state)
 		goto fail;
 	}
 	/* SB_ERR_UNAVAIL: the host cannot enforce (sb_net_check says why) */
-	if ((rc = netlab_run_up(&lab, net, NETLAB_RUN_ID, &pol, on_report, NULL, &run)))
+	if ((rc = netlab_run_up(&lab, net, NETLAB_RUN_ID, &pol, netlab_report, NULL,
+				&run)))
 		return rc == SB_ERR_UNAVAIL ? lab_skip() : fail_setup();
 	lab_ready = 1;
 	return 0;
@@ -575,7 +534,7 @@ static int teardown(void **state)
 static int test_setup(void **state)
 {
 	wire_reset();
-	reports_clear();
+	netlab_reports_clear();
 	return 0;
 }
 
@@ -867,7 +826,8 @@ static void test_upgrade_unanswered(void **state)
 	if (!cli.ended || !cli.reset)
 		fail_msg("the client's connection did not end (EOF %d, closed %d)",
 			 cli.ended, cli.reset);
-	assert_true(denial_seen("a.test", "a request after a declined Upgrade"));
+	assert_true(
+	    netlab_denial_seen("a.test", "a request after a declined Upgrade", -1));
 }
 
 /* The same when the server ended before the guest's next bytes came: the
@@ -949,7 +909,7 @@ static void smuggle(const char *head, size_t body, const char *body_end)
 	assert_true(srv.ended);
 	if (!cli.ended)
 		fail_msg("the client's connection was not closed");
-	assert_true(denial_seen("b.test", "name not granted"));
+	assert_true(netlab_denial_seen("b.test", "name not granted", -1));
 }
 
 static void test_smuggle_content_length(void **state)
