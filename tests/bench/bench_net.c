@@ -11,11 +11,12 @@
  * In S, forked servers: HTTP on port 80 (a GET is answered with 1 GiB; a
  * POST's body is read to its Content-Length, then answered), "TLS" on
  * ports 443 and 8443 (a ClientHello record is read; then on 443 1 GiB is
- * sent, on 8443 all is read to EOF and its count answered: no
- * cryptography, as the enforcer reads nothing after the ClientHello) and
- * DNS on port 53 (a.test A 203.0.113.10, dns.h). In G, a forked client per
- * transfer sends its request with Host a.test, or a ClientHello naming
- * a.test, and reads to EOF; the time counts from connect to EOF.
+ * sent, on 8443 all is read to EOF and, if it was 1 GiB, its count
+ * answered: no cryptography, as the enforcer reads nothing after the
+ * ClientHello) and DNS on port 53 (a.test A 203.0.113.10, dns.h). In G, a
+ * forked client per transfer sends its request with Host a.test, or a
+ * ClientHello naming a.test, and reads to EOF; the time counts from
+ * connect to EOF.
  *
  * The configurations, taken in turn in each of ROUNDS rounds (medians):
  *   direct   no enforcer, no table at all: plain forwarding, no conntrack.
@@ -200,8 +201,9 @@ static size_t hello_len;
 
 /* Serves one "TLS" connection: reads a ClientHello record, then on
  * TLS_DOWN sends XFER_BYTES, on TLS_UP reads to EOF and answers the count
- * (8 bytes). No cryptography: past the ClientHello the enforcer reads
- * nothing, so the bytes after it need not be records. */
+ * (8 bytes) only if it is XFER_BYTES, so a short upload fails the client.
+ * No cryptography: past the ClientHello the enforcer reads nothing, so the
+ * bytes after it need not be records. */
 static void tls_serve(int fd, uint16_t port)
 {
 	uint8_t head[5];
@@ -224,7 +226,8 @@ static void tls_serve(int fd, uint16_t port)
 	}
 	while ((k = recv(fd, chunk, CHUNK, 0)) > 0)
 		got += (uint64_t)k;
-	netlab_send_all(fd, &got, sizeof got);
+	if (got == XFER_BYTES)
+		netlab_send_all(fd, &got, sizeof got);
 }
 
 static void tls_main(int fd)
