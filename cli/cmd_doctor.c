@@ -94,7 +94,8 @@ static void net_checks(struct report *r)
 	sb_nft_close(n);
 	check(r, "nftlib", rc == SB_OK, msg);
 	/* the judge of TLS connections to granted names (nfq.h) */
-	if ((rc = sb_nfq_open(21314, 64, 1, &q, &num)) == SB_OK)
+	if ((rc = sb_nfq_open(SB_NFQ_ENFORCER_FIRST, SB_NFQ_ENFORCER_COUNT, 1, &q,
+			      &num)) == SB_OK)
 		snprintf(msg, sizeof msg, "NFQUEUE works (queue %u free)", num);
 	else
 		snprintf(msg, sizeof msg,

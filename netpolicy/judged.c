@@ -23,9 +23,7 @@
 #include "netpolicy/netrun.h"
 #include "netpolicy/nfq.h"
 
-#define QUEUE_FIRST 21314 /* the enforcer's queue number: the first free from */
-#define QUEUE_COUNT 64
-#define QUEUE_LEN   16384 /* packets the kernel holds for it: 16 runs' most */
+#define QUEUE_LEN 16384 /* packets the kernel holds for it: 16 runs' most */
 
 /* A connection: the guest's end and the server's. */
 struct conn_key {
@@ -124,10 +122,10 @@ static int is_guest(const struct net_run *r, int family, const uint8_t *a)
 			   : r->has6 && !memcmp(a, r->guest6, 16);
 }
 
+/* A failed verdict needs nothing: the kernel drops the packet in time. */
 static void verdict(sb_net *n, uint32_t id, enum sb_nfq_verdict v, uint32_t mark)
 {
-	if (sb_nfq_verdict(n->nfq, id, v, mark)) /* the kernel drops it in time */
-		return;
+	(void)sb_nfq_verdict(n->nfq, id, v, mark);
 }
 
 static void report(struct net_run *r, const struct conn_key *k, const char *name,
@@ -154,10 +152,8 @@ static void judged_free(struct net_run *r, size_t i)
 static void kill_conn(struct net_run *r, size_t i, uint32_t id, const char *why)
 {
 	struct judged *c = r->judging[i];
-	char msg[256];
 
-	snprintf(msg, sizeof msg, "%s", why);
-	report(r, &c->k, c->j.name, msg);
+	report(r, &c->k, c->j.name, why); /* before anything may set sb_errmsg */
 	verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_KILL);
 	judged_free(r, i);
 }
@@ -283,11 +279,12 @@ static void judge_packet(struct net_run *r, const struct packet *pk, uint32_t id
 	size_t i;
 	int rc;
 
-	for (i = 0; i < r->njudging && !c; i++)
+	for (i = 0; i < r->njudging; i++)
 		if (key_eq(&r->judging[i]->k, &pk->k))
-			c = r->judging[i];
-	i--;
-	if (!c) {
+			break;
+	if (i < r->njudging) {
+		c = r->judging[i];
+	} else {
 		if (!pk->s.from_guest || (pk->s.flags & (SB_TCP_SYN | SB_TCP_ACK |
 							 SB_TCP_RST)) != SB_TCP_SYN) {
 			unknown(r, pk, id);
@@ -304,8 +301,7 @@ static void judge_packet(struct net_run *r, const struct packet *pk, uint32_t id
 		c->srv_seen = 0;
 		c->nheld = 0;
 		sb_judge_init(&c->j);
-		i = r->njudging;
-		r->judging[r->njudging++] = c;
+		r->judging[r->njudging++] = c; /* at i */
 	}
 	seq_seen(c, &pk->s);
 	switch ((rc = sb_judge_seg(&c->j, &pk->s))) {
@@ -396,8 +392,8 @@ int judge_open(sb_net *n)
 			n->raw4 = socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
 		if (n->raw6 < 0)
 			n->raw6 = socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
-		if ((rc = sb_nfq_open(QUEUE_FIRST, QUEUE_COUNT, QUEUE_LEN, &n->nfq,
-				      &n->nfq_num)))
+		if ((rc = sb_nfq_open(SB_NFQ_ENFORCER_FIRST, SB_NFQ_ENFORCER_COUNT,
+				      QUEUE_LEN, &n->nfq, &n->nfq_num)))
 			return sb_seterr(SB_ERR_UNAVAIL, "network acl needs NFQUEUE: %s",
 					 sb_errmsg(rc));
 		if ((rc = sb_loop_post(n->loop, queue_watch, n))) {

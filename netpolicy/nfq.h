@@ -18,6 +18,11 @@
 
 typedef struct sb_nfq sb_nfq;
 
+/* The numbers the enforcer's queue takes the first free of (judged.c;
+ * sanbox doctor tries the same). */
+#define SB_NFQ_ENFORCER_FIRST 21314
+#define SB_NFQ_ENFORCER_COUNT 64
+
 /* A queued packet, valid during the call that hands it over. */
 struct sb_nfq_pkt {
 	uint32_t id;	     /* the kernel's, for the verdict */

@@ -309,10 +309,11 @@ static void grants_add(FILE *f, const char *id, const struct sb_netpolicy *p, in
 		fprintf(f, " }\n");
 }
 
-/* The rules of chain c (f or o) of r, in family ip's part, for the
- * connections the judge reads: its verdicts, then its queue. */
-static void judging_rules(FILE *f, char c, const struct sb_nft_run *r, const char *ip)
+/* The rules of chain c (f or o) of r, in one family's part (v6: IPv6),
+ * for the connections the judge reads: its verdicts, then its queue. */
+static void judging_rules(FILE *f, char c, const struct sb_nft_run *r, int v6)
 {
+	const char *fam = v6 ? "ipv6" : "ipv4";
 	uint32_t j = SB_NFT_JUDGING(r->mark);
 
 	fprintf(f,
@@ -321,9 +322,8 @@ static void judging_rules(FILE *f, char c, const struct sb_nft_run *r, const cha
 		"add rule inet sanbox %c_%s meta nfproto %s ct mark 0x%08x meta mark "
 		"0x%08x meta mark set 0 reject with tcp reset\n"
 		"add rule inet sanbox %c_%s meta nfproto %s ct mark 0x%08x jump judge\n",
-		c, r->id, ip[2] ? "ipv6" : "ipv4", j, SB_NFT_PASS, r->mark, c, r->id,
-		ip[2] ? "ipv6" : "ipv4", j, SB_NFT_KILL, c, r->id,
-		ip[2] ? "ipv6" : "ipv4", j);
+		c, r->id, fam, j, SB_NFT_PASS, r->mark, c, r->id, fam, j, SB_NFT_KILL, c,
+		r->id, fam, j);
 }
 
 /* The rules of one family (ip or ip6) in r's chains. */
@@ -343,8 +343,8 @@ static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
 	/* f: what the guest sends through the host */
 	fprintf(f, "add rule inet sanbox f_%s %s saddr != %s counter name c_%s drop\n",
 		id, ip, guest, id);
-	judging_rules(f, 'f', r, ip);
-	judging_rules(f, 'o', r, ip);
+	judging_rules(f, 'f', r, v6);
+	judging_rules(f, 'o', r, v6);
 	fprintf(f,
 		"add rule inet sanbox f_%s tcp dport { %s } %s daddr . meta l4proto . th "
 		"dport @n%d_%s ct mark set 0x%08x jump judge\n",
