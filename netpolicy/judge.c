@@ -27,6 +27,18 @@ static int kill(struct sb_judge *j, const char *why)
 	return sb_seterr(SB_ERR_DENIED, "%s", why);
 }
 
+#define REWRITE "a segment carries bytes other than those checked"
+
+/* 1 when segment s, at stream offset o, carries bytes of [o, lim) other
+ * than the ones kept there. */
+static int rewrites(const struct sb_judge *j, const struct sb_judge_seg *s, uint32_t o,
+		    size_t lim)
+{
+	size_t end = (size_t)o + s->len;
+
+	return o < lim && memcmp(j->kept + o, s->data, (end < lim ? end : lim) - o);
+}
+
 /* Reads a guest segment's payload while the ClientHello is read. */
 static int reading(struct sb_judge *j, const struct sb_judge_seg *s, uint32_t o)
 {
@@ -35,12 +47,10 @@ static int reading(struct sb_judge *j, const struct sb_judge_seg *s, uint32_t o)
 
 	if (o > j->nkept)
 		return SB_JUDGE_DROP; /* a gap: the guest sends again */
+	if (rewrites(j, s, o, j->nkept))
+		return kill(j, REWRITE);
 	if (end <= j->nkept)
-		return memcmp(j->kept + o, s->data, s->len)
-			   ? kill(j, "a segment carries bytes other than those checked")
-			   : SB_JUDGE_DROP; /* the copy that waits goes on */
-	if (memcmp(j->kept + o, s->data, j->nkept - o))
-		return kill(j, "a segment carries bytes other than those checked");
+		return SB_JUDGE_DROP; /* the copy that waits goes on */
 	room = sizeof j->kept - j->nkept;
 	if (end - j->nkept < room)
 		room = end - j->nkept;
@@ -70,7 +80,6 @@ static int reading(struct sb_judge *j, const struct sb_judge_seg *s, uint32_t o)
 static int from_guest(struct sb_judge *j, const struct sb_judge_seg *s)
 {
 	uint32_t o;
-	size_t lim;
 
 	if (j->state == SB_JUDGE_NEW) {
 		if ((s->flags & (SB_TCP_SYN | SB_TCP_ACK | SB_TCP_RST)) != SB_TCP_SYN)
@@ -97,11 +106,7 @@ static int from_guest(struct sb_judge *j, const struct sb_judge_seg *s)
 	if (j->state == SB_JUDGE_READING)
 		return reading(j, s, o);
 	/* allowed: the ClientHello's bytes again must be the same */
-	lim = j->judged;
-	if (o < lim &&
-	    memcmp(j->kept + o, s->data, (size_t)o + s->len < lim ? s->len : lim - o))
-		return kill(j, "a segment carries bytes other than those checked");
-	return SB_JUDGE_ACCEPT;
+	return rewrites(j, s, o, j->judged) ? kill(j, REWRITE) : SB_JUDGE_ACCEPT;
 }
 
 static int from_server(struct sb_judge *j, const struct sb_judge_seg *s)
