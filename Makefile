@@ -112,6 +112,11 @@ $(BUILD)/fuzz/fuzz_judge: tests/fuzz/fuzz_judge.c netpolicy/judge.c netpolicy/sn
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -o $@ $^
 
+# the judge of an HTTP connection's segments, a hostile guest on a lossy path
+$(BUILD)/fuzz/fuzz_judge_http: tests/fuzz/fuzz_judge_http.c netpolicy/judge.c netpolicy/sniff.c engine/error.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $^
+
 deps:
 	@sh tools/deps.sh
 

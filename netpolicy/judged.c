@@ -1,14 +1,17 @@
-/* judged.c - the TLS connections of hostname grants, read by the judge
- * (judge.h) on the net loop.
+/* judged.c - the TLS and HTTP connections of hostname grants, read by the
+ * judge (judge.h) on the net loop.
  *
- * nftables queues (nft.h's chain judge) every packet of a connection to a
+ * nftables queues (nft.h's chain judge) the packets of a connection to a
  * granted name's address on a TLS port, both ways, while its conntrack
- * mark says it is judged. One queue serves all runs of the enforcer: a
- * packet's run is the one whose tap it came in on (the guest's), or whose
- * guest it goes to (the server's). Each connection's verdicts come from
- * its judge; a connection let go is remembered (its key and name) so that
- * after a change of grants, which gives the run a new mark and so brings
- * its connections back here, it goes on only while its name is granted.
+ * mark says it is judged; on an HTTP port, the guest's that carry data or
+ * flags, for as long as the connection lasts, but for a long body's: the
+ * judge puts its sequence numbers in the run's set b4/b6 (a bypass) and
+ * they go past. One queue serves all runs of the enforcer: a packet's run
+ * is the one whose tap it came in on (the guest's), or whose guest it
+ * goes to (the server's). Each connection's verdicts come from its judge;
+ * a TLS connection let go is remembered (its key and name) so that after a
+ * change of grants, which gives the run a new mark and so brings its
+ * connections back here, it goes on only while its name is granted.
  */
 #include <arpa/inet.h>
 #include <net/if.h>
@@ -23,7 +26,12 @@
 #include "netpolicy/netrun.h"
 #include "netpolicy/nfq.h"
 
-#define QUEUE_LEN 16384 /* packets the kernel holds for it: 16 runs' most */
+#define QUEUE_LEN    16384	  /* packets the kernel holds for it: 16 runs' most */
+#define BYPASS_MIN   (256 * 1024) /* a body this long goes past the judge */
+#define BYPASS_SPAN  (1u << 30)	  /* ... this much of it at a time */
+#define BYPASS_S     60		  /* its element's timeout */
+#define HTTP_IDLE_S  900.0	  /* an HTTP connection silent this long is forgotten */
+#define HTTP_CLOSE_S 60.0	  /* ... one whose guest closed it, after this */
 
 /* A connection: the guest's end and the server's. */
 struct conn_key {
@@ -32,9 +40,14 @@ struct conn_key {
 	uint16_t gport, sport;
 };
 
+struct bypass;
+
 struct judged {
 	struct conn_key k;
-	double since;
+	double since, last;	       /* its first packet, its last */
+	double closed;		       /* the guest's FIN (0: none yet) */
+	double held_since;	       /* the first of the packets held now */
+	struct bypass *by;	       /* its body's bypass, if any */
 	uint32_t guest_next, srv_next; /* the next sequence number of each */
 	int srv_seen;
 	uint32_t held[NET_JUDGE_HELD];
@@ -45,6 +58,23 @@ struct judged {
 struct passed {
 	struct conn_key k;
 	char name[SB_NET_HOST_MAX];
+};
+
+/* A body's bypass: its element in the run's set b4/b6, from the job that
+ * adds it to the one that takes it out (or its timeout). While it may be
+ * there, its connection's judge is fenced (sb_judge_fence). */
+struct bypass {
+	struct bypass *next; /* the run's list */
+	struct net_run *r;
+	struct judged *c; /* NULL once the connection is forgotten */
+	struct sb_nft_body b;
+	uint32_t span;	/* bytes from b.first the element is for */
+	double expires; /* its element is gone by then, whatever happened */
+	int add, rc;	/* the job under way (1: add, 0: delete), its result */
+	int busy;	/* a job is under way */
+	int in;		/* the element is in the set */
+	int unwanted;	/* take it out once it is in */
+	int orphan;	/* its run's set is gone: free it once its job is done */
 };
 
 /* A packet read: its connection and its TCP segment. */
@@ -137,23 +167,131 @@ static void report(struct net_run *r, const struct conn_key *k, const char *name
 	net_agg_add(r, SB_NET_DENIED, dst, k->sport, "tcp", name, why, NULL, 1);
 }
 
-/* Forgets c: its waiting packets are dropped. */
+static void bypass_job(void *ctx);
+static void bypass_free(struct bypass *by);
+
+/* Starts by's job: adding its element (add 1) or taking it out. */
+static void bypass_submit(struct bypass *by, int add)
+{
+	by->add = add;
+	by->busy = 1;
+	net_busy(by->r);
+	if (sb_work_submit(by->r->n->c.work, bypass_job, by)) {
+		by->busy = 0;
+		net_idle(by->r);
+		if (add)
+			bypass_free(by); /* never in; else it goes at its timeout */
+	}
+}
+
+/* Frees by: its element is not in the set (any more). */
+static void bypass_free(struct bypass *by)
+{
+	struct bypass **p = &by->r->bypasses;
+
+	while (*p != by)
+		p = &(*p)->next;
+	*p = by->next;
+	if (by->c) {
+		sb_judge_fence(&by->c->j, 0);
+		by->c->by = NULL;
+	}
+	free(by);
+}
+
+static void bypass_done(void *ctx)
+{
+	struct bypass *by = ctx;
+	struct net_run *r = by->r;
+
+	by->busy = 0;
+	if (by->orphan) {
+		bypass_free(by);
+	} else if (by->add && by->rc == SB_OK) {
+		by->in = 1;
+		by->expires = sb_loop_now(r->n->loop) + BYPASS_S + 1;
+		if (by->unwanted || !by->c)
+			bypass_submit(by, 0);
+	} else if (by->add || by->rc == SB_OK) {
+		bypass_free(by); /* never in, or taken out */
+	}			 /* else it goes at its timeout (judge_sweep) */
+	net_idle(r);
+}
+
+static void bypass_job(void *ctx)
+{
+	struct bypass *by = ctx;
+
+	by->rc = sb_nft_body_set(by->r->n->nft, by->r->id, &by->b, by->add, BYPASS_S);
+	if (sb_loop_post(by->r->n->loop, bypass_done, by))
+		by->busy = 0; /* the loop is closing: judge_stop frees it */
+}
+
+/* After c's guest segment went through: a long body the judge need not
+ * read gets a bypass; one the judge read past loses it. */
+static void bypass_check(struct net_run *r, struct judged *c)
+{
+	struct bypass *by = c->by;
+	uint32_t seq;
+	uint64_t len;
+
+	if (by) {
+		if (!by->unwanted &&
+		    (uint32_t)(c->guest_next - by->b.first) >= by->span - 65536) {
+			by->unwanted = 1;
+			if (by->in && !by->busy)
+				bypass_submit(by, 0);
+		}
+		return;
+	}
+	if (!sb_judge_body(&c->j, &seq, &len) || len < BYPASS_MIN ||
+	    !(by = calloc(1, sizeof *by)))
+		return;
+	by->r = r;
+	by->c = c;
+	by->b.family = c->k.family;
+	memcpy(by->b.addr, c->k.server, sizeof by->b.addr);
+	by->b.port = c->k.sport;
+	by->b.gport = c->k.gport;
+	by->span = len < BYPASS_SPAN ? (uint32_t)len : BYPASS_SPAN;
+	by->b.first = seq;
+	by->b.last = seq + by->span - 65536; /* a segment from it on ends past
+					      * the span: the judge reads it */
+	by->next = r->bypasses;
+	r->bypasses = by;
+	c->by = by;
+	sb_judge_fence(&c->j, 1);
+	bypass_submit(by, 1);
+}
+
+/* Forgets c: its waiting packets are dropped, its bypass taken out. */
 static void judged_free(struct net_run *r, size_t i)
 {
 	struct judged *c = r->judging[i];
 
 	for (size_t h = 0; h < c->nheld; h++)
 		verdict(r->n, c->held[h], SB_NFQ_DROP, 0);
+	if (c->by) {
+		c->by->c = NULL;
+		if (c->by->in && !c->by->busy)
+			bypass_submit(c->by, 0);
+	}
 	free(c);
 	r->judging[i] = r->judging[--r->njudging];
 }
 
-/* Refuses connection i (and resets it, through packet id); reports why. */
-static void kill_conn(struct net_run *r, size_t i, uint32_t id, const char *why)
+static void rst_send(sb_net *n, const struct judged *c, int to_server, uint32_t seq);
+
+/* Refuses connection i: resets its guest (through packet id, segment s)
+ * and, when s is the guest's, its server; reports why. */
+static void kill_conn(struct net_run *r, size_t i, uint32_t id,
+		      const struct sb_judge_seg *s, const char *why)
 {
 	struct judged *c = r->judging[i];
 
 	report(r, &c->k, c->j.name, why); /* before anything may set sb_errmsg */
+	if (s->from_guest)
+		rst_send(r->n, c, 1, s->seq);
 	verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_KILL);
 	judged_free(r, i);
 }
@@ -188,7 +326,7 @@ static void unknown(struct net_run *r, const struct packet *pk, uint32_t id)
 	verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_KILL);
 }
 
-/* Keeps the next sequence number of each end, for a reset (rst_guest). */
+/* Keeps the next sequence number of each end, for a reset (rst_send). */
 static void seq_seen(struct judged *c, const struct sb_judge_seg *s)
 {
 	uint32_t next = s->seq + (uint32_t)s->len + !!(s->flags & SB_TCP_SYN) +
@@ -198,6 +336,13 @@ static void seq_seen(struct judged *c, const struct sb_judge_seg *s)
 		c->guest_next = next;
 	if (!s->from_guest && (!c->srv_seen || (int32_t)(next - c->srv_next) > 0)) {
 		c->srv_next = next;
+		c->srv_seen = 1;
+	}
+	/* HTTP: the server's segments are not seen; the guest's ACK says
+	 * what it expects next */
+	if (s->from_guest && c->j.http && (s->flags & SB_TCP_ACK) &&
+	    (!c->srv_seen || (int32_t)(s->ack - c->srv_next) > 0)) {
+		c->srv_next = s->ack;
 		c->srv_seen = 1;
 	}
 }
@@ -219,53 +364,62 @@ static uint16_t tcp_sum(const uint8_t *src, const uint8_t *dst, size_t alen,
 	return (uint16_t)~sum;
 }
 
-/* Sends the guest of c an RST from the server, in the sequence the guest
- * expects: a connection given up on before any packet of it came to be
- * refused. Nothing when the server never answered (the guest's SYN then
- * meets nothing: it gives up itself). */
-static void rst_guest(sb_net *n, const struct judged *c)
+/* Sends an RST of c's connection: to its guest, as from the server, in
+ * the sequence the guest expects (to_server 0), or to its server, as from
+ * the guest, at sequence number seq (to_server 1; the kernel's NAT of the
+ * connection applies to it). The guest's: nothing when the server's next
+ * sequence number is not known (the guest's SYN then meets nothing: it
+ * gives up itself). */
+static void rst_send(sb_net *n, const struct judged *c, int to_server, uint32_t seq)
 {
 	uint8_t pkt[60] = {0}, *t;
 	size_t alen = c->k.family == 4 ? 4 : 16, ih = c->k.family == 4 ? 20 : 40;
+	const uint8_t *src = to_server ? c->k.guest : c->k.server;
+	const uint8_t *dst = to_server ? c->k.server : c->k.guest;
+	uint16_t sport = to_server ? c->k.gport : c->k.sport;
+	uint16_t dport = to_server ? c->k.sport : c->k.gport;
+	uint32_t ack = to_server ? c->srv_next : c->guest_next;
 	struct sockaddr_storage to = {0};
 	int fd = c->k.family == 4 ? n->raw4 : n->raw6;
 	uint16_t sum;
 
 	if (!c->srv_seen || fd < 0)
 		return;
+	if (!to_server)
+		seq = c->srv_next;
 	if (c->k.family == 4) {
 		struct sockaddr_in *a = (struct sockaddr_in *)&to;
 		pkt[0] = 0x45;
 		pkt[3] = 40;
 		pkt[8] = 64;
 		pkt[9] = 6;
-		memcpy(pkt + 12, c->k.server, 4);
-		memcpy(pkt + 16, c->k.guest, 4);
+		memcpy(pkt + 12, src, 4);
+		memcpy(pkt + 16, dst, 4);
 		a->sin_family = AF_INET;
-		memcpy(&a->sin_addr, c->k.guest, 4);
+		memcpy(&a->sin_addr, dst, 4);
 	} else {
 		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&to;
 		pkt[0] = 0x60;
 		pkt[5] = 20;
 		pkt[6] = 6;
 		pkt[7] = 64;
-		memcpy(pkt + 8, c->k.server, 16);
-		memcpy(pkt + 24, c->k.guest, 16);
+		memcpy(pkt + 8, src, 16);
+		memcpy(pkt + 24, dst, 16);
 		a->sin6_family = AF_INET6;
-		memcpy(&a->sin6_addr, c->k.guest, 16);
+		memcpy(&a->sin6_addr, dst, 16);
 	}
 	t = pkt + ih;
-	t[0] = (uint8_t)(c->k.sport >> 8);
-	t[1] = (uint8_t)c->k.sport;
-	t[2] = (uint8_t)(c->k.gport >> 8);
-	t[3] = (uint8_t)c->k.gport;
+	t[0] = (uint8_t)(sport >> 8);
+	t[1] = (uint8_t)sport;
+	t[2] = (uint8_t)(dport >> 8);
+	t[3] = (uint8_t)dport;
 	for (int i = 0; i < 4; i++) {
-		t[4 + i] = (uint8_t)(c->srv_next >> (24 - 8 * i));
-		t[8 + i] = (uint8_t)(c->guest_next >> (24 - 8 * i));
+		t[4 + i] = (uint8_t)(seq >> (24 - 8 * i));
+		t[8 + i] = (uint8_t)(ack >> (24 - 8 * i));
 	}
 	t[12] = 5 << 4;
 	t[13] = SB_TCP_RST | SB_TCP_ACK;
-	sum = tcp_sum(c->k.server, c->k.guest, alen, t, 20);
+	sum = tcp_sum(src, dst, alen, t, 20);
 	t[16] = (uint8_t)(sum >> 8);
 	t[17] = (uint8_t)sum;
 	sendto(fd, pkt, ih + 20, 0, (struct sockaddr *)&to,
@@ -273,70 +427,109 @@ static void rst_guest(sb_net *n, const struct judged *c)
 				: sizeof(struct sockaddr_in6));
 }
 
-static void judge_packet(struct net_run *r, const struct packet *pk, uint32_t id)
+/* A new connection of r, from the guest's SYN pk: NULL when there is no
+ * room (reported). */
+static struct judged *judged_new(struct net_run *r, const struct packet *pk)
 {
-	struct judged *c = NULL;
-	size_t i;
-	int rc;
+	struct judged *c;
 
-	for (i = 0; i < r->njudging; i++)
-		if (key_eq(&r->judging[i]->k, &pk->k))
-			break;
-	if (i < r->njudging) {
-		c = r->judging[i];
-	} else {
-		if (!pk->s.from_guest || (pk->s.flags & (SB_TCP_SYN | SB_TCP_ACK |
-							 SB_TCP_RST)) != SB_TCP_SYN) {
-			unknown(r, pk, id);
-			return;
-		}
-		if (r->njudging == NET_JUDGE_MAX || !(c = malloc(sizeof *c))) {
-			report(r, &pk->k, "", "too many connections");
-			verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_KILL);
-			return;
-		}
-		c->k = pk->k;
-		c->since = sb_loop_now(r->n->loop);
-		c->guest_next = pk->s.seq;
-		c->srv_seen = 0;
-		c->nheld = 0;
-		sb_judge_init(&c->j);
-		r->judging[r->njudging++] = c; /* at i */
+	if (r->njudging == NET_JUDGE_MAX || !(c = malloc(sizeof *c))) {
+		report(r, &pk->k, "", "too many connections");
+		return NULL;
 	}
-	seq_seen(c, &pk->s);
-	switch ((rc = sb_judge_seg(&c->j, &pk->s))) {
-	case SB_JUDGE_ACCEPT: verdict(r->n, id, SB_NFQ_ACCEPT, 0); break;
+	c->k = pk->k;
+	c->since = c->last = sb_loop_now(r->n->loop);
+	c->closed = c->held_since = 0;
+	c->by = NULL;
+	c->guest_next = pk->s.seq;
+	c->srv_seen = 0;
+	c->nheld = 0;
+	sb_judge_init(&c->j, sb_nft_port_http(pk->k.sport));
+	r->judging[r->njudging++] = c;
+	return c;
+}
+
+/* Judges packet id of connection i (segment s); 1 when i is gone. */
+static int judge_seg(struct net_run *r, size_t i, const struct sb_judge_seg *s,
+		     uint32_t id)
+{
+	struct judged *c = r->judging[i];
+	int rc = sb_judge_seg(&c->j, s);
+
+	while (rc == SB_JUDGE_NAME) {
+		if (!c->j.name[0]) {
+			kill_conn(r, i, id, s,
+				  "names no host (TLS without SNI, HTTP without Host)");
+			return 1;
+		}
+		if (!net_name_granted(r, c->j.name, 0, c->k.sport)) {
+			kill_conn(r, i, id, s, "name not granted");
+			return 1;
+		}
+		for (size_t h = 0; h < c->nheld; h++) /* all of granted names */
+			verdict(r->n, c->held[h], SB_NFQ_ACCEPT, 0);
+		c->nheld = 0;
+		rc = sb_judge_allow(&c->j, s);
+	}
+	switch (rc) {
+	case SB_JUDGE_ACCEPT:
+		verdict(r->n, id, SB_NFQ_ACCEPT, 0);
+		if (c->j.http && s->from_guest)
+			bypass_check(r, c);
+		break;
 	case SB_JUDGE_DROP: verdict(r->n, id, SB_NFQ_DROP, 0); break;
 	case SB_JUDGE_HOLD:
 		if (c->nheld == NET_JUDGE_HELD) {
-			kill_conn(r, i, id, "its ClientHello came in too many pieces");
-			break;
+			kill_conn(r, i, id, s,
+				  c->j.http ? "its request head came in too many pieces"
+					    : "its ClientHello came in too many pieces");
+			return 1;
 		}
+		if (!c->nheld)
+			c->held_since = sb_loop_now(r->n->loop);
 		c->held[c->nheld++] = id;
 		break;
-	case SB_JUDGE_NAME:
-		if (!c->j.name[0]) {
-			kill_conn(r, i, id,
-				  "names no host (TLS without SNI, HTTP without Host)");
-			break;
-		}
-		if (!net_name_granted(r, c->j.name, 0, c->k.sport)) {
-			kill_conn(r, i, id, "name not granted");
-			break;
-		}
-		sb_judge_allow(&c->j);
-		for (size_t h = 0; h < c->nheld; h++)
-			verdict(r->n, c->held[h], SB_NFQ_ACCEPT, 0);
-		c->nheld = 0;
-		verdict(r->n, id, SB_NFQ_ACCEPT, 0);
+	case SB_JUDGE_AWAIT: /* the server's answer comes here too */
+		verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_BOTH);
 		break;
 	case SB_JUDGE_PASS:
 		passed_add(r, c);
 		verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_PASS);
 		judged_free(r, i);
-		break;
-	default: kill_conn(r, i, id, sb_errmsg(rc)); break;
+		return 1;
+	default: kill_conn(r, i, id, s, sb_errmsg(rc)); return 1;
 	}
+	return 0;
+}
+
+static void judge_packet(struct net_run *r, const struct packet *pk, uint32_t id)
+{
+	struct judged *c;
+	size_t i;
+
+	for (i = 0; i < r->njudging; i++)
+		if (key_eq(&r->judging[i]->k, &pk->k))
+			break;
+	if (i == r->njudging) {
+		if (!pk->s.from_guest || (pk->s.flags & (SB_TCP_SYN | SB_TCP_ACK |
+							 SB_TCP_RST)) != SB_TCP_SYN) {
+			unknown(r, pk, id);
+			return;
+		}
+		if (!judged_new(r, pk)) {
+			verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_KILL);
+			return;
+		}
+	}
+	c = r->judging[i];
+	c->last = sb_loop_now(r->n->loop);
+	seq_seen(c, &pk->s);
+	if (judge_seg(r, i, &pk->s, id) || !c->j.http || !pk->s.from_guest)
+		return;
+	if (pk->s.flags & SB_TCP_RST)
+		judged_free(r, i); /* it ends here */
+	else if ((pk->s.flags & SB_TCP_FIN) && !c->closed)
+		c->closed = c->last;
 }
 
 static void on_packet(void *ctx, const struct sb_nfq_pkt *p)
@@ -433,6 +626,14 @@ void judge_stop(struct net_run *r)
 {
 	while (r->njudging)
 		judged_free(r, 0);
+	/* the run's set goes with it: a bypass with a job under way goes
+	 * when the job is done */
+	for (struct bypass *by = r->bypasses, *next; by; by = next) {
+		next = by->next;
+		by->orphan = 1;
+		if (!by->busy)
+			bypass_free(by);
+	}
 	free(r->passed);
 	r->passed = NULL;
 	r->npassed = 0;
@@ -442,7 +643,7 @@ void judge_recheck(struct net_run *r)
 {
 	for (size_t i = 0; i < r->njudging;) {
 		struct judged *c = r->judging[i];
-		if (c->j.state == SB_JUDGE_ALLOWED &&
+		if ((c->j.state == SB_JUDGE_ALLOWED || (c->j.http && c->j.requests)) &&
 		    !net_name_granted(r, c->j.name, 0, c->k.sport)) {
 			report(r, &c->k, c->j.name, "its grant was removed");
 			judged_free(r, i);
@@ -452,19 +653,50 @@ void judge_recheck(struct net_run *r)
 	}
 }
 
+/* 1 when connection c is to be given up on at now; why says if the guest
+ * is to hear of it (a reset, a report) or not (NULL). */
+static int expired(const struct judged *c, double now, const char **why)
+{
+	*why = NULL;
+	if (!c->j.http) {
+		if (now - c->since > NET_HEAD_S && c->j.state != SB_JUDGE_ALLOWED) {
+			*why = "named no server in time";
+			return 1;
+		}
+		return now - c->since > 6 * NET_HEAD_S; /* never acknowledged */
+	}
+	if ((!c->j.requests && now - c->since > NET_HEAD_S) ||
+	    (c->nheld && now - c->held_since > NET_HEAD_S)) {
+		*why = "named no host in time";
+		return 1;
+	}
+	if (c->j.state == SB_JUDGE_ANSWER && now - c->last > 6 * NET_HEAD_S) {
+		*why = "its Upgrade was not answered in time";
+		return 1;
+	}
+	return now - c->last > HTTP_IDLE_S ||
+	       (c->closed && now - c->closed > HTTP_CLOSE_S);
+}
+
 void judge_sweep(struct net_run *r, double now)
 {
+	const char *why;
+
 	for (size_t i = 0; i < r->njudging;) {
 		struct judged *c = r->judging[i];
-		if (now - c->since > NET_HEAD_S && c->j.state != SB_JUDGE_ALLOWED) {
-			report(r, &c->k, "", "named no server in time");
-			rst_guest(r->n, c);
-			judged_free(r, i);
-		} else if (now - c->since > 6 * NET_HEAD_S) {
-			rst_guest(r->n, c); /* the server never acknowledged it */
-			judged_free(r, i);
-		} else {
+		if (!expired(c, now, &why)) {
 			i++;
+			continue;
 		}
+		if (why) {
+			report(r, &c->k, "", why);
+			rst_send(r->n, c, 0, 0);
+		}
+		judged_free(r, i);
+	}
+	for (struct bypass *by = r->bypasses, *next; by; by = next) {
+		next = by->next;
+		if (by->in && !by->busy && now > by->expires)
+			bypass_free(by); /* its element timed out */
 	}
 }

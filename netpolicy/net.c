@@ -1,6 +1,6 @@
 /* net.c - the enforcer of network mode acl: slots, a run's network from
  * its start to its end, changes of grants, reports (see net.h). The DNS
- * stub is in stub.c, the proxy in proxy.c.
+ * stub is in stub.c, the judge in judged.c.
  */
 #include "netpolicy/net.h"
 
@@ -473,9 +473,8 @@ static void net_file(const sb_net *n, const char *run, char *buf, size_t cap)
 static int net_file_write(const struct net_run *r)
 {
 	char path[PATH_MAX + 64], tmp[PATH_MAX + 80];
-	json_t *j = json_pack("{s:I, s:i, s:i, s:I}", "slot", (json_int_t)r->slot,
-			      "dns_port", r->nr.dns_port, "proxy_port", r->nr.proxy_port,
-			      "mark", (json_int_t)r->nr.mark);
+	json_t *j = json_pack("{s:I, s:i, s:I}", "slot", (json_int_t)r->slot, "dns_port",
+			      r->nr.dns_port, "mark", (json_int_t)r->nr.mark);
 	int rc = SB_OK;
 
 	if (!j)
@@ -533,32 +532,29 @@ static int sock_bind(int family, int type, const char *addr, uint16_t *port, int
 
 static void socks_close(struct net_run *r)
 {
-	for (int i = 0; i < 6; i++) {
+	for (int i = 0; i < NET_FDS; i++) {
 		if (r->fds[i] >= 0)
 			close(r->fds[i]);
 		r->fds[i] = -1;
 	}
 }
 
-/* Binds r's stub (udp and tcp) and proxy sockets, on the ports of r->nr
- * (0: new ones). */
+/* Binds r's stub's sockets (udp and tcp), on the port of r->nr (0: a new
+ * one). */
 static int socks_bind(struct net_run *r)
 {
 	const struct sb_net_iface *f = &r->iface;
-	uint16_t dns = r->nr.dns_port, px = r->nr.proxy_port;
+	uint16_t dns = r->nr.dns_port;
 	int rc;
 
 	if ((rc = sock_bind(AF_INET, SOCK_DGRAM, f->host4, &dns, &r->fds[0])) ||
-	    (rc = sock_bind(AF_INET, SOCK_STREAM, f->host4, &dns, &r->fds[2])) ||
-	    (rc = sock_bind(AF_INET, SOCK_STREAM, f->host4, &px, &r->fds[4])))
+	    (rc = sock_bind(AF_INET, SOCK_STREAM, f->host4, &dns, &r->fds[2])))
 		goto fail;
 	if (f->host6[0] &&
 	    ((rc = sock_bind(AF_INET6, SOCK_DGRAM, f->host6, &dns, &r->fds[1])) ||
-	     (rc = sock_bind(AF_INET6, SOCK_STREAM, f->host6, &dns, &r->fds[3])) ||
-	     (rc = sock_bind(AF_INET6, SOCK_STREAM, f->host6, &px, &r->fds[5]))))
+	     (rc = sock_bind(AF_INET6, SOCK_STREAM, f->host6, &dns, &r->fds[3]))))
 		goto fail;
 	r->nr.dns_port = dns;
-	r->nr.proxy_port = px;
 	return SB_OK;
 fail:
 	socks_close(r);
@@ -598,7 +594,7 @@ static struct net_run *run_new(sb_net *n, const char *run, const struct sb_netpo
 	atomic_init(&h->refs, 2); /* the caller's and the enforcer's */
 	snprintf(r->id, sizeof r->id, "%s", run);
 	r->pol = r->want = *p;
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < NET_FDS; i++)
 		r->fds[i] = -1;
 	return r;
 }
@@ -623,12 +619,13 @@ static void run_names(struct net_run *r)
 }
 
 /* The conntrack mark of r's next grants: the run id's first 20 bits and
- * a count of its changes, 1 to 0xffe (0xfff is the judge's: nft.h), so a
+ * a count of its changes, 1 to 0xffd (0xffe and 0xfff are the judge's:
+ * nft.h), so a
  * slot's next run never has the mark of the run before it (whose
  * connections conntrack may still hold). */
 static uint32_t mark_next(const struct net_run *r)
 {
-	uint32_t id = 0, gen = (r->nr.mark & 0xfff) % 0xffe + 1;
+	uint32_t id = 0, gen = (r->nr.mark & 0xfff) % 0xffd + 1;
 
 	for (int i = 0; i < 5; i++) /* 20 bits of hex digits */
 		id = id << 4 |
@@ -683,16 +680,16 @@ int sb_net_run_reattach(sb_net *n, const char *run, const struct sb_netpolicy *p
 	struct net_run *r;
 	json_error_t je;
 	json_int_t slot = -1, mark = 0;
-	int dns = 0, px = 0, rc, have = 0;
+	int dns = 0, rc, have = 0;
 	json_t *j;
 
 	net_file(n, run, path, sizeof path);
 	if (!(j = json_load_file(path, 0, &je)))
 		return sb_seterr(SB_ERR_NOTFOUND, "%s: %s", path, je.text);
-	rc = json_unpack(j, "{s:I, s:i, s:i, s:I}", "slot", &slot, "dns_port", &dns,
-			 "proxy_port", &px, "mark", &mark);
+	rc = json_unpack(j, "{s:I, s:i, s:I}", "slot", &slot, "dns_port", &dns, "mark",
+			 &mark);
 	json_decref(j);
-	if (rc || slot < 0 || dns <= 0 || dns > 65535 || px <= 0 || px > 65535)
+	if (rc || slot < 0 || dns <= 0 || dns > 65535)
 		return sb_seterr(SB_ERR_CORRUPT, "%s: not a run's network", path);
 	if (!(r = run_new(n, run, p)))
 		return SB_ERR_NOMEM;
@@ -700,7 +697,6 @@ int sb_net_run_reattach(sb_net *n, const char *run, const struct sb_netpolicy *p
 		goto fail;
 	run_names(r);
 	r->nr.dns_port = (uint16_t)dns;
-	r->nr.proxy_port = (uint16_t)px;
 	r->nr.mark = (uint32_t)mark;
 	if (!if_nametoindex(r->iface.tap)) {
 		rc = sb_seterr(SB_ERR_NOTFOUND, "the tap of run %s is gone", run);
@@ -708,7 +704,7 @@ int sb_net_run_reattach(sb_net *n, const char *run, const struct sb_netpolicy *p
 	}
 	/* the same ports when they are free, else new ones and new rules */
 	if (socks_bind(r) != SB_OK) {
-		r->nr.dns_port = r->nr.proxy_port = 0;
+		r->nr.dns_port = 0;
 		if ((rc = socks_bind(r)))
 			goto fail_slot;
 		have = 0;
@@ -772,7 +768,6 @@ static void serve(void *ctx)
 	sb_bucket_init(&r->dns_bucket, NET_DNS_RATE, NET_DNS_BURST,
 		       sb_loop_now(r->n->loop));
 	stub_start(r);
-	proxy_start(r);
 	judge_start(r);
 }
 
@@ -850,7 +845,6 @@ static void end_on_loop(void *ctx)
 
 	if (r->serving) {
 		stub_stop(r);
-		proxy_stop(r);
 		judge_stop(r);
 		run_unlink(r);
 	}
@@ -1470,7 +1464,6 @@ static void change_done(void *ctx)
 	if (c->rc == SB_OK) {
 		r->pol = c->want;
 		r->nr.mark = c->nr.mark;
-		proxy_recheck(r);
 		judge_recheck(r);
 	}
 	r->changing = 0;

@@ -1,10 +1,10 @@
 /* net.h - network mode acl, enforced on this host (SPEC.md, "Network
  * policy"): a run's tap and addresses, its part of the table inet sanbox
  * (nft.h), its DNS stub (answers granted names only, adding their
- * addresses to the run's sets) and its proxy (checks the name a TLS or
- * HTTP connection to a granted name's address asks for).
+ * addresses to the run's sets) and the judge (checks the name a TLS or
+ * HTTP connection to a granted name's address asks for; judge.h).
  *
- * Threads: one sb_net per daemon. It runs the stubs, the proxies and the
+ * Threads: one sb_net per daemon. It runs the stubs, the judge and the
  * resolver on a thread and loop of its own, and its nftables and tap calls
  * on the worker pool it is given. Functions marked "blocking" run on a
  * worker; the others on the daemon's loop, and never block it. Reports
@@ -96,7 +96,7 @@ void sb_net_close(sb_net *n);
 int sb_net_check(sb_net *n);
 
 /* Blocking. Sets up the network of run for grants p: a free slot of the
- * subnets, its tap, its chains, its stub's and proxy's sockets (serving
+ * subnets, its tap, its chains, its stub's sockets (serving
  * once started). Errors: those of sb_net_check, SB_ERR_FULL (no free
  * slot), SB_ERR_IO (the detail says which step). */
 int sb_net_run_open(sb_net *n, const char *run, const struct sb_netpolicy *p,
@@ -112,7 +112,7 @@ int sb_net_run_reattach(sb_net *n, const char *run, const struct sb_netpolicy *p
 /* The run's NIC. */
 void sb_net_run_iface(const sb_net_run *r, struct sb_net_iface *out);
 
-/* Starts serving r's stub and proxy, and gathering its denials: report(ctx,
+/* Starts serving r's stub and judge, and gathering its denials: report(ctx,
  * ...) gets what happened, every config report_s at most. Errors:
  * SB_ERR_NOMEM. */
 int sb_net_run_start(sb_net_run *r,

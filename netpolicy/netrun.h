@@ -1,4 +1,4 @@
-/* netrun.h - what net.c, stub.c and proxy.c share inside netpolicy/: the
+/* netrun.h - what net.c, stub.c and judged.c share inside netpolicy/: the
  * enforcer and a run's network. Not for use outside netpolicy/.
  *
  * A run's network is two structs: its handle (struct sb_net_run, net.c),
@@ -18,23 +18,23 @@
 #include "netpolicy/nft.h"
 
 #define NET_AGG_MAX	 64  /* distinct report keys a run gathers between reports */
+#define NET_FDS		 4   /* a run's stub's sockets */
 #define NET_RESOLVED_MAX 256 /* addresses of granted names a run keeps */
-#define NET_PROXY_MAX	 64  /* proxied connections of a run */
 #define NET_DNS_TCP_MAX	 8   /* DNS connections of a run */
 #define NET_DNS_PENDING	 64  /* lookups of a run under way */
 #define NET_DNS_RATE	 200 /* queries a second a run may ask */
 #define NET_DNS_BURST	 400
-#define NET_HEAD_S	 10.0 /* a proxied connection names its host within this */
+#define NET_HEAD_S	 10.0 /* a judged connection names its host within this */
 #define NET_TTL_GRACE_S	 30   /* a name's addresses outlive its answer's TTL by this */
 #define NET_DNS_CACHE	 64   /* answers a run's stub keeps, for their TTL */
-#define NET_JUDGE_MAX	 64   /* TLS connections of a run the judge reads at once */
+#define NET_JUDGE_MAX	 64   /* connections of a run the judge reads at once */
 #define NET_JUDGE_HELD	 16   /* packets of one it keeps waiting */
 #define NET_PASSED_MAX	 1024 /* connections of a run it let go, remembered */
 
 struct stub_conn;
-struct proxy_conn;
 struct judged;
 struct passed;
+struct bypass;
 typedef struct sb_nfq sb_nfq;
 
 /* Reports gathered between two reports. */
@@ -108,12 +108,12 @@ struct net_run {
 	struct sb_nft_run nr;	   /* its part of nftables; mark (net) */
 	struct sb_netpolicy pol;   /* (net) its grants as they are now */
 	struct sb_netpolicy want;  /* (net) grants being put in place */
-	int fds[6];		   /* dns udp4/udp6, dns tcp4/tcp6, proxy 4/6 */
-	sb_watch *fw[6];	   /* (net) */
+	int fds[NET_FDS];	   /* dns udp4/udp6, dns tcp4/tcp6 */
+	sb_watch *fw[NET_FDS];	   /* (net) */
 	struct net_fd {
 		struct net_run *r;
 		int i; /* of fds */
-	} fctx[6];
+	} fctx[NET_FDS];
 	struct sb_net_run *h; /* (const) its handle, what the daemon's loop holds */
 	/* (net) */
 	struct net_run *next;
@@ -122,14 +122,13 @@ struct net_run {
 	struct sb_bucket dns_bucket;
 	struct stub_conn *dns_conns;
 	size_t ndns_conns;
-	struct proxy_conn *proxies;
-	size_t nproxies;
 	unsigned tap_index; /* its tap's ifindex */
 	int has4, has6;	    /* its guest's addresses: */
 	uint8_t guest4[4], guest6[16];
-	struct judged *judging[NET_JUDGE_MAX]; /* its TLS connections read now */
+	struct judged *judging[NET_JUDGE_MAX]; /* its connections read now */
 	size_t njudging;
-	struct passed *passed; /* NET_PASSED_MAX of those let go, a ring */
+	struct bypass *bypasses; /* the bodies that go past the judge */
+	struct passed *passed;	 /* NET_PASSED_MAX of those let go, a ring */
 	size_t npassed, passed_next;
 	struct dns_cached cache[NET_DNS_CACHE];
 	struct net_resolved resolved[NET_RESOLVED_MAX];
@@ -197,12 +196,6 @@ int stub_start(struct net_run *r);
 void stub_stop(struct net_run *r);
 int ares_begin(sb_net *n);
 void ares_end(sb_net *n);
-
-/* The proxy (proxy.c), on the net loop. */
-int proxy_start(struct net_run *r);
-void proxy_stop(struct net_run *r);
-/* Closes r's proxied connections whose name its grants no longer allow. */
-void proxy_recheck(struct net_run *r);
 
 /* The judge (judged.c). judge_open binds the enforcer's queue and points
  * the table's chain judge at it (off the net loop, the table there);

@@ -111,6 +111,34 @@ static int script_close(struct script *s, char **out)
 	return SB_OK;
 }
 
+/* Makes the table's chain acks (again: a table an older daemon made may
+ * have none): an HTTP guest's segments the judge need not read, with no
+ * data and no flag but ACK, PSH, ECE, CWR (the IP header's length is its
+ * TCP header's: no IPv4 options, no IPv6 extension headers). */
+static int acks_set(sb_nft *n)
+{
+	struct script s;
+	char *text;
+	int rc;
+
+	if ((rc = script_open(&s)))
+		return rc;
+	fprintf(s.f, "add chain inet sanbox acks\nflush chain inet sanbox acks\n");
+	for (int doff = 5; doff <= 15; doff++)
+		fprintf(
+		    s.f,
+		    "add rule inet sanbox acks meta nfproto ipv4 ip hdrlength 5 tcp "
+		    "flags & (fin|syn|rst|urg) == 0 tcp doff %d ip length %d accept\n"
+		    "add rule inet sanbox acks meta nfproto ipv6 ip6 nexthdr tcp tcp "
+		    "flags & (fin|syn|rst|urg) == 0 tcp doff %d ip6 length %d accept\n",
+		    doff, 20 + 4 * doff, doff, 4 * doff);
+	if ((rc = script_close(&s, &text)))
+		return rc;
+	rc = nft_exec(n, text, 0, NULL);
+	free(text);
+	return rc;
+}
+
 int sb_nft_table_add(sb_nft *n, const struct sb_nft_host *h)
 {
 	struct script s;
@@ -176,7 +204,7 @@ int sb_nft_table_add(sb_nft *n, const struct sb_nft_host *h)
 		 ? SB_OK
 		 : nft_exec(n, text, 0, NULL);
 	free(text);
-	return rc;
+	return rc ? rc : acks_set(n);
 }
 
 /* Appends to b a message of type for the rule r. */
@@ -310,11 +338,15 @@ static void grants_add(FILE *f, const char *id, const struct sb_netpolicy *p, in
 }
 
 /* The rules of chain c (f or o) of r, in one family's part (v6: IPv6),
- * for the connections the judge reads: its verdicts, then its queue. */
+ * for the connections the judge reads: its verdicts, then its queue. An
+ * HTTP connection's guest segments go to the queue unless they carry no
+ * data (chain acks) or lie in a body the judge need not read (set b4/b6);
+ * the server's come back unread but for its SYN-ACK. */
 static void judging_rules(FILE *f, char c, const struct sb_nft_run *r, int v6)
 {
-	const char *fam = v6 ? "ipv6" : "ipv4";
-	uint32_t j = SB_NFT_JUDGING(r->mark);
+	const char *fam = v6 ? "ipv6" : "ipv4", *ip = v6 ? "ip6" : "ip";
+	uint32_t j = SB_NFT_JUDGING(r->mark), h = SB_NFT_JUDGING_HTTP(r->mark);
+	int n = v6 ? 6 : 4;
 
 	fprintf(f,
 		"add rule inet sanbox %c_%s meta nfproto %s ct mark 0x%08x meta mark "
@@ -324,6 +356,30 @@ static void judging_rules(FILE *f, char c, const struct sb_nft_run *r, int v6)
 		"add rule inet sanbox %c_%s meta nfproto %s ct mark 0x%08x jump judge\n",
 		c, r->id, fam, j, SB_NFT_PASS, r->mark, c, r->id, fam, j, SB_NFT_KILL, c,
 		r->id, fam, j);
+	if (c == 'o') { /* the server's SYN-ACK says where its stream starts */
+		fprintf(
+		    f,
+		    "add rule inet sanbox o_%s meta nfproto %s ct mark 0x%08x tcp flags "
+		    "& (syn|ack) == syn|ack jump judge\n"
+		    "add rule inet sanbox o_%s meta nfproto %s ct mark 0x%08x accept\n",
+		    r->id, fam, h, r->id, fam, h);
+		return;
+	}
+	fprintf(f,
+		"add rule inet sanbox f_%s meta nfproto %s ct mark 0x%08x meta mark "
+		"0x%08x meta mark set 0 ct mark set 0x%08x accept\n"
+		"add rule inet sanbox f_%s meta nfproto %s ct mark 0x%08x meta mark "
+		"0x%08x meta mark set 0 reject with tcp reset\n"
+		"add rule inet sanbox f_%s meta nfproto %s ct mark 0x%08x meta mark "
+		"0x%08x meta mark set 0 ct mark set 0x%08x accept\n"
+		"add rule inet sanbox f_%s meta nfproto %s ct mark 0x%08x jump acks\n"
+		"add rule inet sanbox f_%s meta nfproto %s ct mark 0x%08x meta length < "
+		"65536 tcp flags & (fin|syn|rst|urg) == 0 %s daddr . tcp dport . tcp "
+		"sport . tcp sequence @b%d_%s accept\n"
+		"add rule inet sanbox f_%s meta nfproto %s ct mark 0x%08x jump judge\n",
+		r->id, fam, h, SB_NFT_PASS, r->mark, r->id, fam, h, SB_NFT_KILL, r->id,
+		fam, h, SB_NFT_BOTH, j, r->id, fam, h, r->id, fam, h, ip, n, r->id, r->id,
+		fam, h);
 }
 
 /* The rules of one family (ip or ip6) in r's chains. */
@@ -347,8 +403,11 @@ static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
 	judging_rules(f, 'o', r, v6);
 	fprintf(f,
 		"add rule inet sanbox f_%s tcp dport { %s } %s daddr . meta l4proto . th "
+		"dport @n%d_%s ct mark set 0x%08x jump judge\n"
+		"add rule inet sanbox f_%s tcp dport { %s } %s daddr . meta l4proto . th "
 		"dport @n%d_%s ct mark set 0x%08x jump judge\n",
-		id, SB_NFT_TLS_PORTS, ip, n, id, SB_NFT_JUDGING(r->mark));
+		id, SB_NFT_TLS_PORTS, ip, n, id, SB_NFT_JUDGING(r->mark), id,
+		SB_NFT_HTTP_PORTS, ip, n, id, SB_NFT_JUDGING_HTTP(r->mark));
 	fprintf(f,
 		"add rule inet sanbox f_%s %s daddr . meta l4proto . th dport @g%d_%s ct "
 		"mark "
@@ -369,13 +428,11 @@ static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
 		"daddr "
 		". meta l4proto }\n",
 		id, n, id, ip);
-	/* i: what it sends to the host: its stub and proxy, neighbour discovery */
+	/* i: what it sends to the host: its stub, neighbour discovery */
 	fprintf(f,
-		"add rule inet sanbox i_%s %s saddr %s %s daddr %s udp dport %u accept\n"
-		"add rule inet sanbox i_%s %s saddr %s %s daddr %s tcp dport { %u, %u } "
-		"accept\n",
-		id, ip, guest, ip, host, r->dns_port, id, ip, guest, ip, host,
-		r->dns_port, r->proxy_port);
+		"add rule inet sanbox i_%s %s saddr %s %s daddr %s meta l4proto { tcp, "
+		"udp } th dport %u accept\n",
+		id, ip, guest, ip, host, r->dns_port);
 	if (v6)
 		fprintf(f,
 			"add rule inet sanbox i_%s icmpv6 type { nd-neighbor-solicit, "
@@ -386,21 +443,12 @@ static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
 		"daddr . "
 		"meta l4proto . th dport }\n",
 		id, n, id, ip);
-	/* p: DNS to the stub; the names' TLS and HTTP to the proxy */
+	/* p: DNS to the stub */
 	fprintf(
 	    f,
 	    "add rule inet sanbox p_%s %s daddr %s meta l4proto { tcp, udp } th dport 53 "
 	    "redirect to :%u\n",
 	    id, ip, host, r->dns_port);
-	fprintf(f,
-		"add rule inet sanbox p_%s %s daddr . meta l4proto . th dport @g%d_%s "
-		"return\n",
-		id, ip, n, id);
-	fprintf(f,
-		"add rule inet sanbox p_%s tcp dport { %s } %s daddr . meta l4proto . th "
-		"dport "
-		"@n%d_%s redirect to :%u\n",
-		id, SB_NFT_PROXY_PORTS, ip, n, id, r->proxy_port);
 }
 
 static void elem_write(FILE *f, const struct sb_nft_elem *e);
@@ -408,7 +456,7 @@ static void elem_write(FILE *f, const struct sb_nft_elem *e);
 /* The letters of a run's sets, each of both families (g4_ID, g6_ID, ...),
  * and of its chains (f_ID, ...): what sb_nft_run_script makes and
  * run_del_named deletes. */
-static const char run_sets[] = "gnde", run_chains[] = "fipo";
+static const char run_sets[] = "gndeb", run_chains[] = "fipo";
 
 int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
 		      int update, const struct sb_nft_elem *e, size_t count, char **out)
@@ -430,8 +478,11 @@ int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
 		    "add set inet sanbox d%d_%s { type %s . inet_proto . inet_service; "
 		    "size 256; flags dynamic; counter; }\n"
 		    "add set inet sanbox e%d_%s { type %s . inet_proto; size 64; "
-		    "flags dynamic; counter; }\n",
-		    v, id, addr, v, id, addr, v, id, addr, v, id, addr);
+		    "flags dynamic; counter; }\n"
+		    "add set inet sanbox b%d_%s { typeof %s daddr . tcp dport . tcp "
+		    "sport . tcp sequence; flags interval, timeout; }\n",
+		    v, id, addr, v, id, addr, v, id, addr, v, id, addr, v, id,
+		    v == 4 ? "ip" : "ip6");
 		for (size_t k = 0; run_sets[k]; k++)
 			if (!update || k < 2) /* an update keeps the counts (d, e) */
 				fprintf(s.f, "flush set inet sanbox %c%d_%s\n",
@@ -675,6 +726,31 @@ static void elem_write(FILE *f, const struct sb_nft_elem *e)
 	fprintf(f, "%s . %s . %u", a, e->udp ? "udp" : "tcp", e->port_lo);
 	if (e->port_hi != e->port_lo)
 		fprintf(f, "-%u", e->port_hi);
+}
+
+int sb_nft_body_set(sb_nft *n, const char *id, const struct sb_nft_body *b, int add,
+		    uint32_t timeout_s)
+{
+	char a[INET6_ADDRSTRLEN], text[512], *p = text;
+	uint32_t ends[2][2] = {{b->first, b->last}, {0, b->last}};
+	size_t parts = 1;
+
+	if (b->first > b->last) { /* wraps */
+		ends[0][1] = UINT32_MAX;
+		parts = 2;
+	}
+	inet_ntop(b->family == 4 ? AF_INET : AF_INET6, b->addr, a, sizeof a);
+	for (size_t i = 0; i < parts; i++) {
+		char t[32] = "";
+		if (add)
+			snprintf(t, sizeof t, " timeout %us", timeout_s);
+		p +=
+		    snprintf(p, sizeof text - (size_t)(p - text),
+			     "%s element inet sanbox b%d_%s { %s . %u . %u . %u-%u%s }\n",
+			     add ? "add" : "delete", b->family, id, a, b->port, b->gport,
+			     ends[i][0], ends[i][1], t);
+	}
+	return nft_exec(n, text, 0, NULL);
 }
 
 int sb_nft_names_add(sb_nft *n, const char *id, const struct sb_nft_elem *e, size_t count)

@@ -8,12 +8,14 @@
  * judge's queue, nfq.h: the only rule not made through libnftables, but
  * libnftnl, in sb_nft_judge_set) and masquerading of the runs' subnets. A
  * run's part is named after its id: chains f_ID (what its guest sends
- * through the host; a hostname grant's TLS ports to the judge), o_ID (what
- * comes back), i_ID (what it sends to the host: its DNS stub and proxy
- * only) and p_ID (NAT: DNS to the stub, a hostname grant's HTTP ports to
- * the proxy); sets g4_ID/g6_ID (address grants), n4_ID/n6_ID (addresses of
- * granted names, with timeouts), d4_ID/d6_ID and e4_ID/e6_ID (denied
- * destinations with counters) and counter c_ID (every packet dropped).
+ * through the host; a hostname grant's TLS and HTTP ports to the judge),
+ * o_ID (what comes back), i_ID (what it sends to the host: its DNS stub
+ * only) and p_ID (NAT: DNS to the stub); sets g4_ID/g6_ID (address
+ * grants), n4_ID/n6_ID (addresses of granted names, with timeouts),
+ * d4_ID/d6_ID and e4_ID/e6_ID (denied destinations with counters),
+ * b4_ID/b6_ID (HTTP bodies that go past the judge) and counter c_ID
+ * (every packet dropped). The table's chain acks passes an HTTP guest's
+ * segments that carry nothing the judge reads.
  *
  * Threads: a handle serialises its own calls; every call is a netlink
  * round trip, so call it off the daemon's loop.
@@ -43,7 +45,6 @@ struct sb_nft_run {
 	char host4[16], guest4[16]; /* the tap's and the guest's IPv4 addresses */
 	char host6[48], guest6[48]; /* ... IPv6, or "" */
 	uint16_t dns_port;	    /* the DNS stub's port on host4 (and host6) */
-	uint16_t proxy_port;	    /* the name checking proxy's */
 	uint32_t mark;		    /* conntrack mark of connections its grants let
 				     * through: a new mark re-checks them all */
 };
@@ -111,6 +112,23 @@ int sb_nft_run_del(sb_nft *n, const char *id, const char *tap);
 int sb_nft_names_add(sb_nft *n, const char *id, const struct sb_nft_elem *e,
 		     size_t count);
 
+/* A body of an HTTP connection the judge need not read (judge.h): the
+ * guest's segments from its port gport to addr:port whose sequence
+ * numbers are first to last go past the judge. With first > last, the
+ * numbers wrap: first to 2^32 - 1, then 0 to last. */
+struct sb_nft_body {
+	int family;	  /* 4 or 6 */
+	uint8_t addr[16]; /* the server's, 4 or 16 bytes */
+	uint16_t port, gport;
+	uint32_t first, last;
+};
+
+/* Puts b in run id's set b4/b6 for timeout_s (add 1), or takes it out
+ * (add 0). Errors: those of sb_nft_run (also: not there, for add 0; there
+ * already, for add 1). */
+int sb_nft_body_set(sb_nft *n, const char *id, const struct sb_nft_body *b, int add,
+		    uint32_t timeout_s);
+
 /* Reads run id's denied destinations (its sets d4, d6, e4, e6): calls fn
  * for each. Errors: SB_ERR_NOTFOUND (no such run), those of sb_nft_run,
  * SB_ERR_CORRUPT (nft's JSON). */
@@ -129,8 +147,8 @@ int sb_nft_drops(sb_nft *n, void (*fn)(void *ctx, const char *id, uint64_t packe
 int sb_nft_runs(sb_nft *n, void (*fn)(void *ctx, const char *id), void *ctx);
 
 /* A run's new connections: through the host at most SB_NFT_NEW_RATE a
- * second (twice at once) and SB_NFT_CONNS_OUT open; to the host (its stub
- * and proxy) at most SB_NFT_NEW_RATE_HOST a second (twice at once) and
+ * second (twice at once) and SB_NFT_CONNS_OUT open; to the host (its stub)
+ * at most SB_NFT_NEW_RATE_HOST a second (twice at once) and
  * SB_NFT_CONNS_HOST open. */
 #define SB_NFT_NEW_RATE	     500
 #define SB_NFT_NEW_RATE_HOST 200
@@ -138,22 +156,33 @@ int sb_nft_runs(sb_nft *n, void (*fn)(void *ctx, const char *id), void *ctx);
 #define SB_NFT_CONNS_HOST    2048
 
 /* The ports whose connections to a granted name's addresses are checked
- * by name before they go through: those of HTTP through the proxy (each
- * request's Host), those of TLS through the judge (the ClientHello's
- * server name; judge.h). */
+ * by name before they go through, by the judge (judge.h): those of HTTP
+ * (each request's Host), those of TLS (the ClientHello's server name). */
 #define SB_NFT_NAMED_PORTS "80, 443, 8080, 8443"
-#define SB_NFT_PROXY_PORTS "80, 8080"
+#define SB_NFT_HTTP_PORTS  "80, 8080"
 #define SB_NFT_TLS_PORTS   "443, 8443"
 
-/* A connection the judge reads has the conntrack mark SB_NFT_JUDGING(mark)
- * of its run's mark: the same for every mark of the run, never a run's
- * mark (their low 12 bits count 1 to 0xffe), never 0 (a connection no
- * rule marked). The judge sends a packet through the hook again with
- * packet mark SB_NFT_PASS (the connection gets the run's mark: the kernel
- * forwards it from then on) or SB_NFT_KILL (reset). */
-#define SB_NFT_JUDGING(mark) ((mark) | 0xfffu)
-#define SB_NFT_PASS	     0x53420a55u
-#define SB_NFT_KILL	     0x53420d1eu
+/* 1 when port is one of SB_NFT_HTTP_PORTS. */
+static inline int sb_nft_port_http(uint16_t port)
+{
+	return port == 80 || port == 8080;
+}
+
+/* A connection the judge reads has a conntrack mark made of its run's
+ * mark: SB_NFT_JUDGING(mark) while the judge reads its packets both ways
+ * (TLS, and HTTP while an Upgrade awaits its answer), SB_NFT_JUDGING_HTTP
+ * (mark) while it reads the guest's segments that carry data or flags
+ * other than ACK and PSH (HTTP). The same for every mark of the run, never
+ * a run's mark (their low 12 bits count 1 to 0xffd), never 0 (a
+ * connection no rule marked). The judge sends a packet through the hook
+ * again with packet mark SB_NFT_PASS (the connection gets the run's mark:
+ * the kernel forwards it from then on), SB_NFT_KILL (reset) or
+ * SB_NFT_BOTH (the connection gets SB_NFT_JUDGING(mark)). */
+#define SB_NFT_JUDGING(mark)	  ((mark) | 0xfffu)
+#define SB_NFT_JUDGING_HTTP(mark) (((mark) & ~0xfffu) | 0xffeu)
+#define SB_NFT_PASS		  0x53420a55u
+#define SB_NFT_KILL		  0x53420d1eu
+#define SB_NFT_BOTH		  0x53420b07u
 
 /* Builds the script of sb_nft_run_add (update 0) or sb_nft_run_update
  * (update 1, with the count elements e) into *out (the caller frees it).

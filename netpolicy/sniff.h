@@ -1,11 +1,11 @@
 /* sniff.h - the name a guest's TCP connection asks for, read before any of
  * its bytes reach the server.
  *
- * A hostname grant's HTTP ports go through a proxy in the daemon, its TLS
- * ports through the judge (judge.h). Each holds the client's bytes and
- * gives them here; this parser says where each request starts and which
- * host it names (TLS SNI, HTTP Host), so the proxy forwards a request only
- * once its name is checked against the grants. That stops domain fronting
+ * A hostname grant's TLS and HTTP ports go through the judge (judge.h).
+ * It holds the client's bytes and gives them here; this parser says where
+ * each request starts and which host it names (TLS SNI, HTTP Host), so
+ * the judge lets a request go only once its name is checked against the
+ * grants. That stops domain fronting
  * on shared CDN addresses.
  *
  * The stream is one of:

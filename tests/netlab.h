@@ -1,7 +1,7 @@
 /* netlab.h - network namespaces of a program's own to run network mode
  * acl's enforcer (netpolicy/net.h) in, as the daemon runs it, with a guest
  * and a server: shared by tests/bench/bench_net.c and
- * tests/unit/test_proxy.c. Header-only; needs root.
+ * tests/unit/test_judged_http.c. Header-only; needs root.
  *
  * Three namespaces, made with ip(8) and named PREFIX-h-PID, PREFIX-g-PID,
  * PREFIX-s-PID: H, the daemon's host, where the caller and its threads

@@ -28,15 +28,16 @@
  *            chains, conntrack marks, masquerade.
  *   named    the grant a.test:80: the client first resolves a.test through
  *            the run's stub (10.87.0.1:53, which asks the DNS server in S),
- *            then connects to 203.0.113.10:80, which nftables redirects to
- *            the run's proxy; the proxy checks the Host before it relays.
+ *            then connects to 203.0.113.10:80; the judge reads each
+ *            request's head in the forwarding path (the upload's body goes
+ *            past it, in the run's set b4).
  *   direct_tls, granted_tls (grants 203.0.113.10:443 and :8443) and
  *   named_tls (grants a.test:443 and a.test:8443: the client resolves
  *            a.test first; the judge reads the ClientHello in the
  *            forwarding path, then the kernel forwards the rest): the same
  *            over the TLS server, each against direct_tls.
  * Each as a download and an upload (the HTTP upload's body is counted by
- * the proxy's HTTP parser). The run of a configuration is opened before
+ * the judge's HTTP parser). The run of a configuration is opened before
  * its transfers and closed after them (its teardown awaited, the table
  * gone).
  *
@@ -663,7 +664,7 @@ int main(void)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN); /* as the daemon: the proxy splices to sockets */
+	signal(SIGPIPE, SIG_IGN); /* as the daemon */
 	memset(chunk, 'x', sizeof chunk);
 	if (netlab_init(&lab, "sbbench", "/tmp/sb-bench-net-XXXXXX") ||
 	    netlab_ns_setup(&lab) ||

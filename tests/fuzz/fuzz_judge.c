@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(&isn, data, 4);
 	memset(&srv, 0, sizeof srv);
-	sb_judge_init(&j);
+	sb_judge_init(&j, 0);
 	s = (struct sb_judge_seg){1, isn, 0, SB_TCP_SYN, NULL, 0};
 	CHECK(sb_judge_seg(&j, &s) == SB_JUDGE_ACCEPT);
 	for (size_t p = 4; p + 6 <= size; p += 6) {
@@ -109,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case SB_JUDGE_NAME:
 			if (strcmp(j.name, "a.test"))
 				return 0; /* refused: the connection ends */
-			sb_judge_allow(&j);
+			CHECK(sb_judge_allow(&j, &s) == SB_JUDGE_ACCEPT);
 			allowed = 1;
 			for (size_t h = 0; h < nheld; h++)
 				deliver(&srv, held_off[h], held[h], held_len[h]);

@@ -21,7 +21,7 @@
  *   smuggle HOST PORT GOOD BAD  HTTP/1.1 requests for GOOD sent fast to a
  *                               slow server, then one request for BAD with
  *                               a Content-Length, then data; tried again
- *                               until the connection stays open (50 tries)
+ *                               until the connection stays open (5 tries)
  *   bodysmuggle HOST PORT GOOD BAD length|chunked
  *                               a POST for GOOD with a 200 KB body (by
  *                               Content-Length or in one chunk) sent after
@@ -424,7 +424,9 @@ static int cmd_urecv(char **a)
 	return 0;
 }
 
-/* --- the proxy: a request the proxy held without room in its buffer --- */
+/* --- the judge: a request judged while the server's window is full --- */
+
+#define SMUGGLE_TRIES 5
 
 /* Sends all of p (n bytes) on blocking socket s; 0 when it did. */
 static int send_all(int s, const char *p, size_t n)
@@ -454,8 +456,8 @@ static size_t head(char *out, size_t size, const char *method, const char *path,
 	return size;
 }
 
-/* One try: 1 when the connection was still open after it all (the proxy
- * let the request for BAD through), 0 when the proxy closed it. */
+/* One try: 1 when the connection was still open after it all (the judge
+ * let the request for BAD through), 0 when the judge refused it. */
 static int smuggle_try(char **a)
 {
 	static char buf[16384];
@@ -471,15 +473,16 @@ static int smuggle_try(char **a)
 		return 0;
 	}
 	/* 640 KB of requests for the granted name fill what is between the
-	 * guest and a server that reads slower than the guest sends (the
-	 * proxy's buffer among it) */
-	n = head(buf, 16380, "GET", "/fill", a[2], NULL);
-	for (int i = 0; i < 40; i++)
+	 * guest and a server that reads slower than the guest sends (heads of
+	 * 1 KB: a head waits whole before the judge, so it must fit in the
+	 * server's small receive window) */
+	n = head(buf, 1024, "GET", "/fill", a[2], NULL);
+	for (int i = 0; i < 640; i++)
 		if (send_all(s, buf, n))
 			goto out;
 	/* then a large request for the other name, with a body that never
-	 * ends: the proxy may see its head when its buffer has no room */
-	n = head(buf, 16380, "POST", "/smuggled", a[3], "999999999");
+	 * ends: the judge may see its head while the server has no room */
+	n = head(buf, 1024, "POST", "/smuggled", a[3], "999999999");
 	if (send_all(s, buf, n))
 		goto out;
 	for (int i = 0; i < 64; i++) {
@@ -496,22 +499,24 @@ out:
 	return open;
 }
 
-/* Tries until a try goes through (50 at most). */
+/* Tries until a try goes through (SMUGGLE_TRIES at most: no buffer of
+ * the host's sits between guest and server, so no race is looked for). */
 static int cmd_smuggle(char **a)
 {
-	for (int i = 1; i <= 50; i++)
+	for (int i = 1; i <= SMUGGLE_TRIES; i++)
 		if (smuggle_try(a)) {
 			say("smuggle: the connection with the request for %s stayed open "
 			    "at try %d",
 			    a[3], i);
 			return 0;
 		}
-	say("smuggle: the proxy closed all 50 tries");
+	say("smuggle: the judge refused all %d tries", SMUGGLE_TRIES);
 	return 0;
 }
 
-/* A body's bytes go on unread by the proxy: the request after the body
- * must still be judged. */
+/* A body's bytes go by the judge unread: the request after the body must
+ * still be judged. It comes in segments of its own (a segment goes whole
+ * or not at all). */
 static int cmd_bodysmuggle(char **a)
 {
 	static char body[200000];
@@ -537,12 +542,14 @@ static int cmd_bodysmuggle(char **a)
 		goto out;
 	sleep_ms(500); /* the head is judged; the body comes on its own */
 	memset(body, 'b', sizeof body);
-	if (send_all(s, body, sizeof body))
+	if (send_all(s, body, sizeof body) ||
+	    (chunked && send_all(s, "\r\n0\r\n\r\n", 7)))
 		goto out;
+	sleep_ms(300);
 	n = (size_t)snprintf(buf, sizeof buf,
-			     "%sGET /after-body HTTP/1.1\r\nHost: %s\r\n\r\n"
+			     "GET /after-body HTTP/1.1\r\nHost: %s\r\n\r\n"
 			     "secret-body for %s\n",
-			     chunked ? "\r\n0\r\n\r\n" : "", a[3], a[3]);
+			     a[3], a[3]);
 	if (send_all(s, buf, n))
 		goto out;
 	open = !readable(s, 6000) || recv(s, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;

@@ -29,7 +29,6 @@ static struct sb_nft_run run_of(const char *id)
 	snprintf(r.host6, sizeof r.host6, "fd53:616e:626f::1");
 	snprintf(r.guest6, sizeof r.guest6, "fd53:616e:626f::2");
 	r.dns_port = 40053;
-	r.proxy_port = 40443;
 	r.mark = 0x00010001;
 	return r;
 }
@@ -98,11 +97,18 @@ static void test_script_text(void **state)
 	assert_non_null(
 	    strstr(s, "ip saddr != 10.87.0.2 counter name c_0123456789ab drop"));
 	assert_non_null(strstr(s, "th dport 53 redirect to :40053"));
-	assert_non_null(strstr(s, "tcp dport { " SB_NFT_PROXY_PORTS " }"));
 	assert_non_null(strstr(s, "ct mark 0x00010001 accept"));
-	/* the TLS ports go to the judge, with the judging mark */
+	/* the TLS and HTTP ports go to the judge, each with its judging mark */
 	assert_non_null(strstr(s, "tcp dport { " SB_NFT_TLS_PORTS " } ip daddr"));
 	assert_non_null(strstr(s, "ct mark set 0x00010fff jump judge"));
+	assert_non_null(strstr(s, "tcp dport { " SB_NFT_HTTP_PORTS " } ip daddr"));
+	assert_non_null(strstr(s, "ct mark set 0x00010ffe jump judge"));
+	/* an HTTP guest's segments: to the judge but for bare ACKs and bodies;
+	 * the server's come back unread */
+	assert_non_null(strstr(s, "ct mark 0x00010ffe jump acks"));
+	assert_non_null(strstr(s, "tcp sequence @b4_0123456789ab accept"));
+	assert_non_null(
+	    strstr(s, "o_0123456789ab meta nfproto ipv4 ct mark 0x00010ffe accept"));
 	free(s);
 	/* a run id of 00000...: no mark of it is 0, the judging mark neither
 	 * (0 is every connection no rule marked) */
@@ -110,6 +116,7 @@ static void test_script_text(void **state)
 	assert_int_equal(sb_nft_run_script(&r, &p, 0, NULL, 0, &s), SB_OK);
 	assert_null(strstr(s, "ct mark 0x00000000"));
 	assert_non_null(strstr(s, "ct mark 0x00000fff jump judge"));
+	assert_non_null(strstr(s, "ct mark 0x00000ffe jump judge"));
 	free(s);
 	r.mark = 0x00010001;
 	/* no IPv6 address: every IPv6 packet drops */

@@ -1,20 +1,22 @@
-/* test_proxy.c - a run's proxy (netpolicy/proxy.c; SPEC.md, "Network
- * policy", "The proxy") with real connections: the enforcer on threads of
- * this process, a guest and a server in network namespaces of the test's
- * own (tests/netlab.h), both forked C code; the guest resolves a.test
- * through the run's stub first, so its connections to 203.0.113.10:80 are
- * redirected to the proxy. Grants a.test:80 and a.test:8080.
+/* test_judged_http.c - a run's HTTP connections judged in the forwarding
+ * path (netpolicy/judged.c, judge.h; SPEC.md, "Network policy", "The
+ * judge") with real connections: the enforcer on threads of this process,
+ * a guest and a server in network namespaces of the test's own
+ * (tests/netlab.h), both forked C code; the guest resolves a.test through
+ * the run's stub first, so its connections to 203.0.113.10:80 are judged.
+ * Grants a.test:80 and a.test:8080.
  *
  * Checks: the enforcer's thread does not spin while 1-byte segments meet
  * a receiver that stopped reading (guest to server, and server to guest);
  * a WebSocket Upgrade answered 101 carries frames both ways; a POST, a
  * request pipelined after it and the guest's half-close all reach a slow
- * server; a server that ends without answering an Upgrade gets none of
- * the guest's later bytes and the connection ends; a request naming an
- * ungranted host right after a body the proxy passed unread (counted by
- * Content-Length, or one chunk) never reaches the server and ends the
- * guest's connection. Skipped when not root, or without namespaces or
- * nftables.
+ * server; an Upgrade with bytes after it in the same segment reaches the
+ * server not at all, and both ends are reset; a server that ends without
+ * answering an Upgrade gets none of the guest's later bytes and the
+ * connection ends; a request naming an ungranted host right after a body
+ * the judge let by unread (counted by Content-Length, or one chunk) never
+ * reaches the server and ends the connection at both ends. Skipped when
+ * not root, or without namespaces, nftables or NFQUEUE.
  */
 #include <dirent.h>
 #include <netinet/tcp.h>
@@ -38,7 +40,7 @@ static int lab_ready; /* 0: each test skips */
 static sb_net *net;
 static sb_net_run *run;
 static pid_t dns_pid;
-static pid_t net_tid; /* the enforcer's thread, where the proxy runs */
+static pid_t net_tid; /* the enforcer's thread, where the judge runs */
 
 /* --- the peers: a client in G and a server in S, forked per test --- */
 
@@ -435,7 +437,7 @@ static void on_signal(int sig)
 static void lab_down(void)
 {
 	if (run && netlab_run_down(&lab, run, NETLAB_RUN_ID, 1))
-		print_error("test_proxy: %s\n", lab.err);
+		print_error("test_judged_http: %s\n", lab.err);
 	run = NULL;
 	sb_net_close(net);
 	net = NULL;
@@ -452,7 +454,7 @@ static void lab_down(void)
 /* Skips the tests (the host cannot do this) with one line why. */
 static int lab_skip(void)
 {
-	print_message("test_proxy: %s: skipped\n", lab.err);
+	print_message("test_judged_http: %s: skipped\n", lab.err);
 	lab_down();
 	return 0;
 }
@@ -460,7 +462,7 @@ static int lab_skip(void)
 /* Fails the group (lab.err says why). */
 static int fail_setup(void)
 {
-	print_error("test_proxy: %s\n", lab.err);
+	print_error("test_judged_http: %s\n", lab.err);
 	lab_down();
 	return -1;
 }
@@ -478,8 +480,8 @@ static int setup(void **state)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN); /* as the daemon: the proxy splices to sockets */
-	if (netlab_init(&lab, "sbtest-proxy", "/tmp/sb-test-proxy-XXXXXX"))
+	signal(SIGPIPE, SIG_IGN); /* as the daemon */
+	if (netlab_init(&lab, "sbtest-jhttp", "/tmp/sb-test-jhttp-XXXXXX"))
 		return lab_skip();
 	if (netlab_ns_setup(&lab) || netlab_enter_h(&lab))
 		return lab_skip();
@@ -584,7 +586,7 @@ static void trickle(struct peer_res *res, int fd, const char *head, const char *
 }
 
 /* Server: takes the head, then never reads (a small receive buffer, so
- * what the proxy sends soon waits). */
+ * what the guest sends soon waits). */
 static void srv_sink(struct peer_res *res)
 {
 	static char head[4096];
@@ -623,7 +625,7 @@ static void trickle_check(void (*srv_fn)(struct peer_res *),
 	load = net_thread_load();
 	peer_result(trickler, (int)(TRICKLE_S * 1000) + 5000, &res);
 	assert_peer_ok(&res, who);
-	print_message("test_proxy: %s sent %llu 1-byte segments; enforcer thread "
+	print_message("test_judged_http: %s sent %llu 1-byte segments; enforcer thread "
 		      "%.0f%% of a CPU\n",
 		      who, (unsigned long long)res.sent, load * 100);
 	assert_true(res.sent > 1000); /* it did trickle */
@@ -807,36 +809,52 @@ static void cli_no101(struct peer_res *res)
 	probe_closed(fd, res);
 }
 
-/* A server that ends without answering an Upgrade declines it: the
- * guest's bytes after it never reach the server, the connection ends. */
+/* Runs the client and server of an Upgrade nobody answers, the client's
+ * bytes after it sent after pause_ms (0: in the Upgrade's segment); checks
+ * that the client's connection ends. */
+static void no101(int pause_ms, struct peer_res *srv, struct peer_res *cli)
+{
+	no101_pause_ms = pause_ms;
+	peer_start(SRV, NETLAB_S, srv_no101);
+	peer_start(CLI, NETLAB_G, cli_no101);
+	peer_result(SRV, IDLE_MS + 5000, srv);
+	peer_result(CLI, 2 * IDLE_MS + 5000, cli);
+	no101_pause_ms = 0;
+	assert_peer_ok(cli, "client");
+	if (!cli->ended || !cli->reset)
+		fail_msg("the client's connection did not end (EOF %d, closed %d)",
+			 cli->ended, cli->reset);
+}
+
+/* An Upgrade and bytes after it in one segment: a segment goes whole or
+ * not at all, and these bytes may not go before the server's answer, so
+ * none of it reaches the server; both ends are reset. */
 static void test_upgrade_unanswered(void **state)
 {
 	struct peer_res srv, cli;
 
 	NEED_LAB();
-	peer_start(SRV, NETLAB_S, srv_no101);
-	peer_start(CLI, NETLAB_G, cli_no101);
-	peer_result(SRV, IDLE_MS + 5000, &srv);
-	peer_result(CLI, 2 * IDLE_MS + 5000, &cli);
+	no101(0, &srv, &cli);
+	assert_int_equal(srv.step, STEP_HEAD); /* no head, the connection reset */
+	assert_int_equal(srv.err, ECONNRESET);
+	assert_true(
+	    netlab_denial_seen("a.test", "bytes after an Upgrade before its answer", -1));
+}
+
+/* A server that ends without answering an Upgrade declines it: the
+ * guest's bytes after it never reach the server, the connection ends. */
+static void test_upgrade_unanswered_late(void **state)
+{
+	struct peer_res srv, cli;
+
+	NEED_LAB();
+	no101(500, &srv, &cli);
 	assert_peer_ok(&srv, "server");
-	assert_peer_ok(&cli, "client");
 	assert_int_equal(srv.got, 0); /* nothing after the Upgrade's head */
 	if (!srv.ended)
 		fail_msg("the server's connection did not end");
-	if (!cli.ended || !cli.reset)
-		fail_msg("the client's connection did not end (EOF %d, closed %d)",
-			 cli.ended, cli.reset);
 	assert_true(
 	    netlab_denial_seen("a.test", "a request after a declined Upgrade", -1));
-}
-
-/* The same when the server ended before the guest's next bytes came: the
- * connection does not wait for an answer that cannot come. */
-static void test_upgrade_unanswered_late(void **state)
-{
-	no101_pause_ms = 500;
-	test_upgrade_unanswered(state);
-	no101_pause_ms = 0;
 }
 
 /* --- pipelined requests, a half-close --- */
@@ -878,7 +896,7 @@ static void test_half_close(void **state)
 /* --- smuggling after a body passed unread --- */
 
 /* The client sends the head, then the body after the head was judged (so
- * the proxy passes it unread), then its end and at once a request naming
+ * the judge lets it by unread), then its end and at once a request naming
  * an ungranted host, which must never reach the server. */
 static void smuggle(const char *head, size_t body, const char *body_end)
 {
@@ -889,8 +907,8 @@ static void smuggle(const char *head, size_t body, const char *body_end)
 	wire_piece(0.1); /* judged */
 	wire_body(body - 10);
 	wire_piece(0.2);
-	wire_body(10);
 	legit_min = wire_len;
+	wire_body(10);
 	wire_text(body_end);
 	legit_len = wire_len;
 	wire_text("GET /evil HTTP/1.1\r\nHost: b.test\r\n\r\n");
@@ -904,7 +922,8 @@ static void smuggle(const char *head, size_t body, const char *body_end)
 	if (!srv.match)
 		fail_msg("the server got bytes beyond the granted request: %llu of %zu",
 			 (unsigned long long)srv.got, legit_len);
-	/* the body went through (the bytes that end it may be cut) */
+	/* the body went through, but for the segment that carries the refused
+	 * request: it goes not at all */
 	assert_true(srv.got >= legit_min);
 	assert_true(srv.ended);
 	if (!cli.ended)
