@@ -48,6 +48,7 @@ struct judged {
 	double closed;		       /* the guest's FIN (0: none yet) */
 	double held_since;	       /* the first of the packets held now */
 	struct bypass *by;	       /* its body's bypass, if any */
+	int nobypass;		       /* one could not be made: no more */
 	uint32_t guest_next, srv_next; /* the next sequence number of each */
 	int srv_seen;
 	uint32_t held[NET_JUDGE_HELD];
@@ -213,8 +214,10 @@ static void bypass_done(void *ctx)
 		if (by->unwanted || !by->c)
 			bypass_submit(by, 0);
 	} else if (by->add || by->rc == SB_OK) {
-		bypass_free(by); /* never in, or taken out */
-	}			 /* else it goes at its timeout (judge_sweep) */
+		if (by->add && by->c)
+			by->c->nobypass = 1; /* the judge reads it all */
+		bypass_free(by);	     /* never in, or taken out */
+	} /* else it goes at its timeout (judge_sweep) */
 	net_idle(r);
 }
 
@@ -244,7 +247,7 @@ static void bypass_check(struct net_run *r, struct judged *c)
 		}
 		return;
 	}
-	if (!sb_judge_body(&c->j, &seq, &len) || len < BYPASS_MIN ||
+	if (c->nobypass || !sb_judge_body(&c->j, &seq, &len) || len < BYPASS_MIN ||
 	    !(by = calloc(1, sizeof *by)))
 		return;
 	by->r = r;
@@ -441,6 +444,7 @@ static struct judged *judged_new(struct net_run *r, const struct packet *pk)
 	c->since = c->last = sb_loop_now(r->n->loop);
 	c->closed = c->held_since = 0;
 	c->by = NULL;
+	c->nobypass = 0;
 	c->guest_next = pk->s.seq;
 	c->srv_seen = 0;
 	c->nheld = 0;
