@@ -51,6 +51,14 @@ void cli_follow_live(struct sb_follow_opts *fo, const char *run);
  * message quotes), and returns the exit code for err (cli_exit_for). */
 int cli_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The exit code for the error err of a request made from the user's
+ * options: CLI_EXIT_USAGE for SB_ERR_INVAL and SB_ERR_SCHEMA (a value the
+ * daemon refused), else cli_exit_for's. */
+int cli_exit_for_request(int err);
+
+/* Prints err's detail (escaped) and returns cli_exit_for_request(err). */
+int cli_fail_request(int err);
+
 /* As cli_fail, but returns code: cli_fail_code(CLI_EXIT_USAGE, ...) for a
  * bad option value. */
 int cli_fail_code(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -69,6 +77,19 @@ int cli_help(const char *cmd);
  * the usage, and returns CLI_EXIT_USAGE. Option strings start with ':'
  * so that a missing value is told apart. */
 int cli_badopt(const char *cmd, char **argv, int ch);
+
+/* "Did you mean": the candidate nearest to a mistyped word. Init it with
+ * the word (borrowed), add each candidate (len bytes of cand, copied),
+ * then cli_suggest_hint writes "; did you mean 'BEST'?" into buf and
+ * returns it, or returns "" when no candidate is near enough. */
+struct cli_suggest {
+	const char *word;
+	char best[64];
+	size_t dist;
+};
+void cli_suggest_init(struct cli_suggest *s, const char *word);
+void cli_suggest_add(struct cli_suggest *s, const char *cand, size_t len);
+const char *cli_suggest_hint(const struct cli_suggest *s, char *buf, size_t cap);
 
 /* The options every command takes: --help (-h). */
 #define CLI_OPT_HELP                                                                     \

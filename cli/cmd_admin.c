@@ -46,8 +46,10 @@ static int admin_token(char **args, int json)
 
 	if (strcmp(args[0], "create"))
 		return cli_usage("admin");
-	if ((rc = sb_home_init(cli_home)) || (rc = sb_token_create(cli_home, args[1], token)))
+	if ((rc = sb_home_init(cli_home)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
+	if ((rc = sb_token_create(cli_home, args[1], token)))
+		return cli_fail_request(rc);
 	if (json)
 		cli_print_json(json_pack("{s:s}", "token", token));
 	else
@@ -82,7 +84,7 @@ static int admin_append(char **args, int json)
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK)
 		print_u64(&rep, "offset", "%llu\n", json);
 	else
-		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+		rc = cli_fail_request(rc);
 	sb_reply_free(&rep);
 	sb_client_close(c);
 	return rc;

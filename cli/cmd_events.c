@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "engine/error.h"
+#include "engine/log/schema.h"
 #include "engine/payload.h"
 
 struct print_ctx {
@@ -15,6 +16,30 @@ static int print_cb(void *ctx, const struct sb_event *ev, const msgpack_object *
 {
 	cli_print_event(ev, payload, ((struct print_ctx *)ctx)->json);
 	return 0;
+}
+
+/* Checks that t is an event type or a prefix of some at a dot ("agent.tool"
+ * of agent.tool.started); else prints one line with the nearest type and
+ * returns CLI_EXIT_USAGE. */
+static int type_check(const char *t)
+{
+	size_t n, len = strlen(t);
+	const struct sb_event_schema *all = sb_schema_all(&n);
+	struct cli_suggest s;
+	char hint[96];
+
+	cli_suggest_init(&s, t);
+	for (size_t i = 0; i < n; i++) {
+		const char *ty = all[i].type;
+		if (!strncmp(ty, t, len) && (ty[len] == 0 || ty[len] == '.'))
+			return CLI_EXIT_OK;
+		/* the type and each of its prefixes at a dot are candidates */
+		for (const char *d = ty; (d = strchr(d, '.')); d++)
+			cli_suggest_add(&s, ty, (size_t)(d - ty));
+		cli_suggest_add(&s, ty, strlen(ty));
+	}
+	return cli_fail_code(CLI_EXIT_USAGE, "--type: no event type '%s'%s (see SPEC.md, Events)",
+			     t, cli_suggest_hint(&s, hint, sizeof hint));
 }
 
 int cmd_events(int argc, char **argv)
@@ -42,6 +67,8 @@ int cmd_events(int argc, char **argv)
 		case 't':
 			if (ntypes == 32)
 				return cli_fail_code(CLI_EXIT_USAGE, "at most 32 --type options");
+			if ((rc = type_check(optarg)))
+				return rc;
 			types[ntypes++] = optarg;
 			break;
 		case 'j': pc.json = 1; break;

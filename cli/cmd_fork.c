@@ -128,7 +128,7 @@ static int from_run(int argc, char **argv, int fork)
 	sb_pack_kstr(&r.pk, "run", run);
 	from_pack(&r, &o, fork);
 	if ((rc = cli_call(c, &r, &rep))) {
-		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+		rc = cli_fail_request(rc);
 		goto out;
 	}
 	runs = sb_map_get(&rep.map, "runs");

@@ -23,7 +23,7 @@ static int grant_call(sb_client *c, const char *run, const char *grant, int allo
 	if (rc == SB_OK && sb_map_str(&rep.map, "grant", got, sizeof got) <= 0)
 		rc = sb_seterr(SB_ERR_PROTO, "malformed reply");
 	if (rc)
-		rc = cli_fail(rc, "run %s: %s", run, sb_errmsg(rc));
+		rc = cli_fail_code(cli_exit_for_request(rc), "run %s: %s", run, sb_errmsg(rc));
 	else if (json)
 		cli_print_reply(&rep.map);
 	else

@@ -35,6 +35,10 @@ struct run_opts {
 	const char *tmpl, *name, *group, *accel, *on_budget, *net, *snapshots;
 	uint64_t cpus, mem, timeout, budget, quota;
 	struct list inputs, env, secrets, models, allow;
+	char **words; /* the prompt's words, in argv order (an array the caller frees) */
+	int nwords;
+	char **cmd; /* the command after --, in argv, or NULL */
+	int ncmd;
 	int detach, json;
 	json_t *policy; /* --policy FILE, whose strings the lists point into */
 };
@@ -131,8 +135,30 @@ static int policy_merge(struct run_opts *o)
 	return rc;
 }
 
-/* Parses the options of argv into o; returns CLI_GO_ON with optind at the
- * command or prompt, or the exit code (help or a usage error, printed). */
+/* 1 when a one-word prompt w reads as a command: a path, or the name of a
+ * program on the host's PATH ("ls", "make"). */
+static int looks_like_command(const char *w)
+{
+	const char *path = getenv("PATH");
+	char buf[4096];
+
+	if (strchr(w, '/'))
+		return access(w, X_OK) == 0 || w[0] == '/' || !strncmp(w, "./", 2);
+	if (!*w || strchr(w, ' '))
+		return 0;
+	for (const char *p = path ? path : ""; *p;) {
+		size_t n = strcspn(p, ":");
+		if (n && (size_t)snprintf(buf, sizeof buf, "%.*s/%s", (int)n, p, w) < sizeof buf &&
+		    access(buf, X_OK) == 0)
+			return 1;
+		p += n + (p[n] == ':');
+	}
+	return 0;
+}
+
+/* Parses the options of argv into o (its prompt's words, or the command
+ * after --); returns CLI_GO_ON, or the exit code (help or a usage error,
+ * printed). */
 static int parse_opts(int argc, char **argv, struct run_opts *o)
 {
 	static const struct option opts[] = {
@@ -153,9 +179,13 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 	int ch, rc = CLI_EXIT_OK;
 
 	o->tmpl = "shell";
-	/* '+': the first operand ends the options; the prompt's words are not options */
-	while (rc == CLI_EXIT_OK && (ch = getopt_long(argc, argv, "+:ht:m:", opts, NULL)) != -1) {
+	if (!(o->words = calloc((size_t)argc, sizeof *o->words)))
+		return cli_fail(SB_ERR_NOMEM, "out of memory");
+	/* '-': options anywhere before --, each word of a prompt returned in
+	 * order (as 1); -- ends the options, and a command follows it */
+	while (rc == CLI_EXIT_OK && (ch = getopt_long(argc, argv, "-:ht:m:", opts, NULL)) != -1) {
 		switch (ch) {
+		case 1: o->words[o->nwords++] = optarg; break;
 		case 'h': return cli_help("run");
 		case 't': o->tmpl = optarg; break;
 		case 'c':
@@ -223,9 +253,19 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 		return rc;
 	if (o->policy && (rc = policy_merge(o)))
 		return rc;
-	if (optind >= argc)
+	o->cmd = optind < argc ? argv + optind : NULL;
+	o->ncmd = argc - optind;
+	if (o->cmd && o->nwords)
+		return cli_fail_code(CLI_EXIT_USAGE, "give a prompt or a command after --, not "
+						     "both ('%s' comes before --)",
+				     o->words[0]);
+	if (!o->cmd && !o->nwords)
 		return cli_fail_code(CLI_EXIT_USAGE,
 				     "give a command after -- or a prompt (see 'sanbox help run')");
+	if (o->nwords == 1 && looks_like_command(o->words[0]))
+		cli_note("'%s' is taken as a prompt for the agent; to run it as a command, "
+			 "put it after --: sanbox run -- %s",
+			 o->words[0], o->words[0]);
 	return CLI_GO_ON;
 }
 
@@ -315,8 +355,7 @@ static int pack_inputs(msgpack_packer *pk, const struct input *in, int n)
 
 /* Packs the run.create request for o, with the command or prompt in
  * argv[first..argc) (a command when has_cmd). Errors: as pack_inputs. */
-static int pack_spec(struct cli_req *r, const struct run_opts *o, const struct input *in,
-		     int argc, char **argv, int first, int has_cmd)
+static int pack_spec(struct cli_req *r, const struct run_opts *o, const struct input *in)
 {
 	size_t nspec = 10 + !!o->name + !!o->group + !!o->models.n * 2 + !!o->accel +
 		       !!o->on_budget + !!o->net + !!o->allow.n + !!o->quota + !!o->snapshots;
@@ -344,18 +383,18 @@ static int pack_spec(struct cli_req *r, const struct run_opts *o, const struct i
 		sb_pack_kstr(&r->pk, "network", o->net);
 	if (o->allow.n)
 		pack_strs(&r->pk, "allow", o->allow.v, o->allow.n);
-	if (has_cmd) {
-		pack_strs(&r->pk, "argv", (const char *const *)argv + first, argc - first);
+	if (o->cmd) {
+		pack_strs(&r->pk, "argv", (const char *const *)o->cmd, o->ncmd);
 		sb_pack_kstr(&r->pk, "prompt", "");
 	} else {
-		/* a prompt: the words after the options, for the template's harness */
+		/* a prompt: its words joined by spaces, for the template's harness */
 		size_t len = 0;
-		for (int i = first; i < argc; i++)
-			len += strlen(argv[i]) + 1;
+		for (int i = 0; i < o->nwords; i++)
+			len += strlen(o->words[i]) + 1;
 		char *prompt = calloc(1, len + 1);
-		for (int i = first; prompt && i < argc; i++) {
-			strcat(prompt, argv[i]);
-			if (i + 1 < argc)
+		for (int i = 0; prompt && i < o->nwords; i++) {
+			strcat(prompt, o->words[i]);
+			if (i + 1 < o->nwords)
 				strcat(prompt, " ");
 		}
 		pack_strs(&r->pk, "argv", NULL, 0);
@@ -441,14 +480,10 @@ int cmd_run(int argc, char **argv)
 	char run[SB_RUN_MAX];
 	sb_client *c = NULL;
 	size_t total = 0;
-	int nin = 0, has_cmd, first, rc;
+	int nin = 0, rc;
 
-	if ((rc = parse_opts(argc, argv, &o)) != CLI_GO_ON) {
-		json_decref(o.policy);
-		return rc;
-	}
-	first = optind;
-	has_cmd = first > 1 && !strcmp(argv[first - 1], "--");
+	if ((rc = parse_opts(argc, argv, &o)) != CLI_GO_ON)
+		goto out;
 	/* every input is checked before anything starts */
 	for (; nin < o.inputs.n; nin++) {
 		if ((rc = input_open(o.inputs.v[nin], &in[nin])))
@@ -464,7 +499,7 @@ int cmd_run(int argc, char **argv)
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 		goto out;
 	}
-	if ((rc = pack_spec(&r, &o, in, argc, argv, first, has_cmd))) {
+	if ((rc = pack_spec(&r, &o, in))) {
 		msgpack_sbuffer_destroy(&r.buf);
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 		goto out;
@@ -473,7 +508,7 @@ int cmd_run(int argc, char **argv)
 	if (rc == SB_OK && sb_map_str(&rep.map, "run", run, sizeof run) <= 0)
 		rc = sb_seterr(SB_ERR_PROTO, "malformed reply");
 	if (rc) {
-		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+		rc = cli_fail_request(rc);
 		goto out;
 	}
 	if (o.detach) {
@@ -490,5 +525,6 @@ out:
 	while (nin-- > 0)
 		close(in[nin].fd);
 	json_decref(o.policy);
+	free(o.words);
 	return rc;
 }

@@ -78,7 +78,7 @@ static int secret_set(char **args, int json)
 		return cli_fail(SB_ERR_NOMEM, "out of memory");
 	if ((rc = read_value(name, buf, &len))) {
 		sodium_free(buf);
-		return cli_fail(rc, "%s", sb_errmsg(rc));
+		return cli_fail_request(rc);
 	}
 	if ((rc = cli_connect(1, &c))) {
 		sodium_free(buf);
@@ -93,7 +93,7 @@ static int secret_set(char **args, int json)
 	if (rc == SB_OK)
 		cli_note("secret %s set (%zu bytes)", name, len);
 	else
-		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+		rc = cli_fail_request(rc);
 	sb_reply_free(&rep);
 	sb_client_close(c);
 	return rc;

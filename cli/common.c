@@ -46,6 +46,16 @@ int cli_fail(int err, const char *fmt, ...)
 	return cli_exit_for(err);
 }
 
+int cli_exit_for_request(int err)
+{
+	return err == SB_ERR_INVAL || err == SB_ERR_SCHEMA ? CLI_EXIT_USAGE : cli_exit_for(err);
+}
+
+int cli_fail_request(int err)
+{
+	return cli_fail_code(cli_exit_for_request(err), "%s", sb_errmsg(err));
+}
+
 int cli_fail_code(int code, const char *fmt, ...)
 {
 	va_list ap;
@@ -83,10 +93,87 @@ int cli_help(const char *cmd)
 	return CLI_EXIT_OK;
 }
 
+/* The edit distance of a and b (insertions, deletions, substitutions and
+ * swaps of two neighbours: "frok" is one from "fork"), counted up to 63
+ * bytes of each. */
+static size_t edit_distance(const char *a, const char *b)
+{
+	size_t la = strnlen(a, 63), lb = strnlen(b, 63), d[64][64];
+
+	for (size_t i = 0; i <= la; i++)
+		d[i][0] = i;
+	for (size_t j = 0; j <= lb; j++)
+		d[0][j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		for (size_t j = 1; j <= lb; j++) {
+			size_t v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+			if (d[i - 1][j] + 1 < v)
+				v = d[i - 1][j] + 1;
+			if (d[i][j - 1] + 1 < v)
+				v = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+			    d[i - 2][j - 2] + 1 < v)
+				v = d[i - 2][j - 2] + 1;
+			d[i][j] = v;
+		}
+	}
+	return d[la][lb];
+}
+
+void cli_suggest_init(struct cli_suggest *s, const char *word)
+{
+	s->word = word;
+	s->best[0] = 0;
+	s->dist = (size_t)-1;
+}
+
+void cli_suggest_add(struct cli_suggest *s, const char *cand, size_t len)
+{
+	char c[sizeof s->best];
+	size_t d;
+
+	if (len >= sizeof c)
+		return;
+	memcpy(c, cand, len);
+	c[len] = 0;
+	d = edit_distance(s->word, c);
+	/* a prefix of the candidate, or a slip of a third of its letters */
+	if (d < s->dist && (d * 3 <= len || !strncmp(c, s->word, strlen(s->word)))) {
+		memcpy(s->best, c, len + 1);
+		s->dist = d;
+	}
+}
+
+const char *cli_suggest_hint(const struct cli_suggest *s, char *buf, size_t cap)
+{
+	if (!s->best[0] || !strcmp(s->best, s->word))
+		return "";
+	snprintf(buf, cap, "; did you mean '%s'?", s->best);
+	return buf;
+}
+
+/* The long option of cmd's usage text nearest to name ("--jsno"), as a
+ * hint ("; did you mean '--json'?") in buf, or "". */
+static const char *option_hint(const char *cmd, const char *name, char *buf, size_t cap)
+{
+	const struct cli_cmd *c = cli_find(cmd);
+	struct cli_suggest s;
+
+	cli_suggest_init(&s, name);
+	for (const char *p = c ? c->usage : ""; (p = strstr(p, "--"));) {
+		size_t n = 2 + strspn(p + 2, "abcdefghijklmnopqrstuvwxyz-");
+		if (n > 2)
+			cli_suggest_add(&s, p, n);
+		p += n;
+	}
+	cli_suggest_add(&s, "--help", 6);
+	return cli_suggest_hint(&s, buf, cap);
+}
+
 int cli_badopt(const char *cmd, char **argv, int ch)
 {
 	const char *arg = optind > 0 ? argv[optind - 1] : "";
-	char name[64];
+	char name[64], hint[96];
 
 	if (!strncmp(arg, "--", 2))
 		snprintf(name, sizeof name, "%.*s", (int)strcspn(arg, "="), arg);
@@ -94,8 +181,10 @@ int cli_badopt(const char *cmd, char **argv, int ch)
 		snprintf(name, sizeof name, "-%c", optopt);
 	else
 		snprintf(name, sizeof name, "%s", arg);
-	cli_note("%s: %s '%s'%s", cmd, ch == ':' ? "option" : "unknown option", name,
-		 ch == ':' ? " needs a value" : "");
+	cli_note("%s: %s '%s'%s%s", cmd, ch == ':' ? "option" : "unknown option", name,
+		 ch == ':' ? " needs a value" : "",
+		 ch == ':' || strncmp(name, "--", 2) ? ""
+						   : option_hint(cmd, name, hint, sizeof hint));
 	return cli_usage(cmd);
 }
 
@@ -122,6 +211,8 @@ int cli_parse_opts(int argc, char **argv, const char *cmd, int *json)
 int cli_sub_run(int argc, char **argv, const char *cmd, const struct cli_sub *subs,
 		size_t n)
 {
+	struct cli_suggest sg;
+	char hint[96];
 	int json = 0, rc;
 
 	if ((rc = cli_parse_opts(argc, argv, cmd, &json)) != CLI_GO_ON)
@@ -145,7 +236,11 @@ int cli_sub_run(int argc, char **argv, const char *cmd, const struct cli_sub *su
 		}
 		return subs[i].fn(argv + optind + 1, json);
 	}
-	cli_note("%s: no subcommand '%s'", cmd, argv[optind]);
+	cli_suggest_init(&sg, argv[optind]);
+	for (size_t i = 0; i < n; i++)
+		cli_suggest_add(&sg, subs[i].name, strlen(subs[i].name));
+	cli_note("%s: no subcommand '%s'%s", cmd, argv[optind],
+		 cli_suggest_hint(&sg, hint, sizeof hint));
 	return cli_usage(cmd);
 }
 

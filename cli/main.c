@@ -108,7 +108,7 @@ static const struct cli_cmd commands[] = {
 	 "[tcp/|udp/]HOST:PORT[-PORT] as for 'sanbox run --allow'; deny takes one\n"
 	 "the run has, as it was given or in canonical form. Removing a grant also\n"
 	 "ends the connections it let through. The first change refused stops the\n"
-	 "command (exit 1); the ones before it stay made.\n"},
+	 "command (exit 1, or 2 for a malformed grant); the ones before it stay made.\n"},
 	{"snapshots", cmd_snapshots, "list a run's snapshots",
 	 "usage: sanbox snapshots RUN [--json]\n"
 	 "\n"
@@ -243,6 +243,20 @@ const struct cli_cmd *cli_find(const char *name)
 	return NULL;
 }
 
+/* Prints that there is no command name, with the nearest one, and returns
+ * CLI_EXIT_USAGE. */
+static int no_command(const char *name)
+{
+	struct cli_suggest s;
+	char hint[96];
+
+	cli_suggest_init(&s, name);
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		cli_suggest_add(&s, commands[i].name, strlen(commands[i].name));
+	return cli_fail_code(CLI_EXIT_USAGE, "no command '%s'%s (see 'sanbox help')", name,
+			     cli_suggest_hint(&s, hint, sizeof hint));
+}
+
 static const char global_usage[] =
 	"usage: sanbox [--home DIR] [--remote tls+tcp://HOST:PORT --token T --ca PEM]\n"
 	"              COMMAND [ARGS]\n";
@@ -258,8 +272,7 @@ int cmd_help(int argc, char **argv)
 		return cli_usage("help");
 	if (argc - optind == 1) {
 		if (!(c = cli_find(argv[optind])))
-			return cli_fail_code(CLI_EXIT_USAGE, "no command '%s' (see 'sanbox help')",
-					     argv[optind]);
+			return no_command(argv[optind]);
 		fputs(c->usage, stdout);
 		return CLI_EXIT_OK;
 	}
@@ -329,8 +342,7 @@ int main(int argc, char **argv)
 	if ((rc = sb_home_resolve(home, cli_home, sizeof cli_home)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	if (!(c = cli_find(argv[optind])))
-		return cli_fail_code(CLI_EXIT_USAGE, "no command '%s' (see 'sanbox help')",
-				     argv[optind]);
+		return no_command(argv[optind]);
 	argc -= optind;
 	argv += optind;
 	optind = 0; /* each command parses its own options from its argv[1] */

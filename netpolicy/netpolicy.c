@@ -202,7 +202,7 @@ int sb_netpolicy_resolve(const msgpack_object *spec, const struct sb_netpolicy *
 	else if (!strcmp(mode, "none"))
 		p->mode = SB_NET_NONE;
 	else
-		return sb_seterr(SB_ERR_INVAL, "spec: network must be none or acl");
+		return sb_seterr(SB_ERR_INVAL, "network must be none or acl");
 	for (uint32_t i = 0; allow && i < allow->via.array.size; i++) {
 		const msgpack_object *a = &allow->via.array.ptr[i];
 		struct sb_net_grant n;
@@ -213,17 +213,17 @@ int sb_netpolicy_resolve(const msgpack_object *spec, const struct sb_netpolicy *
 			;
 		sb_net_grant_format(&n, g, sizeof g);
 		if (k >= first && k < p->ngrants)
-			return sb_seterr(SB_ERR_INVAL, "spec: grant %s is given twice",
+			return sb_seterr(SB_ERR_INVAL, "grant %s is given twice",
 					 g);
 		if (k < p->ngrants)
 			continue; /* the template's already */
 		if (p->ngrants == SB_NET_GRANTS)
-			return sb_seterr(SB_ERR_INVAL, "spec: more than %d grants",
+			return sb_seterr(SB_ERR_INVAL, "more than %d grants",
 					 SB_NET_GRANTS);
 		p->grants[p->ngrants++] = n;
 	}
 	if (p->ngrants && p->mode != SB_NET_ACL)
-		return sb_seterr(SB_ERR_INVAL, "spec: allow grants need network acl");
+		return sb_seterr(SB_ERR_INVAL, "allow grants need network acl");
 	return SB_OK;
 }
 

@@ -25,6 +25,10 @@ struct sb_proj_txn {
 
 struct sb_projection {
 	const char *name;
+	/* The version of its fold: raised whenever apply changes what it makes
+	 * of the same events, so that a state folded by an older one is
+	 * rebuilt from offset 0 when the projector opens. */
+	uint64_t version;
 	/* Called on empty state, before the first event (may be NULL). */
 	int (*init)(struct sb_proj_txn *t);
 	/* Folds one event into the state; payload is the parsed payload map.

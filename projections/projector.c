@@ -48,11 +48,72 @@ int sb_proj_put(struct sb_proj_txn *t, const void *key, size_t klen, const void 
 	return sb_log_mdb_err(mdb_put(t->txn, t->dbi, &k, &v, 0), "projection: put");
 }
 
+/* The key of projection i's version in p.checkpoints: "NAME.version". */
+static MDB_val version_key(size_t i, char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap, "%s.version", builtin[i]->name);
+
+	return (MDB_val){(size_t)n, buf};
+}
+
+/* 1 when projection i's state was folded by its current version (no
+ * version stored counts as version 0). */
+static int version_same(sb_projector *p, MDB_txn *txn, size_t i)
+{
+	char buf[64];
+	MDB_val k = version_key(i, buf, sizeof buf), v;
+	uint64_t have = 0;
+
+	if (!mdb_get(txn, p->ckpt, &k, &v) && v.mv_size == 8)
+		have = sb_be64_get(v.mv_data);
+	return have == builtin[i]->version;
+}
+
+/* Empties projection i for a fold from offset 0 by its current version:
+ * its state dropped, its init run, its checkpoint removed, its version
+ * stored. */
+static int reset(sb_projector *p, MDB_txn *txn, size_t i)
+{
+	struct sb_proj_txn t = {txn, p->dbi[i]};
+	MDB_val k = {strlen(builtin[i]->name), (void *)builtin[i]->name}, vk, v;
+	char buf[64];
+	uint8_t b[8];
+	int rc;
+
+	if ((rc = mdb_drop(txn, p->dbi[i], 0)) ||
+	    ((rc = mdb_del(txn, p->ckpt, &k, NULL)) && rc != MDB_NOTFOUND))
+		return sb_log_mdb_err(rc, "projector: reset");
+	if (builtin[i]->init && (rc = builtin[i]->init(&t)))
+		return rc;
+	vk = version_key(i, buf, sizeof buf);
+	sb_be64_put(b, builtin[i]->version);
+	v = (MDB_val){8, b};
+	return sb_log_mdb_err(mdb_put(txn, p->ckpt, &vk, &v, 0), "projector: version");
+}
+
+/* Opens the projections' databases and the checkpoints in txn; a state an
+ * older fold made is emptied, to be made again from offset 0. */
+static int dbis_open(sb_projector *p, MDB_txn *txn)
+{
+	char name[64];
+	int rc = SB_OK;
+
+	for (size_t i = 0; i < NPROJ && !rc; i++) {
+		snprintf(name, sizeof name, "p.%s", builtin[i]->name);
+		rc = mdb_dbi_open(txn, name, MDB_CREATE, &p->dbi[i]);
+	}
+	if (rc || (rc = mdb_dbi_open(txn, "p.checkpoints", MDB_CREATE, &p->ckpt)))
+		return sb_log_mdb_err(rc, "projector: open");
+	for (size_t i = 0; i < NPROJ && !rc; i++)
+		if (!version_same(p, txn, i))
+			rc = reset(p, txn, i);
+	return rc;
+}
+
 int sb_projector_open(sb_log *log, sb_projector **out)
 {
 	sb_projector *p = calloc(1, sizeof *p);
 	MDB_txn *txn = NULL;
-	char name[64];
 	int rc;
 
 	if (!p)
@@ -63,17 +124,17 @@ int sb_projector_open(sb_log *log, sb_projector **out)
 		free(p);
 		return SB_ERR_NOMEM;
 	}
-	if ((rc = mdb_txn_begin(sb_log_env(log), NULL, 0, &txn)))
-		goto fail;
-	for (size_t i = 0; i < NPROJ; i++) {
-		snprintf(name, sizeof name, "p.%s", builtin[i]->name);
-		if ((rc = mdb_dbi_open(txn, name, MDB_CREATE, &p->dbi[i])))
-			goto fail;
-	}
-	if ((rc = mdb_dbi_open(txn, "p.checkpoints", MDB_CREATE, &p->ckpt)))
-		goto fail;
-	if ((rc = mdb_txn_commit(txn))) {
+	if ((rc = mdb_txn_begin(sb_log_env(log), NULL, 0, &txn))) {
 		txn = NULL;
+		rc = sb_log_mdb_err(rc, "projector: open");
+		goto fail;
+	}
+	if ((rc = dbis_open(p, txn)))
+		goto fail;
+	rc = mdb_txn_commit(txn);
+	txn = NULL;
+	if (rc) {
+		rc = sb_log_mdb_err(rc, "projector: open");
 		goto fail;
 	}
 	*out = p;
@@ -84,7 +145,7 @@ fail:
 	msgpack_zone_destroy(&p->zone);
 	pthread_mutex_destroy(&p->mu);
 	free(p);
-	return sb_log_mdb_err(rc, "projector: open");
+	return rc;
 }
 
 void sb_projector_close(sb_projector *p)
@@ -204,15 +265,9 @@ int sb_projector_rebuild(sb_projector *p)
 		txn = NULL;
 		goto out;
 	}
-	for (size_t i = 0; i < NPROJ; i++) {
-		struct sb_proj_txn t = {txn, p->dbi[i]};
-		if ((rc = sb_log_mdb_err(mdb_drop(txn, p->dbi[i], 0),
-					 "projector: drop")) ||
-		    (builtin[i]->init && (rc = builtin[i]->init(&t))))
+	for (size_t i = 0; i < NPROJ; i++)
+		if ((rc = reset(p, txn, i)))
 			goto out;
-	}
-	if ((rc = sb_log_mdb_err(mdb_drop(txn, p->ckpt, 0), "projector: drop")))
-		goto out;
 	rc = sb_log_mdb_err(mdb_txn_commit(txn), "projector: commit");
 	txn = NULL;
 	if (rc == SB_OK)

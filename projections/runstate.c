@@ -99,7 +99,7 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 		if (!strcmp(rs.status, "failed")) {
 			/* a failure stays the verdict */
 		} else if (!strcmp(reason, "exited") || !strcmp(reason, "timeout") ||
-			   !strcmp(reason, "failed")) {
+			   !strcmp(reason, "failed") || !strcmp(reason, "budget")) {
 			strcpy(rs.status, reason);
 		} else {
 			strcpy(rs.status, "stopped");
@@ -152,6 +152,7 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 
 const struct sb_projection sb_proj_runstate = {
 	.name = "runstate",
+	.version = 1, /* 1: a run the budget stopped has status budget */
 	.init = NULL,
 	.apply = rs_apply,
 };

@@ -28,12 +28,12 @@ static int grant_add(struct sb_access *a, const char *name, int model_scope)
 	struct sb_access_grant *g;
 
 	if (!sb_secret_name_ok(name))
-		return sb_seterr(SB_ERR_INVAL, "spec: '%.64s' is not a secret name",
+		return sb_seterr(SB_ERR_INVAL, "'%.64s' is not a secret name",
 				 name);
 	if (grant_find(a, name))
-		return sb_seterr(SB_ERR_INVAL, "spec: secret %s is granted twice", name);
+		return sb_seterr(SB_ERR_INVAL, "secret %s is granted twice", name);
 	if (a->ngrants == SB_ACCESS_SECRETS)
-		return sb_seterr(SB_ERR_INVAL, "spec: at most %d secrets",
+		return sb_seterr(SB_ERR_INVAL, "at most %d secrets",
 				 SB_ACCESS_SECRETS);
 	g = &a->grants[a->ngrants++];
 	memset(g, 0, sizeof *g);
@@ -50,7 +50,7 @@ static int grant_parse(struct sb_access *a, const char *s, size_t len, int from_
 	int model_scope = 0;
 
 	if (len >= sizeof buf)
-		return sb_seterr(SB_ERR_INVAL, "spec: secret '%.*s...' is too long", 20,
+		return sb_seterr(SB_ERR_INVAL, "secret '%.*s...' is too long", 20,
 				 s);
 	memcpy(buf, s, len);
 	buf[len] = 0;
@@ -61,7 +61,7 @@ static int grant_parse(struct sb_access *a, const char *s, size_t len, int from_
 		else if (strcmp(colon, "env"))
 			return sb_seterr(
 			    SB_ERR_INVAL,
-			    "spec: secret %s: scope must be env or model, not '%s'", buf,
+			    "secret %s: scope must be env or model, not '%s'", buf,
 			    colon);
 	}
 	if (from_template && grant_find(a, buf))
@@ -80,11 +80,11 @@ static int model_name_add(struct sb_access *a, const struct sb_models *ms,
 			return SB_OK; /* named twice: once is enough */
 	if (!m)
 		return sb_seterr(SB_ERR_INVAL,
-				 "model '%s' has no price in the model settings "
-				 "(STATE_DIR/models.json)",
+				 "unknown model '%s' (models are set in models.json in the "
+				 "state directory)",
 				 name);
 	if (a->nmodels == SB_ACCESS_MODELS)
-		return sb_seterr(SB_ERR_INVAL, "spec: at most %d models",
+		return sb_seterr(SB_ERR_INVAL, "at most %d models",
 				 SB_ACCESS_MODELS);
 	memset(&a->models[a->nmodels], 0, sizeof a->models[0]);
 	a->models[a->nmodels++].model = *m;
@@ -103,7 +103,8 @@ static int model_arm(struct sb_access *a, sb_stubs *stubs, const struct sb_model
 	if (!m || !(p = sb_models_provider(ms, m->provider)))
 		return sb_seterr(
 		    SB_ERR_INVAL,
-		    "model '%s' is not in the model settings (STATE_DIR/models.json)",
+		    "unknown model '%s' (models are set in models.json in the state "
+		    "directory)",
 		    gm->model.name);
 	/* the price stays the one resolved (recorded) for the run */
 	snprintf(gm->model.upstream, sizeof gm->model.upstream, "%s", m->upstream);
@@ -161,7 +162,7 @@ int sb_access_resolve(const char *home, sb_stubs *stubs, const msgpack_object *s
 		return rc;
 	if (policy[0] && strcmp(policy, "stop") && strcmp(policy, "continue"))
 		return sb_seterr(SB_ERR_INVAL,
-				 "spec: on_budget must be stop or continue");
+				 "on_budget must be stop or continue");
 	a->stop_on_budget = strcmp(policy, "continue") != 0;
 	if ((rc = sb_models_load(home, &ms)))
 		return rc;
@@ -180,7 +181,7 @@ int sb_access_resolve(const char *home, sb_stubs *stubs, const msgpack_object *s
 		const msgpack_object *n = &models->via.array.ptr[i];
 		char name[SB_MODEL_NAME_MAX];
 		if (n->via.str.size >= sizeof name) {
-			rc = sb_seterr(SB_ERR_INVAL, "spec: a model name is too long");
+			rc = sb_seterr(SB_ERR_INVAL, "a model name is too long");
 			break;
 		}
 		memcpy(name, n->via.str.ptr, n->via.str.size);

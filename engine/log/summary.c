@@ -478,6 +478,12 @@ void sb_summary_value(const msgpack_object *v, char *buf, size_t cap)
 
 void sb_usd_format(uint64_t nusd, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "$%llu.%04llu", (unsigned long long)(nusd / 1000000000u),
-		 (unsigned long long)(nusd % 1000000000u / 100000u));
+	char frac[16];
+	size_t n;
+
+	snprintf(frac, sizeof frac, "%09llu", (unsigned long long)(nusd % 1000000000u));
+	for (n = 9; n > 4 && frac[n - 1] == '0'; n--)
+		;
+	snprintf(buf, cap, "$%llu.%.*s", (unsigned long long)(nusd / 1000000000u), (int)n,
+		 frac);
 }

@@ -34,7 +34,8 @@ int sb_summary_has(const char *type);
  * binary, lists as [a, b] and maps as {k=v, k=v}. */
 void sb_summary_value(const msgpack_object *v, char *buf, size_t cap);
 
-/* Formats nano-USD as "$1.2345" (four decimals, cut, not rounded). */
+/* Formats nano-USD exactly, with at least four decimals: "$1.2345",
+ * "$0.0000", "$0.000012345" (trailing zeros past the fourth dropped). */
 void sb_usd_format(uint64_t nusd, char *buf, size_t cap);
 
 #endif

@@ -81,9 +81,9 @@ static int inputs_resolve(const msgpack_object *spec, struct sb_plan *p)
 	if (!ins || ins->type == MSGPACK_OBJECT_NIL)
 		return SB_OK;
 	if (ins->type != MSGPACK_OBJECT_ARRAY)
-		return sb_seterr(SB_ERR_INVAL, "spec: inputs must be a list");
+		return sb_seterr(SB_ERR_INVAL, "inputs must be a list");
 	if (ins->via.array.size > SB_CHAN_INPUT_FILES)
-		return sb_seterr(SB_ERR_TOOBIG, "spec: more than %u input files",
+		return sb_seterr(SB_ERR_TOOBIG, "more than %u input files",
 				 SB_CHAN_INPUT_FILES);
 	if (!(p->inputs = calloc(ins->via.array.size + 1, sizeof *p->inputs)))
 		return SB_ERR_NOMEM;
@@ -98,7 +98,7 @@ static int inputs_resolve(const msgpack_object *spec, struct sb_plan *p)
 		    !sb_plan_path_ok(path->via.str.ptr, path->via.str.size) || !d ||
 		    d->type != MSGPACK_OBJECT_BIN)
 			return sb_seterr(SB_ERR_INVAL,
-					 "spec: input %u needs a relative path and data",
+					 "input %u needs a relative path and data",
 					 i);
 		memcpy(x->path, path->via.str.ptr, path->via.str.size);
 		x->path[path->via.str.size] = 0;
@@ -162,29 +162,29 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 		return rc;
 	if (strcmp(p->accel, "auto") && strcmp(p->accel, "kvm") &&
 	    strcmp(p->accel, "tcg"))
-		return sb_seterr(SB_ERR_INVAL, "spec: accel must be auto, kvm or tcg");
+		return sb_seterr(SB_ERR_INVAL, "accel must be auto, kvm or tcg");
 	if (strcmp(p->snapshots, "turn") && strcmp(p->snapshots, "stop") &&
 	    strcmp(p->snapshots, "off"))
 		return sb_seterr(SB_ERR_INVAL,
-				 "spec: snapshots must be turn, stop or off");
+				 "snapshots must be turn, stop or off");
 	if ((!argv || argv->via.array.size == 0) && !prompt[0])
-		return sb_seterr(SB_ERR_INVAL, "spec: give a command (argv) or a prompt");
+		return sb_seterr(SB_ERR_INVAL, "give a command (argv) or a prompt");
 	if (p->memory_mib && p->memory_mib < MEMORY_MIN)
-		return sb_seterr(SB_ERR_INVAL, "spec: memory below the %u MiB minimum",
+		return sb_seterr(SB_ERR_INVAL, "memory below the %u MiB minimum",
 				 MEMORY_MIN);
 	for (uint32_t i = 0; env && i < env->via.array.size; i++) {
 		const msgpack_object *e = &env->via.array.ptr[i];
 		const char *eq = memchr(e->via.str.ptr, '=', e->via.str.size);
 		if (!eq || eq == e->via.str.ptr ||
 		    memchr(e->via.str.ptr, 0, e->via.str.size))
-			return sb_seterr(SB_ERR_INVAL, "spec: env entry %u is not K=V",
+			return sb_seterr(SB_ERR_INVAL, "env entry %u is not K=V",
 					 i);
 	}
 	for (uint32_t i = 0; argv && i < argv->via.array.size; i++)
 		if (memchr(argv->via.array.ptr[i].via.str.ptr, 0,
 			   argv->via.array.ptr[i].via.str.size))
 			return sb_seterr(SB_ERR_INVAL,
-					 "spec: argv entry %u holds a NUL byte", i);
+					 "argv entry %u holds a NUL byte", i);
 	if ((rc = inputs_resolve(spec, p)) ||
 	    (rc = sb_template_load(c->home, tmpl, &p->t)) ||
 	    (rc = template_net(&p->t, &tnet)) ||

@@ -100,7 +100,8 @@ rc=$?
 one_line "$tmp/err"
 grep -F 'no\x1b[2J\x1b]0;t\x07\n\xff' "$tmp/err" >/dev/null || fail "not escaped: $(cat "$tmp/err")"
 "$SB" run -t "$(printf 'x\033]0;t\007\377')" -- true 2>"$tmp/err"
-[ $? = 1 ] || fail "run -t of a hostile template name succeeded"
+rc=$?
+[ $rc = 2 ] || fail "run -t of a hostile template name: exit $rc, want 2 (a bad option value)"
 one_line "$tmp/err"
 "$SB" ps "$(printf '\033[2J')" 2>"$tmp/err"
 [ $? = 2 ] || fail "ps with an operand: exit $?"

@@ -206,8 +206,48 @@ static void test_runstate_endings(void **state)
 	assert_string_equal(rs.status, "failed");
 	assert_true(rs.exit_status == -9 && rs.has_exit == 1);
 	rs = rs_get(f, "e5");
-	assert_string_equal(rs.status, "stopped");
-	assert_string_equal(rs.reason, "budget");
+	assert_string_equal(rs.status, "budget");
+}
+
+/* A state folded by an older version of a projection (its version key
+ * says so, or is missing) is made again from offset 0 when the projector
+ * opens; one folded by the current version is kept as it is. */
+static void test_version_rebuilds(void **state)
+{
+	struct fix *f = *state;
+	MDB_txn *txn;
+	MDB_dbi ck, st;
+	MDB_val k = {16, "runstate.version"}, sk = {2, "r1"};
+	uint8_t d1[32], d2[32];
+	uint64_t n = 0;
+
+	app(f, "r1", SB_SRC_HOST, "run.created",
+	    "{'name':'a','template':'shell','group':'','model':'m'}");
+	app(f, "r1", SB_SRC_HOST, "run.stopped", "{'reason':'budget'}");
+	catch_up(f, 2);
+	assert_string_equal(rs_get(f, "r1").status, "budget");
+	assert_int_equal(sb_projector_digest(f->p, "runstate", d1), SB_OK);
+
+	/* reopened as it is: nothing is applied again */
+	sb_projector_close(f->p);
+	assert_int_equal(sb_projector_open(f->log, &f->p), SB_OK);
+	assert_int_equal(sb_projector_catch_up(f->p, &n), SB_OK);
+	assert_true(n == 0);
+
+	/* an older fold's state: a wrong status, and no version key */
+	assert_int_equal(mdb_txn_begin(sb_log_env(f->log), NULL, 0, &txn), 0);
+	assert_int_equal(mdb_dbi_open(txn, "p.checkpoints", 0, &ck), 0);
+	assert_int_equal(mdb_dbi_open(txn, "p.runstate", 0, &st), 0);
+	assert_int_equal(mdb_del(txn, ck, &k, NULL), 0);
+	assert_int_equal(mdb_del(txn, st, &sk, NULL), 0);
+	assert_int_equal(mdb_txn_commit(txn), 0);
+	sb_projector_close(f->p);
+	assert_int_equal(sb_projector_open(f->log, &f->p), SB_OK);
+	assert_int_equal(sb_projector_catch_up(f->p, &n), SB_OK);
+	assert_true(n == 2); /* runstate folded both events again */
+	assert_string_equal(rs_get(f, "r1").status, "budget");
+	assert_int_equal(sb_projector_digest(f->p, "runstate", d2), SB_OK);
+	assert_memory_equal(d1, d2, 32);
 }
 
 static int collect_runs(void *ctx, const struct sb_runstate *rs)
@@ -893,6 +933,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_resume_points, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_catch_up_exactly_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rebuild_equality, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_version_rebuilds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_stops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_projection, setup, teardown),
 	};

@@ -163,7 +163,7 @@ static void test_what_they_read(void **st)
 	assert_string_equal(buf, "user: hi\\nthere");
 	summarise("budget.exceeded", SB_SRC_GATEWAY, "{'budget_nusd':500000000,'spent_nusd':512345678}",
 		  buf, sizeof buf);
-	assert_string_equal(buf, "spent $0.5123 of $0.5000");
+	assert_string_equal(buf, "spent $0.512345678 of $0.5000");
 	summarise("run.created", SB_SRC_HOST, "{'name':'a','template':'shell','group':''}", buf,
 		  sizeof buf);
 	assert_string_equal(buf, "a (template shell)");
@@ -238,9 +238,17 @@ static void test_usd(void **st)
 	sb_usd_format(0, buf, sizeof buf);
 	assert_string_equal(buf, "$0.0000");
 	sb_usd_format(1234567890123ull, buf, sizeof buf);
+	assert_string_equal(buf, "$1234.567890123");
+	sb_usd_format(1234567800000ull, buf, sizeof buf);
 	assert_string_equal(buf, "$1234.5678");
-	sb_usd_format(99999, buf, sizeof buf); /* below a ten-thousandth: cut */
-	assert_string_equal(buf, "$0.0000");
+	sb_usd_format(99999, buf, sizeof buf); /* below a ten-thousandth: every digit */
+	assert_string_equal(buf, "$0.000099999");
+	sb_usd_format(100000, buf, sizeof buf);
+	assert_string_equal(buf, "$0.0001");
+	sb_usd_format(51200000, buf, sizeof buf);
+	assert_string_equal(buf, "$0.0512");
+	sb_usd_format(UINT64_MAX, buf, sizeof buf);
+	assert_string_equal(buf, "$18446744073.709551615");
 }
 
 int main(void)

@@ -1,0 +1,102 @@
+#!/bin/sh
+# Arguments a script can trust: options anywhere before -- (a prompt's
+# words are gathered around them, a command follows --), "did you mean"
+# for a mistyped command, subcommand, option or event type, and exit 2 for
+# every value the daemon refuses, with its words, not the daemon's
+# internal ones. No microVM: runs use the bootless template.
+. "$(dirname "$0")/lib/bootless.sh"
+
+# one_line CODE ARGS...: sanbox ARGS exits CODE, its first stderr line a
+# 'sanbox: ' line, nothing on stdout; the line is left in $tmp/line
+one_line() {
+	want=$1
+	shift
+	"$SB" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+	rc=$?
+	[ "$rc" = "$want" ] || fail "sanbox $*: exit $rc, want $want: $(cat "$tmp/err")"
+	head -1 "$tmp/err" >"$tmp/line"
+	grep -q '^sanbox: ' "$tmp/line" || fail "sanbox $*: $(cat "$tmp/err")"
+	[ ! -s "$tmp/out" ] || fail "sanbox $*: printed on stdout: $(cat "$tmp/out")"
+}
+line_has() { grep -qF -- "$1" "$tmp/line" || fail "want '$1' in: $(cat "$tmp/line")"; }
+line_lacks() { ! grep -qF -- "$1" "$tmp/line" || fail "'$1' in: $(cat "$tmp/line")"; }
+
+# -- did you mean
+one_line 2 frok
+line_has "no command 'frok'; did you mean 'fork'?"
+one_line 2 snapshto
+line_has "did you mean 'snapshot'?"
+one_line 2 xyzzy
+line_lacks "did you mean"
+one_line 2 ps --jsno
+line_has "ps: unknown option '--jsno'; did you mean '--json'?"
+one_line 2 run --detatch -- true
+line_has "did you mean '--detach'?"
+one_line 2 daemon stats
+line_has "daemon: no subcommand 'stats'; did you mean 'status'?"
+one_line 2 events --all --type agent.fil
+line_has "no event type 'agent.fil'; did you mean 'agent.file'?"
+"$SB" events --all --type agent.file --type run >/dev/null || fail "events --type of known prefixes: exit $?"
+
+# -- options anywhere before --, a prompt's words around them
+runs_hang
+R=$("$SB" run fix it --detach --name late --snapshots off) || fail "run with options after the prompt: exit $?"
+echo "$R" | grep -qE '^[0-9a-f]{12}$' || fail "run --detach after the prompt printed: $R"
+"$SB" events "$R" --json --type run.policy.resolved >"$tmp/pol" || fail "events of $R"
+python3 - "$tmp/pol" <<'EOF' || fail "the prompt and options of 'run fix it --detach --name late': $(cat "$tmp/pol")"
+import json, sys
+e = json.loads(open(sys.argv[1]).readline())
+plan = e["payload"]
+assert plan.get("prompt") == "fix it", plan.get("prompt")
+assert plan.get("argv") in ([], None), plan.get("argv")
+EOF
+"$SB" inspect late --json | python3 -c 'import json,sys; j=json.load(sys.stdin); sys.exit(0 if j["run"]["name"] == "late" else 1)' ||
+	fail "--name after the prompt was not taken"
+# a command after --: its own options are its own
+C=$("$SB" run --detach -- /bin/echo --detach) || fail "run -- echo --detach: exit $?"
+"$SB" events "$C" --json --type run.policy.resolved | python3 -c '
+import json, sys
+plan = json.loads(sys.stdin.readline())["payload"]
+sys.exit(0 if plan.get("argv") == ["/bin/echo", "--detach"] else 1)' || fail "the command after -- lost its words"
+one_line 2 run a prompt -- /bin/true
+line_has "give a prompt or a command after --, not both"
+one_line 2 run --detach --
+line_has "give a command after -- or a prompt"
+# a one-word prompt that names a program: a hint about --, and it still runs
+L=$("$SB" run ls --detach 2>"$tmp/err") || fail "run ls --detach: exit $?"
+grep -qF "'ls' is taken as a prompt for the agent; to run it as a command, put it after --: sanbox run -- ls" "$tmp/err" ||
+	fail "run ls: no hint: $(cat "$tmp/err")"
+[ "$(wc -l <"$tmp/err")" = 1 ] || fail "run ls: more than one line: $(cat "$tmp/err")"
+"$SB" run "fix the bug" --detach 2>"$tmp/err" >/dev/null || fail "run 'fix the bug': exit $?"
+[ ! -s "$tmp/err" ] || fail "a prompt of words got a hint: $(cat "$tmp/err")"
+
+# -- values the daemon refuses: exit 2, in the user's words
+long=$(printf 'a%.0s' $(seq 67))
+one_line 2 run --net foo -- true
+line_has "network must be none or acl"
+line_lacks "spec:"
+one_line 2 run --allow a.test:80 -- true
+line_has "allow grants need network acl"
+one_line 2 run --net acl --allow zz -- true
+line_has "grant 'zz'"
+one_line 2 run --name "$long" -- true
+line_has "at most 63 bytes"
+line_lacks "spec:"
+one_line 2 run --secret 'a b' -- true
+line_has "'a b' is not a secret name"
+one_line 2 run -m nosuch/model -- true
+line_has "unknown model 'nosuch/model'"
+line_lacks "STATE_DIR"
+one_line 2 admin token create 'a b'
+one_line 2 admin append "$R" agent.bogus '{}'
+printf '' | "$SB" secret set EMPTY 2>"$tmp/err"
+rc=$?
+[ $rc = 2 ] || fail "secret set of an empty value: exit $rc, want 2: $(cat "$tmp/err")"
+"$SB" secret ls | grep -q EMPTY && fail "an empty secret was stored"
+one_line 2 net allow "$R" 'bad grant'
+"$SB" ps --json | python3 -c 'import json,sys; j=json.load(sys.stdin); sys.exit(0 if len(j) == 4 else 1)' ||
+	fail "a refused run was created: $("$SB" ps)"
+
+"$SB" stop "$R" "$C" "$L" >/dev/null 2>&1
+runs_fail
+echo "PASS cli_args"
