@@ -117,6 +117,11 @@ $(BUILD)/fuzz/fuzz_judge_http: tests/fuzz/fuzz_judge_http.c netpolicy/judge.c ne
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -o $@ $^
 
+# the SP wire decoder, a hostile peer's bytes cut in every way
+$(BUILD)/fuzz/fuzz_sp: tests/fuzz/fuzz_sp.c engine/daemon/spwire.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $^
+
 deps:
 	@sh tools/deps.sh
 

@@ -9,7 +9,6 @@
 #include "engine/daemon/sp.h"
 
 #include <arpa/inet.h>
-#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -37,6 +36,7 @@
 
 #include "engine/bucket.h"
 #include "engine/daemon/loop.h"
+#include "engine/daemon/spwire.h"
 #include "engine/error.h"
 #include "engine/sock.h"
 
@@ -44,7 +44,6 @@
 #define READ_BUDGET    (256u << 10) /* bytes read from one connection per wake-up */
 #define BODY_FIRST     (64u << 10)  /* a unix socket request's first buffer */
 #define ACCEPT_BURST   64	    /* connections accepted per wake-up */
-#define BT_WORDS_MAX   8	    /* backtrace hops, as nng allows */
 #define PEER_BUCKETS   256
 #define PEER_FORGET_S  60.0 /* a peer with no connection is forgotten after */
 #define LOG_EVERY_S    10.0
@@ -85,7 +84,6 @@ struct listener {
 };
 
 enum cstate { C_TLS, C_HEADER, C_OPEN };
-enum rstate { R_MSGHDR, R_BT, R_BODY, R_SKIP };
 
 struct conn {
 	sb_sp *s;
@@ -98,20 +96,12 @@ struct conn {
 	double t_start, t_last, resume_at;
 	double t_msg; /* the first byte of the message being read */
 	struct peer *peer;
-	/* the peer's header */
-	uint8_t hdr[8];
-	size_t hdr_got;
-	/* the message being read */
-	enum rstate rs;
-	uint8_t mhdr[9];
-	size_t mhdr_got;
-	uint64_t msg_len; /* declared length, backtrace included */
-	uint8_t bt[4 * BT_WORDS_MAX];
-	size_t bt_len;
+	/* what the peer sends: its header, then messages (the backtrace and
+	 * the body's length of the one being read are in dec) */
+	struct sb_spwire_dec dec;
 	uint8_t *body;
 	size_t body_cap, body_got; /* buffer size (accounted), bytes in it */
-	uint64_t body_len;	   /* msg_len - bt_len */
-	uint64_t skip;		   /* R_SKIP: bytes still to drop */
+	int dropping;		   /* the body being read was refused */
 	uint8_t *rest;		   /* bytes read past a pause, fed first when it ends */
 	size_t rest_off, rest_len;
 	int authed; /* the current message is authenticated */
@@ -131,7 +121,7 @@ struct conn {
 struct sb_sp_req {
 	sb_sp *s;
 	struct conn *c;
-	uint8_t bt[4 * BT_WORDS_MAX];
+	uint8_t bt[4 * SB_SPWIRE_BT_MAX];
 	size_t bt_len, bytes;
 	char who[64];
 	int remote;
@@ -245,19 +235,21 @@ static void frame_unref(struct frame *f)
 		free(f);
 }
 
-/* Writes the message header of a len-byte message for c's transport into
- * p; returns its size (9 over a unix socket, 8 over TLS). */
-static size_t msg_header(int tls, uint64_t len, uint8_t *p)
+/* A reply of len bytes (body) to the request whose backtrace is bt
+ * (bt_len bytes), framed for TLS or a unix socket; NULL without memory. */
+static struct frame *reply_frame(int tls, const uint8_t *bt, size_t bt_len,
+				 const void *body, size_t len)
 {
-	uint64_t be = htobe64(len);
+	uint8_t h[SB_SPWIRE_REPLY_HEAD];
+	size_t hl = sb_spwire_reply_put(h, tls, bt, bt_len, len);
+	struct frame *f = frame_new(hl + len);
 
-	if (tls) {
-		memcpy(p, &be, 8);
-		return 8;
+	if (f) {
+		memcpy(f->data, h, hl);
+		if (len)
+			memcpy(f->data + hl, body, len);
 	}
-	p[0] = 1;
-	memcpy(p + 1, &be, 8);
-	return 9;
+	return f;
 }
 
 static void conn_queue(struct conn *c, struct frame *f)
@@ -399,18 +391,12 @@ static void reply_deliver(void *arg)
 	struct conn *c = r->c;
 	sb_sp *s = r->s;
 	struct frame *f;
-	uint8_t h[9];
-	size_t hl;
 
 	req_unlink(r);
 	s->buffered -= r->bytes;
 	c->inflight--;
 	if (!c->closed && r->reply) {
-		hl = msg_header(c->tls, r->bt_len + r->reply_len, h);
-		if ((f = frame_new(hl + r->bt_len + r->reply_len))) {
-			memcpy(f->data, h, hl);
-			memcpy(f->data + hl, r->bt, r->bt_len);
-			memcpy(f->data + hl + r->bt_len, r->reply, r->reply_len);
+		if ((f = reply_frame(c->tls, r->bt, r->bt_len, r->reply, r->reply_len))) {
 			c->t_last = sb_loop_now(s->loop);
 			conn_queue(c, f);
 		} else {
@@ -485,8 +471,8 @@ static void msg_deliver(struct conn *c)
 	}
 	r->s = s;
 	r->c = c;
-	memcpy(r->bt, c->bt, c->bt_len);
-	r->bt_len = c->bt_len;
+	memcpy(r->bt, c->dec.bt, c->dec.bt_len);
+	r->bt_len = c->dec.bt_len;
 	r->bytes = c->body_cap;
 	r->remote = c->tls;
 	snprintf(r->who, sizeof r->who, "%s", c->tls ? c->who : "local");
@@ -498,12 +484,10 @@ static void msg_deliver(struct conn *c)
 	c->refs++;
 	c->body = NULL; /* its bytes stay counted until the reply */
 	c->body_cap = c->body_got = 0;
-	c->rs = R_MSGHDR;
-	c->mhdr_got = 0;
 	c->authed = 0;
 	c->t_last = sb_loop_now(s->loop);
 	stat_add(s, &s->st.requests, 1);
-	s->o.ops->request(s->o.ctx, r, body ? body : calloc(1, 1), (size_t)c->body_len);
+	s->o.ops->request(s->o.ctx, r, body, (size_t)c->dec.body_len);
 }
 
 /* Refuses the current message of c: the deny reply, then the rest of the
@@ -513,21 +497,14 @@ static void msg_deny(struct conn *c)
 	sb_sp *s = c->s;
 	double now = sb_loop_now(s->loop);
 	struct frame *f;
-	uint8_t h[9];
-	size_t n = c->bt_len + s->deny_len, hl = msg_header(c->tls, n, h);
-	if ((f = frame_new(hl + n))) {
-		memcpy(f->data, h, hl);
-		memcpy(f->data + hl, c->bt, c->bt_len);
-		memcpy(f->data + hl + c->bt_len, s->deny, s->deny_len);
+
+	if ((f = reply_frame(c->tls, c->dec.bt, c->dec.bt_len, s->deny, s->deny_len)))
 		conn_queue(c, f);
-	}
 	s->buffered -= c->body_cap;
-	c->skip = c->body_len - c->body_got;
 	free(c->body);
 	c->body = NULL;
 	c->body_cap = c->body_got = 0;
-	c->rs = c->skip ? R_SKIP : R_MSGHDR;
-	c->mhdr_got = 0;
+	c->dropping = 1;
 	c->denied++;
 	stat_add(s, &s->st.denied, 1);
 	if (c->peer) {
@@ -549,20 +526,22 @@ static void msg_deny(struct conn *c)
 		c->closing = 1; /* after the reply is out */
 }
 
-/* Checks the credentials of c's message once enough of it is in. */
-static void msg_authenticate(struct conn *c)
+/* Checks the credentials of c's message once enough of it is in.
+ * Returns 0 when they are good, -1 when the message is refused. */
+static int msg_authenticate(struct conn *c)
 {
 	sb_sp *s = c->s;
-	int complete = c->body_got == c->body_len;
+	int complete = c->body_got == c->dec.body_len;
 	int rc = s->o.ops->authenticate(s->o.ctx, c->body, c->body_got, complete, c->who,
 					sizeof c->who);
 
 	if (rc == SB_OK) {
 		c->authed = c->ever_authed = 1; /* the rest comes as it arrives */
-		return;
+		return 0;
 	}
 	/* SB_END too: the credentials were not in the first preauth_max bytes */
 	msg_deny(c);
+	return -1;
 }
 
 /* Closes c for a request of len bytes, over max_request. */
@@ -577,57 +556,24 @@ static void msg_too_large(struct conn *c, uint64_t len)
 	conn_drop(c, NULL);
 }
 
-/* A message header is in: checks it and makes room for the message. */
-static int msg_begin(struct conn *c)
-{
-	sb_sp *s = c->s;
-	uint64_t be;
-
-	if (!c->tls && c->mhdr[0] != 1) {
-		conn_drop(c, "not an SP message (bad type byte)");
-		return -1;
-	}
-	memcpy(&be, c->mhdr + (c->tls ? 0 : 1), 8);
-	c->msg_len = be64toh(be);
-	if (c->msg_len < 4) {
-		conn_drop(c, "a request without its id");
-		return -1;
-	}
-	/* the body is checked once the backtrace's length is known */
-	if (c->msg_len > s->lim.max_request + 4 * BT_WORDS_MAX) {
-		msg_too_large(c, c->msg_len - 4);
-		return -1;
-	}
-	c->bt_len = 0;
-	c->rs = R_BT;
-	return 0;
-}
-
-/* The backtrace is in: makes the body's first buffer, of its first
- * preauth_max bytes over TLS (until it is authenticated), BODY_FIRST over
- * a unix socket; it grows as the bytes come (body_grow). Returns -1 when c
- * is dropped. */
-static int body_begin(struct conn *c)
+/* A request's header and backtrace are in: makes the body's first buffer,
+ * of its first preauth_max bytes over TLS (until it is authenticated),
+ * BODY_FIRST over a unix socket; it grows as the bytes come (body_grow). */
+static void body_begin(struct conn *c)
 {
 	sb_sp *s = c->s;
 	size_t cap, first = c->tls ? s->lim.preauth_max : BODY_FIRST;
 
-	c->body_len = c->msg_len - c->bt_len;
-	if (c->body_len > s->lim.max_request) {
-		msg_too_large(c, c->body_len);
-		return -1;
-	}
-	cap = c->body_len < first ? (size_t)c->body_len : first;
+	cap = c->dec.body_len < first ? (size_t)c->dec.body_len : first;
 	c->body_cap = cap;
 	c->body_got = 0;
+	c->dropping = 0;
 	c->body = malloc(cap ? cap : 1);
 	if (!c->body) {
 		conn_drop(c, "out of memory");
-		return -1;
+		return;
 	}
 	s->buffered += cap;
-	c->rs = R_BODY;
-	return 0;
 }
 
 /* Doubles the body's buffer of c, to its declared length at most, and
@@ -635,8 +581,8 @@ static int body_begin(struct conn *c)
 static void body_grow(struct conn *c)
 {
 	sb_sp *s = c->s;
-	size_t cap = c->body_cap < c->body_len - c->body_cap ? 2 * c->body_cap
-							     : (size_t)c->body_len;
+	size_t len = (size_t)c->dec.body_len;
+	size_t cap = c->body_cap < len - c->body_cap ? 2 * c->body_cap : len;
 	uint8_t *b = realloc(c->body, cap);
 
 	if (!b) {
@@ -648,85 +594,63 @@ static void body_grow(struct conn *c)
 	c->body_cap = cap;
 }
 
-/* The body's buffer is full: authenticate what is there (TLS), hand the
- * message on once it is whole, else make room for more. */
-static void body_done(struct conn *c)
+/* Takes n bytes of the body into c's buffer. A buffer full before the body
+ * is whole is authenticated (TLS, its first bytes), then grown. */
+static void body_take(struct conn *c, const uint8_t *p, size_t n)
 {
-	if (c->tls && !c->authed) {
-		msg_authenticate(c);
-		if (c->closed || c->rs != R_BODY)
+	while (n && !c->closed && !c->dropping) {
+		size_t k = c->body_cap - c->body_got < n ? c->body_cap - c->body_got : n;
+		memcpy(c->body + c->body_got, p, k);
+		c->body_got += k;
+		p += k;
+		n -= k;
+		if (c->body_got < c->body_cap || c->body_got == c->dec.body_len)
+			continue;
+		if (c->tls && !c->authed && msg_authenticate(c))
 			return;
-	}
-	if (c->body_got == c->body_len)
-		msg_deliver(c);
-	else
 		body_grow(c);
+	}
 }
 
-/* Feeds n bytes read from c into its message state. Returns the bytes
- * used: all of them, unless the connection was dropped or paused (a limit
- * reached at a message's end, a refusal's penalty, closing after
- * max_denied), where it stops; the caller keeps the rest for later. So a
- * connection goes past max_inflight by nothing, and past max_buffered by
- * the one message it had begun. */
+/* The body's last n bytes: the request is whole; it is authenticated
+ * (TLS, if it was not yet) and handed on, unless it was refused. */
+static void body_end(struct conn *c, const uint8_t *p, size_t n)
+{
+	body_take(c, p, n);
+	if (c->closed)
+		return;
+	if (!c->dropping && !(c->tls && !c->authed && msg_authenticate(c)))
+		msg_deliver(c);
+	c->dropping = 0;
+}
+
+/* Feeds n bytes read from c to its decoder. Returns the bytes used: all
+ * of them, unless the connection was dropped or paused (a limit reached
+ * at a message's end, a refusal's penalty, closing after max_denied),
+ * where it stops; the caller keeps the rest for later. So a connection
+ * goes past max_inflight by nothing, and past max_buffered by the one
+ * message it had begun. */
 static size_t msg_feed(struct conn *c, const uint8_t *p, size_t n)
 {
-	size_t used = 0, k;
+	size_t used = 0, k, len;
+	const uint8_t *piece;
 
-	while (used < n && !c->closed && !conn_paused(c)) {
-		switch (c->rs) {
-		case R_MSGHDR: {
-			size_t need = c->tls ? 8 : 9;
-			if (!c->mhdr_got)
-				c->t_msg = sb_loop_now(c->s->loop);
-			k = need - c->mhdr_got < n - used ? need - c->mhdr_got : n - used;
-			memcpy(c->mhdr + c->mhdr_got, p + used, k);
-			c->mhdr_got += k;
-			used += k;
-			if (c->mhdr_got == need && msg_begin(c))
-				return used;
+	while (!c->closed && !conn_paused(c)) {
+		if (!sb_spwire_dec_begun(&c->dec))
+			c->t_msg = sb_loop_now(c->s->loop); /* a message's first byte */
+		switch (sb_spwire_next(&c->dec, p + used, n - used, &k, &piece, &len)) {
+		case SB_SPWIRE_MORE: return used + k;
+		case SB_SPWIRE_HELLO:
+			c->state = C_OPEN;
+			c->t_last = sb_loop_now(c->s->loop);
 			break;
+		case SB_SPWIRE_HEAD: body_begin(c); break;
+		case SB_SPWIRE_BODY: body_take(c, piece, len); break;
+		case SB_SPWIRE_END: body_end(c, piece, len); break;
+		case SB_SPWIRE_BAD: conn_drop(c, c->dec.err); break;
+		case SB_SPWIRE_TOOBIG: msg_too_large(c, c->dec.body_len); break;
 		}
-		case R_BT:
-			k = 4 - c->bt_len % 4 < n - used ? 4 - c->bt_len % 4 : n - used;
-			/* the whole word must fit in the declared length */
-			if (c->bt_len - c->bt_len % 4 + 4 > c->msg_len) {
-				conn_drop(c, "a request shorter than its id");
-				return used;
-			}
-			memcpy(c->bt + c->bt_len, p + used, k);
-			c->bt_len += k;
-			used += k;
-			if (c->bt_len % 4 == 0 && (c->bt[c->bt_len - 4] & 0x80)) {
-				if (body_begin(c))
-					return used;
-				if (c->body_len == 0)
-					body_done(c); /* an empty request */
-			} else if (c->bt_len == sizeof c->bt) {
-				conn_drop(c, "a request with more than 8 hops");
-				return used;
-			}
-			break;
-		case R_BODY:
-			k = c->body_cap - c->body_got < n - used
-				? c->body_cap - c->body_got
-				: n - used;
-			memcpy(c->body + c->body_got, p + used, k);
-			c->body_got += k;
-			used += k;
-			if (c->body_got == c->body_cap)
-				body_done(c);
-			break;
-		case R_SKIP:
-			k = c->skip < n - used ? (size_t)c->skip : n - used;
-			c->skip -= k;
-			used += k;
-			if (!c->skip) {
-				c->rs = R_MSGHDR;
-				c->mhdr_got = 0;
-			}
-			break;
-		}
+		used += k;
 	}
 	return used;
 }
@@ -747,7 +671,7 @@ static int conn_paused(struct conn *c)
 		return 0;
 	/* a peer that does not read its replies stops being read: they are
 	 * held here, so they count with the requests being served */
-	if (c->rs == R_MSGHDR && c->mhdr_got == 0 &&
+	if (!sb_spwire_dec_begun(&c->dec) &&
 	    (c->inflight + c->nout >= s->lim.max_inflight ||
 	     s->buffered >= s->lim.max_buffered))
 		return 1;
@@ -876,21 +800,6 @@ static ssize_t conn_read(struct conn *c, uint8_t *buf, size_t cap)
 	return -1;
 }
 
-static const uint8_t sp_magic[4] = {0, 'S', 'P', 0};
-
-/* The peer's header is in: is it the protocol this listener serves? */
-static int header_check(struct conn *c)
-{
-	int want = c->proto == SB_SP_PROTO_REP ? SB_SP_PROTO_REQ : SB_SP_PROTO_SUB;
-
-	if (memcmp(c->hdr, sp_magic, 4) || c->hdr[6] || c->hdr[7] ||
-	    ((c->hdr[4] << 8) | c->hdr[5]) != want) {
-		conn_drop(c, "not an SP client of this socket (bad header)");
-		return -1;
-	}
-	return 0;
-}
-
 static void conn_write(struct conn *c)
 {
 	while (c->out_head && !c->closed) {
@@ -1008,19 +917,6 @@ static void conn_io(struct conn *c, int revents)
 	if (revents & SB_WRITE || c->want_write || c->out_head)
 		conn_write(c);
 	while (!c->closed && budget > 0 && !conn_paused(c)) {
-		if (c->state == C_HEADER) {
-			n = conn_read(c, c->hdr + c->hdr_got, 8 - c->hdr_got);
-			if (n <= 0)
-				break;
-			c->hdr_got += (size_t)n;
-			if (c->hdr_got == 8) {
-				if (header_check(c))
-					return;
-				c->state = C_OPEN;
-				c->t_last = sb_loop_now(c->s->loop);
-			}
-			continue;
-		}
 		if (c->rest_len) {
 			conn_feed_rest(c);
 			continue;
@@ -1029,8 +925,6 @@ static void conn_io(struct conn *c, int revents)
 		if (n <= 0)
 			break;
 		budget -= (size_t)n;
-		if (c->proto == SB_SP_PROTO_PUB)
-			continue; /* subscribers send nothing we need */
 		conn_feed(c, buf, (size_t)n);
 	}
 	if (c->closed)
@@ -1060,12 +954,6 @@ static void on_later(void *ctx)
 	conn_release(c);
 }
 
-/* 1 when c is reading a message: a byte of it is in. */
-static int msg_begun(const struct conn *c)
-{
-	return c->rs != R_MSGHDR || c->mhdr_got;
-}
-
 /* The unix socket connection to close for a new one when the server is
  * full: the one idle longest of those waiting for their header or for a
  * request, or else the subscriber idle longest; NULL when all are busy. */
@@ -1080,8 +968,8 @@ static struct conn *conn_victim(sb_sp *s)
 			if (!sub || c->t_last < sub->t_last)
 				sub = c;
 		} else if (c->state != C_OPEN ||
-			   (!c->inflight && !c->out_head && !msg_begun(c) &&
-			    !c->rest_len)) {
+			   (!c->inflight && !c->out_head &&
+			    !sb_spwire_dec_begun(&c->dec) && !c->rest_len)) {
 			if (!best || c->t_last < best->t_last)
 				best = c;
 		}
@@ -1097,6 +985,7 @@ static void conn_new(struct listener *l, int fd, const struct sockaddr_storage *
 	struct peer *p = NULL;
 	struct frame *f;
 	char key[48];
+	int peer = l->proto == SB_SP_PROTO_REP ? SB_SP_PROTO_REQ : SB_SP_PROTO_SUB;
 
 	if (s->nconns >= s->lim.max_conns && !l->tls && (v = conn_victim(s))) {
 		sp_log(s, &s->rl_limit,
@@ -1131,7 +1020,7 @@ static void conn_new(struct listener *l, int fd, const struct sockaddr_storage *
 			goto refuse;
 		}
 	}
-	if (!(c = calloc(1, sizeof *c)) || !(f = frame_new(8)))
+	if (!(c = calloc(1, sizeof *c)) || !(f = frame_new(SB_SPWIRE_HEADER)))
 		goto refuse;
 	c->s = s;
 	c->l = l;
@@ -1141,11 +1030,9 @@ static void conn_new(struct listener *l, int fd, const struct sockaddr_storage *
 	c->t_start = c->t_last = now;
 	c->out_tail = &c->out_head;
 	c->state = l->tls ? C_TLS : C_HEADER;
-	memcpy(f->data, sp_magic, 4);
-	f->data[4] = 0;
-	f->data[5] = (uint8_t)l->proto;
-	f->data[6] = f->data[7] = 0;
+	sb_spwire_header_put(f->data, l->proto);
 	conn_queue(c, f);
+	sb_spwire_dec_init(&c->dec, l->tls, peer, s->lim.max_request);
 	if (l->tls) {
 		mbedtls_ssl_init(&c->ssl);
 		if (mbedtls_ssl_setup(&c->ssl, &s->conf)) {
@@ -1227,7 +1114,8 @@ static void on_sweep(void *ctx)
 		else if (c->tls && !c->ever_authed &&
 			 now - c->t_start > s->lim.unauth_idle_s)
 			conn_drop(c, "no authenticated request in time");
-		else if (!c->tls && c->proto == SB_SP_PROTO_REP && msg_begun(c) &&
+		else if (!c->tls && c->proto == SB_SP_PROTO_REP &&
+			 sb_spwire_dec_begun(&c->dec) &&
 			 now - c->t_msg > s->lim.request_s)
 			conn_drop(c, "request not whole in time");
 		else if (c->proto == SB_SP_PROTO_REP && !c->inflight &&
@@ -1255,7 +1143,7 @@ void sb_sp_publish(sb_sp *s, const void *msg, size_t len)
 		stat_add(s, &s->st.pub_dropped, 1);
 		return;
 	}
-	msg_header(0, len, f->data);
+	sb_spwire_msg_put(f->data, 0, len);
 	memcpy(f->data + 9, msg, len);
 	o->f = f;
 	o->next = NULL;

@@ -9,15 +9,9 @@
  * readable listening socket). Here a bad peer only ever costs its own
  * connection, and every limit below bounds what a peer can hold.
  *
- * The wire, as nng 1.5 speaks it (SPEC.md, "Sockets"):
- *   connection header, each way: 00 53 50 00, the sender's protocol (16-bit
- *     big-endian: REQ 0x30, REP 0x31, PUB 0x20, SUB 0x21), 00 00;
- *   a message over a unix socket: 01, its length (64-bit big-endian), its
- *     bytes; over TLS: its length (64-bit big-endian), its bytes;
- *   a request: a backtrace of 32-bit big-endian words, the last with its top
- *     bit set (the request id; at most 8 words), then the body; the reply
- *     carries the same backtrace, then its body. Replies may go in any
- *     order: the client matches them by id.
+ * The wire, as nng 1.5 speaks it, is read and written by spwire.h (SPEC.md,
+ * "Sockets"); this server adds the sockets, TLS and every limit. Replies
+ * may go in any order: the client matches them by id.
  *
  * A server is one thread with its own loop and its listeners; the daemon
  * runs one for its local sockets and another for the remote listener, so
@@ -31,10 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SB_SP_PROTO_PUB 0x20
-#define SB_SP_PROTO_SUB 0x21
-#define SB_SP_PROTO_REQ 0x30
-#define SB_SP_PROTO_REP 0x31
+#include "engine/daemon/spwire.h" /* SB_SP_PROTO_* */
 
 typedef struct sb_sp sb_sp;
 typedef struct sb_sp_req sb_sp_req;
