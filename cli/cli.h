@@ -277,10 +277,18 @@ int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why
  * want to standard output; returns an exit code. */
 int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path);
 
-/* Prints run's events from offset from until it stops (Ctrl-C detaches)
- * and returns the exit code its end means, as 'sanbox run' does
+/* Prints run's events from offset from until it stops (a run.stopped
+ * after offset resumed, its last run.resumed); Ctrl-C detaches. Returns,
+ * when status is set, the exit code its end means as 'sanbox run' does
+ * (CLI_EXIT_DETACHED when detached), else 0; an error's code either way
  * (cli/cmd_run.c). */
-int cli_run_follow(sb_client *c, const char *run, uint64_t from, int json);
+int cli_run_follow(sb_client *c, const char *run, uint64_t from, uint64_t resumed, int json,
+		   int status);
+
+/* The exit code the end of run means, as cli_run_follow's, from its
+ * run.get map rs (status, reason, exit_status, has_exit) of a run that has
+ * ended; prints the line a failure or a budget stop gets. */
+int cli_run_exit_of(const char *run, const msgpack_object *rs);
 
 /* The commands, one per file cli/cmd_<name>.c. */
 int cmd_attach(int argc, char **argv);

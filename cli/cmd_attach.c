@@ -8,33 +8,43 @@
 #include "engine/error.h"
 #include "engine/payload.h"
 
-struct attach_ctx {
-	int json;
-	uint64_t resumed; /* the run's last run.resumed: stops before it do not end it */
-};
-
-static int attach_cb(void *vctx, const struct sb_event *ev, const msgpack_object *payload)
+static int print_cb(void *ctx, const struct sb_event *ev, const msgpack_object *payload)
 {
-	struct attach_ctx *c = vctx;
-
-	cli_print_event(ev, payload, c->json);
-	/* the run is over, unless it was resumed after this */
-	return !strcmp(ev->type, "run.stopped") && ev->offset > c->resumed ? 1 : 0;
+	cli_print_event(ev, payload, *(int *)ctx);
+	return 0;
 }
 
-/* The offset of run's last run.resumed (0: none, or unknown). */
-static uint64_t resumed_at(sb_client *c, const char *run)
+/* Reads run's state (run.get) into rep; *live is 1 while it is created,
+ * queued or running. */
+static int run_get(sb_client *c, const char *run, struct sb_reply *rep, int *live)
 {
 	struct cli_req r;
-	struct sb_reply rep = {0};
-	uint64_t off = 0;
+	char status[32] = "";
+	int rc;
 
 	cli_req_begin(&r, "run.get", 1);
 	sb_pack_kstr(&r.pk, "run", run);
-	if (cli_call(c, &r, &rep) == SB_OK)
-		off = sb_map_u64(sb_map_get(&rep.map, "run"), "resumed_offset", 0);
-	sb_reply_free(&rep);
-	return off;
+	if ((rc = cli_call(c, &r, rep)))
+		return rc;
+	sb_map_str(sb_map_get(&rep->map, "run"), "status", status, sizeof status);
+	*live = !strcmp(status, "created") || !strcmp(status, "queued") ||
+		!strcmp(status, "running");
+	return SB_OK;
+}
+
+/* A run that has ended: its events from fo->from, then, when status is
+ * set, the exit its end means (from its state, so also when from is past
+ * its last event), else 0. */
+static int attach_ended(sb_client *c, struct sb_follow_opts *fo, const char *run,
+			const struct sb_reply *rep, int json, int status)
+{
+	int rc;
+
+	cli_follow_init(fo);
+	fo->run = run;
+	if ((rc = sb_follow(c, fo, print_cb, &json)) < 0)
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	return status ? cli_run_exit_of(run, sb_map_get(&rep->map, "run")) : CLI_EXIT_OK;
 }
 
 int cmd_attach(int argc, char **argv)
@@ -43,13 +53,14 @@ int cmd_attach(int argc, char **argv)
 		CLI_OPT_HELP,
 		{"from", required_argument, NULL, 'f'},
 		{"json", no_argument, NULL, 'j'},
+		{"exit-status", no_argument, NULL, 'x'},
 		{NULL, 0, NULL, 0},
 	};
 	struct sb_follow_opts fo = {0};
-	struct attach_ctx ac = {0};
+	struct sb_reply rep = {0};
 	char run[SB_RUN_MAX];
 	sb_client *c;
-	int ch, rc;
+	int json = 0, status = 0, live = 0, ch, rc;
 
 	while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (ch) {
@@ -58,7 +69,8 @@ int cmd_attach(int argc, char **argv)
 			if ((rc = cli_parse_u64("--from", optarg, 0, UINT64_MAX, &fo.from)))
 				return rc;
 			break;
-		case 'j': ac.json = 1; break;
+		case 'j': json = 1; break;
+		case 'x': status = 1; break;
 		default: return cli_badopt("attach", argv, ch);
 		}
 	}
@@ -66,15 +78,15 @@ int cmd_attach(int argc, char **argv)
 		return cli_usage("attach");
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	if ((rc = cli_resolve(c, argv[optind], run))) {
-		sb_client_close(c);
-		return cli_fail(rc, "%s", sb_errmsg(rc));
-	}
-	ac.resumed = resumed_at(c, run);
-	cli_follow_live(&fo, run);
-	rc = sb_follow(c, &fo, attach_cb, &ac);
+	if ((rc = cli_resolve(c, argv[optind], run)) || (rc = run_get(c, run, &rep, &live)))
+		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+	else if (live)
+		rc = cli_run_follow(c, run, fo.from,
+				    sb_map_u64(sb_map_get(&rep.map, "run"), "resumed_offset", 0),
+				    json, status);
+	else
+		rc = attach_ended(c, &fo, run, &rep, json, status);
+	sb_reply_free(&rep);
 	sb_client_close(c);
-	if (cli_detached && !ac.json)
-		cli_note("detached from run %s; it keeps running", run);
-	return rc < 0 ? cli_fail(rc, "%s", sb_errmsg(rc)) : 0;
+	return rc;
 }

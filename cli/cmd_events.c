@@ -48,6 +48,7 @@ int cmd_events(int argc, char **argv)
 		CLI_OPT_HELP,
 		{"from", required_argument, NULL, 'f'}, {"type", required_argument, NULL, 't'},
 		{"json", no_argument, NULL, 'j'},       {"all", no_argument, NULL, 'a'},
+		{"follow", no_argument, NULL, 'F'},
 		{NULL, 0, NULL, 0},
 	};
 	struct sb_follow_opts fo = {0};
@@ -55,7 +56,7 @@ int cmd_events(int argc, char **argv)
 	const char *types[33] = {0};
 	char run[SB_RUN_MAX] = "";
 	sb_client *c;
-	int ntypes = 0, all = 0, ch, rc;
+	int ntypes = 0, all = 0, follow = 0, ch, rc;
 
 	while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (ch) {
@@ -73,6 +74,7 @@ int cmd_events(int argc, char **argv)
 			break;
 		case 'j': pc.json = 1; break;
 		case 'a': all = 1; break;
+		case 'F': follow = 1; break;
 		default: return cli_badopt("events", argv, ch);
 		}
 	}
@@ -84,8 +86,14 @@ int cmd_events(int argc, char **argv)
 		sb_client_close(c);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	}
-	cli_follow_init(&fo);
-	fo.run = run;
+	if (follow) {
+		uint64_t from = fo.from;
+		cli_follow_live(&fo, run);
+		fo.from = from;
+	} else {
+		cli_follow_init(&fo);
+		fo.run = run;
+	}
 	fo.types = ntypes ? types : NULL;
 	rc = sb_follow(c, &fo, print_cb, &pc);
 	sb_client_close(c);

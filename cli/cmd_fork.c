@@ -159,7 +159,7 @@ static int from_run(int argc, char **argv, int fork)
 		}
 		goto out;
 	}
-	rc = cli_run_follow(c, one, fork ? 0 : from + 1, o.json);
+	rc = cli_run_follow(c, one, fork ? 0 : from + 1, 0, o.json, 1);
 out:
 	sb_reply_free(&rep);
 	sb_client_close(c);

@@ -414,6 +414,7 @@ static int pack_spec(struct cli_req *r, const struct run_opts *o, const struct i
 
 struct run_ctx {
 	int json;
+	uint64_t resumed; /* the run's last run.resumed: stops before it do not end it */
 	int64_t exit_status;
 	int has_exit;
 	char reason[32];
@@ -425,6 +426,8 @@ static int run_cb(void *vctx, const struct sb_event *ev, const msgpack_object *p
 	struct run_ctx *c = vctx;
 
 	cli_print_event(ev, p, c->json);
+	if (ev->offset <= c->resumed)
+		return 0; /* an end the run went on from */
 	if (!strcmp(ev->type, "run.failed")) {
 		sb_map_str(p, "reason", c->failure, sizeof c->failure);
 	} else if (!strcmp(ev->type, "run.exited")) {
@@ -454,9 +457,10 @@ static int run_exit(const char *run, const struct run_ctx *c)
 	return CLI_EXIT_STOPPED; /* stopped before the harness exited */
 }
 
-int cli_run_follow(sb_client *c, const char *run, uint64_t from, int json)
+int cli_run_follow(sb_client *c, const char *run, uint64_t from, uint64_t resumed, int json,
+		   int status)
 {
-	struct run_ctx ctx = {.json = json};
+	struct run_ctx ctx = {.json = json, .resumed = resumed};
 	struct sb_follow_opts fo = {0};
 	int rc;
 
@@ -466,8 +470,25 @@ int cli_run_follow(sb_client *c, const char *run, uint64_t from, int json)
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	if (cli_detached) {
 		cli_note("detached from run %s; it keeps running ('sanbox attach %s')", run, run);
-		return 0;
+		return status ? CLI_EXIT_DETACHED : CLI_EXIT_OK;
 	}
+	return status ? run_exit(run, &ctx) : CLI_EXIT_OK;
+}
+
+int cli_run_exit_of(const char *run, const msgpack_object *rs)
+{
+	struct run_ctx ctx = {0};
+	char status[32] = "";
+
+	sb_map_str(rs, "status", status, sizeof status);
+	if (!strcmp(status, "failed"))
+		sb_map_str(rs, "reason", ctx.failure, sizeof ctx.failure);
+	if (!strcmp(status, "timeout") || !strcmp(status, "budget") || !strcmp(status, "failed"))
+		snprintf(ctx.reason, sizeof ctx.reason, "%s", status);
+	else
+		sb_map_str(rs, "reason", ctx.reason, sizeof ctx.reason);
+	ctx.has_exit = sb_map_u64(rs, "has_exit", 0) != 0;
+	ctx.exit_status = sb_map_i64(rs, "exit_status", 0);
 	return run_exit(run, &ctx);
 }
 
@@ -518,7 +539,7 @@ int cmd_run(int argc, char **argv)
 			printf("%s\n", run);
 		goto out;
 	}
-	rc = cli_run_follow(c, run, 0, o.json);
+	rc = cli_run_follow(c, run, 0, 0, o.json, 1);
 out:
 	sb_reply_free(&rep);
 	sb_client_close(c);

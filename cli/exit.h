@@ -19,6 +19,7 @@ enum cli_exit {
 	CLI_EXIT_BUDGET = 123,  /* the run's LLM budget stopped it */
 	CLI_EXIT_TIMEOUT = 124, /* its timeout stopped it */
 	CLI_EXIT_RUNFAIL = 125, /* it failed (run.failed) */
+	CLI_EXIT_DETACHED = 130, /* Ctrl-C detached; the run goes on */
 	CLI_EXIT_STOPPED = 143, /* it was stopped before the harness exited */
 };
 

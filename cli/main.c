@@ -27,8 +27,8 @@ static const struct cli_cmd commands[] = {
 	 "harness; with a PROMPT (no --), runs the template's agent harness on it.\n"
 	 "Without --detach, prints the run's events until it ends and exits with the\n"
 	 "harness's status, or 123 if its budget stopped it, 124 on timeout, 125 if\n"
-	 "the run failed, 143 if it was stopped first. With --detach, prints the run\n"
-	 "id and returns.\n"
+	 "the run failed, 143 if it was stopped first; Ctrl-C detaches (exit 130)\n"
+	 "and the run goes on. With --detach, prints the run id and returns.\n"
 	 "  -t, --template NAME   template (default: shell)\n"
 	 "  --cpu N               vCPUs (default: the template's)\n"
 	 "  --memory SIZE         guest memory, e.g. 256M, 1G\n"
@@ -64,17 +64,23 @@ static const struct cli_cmd commands[] = {
 	 "                        bidirectional characters, valid UTF-8)\n"
 	 "  --detach              print the run id and return\n"},
 	{"attach", cmd_attach, "print a run's events and follow it live",
-	 "usage: sanbox attach RUN [--from OFFSET] [--json]\n"
+	 "usage: sanbox attach RUN [--from OFFSET] [--exit-status] [--json]\n"
 	 "\n"
 	 "Prints the run's events from OFFSET (default: the start), then follows\n"
 	 "live events with no gap and no duplicate. Ctrl-C detaches; the run goes\n"
-	 "on. Ends when the run stops.\n"},
+	 "on. Ends when the run stops (at once for a run that has ended, whatever\n"
+	 "OFFSET), with exit 0.\n"
+	 "  --exit-status   exit as 'sanbox run' does: the harness's status, or\n"
+	 "                  123, 124, 125 or 143 for a run the harness did not end,\n"
+	 "                  130 when Ctrl-C detached\n"},
 	{"events", cmd_events, "print events without following",
-	 "usage: sanbox events RUN [--from OFFSET] [--type TYPE]... [--json]\n"
-	 "       sanbox events --all [--from OFFSET] [--type TYPE]... [--json]\n"
+	 "usage: sanbox events RUN [--from OFFSET] [--type TYPE]... [--follow] [--json]\n"
+	 "       sanbox events --all [--from OFFSET] [--type TYPE]... [--follow] [--json]\n"
 	 "\n"
 	 "Prints a run's events (or the whole log with --all) from OFFSET.\n"
-	 "--type takes a type or a prefix (agent.tool matches agent.tool.*).\n"},
+	 "--type takes a type or a prefix (agent.tool matches agent.tool.*).\n"
+	 "--follow then prints new events as they are recorded, with no gap and no\n"
+	 "duplicate, until Ctrl-C (also after the run ends: see 'sanbox attach').\n"},
 	{"ps", cmd_ps, "list runs",
 	 "usage: sanbox ps [--group GROUP] [--json]\n"
 	 "\n"
@@ -83,12 +89,14 @@ static const struct cli_cmd commands[] = {
 	{"inspect", cmd_inspect, "show a run's resolved settings and state",
 	 "usage: sanbox inspect RUN [--json]\n"},
 	{"stop", cmd_stop, "stop a run",
-	 "usage: sanbox stop [--json] RUN...\n"
-	 "       sanbox stop [--json] --group GROUP\n"
+	 "usage: sanbox stop [--wait] [--json] RUN...\n"
+	 "       sanbox stop [--wait] [--json] --group GROUP\n"
 	 "\n"
 	 "Asks the harness to end (SIGTERM), then ends the VM after a grace period.\n"
 	 "--group stops every live run of the group. Prints the runs it stops (with\n"
-	 "--json: {\"runs\": [...]}, and \"group\" with --group).\n"},
+	 "--json: {\"runs\": [...]}, and \"group\" with --group). A run that has\n"
+	 "ended already, like a group with no live run, is told and is no error.\n"
+	 "  --wait   return once every run it stops has ended\n"},
 	{"snapshot", cmd_snapshot, "take or remove a snapshot of a run",
 	 "usage: sanbox snapshot RUN [--memory] [--json]\n"
 	 "       sanbox snapshot rm RUN ID [--json]\n"

@@ -97,6 +97,51 @@ one_line 2 net allow "$R" 'bad grant'
 "$SB" ps --json | python3 -c 'import json,sys; j=json.load(sys.stdin); sys.exit(0 if len(j) == 4 else 1)' ||
 	fail "a refused run was created: $("$SB" ps)"
 
-"$SB" stop "$R" "$C" "$L" >/dev/null 2>&1
+# -- attach's end and exit; Ctrl-C on a foreground run
+# a foreground run detached by Ctrl-C: exit 130, the run goes on
+"$SB" run -- true >"$tmp/fg" 2>"$tmp/fg.err" &
+fg=$!
+bg="$bg $fg"
+i=0
+until grep -q run.started "$tmp/fg"; do
+	i=$((i + 1))
+	[ $i -lt 200 ] || fail "the foreground run did not start: $(cat "$tmp/fg.err")"
+	sleep 0.05
+done
+kill -INT "$fg"
+wait "$fg"
+rc=$?
+[ $rc = 130 ] || fail "Ctrl-C on a foreground run: exit $rc, want 130: $(cat "$tmp/fg.err")"
+grep -q "detached from run" "$tmp/fg.err" || fail "Ctrl-C: $(cat "$tmp/fg.err")"
+F=$(sed -n 's/.*run.created *\([0-9a-f]\{12\}\) .*/\1/p' "$tmp/fg" | head -1)
+"$SB" inspect "$F" --json | grep -q '"status": *"running"' || fail "the detached run $F is not running"
+"$SB" stop "$R" "$C" "$L" "$F" >/dev/null 2>&1
+runs_fail
+wait_stopped "$R" || fail "$R did not stop"
+last=$("$SB" events "$R" --json | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["offset"])')
+timeout 20 "$SB" attach "$R" --from $((last + 100)) >"$tmp/att" 2>&1
+rc=$?
+[ $rc = 0 ] || fail "attach --from past a stopped run's end: exit $rc: $(cat "$tmp/att")"
+[ ! -s "$tmp/att" ] || fail "attach --from past the end printed: $(cat "$tmp/att")"
+timeout 20 "$SB" attach "$R" --from $((last + 100)) --exit-status 2>"$tmp/err"
+rc=$?
+[ $rc = 143 ] || fail "attach --exit-status of a stopped run: exit $rc, want 143: $(cat "$tmp/err")"
+X=$("$SB" run --detach -- true) || fail "run (to fail)"
+wait_stopped "$X" || fail "$X did not stop"
+timeout 20 "$SB" attach "$X" --exit-status >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc = 125 ] || fail "attach --exit-status of a failed run: exit $rc, want 125"
+grep -q "run $X failed: " "$tmp/err" || fail "attach --exit-status of a failed run: $(cat "$tmp/err")"
+timeout 20 "$SB" attach "$X" >/dev/null || fail "attach of a failed run without --exit-status: exit $?"
+
+# -- stop: of an ended run, no error (as of a group with no live run); --wait
+"$SB" stop "$X" >"$tmp/out" 2>"$tmp/err" || fail "stop of an ended run: exit $?: $(cat "$tmp/err")"
+grep -q "nothing to stop" "$tmp/err" && [ ! -s "$tmp/out" ] || fail "stop of an ended run said: $(cat "$tmp/out" "$tmp/err")"
+"$SB" stop --json "$X" >"$tmp/out" 2>/dev/null || fail "stop --json of an ended run: exit $?"
+grep -qx '{"runs":\[\]}' "$tmp/out" || fail "stop --json of an ended run: $(cat "$tmp/out")"
+runs_hang
+W=$("$SB" run --detach -- true) || fail "run (to stop)"
+timeout 60 "$SB" stop --wait "$W" >"$tmp/out" || fail "stop --wait: exit $?"
+"$SB" events "$W" --json --type run.stopped | grep -q '"stopped"' || fail "stop --wait returned before run.stopped"
 runs_fail
 echo "PASS cli_args"

@@ -144,13 +144,15 @@ runs_fail
 json_lines "$tmp/att0" "evs[-1]['type'] == 'run.stopped' and evs[0]['type'] == 'run.created'" ||
 	fail "attach from the start: $(cat "$tmp/att0")"
 
-# -- SIGINT detaches; the daemon keeps running
-o=$("$SB" admin append "$R2" operator.note '{"text":"before"}') || fail "append before"
-"$SB" attach "$R2" --from $((o + 1)) >"$tmp/att2" 2>"$tmp/att2.err" &
+# -- SIGINT detaches from a live run; the daemon keeps running
+runs_hang
+R4=$("$SB" run --detach -- true) || fail "run --detach (live, to detach from)"
+o=$("$SB" admin append "$R4" operator.note '{"text":"before"}') || fail "append before"
+"$SB" attach "$R4" --from $((o + 1)) >"$tmp/att2" 2>"$tmp/att2.err" &
 apid=$!
 bg="$bg $apid"
-"$SB" admin append "$R2" operator.note '{"text":"live"}' >/dev/null
-wait_for "$tmp/att2" 'live' || fail "attach did not follow R2: $(cat "$tmp/att2.err")"
+"$SB" admin append "$R4" operator.note '{"text":"live"}' >/dev/null
+wait_for "$tmp/att2" 'live' || fail "attach did not follow R4: $(cat "$tmp/att2.err")"
 kill -INT "$apid"
 i=0
 while kill -0 "$apid" 2>/dev/null; do
@@ -165,6 +167,9 @@ grep -q 'detached' "$tmp/att2.err" || fail "no detach message: $(cat "$tmp/att2.
 ! grep -q 'before' "$tmp/att2" || fail "attach --from printed an earlier event"
 [ "$(daemon_pid)" = "$pid" ] && proc_alive "$pid" || fail "daemon gone after detach"
 "$SB" daemon status >/dev/null || fail "daemon status after detach"
+"$SB" stop "$R4" >/dev/null || fail "stop the run detached from"
+runs_fail
+wait_stopped "$R4" || fail "$R4 did not stop"
 
 # -- daemon stop
 "$SB" daemon stop --json >"$tmp/stop" || fail "daemon stop exit $?"

@@ -1,7 +1,7 @@
 #!/bin/sh
-# kill -9 of the daemon while the CLI appends events and an attach follows
+# kill -9 of the daemon while the CLI appends events and events --follow follows
 # the run: the next command starts a new daemon (over the stale pid file and
-# sockets), every acknowledged append is in the log, the attach carries on
+# sockets), every acknowledged append is in the log, the follow carries on
 # across the restart and prints every event from its offset exactly once,
 # and the projections equal a rebuild. Runs use a template whose files are
 # empty (lib/bootless.sh): their records exist, no microVM boots.
@@ -15,8 +15,8 @@ last=$("$SB" events --all --json | tail -1 | python3 -c 'import json,sys; print(
 	fail "events --all"
 from=$((last + 1))
 
-# an attach that follows the run across the restart
-"$SB" attach "$R" --from "$from" --json >"$tmp/att" 2>"$tmp/att.err" &
+# a follow of the run's events across the restart (the run has ended: attach would end)
+"$SB" events "$R" --from "$from" --json --follow >"$tmp/att" 2>"$tmp/att.err" &
 apid=$!
 bg="$bg $apid"
 
@@ -113,7 +113,7 @@ R2=$("$SB" run --detach --name quiet -- true) || fail "run --detach exit $?"
 wait_stopped "$R2" || fail "run $R2 did not stop"
 last2=$("$SB" events --all --json | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["offset"])') ||
 	fail "events --all"
-"$SB" attach "$R2" --from "$((last2 + 1))" --json >"$tmp/att2" 2>"$tmp/att2.err" &
+"$SB" events "$R2" --from "$((last2 + 1))" --json --follow >"$tmp/att2" 2>"$tmp/att2.err" &
 apid=$!
 bg="$bg $apid"
 sleep 1
