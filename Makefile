@@ -50,8 +50,8 @@ $(BUILD)/sanbox-%: $(BUILD)/obj/tools/%.o $(BUILD)/libsanbox.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # The guest agent is fully static: it is the guest's /init.
-GUEST_SRCS := $(wildcard vmm/guest/*.c) vmm/chan.c engine/mpack.c engine/error.c engine/text.c
-$(BUILD)/sanbox-agent: $(GUEST_SRCS) $(wildcard vmm/guest/*.h vmm/chan.h)
+GUEST_SRCS := $(wildcard vmm/guest/*.c) vmm/chan.c vmm/beneath.c engine/mpack.c engine/error.c engine/text.c
+$(BUILD)/sanbox-agent: $(GUEST_SRCS) $(wildcard vmm/guest/*.h vmm/chan.h vmm/beneath.h)
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE \
 	    -I. -static -o $@ $(GUEST_SRCS) -lmsgpackc -lxxhash

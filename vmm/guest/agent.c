@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <linux/fs.h>
 #include <linux/random.h>
 #include <signal.h>
@@ -34,6 +33,7 @@
 #include "engine/error.h"
 #include "engine/mpack.h"
 #include "engine/text.h"
+#include "vmm/beneath.h"
 #include "vmm/chan.h"
 
 #define OUTPUT_RATE    64    /* agent.output events per second */
@@ -376,7 +376,7 @@ static const char *spec_parse(const msgpack_object *body, struct spec *s)
 }
 
 /* Receives the content of input file i (INPUT frames on stream i) into
- * fd; returns an error message or NULL. */
+ * fd (-1: drops it); returns an error message or NULL. */
 static const char *input_receive(struct agent *ag, uint32_t i, int fd)
 {
 	const struct input *in = &ag->spec.inputs[i];
@@ -398,59 +398,77 @@ static const char *input_receive(struct agent *ag, uint32_t i, int fd)
 		    f.body.via.bin.size > in->size - got)
 			return "INPUT frame out of order, empty, too big or past the "
 			       "file's size";
-		if (agent_write_all(fd, f.body.via.bin.ptr, f.body.via.bin.size))
+		if (fd >= 0 && agent_write_all(fd, f.body.via.bin.ptr, f.body.via.bin.size))
 			return strerror(errno);
 		got += f.body.via.bin.size;
 	}
 	return NULL;
 }
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+/* The paths of the SPEC that could not be written or deleted under the
+ * workspace without following a link (named to the host, at most
+ * SKIPPED_NAMED of them). */
+#define SKIPPED_NAMED 8
+struct skipped {
+	char paths[SKIPPED_NAMED][256];
+	size_t n;
+};
+
+/* Notes rel as skipped (errno: why) when errno says a link or a
+ * non-directory was in its way; returns 0 then, -1 for any other error. */
+static int skip(struct agent *ag, struct skipped *sk, const char *rel, const char *what)
 {
-	(void)st;
-	(void)ftw;
-	return (flag == FTW_DP ? rmdir(path) : unlink(path)) && errno != ENOENT ? errno
-										: 0;
+	int e = errno;
+
+	if (e != ELOOP && e != ENOTDIR && e != EISDIR && e != ENAMETOOLONG && e != EINVAL)
+		return -1;
+	agent_log(&ag->port, "%s " AGENT_WORKSPACE "/%.300s skipped: %s", what, rel,
+		  strerror(e));
+	if (sk->n < SKIPPED_NAMED)
+		snprintf(sk->paths[sk->n], sizeof sk->paths[0], "%s", rel);
+	sk->n++;
+	return 0;
 }
 
-/* Deletes the paths the SPEC names (a file, or a directory and all in
- * it; never following a link), before the inputs are written. */
-static const char *remove_paths(struct agent *ag)
+/* Deletes the paths the SPEC names under the workspace (ws: its
+ * descriptor; a file, a link, or a directory and all in it), before the
+ * inputs are written; never through a link (vmm/beneath.h). */
+static const char *remove_paths(struct agent *ag, int ws, struct skipped *sk)
 {
 	static char err[512];
-	char path[4096];
 
 	for (size_t i = 0; i < ag->spec.nremoves; i++) {
-		snprintf(path, sizeof path, AGENT_WORKSPACE "/%s", ag->spec.removes[i]);
-		if (nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS) && errno != ENOENT) {
-			snprintf(err, sizeof err, "removing %.400s: %s", path,
-				 strerror(errno));
+		const char *rel = ag->spec.removes[i];
+		if ((ws < 0 ? (errno = ELOOP, -1) : sb_beneath_remove(ws, rel)) &&
+		    skip(ag, sk, rel, "removing")) {
+			snprintf(err, sizeof err, "removing " AGENT_WORKSPACE "/%.400s: %s",
+				 rel, strerror(errno));
 			return err;
 		}
 	}
 	return NULL;
 }
 
-/* Writes the inputs the SPEC announced under the workspace, each from its
- * INPUT frames (the agent is chrooted in the new root, so links cannot
- * lead outside it). */
-static const char *write_inputs(struct agent *ag, uint64_t *files, uint64_t *bytes)
+/* Writes the inputs the SPEC announced under the workspace (ws), each from
+ * its INPUT frames, never through a link: a link at an input's path is
+ * replaced; one on its way makes it skipped (its frames read and dropped). */
+static const char *write_inputs(struct agent *ag, int ws, struct skipped *sk,
+				uint64_t *files, uint64_t *bytes)
 {
 	static char err[512];
-	char path[4096];
+	const char *why = NULL;
 	uint32_t i;
 	int fd;
 
 	for (i = 0; i < ag->spec.ninputs; i++) {
 		const struct input *in = &ag->spec.inputs[i];
-		const char *why = NULL;
 
-		snprintf(path, sizeof path, AGENT_WORKSPACE "/%s", in->path);
-		fd = agent_mkdirs(path)
-			 ? -1
-			 : open(path,
-				O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-				in->mode);
+		fd = ws < 0 ? (errno = ELOOP, -1) : sb_beneath_create(ws, in->path, in->mode);
+		if (fd < 0 && !skip(ag, sk, in->path, "input")) {
+			if ((why = input_receive(ag, i, -1))) /* its frames dropped */
+				goto fail;
+			continue;
+		}
 		if (fd < 0) {
 			why = strerror(errno);
 		} else {
@@ -460,14 +478,16 @@ static const char *write_inputs(struct agent *ag, uint64_t *files, uint64_t *byt
 			if (close(fd) && !why)
 				why = strerror(errno);
 		}
-		if (why) {
-			snprintf(err, sizeof err, "input %.400s: %s", path, why);
-			return err;
-		}
+		if (why)
+			goto fail;
 		(*files)++;
 		*bytes += in->size;
 	}
 	return NULL;
+fail:
+	snprintf(err, sizeof err, "input " AGENT_WORKSPACE "/%.400s: %s", ag->spec.inputs[i].path,
+		 why);
+	return err;
 }
 
 /* Mounts the root disk and the file systems inside it, then chroots there. */
@@ -698,7 +718,9 @@ static const char *run_setup(struct agent *ag)
 	struct sb_chan_frame f;
 	struct agent_frame ev;
 	uint64_t files = 0, bytes = 0;
+	struct skipped sk = {0};
 	const char *err;
+	int ws = -1;
 
 	for (;;) {
 		wait_frame(ag, &f);
@@ -720,10 +742,14 @@ static const char *run_setup(struct agent *ag)
 		if (agent_net_resolv(&ag->spec.net))
 			err = "cannot write /etc/resolv.conf";
 	}
+	if (!err && (ag->spec.nremoves || ag->spec.ninputs))
+		ws = open(AGENT_WORKSPACE, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (!err)
-		err = remove_paths(ag);
+		err = remove_paths(ag, ws, &sk);
 	if (!err)
-		err = write_inputs(ag, &files, &bytes);
+		err = write_inputs(ag, ws, &sk, &files, &bytes);
+	if (ws >= 0)
+		close(ws);
 	if (err)
 		return err;
 	if ((err = open_fifo(ag)))
@@ -735,9 +761,16 @@ static const char *run_setup(struct agent *ag)
 	    tunnel_open(ag->spec.tunnel_port, &ag->port, &ag->tunnel))
 		return "cannot listen on the tunnel port";
 	cgroup_open(ag);
-	agent_event_begin(&ev, "harness.input.ready", 2);
+	agent_event_begin(&ev, "harness.input.ready", sk.n ? 4 : 2);
 	agent_pack_kv_uint(&ev, "files", files);
 	agent_pack_kv_uint(&ev, "bytes", bytes);
+	if (sk.n) {
+		agent_pack_kv_uint(&ev, "skipped", sk.n);
+		agent_pack_str(&ev, "skipped_paths");
+		msgpack_pack_array(&ev.pk, sk.n < SKIPPED_NAMED ? sk.n : SKIPPED_NAMED);
+		for (size_t i = 0; i < sk.n && i < SKIPPED_NAMED; i++)
+			agent_pack_str(&ev, sk.paths[i]);
+	}
 	agent_frame_send(&ag->port, &ev);
 	return start_harness(ag);
 }
