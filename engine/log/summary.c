@@ -310,35 +310,74 @@ static void sum_exited(struct sum *s, const struct sb_event *ev, const msgpack_o
 	putf(s, "status %lld", (long long)sb_map_i64(p, "status", 0));
 }
 
-/* Says so when a fork or resume is not exact (run.forked, run.resumed). */
-static void put_inexact(struct sum *s, const msgpack_object *p)
+/* Whether a fork or resume comes from its run's start (snapshot ""). */
+static int from_start(const msgpack_object *p)
 {
-	const msgpack_object *ex = sb_map_get(p, "exact");
+	const msgpack_object *v = sb_map_get(p, "snapshot");
 
+	return v && v->type == MSGPACK_OBJECT_STR && !v->via.str.size;
+}
+
+/* The roll-forward of a fork or resume (run.forked, run.resumed): "at
+ * offset 40: 3 files rolled forward, 1 removed, 2 omitted: /workspace/a,
+ * /workspace/b" and "(not exact)" when it is not. */
+static void put_roll(struct sum *s, const msgpack_object *p)
+{
+	const msgpack_object *ex = sb_map_get(p, "exact"), *om = sb_map_get(p, "omitted");
+	uint64_t rolled = u64(p, "rolled"), removed = u64(p, "removed");
+	uint64_t omitted = u64(p, "omitted_count");
+
+	if (om && om->type == MSGPACK_OBJECT_ARRAY && omitted < om->via.array.size)
+		omitted = om->via.array.size;
+	if (u64(p, "at") > u64(p, "from_offset"))
+		putf(s, " to offset %llu", (unsigned long long)u64(p, "at"));
+	if (rolled || removed || omitted) {
+		putf(s, ": %llu file%s rolled forward, %llu removed", (unsigned long long)rolled,
+		     rolled == 1 ? "" : "s", (unsigned long long)removed);
+		if (omitted) {
+			putf(s, ", %llu omitted", (unsigned long long)omitted);
+			for (uint32_t i = 0; om && om->type == MSGPACK_OBJECT_ARRAY &&
+					     i < om->via.array.size;
+			     i++) {
+				put(s, i ? ", " : ": ");
+				put_value(s, &om->via.array.ptr[i], 1);
+			}
+			if (om && om->type == MSGPACK_OBJECT_ARRAY && omitted > om->via.array.size)
+				put(s, ", …");
+		}
+	}
 	if (ex && ex->type == MSGPACK_OBJECT_BOOLEAN && !ex->via.boolean)
-		put(s, " (not exact: files changed after the snapshot are not rolled "
-		       "forward)");
+		put(s, " (not exact)");
 }
 
 static void sum_resumed(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
 	put(s, "from ");
 	field(s, p, "from_run");
-	if (sb_map_get(p, "snapshot")) {
-		put(s, " snapshot ");
-		field(s, p, "snapshot");
+	if (from_start(p)) {
+		put(s, " at its start");
+	} else {
+		if (sb_map_get(p, "snapshot")) {
+			put(s, " snapshot ");
+			field(s, p, "snapshot");
+		}
+		putf(s, " at offset %llu", (unsigned long long)u64(p, "from_offset"));
 	}
-	putf(s, " at offset %llu", (unsigned long long)u64(p, "from_offset"));
-	put_inexact(s, p);
+	put_roll(s, p);
 }
 
 static void sum_forked(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
 	put(s, "from ");
 	field(s, p, "from_run");
-	put(s, " at snapshot ");
-	field(s, p, "snapshot");
-	put_inexact(s, p);
+	if (from_start(p)) {
+		put(s, " at its start");
+	} else {
+		put(s, " at snapshot ");
+		field(s, p, "snapshot");
+		putf(s, " (offset %llu)", (unsigned long long)u64(p, "from_offset"));
+	}
+	put_roll(s, p);
 }
 
 static void sum_warning(struct sum *s, const struct sb_event *ev, const msgpack_object *p)

@@ -165,6 +165,77 @@ int sb_layers_create(const char *home, const char *run, const char *base,
 	return link_top(home, run, *n);
 }
 
+static const char *file_format(const char *file)
+{
+	char b[PATH_MAX];
+
+	return sb_disk_backing(file, b, sizeof b) == SB_OK ? "qcow2" : "raw";
+}
+
+/* Counts the qcow2 files of the chain base begins (base included) into
+ * *len, and names its bottom file (a raw root file system, or a qcow2
+ * layer without a backing file) in bottom. */
+static int chain_length(const char *base, unsigned *len, char *bottom, size_t cap)
+{
+	char cur[PATH_MAX], next[PATH_MAX];
+	int rc;
+
+	*len = 0;
+	if ((size_t)snprintf(cur, sizeof cur, "%s", base) >= sizeof cur)
+		return sb_seterr(SB_ERR_TOOBIG, "%s: path too long", base);
+	for (;;) {
+		rc = sb_disk_backing(cur, next, sizeof next);
+		if (rc == SB_ERR_CORRUPT) /* not qcow2: the raw root (checked first) */
+			break;
+		if (rc)
+			return rc;
+		if (++*len > SB_LAYERS_CHAIN_LIMIT)
+			return sb_seterr(SB_ERR_CORRUPT, "%s: a chain of more than %u files",
+					 base, SB_LAYERS_CHAIN_LIMIT);
+		if (!next[0]) /* a layer without a backing file */
+			break;
+		memcpy(cur, next, sizeof cur);
+	}
+	if ((size_t)snprintf(bottom, cap, "%s", cur) >= cap)
+		return sb_seterr(SB_ERR_TOOBIG, "%s: path too long", cur);
+	return SB_OK;
+}
+
+int sb_layers_fork(const char *home, const char *run, const char *base, unsigned chain_max,
+		   unsigned *n)
+{
+	char bottom[PATH_MAX], flat[SB_LAYER_PATH_MAX], tmp[SB_LAYER_PATH_MAX + 8];
+	unsigned len;
+	int rc;
+
+	if ((rc = sb_layers_check(home, base)) ||
+	    (rc = chain_length(base, &len, bottom, sizeof bottom)))
+		return rc;
+	if (len <= chain_max)
+		return sb_layers_create(home, run, base, "qcow2", n);
+	/* its own base: a layer over base whose data the chain's layers above
+	 * the bottom are copied into (safe rebase), made under a temporary
+	 * name, then frozen as layer 0 */
+	if ((rc = layers_dir(home, run, flat, sizeof flat)) || (rc = sb_mkdirs(flat, 0700)) ||
+	    (rc = sb_layers_path(home, run, 0, flat, sizeof flat)))
+		return rc;
+	if (!access(flat, F_OK))
+		return sb_seterr(SB_ERR_EXISTS, "%s exists: run %s has layers already", flat,
+				 run);
+	pathf(tmp, sizeof tmp, "%s.tmp", flat);
+	unlink(tmp);
+	if ((rc = sb_disk_layer_create(base, "qcow2", tmp)) ||
+	    (rc = sb_disk_layer_rebase(tmp, bottom, file_format(bottom))) ||
+	    (chmod(tmp, 0444) || rename(tmp, flat)
+		 ? (rc = sb_seterr(SB_ERR_IO, "%s: %s", tmp, strerror(errno)))
+		 : 0) ||
+	    (rc = sb_layers_create(home, run, flat, "qcow2", n))) {
+		unlink(tmp);
+		return rc;
+	}
+	return SB_OK;
+}
+
 int sb_layers_next(const char *home, const char *run, unsigned *n, char *path, size_t cap)
 {
 	char dir[SB_LAYER_PATH_MAX], real[PATH_MAX];
@@ -453,13 +524,6 @@ int sb_layers_users(const char *home, const char *run, unsigned n,
 }
 
 /* "qcow2" when file is a qcow2 file, else "raw" (a template's root). */
-static const char *file_format(const char *file)
-{
-	char b[PATH_MAX];
-
-	return sb_disk_backing(file, b, sizeof b) == SB_OK ? "qcow2" : "raw";
-}
-
 int sb_layers_remove(const char *home, const char *run, unsigned n)
 {
 	char path[SB_LAYER_PATH_MAX], user[1][SB_RUN_MAX];

@@ -45,6 +45,24 @@ int sb_layers_top(const char *home, const char *run, unsigned *top);
 int sb_layers_create(const char *home, const char *run, const char *base,
 		     const char *base_fmt, unsigned *n);
 
+#define SB_LAYERS_CHAIN_LIMIT 4096 /* files in a chain followed at most */
+#define SB_LAYERS_FORK_CHAIN  16   /* qcow2 files a fork reads its parent through, at most */
+
+/* Makes the layers of a new run (a fork) over base, a frozen layer of
+ * another run: as sb_layers_create when base's chain (base, its backing
+ * file, ..., the bottom: a root file system or a layer without a backing
+ * file) holds at most chain_max qcow2 files; else run gets its own base
+ * first, layer 0, which reads the bottom directly and holds the data of
+ * the chain's layers above it (qemu-img rebase, safe mode: it reads what
+ * base reads; its size is that of the data they hold), frozen, and the
+ * run's layer 1 over it. So a fork reads at most chain_max + 1 layers and
+ * none of its parent's when it is long; the parent's retention can merge
+ * them. *n gets the top's number. Errors: those of sb_layers_check,
+ * sb_layers_create and sb_disk_layer_rebase, SB_ERR_EXISTS (run has
+ * layers), SB_ERR_CORRUPT (a chain of more than SB_LAYERS_CHAIN_LIMIT). */
+int sb_layers_fork(const char *home, const char *run, const char *base, unsigned chain_max,
+		   unsigned *n);
+
 /* Writes into path the file of the layer a live machine's snapshot makes
  * (top + 1; QEMU creates it), and its number into *n. Errors: those of
  * sb_layers_top, SB_ERR_EXISTS (a file is in the way: an earlier snapshot

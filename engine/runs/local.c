@@ -174,9 +174,10 @@ static void warm_prepare(struct sb_machine *m, const struct sb_plan *p)
 }
 
 /* Prepares m for plan p with a disk layer over base (format base_fmt);
- * warm: it may start from the template's warm image. */
+ * warm: it may start from the template's warm image; fork: base is
+ * another run's layer (sb_layers_fork: a long chain gets its own base). */
 static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
-			   const char *base, const char *base_fmt, int warm,
+			   const char *base, const char *base_fmt, int warm, int fork,
 			   sb_machine **out, char *accel, char *warning, size_t cap)
 {
 	struct sb_machine *m = machine_new(lr);
@@ -191,7 +192,8 @@ static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
 	snprintf(cache, sizeof cache, "%s/cache", lr->home);
 	if ((rc = machine_paths(m, lr->home, p->run)) || (rc = sb_mkdirs(m->dir, 0700)) ||
 	    (rc = sb_mkdirs(cache, 0700)) ||
-	    (rc = sb_layers_create(lr->home, p->run, base, base_fmt, &n)))
+	    (rc = fork ? sb_layers_fork(lr->home, p->run, base, SB_LAYERS_FORK_CHAIN, &n)
+		       : sb_layers_create(lr->home, p->run, base, base_fmt, &n)))
 		goto fail;
 	m->layer = n;
 	if ((rc = sb_layers_path(lr->home, p->run, n, layer, sizeof layer)))
@@ -222,6 +224,8 @@ static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
 fail_layer:
 	snprintf(detail, sizeof detail, "%s", sb_errmsg(rc));
 	sb_layers_drop(lr->home, p->run, n); /* keeps rc's detail */
+	if (fork && n == 1)
+		sb_layers_drop(lr->home, p->run, 0); /* its own base */
 	rc = sb_seterr(rc, "%s", detail);
 fail:
 	local_free(m);
@@ -231,7 +235,7 @@ fail:
 static int local_create(void *runner, const struct sb_plan *p, sb_machine **out,
 			char *accel, char *warning, size_t cap)
 {
-	return machine_prepare(runner, p, p->t.rootfs, "raw", 1, out, accel, warning,
+	return machine_prepare(runner, p, p->t.rootfs, "raw", 1, 0, out, accel, warning,
 			       cap);
 }
 
@@ -268,7 +272,8 @@ static int local_create_from(void *runner, const struct sb_plan *p, const char *
 					 (unsigned long long)st.st_size,
 					 (unsigned long long)memory_bytes);
 	}
-	if ((rc = machine_prepare(lr, p, base, "qcow2", 0, out, accel, warning, cap)))
+	if ((rc = machine_prepare(lr, p, base, "qcow2", 0, strcmp(from_run, p->run) != 0,
+				  out, accel, warning, cap)))
 		return rc;
 	if (memory_bytes)
 		snprintf((*out)->incoming, sizeof(*out)->incoming, "%s", mem);

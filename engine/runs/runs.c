@@ -59,9 +59,10 @@ struct run {
 	size_t rolled;			    /* files it rolled forward (inputs) */
 	char omitted[ROLL_OMITTED_MAX][80]; /* ... and files it could not */
 	size_t nomitted;
-	int omitted_more; /* more than ROLL_OMITTED_MAX */
+	size_t omitted_all; /* all of them (more than ROLL_OMITTED_MAX named) */
 	char from_run[SB_RUN_MAX], from_snap[72];
 	unsigned from_layer;
+	int from_start; /* no snapshot at or before at: from the run's start */
 	uint64_t from_offset, at, spent;
 	uint64_t memory_bytes; /* > 0: the machine continues a memory snapshot */
 	int restored_sent;
@@ -1229,7 +1230,10 @@ unsigned sb_runs_active(struct sb_runs *rs)
 struct file_state {
 	char path[256]; /* relative to /workspace; "" when not one (kept as such) */
 	int deleted;
+	int link;    /* a symbolic link (blob: its target) */
+	int toolong; /* path holds only the first 255 bytes of a longer one */
 	int content; /* 1: blob holds its content */
+	uint64_t offset; /* of this last change */
 	uint8_t blob[SB_HASH_LEN];
 	uint64_t size;
 };
@@ -1320,7 +1324,7 @@ static void record_forked(struct record *rec, const struct sb_event *ev)
 /* Notes the change ev (agent.file.changed) in rec's files. */
 static void record_file(struct record *rec, const struct sb_event *ev)
 {
-	char path[PATH_MAX], kind[16], key[2 * SB_HASH_LEN + 8];
+	char path[PATH_MAX], kind[16], type[16], key[2 * SB_HASH_LEN + 8];
 	msgpack_zone zone;
 	msgpack_object p;
 	struct file_state *f = NULL;
@@ -1333,13 +1337,14 @@ static void record_file(struct record *rec, const struct sb_event *ev)
 	if (sb_payload_parse(ev->payload, ev->payload_len, &zone, &p) ||
 	    sb_map_str(&p, "path", path, sizeof path) <= 0 ||
 	    sb_map_str(&p, "kind", kind, sizeof kind) <= 0 ||
-	    strncmp(path, "/workspace/", 11) ||
-	    strlen(rel = path + 11) >= sizeof f->path) {
+	    strncmp(path, "/workspace/", 11)) {
 		rec->files_over = 1; /* a change the roll-forward cannot follow */
 		goto out;
 	}
+	rel = path + 11; /* one too long for an input is kept cut, and omitted */
 	for (size_t i = 0; i < rec->nfiles && !f; i++)
-		if (!strcmp(rec->files[i].path, rel))
+		if (!strncmp(rec->files[i].path, rel, sizeof f->path - 1) &&
+		    rec->files[i].toolong == (strlen(rel) >= sizeof f->path))
 			f = &rec->files[i];
 	if (!f) {
 		if (rec->nfiles == ROLL_FILES_MAX ||
@@ -1351,7 +1356,11 @@ static void record_file(struct record *rec, const struct sb_event *ev)
 		f = &rec->files[rec->nfiles++];
 		snprintf(f->path, sizeof f->path, "%.*s", (int)sizeof f->path - 1, rel);
 	}
+	f->toolong = strlen(rel) >= sizeof f->path;
 	f->deleted = !strcmp(kind, "deleted");
+	f->link = !f->deleted && sb_map_str(&p, "type", type, sizeof type) > 0 &&
+		  !strcmp(type, "symlink");
+	f->offset = ev->offset;
 	f->size = sb_map_u64(&p, "size", 0);
 	f->content = !f->deleted &&
 		     sb_map_str(&p, "content", key, sizeof key) == 2 * SB_HASH_LEN &&
@@ -1418,47 +1427,112 @@ static void record_free(struct record *rec)
 	free(rec->grants);
 }
 
+/* Whether a's path is a directory on b's path ("d" of "d/x"). */
+static int path_above(const struct file_state *a, const struct file_state *b)
+{
+	size_t n = strlen(a->path);
+
+	return n && !strncmp(a->path, b->path, n) && b->path[n] == '/';
+}
+
+/* What became of f by the end of rec's range: 0 it is as recorded, 1 a
+ * later change of a directory above it replaced it (it is gone: nothing
+ * to roll), 2 a link was made above it first (the guest wrote through the
+ * link: the record cannot say where). */
+static int file_fate(const struct record *rec, const struct file_state *f)
+{
+	int fate = 0;
+
+	for (size_t i = 0; i < rec->nfiles; i++) {
+		const struct file_state *g = &rec->files[i];
+		if (!path_above(g, f))
+			continue;
+		if (g->offset > f->offset)
+			return 1;
+		if (g->link)
+			fate = 2;
+	}
+	return fate;
+}
+
+/* Whether rec has a change of k's path or of a directory above it. */
+static int file_changed(const struct record *rec, const struct file_state *k)
+{
+	for (size_t i = 0; i < rec->nfiles; i++)
+		if (!strcmp(rec->files[i].path, k->path) || path_above(&rec->files[i], k))
+			return 1;
+	return 0;
+}
+
+static void roll_omit(struct run *r, const char *path)
+{
+	if (r->nomitted < ROLL_OMITTED_MAX)
+		snprintf(r->omitted[r->nomitted++], sizeof r->omitted[0], "/workspace/%.*s",
+			 (int)sizeof r->omitted[0] - 12, path);
+	r->omitted_all++;
+}
+
 /* The roll-forward of a fork or resume --at an offset past its snapshot:
  * the files changed after the snapshot, up to the offset, as the record
  * has them, become the plan's inputs (and its deletions, removes), which
- * the agent writes before the harness starts. What the record lacks (a
- * content over a cap, a path out of /workspace) makes it inexact: r's
- * omitted list names those. */
+ * the agent writes before the harness starts, never through a link. What
+ * the record lacks (a content over a cap, a path out of /workspace, a link
+ * made, a file below one) makes it inexact: r's omitted list names those. */
 static int roll_forward(struct run *r, const struct record *rec)
 {
 	struct sb_plan *p = &r->plan;
+	struct sb_plan_input *kept = p->inputs;
+	size_t nkept = p->ninputs, first;
 	uint64_t bytes = 0;
+	int rc = SB_OK;
 
-	free(p->inputs);
 	p->inputs = NULL;
-	if (!rec->nfiles)
-		return SB_OK;
-	if (!(p->inputs = calloc(rec->nfiles, sizeof *p->inputs)) ||
-	    !(p->removes = calloc(rec->nfiles, sizeof *p->removes)))
-		return SB_ERR_NOMEM;
+	p->ninputs = 0;
+	if (!(p->inputs = calloc(rec->nfiles + nkept + 1, sizeof *p->inputs)) ||
+	    !(p->removes = calloc(rec->nfiles + 1, sizeof *p->removes))) {
+		rc = SB_ERR_NOMEM;
+		goto out;
+	}
+	/* from a run's start: its own inputs, those the record changed later
+	 * left out */
+	for (size_t i = 0; i < nkept; i++) {
+		struct file_state k = {0};
+		snprintf(k.path, sizeof k.path, "%s", kept[i].path);
+		if (!file_changed(rec, &k)) {
+			p->inputs[p->ninputs++] = kept[i];
+			bytes += kept[i].size;
+		}
+	}
+	first = p->ninputs;
 	for (size_t i = 0; i < rec->nfiles; i++) {
 		const struct file_state *f = &rec->files[i];
-		int ok = sb_plan_path_ok(f->path, strlen(f->path)); /* the guest's word */
-		if (ok && f->deleted) {
+		int ok = !f->toolong && /* the guest's word */
+			 sb_plan_path_ok(f->path, strlen(f->path));
+		int fate = file_fate(rec, f);
+
+		if (fate == 1)
+			continue;
+		if (ok && fate == 0 && f->deleted) {
 			snprintf(p->removes[p->nremoves++], sizeof *p->removes, "%s",
 				 f->path);
-		} else if (ok && f->content && bytes + f->size <= SB_CHAN_INPUTS_MAX) {
+		} else if (ok && fate == 0 && !f->link && f->content &&
+			   bytes + f->size <= SB_CHAN_INPUTS_MAX &&
+			   p->ninputs < SB_CHAN_INPUT_FILES) {
 			struct sb_plan_input *x = &p->inputs[p->ninputs++];
 			snprintf(x->path, sizeof x->path, "%s", f->path);
 			x->mode = 0644;
 			x->size = f->size;
 			memcpy(x->blob, f->blob, sizeof x->blob);
 			bytes += f->size;
-		} else if (r->nomitted < ROLL_OMITTED_MAX) {
-			snprintf(r->omitted[r->nomitted++], sizeof r->omitted[0],
-				 "/workspace/%.*s", (int)sizeof r->omitted[0] - 12, f->path);
 		} else {
-			r->omitted_more = 1;
+			roll_omit(r, f->path);
 		}
 	}
 	p->input_bytes = bytes;
-	r->rolled = p->ninputs;
-	return SB_OK;
+	r->rolled = p->ninputs - first;
+out:
+	free(kept);
+	return rc;
 }
 
 /* Takes up run, which its record says is live. */
@@ -1553,7 +1627,7 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 	msgpack_packer pk;
 
 	msgpack_packer_init(&pk, buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, (r->resume ? 9 : 8) + (r->nomitted ? 1 : 0));
+	msgpack_pack_map(&pk, (r->resume ? 9 : 8) + (r->nomitted ? 2 : 0));
 	sb_pack_kstr(&pk, "from_run", r->from_run);
 	sb_pack_ku64(&pk, "from_offset", r->from_offset);
 	sb_pack_ku64(&pk, "at", r->at);
@@ -1563,6 +1637,7 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 	sb_pack_ku64(&pk, "rolled", r->rolled);
 	sb_pack_ku64(&pk, "removed", r->plan.nremoves);
 	if (r->nomitted) {
+		sb_pack_ku64(&pk, "omitted_count", r->omitted_all);
 		sb_pack_str(&pk, "omitted");
 		msgpack_pack_array(&pk, r->nomitted);
 		for (size_t i = 0; i < r->nomitted; i++)
@@ -1619,7 +1694,8 @@ static void from_job(void *ctx)
 		r->create_rc = rc;
 		goto out;
 	}
-	r->plan.ninputs = 0; /* its own inputs are on the disk already */
+	if (!r->from_start)
+		r->plan.ninputs = 0; /* its own inputs are on the disk already */
 	/* its grants as they were at the point it continues from */
 	record_grants_apply(&rec, rec.offset_at ? rec.offset_at : rec.from_offset,
 			    &r->plan.net);
@@ -1631,7 +1707,7 @@ static void from_job(void *ctx)
 			r->create_rc = rc;
 			goto out;
 		}
-		r->exact = !r->nomitted && !r->omitted_more && !rec.files_over;
+		r->exact = !r->omitted_all && !rec.files_over;
 	}
 	if (r->new_prompt) {
 		free(r->plan.prompt);
@@ -1649,10 +1725,14 @@ static void from_job(void *ctx)
 	}
 	/* the machine first: a snapshot that is gone or broken changes no
 	 * record; then the guest's SPEC (its NIC is the machine's) */
-	if ((rc = rs->env.runner->create_from(rs->env.runner_ctx, &r->plan, r->from_run,
-					      r->from_layer, r->memory_bytes, &r->m,
-					      r->accel, r->accel_warning,
-					      sizeof r->accel_warning))) {
+	rc = r->from_start
+		 ? rs->env.runner->create(rs->env.runner_ctx, &r->plan, &r->m, r->accel,
+					  r->accel_warning, sizeof r->accel_warning)
+		 : rs->env.runner->create_from(rs->env.runner_ctx, &r->plan, r->from_run,
+					       r->from_layer, r->memory_bytes, &r->m,
+					       r->accel, r->accel_warning,
+					       sizeof r->accel_warning);
+	if (rc) {
 		r->create_rc = rc;
 		goto out;
 	}
@@ -1747,6 +1827,14 @@ static int from_point(struct run *r)
 				 r->from_run);
 	if ((rc = sb_resume_each(rs->env.proj, r->from_run, point_cb, &pc)) < 0)
 		return rc;
+	if (!pc.found && !snapshot && at != UINT64_MAX) {
+		/* before its first snapshot: its start (the template and its
+		 * inputs) and the record from there */
+		r->from_start = 1;
+		r->from_snap[0] = 0;
+		r->from_offset = 0;
+		goto found;
+	}
 	if (!pc.found) {
 		if (snapshot)
 			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s",
@@ -1771,6 +1859,9 @@ static int from_point(struct run *r)
 	r->at = snapshot || at == UINT64_MAX ? rp.offset : at;
 	if (at == UINT64_MAX && !snapshot)
 		r->at = st.last_offset;
+found:
+	if (r->from_start)
+		r->at = at;
 	if (r->resume) {
 		sb_costs_get(rs->env.proj, "run", r->from_run, &cost);
 		r->spent = cost.cost_nusd; /* the budget goes on */

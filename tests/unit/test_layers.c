@@ -808,6 +808,58 @@ static void test_too_long(void **state)
 	free(h);
 }
 
+/* A fork of a snapshot whose chain is longer than the bound gets its own
+ * base: layer 0 reads the root directly with every layer's data, frozen,
+ * its top over it; it reads none of its parent's layers, so they can go;
+ * a fork of a short chain is a layer over the snapshot, as before. */
+static void test_fork_flattens(void **state)
+{
+	char users[2][SB_RUN_MAX], c[128];
+	size_t count = 99;
+	unsigned n = 99, top;
+
+	make_base();
+	new_run("aaaa");
+	for (unsigned i = 0; i < 12; i++) { /* layer i holds 64 KiB of byte i+1 */
+		snprintf(c, sizeof c, "write -P %u %u 64k", i + 1, i * 65536);
+		write_pattern(lpath("aaaa", i), c);
+		assert_int_equal(snapshot("aaaa"), i + 1);
+	}
+	assert_int_equal(sb_layers_fork(home, "bbbb", lpath("aaaa", 11), 4, &n), SB_OK);
+	assert_int_equal(n, 1);
+	assert_int_equal(mode_of(lpath("bbbb", 0)), 0444);
+	assert_backing(lpath("bbbb", 0), base);
+	assert_backing(lpath("bbbb", 1), lpath("bbbb", 0));
+	assert_link(home, "bbbb", 1);
+	for (unsigned i = 0; i < 12; i++) {
+		snprintf(c, sizeof c, "read -P %u %u 64k", i + 1, i * 65536);
+		assert_true(reads(lpath("bbbb", 1), c));
+	}
+	assert_true(reads(lpath("bbbb", 1), "read -P 0 786432 64k"));
+	for (unsigned i = 0; i < 12; i++) {
+		assert_int_equal(sb_layers_users(home, "aaaa", i, users, 2, &count), SB_OK);
+		assert_int_equal(count, 0);
+	}
+	assert_int_equal(sb_layers_remove(home, "aaaa", 5), SB_OK);
+	assert_true(reads(lpath("bbbb", 1), "read -P 6 327680 64k"));
+	/* its own snapshots go on from 1 */
+	assert_int_equal(snapshot("bbbb"), 2);
+	assert_int_equal(sb_layers_top(home, "bbbb", &top), SB_OK);
+	assert_int_equal(top, 2);
+	/* the bound reached, not passed: a layer over the snapshot */
+	assert_int_equal(sb_layers_fork(home, "cccc", lpath("aaaa", 3), 4, &n), SB_OK);
+	assert_int_equal(n, 0);
+	assert_backing(lpath("cccc", 0), lpath("aaaa", 3));
+	/* a run that has layers gets no base over them */
+	assert_int_equal(sb_layers_fork(home, "bbbb", lpath("aaaa", 11), 4, &n),
+			 SB_ERR_EXISTS);
+	assert_int_equal(sb_layers_top(home, "bbbb", &top), SB_OK);
+	assert_int_equal(top, 2);
+	/* a header naming a file out of the home is refused before anything */
+	assert_int_equal(sb_layers_fork(home, "dddd", "/etc/passwd", 4, &n), SB_ERR_CORRUPT);
+	assert_false(exists(lpath("dddd", 0)));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -823,6 +875,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_symlinked_home, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_trailing_slash_home, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_too_long, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_fork_flattens, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

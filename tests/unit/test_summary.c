@@ -172,6 +172,34 @@ static void test_what_they_read(void **st)
 	assert_string_equal(buf, "a (template shell, group g\\u{0085})");
 	summarise("run.failed", SB_SRC_HOST, "{'reason':'qemu: \\u001b[31mboom'}", buf, sizeof buf);
 	assert_string_equal(buf, "qemu: \\x1b[31mboom");
+	/* a fork's roll-forward: what was rolled, removed and omitted */
+	summarise("run.forked", SB_SRC_HOST,
+		  "{'from_run':'0123456789ab','from_offset':12,'at':40,'snapshot':'s0',"
+		  "'exact':false,'memory':false,'rolled':3,'removed':1,'omitted_count':2,"
+		  "'omitted':['/workspace/big.bin','/workspace/l\\u001bnk']}",
+		  buf, sizeof buf);
+	assert_string_equal(buf, "from 0123456789ab at snapshot s0 (offset 12) to offset 40: 3 "
+				 "files rolled forward, 1 removed, 2 omitted: /workspace/big.bin, "
+				 "/workspace/l\\x1bnk (not exact)");
+	summarise("run.forked", SB_SRC_HOST,
+		  "{'from_run':'0123456789ab','from_offset':12,'at':40,'snapshot':'s0',"
+		  "'exact':false,'memory':false,'rolled':1,'removed':0,'omitted_count':9,"
+		  "'omitted':['/workspace/a']}",
+		  buf, sizeof buf);
+	assert_string_equal(buf, "from 0123456789ab at snapshot s0 (offset 12) to offset 40: 1 "
+				 "file rolled forward, 0 removed, 9 omitted: /workspace/a, … (not "
+				 "exact)");
+	summarise("run.resumed", SB_SRC_HOST,
+		  "{'from_run':'0123456789ab','from_offset':12,'at':12,'snapshot':'s0',"
+		  "'exact':true,'memory':false,'rolled':0,'removed':0,'prompt':''}",
+		  buf, sizeof buf);
+	assert_string_equal(buf, "from 0123456789ab snapshot s0 at offset 12");
+	summarise("run.forked", SB_SRC_HOST,
+		  "{'from_run':'0123456789ab','from_offset':0,'at':26,'snapshot':'',"
+		  "'exact':true,'memory':false,'rolled':1,'removed':0}",
+		  buf, sizeof buf);
+	assert_string_equal(buf, "from 0123456789ab at its start to offset 26: 1 file rolled "
+				 "forward, 0 removed");
 	/* a type the table does not know: key=value pairs */
 	summarise("zz.new", SB_SRC_HOST, "{'a':1,'b':'x\\ny','c':[true,null,-2],'d':{'e':1.5}}", buf,
 		  sizeof buf);

@@ -1,8 +1,10 @@
 /* watch.c - recursive inotify watch of the workspace -> agent.file.changed.
  *
  * Every directory of the tree has a watch. A regular file closed after
- * writing or moved in is reported "created" the first time its path is seen
- * and "modified" after; a file deleted or moved away is "deleted" when it was
+ * writing or moved in, and a symbolic link made or moved in (type
+ * "symlink", its target as its content), is reported "created" the first
+ * time its path is seen and "modified" after; a file or link deleted or
+ * moved away is "deleted" when it was
  * known (a file written and deleted before its close was read is known
  * without a report, so its deletion is still reported). Directories created or moved in
  * are watched and their files reported; a directory moved away is one "deleted" for its
@@ -124,20 +126,41 @@ static int known_del(struct watch *w, const char *path)
 }
 
 /* Sends agent.file.changed; content (size bytes) is NULL for a deletion
- * or a file over SB_CHAN_FILE_MAX. */
+ * or a file over SB_CHAN_FILE_MAX; link is set for a symbolic link (its
+ * content: the target). */
 static void send_change(struct watch *w, const char *path, const char *kind,
-			uint64_t size, const char *xxh3, const void *content)
+			uint64_t size, const char *xxh3, const void *content, int link)
 {
 	struct agent_frame f;
 
-	agent_event_begin(&f, "agent.file.changed", content ? 5 : 4);
+	agent_event_begin(&f, "agent.file.changed", 4 + !!content + !!link);
 	agent_pack_kv_str(&f, "path", path);
 	agent_pack_kv_str(&f, "kind", kind);
 	agent_pack_kv_uint(&f, "size", size);
 	agent_pack_kv_str(&f, "xxh3", xxh3);
 	if (content)
 		agent_pack_kv_bin(&f, "content", content, (size_t)size);
+	if (link)
+		agent_pack_kv_str(&f, "type", "symlink");
 	agent_frame_send(w->port, &f);
+}
+
+/* Reports the symbolic link at path as created or modified, its target
+ * as its content. */
+static void report_link(struct watch *w, const char *path)
+{
+	char target[PATH_MAX], hex[17];
+	ssize_t n = readlink(path, target, sizeof target);
+
+	if (n < 0 || (size_t)n >= sizeof target) {
+		if (n < 0 && errno == ENOENT)
+			known_add(w, path); /* made and gone: its deletion is reported */
+		return;
+	}
+	snprintf(hex, sizeof hex, "%016llx",
+		 (unsigned long long)XXH3_64bits(target, (size_t)n));
+	send_change(w, path, known_add(w, path) ? "modified" : "created", (uint64_t)n, hex,
+		    target, 1);
 }
 
 /* Reports the regular file at path as created or modified, with its
@@ -152,6 +175,10 @@ static void report_file(struct watch *w, const char *path)
 	ssize_t n;
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 
+	if (fd < 0 && errno == ELOOP) {
+		report_link(w, path);
+		goto out;
+	}
 	if (fd < 0 && errno == ENOENT) {
 		/* written and already gone (its IN_DELETE follows): known, so
 		 * the deletion is reported, though its content never was */
@@ -179,7 +206,7 @@ static void report_file(struct watch *w, const char *path)
 	}
 	snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits_digest(st));
 	send_change(w, path, known_add(w, path) ? "modified" : "created", size, hex,
-		    size <= SB_CHAN_FILE_MAX ? buf : NULL);
+		    size <= SB_CHAN_FILE_MAX ? buf : NULL, 0);
 out:
 	XXH3_freeState(st);
 	if (fd >= 0)
@@ -282,7 +309,8 @@ static void add_tree(struct watch *w, const char *path, int report)
 			add_tree(w, child, report);
 		else if (report)
 			report_file(w, child);
-		else if (de->d_type == DT_REG || de->d_type == DT_UNKNOWN)
+		else if (de->d_type == DT_REG || de->d_type == DT_LNK ||
+			 de->d_type == DT_UNKNOWN)
 			known_add(w, child);
 	}
 	closedir(d);
@@ -349,14 +377,16 @@ static void handle(struct watch *w, const struct inotify_event *ev)
 			add_tree(w, path, 1);
 		else if (ev->mask & IN_MOVED_FROM) {
 			dir_forget_tree(w, path);
-			send_change(w, path, "deleted", 0, "", NULL);
+			send_change(w, path, "deleted", 0, "", NULL, 0);
 		}
 		return;
 	}
 	if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO))
 		report_file(w, path);
+	else if (ev->mask & IN_CREATE)
+		report_link(w, path); /* a file is reported once closed; a link now */
 	else if ((ev->mask & (IN_DELETE | IN_MOVED_FROM)) && known_del(w, path))
-		send_change(w, path, "deleted", 0, "", NULL);
+		send_change(w, path, "deleted", 0, "", NULL, 0);
 }
 
 int watch_read(struct watch *w)
