@@ -246,6 +246,7 @@ struct cli_file_change {
 	uint64_t size;
 	const char *content; /* the content's blob key, "omitted" or NULL */
 	const char *omitted; /* why it was left out, or NULL */
+	int link;	     /* a symbolic link (content: its target) */
 };
 
 /* Calls cb for each agent.file.changed of run in (from, to], in order,

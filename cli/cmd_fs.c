@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,7 +75,7 @@ int cli_file_changes(sb_client *c, const char *run, uint64_t from, uint64_t to,
 							 sb_map_u64(e, "offset", 0)};
 			char *path = field_dup(p, "path"), *kind = field_dup(p, "kind"),
 			     *content = field_dup(p, "content"),
-			     *omitted = field_dup(p, "omitted");
+			     *omitted = field_dup(p, "omitted"), *type = field_dup(p, "type");
 			if (ch.offset > to) {
 				stop = 1;
 			} else if (path && kind) {
@@ -83,6 +84,7 @@ int cli_file_changes(sb_client *c, const char *run, uint64_t from, uint64_t to,
 				ch.size = sb_map_u64(p, "size", 0);
 				ch.content = content;
 				ch.omitted = omitted;
+				ch.link = type && !strcmp(type, "symlink");
 				stop = cb(ctx, &ch);
 				rc = stop > 0 ? SB_OK : stop;
 			}
@@ -91,6 +93,7 @@ int cli_file_changes(sb_client *c, const char *run, uint64_t from, uint64_t to,
 			free(kind);
 			free(content);
 			free(omitted);
+			free(type);
 		}
 		sb_reply_free(&rep);
 		if (!n)
@@ -239,6 +242,7 @@ struct last_change {
 	const char *path;
 	uint64_t offset;
 	char kind[16], content[72], omitted[64];
+	int link;
 };
 
 static int last_of_path(void *ctx, const struct cli_file_change *ch)
@@ -251,7 +255,28 @@ static int last_of_path(void *ctx, const struct cli_file_change *ch)
 	snprintf(l->kind, sizeof l->kind, "%s", ch->kind);
 	snprintf(l->content, sizeof l->content, "%s", ch->content ? ch->content : "");
 	snprintf(l->omitted, sizeof l->omitted, "%s", ch->omitted ? ch->omitted : "");
+	l->link = ch->link;
 	return 0;
+}
+
+/* Fails as fs cat does for a symbolic link, its target read from the
+ * blob key (the record's content of a link). */
+static int cat_link(sb_client *c, const char *gp, const char *key, uint64_t offset)
+{
+	char target[SB_FS_PATH_MAX + 1];
+	int fd = memfd_create("sanbox-link", MFD_CLOEXEC), rc;
+	ssize_t n = -1;
+
+	if (fd >= 0 && (rc = cli_blob_write(c, key, fd)) == SB_OK)
+		n = pread(fd, target, sizeof target - 1, 0);
+	if (fd >= 0)
+		close(fd);
+	if (n < 0)
+		return cli_fail(SB_ERR_INVAL, "%s is a symlink at offset %llu (its target "
+					      "cannot be read)",
+				gp, (unsigned long long)offset);
+	return cli_fail(SB_ERR_INVAL, "%s is a symlink to %.*s (at offset %llu)", gp, (int)n,
+			target, (unsigned long long)offset);
 }
 
 /* fs cat --at OFFSET past its snapshot: the file as the record has it at
@@ -273,6 +298,8 @@ static int cat_recorded(const struct cli_fs_at *sel, const char *gp)
 	} else if (!strcmp(l.kind, "deleted")) {
 		rc = cli_fail(SB_ERR_NOTFOUND, "%s: deleted at offset %llu", gp,
 			      (unsigned long long)l.offset);
+	} else if (l.link && strlen(l.content) == 2 * SB_HASH_LEN) {
+		rc = cat_link(c, gp, l.content, l.offset);
 	} else if (strlen(l.content) != 2 * SB_HASH_LEN) {
 		cli_note(
 		    "%s changed at offset %llu, its content is not in the record (%s): "

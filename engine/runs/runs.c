@@ -21,6 +21,7 @@
 #include "engine/mpack.h"
 #include "engine/runs/guest.h"
 #include "engine/runs/plan.h"
+#include "engine/runs/roll.h"
 #include "engine/runs/snapper.h"
 #include "projections/views.h"
 #include "vmm/chan.h"
@@ -31,7 +32,6 @@
 
 enum rstate { R_CREATING, R_RUNNING };
 
-#define ROLL_OMITTED_MAX 8 /* files a roll-forward lacks, named in its record */
 
 struct run {
 	struct sb_runs *rs;
@@ -57,9 +57,7 @@ struct run {
 	/* a fork or resume: what it continues */
 	int from, resume, exact;
 	size_t rolled;			    /* files it rolled forward (inputs) */
-	char omitted[ROLL_OMITTED_MAX][80]; /* ... and files it could not */
-	size_t nomitted;
-	size_t omitted_all; /* all of them (more than ROLL_OMITTED_MAX named) */
+	struct sb_roll roll; /* what its roll-forward did */
 	char from_run[SB_RUN_MAX], from_snap[72];
 	unsigned from_layer;
 	int from_start; /* no snapshot at or before at: from the run's start */
@@ -1226,17 +1224,6 @@ unsigned sb_runs_active(struct sb_runs *rs)
 /* --- a daemon's start: the runs a previous one left --- */
 
 /* What a run's record says, read once for its reattach. */
-/* A file's last recorded change in a range of the record. */
-struct file_state {
-	char path[256]; /* relative to /workspace; "" when not one (kept as such) */
-	int deleted;
-	int link;    /* a symbolic link (blob: its target) */
-	int toolong; /* path holds only the first 255 bytes of a longer one */
-	int content; /* 1: blob holds its content */
-	uint64_t offset; /* of this last change */
-	uint8_t blob[SB_HASH_LEN];
-	uint64_t size;
-};
 
 #define ROLL_FILES_MAX SB_CHAN_INPUT_FILES /* paths a roll-forward follows */
 
@@ -1249,7 +1236,7 @@ struct record {
 	/* asked for: files changed in (from_offset, offset_at] (0: not asked),
 	 * and each one's last state there */
 	uint64_t from_offset, offset_at, changed_after;
-	struct file_state *files;
+	struct sb_roll_file *files;
 	size_t nfiles;
 	int files_over; /* more paths than ROLL_FILES_MAX, or one unreadable */
 	/* the live changes of its grants (net.grant.added/removed), in order */
@@ -1327,7 +1314,7 @@ static void record_file(struct record *rec, const struct sb_event *ev)
 	char path[PATH_MAX], kind[16], type[16], key[2 * SB_HASH_LEN + 8];
 	msgpack_zone zone;
 	msgpack_object p;
-	struct file_state *f = NULL;
+	struct sb_roll_file *f = NULL;
 	const char *rel;
 
 	if (!msgpack_zone_init(&zone, 1024)) {
@@ -1427,112 +1414,14 @@ static void record_free(struct record *rec)
 	free(rec->grants);
 }
 
-/* Whether a's path is a directory on b's path ("d" of "d/x"). */
-static int path_above(const struct file_state *a, const struct file_state *b)
-{
-	size_t n = strlen(a->path);
-
-	return n && !strncmp(a->path, b->path, n) && b->path[n] == '/';
-}
-
-/* What became of f by the end of rec's range: 0 it is as recorded, 1 a
- * later change of a directory above it replaced it (it is gone: nothing
- * to roll), 2 a link was made above it first (the guest wrote through the
- * link: the record cannot say where). */
-static int file_fate(const struct record *rec, const struct file_state *f)
-{
-	int fate = 0;
-
-	for (size_t i = 0; i < rec->nfiles; i++) {
-		const struct file_state *g = &rec->files[i];
-		if (!path_above(g, f))
-			continue;
-		if (g->offset > f->offset)
-			return 1;
-		if (g->link)
-			fate = 2;
-	}
-	return fate;
-}
-
-/* Whether rec has a change of k's path or of a directory above it. */
-static int file_changed(const struct record *rec, const struct file_state *k)
-{
-	for (size_t i = 0; i < rec->nfiles; i++)
-		if (!strcmp(rec->files[i].path, k->path) || path_above(&rec->files[i], k))
-			return 1;
-	return 0;
-}
-
-static void roll_omit(struct run *r, const char *path)
-{
-	if (r->nomitted < ROLL_OMITTED_MAX)
-		snprintf(r->omitted[r->nomitted++], sizeof r->omitted[0], "/workspace/%.*s",
-			 (int)sizeof r->omitted[0] - 12, path);
-	r->omitted_all++;
-}
-
-/* The roll-forward of a fork or resume --at an offset past its snapshot:
- * the files changed after the snapshot, up to the offset, as the record
- * has them, become the plan's inputs (and its deletions, removes), which
- * the agent writes before the harness starts, never through a link. What
- * the record lacks (a content over a cap, a path out of /workspace, a link
- * made, a file below one) makes it inexact: r's omitted list names those. */
+/* The roll-forward of a fork or resume --at an offset past its snapshot
+ * (or from its run's start: its own inputs kept): the files changed after
+ * it, up to the offset, as the record has them, become the plan's inputs
+ * and removes, which the agent writes before the harness starts
+ * (engine/runs/roll.c). */
 static int roll_forward(struct run *r, const struct record *rec)
 {
-	struct sb_plan *p = &r->plan;
-	struct sb_plan_input *kept = p->inputs;
-	size_t nkept = p->ninputs, first;
-	uint64_t bytes = 0;
-	int rc = SB_OK;
-
-	p->inputs = NULL;
-	p->ninputs = 0;
-	if (!(p->inputs = calloc(rec->nfiles + nkept + 1, sizeof *p->inputs)) ||
-	    !(p->removes = calloc(rec->nfiles + 1, sizeof *p->removes))) {
-		rc = SB_ERR_NOMEM;
-		goto out;
-	}
-	/* from a run's start: its own inputs, those the record changed later
-	 * left out */
-	for (size_t i = 0; i < nkept; i++) {
-		struct file_state k = {0};
-		snprintf(k.path, sizeof k.path, "%s", kept[i].path);
-		if (!file_changed(rec, &k)) {
-			p->inputs[p->ninputs++] = kept[i];
-			bytes += kept[i].size;
-		}
-	}
-	first = p->ninputs;
-	for (size_t i = 0; i < rec->nfiles; i++) {
-		const struct file_state *f = &rec->files[i];
-		int ok = !f->toolong && /* the guest's word */
-			 sb_plan_path_ok(f->path, strlen(f->path));
-		int fate = file_fate(rec, f);
-
-		if (fate == 1)
-			continue;
-		if (ok && fate == 0 && f->deleted) {
-			snprintf(p->removes[p->nremoves++], sizeof *p->removes, "%s",
-				 f->path);
-		} else if (ok && fate == 0 && !f->link && f->content &&
-			   bytes + f->size <= SB_CHAN_INPUTS_MAX &&
-			   p->ninputs < SB_CHAN_INPUT_FILES) {
-			struct sb_plan_input *x = &p->inputs[p->ninputs++];
-			snprintf(x->path, sizeof x->path, "%s", f->path);
-			x->mode = 0644;
-			x->size = f->size;
-			memcpy(x->blob, f->blob, sizeof x->blob);
-			bytes += f->size;
-		} else {
-			roll_omit(r, f->path);
-		}
-	}
-	p->input_bytes = bytes;
-	r->rolled = p->ninputs - first;
-out:
-	free(kept);
-	return rc;
+	return sb_roll_plan(rec->files, rec->nfiles, r->from_start, &r->plan, &r->roll);
 }
 
 /* Takes up run, which its record says is live. */
@@ -1627,21 +1516,21 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 	msgpack_packer pk;
 
 	msgpack_packer_init(&pk, buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, (r->resume ? 9 : 8) + (r->nomitted ? 2 : 0));
+	msgpack_pack_map(&pk, (r->resume ? 9 : 8) + (r->roll.nnamed ? 2 : 0));
 	sb_pack_kstr(&pk, "from_run", r->from_run);
 	sb_pack_ku64(&pk, "from_offset", r->from_offset);
 	sb_pack_ku64(&pk, "at", r->at);
 	sb_pack_kstr(&pk, "snapshot", r->from_snap);
 	sb_pack_kbool(&pk, "exact", r->exact);
 	sb_pack_kbool(&pk, "memory", r->memory_bytes > 0);
-	sb_pack_ku64(&pk, "rolled", r->rolled);
+	sb_pack_ku64(&pk, "rolled", r->roll.rolled);
 	sb_pack_ku64(&pk, "removed", r->plan.nremoves);
-	if (r->nomitted) {
-		sb_pack_ku64(&pk, "omitted_count", r->omitted_all);
+	if (r->roll.nnamed) {
+		sb_pack_ku64(&pk, "omitted_count", r->roll.omitted);
 		sb_pack_str(&pk, "omitted");
-		msgpack_pack_array(&pk, r->nomitted);
-		for (size_t i = 0; i < r->nomitted; i++)
-			sb_pack_str(&pk, r->omitted[i]);
+		msgpack_pack_array(&pk, r->roll.nnamed);
+		for (size_t i = 0; i < r->roll.nnamed; i++)
+			sb_pack_str(&pk, r->roll.named[i]);
 	}
 	if (r->resume)
 		sb_pack_kstr(&pk, "prompt", r->new_prompt ? r->new_prompt : "");
@@ -1707,7 +1596,7 @@ static void from_job(void *ctx)
 			r->create_rc = rc;
 			goto out;
 		}
-		r->exact = !r->omitted_all && !rec.files_over;
+		r->exact = !r->roll.omitted && !rec.files_over;
 	}
 	if (r->new_prompt) {
 		free(r->plan.prompt);

@@ -9,7 +9,9 @@
 # never written through), and its run.forked, diff and the summary agree
 # on what was rolled, removed and omitted. Then a run of three turns,
 # taken in quick succession (one turn snapshot at most every 5 s): a fork
-# --at the offset of each turn has that turn's file.
+# --at the offset of each turn has that turn's file. A fork of a snapshot
+# whose chain holds 17 layers gets its own base (over the template's root,
+# none of its parent's layers) and reads the parent's files.
 . "$(dirname "$0")/lib/vm.sh"
 
 status() { "$SB" inspect "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["status"])'; }
@@ -61,6 +63,9 @@ got=$(forked "$F")
 	ok "run.forked: 2 rolled, 1 removed, the links omitted, not exact" || bad "run.forked" "$got"
 [ "$("$SB" diff "$P" --from "$s0at" --to "$last" | tr '\n' ' ')" = "D /workspace/d A /workspace/d/evil M /workspace/f M /workspace/lf A /workspace/loop " ] &&
 	ok "diff says where the files went" || bad "diff" "$("$SB" diff "$P" --from "$s0at" --to "$last" 2>&1)"
+out=$("$SB" fs cat "$P" f --at "$last" 2>&1)
+[ $? = 1 ] && [ "$out" = "sanbox: /workspace/f is a symlink to /etc/passwd (at offset $last)" ] &&
+	ok "fs cat --at: the record's link is a link" || bad "fs cat --at a link" "$out"
 summary=$("$SB" events "$F" 2>&1 | grep run.forked)
 case $summary in
 *"2 files rolled forward, 1 removed, 2 omitted: /workspace/f, /workspace/loop"*) ok "the summary says what was rolled and omitted" ;;
@@ -84,5 +89,33 @@ print([json.loads(l)['offset'] for l in sys.stdin if json.loads(l)['type']=='age
 	[ "$("$SB" fs cat "$FT" turn.txt 2>&1)" = "$t" ] && ok "a fork --at turn $t has turn $t's file" ||
 		bad "fork --at turn $t" "$FT: $("$SB" fs cat "$FT" turn.txt 2>&1)"
 done
+# ---- a fork of a long chain ----
+CMD='if [ -e c.txt ]; then cat c.txt > seen.txt; exit 0; fi
+trap "exit 0" TERM
+echo chain > c.txt; sleep 600 & wait'
+L=$("$SB" run --detach --accel tcg --snapshots stop --timeout 600s -- /bin/sh -c "$CMD")
+wait_event "$L" "e['type']=='agent.file.changed' and e['payload']['path']=='/workspace/c.txt'" 120 ||
+	bad "setup" "the run never wrote c.txt"
+i=0
+while [ $i -lt 17 ]; do
+	"$SB" snapshot "$L" >/dev/null 2>&1 || bad "snapshot $i" "$("$SB" snapshot "$L" 2>&1)"
+	i=$((i + 1))
+done
+FL=$("$SB" fork "$L" --snapshot s16 --detach 2>&1)
+"$SB" attach "$FL" >/dev/null 2>&1
+backing=$(qemu-img info --output=json "$SANBOX_HOME/runs/$FL/layers/0.qcow2" 2>&1 |
+	python3 -c 'import json,sys; print(json.load(sys.stdin).get("backing-filename",""))')
+case $backing in
+*/rootfs.img) ok "a fork of a 17-layer chain has its own base over the root" ;;
+*) bad "fork's own base" "$backing" ;;
+esac
+[ "$("$SB" fs cat "$FL" seen.txt 2>&1)" = chain ] && [ "$(status "$FL")" = exited ] &&
+	ok "... and runs on the parent's files" || bad "long-chain fork" "$("$SB" fs cat "$FL" seen.txt 2>&1); $(status "$FL")"
+"$SB" stop "$L" >/dev/null 2>&1
+"$SB" attach "$L" >/dev/null 2>&1
+out=$("$SB" snapshot rm "$L" s3 2>&1)
+[ $? = 0 ] && ok "the parent's snapshot under it can go: the fork reads none" || bad "snapshot rm" "$out"
+[ "$("$SB" fs cat "$FL" seen.txt 2>&1)" = chain ] && ok "the fork's disk still reads" ||
+	bad "fork after rm" "$("$SB" fs cat "$FL" seen.txt 2>&1)"
 rm -f "$SANBOX_HOME/sanboxd.json"
 exit $((failures > 0))
