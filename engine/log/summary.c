@@ -195,9 +195,21 @@ static void sum_run_started(struct sum *s, const struct sb_event *ev,
 static void sum_input_ready(struct sum *s, const struct sb_event *ev,
 			    const msgpack_object *p)
 {
+	const msgpack_object *sk = sb_map_get(p, "skipped_paths");
+
 	putf(s, "%llu input files, ", (unsigned long long)u64(p, "files"));
 	put_count(s, u64(p, "bytes"));
 	put(s, " bytes");
+	if (u64(p, "skipped")) {
+		putf(s, " (%llu skipped", (unsigned long long)u64(p, "skipped"));
+		for (uint32_t i = 0; sk && sk->type == MSGPACK_OBJECT_ARRAY &&
+				     i < sk->via.array.size;
+		     i++) {
+			put(s, i ? ", " : ": ");
+			put_value(s, &sk->via.array.ptr[i], 1);
+		}
+		put(s, ")");
+	}
 }
 
 static void sum_turn(struct sum *s, const struct sb_event *ev, const msgpack_object *p)

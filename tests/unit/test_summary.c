@@ -172,6 +172,11 @@ static void test_what_they_read(void **st)
 	assert_string_equal(buf, "a (template shell, group g\\u{0085})");
 	summarise("run.failed", SB_SRC_HOST, "{'reason':'qemu: \\u001b[31mboom'}", buf, sizeof buf);
 	assert_string_equal(buf, "qemu: \\x1b[31mboom");
+	summarise("harness.input.ready", SB_SRC_GUEST,
+		  "{'files':2,'bytes':1204,'skipped':2,'skipped_paths':['d/evil','x\\ny']}", buf,
+		  sizeof buf);
+	assert_string_equal(buf, "2 input files, 1,204 bytes (2 skipped: "
+				 "d/evil, x\\ny)");
 	/* a fork's roll-forward: what was rolled, removed and omitted */
 	summarise("run.forked", SB_SRC_HOST,
 		  "{'from_run':'0123456789ab','from_offset':12,'at':40,'snapshot':'s0',"
