@@ -34,13 +34,94 @@ static const char *const kind_names[] = {"?",	       "HELLO", "SPEC", "EVENT",
 					 "EVENT_JSON", "OPEN",	"DATA", "CLOSE",
 					 "SIGNAL",     "DONE",	"LOG",	"INPUT",
 					 "SYNC",       "SYNCED", "RESTORED",
-					 "THAW"};
+					 "THAW",       "ACK",	"RESEND"};
 
 const char *sb_chan_kind_name(int kind)
 {
 	if (kind < SB_CHAN_HELLO || kind > SB_CHAN_KIND_MAX)
 		return "?";
 	return kind_names[kind];
+}
+
+int sb_chan_numbered(int kind)
+{
+	return kind == SB_CHAN_EVENT || kind == SB_CHAN_EVENT_JSON;
+}
+
+int sb_chan_ring_add(struct sb_chan_ring *r, int kind, const void *body, size_t len,
+		     const struct sb_chan_kept **kept)
+{
+	msgpack_sbuffer sb;
+	struct sb_chan_kept *k;
+	int err;
+
+	if (!sb_chan_numbered(kind))
+		return sb_seterr(SB_ERR_INVAL, "chan: %s frames are not numbered",
+				 sb_chan_kind_name(kind));
+	if (r->head + r->n == r->cap) {
+		if (r->head) { /* room at the front: move the kept ones there */
+			memmove(r->v, r->v + r->head, r->n * sizeof *r->v);
+			r->head = 0;
+		} else {
+			size_t cap = r->cap ? 2 * r->cap : 64;
+			struct sb_chan_kept *v = realloc(r->v, cap * sizeof *v);
+			if (!v)
+				return sb_seterr(SB_ERR_NOMEM, "chan: out of memory");
+			r->v = v;
+			r->cap = cap;
+		}
+	}
+	msgpack_sbuffer_init(&sb);
+	if ((err = sb_chan_encode(kind, r->seq + 1, body, len, &sb))) {
+		msgpack_sbuffer_destroy(&sb);
+		return err;
+	}
+	k = &r->v[r->head + r->n++];
+	k->seq = ++r->seq;
+	k->len = sb.size;
+	k->frame = msgpack_sbuffer_release(&sb);
+	r->bytes += k->len;
+	*kept = k;
+	return 0;
+}
+
+size_t sb_chan_ring_ack(struct sb_chan_ring *r, uint64_t seq)
+{
+	size_t dropped = 0;
+
+	while (r->n && r->v[r->head].seq <= seq) {
+		r->bytes -= r->v[r->head].len;
+		free(r->v[r->head].frame);
+		r->head++;
+		r->n--;
+		dropped++;
+	}
+	if (!r->n)
+		r->head = 0;
+	return dropped;
+}
+
+uint64_t sb_chan_ring_next(const struct sb_chan_ring *r)
+{
+	return r->n ? r->v[r->head].seq : r->seq + 1;
+}
+
+const struct sb_chan_kept *sb_chan_ring_at(const struct sb_chan_ring *r, size_t i)
+{
+	return i < r->n ? &r->v[r->head + i] : NULL;
+}
+
+void sb_chan_ring_reset(struct sb_chan_ring *r)
+{
+	sb_chan_ring_ack(r, UINT64_MAX);
+	r->seq = 0;
+}
+
+void sb_chan_ring_free(struct sb_chan_ring *r)
+{
+	sb_chan_ring_reset(r);
+	free(r->v);
+	memset(r, 0, sizeof *r);
 }
 
 int sb_chan_begin(msgpack_sbuffer *out, msgpack_packer *pk, int kind, uint64_t stream,

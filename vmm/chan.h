@@ -14,6 +14,15 @@
  * none). The agent writes each chunk as it comes, refuses a chunk of
  * another file than the one being written or past its declared size, and
  * reports harness.input.ready {files, bytes} once every file is complete.
+ *
+ * Numbered frames: the agent numbers each EVENT and EVENT_JSON it sends in
+ * the frame's stream (the guest seq: 1, 2, ... per agent, again from 1 in
+ * a copy after RESTORED) and keeps it until an ACK {seq} at or past its
+ * number says the host committed it. A host that takes the channel up
+ * again sends ACK {seq, resend: true}; the agent answers RESEND {next}
+ * (its first kept number, or its next one) and sends its kept frames
+ * after seq again, in order. The host records each number once, in order
+ * (see SPEC.md, "Host/guest channel").
  */
 #ifndef SB_CHAN_H
 #define SB_CHAN_H
@@ -29,13 +38,14 @@
 #define SB_CHAN_OUTPUT_MAX  4096	 /* largest agent.output data */
 #define SB_CHAN_INPUTS_MAX  (48u << 20)	 /* input bytes of a run, in all */
 #define SB_CHAN_INPUT_FILES 1024	 /* input files of a run */
-#define SB_CHAN_VERSION	    "0.7.0"	 /* the agent's, in HELLO; the host requires it */
+#define SB_CHAN_VERSION	    "0.8.0"	 /* the agent's, in HELLO; the host requires it */
 
 enum sb_chan_kind {
 	SB_CHAN_HELLO = 1,	/* guest->host {version, kernel} */
 	SB_CHAN_SPEC = 2,	/* host->guest {argv, env, cwd, inputs, tunnel_port} */
-	SB_CHAN_EVENT = 3,	/* guest->host {type, payload} */
-	SB_CHAN_EVENT_JSON = 4, /* guest->host bin: one line from $SANBOX_EVENTS */
+	SB_CHAN_EVENT = 3,	/* guest->host, stream = guest seq, {type, payload} */
+	SB_CHAN_EVENT_JSON = 4, /* guest->host, stream = guest seq, bin: one line
+				 * from $SANBOX_EVENTS */
 	SB_CHAN_OPEN = 5,	/* guest->host, stream = odd id, {port} */
 	SB_CHAN_DATA = 6,	/* both ways, stream = id, bin <= SB_CHAN_DATA_MAX */
 	SB_CHAN_CLOSE = 7,	/* both ways, stream = id, nil: sender is done */
@@ -58,11 +68,60 @@ enum sb_chan_kind {
 				 * the harness and say HELLO again */
 	SB_CHAN_THAW = 15,	/* host->guest {}: the memory snapshot is
 				 * taken: the harness goes on */
-	SB_CHAN_KIND_MAX = SB_CHAN_THAW,
+	SB_CHAN_ACK = 16,	/* host->guest {seq, resend?}: the numbered
+				 * frames up to seq are committed (see below);
+				 * resend: send again those after it */
+	SB_CHAN_RESEND = 17,	/* guest->host {next}: the agent's kept frames
+				 * follow, from seq next on */
+	SB_CHAN_KIND_MAX = SB_CHAN_RESEND,
 };
 
 /* Returns the name of a frame kind ("HELLO"), or "?" when unknown. */
 const char *sb_chan_kind_name(int kind);
+
+/* 1 for the kinds the agent numbers (EVENT, EVENT_JSON), else 0. */
+int sb_chan_numbered(int kind);
+
+/* A numbered frame the agent keeps until the host acknowledges it. */
+struct sb_chan_kept {
+	uint64_t seq;
+	char *frame; /* the whole frame, its length first */
+	size_t len;
+};
+
+/* The agent's numbered frames not acknowledged yet, oldest first. Zero it
+ * to start; sb_chan_ring_free() frees what it holds. */
+struct sb_chan_ring {
+	struct sb_chan_kept *v; /* v[head .. head + n) are kept */
+	size_t head, n, cap;
+	size_t bytes; /* frame bytes kept */
+	uint64_t seq; /* the last number given (0: none yet) */
+};
+
+/* Numbers a frame of kind (a numbered one) whose body is one encoded
+ * msgpack object (len >= 1 bytes) with r's next number and keeps it;
+ * *kept is the frame, valid until the next change of r. Errors:
+ * SB_ERR_INVAL (a kind that is not numbered, an empty body), SB_ERR_TOOBIG,
+ * SB_ERR_NOMEM; on error nothing is kept and no number is used. */
+int sb_chan_ring_add(struct sb_chan_ring *r, int kind, const void *body, size_t len,
+		     const struct sb_chan_kept **kept);
+
+/* Drops the kept frames numbered up to seq (all of them for a seq past
+ * the last number given). Returns how many it dropped. */
+size_t sb_chan_ring_ack(struct sb_chan_ring *r, uint64_t seq);
+
+/* The number of the oldest kept frame, or the next number when none is. */
+uint64_t sb_chan_ring_next(const struct sb_chan_ring *r);
+
+/* The i-th kept frame, oldest first; NULL past the last. Valid until the
+ * next change of r. */
+const struct sb_chan_kept *sb_chan_ring_at(const struct sb_chan_ring *r, size_t i);
+
+/* Drops every kept frame and numbers from 1 again. */
+void sb_chan_ring_reset(struct sb_chan_ring *r);
+
+/* Frees what r holds and zeroes it. */
+void sb_chan_ring_free(struct sb_chan_ring *r);
 
 /* Appends one frame to out: kind, stream and body, where body holds exactly
  * one msgpack object already encoded (len >= 1 bytes; 0xc0 for nil).

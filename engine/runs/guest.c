@@ -26,11 +26,14 @@
 #define GUEST_READ_BUDGET (256u << 10) /* bytes read from one guest per wake-up */
 #define WARN_EVERY_S	  1.0
 
-enum drop { D_RATE, D_MALFORMED, D_SCHEMA, D_REPEATED, D_LONG, D_QUOTA, D_COUNT };
+enum drop { D_MISSING, D_MALFORMED, D_SCHEMA, D_REPEATED, D_LONG, D_QUOTA, D_COUNT };
 
-static const char *const drop_what[D_COUNT] = {"over the event rate limit", "malformed",
-					       "refused by the schema", "repeated",
-					       "too long", "past the record quota"};
+static const char *const drop_what[D_COUNT] = {"missing from the guest's numbering",
+					       "malformed",
+					       "refused by the schema",
+					       "repeated",
+					       "too long",
+					       "past the record quota"};
 
 /* The agent's events that happen once in a run (see once_bit). */
 enum { ONCE_READY = 1, ONCE_EXITED = 2 };
@@ -63,6 +66,14 @@ struct sb_guest {
 	double warned_at;
 	int quota_said; /* the quota is reached: nothing more but once-events */
 	unsigned once;	/* ONCE_* recorded */
+	/* numbered frames (vmm/chan.h) */
+	uint64_t seen;	  /* the last guest seq taken: recorded, or dropped for good */
+	uint64_t acked;	  /* the last one the guest was told is committed */
+	uint64_t cur_seq; /* of the frame being handled: its events' guest_seq */
+	int resend_wait;  /* ACK {resend} sent: frames past a gap come again */
+	int restoring;	  /* RESTORED sent: the copy numbers from its HELLO */
+	int finishing;	  /* the last read: no pacing */
+	sb_watch *pace_w; /* reading waits for the rate's next token */
 };
 
 static void guest_warn(sb_guest *g, const char *fmt, ...)
@@ -177,13 +188,41 @@ static void quota_drop(sb_guest *g)
 	g->warned[D_QUOTA] = g->dropped[D_QUOTA]; /* said in the summary */
 }
 
+/* Packs into out the map in buf (one msgpack map, as the schema checked)
+ * with guest_seq: seq added as its last field. Errors: SB_ERR_NOMEM. */
+static int payload_seq(const msgpack_sbuffer *buf, uint64_t seq, msgpack_sbuffer *out)
+{
+	const unsigned char *p = (const unsigned char *)buf->data;
+	size_t head = 1;
+	uint32_t n;
+	msgpack_packer pk;
+
+	if (p[0] >= 0x80 && p[0] <= 0x8f) {
+		n = p[0] & 0x0f;
+	} else if (p[0] == 0xde) {
+		n = (uint32_t)p[1] << 8 | p[2];
+		head = 3;
+	} else {
+		n = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
+		head = 5;
+	}
+	msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+	if (msgpack_pack_map(&pk, n + 1) ||
+	    msgpack_sbuffer_write(out, buf->data + head, buf->size - head))
+		return SB_ERR_NOMEM;
+	sb_pack_ku64(&pk, "guest_seq", seq);
+	return out->data ? SB_OK : SB_ERR_NOMEM;
+}
+
 /* Checks and records one event whose payload is packed in buf, with
  * blob (or NULL) beside it. */
 static void record_blob(sb_guest *g, const char *type, enum sb_source src,
 			const msgpack_sbuffer *buf, const msgpack_sbuffer *blob)
 {
+	msgpack_sbuffer seq;
 	int rc;
 
+	msgpack_sbuffer_init(&seq);
 	if (!buf->data) {
 		drop(g, D_MALFORMED, "out of memory");
 		return;
@@ -197,12 +236,20 @@ static void record_blob(sb_guest *g, const char *type, enum sb_source src,
 		quota_drop(g);
 		return;
 	}
+	if (payload_seq(buf, g->cur_seq, &seq)) {
+		drop(g, D_MALFORMED, "out of memory");
+		goto out;
+	}
 	g->once |= once_bit(type, src);
 	g->recorded += buf->size;
-	g->ops->event(g->ctx, type, src, buf->data, buf->size,
+	g->ops->event(g->ctx, type, src, seq.data, seq.size,
 		      blob ? (blob->data ? blob->data : "")
 			   : NULL, /* an empty file's too */
 		      blob ? blob->size : 0);
+out:
+	if (seq.data)
+		sodium_memzero(seq.data, seq.size);
+	msgpack_sbuffer_destroy(&seq);
 }
 
 static void record_packed(sb_guest *g, const char *type, enum sb_source src,
@@ -345,9 +392,13 @@ static void guest_event(sb_guest *g, const char *type, enum sb_source src,
 		drop(g, D_REPEATED, type);
 		return;
 	}
-	if (!once && !sb_bucket_take(&g->bucket, sb_loop_now(g->loop))) {
-		drop(g, D_RATE, type);
+	if (sb_map_get(payload, "guest_seq")) {
+		drop(g, D_MALFORMED, "a payload with a guest_seq of its own");
 		return;
+	}
+	if (!once) { /* paced: reading waits while the bucket is empty */
+		sb_bucket_refill(&g->bucket, sb_loop_now(g->loop));
+		g->bucket.tokens -= 1;
 	}
 	if (!once && g->quota_said) {
 		quota_drop(g); /* not worth masking */
@@ -464,7 +515,7 @@ static void out_flush(sb_guest *g)
 		g->out.size = g->out_off = 0;
 	}
 	if (g->w)
-		sb_watch_io_set(g->w, SB_READ | (g->out.size ? SB_WRITE : 0));
+		sb_watch_io_set(g->w, (g->pace_w ? 0 : SB_READ) | (g->out.size ? SB_WRITE : 0));
 	if (g->tunnel && g->out.size - g->out_off < SB_TUNNEL_BACKLOG)
 		sb_tunnel_drained(g->tunnel);
 }
@@ -476,7 +527,8 @@ void sb_guest_send(sb_guest *g, const void *frames, size_t len)
 }
 
 /* Sends a frame of kind, its body made here from stream, bin and arg
- * (SIGNAL's signal number, SYNC's freeze flag). */
+ * (SIGNAL's signal number, SYNC's freeze flag, ACK's resend flag; ACK's
+ * seq is stream). */
 static void send_frame(sb_guest *g, int kind, uint64_t stream, const void *bin,
 		       size_t len, int arg)
 {
@@ -486,7 +538,8 @@ static void send_frame(sb_guest *g, int kind, uint64_t stream, const void *bin,
 
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	if (sb_chan_begin(&buf, &pk, kind, stream, &start) == SB_OK) {
+	if (sb_chan_begin(&buf, &pk, kind, kind == SB_CHAN_ACK ? 0 : stream, &start) ==
+	    SB_OK) {
 		if (kind == SB_CHAN_SIGNAL) {
 			msgpack_pack_map(&pk, 1);
 			sb_pack_ku64(&pk, "signal", (uint64_t)arg);
@@ -497,6 +550,11 @@ static void send_frame(sb_guest *g, int kind, uint64_t stream, const void *bin,
 				sb_pack_kbool(&pk, "freeze", 1);
 		} else if (kind == SB_CHAN_THAW) {
 			msgpack_pack_map(&pk, 0);
+		} else if (kind == SB_CHAN_ACK) {
+			msgpack_pack_map(&pk, 1 + !!arg);
+			sb_pack_ku64(&pk, "seq", stream);
+			if (arg)
+				sb_pack_kbool(&pk, "resend", 1);
 		} else if (kind == SB_CHAN_DATA) {
 			msgpack_pack_bin_with_body(&pk, bin, len);
 		} else {
@@ -536,6 +594,7 @@ void sb_guest_restored(sb_guest *g, const struct sb_net_iface *net)
 	randombytes_buf(seed, sizeof seed);
 	randombytes_buf(id, sizeof id);
 	sodium_bin2hex(id_hex, sizeof id_hex, id, sizeof id);
+	g->restoring = 1; /* the copy's frames count from its HELLO */
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
 	if (sb_chan_begin(&buf, &pk, SB_CHAN_RESTORED, 0, &start) == SB_OK) {
@@ -588,17 +647,68 @@ static const struct sb_tunnel_ops tunnel_ops = {
 
 /* --- frames from the guest --- */
 
+/* Counts n numbers the guest skipped, from..from + n - 1. */
+static void missing(sb_guest *g, uint64_t from, uint64_t n)
+{
+	char detail[80];
+
+	g->dropped[D_MISSING] += n - 1;
+	snprintf(detail, sizeof detail, "guest seq %llu to %llu never came",
+		 (unsigned long long)from, (unsigned long long)(from + n - 1));
+	drop(g, D_MISSING, detail);
+}
+
+/* Takes the number seq of a frame: 1 when it is the next one (it is
+ * handled), 0 when it is one the host has (sent again), a copy's before
+ * its HELLO, or past a gap that a RESEND is to fill. A gap otherwise is
+ * counted as missing and the frame is handled. */
+static int seq_take(sb_guest *g, uint64_t seq)
+{
+	if (g->restoring)
+		return 0; /* numbered by the original's agent */
+	if (seq == 0) {
+		drop(g, D_MALFORMED, "a numbered frame without a number");
+		return 0;
+	}
+	if (seq <= g->seen)
+		return 0;
+	if (seq > g->seen + 1) {
+		if (g->resend_wait)
+			return 0;
+		missing(g, g->seen + 1, seq - g->seen - 1);
+	}
+	g->seen = g->cur_seq = seq;
+	return 1;
+}
+
+/* RESEND {next}: the agent's kept frames follow, from next on; it kept
+ * none before next, so those the host lacks are missing. */
+static void on_resend(sb_guest *g, const msgpack_object *body)
+{
+	uint64_t next = sb_map_u64(body, "next", 0);
+
+	if (next > g->seen + 1 && !g->restoring) {
+		missing(g, g->seen + 1, next - g->seen - 1);
+		g->seen = next - 1;
+	}
+	g->resend_wait = 0;
+}
+
 static void on_frame(sb_guest *g, const struct sb_chan_frame *f)
 {
 	const msgpack_object *type, *payload;
 	char t[SB_TYPE_MAX], version[32], error[256];
 
+	if (sb_chan_numbered(f->kind) && !seq_take(g, f->stream))
+		return;
 	switch (f->kind) {
 	case SB_CHAN_HELLO:
+		g->restoring = 0;
 		if (!guest_field(g, &f->body, "version", version, sizeof version))
 			snprintf(version, sizeof version, "?");
 		g->ops->hello(g->ctx, version, sb_map_u64(&f->body, "resume", 0) == 1);
 		break;
+	case SB_CHAN_RESEND: on_resend(g, &f->body); break;
 	case SB_CHAN_EVENT:
 		type = sb_map_get(&f->body, "type");
 		payload = sb_map_get(&f->body, "payload");
@@ -642,17 +752,70 @@ static void chan_drop(sb_guest *g)
 	g->ops->closed(g->ctx);
 }
 
-/* Reads one budget's worth from the guest. Returns 1 while more may be
- * there, 0 when it would block or the channel closed. */
-static int chan_read(sb_guest *g)
+static void on_paced(void *ctx);
+
+/* 1 when reading waits for the rate's next token (a timer set), and the
+ * channel's reading is stopped until then: the guest slows down, nothing
+ * is dropped for the rate. */
+static int paced(sb_guest *g)
+{
+	if (g->finishing)
+		return 0;
+	if (g->pace_w)
+		return 1;
+	sb_bucket_refill(&g->bucket, sb_loop_now(g->loop));
+	if (g->bucket.tokens >= 1)
+		return 0;
+	g->pace_w = sb_loop_timer(g->loop, sb_bucket_wait(&g->bucket), 0, on_paced, g);
+	if (!g->pace_w)
+		return 0; /* out of memory: not paced */
+	if (g->w)
+		sb_watch_io_set(g->w, g->out.size ? SB_WRITE : 0);
+	return 1;
+}
+
+/* Handles the whole frames the reader holds. Returns SB_END when it needs
+ * more bytes, SB_OK when it stopped (paced, or the channel closed), or the
+ * reader's framing error. */
+static int frames_take(sb_guest *g)
 {
 	struct sb_chan_frame f;
+	int rc;
+
+	while (!paced(g)) {
+		rc = sb_chan_reader_next(g->rd, &f);
+		if (rc == SB_END || (rc != SB_OK && sb_chan_reader_error(g->rd)))
+			return rc;
+		if (rc == SB_OK)
+			on_frame(g, &f);
+		else
+			drop(g, D_MALFORMED, sb_errmsg(rc)); /* a bad frame, skipped */
+		if (g->fd < 0 && !g->finishing)
+			return SB_OK;
+	}
+	return SB_OK;
+}
+
+/* Handles what the reader holds, then reads one budget's worth from the
+ * guest. Returns 1 while more may be there, 0 when it would block, waits
+ * for the rate or the channel closed. */
+static int chan_read(sb_guest *g)
+{
 	char buf[65536];
 	size_t budget = GUEST_READ_BUDGET;
-	int rc = SB_OK;
+	ssize_t n;
+	int rc;
 
-	while (budget > 0 && g->fd >= 0) {
-		ssize_t n = read(g->fd, buf, sizeof buf);
+	for (;;) {
+		if ((rc = frames_take(g)) == SB_OK)
+			return 0;
+		if (rc != SB_END)
+			break; /* framing lost */
+		if (g->fd < 0)
+			return 0;
+		if (budget == 0)
+			return 1;
+		n = read(g->fd, buf, sizeof buf);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -664,26 +827,21 @@ static int chan_read(sb_guest *g)
 		budget -= (size_t)n > budget ? budget : (size_t)n;
 		if ((rc = sb_chan_reader_feed(g->rd, buf, (size_t)n)))
 			break;
-		while ((rc = sb_chan_reader_next(g->rd, &f)) != SB_END) {
-			if (rc == SB_OK)
-				on_frame(g, &f);
-			else if (sb_chan_reader_error(g->rd))
-				break; /* framing lost */
-			else
-				drop(g, D_MALFORMED,
-				     sb_errmsg(rc)); /* a bad frame, skipped */
-			if (g->fd < 0)
-				return 0;
-		}
-		if (rc != SB_END)
-			break;
 	}
-	if (g->fd < 0 || budget == 0)
-		return budget == 0;
 	guest_warn(g, "the guest channel broke its framing (%s); closing it",
 		   sb_errmsg(rc));
 	chan_drop(g);
 	return 0;
+}
+
+static void on_paced(void *ctx)
+{
+	sb_guest *g = ctx;
+
+	g->pace_w = NULL;
+	if (g->w)
+		sb_watch_io_set(g->w, SB_READ | (g->out.size ? SB_WRITE : 0));
+	chan_read(g);
 }
 
 static void on_chan_io(void *ctx, int revents)
@@ -739,9 +897,27 @@ void sb_guest_attach(sb_guest *g, int fd, int resync)
 	}
 	g->fd = fd;
 	g->out.size = g->out_off = 0; /* what was queued for the old one */
-	if (resync)
-		sb_chan_reader_resync(g->rd);
-	g->w = sb_loop_io(g->loop, fd, SB_READ, on_chan_io, g);
+	g->w = sb_loop_io(g->loop, fd, g->pace_w ? 0 : SB_READ, on_chan_io, g);
+	if (!resync)
+		return;
+	sb_chan_reader_resync(g->rd);
+	/* the agent talked to another host, or this one lost frames with the
+	 * connection: it sends again what it kept past the committed ones */
+	g->resend_wait = 1;
+	send_frame(g, SB_CHAN_ACK, g->acked, NULL, 0, 1);
+}
+
+void sb_guest_committed(sb_guest *g, uint64_t seq)
+{
+	g->seen = g->acked = g->cur_seq = seq;
+}
+
+void sb_guest_ack(sb_guest *g)
+{
+	if (g->fd < 0 || g->seen <= g->acked)
+		return;
+	g->acked = g->seen;
+	send_frame(g, SB_CHAN_ACK, g->acked, NULL, 0, 0);
 }
 
 int sb_guest_connected(const sb_guest *g)
@@ -751,7 +927,10 @@ int sb_guest_connected(const sb_guest *g)
 
 void sb_guest_finish(sb_guest *g)
 {
-	while (g->fd >= 0 && chan_read(g))
+	g->finishing = 1; /* what was sent is read now, past the rate */
+	sb_watch_stop(g->pace_w);
+	g->pace_w = NULL;
+	while (chan_read(g))
 		;
 	streams_flush(g);
 	if (g->dropped[D_QUOTA])
@@ -767,6 +946,7 @@ void sb_guest_close(sb_guest *g)
 	if (!g)
 		return;
 	sb_watch_stop(g->w);
+	sb_watch_stop(g->pace_w);
 	if (g->fd >= 0)
 		close(g->fd);
 	sb_tunnel_close(g->tunnel); /* closes its gateway connections */

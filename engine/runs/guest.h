@@ -2,10 +2,13 @@
  *
  * Everything the guest sends is untrusted. Frames are decoded here; the
  * agent's events (EVENT, source guest) and the harness's lines (EVENT_JSON,
- * source harness) are rate-limited, masked (engine/runs/mask.h), checked
- * against the schema and counted against the run's record quota before
- * the run records them; whatever is dropped is counted and said in a
- * rate-limited warning. A file change's content is checked against its
+ * source harness) are numbered by the agent: each number is taken once, in
+ * order (a frame sent again is dropped), and recorded as the payload's
+ * guest_seq. They are paced (reading the channel waits while the run's
+ * rate bucket is empty), masked (engine/runs/mask.h), checked against the
+ * schema and counted against the run's record quota before the run
+ * records them; whatever is dropped is counted and said in a rate-limited
+ * warning. A file change's content is checked against its
  * size and hash, masked, capped (per file and per run) and handed on as
  * a blob. The agent's harness.input.ready and run.exited
  * are recorded once each, past the rate limit and the quota. Tunnelled streams go to the
@@ -76,8 +79,20 @@ void sb_guest_recorded(sb_guest *g, const char *type);
 /* Takes fd (connected, non-blocking) as the channel, replacing one it
  * had (frames queued for that one are dropped). resync: the stream may
  * begin in the middle of a frame (the agent was talking to a previous
- * daemon): the first frame is looked for. */
+ * daemon): the first frame is looked for, and the agent is asked to send
+ * again what it kept past the last committed frame (ACK {resend}). */
 void sb_guest_attach(sb_guest *g, int fd, int resync);
+
+/* Tells g that the run's record holds the guest's numbered frames up to
+ * seq (the largest guest_seq of the run's current start; a run taken up
+ * by a restarted daemon): frames up to it are dropped as held. Call it
+ * before the first sb_guest_attach. */
+void sb_guest_committed(sb_guest *g, uint64_t seq);
+
+/* Tells the guest (ACK {seq}) that every numbered frame g has taken is
+ * committed: call it after the events it handed to ops->event are durable
+ * in the log, never before. Nothing to send: nothing done. */
+void sb_guest_ack(sb_guest *g);
 
 /* 1 while a channel is connected. */
 int sb_guest_connected(const sb_guest *g);

@@ -95,6 +95,7 @@ struct sb_runs {
 	struct batch_item *items;
 	size_t nitems, capitems;
 	struct job *jobs;	 /* sent to a worker, not back yet */
+	int unrecorded;		 /* a batch failed since the guests' last ACK */
 	pthread_mutex_t stop_mu; /* one record closed by a stop at a time */
 };
 
@@ -227,9 +228,11 @@ static void batch_flush(struct sb_runs *rs)
 	}
 	free(evs);
 	free(blobs);
-	if (rc)
+	if (rc) {
 		runs_log(rs, "cannot record %zu events of the runs: %s", rs->nitems,
 			 sb_errmsg(rc));
+		rs->unrecorded = 1; /* the guests keep theirs: no ACK */
+	}
 	rs->nitems = 0;
 	rs->batch.size = 0;
 	if (rs->blobs.data)
@@ -237,9 +240,18 @@ static void batch_flush(struct sb_runs *rs)
 	rs->blobs.size = 0;
 }
 
+/* At the end of each loop turn: the batch is recorded, then each guest
+ * hears that what it sent is committed (ACK), unless a batch failed: it
+ * keeps its frames, sent again to the next daemon. */
 static void on_flush(void *ctx)
 {
-	batch_flush(ctx);
+	struct sb_runs *rs = ctx;
+
+	batch_flush(rs);
+	if (!rs->unrecorded)
+		for (struct run *r = rs->live; r; r = r->next)
+			if (r->g)
+				sb_guest_ack(r->g);
 }
 
 /* Adds an event (payload: one msgpack map) and its blob (or NULL) to the
@@ -1233,6 +1245,7 @@ struct record {
 	int exited, ready;
 	char forked_from[SB_RUN_MAX]; /* run.forked of a memory snapshot: its parent */
 	int resumed;		      /* a run.resumed is in it */
+	uint64_t guest_seq; /* the largest guest_seq of its current start */
 	/* asked for: files changed in (from_offset, offset_at] (0: not asked),
 	 * and each one's last state there */
 	uint64_t from_offset, offset_at, changed_after;
@@ -1356,6 +1369,20 @@ out:
 	msgpack_zone_destroy(&zone);
 }
 
+/* Notes the guest_seq of a guest's event (the agent numbers its frames). */
+static void record_guest_seq(struct record *rec, const struct sb_event *ev)
+{
+	msgpack_unpacked u;
+	uint64_t seq;
+
+	msgpack_unpacked_init(&u);
+	if (msgpack_unpack_next(&u, (const char *)ev->payload, ev->payload_len, NULL) ==
+		MSGPACK_UNPACK_SUCCESS &&
+	    (seq = sb_map_u64(&u.data, "guest_seq", 0)) > rec->guest_seq)
+		rec->guest_seq = seq;
+	msgpack_unpacked_destroy(&u);
+}
+
 static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 {
 	sb_log_iter *it;
@@ -1376,6 +1403,8 @@ static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 			continue;
 		if (rc)
 			break;
+		if (ev.source == SB_SRC_GUEST || ev.source == SB_SRC_HARNESS)
+			record_guest_seq(rec, &ev);
 		if (!strcmp(ev.type, "run.created") && !rec->created.size)
 			msgpack_sbuffer_write(&rec->created, (const char *)ev.payload,
 					      ev.payload_len);
@@ -1390,6 +1419,7 @@ static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 			rec->ready = 1;
 		else if (!strcmp(ev.type, "run.resumed")) {
 			rec->started_ns = rec->exited = rec->ready = 0; /* a new start */
+			rec->guest_seq = 0;
 			rec->resumed = 1;
 		} else if (!strcmp(ev.type, "run.forked"))
 			record_forked(rec, &ev);
@@ -1486,6 +1516,7 @@ static void reattach(struct sb_runs *rs, const char *run)
 	}
 	r->exited = rec.exited;
 	r->hello = rec.ready;
+	sb_guest_committed(r->g, rec.guest_seq); /* sent again: not recorded twice */
 	if (rec.exited)
 		sb_guest_recorded(r->g, "run.exited");
 	if (rec.ready)

@@ -6,7 +6,8 @@
  *   answers HELLO with a SPEC (argv, env, inputs, tunnel_port) and the
  *   inputs' INPUT frames (-i PATH[:SIZE]=TEXT: SIZE, when given, is the size
  *   the SPEC declares, a lie when it is not TEXT's length), prints every
- *   frame it gets as one line on stdout, answers tunnel streams with an
+ *   frame it gets as one line on stdout, acknowledges each numbered one
+ *   (ACK {seq}), answers tunnel streams with an
  *   HTTP/1.0 response "tunnel-ok <request line>", and (-k) sends SIGNAL SIG
  *   MS milliseconds after harness.input.ready. -G sends bad frames: garbage
  *   before the SPEC, a frame of length 0 after harness.input.ready.
@@ -182,13 +183,18 @@ static void send_simple(int kind, uint64_t stream, const void *data, size_t len)
 
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	sb_chan_begin(&sb, &pk, kind, stream, &start);
+	sb_chan_begin(&sb, &pk, kind, kind == SB_CHAN_ACK ? 0 : stream, &start);
 	if (kind == SB_CHAN_DATA) {
 		msgpack_pack_bin_with_body(&pk, data, len);
 	} else if (kind == SB_CHAN_SIGNAL) {
 		msgpack_pack_map(&pk, 1);
 		pack_str(&pk, "signal");
 		msgpack_pack_uint32(&pk, (uint32_t)d.kill_sig);
+	} else if (kind == SB_CHAN_ACK) {
+		msgpack_pack_map(&pk, 1);
+		pack_str(&pk, "seq");
+		msgpack_pack_uint64(&pk, stream);
+		stream = 0;
 	} else {
 		msgpack_pack_nil(&pk);
 	}
@@ -258,6 +264,8 @@ static int on_frame(const struct sb_chan_frame *f, int64_t t0, int64_t *kill_at)
 {
 	const msgpack_object *o, *type;
 
+	if (sb_chan_numbered(f->kind)) /* taken: the agent may forget it */
+		send_simple(SB_CHAN_ACK, f->stream, NULL, 0);
 	switch (f->kind) {
 	case SB_CHAN_HELLO:
 		printf("HELLO ms=%lld ", (long long)(now_ms() - t0));

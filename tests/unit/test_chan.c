@@ -214,7 +214,7 @@ static void test_garbage(void **state)
 {
 	expect_bad_frame("\x92\x01\x00", 3);			 /* array of 2 */
 	expect_bad_frame("\x93\x00\x00\xc0", 4);		 /* kind 0 */
-	expect_bad_frame("\x93\x10\x00\xc0", 4);		 /* kind 16: past THAW */
+	expect_bad_frame("\x93\x12\x00\xc0", 4);		 /* kind 18: past RESEND */
 	expect_bad_frame("\x93\xff\x00\xc0", 4);		 /* kind -1 */
 	expect_bad_frame("\x93\x01\xa1x\xc0", 5);		 /* stream is a str */
 	expect_bad_frame("\x93\x01\x00\xc0\xc0", 5);		 /* trailing byte */
@@ -396,6 +396,92 @@ static void test_map_get(void **state)
 	assert_null(sb_map_get(NULL, "x"));
 }
 
+
+/* Decodes kept frame k: its kind, stream and the n of its body {"n": n}. */
+static void check_kept(const struct sb_chan_kept *k, int kind, uint64_t seq)
+{
+	sb_chan_reader *r;
+	struct sb_chan_frame f;
+
+	assert_non_null(k);
+	assert_int_equal(k->seq, seq);
+	assert_int_equal(sb_chan_reader_new(&r), 0);
+	assert_int_equal(sb_chan_reader_feed(r, k->frame, k->len), 0);
+	assert_int_equal(sb_chan_reader_next(r, &f), 0);
+	assert_int_equal(f.kind, kind);
+	assert_int_equal(f.stream, seq);
+	assert_int_equal(sb_map_u64(&f.body, "n", 0), seq);
+	assert_int_equal(sb_chan_reader_next(r, &f), SB_END);
+	sb_chan_reader_free(r);
+}
+
+/* Adds a numbered frame whose body is {"n": n}. */
+static void ring_add(struct sb_chan_ring *ring, int kind, uint64_t n)
+{
+	const struct sb_chan_kept *k;
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 1);
+	sb_pack_ku64(&pk, "n", n);
+	assert_int_equal(sb_chan_ring_add(ring, kind, sb.data, sb.size, &k), 0);
+	check_kept(k, kind, n);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* The agent's ring: numbers from 1, keeps in order until an ACK, an ACK
+ * behind or far past what it holds, many frames (it grows and moves),
+ * a reset numbers from 1 again; kinds that are not numbered are refused. */
+static void test_ring(void **state)
+{
+	struct sb_chan_ring ring = {0};
+	const struct sb_chan_kept *k;
+	size_t bytes = 0;
+
+	assert_int_equal(sb_chan_ring_next(&ring), 1);
+	assert_int_equal(sb_chan_ring_add(&ring, SB_CHAN_HELLO, "\x80", 1, &k), SB_ERR_INVAL);
+	assert_int_equal(sb_chan_ring_add(&ring, SB_CHAN_EVENT, "", 0, &k), SB_ERR_INVAL);
+	assert_int_equal(ring.seq, 0);
+	assert_true(sb_chan_numbered(SB_CHAN_EVENT) && sb_chan_numbered(SB_CHAN_EVENT_JSON));
+	assert_false(sb_chan_numbered(SB_CHAN_DATA) || sb_chan_numbered(SB_CHAN_ACK));
+	for (uint64_t i = 1; i <= 5; i++)
+		ring_add(&ring, i % 2 ? SB_CHAN_EVENT : SB_CHAN_EVENT_JSON, i);
+	for (size_t i = 0; i < 5; i++)
+		bytes += sb_chan_ring_at(&ring, i)->len;
+	assert_int_equal(ring.bytes, bytes);
+	assert_null(sb_chan_ring_at(&ring, 5));
+	assert_int_equal(sb_chan_ring_ack(&ring, 0), 0);
+	assert_int_equal(sb_chan_ring_ack(&ring, 3), 3);
+	assert_int_equal(sb_chan_ring_ack(&ring, 2), 0); /* behind: nothing */
+	assert_int_equal(sb_chan_ring_next(&ring), 4);
+	check_kept(sb_chan_ring_at(&ring, 0), SB_CHAN_EVENT_JSON, 4);
+	check_kept(sb_chan_ring_at(&ring, 1), SB_CHAN_EVENT, 5);
+	/* many: the array grows and its front is reused */
+	for (uint64_t i = 6; i <= 300; i++) {
+		ring_add(&ring, SB_CHAN_EVENT, i);
+		if (i % 7 == 0)
+			sb_chan_ring_ack(&ring, i - 20);
+	}
+	assert_int_equal(sb_chan_ring_next(&ring), 300 - 20 - 6 + 1);
+	for (size_t i = 0; (k = sb_chan_ring_at(&ring, i)); i++)
+		check_kept(k, SB_CHAN_EVENT, sb_chan_ring_next(&ring) + i);
+	assert_int_equal(sb_chan_ring_ack(&ring, UINT64_MAX), ring.seq - 274);
+	assert_int_equal(ring.n, 0);
+	assert_int_equal(ring.bytes, 0);
+	assert_int_equal(sb_chan_ring_next(&ring), 301);
+	ring_add(&ring, SB_CHAN_EVENT, 301);
+	sb_chan_ring_reset(&ring);
+	assert_int_equal(ring.n, 0);
+	assert_int_equal(sb_chan_ring_next(&ring), 1);
+	ring_add(&ring, SB_CHAN_EVENT, 1);
+	sb_chan_ring_free(&ring);
+	assert_int_equal(ring.seq, 0);
+	assert_string_equal(sb_chan_kind_name(SB_CHAN_ACK), "ACK");
+	assert_string_equal(sb_chan_kind_name(SB_CHAN_RESEND), "RESEND");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -404,6 +490,7 @@ int main(void)
 	    cmocka_unit_test(test_garbage),   cmocka_unit_test(test_random),
 	    cmocka_unit_test(test_truncated), cmocka_unit_test(test_types),
 	    cmocka_unit_test(test_map_get),   cmocka_unit_test(test_input_chunks),
+	    cmocka_unit_test(test_ring),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

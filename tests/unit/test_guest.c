@@ -107,6 +107,7 @@ struct rig {
 	sb_guest *g;
 	int peer; /* the agent's end */
 	struct seen seen;
+	uint64_t seq; /* the last guest seq the agent gave */
 };
 
 static void rig_open_files(struct rig *r, double rate, double burst, uint64_t quota,
@@ -141,8 +142,8 @@ static void rig_close(struct rig *r)
 	}
 }
 
-/* Sends a frame of kind whose body is the JSON js (quotes as '). */
-static void send_body(struct rig *r, int kind, const char *js)
+/* Sends a frame of kind on stream whose body is the JSON js (quotes as '). */
+static void send_body_on(struct rig *r, int kind, uint64_t stream, const char *js)
 {
 	msgpack_sbuffer body, sb;
 	msgpack_packer pk;
@@ -151,12 +152,19 @@ static void send_body(struct rig *r, int kind, const char *js)
 	tu_json(&body, js);
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	assert_int_equal(sb_chan_begin(&sb, &pk, kind, 0, &start), SB_OK);
+	assert_int_equal(sb_chan_begin(&sb, &pk, kind, stream, &start), SB_OK);
 	msgpack_sbuffer_write(&sb, body.data, body.size);
 	assert_int_equal(sb_chan_end(&sb, start), SB_OK);
 	assert_int_equal(write(r->peer, sb.data, sb.size), (ssize_t)sb.size);
 	msgpack_sbuffer_destroy(&body);
 	msgpack_sbuffer_destroy(&sb);
+}
+
+/* Sends a frame of kind whose body is the JSON js, numbered as the agent
+ * numbers it when it is an EVENT or EVENT_JSON. */
+static void send_body(struct rig *r, int kind, const char *js)
+{
+	send_body_on(r, kind, sb_chan_numbered(kind) ? ++r->seq : 0, js);
 }
 
 /* An agent's EVENT {type, payload}. */
@@ -189,7 +197,7 @@ static void send_file(struct rig *r, const char *path, const char *content,
 	snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(content, n));
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	assert_int_equal(sb_chan_begin(&sb, &pk, SB_CHAN_EVENT, 0, &start), SB_OK);
+	assert_int_equal(sb_chan_begin(&sb, &pk, SB_CHAN_EVENT, ++r->seq, &start), SB_OK);
 	msgpack_pack_map(&pk, 2);
 	sb_pack_kstr(&pk, "type", "agent.file.changed");
 	sb_pack_str(&pk, "payload");
@@ -244,7 +252,6 @@ static const char *data_of(const struct seen *s, int i)
 	return json_string_value(json_object_get(s->payload[i], "data"));
 }
 
-/* Once-events: past an empty bucket, once each; held output before run.exited. */
 /* SYNCED from a hostile agent: frozen is true only as a boolean true. */
 static void test_synced(void **state)
 {
@@ -271,6 +278,8 @@ static void test_synced(void **state)
 	rig_close(&r);
 }
 
+/* Once-events: once each; an empty bucket makes reading wait, not drop;
+ * held output before run.exited. */
 static void test_once_events(void **state)
 {
 	struct rig r;
@@ -286,19 +295,19 @@ static void test_once_events(void **state)
 	send_event(&r, "run.exited", "{'status': 0, 'signal': 0}");
 	send_event(&r, "run.exited", "{'status': 77, 'signal': 0}");
 	spin(&r);
-	sb_guest_finish(r.g);
+	assert_int_equal(s->n, 4); /* the bucket is empty: reading waits */
+	sb_guest_finish(r.g);	   /* the rest, past the rate: nothing dropped */
 	assert_int_equal(s->n, 6);
 	assert_string_equal(s->type[0], "harness.input.ready");
 	assert_int_equal(json_integer_value(json_object_get(s->payload[0], "files")), 0);
 	assert_string_equal(data_of(s, 1), "x");
 	assert_string_equal(data_of(s, 2), "y");
 	assert_string_equal(data_of(s, 3), "tail ");
-	assert_string_equal(data_of(s, 4),
-			    "SECRETV"); /* never completed: flushed before the end */
+	assert_string_equal(data_of(s, 4), "SECRETVz"); /* not the value after all */
 	assert_string_equal(s->type[5], "run.exited");
 	assert_int_equal(s->src[5], SB_SRC_GUEST);
 	assert_int_equal(json_integer_value(json_object_get(s->payload[5], "status")), 0);
-	assert_int_equal(dropped(s, "over the event rate limit"), 1);
+	assert_int_equal(json_integer_value(json_object_get(s->payload[5], "guest_seq")), 7);
 	assert_int_equal(dropped(s, "repeated"), 2);
 	rig_close(&r);
 }
@@ -377,8 +386,8 @@ static void test_masked_text(void **state)
 		size_t start;
 		msgpack_sbuffer_init(&sb);
 		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-		assert_int_equal(sb_chan_begin(&sb, &pk, SB_CHAN_EVENT_JSON, 0, &start),
-				 SB_OK);
+		assert_int_equal(
+		    sb_chan_begin(&sb, &pk, SB_CHAN_EVENT_JSON, ++r.seq, &start), SB_OK);
 		msgpack_pack_bin_with_body(&pk, line, strlen(line));
 		assert_int_equal(sb_chan_end(&sb, start), SB_OK);
 		assert_int_equal(write(r.peer, sb.data, sb.size), (ssize_t)sb.size);
@@ -424,8 +433,8 @@ static void test_long_line(void **state)
 		size_t start;
 		msgpack_sbuffer_init(&sb);
 		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-		assert_int_equal(sb_chan_begin(&sb, &pk, SB_CHAN_EVENT_JSON, 0, &start),
-				 SB_OK);
+		assert_int_equal(
+		    sb_chan_begin(&sb, &pk, SB_CHAN_EVENT_JSON, ++r.seq, &start), SB_OK);
 		msgpack_pack_map(&pk, 2);
 		sb_pack_ku64(&pk, "too_long", 65536);
 		sb_pack_str(&pk, "head");
@@ -507,6 +516,221 @@ static void test_file_content(void **state)
 	rig_close(&r);
 }
 
+
+/* The ACK frames the host sent since the last call: how many, and the
+ * last one's seq and resend flag. */
+static int read_acks(struct rig *r, uint64_t *seq, int *resend)
+{
+	sb_chan_reader *rd;
+	struct sb_chan_frame f;
+	char buf[65536];
+	ssize_t n;
+	int count = 0;
+
+	assert_int_equal(sb_chan_reader_new(&rd), SB_OK);
+	while ((n = read(r->peer, buf, sizeof buf)) > 0)
+		assert_int_equal(sb_chan_reader_feed(rd, buf, (size_t)n), SB_OK);
+	while (sb_chan_reader_next(rd, &f) == SB_OK) {
+		if (f.kind != SB_CHAN_ACK)
+			continue;
+		count++;
+		*seq = sb_map_u64(&f.body, "seq", UINT64_MAX);
+		*resend = sb_map_bool(&f.body, "resend", 0);
+	}
+	sb_chan_reader_free(rd);
+	return count;
+}
+
+static void send_output_seq(struct rig *r, uint64_t seq, const char *data)
+{
+	char js[4096];
+
+	snprintf(js, sizeof js,
+		 "{'type': 'agent.output', 'payload': {'stream': 'stdout', 'data': '%s'}}",
+		 data);
+	send_body_on(r, SB_CHAN_EVENT, seq, js);
+}
+
+static uint64_t seq_of(const struct seen *s, int i)
+{
+	return (uint64_t)json_integer_value(json_object_get(s->payload[i], "guest_seq"));
+}
+
+/* A hostile agent's numbering: each number is recorded once, the first
+ * version wins, going backwards or 0 records nothing, a gap is counted as
+ * missing, a huge number leaves nothing after it recorded but once-less
+ * duplicates; a payload with its own guest_seq is refused. */
+static void test_numbering(void **state)
+{
+	struct rig r;
+	struct seen *s = &r.seen;
+
+	rig_open(&r, 1000, 1000, 1 << 20);
+	send_output_seq(&r, 1, "a");
+	send_output_seq(&r, 1, "a again, other bytes"); /* a resend that differs */
+	send_output_seq(&r, 2, "b");
+	send_output_seq(&r, 0, "zero");
+	send_output_seq(&r, 1, "back");
+	send_output_seq(&r, 5, "e"); /* 3 and 4 never come */
+	send_output_seq(&r, 4, "d late");
+	send_body_on(&r, SB_CHAN_EVENT_JSON, 6, "{}");
+	send_body_on(&r, SB_CHAN_EVENT, 7,
+		     "{'type': 'agent.output', 'payload': {'stream': 'stdout', "
+		     "'data': 'x', 'guest_seq': 1}}");
+	send_output_seq(&r, UINT64_MAX, "huge");
+	send_output_seq(&r, 8, "after huge");
+	send_body_on(&r, SB_CHAN_EVENT, UINT64_MAX, "{'type': 'run.exited', "
+						    "'payload': {'status': 0}}");
+	spin(&r);
+	sb_guest_finish(r.g);
+	assert_int_equal(s->n, 4);
+	assert_string_equal(data_of(s, 0), "a");
+	assert_int_equal(seq_of(s, 0), 1);
+	assert_string_equal(data_of(s, 1), "b");
+	assert_int_equal(seq_of(s, 1), 2);
+	assert_string_equal(data_of(s, 2), "e");
+	assert_int_equal(seq_of(s, 2), 5);
+	assert_string_equal(data_of(s, 3), "huge");
+	assert_int_equal(dropped(s, "missing from the guest's numbering"),
+			 2 + (UINT64_MAX - 7 - 1));
+	assert_int_equal(dropped(s, "malformed"), 3); /* 0, not JSON, guest_seq */
+	rig_close(&r);
+}
+
+/* ACK: sent once what was taken is committed (the caller says when),
+ * only when there is something new. */
+static void test_ack(void **state)
+{
+	struct rig r;
+	uint64_t seq = 0;
+	int resend = -1;
+
+	rig_open(&r, 1000, 1000, 1 << 20);
+	sb_guest_ack(r.g);
+	assert_int_equal(read_acks(&r, &seq, &resend), 0); /* nothing taken */
+	send_output(&r, "a");
+	send_output(&r, "b");
+	send_output(&r, "c");
+	spin(&r);
+	assert_int_equal(read_acks(&r, &seq, &resend), 0); /* not committed yet */
+	sb_guest_ack(r.g);
+	sb_guest_ack(r.g);
+	assert_int_equal(read_acks(&r, &seq, &resend), 1);
+	assert_int_equal(seq, 3);
+	assert_int_equal(resend, 0);
+	rig_close(&r);
+}
+
+/* A channel taken up again: ACK {resend} names the last committed frame;
+ * frames past a gap before RESEND wait for it, the agent's kept frames
+ * after it are taken in order, what the host has is dropped; RESEND's next
+ * past what the host has counts the rest as missing. */
+static void test_resend(void **state)
+{
+	struct rig r;
+	struct seen *s = &r.seen;
+	uint64_t seq = 0;
+	int resend = 0, sv[2];
+
+	rig_open(&r, 1000, 1000, 1 << 20);
+	sb_guest_committed(r.g, 10); /* the record holds 1..10 */
+	assert_int_equal(
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+	sb_guest_attach(r.g, sv[0], 1);
+	close(r.peer);
+	r.peer = sv[1];
+	assert_int_equal(read_acks(&r, &seq, &resend), 1);
+	assert_int_equal(seq, 10);
+	assert_int_equal(resend, 1);
+	/* the tail of a frame cut by the old host, then a frame written
+	 * before the agent read the ACK */
+	assert_int_equal(write(r.peer, "\x01\x02\x03", 3), 3);
+	send_output_seq(&r, 14, "n14 early");
+	send_body_on(&r, SB_CHAN_RESEND, 0, "{'next': 9}");
+	for (uint64_t i = 9; i <= 14; i++) {
+		char d[16];
+		snprintf(d, sizeof d, "n%llu", (unsigned long long)i);
+		send_output_seq(&r, i, d);
+	}
+	spin(&r);
+	assert_int_equal(s->n, 4);
+	for (int i = 0; i < 4; i++) {
+		char d[16];
+		snprintf(d, sizeof d, "n%d", 11 + i);
+		assert_string_equal(data_of(s, i), d);
+		assert_int_equal(seq_of(s, i), 11 + i);
+	}
+	sb_guest_ack(r.g);
+	assert_int_equal(read_acks(&r, &seq, &resend), 1);
+	assert_int_equal(seq, 14);
+	assert_int_equal(resend, 0);
+	/* another reconnection: the agent kept nothing before 20 */
+	assert_int_equal(
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+	sb_guest_attach(r.g, sv[0], 1);
+	close(r.peer);
+	r.peer = sv[1];
+	assert_int_equal(read_acks(&r, &seq, &resend), 1);
+	assert_int_equal(seq, 14);
+	send_body_on(&r, SB_CHAN_RESEND, 0, "{'next': 20}");
+	send_output_seq(&r, 20, "n20");
+	spin(&r);
+	sb_guest_finish(r.g);
+	assert_int_equal(s->n, 5);
+	assert_string_equal(data_of(s, 4), "n20");
+	assert_int_equal(dropped(s, "missing from the guest's numbering"), 5);
+	assert_int_equal(dropped(s, "malformed"), 0);
+	rig_close(&r);
+}
+
+/* A copy of a memory snapshot: frames numbered by the original's agent
+ * before the copy's HELLO are not its own; it numbers from 1 after. */
+static void test_restored(void **state)
+{
+	struct rig r;
+	struct seen *s = &r.seen;
+
+	rig_open(&r, 1000, 1000, 1 << 20);
+	sb_guest_restored(r.g, NULL);
+	send_output_seq(&r, 41, "the original");
+	send_body(&r, SB_CHAN_HELLO, "{'version': '0.8.0', 'resume': 1}");
+	send_output_seq(&r, 1, "the copy");
+	spin(&r);
+	sb_guest_finish(r.g);
+	assert_int_equal(s->n, 1);
+	assert_string_equal(data_of(s, 0), "the copy");
+	assert_int_equal(dropped(s, "missing"), 0);
+	rig_close(&r);
+}
+
+/* A flood past the rate: the guest waits, nothing is dropped, every file
+ * change is recorded, in order. */
+static void test_paced(void **state)
+{
+	struct rig r;
+	struct seen *s = &r.seen;
+	sb_watch *w;
+	char path[32];
+
+	rig_open(&r, 100, 5, 1 << 20);
+	for (int i = 0; i < 40; i++) {
+		snprintf(path, sizeof path, "/workspace/f%d", i);
+		send_file(&r, path, "x", NULL);
+	}
+	spin(&r); /* 50 ms: the burst and about 5 more */
+	assert_true(s->n >= 5 && s->n < 20);
+	w = sb_loop_timer(r.loop, 0.5, 0, on_tick, r.loop);
+	sb_loop_run(r.loop);
+	sb_watch_stop(w);
+	assert_int_equal(s->n, 40);
+	for (int i = 0; i < 40; i++) {
+		snprintf(path, sizeof path, "/workspace/f%d", i);
+		assert_string_equal(field(s, i, "path"), path);
+	}
+	assert_int_equal(s->nwarn, 0);
+	rig_close(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -515,6 +739,9 @@ int main(void)
 	    cmocka_unit_test(test_quota),	 cmocka_unit_test(test_masked_text),
 	    cmocka_unit_test(test_file_content),
 	    cmocka_unit_test(test_long_line),
+	    cmocka_unit_test(test_numbering),	 cmocka_unit_test(test_ack),
+	    cmocka_unit_test(test_resend),	 cmocka_unit_test(test_restored),
+	    cmocka_unit_test(test_paced),
 	};
 	if (sodium_init() < 0)
 		return 1;

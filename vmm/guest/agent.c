@@ -158,20 +158,25 @@ static void host_gone(struct agent *ag)
 	ag->announce = 1;
 }
 
-/* Waits for the next frame from the host (it may not be connected yet).
- * A host that went away and came back (a restarted daemon) gets HELLO
- * again: it has not seen the SPEC's request. */
+/* Waits for the next frame from the host (it may not be connected yet),
+ * answering ACK itself. A host that went away and came back (a restarted
+ * daemon) gets HELLO again: it has not seen the SPEC's request. */
 static void wait_frame(struct agent *ag, struct sb_chan_frame *f)
 {
-	while (next_frame(ag, f) == SB_END) {
-		if (ag->announce) {
-			ag->announce = 0;
-			send_hello(ag, 0); /* blocks until a host is there */
+	for (;;) {
+		while (next_frame(ag, f) == SB_END) {
+			if (ag->announce) {
+				ag->announce = 0;
+				send_hello(ag, 0); /* blocks until a host is there */
+			}
+			if (port_read(ag)) { /* host not connected */
+				host_gone(ag);
+				usleep(100 * 1000);
+			}
 		}
-		if (port_read(ag)) { /* host not connected */
-			host_gone(ag);
-			usleep(100 * 1000);
-		}
+		if (f->kind != SB_CHAN_ACK)
+			return;
+		agent_ack(&ag->port, &f->body);
 	}
 }
 
@@ -708,6 +713,9 @@ static void restored(struct agent *ag, const msgpack_object *body, int resume)
 		ag->machine_id[32] = 0;
 		machine_id_write(ag);
 	}
+	/* what it kept is the original's, whose agent still has it: a copy
+	 * numbers its own frames from 1 */
+	sb_chan_ring_reset(&ag->port.ring);
 	harness_thaw(ag); /* a copy's harness goes on only now */
 	send_hello(ag, resume);
 }
@@ -985,6 +993,7 @@ static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 	case SB_CHAN_SYNC: send_synced(ag, &f->body); break;
 	case SB_CHAN_RESTORED: restored(ag, &f->body, 1); break;
 	case SB_CHAN_THAW: harness_thaw(ag); break;
+	case SB_CHAN_ACK: agent_ack(&ag->port, &f->body); break;
 	default:
 		agent_log(&ag->port, "ignored %s frame while running",
 			  sb_chan_kind_name(f->kind));
@@ -1000,7 +1009,7 @@ static void run_loop(struct agent *ag)
 	struct sb_chan_frame f;
 	int64_t now, deadline = 0, wait;
 	size_t n, cap = 0, ntun, i;
-	int timeout, killed = 0;
+	int timeout, killed = 0, full;
 
 	sb_bucket_init(&ag->output, OUTPUT_RATE, OUTPUT_RATE,
 		       (double)agent_now_ms() / 1000);
@@ -1033,20 +1042,24 @@ static void run_loop(struct agent *ag)
 			agent_log(&ag->port, "no THAW came: the harness goes on");
 			harness_thaw(ag);
 		}
+		/* the host is behind: what the harness makes waits (its
+		 * writes block), the host's ACKs come through the port */
+		full = agent_port_full(&ag->port);
 		pfd[P_PORT] = (struct pollfd){.fd = ag->port_hup ? -1 : ag->port.fd,
 					      .events = POLLIN};
 		for (i = 0; i < 2; i++)
 			pfd[P_OUT0 + i] = (struct pollfd){
-			    .fd = ag->output.tokens >= 1 ? ag->out[i].fd : -1,
+			    .fd = ag->output.tokens >= 1 && !full ? ag->out[i].fd : -1,
 			    .events = POLLIN};
-		pfd[P_FIFO] = (struct pollfd){.fd = ag->fifo_rd, .events = POLLIN};
-		pfd[P_WATCH] = (struct pollfd){.fd = ag->watch ? watch_fd(ag->watch) : -1,
-					       .events = POLLIN};
+		pfd[P_FIFO] = (struct pollfd){.fd = full ? -1 : ag->fifo_rd,
+					      .events = POLLIN};
+		pfd[P_WATCH] = (struct pollfd){
+		    .fd = ag->watch && !full ? watch_fd(ag->watch) : -1, .events = POLLIN};
 		pfd[P_SIG] = (struct pollfd){.fd = ag->sigfd, .events = POLLIN};
 		ntun = ag->tunnel ? tunnel_poll_fill(ag->tunnel, pfd + P_TUNNEL) : 0;
 
 		wait = -1;
-		if (ag->output.tokens < 1)
+		if (ag->output.tokens < 1 && !full)
 			wait = (int64_t)(sb_bucket_wait(&ag->output) * 1000) + 1;
 		if (deadline && (wait < 0 || deadline - now < wait))
 			wait = deadline - now;
@@ -1146,7 +1159,33 @@ static void leave_root(struct agent *ag)
 		umount2(run_mounts[i].dir, MNT_DETACH);
 	}
 	ag->mounted = 0;
+	ag->rooted = 0;
 	sync();
+}
+
+/* Waits until the host has acknowledged every numbered frame (what it did
+ * not commit must not end with the machine), answering its frames and
+ * saying HELLO to a host that comes back. */
+static void wait_acked(struct agent *ag)
+{
+	struct sb_chan_frame f;
+
+	while (ag->port.ring.n) {
+		struct pollfd p = {.fd = ag->port.fd, .events = POLLIN};
+		if (ag->announce) {
+			ag->announce = 0;
+			send_hello(ag, 1); /* blocks until a host is there */
+		}
+		if (poll(&p, 1, 1000) <= 0)
+			continue;
+		if (port_read(ag)) { /* host not connected */
+			host_gone(ag);
+			usleep(100 * 1000);
+			continue;
+		}
+		while (next_frame(ag, &f) == 0)
+			handle_frame(ag, &f);
+	}
 }
 
 /* Ends the run: run.exited (when the harness ran), cleanup, DONE (with err
@@ -1177,6 +1216,7 @@ static void finish(struct agent *ag, const char *err)
 		close(ag->fifo_wr);
 	kill_all(ag);
 	leave_root(ag);
+	wait_acked(ag);
 	agent_frame_begin(&f, SB_CHAN_DONE, 0);
 	msgpack_pack_map(&f.pk, err ? 1 : 0);
 	if (err)

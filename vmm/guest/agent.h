@@ -27,17 +27,22 @@
 #define AGENT_CONVERSATION                                                               \
 	"/var/lib/sanbox/conversation.json" /* the harness keeps its own there */
 
+#define AGENT_KEEP_BYTES  (4u << 20) /* kept frames' bytes before the harness waits */
+#define AGENT_KEEP_FRAMES 4096	     /* ... and their count */
+
 /* The channel to the host. */
 struct agent_port {
 	int fd;	     /* /dev/vportNpM, -1 until found */
 	int console; /* /dev/console for diagnostics, -1 if none */
+	struct sb_chan_ring ring; /* numbered frames the host has not acknowledged */
 };
 
 /* A frame being built: begin, pack the body with .pk, then send. */
 struct agent_frame {
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
-	size_t start;
+	size_t start; /* of a frame that is not numbered: its header's offset */
+	int kind;
 };
 
 /* send.c */
@@ -46,8 +51,19 @@ struct agent_frame {
  * object with f->pk, then calls agent_frame_send(), which frees f. */
 void agent_frame_begin(struct agent_frame *f, int kind, uint64_t stream);
 
-/* Sends f to the host (blocking) and frees its buffer. Returns 0 or -1. */
+/* Sends f to the host (blocking) and frees its buffer. A numbered frame
+ * (EVENT, EVENT_JSON) takes the next guest seq and is kept in p->ring
+ * until the host acknowledges it, also when it could not be written now.
+ * Returns 0 or -1. */
 int agent_frame_send(struct agent_port *p, struct agent_frame *f);
+
+/* ACK {seq, resend?} from the host: drops the kept frames up to seq; with
+ * resend, sends RESEND {next} and every kept frame again, in order. */
+void agent_ack(struct agent_port *p, const msgpack_object *body);
+
+/* 1 when p keeps AGENT_KEEP_BYTES or AGENT_KEEP_FRAMES: the harness's
+ * pipes, its events and the workspace wait until the host catches up. */
+int agent_port_full(const struct agent_port *p);
 
 /* Starts an EVENT frame {type, payload: map of nfields}; the caller packs
  * the nfields key/value pairs, then calls agent_frame_send(). */
