@@ -1,0 +1,121 @@
+#!/bin/sh
+# kill -9 of the daemon, again and again at random moments, under live runs
+# whose guests print numbered lines, write numbered files and call the
+# model: each time the CLI starts a new daemon and it takes the runs up;
+# at the end each run's record holds every line once and in order, every
+# file's creation once, no guest_seq twice, and its run.exited.
+# CRASH_RUNS (4), CRASH_KILLS (12) and CRASH_LINES (300) size it; the soak
+# script (tests/soak/crash_record.sh) runs it longer.
+. "$(dirname "$0")/lib/vm.sh"
+
+RUNS=${CRASH_RUNS:-4}
+KILLS=${CRASH_KILLS:-12}
+LINES=${CRASH_LINES:-300}
+tmp=$SANBOX_HOME/t
+mkdir -p "$tmp"
+
+daemon_pid() { cat "$SANBOX_HOME/sanboxd.pid" 2>/dev/null; }
+# live_runs: the ids of the runs whose record has no run.stopped yet
+live_runs() {
+	for r in $runs; do
+		has_event "$r" "e['type']=='run.stopped'" || echo "$r"
+	done
+}
+# taken_up RUN N: the run's record says N times that a daemon took it up
+taken_up() {
+	events_json "$1" | python3 -c "
+import json, sys
+n = sum(1 for l in sys.stdin if l.strip() and 'taken up again' in json.loads(l)['payload'].get('message', ''))
+sys.exit(0 if n >= $2 else 1)"
+}
+
+runs=
+for n in $(seq 1 "$RUNS"); do
+	r=$("$SB" run --detach --name "crash$n" --timeout 900s -- /bin/sh -c "
+		h=\"Authorization: Bearer \$OPENAI_API_KEY\"
+		i=1
+		while [ \$i -le $LINES ]; do
+			echo \"line \$i\"
+			echo \$i >f\$i.txt
+			if [ \$((i % 25)) = 0 ]; then
+				wget -q -O /dev/null --header \"\$h\" \$OPENAI_BASE_URL/models &&
+					echo model-ok >>/model.txt || echo model-failed >>/model.txt
+			fi
+			sleep 0.05
+			i=\$((i + 1))
+		done
+		echo $LINES lines") || bad "run $n" "could not start"
+	runs="$runs $r"
+done
+for r in $runs; do
+	wait_event "$r" "e['type']=='agent.output' and 'line 2' in e['payload']['data']" 300 ||
+		bad "setup" "run $r did not start printing"
+done
+
+kills=0
+while [ $kills -lt "$KILLS" ] && [ -n "$(live_runs)" ]; do
+	# a random moment: 0.2 to 2.5 s into the daemon's life
+	sleep "$(python3 -c 'import random; print(round(random.uniform(0.2, 2.5), 2))')"
+	live=$(live_runs)
+	pid=$(daemon_pid)
+	kill -9 "$pid" 2>/dev/null
+	proc_wait_gone "$pid" || { bad "kill" "the daemon $pid did not die"; break; }
+	kills=$((kills + 1))
+	"$SB" daemon start >/dev/null 2>&1 || { bad "restart" "$(tail -n 3 "$SANBOX_HOME/sanboxd.log")"; break; }
+	# each run that was live is taken up (or its end is recorded)
+	for r in $live; do
+		i=0
+		until taken_up "$r" "$kills" || has_event "$r" "e['type']=='run.stopped'"; do
+			i=$((i + 1))
+			[ $i -lt 600 ] || { bad "takeover" "run $r not taken up after kill $kills"; break 3; }
+			sleep 0.1
+		done
+	done
+done
+echo "# $kills kills of the daemon under $RUNS runs"
+[ $kills -ge 1 ] || bad "kills" "the runs ended before the first kill"
+
+for r in $runs; do
+	timeout 600 "$SB" attach "$r" >/dev/null 2>&1
+	events_json "$r" >"$tmp/$r.json"
+	"$SB" fs cat "$r" /model.txt >"$tmp/$r.model" 2>/dev/null
+	python3 - "$tmp/$r.json" "$LINES" "$r" <<'EOF' && ok "run $r: every line, file and event once, in order" || bad "record of $r" "$(cat "$tmp/$r.check")"
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+lines, run = int(sys.argv[2]), sys.argv[3]
+fails = []
+out = "".join(e["payload"]["data"] for e in evs
+              if e["type"] == "agent.output" and e["payload"]["stream"] == "stdout")
+want = "".join("line %d\n" % i for i in range(1, lines + 1)) + "%d lines\n" % lines
+if out != want:
+    got = out.splitlines()
+    for i, (a, b) in enumerate(zip(got, want.splitlines())):
+        if a != b:
+            fails.append("output differs at line %d: %r, not %r" % (i + 1, a, b))
+            break
+    else:
+        fails.append("output has %d lines, not %d" % (len(got), lines + 1))
+paths = [e["payload"]["path"] for e in evs if e["type"] == "agent.file.changed"]
+want_paths = ["/workspace/f%d.txt" % i for i in range(1, lines + 1)]
+if paths != want_paths:
+    missing = sorted(set(want_paths) - set(paths))
+    twice = sorted({p for p in paths if paths.count(p) > 1})
+    fails.append("file changes: %d missing (%s), %d twice (%s), or out of order" %
+                 (len(missing), missing[:5], len(twice), twice[:5]))
+seqs = [e["payload"]["guest_seq"] for e in evs if e["source"] in ("guest", "harness")]
+if seqs != sorted(set(seqs)):
+    fails.append("guest_seq not strictly increasing: %s" % seqs[:50])
+gaps = [e["payload"]["message"] for e in evs if e["type"] == "run.warning"
+        and "dropped guest events" in e["payload"]["message"]]
+if gaps:
+    fails.append("drops: %s" % gaps[:3])
+ex = [e for e in evs if e["type"] == "run.exited"]
+if len(ex) != 1 or ex[0]["payload"]["status"] != 0:
+    fails.append("run.exited: %s" % ex)
+open(sys.argv[1].replace(".json", ".check"), "w").write("; ".join(fails))
+sys.exit(1 if fails else 0)
+EOF
+done
+grep -q model-ok "$tmp"/*.model && ok "the guests reached the model across the kills" ||
+	bad "model" "no call reached the model: $(cat "$tmp"/*.model | sort | uniq -c)"
+[ $failures = 0 ]
