@@ -1,6 +1,7 @@
 # Sanbox build. `make` builds build/sanboxd and build/sanbox; `make test` runs
-# the suite; `make bench` the benchmarks (BENCH=group for one group); `make asan`
-# builds and tests with AddressSanitizer and UBSan; `make deps` installs packages.
+# the suite; `make soak` the long failure tests; `make bench` the benchmarks
+# (BENCH=group for one group); `make asan` builds and tests with
+# AddressSanitizer and UBSan; `make deps` installs packages.
 
 CC      ?= cc
 BUILD   ?= build
@@ -135,6 +136,10 @@ test: deps-check all $(UNIT_BINS) $(FUZZ_BINS) $(NETPROBE) $(NETHOSTILE)
 deps-check:
 	@if [ "$$(id -u)" = 0 ]; then sh tools/deps.sh >/dev/null; fi
 
+# Long runs of failure tests (tests/soak/*.sh), not part of `make test`.
+soak: all
+	@for t in tests/soak/*.sh; do echo "== $$t"; BUILD=$(BUILD) sh $$t || exit 1; done
+
 bench: all $(BENCH_BINS)
 	@BUILD=$(BUILD) BENCH="$(BENCH)" sh tests/bench/run.sh
 
@@ -148,7 +153,7 @@ clean:
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
-.PHONY: all deps images test deps-check bench asan clean format
+.PHONY: all deps images test deps-check bench soak asan clean format
 .SECONDARY:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

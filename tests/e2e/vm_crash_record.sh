@@ -18,15 +18,13 @@ daemon_pid() { cat "$SANBOX_HOME/sanboxd.pid" 2>/dev/null; }
 # live_runs: the ids of the runs whose record has no run.stopped yet
 live_runs() {
 	for r in $runs; do
-		has_event "$r" "e['type']=='run.stopped'" || echo "$r"
+		stopped "$r" || echo "$r"
 	done
 }
+stopped() { [ -n "$("$SB" events "$1" --type run.stopped 2>/dev/null)" ]; }
 # taken_up RUN N: the run's record says N times that a daemon took it up
 taken_up() {
-	events_json "$1" | python3 -c "
-import json, sys
-n = sum(1 for l in sys.stdin if l.strip() and 'taken up again' in json.loads(l)['payload'].get('message', ''))
-sys.exit(0 if n >= $2 else 1)"
+	[ "$("$SB" events "$1" --type run.warning 2>/dev/null | grep -c 'taken up again')" -ge "$2" ]
 }
 
 runs=
@@ -61,16 +59,18 @@ while [ $kills -lt "$KILLS" ] && [ -n "$(live_runs)" ]; do
 	kill -9 "$pid" 2>/dev/null
 	proc_wait_gone "$pid" || { bad "kill" "the daemon $pid did not die"; break; }
 	kills=$((kills + 1))
+	t0=$(date +%s%N)
 	"$SB" daemon start >/dev/null 2>&1 || { bad "restart" "$(tail -n 3 "$SANBOX_HOME/sanboxd.log")"; break; }
 	# each run that was live is taken up (or its end is recorded)
 	for r in $live; do
 		i=0
-		until taken_up "$r" "$kills" || has_event "$r" "e['type']=='run.stopped'"; do
+		until taken_up "$r" "$kills" || stopped "$r"; do
 			i=$((i + 1))
 			[ $i -lt 600 ] || { bad "takeover" "run $r not taken up after kill $kills"; break 3; }
 			sleep 0.1
 		done
 	done
+	echo "# kill $kills: $(echo $live | wc -w) live runs taken up in $((($(date +%s%N) - t0) / 1000000)) ms"
 done
 echo "# $kills kills of the daemon under $RUNS runs"
 [ $kills -ge 1 ] || bad "kills" "the runs ended before the first kill"
