@@ -11,7 +11,7 @@
  * warning. A file change's content is checked against its
  * size and hash, masked, capped (per file and per run) and handed on as
  * a blob. The agent's harness.input.ready and run.exited
- * are recorded once each, past the rate limit and the quota. Tunnelled streams go to the
+ * are recorded once each, taking no token, past the quota. Tunnelled streams go to the
  * model gateway (engine/gateway/tunnel.h). One wake-up reads at most GUEST_READ_BUDGET
  * bytes, so a flooding guest cannot starve the others. Everything runs on
  * the daemon's loop.
