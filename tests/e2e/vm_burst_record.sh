@@ -1,6 +1,6 @@
 #!/bin/sh
-# A burst far past the run's event rate (runs.guest_events_per_s 100, burst
-# 200 here): the harness prints 3,000 lines as fast as it can, writes a file
+# A burst far past the run's event rate (runs.guest_events_per_s 20, burst
+# 50 here): the harness prints 3,000 lines as fast as it can, writes a file
 # every 10th and a tool call every 5th to $SANBOX_EVENTS. The guest is
 # paced, nothing is dropped: the record holds every line in order, every
 # file change and every tool call once and in order, no drop warning.
@@ -9,7 +9,7 @@
 tmp=$SANBOX_HOME/t
 mkdir -p "$tmp"
 "$SB" daemon stop >/dev/null 2>&1
-echo '{"runs": {"guest_events_per_s": 100, "guest_events_burst": 200}}' >"$SANBOX_HOME/sanboxd.json"
+echo '{"runs": {"guest_events_per_s": 20, "guest_events_burst": 50}}' >"$SANBOX_HOME/sanboxd.json"
 
 R=$("$SB" run --detach --name burst --timeout 600s -- /bin/sh -c '
 	i=1
