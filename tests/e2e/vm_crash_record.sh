@@ -79,13 +79,17 @@ for r in $runs; do
 	timeout 600 "$SB" attach "$r" >/dev/null 2>&1
 	events_json "$r" >"$tmp/$r.json"
 	"$SB" fs cat "$r" /model.txt >"$tmp/$r.model" 2>/dev/null
-	# the last file the guest wrote, as its disk has it
-	last=$(python3 -c '
+	# the last file the guest wrote, as its disk has it (empty when the
+	# stop came between its creation and its write)
+	set -- $(python3 -c '
 import json, sys
-p = [json.loads(l)["payload"]["path"] for l in open(sys.argv[1]) if "agent.file.changed" in l]
-print(p[-1].split("/f")[1].split(".")[0] if p else 0)' "$tmp/$r.json")
+p = [json.loads(l)["payload"] for l in open(sys.argv[1]) if "agent.file.changed" in l]
+n = p[-1]["path"].split("/f")[1].split(".")[0] if p else "0"
+print(n, n if p and p[-1]["size"] else "")' "$tmp/$r.json")
+	last=$1
 	disk=ok
-	[ "$("$SB" fs cat "$r" "f$last.txt" 2>/dev/null)" = "$last" ] || disk="f$last.txt is not on the disk"
+	[ "$("$SB" fs cat "$r" "f$last.txt" 2>/dev/null)" = "${2:-}" ] ||
+		disk="f$last.txt is not on the disk as recorded: $("$SB" fs cat "$r" "f$last.txt" 2>&1 | head -c 100)"
 	"$SB" fs cat "$r" "f$((last + 1)).txt" >/dev/null 2>&1 && disk="f$((last + 1)).txt is on the disk, not in the record"
 	python3 - "$tmp/$r.json" "$last" "$disk" <<'EOF' && ok "run $r: every line, file and event once, in order ($(cat "$tmp/$r.check"))" || bad "record of $r" "$(cat "$tmp/$r.check")"
 import json, sys
