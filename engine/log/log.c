@@ -732,6 +732,16 @@ out:
 	return rc;
 }
 
+size_t sb_log_queued(sb_log *log)
+{
+	size_t n;
+
+	pthread_mutex_lock(&log->mu);
+	n = log->queued;
+	pthread_mutex_unlock(&log->mu);
+	return n;
+}
+
 uint64_t sb_log_last_offset(sb_log *log)
 {
 	MDB_txn *txn;

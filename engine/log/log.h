@@ -79,6 +79,11 @@ void sb_log_set_hook(sb_log *log, sb_log_hook hook, void *ctx);
  * SB_ERR_IO, SB_ERR_NOMEM, SB_ERR_DENIED (log opened read-only). */
 int sb_log_append(sb_log *log, struct sb_event *evs, size_t n);
 
+/* Returns the appends (calls of sb_log_append or sb_log_append_blobs)
+ * queued now for the next commit, behind the one being committed. From any
+ * thread; for tests and diagnostics. */
+size_t sb_log_queued(sb_log *log);
+
 /* Returns the offset of the newest event (0 when the log is empty) as of a
  * fresh read. Errors are reported as 0. */
 uint64_t sb_log_last_offset(sb_log *log);

@@ -76,18 +76,24 @@ rc=$?
 	fail "unknown run: stderr is not one 'sanbox: ' line: $(cat "$tmp/err")"
 [ ! -s "$tmp/out" ] || fail "unknown run printed on stdout"
 "$SB" attach ffffffffffff 2>/dev/null
-[ $? = 3 ] || fail "attach to an unknown run: exit $?"
+rc=$?
+[ $rc = 3 ] || fail "attach to an unknown run: exit $rc"
 "$SB" inspect ffffffffffff 2>/dev/null
-[ $? = 3 ] || fail "inspect an unknown run: exit $?"
+rc=$?
+[ $rc = 3 ] || fail "inspect an unknown run: exit $rc"
 "$SB" events "$R" --bogus 2>"$tmp/err"
-[ $? = 2 ] || fail "events --bogus: exit $?, want 2"
+rc=$?
+[ $rc = 2 ] || fail "events --bogus: exit $rc, want 2"
 grep -q 'usage: sanbox events' "$tmp/err" || fail "events --bogus prints no usage"
 "$SB" ps --nope 2>/dev/null
-[ $? = 2 ] || fail "ps --nope: exit $?"
+rc=$?
+[ $rc = 2 ] || fail "ps --nope: exit $rc"
 "$SB" --nope ps 2>/dev/null
-[ $? = 2 ] || fail "sanbox --nope: exit $?"
+rc=$?
+[ $rc = 2 ] || fail "sanbox --nope: exit $rc"
 "$SB" nosuchcommand 2>/dev/null
-[ $? = 2 ] || fail "unknown command: exit $?"
+rc=$?
+[ $rc = 2 ] || fail "unknown command: exit $rc"
 "$SB" admin append "$R" operator.note 'not json' 2>/dev/null
 [ $? != 0 ] || fail "admin append with bad JSON succeeded"
 

@@ -111,12 +111,19 @@ sys.exit(0 if r['last_type'] == 'operator.note' and r['events'] == r['last_seq']
 # events live (its feed reconnects, and what it missed comes from the log)
 R2=$("$SB" run --detach --name quiet -- true) || fail "run --detach exit $?"
 wait_stopped "$R2" || fail "run $R2 did not stop"
-last2=$("$SB" events --all --json | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["offset"])') ||
-	fail "events --all"
-"$SB" events "$R2" --from "$((last2 + 1))" --json --follow >"$tmp/att2" 2>"$tmp/att2.err" &
+o2=$("$SB" admin append "$R2" operator.note '{"text":"before the quiet restart"}') ||
+	fail "append before the quiet restart"
+"$SB" events "$R2" --from "$o2" --json --follow >"$tmp/att2" 2>"$tmp/att2.err" &
 apid=$!
 bg="$bg $apid"
-sleep 1
+# it subscribes before it reads the log: once it printed that event, its
+# feed is connected, and quiet
+i=0
+until grep -q 'before the quiet restart' "$tmp/att2"; do
+	i=$((i + 1))
+	[ $i -lt 200 ] || fail "the quiet follower did not print its backlog: $(cat "$tmp/att2.err")"
+	sleep 0.05
+done
 kill -9 "$(daemon_pid)"
 "$SB" daemon start >/dev/null || fail "second daemon start after kill -9"
 "$SB" admin append "$R2" operator.note '{"text":"after the quiet restart"}' >/dev/null ||

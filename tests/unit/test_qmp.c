@@ -647,14 +647,16 @@ static void test_qmp_stream(void **state)
 	pthread_join(p.th, NULL);
 }
 
-/* A command that times out; its late reply is dropped, the next command
- * gets its own. No event: SB_END at once, a timeout when waiting. */
+/* A command that times out, not early; its reply, sent only once the
+ * next command is written (so after the timeout, whatever the scheduler
+ * does), is dropped, and the next command gets its own. No event: SB_END
+ * at once, a timeout when waiting. */
 static void test_qmp_timeouts(void **state)
 {
 	const struct chunk script[] = {
 	    {GREETING CAPS_OK, 0, NULL},
-	    {"{\"return\": {\"late\": true}, \"id\": 2}\r\n", 400, NULL},
-	    {"{\"return\": {\"mine\": true}, \"id\": 3}\r\n", 0, "\"id\":3"},
+	    {"{\"return\": {\"late\": true}, \"id\": 2}\r\n", 0, "\"id\":3"},
+	    {"{\"return\": {\"mine\": true}, \"id\": 3}\r\n", 0, NULL},
 	    {NULL, 0, NULL},
 	};
 	struct peer p;
@@ -667,7 +669,7 @@ static void test_qmp_timeouts(void **state)
 	assert_int_equal(sb_qmp_event_next(q, &ev), SB_END);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	assert_int_equal(sb_qmp_command(q, "slow", NULL, 150, &r), SB_ERR_TIMEOUT);
-	assert_in_range(ms_since(&t0), 140, 380);
+	assert_true(ms_since(&t0) >= 140);
 	tu_errmsg_has(SB_ERR_TIMEOUT, "slow");
 	assert_int_equal(sb_qmp_command(q, "next", NULL, 5000, &r), 0);
 	assert_true(json_is_true(json_object_get(r, "mine")));

@@ -145,19 +145,22 @@ def trickle(path, n, mib, secs):
 
 
 def tcp_flood(port, n, hold):
-    """n plain TCP connections (no TLS) held open for hold seconds."""
+    """n plain TCP connections (no TLS) held open for hold seconds. A first
+    line when every connection is made (all open at once), the second at
+    the end."""
+    raise_nofile(n)
     conns, refused = [], 0
     for _ in range(n):
         try:
             conns.append(socket.create_connection(("127.0.0.1", port), timeout=2))
         except OSError:
             refused += 1
+    print("tcp_flood: %d connected, %d refused at once" % (len(conns), refused), flush=True)
     time.sleep(hold)
     closed = sum(closed_by_peer(s, 0.01) for s in conns)
     for s in conns:
         s.close()
-    print("tcp_flood: %d connected, %d refused at once, %d closed by the daemon" %
-          (len(conns), refused, closed))
+    print("tcp_flood: %d closed by the daemon" % closed)
 
 
 def preauth(port, n, mib):
