@@ -28,6 +28,11 @@
  * request's max_tokens it is cut to max_tokens (text cut to 4 bytes a token,
  * tool calls dropped) and the finish reason is length / max_tokens, unless
  * the turn sets ignore_max_tokens (a provider that runs past the limit).
+ * An OpenAI request that gives both max_completion_tokens and max_tokens is
+ * held to the larger (where a real provider refuses it or honours either,
+ * the stub is the worst a gateway can meet), and one with "n": N (1 to 128)
+ * gets N choices, each the whole answer, and reports N times the output
+ * tokens, as OpenAI does.
  *
  * --log FILE (else $SANBOX_STUB_LOG) appends one JSON line per request: {path, model, auth, stream,
  * input_tokens, output_tokens, status}; auth is the Authorization header, or
@@ -85,6 +90,8 @@ struct answer {
 	int truncated; /* output cut at max_tokens */
 	long chunks, chunk_delay_ms;
 	int include_usage; /* OpenAI stream_options.include_usage */
+	int n;		   /* OpenAI choices; each is the whole answer */
+	int index;	   /* the choice a stream event is built for */
 };
 
 /* A streamed (SSE) response: all events are built before the first byte. */
@@ -312,7 +319,8 @@ static char *tool_args(json_t *call)
 
 /* ---- non-stream bodies ---- */
 
-static json_t *openai_body(const struct answer *a)
+/* One choice of a non-stream OpenAI answer. */
+static json_t *openai_choice(const struct answer *a, int index)
 {
 	json_t *msg, *calls, *call;
 	size_t i;
@@ -337,13 +345,21 @@ static json_t *openai_body(const struct answer *a)
 		}
 		json_object_set_new(msg, "tool_calls", calls);
 	}
-	return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:o, s:s}], "
-			 "s:{s:I, s:I, s:I}}",
-			 "id", "chatcmpl-stub", "object", "chat.completion", "created",
-			 (json_int_t)time(NULL), "model", a->model, "choices", "index", 0,
-			 "message", msg, "finish_reason", finish_reason(a), "usage",
-			 "prompt_tokens", a->in_tok, "completion_tokens", a->out_tok,
-			 "total_tokens", a->in_tok + a->out_tok);
+	return json_pack("{s:i, s:o, s:s}", "index", index, "message", msg,
+			 "finish_reason", finish_reason(a));
+}
+
+static json_t *openai_body(const struct answer *a)
+{
+	json_t *choices = json_array();
+
+	for (int i = 0; choices && i < a->n; i++)
+		json_array_append_new(choices, openai_choice(a, i));
+	return json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:I, s:I, s:I}}", "id",
+			 "chatcmpl-stub", "object", "chat.completion", "created",
+			 (json_int_t)time(NULL), "model", a->model, "choices", choices,
+			 "usage", "prompt_tokens", a->in_tok, "completion_tokens",
+			 a->out_tok * a->n, "total_tokens", a->in_tok + a->out_tok * a->n);
 }
 
 static json_t *anthropic_body(const struct answer *a)
@@ -480,8 +496,8 @@ static json_t *openai_chunk(const struct answer *a, json_t *delta, const char *f
 {
 	return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:o, s:s?}]}", "id",
 			 "chatcmpl-stub", "object", "chat.completion.chunk", "created",
-			 (json_int_t)time(NULL), "model", a->model, "choices", "index", 0,
-			 "delta", delta, "finish_reason", finish);
+			 (json_int_t)time(NULL), "model", a->model, "choices", "index",
+			 a->index, "delta", delta, "finish_reason", finish);
 }
 
 static int openai_text(const struct answer *a, struct sse *s, const char *p, size_t len,
@@ -491,7 +507,8 @@ static int openai_text(const struct answer *a, struct sse *s, const char *p, siz
 		       openai_chunk(a, json_pack("{s:s%}", "content", p, len), NULL));
 }
 
-static int openai_stream(const struct answer *a, struct sse *s)
+/* The events of one choice, a->index. */
+static int openai_stream_choice(const struct answer *a, struct sse *s)
 {
 	json_t *call;
 	size_t i;
@@ -535,6 +552,16 @@ static int openai_stream(const struct answer *a, struct sse *s)
 	if (!err)
 		err =
 		    sse_add(s, 0, NULL, openai_chunk(a, json_object(), finish_reason(a)));
+	return err;
+}
+
+static int openai_stream(const struct answer *a, struct sse *s)
+{
+	struct answer c = *a;
+	int err = 0;
+
+	for (c.index = 0; !err && c.index < a->n; c.index++)
+		err = openai_stream_choice(&c, s);
 	if (!err && a->include_usage)
 		err = sse_add(s, 0, NULL,
 			      json_pack("{s:s, s:s, s:I, s:s, s:[], s:{s:I, s:I, s:I}}",
@@ -542,8 +569,8 @@ static int openai_stream(const struct answer *a, struct sse *s)
 					"chat.completion.chunk", "created",
 					(json_int_t)time(NULL), "model", a->model,
 					"choices", "usage", "prompt_tokens", a->in_tok,
-					"completion_tokens", a->out_tok, "total_tokens",
-					a->in_tok + a->out_tok));
+					"completion_tokens", a->out_tok * a->n,
+					"total_tokens", a->in_tok + a->out_tok * a->n));
 	if (!err)
 		err = sse_push(s, 0, strdup("data: [DONE]\n\n"));
 	return err;
@@ -671,10 +698,14 @@ static json_int_t opt_tokens(json_t *req, const char *key)
 	return json_integer_value(v);
 }
 
-/* Checks the request shape and reads its max_tokens (0 = none); returns
- * the message of a 400 reply, or NULL when the request is well formed. */
-static const char *check_request(enum dialect d, json_t *req, json_int_t *max_tokens)
+/* Checks the request shape and reads its max_tokens (0 = none) and its
+ * choices; returns the message of a 400 reply, or NULL when the request is
+ * well formed. */
+static const char *check_request(enum dialect d, json_t *req, json_int_t *max_tokens,
+				 int *n)
 {
+	json_int_t other;
+
 	json_t *msgs = json_object_get(req, "messages"), *m, *stream;
 	size_t i;
 
@@ -698,8 +729,13 @@ static const char *check_request(enum dialect d, json_t *req, json_int_t *max_to
 		*max_tokens = opt_tokens(req, "max_tokens");
 	} else {
 		*max_tokens = opt_tokens(req, "max_completion_tokens");
-		if (*max_tokens == 0)
-			*max_tokens = opt_tokens(req, "max_tokens");
+		other = opt_tokens(req, "max_tokens");
+		if (*max_tokens >= 0 && (other < 0 || other > *max_tokens))
+			*max_tokens = other;
+		other = opt_tokens(req, "n");
+		if (other < 0 || other > 128)
+			return "n must be an integer from 1 to 128";
+		*n = other ? (int)other : 1;
 	}
 	if (*max_tokens < 0)
 		return "max_tokens must be a positive integer";
@@ -710,7 +746,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, enum dialect 
 					 const char *url, const struct stub_req *rq)
 {
 	const char *auth, *msg, *model = NULL;
-	struct answer a = {.dialect = d};
+	struct answer a = {.dialect = d, .n = 1};
 	json_t *req = NULL, *script = NULL, *turns, *turn, *m;
 	json_int_t max_tokens = 0;
 	json_error_t jerr;
@@ -733,7 +769,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, enum dialect 
 		msg = buf;
 		goto refuse;
 	}
-	msg = check_request(d, req, &max_tokens);
+	msg = check_request(d, req, &max_tokens, &a.n);
 	if (json_is_string(json_object_get(req, "model")))
 		model = json_string_value(json_object_get(req, "model"));
 	stream = json_is_true(json_object_get(req, "stream"));
@@ -774,7 +810,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, enum dialect 
 		msg = sb_errmsg(err);
 		goto refuse;
 	}
-	log_request(url, model, auth, stream, a.in_tok, a.out_tok, 200);
+	log_request(url, model, auth, stream, a.in_tok, a.out_tok * a.n, 200);
 	if (stream)
 		ret = send_stream(c, &a);
 	else

@@ -147,7 +147,8 @@ struct gw_call {
 	char *req; /* the body as sent upstream */
 	size_t req_len;
 	struct curl_slist *headers;
-	uint64_t granted, reservation;
+	unsigned choices; /* completions asked for (OpenAI n) */
+	uint64_t granted, reservation; /* granted: max_tokens of each choice */
 	struct gbuf answer; /* the answer as received */
 	struct gbuf pend;   /* stream bytes not yet given to the client */
 	struct sb_sse_meter meter;
@@ -305,7 +306,8 @@ static void pack_call_message(msgpack_packer *pk, const struct gw_call *k,
 			      const char *rq_hex, const char *an_hex,
 			      const struct sb_usage *u)
 {
-	msgpack_pack_map(pk, 11 + (k->cut ? 1 : 0) + (k->answer.over ? 1 : 0));
+	msgpack_pack_map(pk, 11 + (k->choices > 1) + (k->cut ? 1 : 0) +
+				 (k->answer.over ? 1 : 0));
 	sb_pack_kstr(pk, "role", "assistant");
 	sb_pack_kstr(pk, "model", k->model->m.name);
 	sb_pack_kstr(pk, "api", k->api == SB_API_ANTHROPIC ? "anthropic" : "openai");
@@ -314,6 +316,8 @@ static void pack_call_message(msgpack_packer *pk, const struct gw_call *k,
 	sb_pack_kstr(pk, "request", rq_hex);
 	sb_pack_kstr(pk, "response", an_hex);
 	sb_pack_ku64(pk, "max_tokens", k->granted);
+	if (k->choices > 1)
+		sb_pack_ku64(pk, "n", k->choices);
 	sb_pack_ku64(pk, "duration_ms", ms_since(&k->t0));
 	sb_pack_ku64(pk, "input_tokens", u->input);
 	sb_pack_ku64(pk, "output_tokens", u->output);
@@ -459,7 +463,8 @@ static size_t on_stream(char *p, size_t size, size_t n, void *ctx)
 	if (k->status == 200) {
 		if (sb_sse_meter_feed(&k->meter, p, len))
 			return 0;
-		if (sb_sse_meter_output(&k->meter) > k->granted + CUT_SLACK(k->granted)) {
+		uint64_t all = k->granted * k->choices;
+		if (sb_sse_meter_output(&k->meter) > all + CUT_SLACK(all)) {
 			k->cut = 1;
 			cut_notice(k);
 			return 0; /* aborts the transfer */
@@ -1062,15 +1067,23 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 	k->conn = cn;
 	k->api = api;
 	k->stream = mr.stream;
+	k->choices = mr.choices;
 	k->answer.max = ANSWER_MAX;
 	k->pend.max = SIZE_MAX;
 	pthread_mutex_lock(&gw->mu);
 	g = sb_budget_reserve(&r->budget, &m->m, rq->body.b.size, mr.max_tokens,
-			      &k->granted, &k->reservation);
+			      mr.choices, &k->granted, &k->reservation);
 	pthread_mutex_unlock(&gw->mu);
 	if (g == SB_GRANT_SPENT) {
 		budget_spent(gw, r);
 		ret = send_error(c, rq->route, 402, "the run's LLM budget is spent");
+		goto out_call;
+	}
+	if (g == SB_GRANT_CHOICES) {
+		ret = send_error(c, rq->route, 400,
+				 "n=%u: the run's LLM budget left cannot pay for %u "
+				 "choices: ask for fewer",
+				 mr.choices, mr.choices);
 		goto out_call;
 	}
 	if (g == SB_GRANT_BUSY) {

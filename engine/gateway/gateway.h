@@ -10,7 +10,8 @@
  * and gets a virtual key, worthless anywhere else and good only on the
  * run's own connections; the gateway maps the key to the run, checks the
  * model, reserves the call's worst case against the budget
- * (engine/gateway/meter.h) and caps max_tokens to it, swaps in the
+ * (engine/gateway/meter.h), forwards only its API's allow-listed fields
+ * with every bound of the output capped to it, swaps in the
  * provider's key, forwards the call with libcurl, meters the answer, and
  * records it: the request and answer bodies as blobs, an agent.message and
  * an agent.usage.updated event (source gateway), appended in one unit
@@ -26,7 +27,8 @@
  * A call in progress (forwarded upstream, streamed back) is never cut by
  * these.
  *
- * Answers of the gateway itself: 400 bad request, 401 unknown key, 403
+ * Answers of the gateway itself: 400 bad request (or a refused field, or
+ * an n the budget left cannot pay for), 401 unknown key, 403
  * model not allowed (or the key of another run), 402 budget spent (then
  * budget.exceeded is written once and, if the run's policy says so,
  * on_budget is called), 413 body above 16 MiB, 429 the rest of the budget

@@ -1,13 +1,13 @@
 /* meter.c - model requests, usage and budgets (pure; see meter.h). */
 #include "engine/gateway/meter.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/error.h"
 
-#define LINE_MAX_BYTES	 (1u << 20)
-#define MAX_TOKENS_LIMIT 100000000ull
+#define LINE_MAX_BYTES (1u << 20)
 
 void sb_mreq_free(struct sb_mreq *rq)
 {
@@ -15,92 +15,274 @@ void sb_mreq_free(struct sb_mreq *rq)
 	rq->json = NULL;
 }
 
-/* Reads the optional positive integer field key of o into *out. */
-static int opt_tokens(json_t *o, const char *key, uint64_t *out)
-{
-	json_t *v = json_object_get(o, key);
+/* What the gateway does with a top-level field of a request. A field in
+ * no table is dropped: it never reaches the provider. */
+enum field_rule {
+	FIELD_PASS,	/* forwarded as sent */
+	FIELD_MODEL,	/* a string: the run's model, replaced by the upstream name */
+	FIELD_MESSAGES, /* an array */
+	FIELD_STREAM,	/* a boolean */
+	FIELD_BOUND,	/* the output's bound: set to the grant */
+	FIELD_CHOICES,	/* n: completions, each up to the bound */
+	FIELD_THINKING, /* its budget_tokens kept below the bound */
+	FIELD_TOOLS,	/* each tool's type must be in the API's list */
+	FIELD_USAGE,	/* stream_options: replaced (include_usage on streams) */
+	FIELD_REFUSE,	/* refused (400) unless null or false */
+};
 
-	if (!v || json_is_null(v))
-		return SB_OK;
+struct field {
+	const char *name;
+	enum field_rule rule;
+	const char *why; /* FIELD_REFUSE: the reason given */
+};
+
+static const struct field openai_fields[] = {
+    {"model", FIELD_MODEL, NULL},
+    {"messages", FIELD_MESSAGES, NULL},
+    {"stream", FIELD_STREAM, NULL},
+    {"stream_options", FIELD_USAGE, NULL},
+    {"max_completion_tokens", FIELD_BOUND, NULL},
+    {"max_tokens", FIELD_BOUND, NULL},
+    {"n", FIELD_CHOICES, NULL},
+    {"tools", FIELD_TOOLS, NULL},
+    {"tool_choice", FIELD_PASS, NULL},
+    {"parallel_tool_calls", FIELD_PASS, NULL},
+    {"functions", FIELD_PASS, NULL},
+    {"function_call", FIELD_PASS, NULL},
+    {"response_format", FIELD_PASS, NULL},
+    {"temperature", FIELD_PASS, NULL},
+    {"top_p", FIELD_PASS, NULL},
+    {"frequency_penalty", FIELD_PASS, NULL},
+    {"presence_penalty", FIELD_PASS, NULL},
+    {"logit_bias", FIELD_PASS, NULL},
+    {"logprobs", FIELD_PASS, NULL},
+    {"top_logprobs", FIELD_PASS, NULL},
+    {"stop", FIELD_PASS, NULL},
+    {"seed", FIELD_PASS, NULL},
+    {"reasoning_effort", FIELD_PASS, NULL},
+    {"verbosity", FIELD_PASS, NULL},
+    {"user", FIELD_PASS, NULL},
+    {"safety_identifier", FIELD_PASS, NULL},
+    {"prompt_cache_key", FIELD_PASS, NULL},
+    {"metadata", FIELD_PASS, NULL},
+    {"best_of", FIELD_REFUSE, "it multiplies the output"},
+    {"audio", FIELD_REFUSE, "audio output is priced apart"},
+    {"modalities", FIELD_REFUSE, "audio output is priced apart"},
+    {"prediction", FIELD_REFUSE, "rejected predicted tokens are billed past the bound"},
+    {"service_tier", FIELD_REFUSE, "it changes the price"},
+    {"web_search_options", FIELD_REFUSE, "the provider's searches are priced apart"},
+    {"store", FIELD_REFUSE, "it keeps the call at the provider"},
+    {NULL, FIELD_PASS, NULL},
+};
+
+static const struct field anthropic_fields[] = {
+    {"model", FIELD_MODEL, NULL},
+    {"messages", FIELD_MESSAGES, NULL},
+    {"stream", FIELD_STREAM, NULL},
+    {"max_tokens", FIELD_BOUND, NULL},
+    {"thinking", FIELD_THINKING, NULL},
+    {"tools", FIELD_TOOLS, NULL},
+    {"tool_choice", FIELD_PASS, NULL},
+    {"system", FIELD_PASS, NULL},
+    {"metadata", FIELD_PASS, NULL},
+    {"stop_sequences", FIELD_PASS, NULL},
+    {"temperature", FIELD_PASS, NULL},
+    {"top_p", FIELD_PASS, NULL},
+    {"top_k", FIELD_PASS, NULL},
+    {"context_management", FIELD_PASS, NULL},
+    {"output_format", FIELD_PASS, NULL},
+    {"service_tier", FIELD_REFUSE, "it changes the price"},
+    {"container", FIELD_REFUSE, "the provider's code execution is priced apart"},
+    {"mcp_servers", FIELD_REFUSE, "the provider would call out on its own"},
+    {NULL, FIELD_PASS, NULL},
+};
+
+/* Tool types a call may declare, by prefix: tools the client runs. Tools
+ * the provider runs (web search, code execution, MCP) take several rounds
+ * of output within one call and are priced apart. */
+static const char *const openai_tools[] = {"function", "custom", NULL};
+static const char *const anthropic_tools[] = {
+    "custom", "bash_", "text_editor_", "computer_", "memory_", NULL};
+
+static const struct field *field_of(unsigned api, const char *name)
+{
+	const struct field *f = api == SB_API_ANTHROPIC ? anthropic_fields : openai_fields;
+
+	for (; f->name; f++)
+		if (!strcmp(f->name, name))
+			return f;
+	return NULL;
+}
+
+/* Checks that each tool of the array v has a type of the API's list (a
+ * tool without a type is the client's own). */
+static int tools_check(unsigned api, json_t *v)
+{
+	const char *const *ok = api == SB_API_ANTHROPIC ? anthropic_tools : openai_tools;
+	const char *const *p;
+	const char *type;
+	json_t *t;
+	size_t i;
+
+	if (!json_is_array(v))
+		return sb_seterr(SB_ERR_INVAL, "tools must be an array");
+	json_array_foreach(v, i, t)
+	{
+		if (!json_is_object(t))
+			return sb_seterr(SB_ERR_INVAL, "tools[%zu] must be an object", i);
+		if (!(type = json_string_value(json_object_get(t, "type"))))
+			continue;
+		for (p = ok; *p && strncmp(type, *p, strlen(*p)); p++)
+			;
+		if (!*p)
+			return sb_seterr(SB_ERR_INVAL,
+					 "tools[%zu]: type '%.64s' is refused by the "
+					 "gateway: the provider would run it",
+					 i, type);
+	}
+	return SB_OK;
+}
+
+/* Reads the integer v into *out: from 1 to max. */
+static int count_of(json_t *v, const char *key, uint64_t max, uint64_t *out)
+{
 	if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-	    (uint64_t)json_integer_value(v) > MAX_TOKENS_LIMIT)
-		return sb_seterr(SB_ERR_INVAL, "%s must be a positive integer", key);
+	    (uint64_t)json_integer_value(v) > max)
+		return sb_seterr(SB_ERR_INVAL, "%s must be an integer from 1 to %" PRIu64,
+				 key, max);
 	*out = (uint64_t)json_integer_value(v);
 	return SB_OK;
+}
+
+/* Checks the field key (value v, not null) by its rule, notes in rq what
+ * the gateway needs of it, and forwards it when the rule says so. */
+static int field_take(unsigned api, struct sb_mreq *rq, const char *key, json_t *v)
+{
+	const struct field *f = field_of(api, key);
+	uint64_t n;
+	int rc = SB_OK;
+
+	if (!f || f->rule == FIELD_USAGE)
+		return SB_OK;
+	switch (f->rule) {
+	case FIELD_MODEL:
+		if (!json_is_string(v) || json_string_length(v) == 0 ||
+		    json_string_length(v) >= sizeof rq->model)
+			return sb_seterr(SB_ERR_INVAL,
+					 "model must be a string of 1 to %zu bytes",
+					 sizeof rq->model - 1);
+		memcpy(rq->model, json_string_value(v), json_string_length(v) + 1);
+		break;
+	case FIELD_MESSAGES:
+		if (!json_is_array(v))
+			return sb_seterr(SB_ERR_INVAL, "messages must be an array");
+		break;
+	case FIELD_STREAM:
+		if (!json_is_boolean(v))
+			return sb_seterr(SB_ERR_INVAL, "stream must be a boolean");
+		rq->stream = json_is_true(v);
+		break;
+	case FIELD_BOUND:
+		if (rq->bound)
+			return sb_seterr(SB_ERR_INVAL,
+					 "%s and %s: give one of them, not both",
+					 rq->bound, f->name);
+		rc = count_of(v, f->name, SB_MAX_TOKENS_LIMIT, &rq->max_tokens);
+		rq->bound = f->name;
+		break;
+	case FIELD_CHOICES:
+		rc = count_of(v, f->name, SB_CHOICES_MAX, &n);
+		rq->choices = (unsigned)n;
+		break;
+	case FIELD_THINKING:
+		if (!json_is_object(v))
+			return sb_seterr(SB_ERR_INVAL, "thinking must be an object");
+		break;
+	case FIELD_TOOLS:
+		rc = tools_check(api, v);
+		break;
+	case FIELD_REFUSE:
+		if (json_is_false(v))
+			return SB_OK;
+		return sb_seterr(SB_ERR_INVAL, "%s is refused by the gateway: %s",
+				 f->name, f->why);
+	default:
+		break;
+	}
+	if (rc == SB_OK && json_object_set(rq->json, key, v))
+		rc = SB_ERR_NOMEM;
+	return rc;
 }
 
 int sb_mreq_parse(unsigned api, const char *body, size_t len, struct sb_mreq *rq)
 {
 	json_error_t jerr;
-	json_t *model, *stream;
-	int rc;
+	json_t *j;
+	const char *key;
+	json_t *v;
+	int rc = SB_OK;
 
 	memset(rq, 0, sizeof *rq);
-	if (!(rq->json = json_loadb(body, len, 0, &jerr)))
+	rq->choices = 1;
+	if (!(j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr)))
 		return sb_seterr(SB_ERR_INVAL, "request body is not JSON: %s", jerr.text);
-	if (!json_is_object(rq->json)) {
+	if (!json_is_object(j)) {
 		rc = sb_seterr(SB_ERR_INVAL, "request body must be a JSON object");
-		goto fail;
+		goto out;
 	}
-	model = json_object_get(rq->json, "model");
-	if (!json_is_string(model) || json_string_length(model) == 0 ||
-	    json_string_length(model) >= sizeof rq->model) {
+	if (!(rq->json = json_object())) {
+		rc = SB_ERR_NOMEM;
+		goto out;
+	}
+	json_object_foreach(j, key, v)
+	{
+		if (!json_is_null(v) && (rc = field_take(api, rq, key, v)))
+			goto out;
+	}
+	if (!rq->model[0])
 		rc = sb_seterr(SB_ERR_INVAL, "model must be a string of 1 to %zu bytes",
 			       sizeof rq->model - 1);
-		goto fail;
-	}
-	memcpy(rq->model, json_string_value(model), json_string_length(model) + 1);
-	if (!json_is_array(json_object_get(rq->json, "messages"))) {
+	else if (!json_object_get(rq->json, "messages"))
 		rc = sb_seterr(SB_ERR_INVAL, "messages must be an array");
-		goto fail;
-	}
-	stream = json_object_get(rq->json, "stream");
-	if (stream && !json_is_boolean(stream) && !json_is_null(stream)) {
-		rc = sb_seterr(SB_ERR_INVAL, "stream must be a boolean");
-		goto fail;
-	}
-	rq->stream = json_is_true(stream);
-	if (api == SB_API_ANTHROPIC) {
-		if (!json_object_get(rq->json, "max_tokens")) {
-			rc = sb_seterr(SB_ERR_INVAL, "max_tokens is required");
-			goto fail;
-		}
-		rc = opt_tokens(rq->json, "max_tokens", &rq->max_tokens);
-	} else {
-		rc = opt_tokens(rq->json, "max_completion_tokens", &rq->max_tokens);
-		if (rc == SB_OK && !rq->max_tokens)
-			rc = opt_tokens(rq->json, "max_tokens", &rq->max_tokens);
-	}
+	else if (api == SB_API_ANTHROPIC && !rq->bound)
+		rc = sb_seterr(SB_ERR_INVAL, "max_tokens is required");
+out:
+	json_decref(j);
 	if (rc)
-		goto fail;
-	return SB_OK;
-fail:
-	sb_mreq_free(rq);
+		sb_mreq_free(rq);
 	return rc;
+}
+
+/* Sets every bound of rq's output to max_tokens: its bound field (the one
+ * the client gave, else max_tokens), and a thinking budget, which counts
+ * within it, below it. */
+static int bounds_cap(struct sb_mreq *rq, uint64_t max_tokens)
+{
+	json_t *think = json_object_get(rq->json, "thinking");
+	json_t *budget = json_object_get(think, "budget_tokens");
+
+	if (json_object_set_new(rq->json, rq->bound ? rq->bound : "max_tokens",
+				json_integer((json_int_t)max_tokens)))
+		return SB_ERR_NOMEM;
+	if (json_is_integer(budget) && json_integer_value(budget) >= (json_int_t)max_tokens &&
+	    json_object_set_new(think, "budget_tokens",
+				json_integer((json_int_t)max_tokens - 1)))
+		return SB_ERR_NOMEM;
+	return SB_OK;
 }
 
 int sb_mreq_finish(unsigned api, struct sb_mreq *rq, const char *upstream,
 		   uint64_t max_tokens, char **out, size_t *len)
 {
-	json_t *j = rq->json, *opts;
-	const char *field = "max_tokens";
+	json_t *j = rq->json;
 
-	if (api == SB_API_OPENAI && json_object_get(j, "max_completion_tokens") &&
-	    !json_is_null(json_object_get(j, "max_completion_tokens")))
-		field = "max_completion_tokens";
 	if (json_object_set_new(j, "model", json_string(upstream)) ||
-	    json_object_set_new(j, field, json_integer((json_int_t)max_tokens)))
+	    bounds_cap(rq, max_tokens))
 		return SB_ERR_NOMEM;
-	if (api == SB_API_OPENAI && rq->stream) {
-		opts = json_object_get(j, "stream_options");
-		if (!json_is_object(opts)) {
-			opts = json_object();
-			if (json_object_set_new(j, "stream_options", opts))
-				return SB_ERR_NOMEM;
-		}
-		if (json_object_set_new(opts, "include_usage", json_true()))
-			return SB_ERR_NOMEM;
-	}
+	if (api == SB_API_OPENAI && rq->stream &&
+	    json_object_set_new(j, "stream_options",
+				json_pack("{s:b}", "include_usage", 1)))
+		return SB_ERR_NOMEM;
 	if (!(*out = json_dumps(j, JSON_COMPACT)))
 		return SB_ERR_NOMEM;
 	*len = strlen(*out);
@@ -202,7 +384,8 @@ static void meter_event(struct sb_sse_meter *m, const char *data, size_t len)
 		} else if (!strcmp(t, "content_block_delta")) {
 			json_t *d = json_object_get(j, "delta");
 			m->out_bytes += str_bytes(json_object_get(d, "text")) +
-					str_bytes(json_object_get(d, "partial_json"));
+					str_bytes(json_object_get(d, "partial_json")) +
+					str_bytes(json_object_get(d, "thinking"));
 		} else if (!strcmp(t, "message_delta")) {
 			if (usage_read(m->api, json_object_get(j, "usage"), &m->usage))
 				m->usage.known = 1;
@@ -262,29 +445,36 @@ uint64_t sb_sse_meter_output(const struct sb_sse_meter *m)
 }
 
 enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m,
-				uint64_t in_bytes, uint64_t want_out,
+				uint64_t in_bytes, uint64_t want_out, unsigned choices,
 				uint64_t *out_tokens, uint64_t *reservation)
 {
 	uint64_t total = b->limit > b->spent ? b->limit - b->spent : 0;
 	uint64_t avail = total > b->reserved ? total - b->reserved : 0;
 	uint64_t in_cost = sb_model_cost(m, in_bytes, 0, 0);
+	uint64_t in_cached = sb_model_cost(m, in_bytes, in_bytes, 0);
 	uint64_t want = want_out ? want_out : m->max_output;
 	uint64_t min_out = want < SB_MIN_OUTPUT ? want : SB_MIN_OUTPUT;
-	uint64_t need = in_cost + sb_model_cost(m, 0, 0, min_out);
-	uint64_t grant = want;
+	uint64_t need1, need, grant = want;
 
-	if (need < in_cost || total < need)
+	choices = choices < 1 ? 1 : choices > SB_CHOICES_MAX ? SB_CHOICES_MAX : choices;
+	in_cost = in_cached > in_cost ? in_cached : in_cost; /* a dearer cache */
+	need1 = in_cost + sb_model_cost(m, 0, 0, min_out);
+	need = in_cost + sb_model_cost(m, 0, 0, min_out * choices);
+
+	if (need1 < in_cost || total < need1)
 		return SB_GRANT_SPENT;
+	if (need < in_cost || total < need)
+		return SB_GRANT_CHOICES;
 	if (avail < need)
 		return SB_GRANT_BUSY;
 	if (m->out_price) {
 		unsigned __int128 can =
-		    (unsigned __int128)(avail - in_cost) * 1000000 / m->out_price;
+		    (unsigned __int128)(avail - in_cost) * 1000000 / m->out_price / choices;
 		if (can < grant)
 			grant = (uint64_t)can;
 	}
 	*out_tokens = grant;
-	*reservation = in_cost + sb_model_cost(m, 0, 0, grant);
+	*reservation = in_cost + sb_model_cost(m, 0, 0, grant * choices);
 	b->reserved += *reservation;
 	return SB_GRANT_OK;
 }

@@ -24,25 +24,37 @@ struct sb_usage {
 	int known; /* the answer reported its usage */
 };
 
-/* A model request read from its JSON body. */
+#define SB_CHOICES_MAX	    128		  /* most completions (OpenAI n) in one call */
+#define SB_MAX_TOKENS_LIMIT 100000000ull /* largest max_tokens accepted */
+
+/* A model request read from its JSON body: the fields the gateway
+ * forwards, checked. */
 struct sb_mreq {
-	json_t *json; /* the parsed body (owned) */
+	json_t *json; /* the fields to forward, in the body's order (owned) */
 	char model[SB_MODEL_NAME_MAX];
 	int stream;
-	uint64_t max_tokens; /* asked for; 0 = none given */
+	uint64_t max_tokens; /* asked for, each choice; 0 = none given */
+	unsigned choices;    /* completions asked for (OpenAI n), 1 to SB_CHOICES_MAX */
+	const char *bound;   /* the field max_tokens came in (static), or NULL */
 };
 
 /* The error "type" of dialect api (SB_API_OPENAI or SB_API_ANTHROPIC) for
  * an HTTP status, as the providers name them in their error bodies. */
 const char *sb_api_error_type(unsigned api, unsigned status);
 
-/* Parses a request body of dialect api into rq (free with sb_mreq_free).
- * Errors: SB_ERR_INVAL with a detail fit for the HTTP 400 answer. */
+/* Parses a request body of dialect api into rq (free with sb_mreq_free):
+ * keeps only the fields of the API's allow-list (SPEC.md, "The gateway"),
+ * dropping the others, and checks those the gateway reads. Errors:
+ * SB_ERR_INVAL with a detail fit for the HTTP 400 answer (not JSON, a key
+ * given twice in any object, a refused field or tool type, both
+ * max_tokens and max_completion_tokens, a bad model, messages, stream,
+ * bound or n), SB_ERR_NOMEM. */
 int sb_mreq_parse(unsigned api, const char *body, size_t len, struct sb_mreq *rq);
 
-/* Rewrites rq for the provider: the upstream model name, max_tokens (the
- * OpenAI field the client used, max_completion_tokens or max_tokens), and
- * for OpenAI streams stream_options.include_usage, so the answer reports
+/* Rewrites rq for the provider: the upstream model name, every bound of
+ * the output capped to max_tokens (the bound field the client used, else
+ * max_tokens; Anthropic's thinking.budget_tokens below it), and for OpenAI
+ * streams stream_options {"include_usage": true}, so the answer reports
  * its usage; then serialises it into *out (the caller frees). Errors:
  * SB_ERR_NOMEM. */
 int sb_mreq_finish(unsigned api, struct sb_mreq *rq, const char *upstream,
@@ -88,21 +100,24 @@ struct sb_budget {
 #define SB_MIN_OUTPUT 16 /* fewest output tokens a call is granted */
 
 enum sb_grant {
-	SB_GRANT_OK = 0,    /* reserved; forward the call */
-	SB_GRANT_BUSY = 1,  /* calls in flight hold the rest: retry later (429) */
-	SB_GRANT_SPENT = 2, /* the budget cannot pay for this call (402) */
+	SB_GRANT_OK = 0,      /* reserved; forward the call */
+	SB_GRANT_BUSY = 1,    /* calls in flight hold the rest: retry later (429) */
+	SB_GRANT_SPENT = 2,   /* the budget cannot pay for this call (402) */
+	SB_GRANT_CHOICES = 3, /* it could pay for one choice, not for all (400) */
 };
 
 /* Reserves the worst case of one call to model m before it is forwarded:
  * input counted as one token per byte of the request body (in_bytes: no
- * tokenizer makes more tokens than bytes), and output at want_out tokens
- * (0: the model's max_output), lowered to what the budget left can pay.
- * On SB_GRANT_OK, *out_tokens is the max_tokens to send and *reservation
- * what was reserved (to give back to sb_budget_settle). A call is refused
- * when the budget cannot pay its input and SB_MIN_OUTPUT output tokens
- * (or want_out, when smaller). */
+ * tokenizer makes more tokens than bytes) at the dearer of the input and
+ * cached prices, and output at want_out tokens
+ * (0: the model's max_output) for each of its choices (1 to
+ * SB_CHOICES_MAX), lowered to what the budget left can pay. On
+ * SB_GRANT_OK, *out_tokens is the max_tokens to send (each choice) and
+ * *reservation what was reserved (to give back to sb_budget_settle). A
+ * call is refused when the budget cannot pay its input and SB_MIN_OUTPUT
+ * output tokens (or want_out, when smaller) for each choice. */
 enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m,
-				uint64_t in_bytes, uint64_t want_out,
+				uint64_t in_bytes, uint64_t want_out, unsigned choices,
 				uint64_t *out_tokens, uint64_t *reservation);
 
 /* Ends a call: gives its reservation back and adds its cost. */

@@ -19,8 +19,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "engine/gateway/gateway.h"
@@ -64,7 +66,7 @@ static void write_file(const char *dir, const char *name, const char *text)
 
 static int setup(void **state)
 {
-	char path[4096], dir[4096 + 16];
+	char path[4096], dir[4096 + 16], many[2100], text[2001];
 	struct sb_gateway_opts o = {0};
 
 	home = tu_tmpdir();
@@ -89,6 +91,12 @@ static int setup(void **state)
 	    "0123456789012345678901234567890123456789012345678901234567890123456789"
 	    "0123456789012345678901234567890123456789012345678901234567890123456789"
 	    "\"}]}");
+	/* 500 tokens of text: each choice runs to its max_tokens */
+	memset(text, 'w', sizeof text - 1);
+	text[sizeof text - 1] = 0;
+	snprintf(many, sizeof many, "{\"turns\": [{\"chunks\": 4, \"text\": \"%s\"}]}",
+		 text);
+	write_file(dir, "many.json", many);
 	write_file(dir, "fail.json",
 		   "{\"turns\": [{\"status\": 500, \"error\": \"provider broke\"}]}");
 	/* slower than both deadlines of gw2: a call in progress is not cut */
@@ -581,6 +589,274 @@ static void test_stream_past_budget_is_cut(void **state)
 	assert_int_equal(sb_map_u64(&use->p, "cost_nusd", 0), b.spent);
 	events_free(evs, n);
 	sb_gateway_run_remove(gw, "run-cut");
+}
+
+/* --- hostile request fields against the budget --- */
+
+#define HF_BUDGET 10000000ull /* $0.01: 100 output tokens of stub/many */
+
+/* Fields a guest adds to a request to be answered past what it reserved,
+ * each tried on a fresh budget, whole and streamed, with the status it
+ * must get. stub/many honours n and the larger of two bounds, and reports
+ * the usage a provider would: n times the output of one choice. */
+static const struct hostile {
+	int anthropic;
+	const char *fields; /* after model, messages and stream */
+	long status;
+} hostile[] = {
+    {0, "\"n\":64,\"max_tokens\":400", 400}, /* 64 x 16 tokens: more than left */
+    {0, "\"n\":3,\"max_tokens\":400", 200},  /* three choices, each capped */
+    {0, "\"n\":64", 400},
+    {0, "\"n\":8,\"max_completion_tokens\":1", 200},
+    {0, "\"n\":129", 400},
+    {0, "\"n\":0", 400},
+    {0, "\"n\":\"64\"", 400},
+    {0, "\"n\":2.0", 400},
+    {0, "\"max_completion_tokens\":50,\"max_tokens\":999999", 400},
+    {0, "\"max_tokens\":999999,\"max_completion_tokens\":50", 400},
+    {0, "\"max_tokens\":10,\"max_tokens\":999999", 400}, /* duplicate keys */
+    {0, "\"n\":1,\"n\":64", 400},
+    {0, "\"best_of\":8,\"max_tokens\":10", 400},
+    {0, "\"prediction\":{\"type\":\"content\",\"content\":\"x\"}", 400},
+    {0, "\"modalities\":[\"text\",\"audio\"],\"audio\":{\"voice\":\"alloy\"}", 400},
+    {0, "\"service_tier\":\"priority\"", 400},
+    {0, "\"web_search_options\":{}", 400},
+    {0, "\"stream_options\":{\"include_usage\":false},\"max_tokens\":20", 200},
+    {0, "\"x_n\":64,\"extra_body\":{\"n\":64},\"temperature\":0.5", 200},
+    {1, "\"max_tokens\":400,\"n\":64", 200}, /* no n in Anthropic's API: dropped */
+    {1, "\"max_tokens\":400,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":99999}",
+     200},
+    {1, "\"max_tokens\":40,\"max_tokens\":999999", 400},
+    {1, "\"max_tokens\":400,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"w\"}]",
+     400},
+    {1, "\"max_tokens\":400,\"mcp_servers\":[{\"type\":\"url\",\"url\":\"http://x\"}]",
+     400},
+};
+
+#define NHOSTILE (sizeof hostile / sizeof hostile[0])
+
+static void hostile_body(char *buf, size_t cap, const struct hostile *h, int stream)
+{
+	snprintf(buf, cap, "{\"model\":\"stub/many\",\"messages\":[%s],%s%s}", USER_MSG,
+		 stream ? "\"stream\":true," : "", h->fields);
+}
+
+static void hostile_call(const char *run, const char *key, const struct hostile *h,
+			 int stream, struct resp *r)
+{
+	char body[1024];
+
+	hostile_body(body, sizeof body, h, stream);
+	call(run, h->anthropic ? "/v1/messages" : "/v1/chat/completions", key,
+	     h->anthropic, body, r);
+}
+
+/* The length of the stub's log: what it answers later is read from there. */
+static long stub_mark(void)
+{
+	struct stat st;
+
+	return stat(stub_log, &st) == 0 ? (long)st.st_size : 0;
+}
+
+/* What a provider would bill for the calls the stub answered since mark
+ * (at the prices of model()): the tokens it logged, which are the ones it
+ * produced, whatever the gateway passed on or recorded. */
+static uint64_t stub_billed(long mark)
+{
+	char line[1024];
+	uint64_t sum = 0;
+	FILE *f = fopen(stub_log, "r");
+	json_t *j;
+
+	assert_non_null(f);
+	assert_int_equal(fseek(f, mark, SEEK_SET), 0);
+	while (fgets(line, sizeof line, f)) {
+		assert_non_null(j = json_loads(line, 0, NULL));
+		if (json_integer_value(json_object_get(j, "status")) == 200)
+			sum += (uint64_t)json_integer_value(
+				   json_object_get(j, "input_tokens")) *
+				   1000 +
+			       (uint64_t)json_integer_value(
+				   json_object_get(j, "output_tokens")) *
+				   100000;
+		json_decref(j);
+	}
+	fclose(f);
+	return sum;
+}
+
+/* The property: what the provider produced for run's calls since mark is
+ * what run recorded (its agent.usage.updated events) and what its budget
+ * says it spent, nothing is still reserved, and that is within budget
+ * (the stub reports no cached tokens: no rounding). */
+static uint64_t spend_checked(const char *run, uint64_t budget, long mark)
+{
+	static struct ev evs[512];
+	struct sb_budget b;
+	uint64_t sum = 0, last = 0, billed = stub_billed(mark);
+	size_t n = run_events(run, evs, 512);
+
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(evs[i].type, "agent.usage.updated"))
+			continue;
+		sum += sb_map_u64(&evs[i].p, "cost_nusd", 0);
+		last = sb_map_u64(&evs[i].p, "total_nusd", 0);
+	}
+	events_free(evs, n);
+	if (billed > budget)
+		fail_msg("run %s: the provider produced %" PRIu64
+			 " nano-USD of tokens on a budget of %" PRIu64,
+			 run, billed, budget);
+	assert_int_equal(billed, sum);
+	assert_int_equal(sb_gateway_run_budget(gw, run, &b), SB_OK);
+	assert_int_equal(b.spent, sum);
+	assert_int_equal(last, sum);
+	assert_int_equal(b.reserved, 0);
+	assert_true(b.spent <= budget);
+	return sum;
+}
+
+/* The forwarded request of run's only call, parsed. */
+static json_t *forwarded(const char *run)
+{
+	struct ev evs[8];
+	size_t n = run_events(run, evs, 8);
+	const struct ev *msg = find_type(evs, n, "agent.message", 0);
+	char *req;
+	json_t *j;
+
+	assert_non_null(msg);
+	req = blob_of(msg, "request");
+	assert_non_null(j = json_loads(req, 0, NULL));
+	free(req);
+	events_free(evs, n);
+	return j;
+}
+
+static void test_hostile_fields_never_overspend(void **state)
+{
+	struct sb_gateway_model ms[1] = {model("many", 4096, NULL)};
+	char run[32], key[SB_VKEY_MAX];
+	struct resp *r = malloc(sizeof *r);
+	json_t *j;
+	long mark;
+
+	assert_non_null(r);
+	for (size_t i = 0; i < NHOSTILE; i++) {
+		for (int stream = 0; stream < 2; stream++) {
+			snprintf(run, sizeof run, "run-hf%zu-%d", i, stream);
+			add_run(run, HF_BUDGET, 0, ms, 1, key);
+			mark = stub_mark();
+			hostile_call(run, key, &hostile[i], stream, r);
+			spend_checked(run, HF_BUDGET, mark);
+			if (r->status != hostile[i].status)
+				fail_msg("%s (stream %d): %ld, not %ld: %.300s",
+					 hostile[i].fields, stream, r->status,
+					 hostile[i].status, r->body);
+			if (r->status == 400)
+				assert_non_null(strstr(r->body, "invalid_request_error"));
+			if (r->status == 200) {
+				j = forwarded(run);
+				/* nothing unlisted reaches the provider */
+				assert_null(json_object_get(j, "x_n"));
+				assert_null(json_object_get(j, "extra_body"));
+				if (hostile[i].anthropic) {
+					assert_null(json_object_get(j, "n"));
+					json_t *t = json_object_get(j, "thinking");
+					if (t)
+						assert_true(
+						    json_integer_value(json_object_get(
+							t, "budget_tokens")) <
+						    json_integer_value(
+							json_object_get(j, "max_tokens")));
+				} else if (stream) {
+					assert_true(json_is_true(json_object_get(
+					    json_object_get(j, "stream_options"),
+					    "include_usage")));
+				}
+				json_decref(j);
+			}
+			sb_gateway_run_remove(gw, run);
+		}
+	}
+	free(r);
+}
+
+/* n x max_tokens is reserved: three choices of the grant each, answered
+ * and charged in full, within the budget. */
+static void test_choices_reserved(void **state)
+{
+	struct sb_gateway_model ms[1] = {model("many", 4096, NULL)};
+	char key[SB_VKEY_MAX];
+	struct resp r;
+	struct ev evs[8];
+	const struct ev *msg, *use;
+	uint64_t grant;
+	long mark = stub_mark();
+	size_t n;
+
+	add_run("run-n3", HF_BUDGET, 0, ms, 1, key);
+	hostile_call("run-n3", key, &hostile[1], 0, &r);
+	assert_int_equal(r.status, 200);
+	n = run_events("run-n3", evs, 8);
+	assert_non_null(msg = find_type(evs, n, "agent.message", 0));
+	assert_non_null(use = find_type(evs, n, "agent.usage.updated", 0));
+	grant = sb_map_u64(&msg->p, "max_tokens", 0);
+	assert_int_equal(sb_map_u64(&msg->p, "n", 0), 3);
+	assert_true(grant >= 16 && grant < 400);
+	assert_int_equal(sb_map_u64(&use->p, "output_tokens", 0), 3 * grant);
+	/* what a fourth choice would have cost was not there */
+	assert_true(sb_map_u64(&use->p, "cost_nusd", 0) + grant * 100000 > HF_BUDGET);
+	events_free(evs, n);
+	spend_checked("run-n3", HF_BUDGET, mark);
+	sb_gateway_run_remove(gw, "run-n3");
+}
+
+struct hf_racer {
+	const char *key;
+	unsigned seed;
+	int bad; /* a status other than 200, 400, 402 or 429 */
+};
+
+/* Streams hostile calls, each case in turn from its own start, until the
+ * budget is spent. */
+static void *hf_race_main(void *arg)
+{
+	struct hf_racer *h = arg;
+	struct resp *r = malloc(sizeof *r);
+
+	assert_non_null(r);
+	for (size_t k = 0; k < 2 * NHOSTILE; k++) {
+		hostile_call("run-hf-race", h->key, &hostile[(h->seed + k) % NHOSTILE], 1,
+			     r);
+		h->bad |= r->status != 200 && r->status != 400 && r->status != 402 &&
+			  r->status != 429;
+	}
+	free(r);
+	return NULL;
+}
+
+static void test_hostile_fields_concurrent(void **state)
+{
+	struct sb_gateway_model ms[1] = {model("many", 4096, NULL)};
+	const uint64_t budget = 5 * HF_BUDGET;
+	char key[SB_VKEY_MAX];
+	struct hf_racer hs[16];
+	pthread_t th[16];
+	long mark = stub_mark();
+
+	add_run("run-hf-race", budget, 0, ms, 1, key);
+	for (unsigned i = 0; i < 16; i++) {
+		hs[i] = (struct hf_racer){.key = key, .seed = i};
+		assert_int_equal(pthread_create(&th[i], NULL, hf_race_main, &hs[i]), 0);
+	}
+	for (int i = 0; i < 16; i++) {
+		pthread_join(th[i], NULL);
+		assert_false(hs[i].bad);
+	}
+	assert_true(spend_checked("run-hf-race", budget, mark) > 0);
+	sb_gateway_run_remove(gw, "run-hf-race");
 }
 
 /* --- raw sockets on gateway connections --- */
@@ -1421,6 +1697,9 @@ int main(void)
 	    cmocka_unit_test(test_budget_refuses_third_call),
 	    cmocka_unit_test(test_concurrent_calls_never_overspend),
 	    cmocka_unit_test(test_stream_past_budget_is_cut),
+	    cmocka_unit_test(test_hostile_fields_never_overspend),
+	    cmocka_unit_test(test_choices_reserved),
+	    cmocka_unit_test(test_hostile_fields_concurrent),
 	    cmocka_unit_test(test_connection_tied_to_its_run),
 	    cmocka_unit_test(test_alias_on_own_connections),
 	    cmocka_unit_test(test_errors),

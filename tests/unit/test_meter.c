@@ -164,6 +164,95 @@ static void test_request_parse_and_cap(void **state)
 	sb_mreq_free(&rq);
 }
 
+/* Parses body (dialect api), which must pass, finishes it with a grant of
+ * max_tokens and returns what would be forwarded, parsed. */
+static json_t *forward_of(unsigned api, const char *body, uint64_t max_tokens,
+			  struct sb_mreq *rq)
+{
+	char *out;
+	size_t len;
+	json_t *j;
+	int rc = sb_mreq_parse(api, body, strlen(body), rq);
+
+	if (rc)
+		fail_msg("%s: %s", body, sb_errmsg(rc));
+	assert_int_equal(sb_mreq_finish(api, rq, "up", max_tokens, &out, &len), SB_OK);
+	assert_non_null(j = json_loadb(out, len, 0, NULL));
+	free(out);
+	sb_mreq_free(rq);
+	return j;
+}
+
+static void test_request_allow_list(void **state)
+{
+	struct sb_mreq rq;
+	const char *key;
+	json_t *j, *v;
+	size_t i = 0;
+	static const char *const order[] = {"model", "temperature", "messages", "n",
+					    "max_tokens", "stream", "stream_options"};
+
+	/* unknown fields are dropped; listed ones keep their order; n is
+	 * read; stream_options is the gateway's own; store false is no store */
+	j = forward_of(SB_API_OPENAI,
+		       "{\"model\":\"m\",\"temperature\":0.2,\"x_multiplier\":64,"
+		       "\"messages\":[],\"extra_body\":{\"n\":9},\"n\":3,"
+		       "\"max_tokens\":400,\"store\":false,\"stream\":true,"
+		       "\"stream_options\":{\"include_usage\":false,\"x\":1},"
+		       "\"best_of\":null}",
+		       32, &rq);
+	assert_int_equal(json_object_size(j), 7);
+	json_object_foreach(j, key, v) assert_string_equal(key, order[i++]);
+	assert_string_equal(json_string_value(json_object_get(j, "model")), "up");
+	assert_int_equal(json_integer_value(json_object_get(j, "n")), 3);
+	assert_int_equal(json_integer_value(json_object_get(j, "max_tokens")), 32);
+	assert_non_null(v = json_object_get(j, "stream_options"));
+	assert_int_equal(json_object_size(v), 1);
+	assert_true(json_is_true(json_object_get(v, "include_usage")));
+	json_decref(j);
+	/* the bound the client used is the one capped; a non-stream call gets
+	 * no stream_options */
+	j = forward_of(SB_API_OPENAI,
+		       "{\"model\":\"m\",\"messages\":[],\"max_completion_tokens\":"
+		       "900,\"stream_options\":{\"include_usage\":true}}",
+		       50, &rq);
+	assert_int_equal(json_integer_value(json_object_get(j, "max_completion_tokens")),
+			 50);
+	assert_null(json_object_get(j, "max_tokens"));
+	assert_null(json_object_get(j, "stream_options"));
+	json_decref(j);
+	/* none given: max_tokens is set */
+	j = forward_of(SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[]}", 70, &rq);
+	assert_int_equal(json_integer_value(json_object_get(j, "max_tokens")), 70);
+	json_decref(j);
+	/* Anthropic: n is no field there (dropped), a thinking budget is held
+	 * below the grant, client tools pass */
+	j = forward_of(SB_API_ANTHROPIC,
+		       "{\"model\":\"m\",\"messages\":[],\"max_tokens\":4000,\"n\":64,"
+		       "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":3000},"
+		       "\"tools\":[{\"name\":\"a\"},{\"type\":\"bash_20250124\","
+		       "\"name\":\"bash\"},{\"type\":\"custom\",\"name\":\"c\"}],"
+		       "\"system\":\"s\"}",
+		       2000, &rq);
+	assert_null(json_object_get(j, "n"));
+	assert_int_equal(json_integer_value(json_object_get(j, "max_tokens")), 2000);
+	assert_int_equal(json_integer_value(json_object_get(
+			     json_object_get(j, "thinking"), "budget_tokens")),
+			 1999);
+	assert_int_equal(json_array_size(json_object_get(j, "tools")), 3);
+	assert_non_null(json_object_get(j, "system"));
+	json_decref(j);
+	/* a thinking budget below the grant stays */
+	j = forward_of(SB_API_ANTHROPIC,
+		       "{\"model\":\"m\",\"messages\":[],\"max_tokens\":4000,"
+		       "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}}",
+		       2000, &rq);
+	assert_int_equal(json_integer_value(json_object_get(
+			     json_object_get(j, "thinking"), "budget_tokens")),
+			 1024);
+	json_decref(j);
+}
+
 static void test_request_errors(void **state)
 {
 	static const struct {
@@ -173,20 +262,99 @@ static void test_request_errors(void **state)
 	    {SB_API_OPENAI, "not json", "not JSON"},
 	    {SB_API_OPENAI, "[1]", "JSON object"},
 	    {SB_API_OPENAI, "{\"messages\":[]}", "model"},
+	    {SB_API_OPENAI, "{\"model\":null,\"messages\":[]}", "model"},
 	    {SB_API_OPENAI, "{\"model\":\"m\"}", "messages"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":{}}", "messages"},
 	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"stream\":1}", "stream"},
 	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"max_tokens\":0}",
 	     "max_tokens"},
 	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"max_tokens\":\"9\"}",
 	     "max_tokens"},
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":100000001}",
+	     "max_tokens"},
 	    {SB_API_ANTHROPIC, "{\"model\":\"m\",\"messages\":[]}",
 	     "max_tokens is required"},
+	    {SB_API_ANTHROPIC, "{\"model\":\"m\",\"messages\":[],\"max_tokens\":null}",
+	     "max_tokens is required"},
+	    /* both bounds, either order */
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[],\"max_completion_tokens\":5,"
+	     "\"max_tokens\":999999}",
+	     "max_completion_tokens and max_tokens: give one"},
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":999999,"
+	     "\"max_completion_tokens\":5}",
+	     "max_tokens and max_completion_tokens"},
+	    /* a key twice, at the top, escaped, or deeper down */
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":5,\"max_tokens\":9}",
+	     "duplicate"},
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[],\"n\":1,\"\\u006e\":64}",
+	     "duplicate"},
+	    {SB_API_ANTHROPIC,
+	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":5,\"thinking\":"
+	     "{\"budget_tokens\":1,\"budget_tokens\":9}}",
+	     "duplicate"},
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\\u0000x\":9}",
+	     "NUL"},
+	    /* n */
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"n\":0}", "n must"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"n\":129}", "1 to 128"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"n\":2.0}", "n must"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"n\":\"2\"}", "n must"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"n\":-1}", "n must"},
+	    /* refused fields name themselves and why */
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"best_of\":2}",
+	     "best_of is refused by the gateway: it multiplies"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"audio\":{}}", "audio"},
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[],\"modalities\":[\"text\"]}",
+	     "modalities"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"prediction\":{}}",
+	     "prediction"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"store\":true}",
+	     "store"},
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[],\"service_tier\":\"priority\"}",
+	     "service_tier"},
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[],\"web_search_options\":{}}",
+	     "web_search_options"},
+	    {SB_API_ANTHROPIC,
+	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":5,\"mcp_servers\":[]}",
+	     "mcp_servers"},
+	    {SB_API_ANTHROPIC,
+	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":5,\"container\":\"c\"}",
+	     "container"},
+	    /* tools the provider would run */
+	    {SB_API_ANTHROPIC,
+	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":5,\"tools\":[{\"name\":"
+	     "\"a\"},{\"type\":\"web_search_20250305\",\"name\":\"w\"}]}",
+	     "tools[1]: type 'web_search_20250305' is refused"},
+	    {SB_API_ANTHROPIC,
+	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":5,\"tools\":[{\"type\":"
+	     "\"code_execution_20250522\"}]}",
+	     "code_execution"},
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[],\"tools\":[{\"type\":\"web_search\"}]}",
+	     "web_search"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"tools\":{}}",
+	     "tools must be an array"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"tools\":[1]}",
+	     "tools[0] must be an object"},
+	    {SB_API_ANTHROPIC,
+	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":5,\"thinking\":true}",
+	     "thinking must be an object"},
 	};
 	struct sb_mreq rq;
 
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		int rc = sb_mreq_parse(bad[i].api, bad[i].body, strlen(bad[i].body), &rq);
-		assert_int_equal(rc, SB_ERR_INVAL);
+		if (rc != SB_ERR_INVAL)
+			fail_msg("%s: %d", bad[i].body, rc);
 		tu_errmsg_has(rc, bad[i].want);
 		assert_null(rq.json);
 	}
@@ -313,61 +481,109 @@ static void test_budget_caps_and_refuses(void **state)
 	uint64_t out, res, res2;
 
 	/* 3000 request bytes reserve 3M; 100 output tokens 10M */
-	assert_int_equal(sb_budget_reserve(&b, &m, 3000, 0, &out, &res), SB_GRANT_OK);
+	assert_int_equal(sb_budget_reserve(&b, &m, 3000, 0, 1, &out, &res), SB_GRANT_OK);
 	assert_int_equal(out, 100);
 	assert_int_equal(res, 3000000 + 10000000);
 	assert_int_equal(b.reserved, res);
 	/* a second call in flight gets what is left: 4.5M - 3M = 15 tokens: too few */
-	assert_int_equal(sb_budget_reserve(&b, &m, 3000, 0, &out, &res2), SB_GRANT_BUSY);
+	assert_int_equal(sb_budget_reserve(&b, &m, 3000, 0, 1, &out, &res2), SB_GRANT_BUSY);
 	/* the first settles at its real cost: 100 in, 80 out = 8.1M */
 	sb_budget_settle(&b, res, 100 * 1000 + 80 * 100000);
 	assert_int_equal(b.reserved, 0);
 	assert_int_equal(b.spent, 8100000);
 	/* 9.4M left: 3M input, 64 output tokens */
-	assert_int_equal(sb_budget_reserve(&b, &m, 3000, 0, &out, &res), SB_GRANT_OK);
+	assert_int_equal(sb_budget_reserve(&b, &m, 3000, 0, 1, &out, &res), SB_GRANT_OK);
 	assert_int_equal(out, 64);
 	assert_true(res <= b.limit - b.spent);
 	sb_budget_settle(&b, res, 100 * 1000 + 60 * 100000);
 	/* 3.3M left cannot pay 3M + 16 tokens: spent */
-	assert_int_equal(sb_budget_reserve(&b, &m, 3000, 0, &out, &res), SB_GRANT_SPENT);
+	assert_int_equal(sb_budget_reserve(&b, &m, 3000, 0, 1, &out, &res), SB_GRANT_SPENT);
 	/* a small request that asks for 5 tokens still fits */
-	assert_int_equal(sb_budget_reserve(&b, &m, 100, 5, &out, &res), SB_GRANT_OK);
+	assert_int_equal(sb_budget_reserve(&b, &m, 100, 5, 1, &out, &res), SB_GRANT_OK);
 	assert_int_equal(out, 5);
 	/* settling never underflows the reservations */
 	sb_budget_settle(&b, res + 1000, 0);
 	assert_int_equal(b.reserved, 0);
 }
 
+static void test_budget_reserves_every_choice(void **state)
+{
+	struct sb_model m = {.in_price = 1000000000ull,
+			     .out_price = 100000000000ull,
+			     .cached_price = 1000000000ull,
+			     .max_output = 100};
+	struct sb_budget b = {.limit = 10000000}; /* $0.01 */
+	uint64_t out, res;
+
+	/* 200 bytes (0.2M) and 98 tokens left: n=64 of 400 cannot get 16
+	 * tokens each, while one choice could */
+	assert_int_equal(sb_budget_reserve(&b, &m, 200, 400, 64, &out, &res),
+			 SB_GRANT_CHOICES);
+	assert_int_equal(b.reserved, 0);
+	/* n=3 of 400: 32 tokens each, all three reserved */
+	assert_int_equal(sb_budget_reserve(&b, &m, 200, 400, 3, &out, &res), SB_GRANT_OK);
+	assert_int_equal(out, 32);
+	assert_int_equal(res, 200000 + 3 * 32 * 100000);
+	/* the rest is held by the three; once they are paid, it cannot pay
+	 * 16 tokens of even one choice: spent */
+	assert_int_equal(sb_budget_reserve(&b, &m, 200, 400, 2, &out, &res),
+			 SB_GRANT_BUSY);
+	sb_budget_settle(&b, res, res);
+	assert_int_equal(sb_budget_reserve(&b, &m, 200, 400, 2, &out, &res),
+			 SB_GRANT_SPENT);
+	/* n=8 of 1 token: 8 tokens */
+	b = (struct sb_budget){.limit = 10000000};
+	assert_int_equal(sb_budget_reserve(&b, &m, 200, 1, 8, &out, &res), SB_GRANT_OK);
+	assert_int_equal(out, 1);
+	assert_int_equal(res, 200000 + 8 * 100000);
+}
+
+/* Up to max, the worst case (max itself) half the time. */
+static uint64_t upto(uint64_t *seed, uint64_t max)
+{
+	return tu_rand(seed) % 2 ? max : tu_rand(seed) % (max + 1);
+}
+
 static void test_budget_never_overspends(void **state)
 {
-	struct sb_model m = {.in_price = 3000000000ull,
-			     .out_price = 15000000000ull,
-			     .cached_price = 300000000ull,
-			     .max_output = 4096};
 	uint64_t seed = 42;
 
-	for (int round = 0; round < 200; round++) {
+	for (int round = 0; round < 400; round++) {
+		/* prices of $0.01 to $100 per Mtok; the cache at a tenth of the
+		 * input price, or dearer than it (Anthropic's cache writes) */
+		struct sb_model m = {.in_price = 10000000 + tu_rand(&seed) % 100000000000,
+				     .out_price = 10000000 + tu_rand(&seed) % 100000000000,
+				     .max_output = 1 + tu_rand(&seed) % 8192};
 		struct sb_budget b = {.limit = 1 + tu_rand(&seed) % 200000000};
-		uint64_t res[8] = {0}, out[8], cost_sum = 0;
+		uint64_t res[8] = {0}, out[8], bytes[8], cost_sum = 0, calls = 0;
+		unsigned n[8];
+
+		m.cached_price = round % 2 ? m.in_price / 10 : m.in_price * 5 / 4;
 		for (int i = 0; i < 8; i++) {
-			uint64_t bytes = 100 + tu_rand(&seed) % 20000,
-				 want = tu_rand(&seed) % 3 ? 0 : 1 + tu_rand(&seed) % 500;
-			if (sb_budget_reserve(&b, &m, bytes, want, &out[i], &res[i]) !=
-			    SB_GRANT_OK)
+			uint64_t want = tu_rand(&seed) % 3 ? 0 : 1 + tu_rand(&seed) % 500;
+			bytes[i] = 100 + tu_rand(&seed) % 20000;
+			n[i] = tu_rand(&seed) % 2 ? 1 : 1 + tu_rand(&seed) % SB_CHOICES_MAX;
+			if (sb_budget_reserve(&b, &m, bytes[i], want, n[i], &out[i],
+					      &res[i]) != SB_GRANT_OK)
 				res[i] = 0;
 			assert_true(b.spent + b.reserved <= b.limit);
 		}
 		for (int i = 0; i < 8; i++) {
-			/* a provider that honours max_tokens and counts no more input
-			 * than bytes */
-			uint64_t cost =
-			    res[i] ? res[i] - tu_rand(&seed) % (res[i] + 1) : 0;
+			/* a provider that honours max_tokens in each of n choices
+			 * and counts no more input than bytes, some of it cached */
+			uint64_t in = upto(&seed, bytes[i]), cost = 0;
+			if (res[i]) {
+				cost = sb_model_cost(&m, in, upto(&seed, in),
+						     n[i] * upto(&seed, out[i]));
+				calls++;
+			}
+			assert_true(cost <= res[i] + 1); /* rounding: SPEC.md */
 			sb_budget_settle(&b, res[i], cost);
 			cost_sum += cost;
 		}
 		assert_int_equal(b.reserved, 0);
 		assert_int_equal(b.spent, cost_sum);
-		assert_true(b.spent <= b.limit);
+		assert_true(b.spent <= b.limit + calls);
 	}
 }
 
@@ -389,12 +605,14 @@ int main(void)
 	    cmocka_unit_test(test_models_file_errors),
 	    cmocka_unit_test(test_cost_is_exact),
 	    cmocka_unit_test(test_request_parse_and_cap),
+	    cmocka_unit_test(test_request_allow_list),
 	    cmocka_unit_test(test_request_errors),
 	    cmocka_unit_test(test_usage_from_bodies),
 	    cmocka_unit_test(test_sse_openai),
 	    cmocka_unit_test(test_sse_anthropic),
 	    cmocka_unit_test(test_sse_long_line_refused),
 	    cmocka_unit_test(test_budget_caps_and_refuses),
+	    cmocka_unit_test(test_budget_reserves_every_choice),
 	    cmocka_unit_test(test_budget_never_overspends),
 	    cmocka_unit_test(test_error_types),
 	};
