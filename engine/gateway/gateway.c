@@ -147,10 +147,10 @@ struct gw_call {
 	char *req; /* the body as sent upstream */
 	size_t req_len;
 	struct curl_slist *headers;
-	unsigned choices; /* completions asked for (OpenAI n) */
+	unsigned choices;	       /* completions asked for (OpenAI n) */
 	uint64_t granted, reservation; /* granted: max_tokens of each choice */
-	struct gbuf answer; /* the answer as received */
-	struct gbuf pend;   /* stream bytes not yet given to the client */
+	struct gbuf answer;	       /* the answer as received */
+	struct gbuf pend;	       /* stream bytes not yet given to the client */
 	struct sb_sse_meter meter;
 	long status;
 	int up_done, cut, settled, in_multi;
@@ -1071,8 +1071,9 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 	k->answer.max = ANSWER_MAX;
 	k->pend.max = SIZE_MAX;
 	pthread_mutex_lock(&gw->mu);
-	g = sb_budget_reserve(&r->budget, &m->m, rq->body.b.size, mr.max_tokens,
-			      mr.choices, &k->granted, &k->reservation);
+	g = sb_budget_reserve(&r->budget, &m->m,
+			      rq->body.b.size + mr.images * SB_IMAGE_TOKENS,
+			      mr.max_tokens, mr.choices, &k->granted, &k->reservation);
 	pthread_mutex_unlock(&gw->mu);
 	if (g == SB_GRANT_SPENT) {
 		budget_spent(gw, r);

@@ -101,12 +101,13 @@ static const struct field anthropic_fields[] = {
  * the provider runs (web search, code execution, MCP) take several rounds
  * of output within one call and are priced apart. */
 static const char *const openai_tools[] = {"function", "custom", NULL};
-static const char *const anthropic_tools[] = {
-    "custom", "bash_", "text_editor_", "computer_", "memory_", NULL};
+static const char *const anthropic_tools[] = {"custom",	   "bash_",   "text_editor_",
+					      "computer_", "memory_", NULL};
 
 static const struct field *field_of(unsigned api, const char *name)
 {
-	const struct field *f = api == SB_API_ANTHROPIC ? anthropic_fields : openai_fields;
+	const struct field *f =
+	    api == SB_API_ANTHROPIC ? anthropic_fields : openai_fields;
 
 	for (; f->name; f++)
 		if (!strcmp(f->name, name))
@@ -143,6 +144,81 @@ static int tools_check(unsigned api, json_t *v)
 	return SB_OK;
 }
 
+/* Content parts whose input the body's bytes do not bound, refused:
+ * {part type or NULL for any, its source's type or NULL for any}. */
+static const struct part_rule {
+	const char *type, *source, *why;
+} refused_parts[] = {
+    {NULL, "url", "the provider would fetch it"},
+    {NULL, "file", "it names a file stored at the provider"},
+    {"document", "base64", "a PDF is counted by the provider past its bytes"},
+    {"file", NULL, "a file is counted by the provider past its bytes"},
+    {"input_audio", NULL, "audio input is priced apart"},
+    {NULL, NULL, NULL},
+};
+
+/* The type of part p's source: Anthropic's source.type, or "url" for an
+ * OpenAI image_url that is not a data: URL; NULL when it has none. */
+static const char *source_of(json_t *p)
+{
+	json_t *img = json_object_get(p, "image_url");
+	const char *url =
+	    json_string_value(json_is_object(img) ? json_object_get(img, "url") : img);
+
+	if (img)
+		return url && !strncmp(url, "data:", 5) ? "data" : "url";
+	return json_string_value(json_object_get(json_object_get(p, "source"), "type"));
+}
+
+/* Checks the content parts of the array v, and those within them (a
+ * tool result's, a document's), against refused_parts; counts images
+ * into rq->images. */
+static int parts_check(json_t *v, struct sb_mreq *rq)
+{
+	const struct part_rule *r;
+	const char *type, *src;
+	json_t *p;
+	size_t i;
+	int rc;
+
+	json_array_foreach(v, i, p)
+	{
+		type = json_string_value(json_object_get(p, "type"));
+		src = source_of(p);
+		for (r = refused_parts; r->why; r++)
+			if ((!r->type || (type && !strcmp(type, r->type))) &&
+			    (!r->source || (src && !strcmp(src, r->source))))
+				return sb_seterr(SB_ERR_INVAL,
+						 "a content part of type '%.32s' (source "
+						 "'%.32s') is refused by the gateway: %s",
+						 type ? type : "", src ? src : "",
+						 r->why);
+		rq->images += src && (!strcmp(src, "data") || !strcmp(src, "base64"));
+		if ((rc = parts_check(json_object_get(p, "content"), rq)) ||
+		    (rc = parts_check(
+			 json_object_get(json_object_get(p, "source"), "content"), rq)))
+			return rc;
+	}
+	return SB_OK;
+}
+
+/* Checks messages, an array, and the content parts of each. */
+static int messages_check(json_t *v, struct sb_mreq *rq)
+{
+	json_t *m;
+	size_t i;
+	int rc;
+
+	if (!json_is_array(v))
+		return sb_seterr(SB_ERR_INVAL, "messages must be an array");
+	json_array_foreach(v, i, m)
+	{
+		if ((rc = parts_check(json_object_get(m, "content"), rq)))
+			return rc;
+	}
+	return SB_OK;
+}
+
 /* Reads the integer v into *out: from 1 to max. */
 static int count_of(json_t *v, const char *key, uint64_t max, uint64_t *out)
 {
@@ -173,10 +249,7 @@ static int field_take(unsigned api, struct sb_mreq *rq, const char *key, json_t 
 					 sizeof rq->model - 1);
 		memcpy(rq->model, json_string_value(v), json_string_length(v) + 1);
 		break;
-	case FIELD_MESSAGES:
-		if (!json_is_array(v))
-			return sb_seterr(SB_ERR_INVAL, "messages must be an array");
-		break;
+	case FIELD_MESSAGES: rc = messages_check(v, rq); break;
 	case FIELD_STREAM:
 		if (!json_is_boolean(v))
 			return sb_seterr(SB_ERR_INVAL, "stream must be a boolean");
@@ -198,16 +271,13 @@ static int field_take(unsigned api, struct sb_mreq *rq, const char *key, json_t 
 		if (!json_is_object(v))
 			return sb_seterr(SB_ERR_INVAL, "thinking must be an object");
 		break;
-	case FIELD_TOOLS:
-		rc = tools_check(api, v);
-		break;
+	case FIELD_TOOLS: rc = tools_check(api, v); break;
 	case FIELD_REFUSE:
 		if (json_is_false(v))
 			return SB_OK;
 		return sb_seterr(SB_ERR_INVAL, "%s is refused by the gateway: %s",
 				 f->name, f->why);
-	default:
-		break;
+	default: break;
 	}
 	if (rc == SB_OK && json_object_set(rq->json, key, v))
 		rc = SB_ERR_NOMEM;
@@ -264,7 +334,8 @@ static int bounds_cap(struct sb_mreq *rq, uint64_t max_tokens)
 	if (json_object_set_new(rq->json, rq->bound ? rq->bound : "max_tokens",
 				json_integer((json_int_t)max_tokens)))
 		return SB_ERR_NOMEM;
-	if (json_is_integer(budget) && json_integer_value(budget) >= (json_int_t)max_tokens &&
+	if (json_is_integer(budget) &&
+	    json_integer_value(budget) >= (json_int_t)max_tokens &&
 	    json_object_set_new(think, "budget_tokens",
 				json_integer((json_int_t)max_tokens - 1)))
 		return SB_ERR_NOMEM;
@@ -468,8 +539,8 @@ enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m,
 	if (avail < need)
 		return SB_GRANT_BUSY;
 	if (m->out_price) {
-		unsigned __int128 can =
-		    (unsigned __int128)(avail - in_cost) * 1000000 / m->out_price / choices;
+		unsigned __int128 can = (unsigned __int128)(avail - in_cost) * 1000000 /
+					m->out_price / choices;
 		if (can < grant)
 			grant = (uint64_t)can;
 	}

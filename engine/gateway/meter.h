@@ -24,8 +24,9 @@ struct sb_usage {
 	int known; /* the answer reported its usage */
 };
 
-#define SB_CHOICES_MAX	    128		  /* most completions (OpenAI n) in one call */
+#define SB_CHOICES_MAX	    128		 /* most completions (OpenAI n) in one call */
 #define SB_MAX_TOKENS_LIMIT 100000000ull /* largest max_tokens accepted */
+#define SB_IMAGE_TOKENS	    6000	 /* input reserved for an image, past its bytes */
 
 /* A model request read from its JSON body: the fields the gateway
  * forwards, checked. */
@@ -36,6 +37,7 @@ struct sb_mreq {
 	uint64_t max_tokens; /* asked for, each choice; 0 = none given */
 	unsigned choices;    /* completions asked for (OpenAI n), 1 to SB_CHOICES_MAX */
 	const char *bound;   /* the field max_tokens came in (static), or NULL */
+	uint64_t images;     /* images among the content parts (inline data) */
 };
 
 /* The error "type" of dialect api (SB_API_OPENAI or SB_API_ANTHROPIC) for
@@ -46,7 +48,8 @@ const char *sb_api_error_type(unsigned api, unsigned status);
  * keeps only the fields of the API's allow-list (SPEC.md, "The gateway"),
  * dropping the others, and checks those the gateway reads. Errors:
  * SB_ERR_INVAL with a detail fit for the HTTP 400 answer (not JSON, a key
- * given twice in any object, a refused field or tool type, both
+ * given twice in any object, a refused field, tool type or content part
+ * (a URL or stored file the provider would read, a PDF, audio), both
  * max_tokens and max_completion_tokens, a bad model, messages, stream,
  * bound or n), SB_ERR_NOMEM. */
 int sb_mreq_parse(unsigned api, const char *body, size_t len, struct sb_mreq *rq);
@@ -108,7 +111,8 @@ enum sb_grant {
 
 /* Reserves the worst case of one call to model m before it is forwarded:
  * input counted as one token per byte of the request body (in_bytes: no
- * tokenizer makes more tokens than bytes) at the dearer of the input and
+ * tokenizer makes more tokens than bytes; the caller adds
+ * SB_IMAGE_TOKENS for each image) at the dearer of the input and
  * cached prices, and output at want_out tokens
  * (0: the model's max_output) for each of its choices (1 to
  * SB_CHOICES_MAX), lowered to what the budget left can pay. On

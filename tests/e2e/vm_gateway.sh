@@ -184,7 +184,7 @@ rc=$?
 	bad "missing secret" "exit $rc: $(cat "$work/nosec.out")"
 "$SB" run -m acme/none -- true >"$work/nomodel.out" 2>&1
 rc=$?
-[ $rc != 0 ] && grep -q 'no price' "$work/nomodel.out" && ok "a model without a price refuses the run" ||
+[ $rc != 0 ] && grep -q "unknown model 'acme/none'" "$work/nomodel.out" && ok "a model without a price refuses the run" ||
 	bad "unknown model" "exit $rc: $(cat "$work/nomodel.out")"
 
 # --- 4. 8 concurrent calls against a budget for 3, and a stream cut, in a guest

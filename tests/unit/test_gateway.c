@@ -17,9 +17,9 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
-#include <inttypes.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -601,7 +601,7 @@ static void test_stream_past_budget_is_cut(void **state)
  * the usage a provider would: n times the output of one choice. */
 static const struct hostile {
 	int anthropic;
-	const char *fields; /* after model, messages and stream */
+	const char *fields; /* after model, messages (unless given) and stream */
 	long status;
 } hostile[] = {
     {0, "\"n\":64,\"max_tokens\":400", 400}, /* 64 x 16 tokens: more than left */
@@ -627,7 +627,16 @@ static const struct hostile {
     {1, "\"max_tokens\":400,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":99999}",
      200},
     {1, "\"max_tokens\":40,\"max_tokens\":999999", 400},
-    {1, "\"max_tokens\":400,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"w\"}]",
+    {1,
+     "\"max_tokens\":400,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"w\"}]",
+     400},
+    {0,
+     "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+     "\"image_url\":{\"url\":\"https://example.com/a.png\"}}]}]",
+     400},
+    {1,
+     "\"max_tokens\":400,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+     "\"document\",\"source\":{\"type\":\"url\",\"url\":\"https://x/a.pdf\"}}]}]",
      400},
     {1, "\"max_tokens\":400,\"mcp_servers\":[{\"type\":\"url\",\"url\":\"http://x\"}]",
      400},
@@ -635,9 +644,14 @@ static const struct hostile {
 
 #define NHOSTILE (sizeof hostile / sizeof hostile[0])
 
+/* A body of h: its fields after the model, and a user message unless
+ * they bring their own. */
 static void hostile_body(char *buf, size_t cap, const struct hostile *h, int stream)
 {
-	snprintf(buf, cap, "{\"model\":\"stub/many\",\"messages\":[%s],%s%s}", USER_MSG,
+	int own = strstr(h->fields, "\"messages\"") != NULL;
+
+	snprintf(buf, cap, "{\"model\":\"stub/many\",%s%s%s%s%s}",
+		 own ? "" : "\"messages\":[", own ? "" : USER_MSG, own ? "" : "],",
 		 stream ? "\"stream\":true," : "", h->fields);
 }
 
@@ -768,8 +782,8 @@ static void test_hostile_fields_never_overspend(void **state)
 						assert_true(
 						    json_integer_value(json_object_get(
 							t, "budget_tokens")) <
-						    json_integer_value(
-							json_object_get(j, "max_tokens")));
+						    json_integer_value(json_object_get(
+							j, "max_tokens")));
 				} else if (stream) {
 					assert_true(json_is_true(json_object_get(
 					    json_object_get(j, "stream_options"),

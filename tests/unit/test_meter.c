@@ -186,11 +186,13 @@ static json_t *forward_of(unsigned api, const char *body, uint64_t max_tokens,
 static void test_request_allow_list(void **state)
 {
 	struct sb_mreq rq;
+	const char *body;
 	const char *key;
 	json_t *j, *v;
 	size_t i = 0;
-	static const char *const order[] = {"model", "temperature", "messages", "n",
-					    "max_tokens", "stream", "stream_options"};
+	static const char *const order[] = {
+	    "model",	  "temperature", "messages",	  "n",
+	    "max_tokens", "stream",	 "stream_options"};
 
 	/* unknown fields are dropped; listed ones keep their order; n is
 	 * read; stream_options is the gateway's own; store false is no store */
@@ -242,6 +244,26 @@ static void test_request_allow_list(void **state)
 	assert_int_equal(json_array_size(json_object_get(j, "tools")), 3);
 	assert_non_null(json_object_get(j, "system"));
 	json_decref(j);
+	/* images are counted (each reserved as SB_IMAGE_TOKENS), at any
+	 * depth; text documents and a tool's input of any shape pass */
+	body = "{\"model\":\"m\",\"max_tokens\":5,\"messages\":["
+	       "{\"role\":\"user\",\"content\":[{\"type\":\"image\","
+	       "\"source\":{\"type\":\"base64\",\"data\":\"AA\"}},"
+	       "{\"type\":\"document\",\"source\":{\"type\":\"text\","
+	       "\"data\":\"t\"}},{\"type\":\"tool_result\",\"content\":"
+	       "[{\"type\":\"image\",\"source\":{\"type\":\"base64\"}}]}]},"
+	       "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\","
+	       "\"input\":{\"type\":\"file\",\"source\":{\"type\":\"url\"}}}]}]}";
+	assert_int_equal(sb_mreq_parse(SB_API_ANTHROPIC, body, strlen(body), &rq), SB_OK);
+	assert_int_equal(rq.images, 2);
+	sb_mreq_free(&rq);
+	body = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
+	       "\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":"
+	       "\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,"
+	       "AA\"}}]}]}";
+	assert_int_equal(sb_mreq_parse(SB_API_OPENAI, body, strlen(body), &rq), SB_OK);
+	assert_int_equal(rq.images, 1);
+	sb_mreq_free(&rq);
 	/* a thinking budget below the grant stays */
 	j = forward_of(SB_API_ANTHROPIC,
 		       "{\"model\":\"m\",\"messages\":[],\"max_tokens\":4000,"
@@ -270,8 +292,7 @@ static void test_request_errors(void **state)
 	     "max_tokens"},
 	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"max_tokens\":\"9\"}",
 	     "max_tokens"},
-	    {SB_API_OPENAI,
-	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":100000001}",
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"max_tokens\":100000001}",
 	     "max_tokens"},
 	    {SB_API_ANTHROPIC, "{\"model\":\"m\",\"messages\":[]}",
 	     "max_tokens is required"},
@@ -290,15 +311,13 @@ static void test_request_errors(void **state)
 	    {SB_API_OPENAI,
 	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":5,\"max_tokens\":9}",
 	     "duplicate"},
-	    {SB_API_OPENAI,
-	     "{\"model\":\"m\",\"messages\":[],\"n\":1,\"\\u006e\":64}",
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"n\":1,\"\\u006e\":64}",
 	     "duplicate"},
 	    {SB_API_ANTHROPIC,
 	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":5,\"thinking\":"
 	     "{\"budget_tokens\":1,\"budget_tokens\":9}}",
 	     "duplicate"},
-	    {SB_API_OPENAI,
-	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\\u0000x\":9}",
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"max_tokens\\u0000x\":9}",
 	     "NUL"},
 	    /* n */
 	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"n\":0}", "n must"},
@@ -310,18 +329,15 @@ static void test_request_errors(void **state)
 	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"best_of\":2}",
 	     "best_of is refused by the gateway: it multiplies"},
 	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"audio\":{}}", "audio"},
-	    {SB_API_OPENAI,
-	     "{\"model\":\"m\",\"messages\":[],\"modalities\":[\"text\"]}",
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"modalities\":[\"text\"]}",
 	     "modalities"},
 	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"prediction\":{}}",
 	     "prediction"},
-	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"store\":true}",
-	     "store"},
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"store\":true}", "store"},
 	    {SB_API_OPENAI,
 	     "{\"model\":\"m\",\"messages\":[],\"service_tier\":\"priority\"}",
 	     "service_tier"},
-	    {SB_API_OPENAI,
-	     "{\"model\":\"m\",\"messages\":[],\"web_search_options\":{}}",
+	    {SB_API_OPENAI, "{\"model\":\"m\",\"messages\":[],\"web_search_options\":{}}",
 	     "web_search_options"},
 	    {SB_API_ANTHROPIC,
 	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":5,\"mcp_servers\":[]}",
@@ -329,6 +345,40 @@ static void test_request_errors(void **state)
 	    {SB_API_ANTHROPIC,
 	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":5,\"container\":\"c\"}",
 	     "container"},
+	    /* content the provider would fetch, read from its store, or count
+	     * past its bytes, at any depth */
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+	     "\"image_url\",\"image_url\":{\"url\":\"https://x/?leak\"}}]}]}",
+	     "type 'image_url' (source 'url') is refused by the gateway: the provider "
+	     "would fetch it"},
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+	     "\"image_url\",\"image_url\":\"http://x\"}]}]}",
+	     "fetch"},
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+	     "\"file\",\"file\":{\"file_id\":\"file-1\"}}]}]}",
+	     "type 'file'"},
+	    {SB_API_OPENAI,
+	     "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+	     "\"input_audio\",\"input_audio\":{}}]}]}",
+	     "audio input"},
+	    {SB_API_ANTHROPIC,
+	     "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\","
+	     "\"content\":[{\"type\":\"image\",\"source\":{\"type\":\"url\",\"url\":"
+	     "\"https://x\"}}]}]}",
+	     "the provider would fetch it"},
+	    {SB_API_ANTHROPIC,
+	     "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\","
+	     "\"content\":[{\"type\":\"document\",\"source\":{\"type\":\"base64\","
+	     "\"media_type\":\"application/pdf\",\"data\":\"JVBE\"}}]}]}",
+	     "PDF"},
+	    {SB_API_ANTHROPIC,
+	     "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\","
+	     "\"content\":[{\"type\":\"tool_result\",\"content\":[{\"type\":\"image\","
+	     "\"source\":{\"type\":\"file\",\"file_id\":\"f\"}}]}]}]}",
+	     "stored at the provider"},
 	    /* tools the provider would run */
 	    {SB_API_ANTHROPIC,
 	     "{\"model\":\"m\",\"messages\":[],\"max_tokens\":5,\"tools\":[{\"name\":"
@@ -486,7 +536,8 @@ static void test_budget_caps_and_refuses(void **state)
 	assert_int_equal(res, 3000000 + 10000000);
 	assert_int_equal(b.reserved, res);
 	/* a second call in flight gets what is left: 4.5M - 3M = 15 tokens: too few */
-	assert_int_equal(sb_budget_reserve(&b, &m, 3000, 0, 1, &out, &res2), SB_GRANT_BUSY);
+	assert_int_equal(sb_budget_reserve(&b, &m, 3000, 0, 1, &out, &res2),
+			 SB_GRANT_BUSY);
 	/* the first settles at its real cost: 100 in, 80 out = 8.1M */
 	sb_budget_settle(&b, res, 100 * 1000 + 80 * 100000);
 	assert_int_equal(b.reserved, 0);
@@ -497,7 +548,8 @@ static void test_budget_caps_and_refuses(void **state)
 	assert_true(res <= b.limit - b.spent);
 	sb_budget_settle(&b, res, 100 * 1000 + 60 * 100000);
 	/* 3.3M left cannot pay 3M + 16 tokens: spent */
-	assert_int_equal(sb_budget_reserve(&b, &m, 3000, 0, 1, &out, &res), SB_GRANT_SPENT);
+	assert_int_equal(sb_budget_reserve(&b, &m, 3000, 0, 1, &out, &res),
+			 SB_GRANT_SPENT);
 	/* a small request that asks for 5 tokens still fits */
 	assert_int_equal(sb_budget_reserve(&b, &m, 100, 5, 1, &out, &res), SB_GRANT_OK);
 	assert_int_equal(out, 5);
@@ -552,7 +604,8 @@ static void test_budget_never_overspends(void **state)
 		/* prices of $0.01 to $100 per Mtok; the cache at a tenth of the
 		 * input price, or dearer than it (Anthropic's cache writes) */
 		struct sb_model m = {.in_price = 10000000 + tu_rand(&seed) % 100000000000,
-				     .out_price = 10000000 + tu_rand(&seed) % 100000000000,
+				     .out_price =
+					 10000000 + tu_rand(&seed) % 100000000000,
 				     .max_output = 1 + tu_rand(&seed) % 8192};
 		struct sb_budget b = {.limit = 1 + tu_rand(&seed) % 200000000};
 		uint64_t res[8] = {0}, out[8], bytes[8], cost_sum = 0, calls = 0;
@@ -562,7 +615,8 @@ static void test_budget_never_overspends(void **state)
 		for (int i = 0; i < 8; i++) {
 			uint64_t want = tu_rand(&seed) % 3 ? 0 : 1 + tu_rand(&seed) % 500;
 			bytes[i] = 100 + tu_rand(&seed) % 20000;
-			n[i] = tu_rand(&seed) % 2 ? 1 : 1 + tu_rand(&seed) % SB_CHOICES_MAX;
+			n[i] =
+			    tu_rand(&seed) % 2 ? 1 : 1 + tu_rand(&seed) % SB_CHOICES_MAX;
 			if (sb_budget_reserve(&b, &m, bytes[i], want, n[i], &out[i],
 					      &res[i]) != SB_GRANT_OK)
 				res[i] = 0;
