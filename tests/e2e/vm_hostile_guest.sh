@@ -135,10 +135,10 @@ check(all(e["source"] == "guest" for e in of("agent.output")) and
       not [e for e in of("agent.output") if "forged" in e["payload"]["data"]], "no forged agent.output")
 check(not of("agent.usage.updated"), "no forged usage")
 turns = of("agent.turn.started")
-check(all(e["source"] == "harness" for e in turns) and
-      [e["payload"] for e in turns if "flood" not in e["payload"]] == [{"turn": 1}],
-      "the valid agent.turn.started recorded with source harness",
-      [e["payload"] for e in turns if "flood" not in e["payload"]])
+valid = [e["payload"] for e in turns if "flood" not in e["payload"]]
+check(all(e["source"] == "harness" for e in turns) and len(valid) == 1 and
+      valid[0]["turn"] == 1 and sorted(valid[0]) == ["guest_seq", "turn"],
+      "the valid agent.turn.started recorded with source harness (and its guest_seq)", valid)
 # the drop warnings add up to what was sent
 sums = {}
 for e in of("run.warning"):
