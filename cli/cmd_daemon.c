@@ -12,6 +12,8 @@
 static void print_running(const struct sb_reply *rep, int json)
 {
 	const char *where = cli_remote ? cli_remote : cli_home;
+	const msgpack_object *last = sb_map_get(&rep->map, "last_offset");
+	char events[4 * 256 + 32], err[256], cell[4 * 256 + 1];
 
 	if (json) {
 		json_t *j = sb_msgpack_to_json(&rep->map);
@@ -23,10 +25,18 @@ static void print_running(const struct sb_reply *rep, int json)
 		cli_print_json(j);
 		return;
 	}
-	printf("sanboxd: running %s %s (pid %llu%s, up %llus, %llu events)\n",
-	       cli_remote ? "at" : "for", where, (unsigned long long)sb_map_u64(&rep->map, "pid", 0),
+	if (last && last->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+		snprintf(events, sizeof events, "%llu events", (unsigned long long)last->via.u64);
+	} else { /* not 0 events: the daemon cannot read its log */
+		if (sb_map_str(&rep->map, "log_error", err, sizeof err) < 0)
+			err[0] = 0;
+		cli_cell(err, 0, cell, sizeof cell);
+		snprintf(events, sizeof events, "log unreadable: %s", cell);
+	}
+	printf("sanboxd: running %s %s (pid %llu%s, up %llus, %s)\n", cli_remote ? "at" : "for",
+	       where, (unsigned long long)sb_map_u64(&rep->map, "pid", 0),
 	       cli_remote ? " on its host" : "", (unsigned long long)sb_map_u64(&rep->map, "uptime_s", 0),
-	       (unsigned long long)sb_map_u64(&rep->map, "last_offset", 0));
+	       events);
 }
 
 /* Prints a daemon that is not running, or (silent) one that does not

@@ -122,10 +122,21 @@ static void pack_sp_stats(msgpack_packer *pk, const char *key, sb_sp *s)
 
 static int op_health(struct req *r)
 {
-	reply_begin(r, 7);
+	uint64_t last;
+	int lrc = sb_log_last_offset(r->e->log, &last);
+
+	/* a live daemon answers health: a log it cannot read is a nil
+	 * last_offset and log_error, never 0 events */
+	reply_begin(r, lrc ? 8 : 7);
+	if (lrc)
+		sb_pack_kstr(&r->pk, "log_error", sb_errmsg(lrc));
 	sb_pack_kstr(&r->pk, "version", SB_VERSION);
 	sb_pack_ku64(&r->pk, "pid", (uint64_t)getpid());
-	sb_pack_ku64(&r->pk, "last_offset", sb_log_last_offset(r->e->log));
+	sb_pack_str(&r->pk, "last_offset");
+	if (lrc)
+		msgpack_pack_nil(&r->pk);
+	else
+		msgpack_pack_uint64(&r->pk, last);
 	sb_pack_ku64(&r->pk, "checkpoint", sb_projector_checkpoint(r->e->proj));
 	sb_pack_ku64(&r->pk, "uptime_s",
 		     (uint64_t)((double)sb_now_ms() / 1000 - r->e->started));
@@ -246,11 +257,14 @@ static int type_wanted(const msgpack_object *types, const char *type)
  * the sequence finds it without reading the run from its start. */
 static int run_seq_at(sb_log *log, const char *run, uint64_t from, uint64_t *seq)
 {
-	uint64_t lo = 1, hi = sb_log_last_seq(log, run) + 1;
+	uint64_t lo = 1, hi;
 	sb_log_iter *it;
 	struct sb_event ev;
 	int rc;
 
+	if ((rc = sb_log_last_seq(log, run, &hi)))
+		return rc;
+	hi++;
 	while (from > 1 && lo < hi) {
 		uint64_t mid = lo + (hi - lo) / 2;
 		if ((rc = sb_log_iter_open_run(log, run, mid, &it)))
@@ -289,8 +303,7 @@ static int arg_bool(struct req *r, const char *key, int *out)
 static int op_events_read(struct req *r)
 {
 	char want[96], run[SB_RUN_MAX] = "";
-	uint64_t from, limit, seq, next, last = sb_log_last_offset(r->e->log), n = 0,
-					 scanned = 0;
+	uint64_t from, limit, seq, next, last, n = 0, scanned = 0;
 	const msgpack_object *types = sb_map_get(r->args, "types");
 	sb_log_iter *it;
 	struct sb_event ev;
@@ -299,7 +312,8 @@ static int op_events_read(struct req *r)
 	size_t at, len;
 	int rc, records;
 
-	if ((rc = arg_str(r, "run", want, sizeof want, 0)) ||
+	if ((rc = sb_log_last_offset(r->e->log, &last)) ||
+	    (rc = arg_str(r, "run", want, sizeof want, 0)) ||
 	    (rc = arg_u64(r, "from", 0, &from)) ||
 	    (rc = arg_u64(r, "limit", READ_LIMIT_DEFAULT, &limit)) ||
 	    (rc = arg_bool(r, "records", &records)))

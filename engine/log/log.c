@@ -742,36 +742,46 @@ size_t sb_log_queued(sb_log *log)
 	return n;
 }
 
-uint64_t sb_log_last_offset(sb_log *log)
+int sb_log_last_offset(sb_log *log, uint64_t *out)
 {
 	MDB_txn *txn;
-	MDB_cursor *c;
+	MDB_cursor *c = NULL;
 	MDB_val k, v;
-	uint64_t last = 0;
+	int rc;
 
-	if (mdb_txn_begin(log->env, NULL, MDB_RDONLY, &txn))
-		return 0;
-	if (!mdb_cursor_open(txn, log->events, &c)) {
-		if (!mdb_cursor_get(c, &k, &v, MDB_LAST) && k.mv_size == 8)
-			last = sb_be64_get(k.mv_data);
-		mdb_cursor_close(c);
-	}
+	*out = 0;
+	if ((rc = mdb_txn_begin(log->env, NULL, MDB_RDONLY, &txn)))
+		return sb_log_mdb_err(rc, "log: last offset");
+	if (!(rc = mdb_cursor_open(txn, log->events, &c)))
+		rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+	if (rc == MDB_NOTFOUND)
+		rc = SB_OK; /* empty */
+	else if (rc)
+		rc = sb_log_mdb_err(rc, "log: last offset");
+	else if (k.mv_size != 8)
+		rc = sb_seterr(SB_ERR_CORRUPT, "log: an event key of %zu bytes", k.mv_size);
+	else
+		*out = sb_be64_get(k.mv_data);
+	if (c)
+		mdb_cursor_close(c); /* a read-only transaction's is not closed with it */
 	mdb_txn_abort(txn);
-	return last;
+	return rc;
 }
 
-uint64_t sb_log_last_seq(sb_log *log, const char *run)
+int sb_log_last_seq(sb_log *log, const char *run, uint64_t *out)
 {
 	MDB_txn *txn;
 	uint64_t block;
 	unsigned n;
+	int rc;
 
-	if (mdb_txn_begin(log->env, NULL, MDB_RDONLY, &txn))
-		return 0;
-	if (tail_get(txn, log->runtail, run, &block, NULL, &n))
-		block = n = 0;
+	*out = 0;
+	if ((rc = mdb_txn_begin(log->env, NULL, MDB_RDONLY, &txn)))
+		return sb_log_mdb_err(rc, "log: last sequence");
+	if ((rc = tail_get(txn, log->runtail, run, &block, NULL, &n)) == SB_OK)
+		*out = block * BLOCK + n;
 	mdb_txn_abort(txn);
-	return block * BLOCK + n;
+	return rc;
 }
 
 static int iter_new(sb_log *log, MDB_txn *txn, uint64_t from, sb_log_iter **out)

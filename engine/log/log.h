@@ -84,12 +84,16 @@ int sb_log_append(sb_log *log, struct sb_event *evs, size_t n);
  * thread; for tests and diagnostics. */
 size_t sb_log_queued(sb_log *log);
 
-/* Returns the offset of the newest event (0 when the log is empty) as of a
- * fresh read. Errors are reported as 0. */
-uint64_t sb_log_last_offset(sb_log *log);
+/* Reads the offset of the newest event into *out (0 when the log is
+ * empty), as of a fresh read; on an error *out is 0, but an error is never
+ * an empty log. Errors: SB_ERR_IO (LMDB, e.g. no reader slot left; detail
+ * says which), SB_ERR_CORRUPT (a malformed key), SB_ERR_NOMEM. */
+int sb_log_last_offset(sb_log *log, uint64_t *out);
 
-/* Returns the newest sequence number of run (0 if the run has no events). */
-uint64_t sb_log_last_seq(sb_log *log, const char *run);
+/* Reads the newest sequence number of run into *out (0 when the run has no
+ * events); on an error *out is 0. Errors: as sb_log_last_offset
+ * (SB_ERR_CORRUPT: a malformed run index). */
+int sb_log_last_seq(sb_log *log, const char *run, uint64_t *out);
 
 /* Opens an iterator over the whole log from offset `from` (inclusive) on a
  * consistent snapshot. The caller closes it. Errors: SB_ERR_IO, SB_ERR_NOMEM. */

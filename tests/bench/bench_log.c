@@ -201,6 +201,7 @@ static void bench_append_vs_put(sb_log *log, const char *rawdir, double *append,
 	double t_log = 0, t_raw = 0, t0;
 	MDB_dbi dbi;
 	MDB_txn *txn;
+	uint64_t last;
 	int rc;
 
 	if (!evs || !r || !(r->data = malloc(r->cap = (size_t)BATCH * 512)))
@@ -224,7 +225,7 @@ static void bench_append_vs_put(sb_log *log, const char *rawdir, double *append,
 	free(r->data);
 	free(r);
 	free(evs);
-	if (sb_log_last_offset(log) != EVENTS)
+	if (sb_log_last_offset(log, &last) || last != EVENTS)
 		die("append: wrong number of events", 0);
 	*append = EVENTS / t_log;
 	*put = EVENTS / t_raw;

@@ -21,6 +21,24 @@ struct fix {
 	sb_log *log;
 };
 
+/* The log's newest offset; a read that fails fails the test. */
+static uint64_t last_offset(sb_log *log)
+{
+	uint64_t last;
+
+	assert_int_equal(sb_log_last_offset(log, &last), SB_OK);
+	return last;
+}
+
+/* run's newest sequence number; likewise. */
+static uint64_t last_seq(sb_log *log, const char *run)
+{
+	uint64_t seq;
+
+	assert_int_equal(sb_log_last_seq(log, run, &seq), SB_OK);
+	return seq;
+}
+
 static int setup(void **state)
 {
 	struct fix *f = calloc(1, sizeof *f);
@@ -117,6 +135,37 @@ static void append_50(struct fix *f, struct batch *b)
 	}
 }
 
+/* An error is not an empty log: with every reader slot taken (by
+ * iterators left open), the newest offset and sequence are errors, with 0
+ * in *out, not an answer of 0; with a slot free again they are read. */
+static void test_last_unreadable(void **state)
+{
+	struct fix *f = *state;
+	sb_log_iter **its = calloc(2048, sizeof *its);
+	struct batch b[3];
+	uint64_t last = 7, seq = 7;
+	size_t n = 0;
+
+	assert_non_null(its);
+	append_50(f, b);
+	while (n < 2048 && sb_log_iter_open(f->log, 1, &its[n]) == SB_OK)
+		n++;
+	assert_true(n > 0 && n < 2048); /* the reader table is full */
+	assert_int_equal(sb_log_last_offset(f->log, &last), SB_ERR_IO);
+	assert_int_equal(last, 0);
+	tu_errmsg_has(SB_ERR_IO, "log: last offset");
+	assert_int_equal(sb_log_last_seq(f->log, "run-a", &seq), SB_ERR_IO);
+	assert_int_equal(seq, 0);
+	sb_log_iter_close(its[--n]);
+	assert_true(last_offset(f->log) == 50);
+	assert_true(last_seq(f->log, "run-a") == 17);
+	while (n)
+		sb_log_iter_close(its[--n]);
+	for (int i = 0; i < 3; i++)
+		batch_free(&b[i]);
+	free(its);
+}
+
 /* Offsets are 1..N in order, seqs count per run from 1, the events read
  * back are the ones written; reading starts where asked. */
 static void test_append_read(void **state)
@@ -128,7 +177,7 @@ static void test_append_read(void **state)
 	uint64_t off = 1, seq[3] = {0};
 	int rc;
 
-	assert_true(sb_log_last_offset(f->log) == 0);
+	assert_true(last_offset(f->log) == 0);
 	assert_int_equal(sb_log_append(f->log, NULL, 0), SB_OK);
 	append_50(f, b);
 	for (int i = 0, k = 0; i < 3; i++)
@@ -137,11 +186,11 @@ static void test_append_read(void **state)
 			assert_true(b[i].evs[j].seq == (uint64_t)k / 3 + 1);
 			assert_true(b[i].evs[j].ts_ns > 0);
 		}
-	assert_true(sb_log_last_offset(f->log) == 50);
-	assert_true(sb_log_last_seq(f->log, "run-a") == 17);
-	assert_true(sb_log_last_seq(f->log, "run-c") == 16);
-	assert_true(sb_log_last_seq(f->log, "run-") == 0);
-	assert_true(sb_log_last_seq(f->log, "nope") == 0);
+	assert_true(last_offset(f->log) == 50);
+	assert_true(last_seq(f->log, "run-a") == 17);
+	assert_true(last_seq(f->log, "run-c") == 16);
+	assert_true(last_seq(f->log, "run-") == 0);
+	assert_true(last_seq(f->log, "nope") == 0);
 
 	assert_int_equal(sb_log_iter_open(f->log, 1, &it), SB_OK);
 	while ((rc = sb_log_iter_next(it, &ev)) == SB_OK) {
@@ -251,7 +300,7 @@ static void test_many_runs_one_commit(void **state)
 	for (int pass = 0; pass < 2; pass++) {
 		for (int r = 0; r < RUNS; r += r < 10 ? 1 : 37) {
 			static const uint64_t froms[] = {1, 2, 64, 65, 129, 700, 1399};
-			assert_true(sb_log_last_seq(f->log, runs[r]) == count[r]);
+			assert_true(last_seq(f->log, runs[r]) == count[r]);
 			for (size_t k = 0; k < sizeof froms / sizeof froms[0]; k++) {
 				sb_log_iter *it;
 				struct sb_event ev;
@@ -336,8 +385,8 @@ static void test_run_iter_blocks(void **state)
 		assert_int_equal(sb_log_append(f->log, b[i].evs, b[i].n), SB_OK);
 		base += n;
 	}
-	assert_true(sb_log_last_seq(f->log, "run-x") == 200);
-	assert_true(sb_log_last_seq(f->log, "run-y") == 200);
+	assert_true(last_seq(f->log, "run-x") == 200);
+	assert_true(last_seq(f->log, "run-y") == 200);
 	for (size_t i = 0; i < sizeof froms / sizeof froms[0]; i++) {
 		assert_int_equal(sb_log_iter_open_run(f->log, "run-y", froms[i], &it), SB_OK);
 		seq = froms[i];
@@ -377,8 +426,8 @@ static void test_iter_snapshot(void **state)
 	assert_int_equal(rn, 17);
 	sb_log_iter_close(it);
 	sb_log_iter_close(rit);
-	assert_true(sb_log_last_offset(f->log) == 60);
-	assert_true(sb_log_last_seq(f->log, "run-a") == 27);
+	assert_true(last_offset(f->log) == 60);
+	assert_true(last_seq(f->log, "run-a") == 27);
 	batch_free(&more);
 	for (int i = 0; i < 3; i++)
 		batch_free(&b[i]);
@@ -396,8 +445,8 @@ static void test_durable_reopen(void **state)
 
 	append_50(f, b);
 	reopen(f, 0);
-	assert_true(sb_log_last_offset(f->log) == 50);
-	assert_true(sb_log_last_seq(f->log, "run-b") == 17);
+	assert_true(last_offset(f->log) == 50);
+	assert_true(last_seq(f->log, "run-b") == 17);
 	batch_make(&more, 4, runs3 + 1, 1, 50, "after");
 	assert_int_equal(sb_log_append(f->log, more.evs, more.n), SB_OK);
 	assert_true(more.evs[0].offset == 51 && more.evs[3].offset == 54);
@@ -454,9 +503,9 @@ static void test_refused_batch(void **state)
 	b.evs[3].run[0] = 0;
 	assert_int_equal(sb_log_append(f->log, b.evs + 2, 3), SB_ERR_INVAL);
 
-	assert_true(sb_log_last_offset(f->log) == 2);
-	assert_true(sb_log_last_seq(f->log, "run-a") == 1);
-	assert_true(sb_log_last_seq(f->log, "run-c") == 0);
+	assert_true(last_offset(f->log) == 2);
+	assert_true(last_seq(f->log, "run-a") == 1);
+	assert_true(last_seq(f->log, "run-c") == 0);
 	assert_int_equal(hooked, 2);
 	assert_true(b.evs[2].offset == 0 && b.evs[4].offset == 0);
 
@@ -490,7 +539,7 @@ static void test_append_blobs(void **state)
 	assert_int_equal(sb_log_append_blobs(f->log, bl, 2, b.evs, 2), SB_ERR_SCHEMA);
 	sb_blob_hash(bl[0].data, bl[0].len, h);
 	assert_int_equal(sb_blob_get(f->log, h, &got, &len), SB_ERR_NOTFOUND);
-	assert_true(sb_log_last_offset(f->log) == 0);
+	assert_true(last_offset(f->log) == 0);
 	/* the good event with both blobs */
 	assert_int_equal(sb_log_append_blobs(f->log, bl, 2, b.evs, 1), SB_OK);
 	assert_true(b.evs[0].offset == 1);
@@ -510,7 +559,7 @@ static void test_append_blobs(void **state)
 	reopen(f, 0);
 	assert_int_equal(sb_blob_get(f->log, h, &got, &len), SB_OK);
 	free(got);
-	assert_true(sb_log_last_offset(f->log) == 1);
+	assert_true(last_offset(f->log) == 1);
 	msgpack_sbuffer_destroy(&bad);
 	batch_free(&b);
 }
@@ -531,7 +580,7 @@ static void test_rdonly(void **state)
 	reopen(f, SB_LOG_RDONLY);
 	assert_int_equal(sb_log_append(f->log, b.evs, 1), SB_ERR_DENIED);
 	assert_int_equal(sb_blob_put(f->log, "x", 1, h), SB_ERR_DENIED);
-	assert_true(sb_log_last_offset(f->log) == 3);
+	assert_true(last_offset(f->log) == 3);
 	assert_int_equal(sb_log_iter_open(f->log, 1, &it), SB_OK);
 	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
 	sb_log_iter_close(it);
@@ -1400,7 +1449,7 @@ static void test_group_commit(void **state)
 		char run[SB_RUN_MAX];
 		snprintf(run, sizeof run, "gc-run-%d", r);
 		assert_true(runseq[r] == (uint64_t)GC_THREADS / GC_RUNS * GC_EACH);
-		assert_true(sb_log_last_seq(f->log, run) == runseq[r]);
+		assert_true(last_seq(f->log, run) == runseq[r]);
 	}
 	assert_int_equal(hook.overlaps, 0);
 	assert_int_equal(hook.bad_order, 0);
@@ -1578,7 +1627,7 @@ static void test_group_commit_stragglers(void **state)
 		assert_int_equal(th[i].failed, 0);
 		assert_int_equal(th[i].bad_order, 0);
 	}
-	assert_true(sb_log_last_offset(f->log) == total);
+	assert_true(last_offset(f->log) == total);
 	assert_int_equal(hook.overlaps, 0);
 	assert_int_equal(hook.bad_order, 0);
 	assert_true(hook.events == total && hook.calls == total);
@@ -1656,7 +1705,7 @@ static void test_full_map(void **state)
 		acked += th[i].acked;
 	}
 	assert_true(th[0].acked > 100);
-	assert_true(sb_log_last_offset(f->log) == acked);
+	assert_true(last_offset(f->log) == acked);
 	setenv("SANBOX_MAP_MIB", "64", 1);
 	reopen(f, 0);
 	if (old)
@@ -1672,8 +1721,8 @@ static void test_full_map(void **state)
 	assert_int_equal(rc, SB_END);
 	sb_log_iter_close(it);
 	assert_true(seen == acked);
-	assert_true(sb_log_last_seq(f->log, "fill-a") == seq[0]);
-	assert_true(sb_log_last_seq(f->log, "fill-b") == seq[1]);
+	assert_true(last_seq(f->log, "fill-a") == seq[0]);
+	assert_true(last_seq(f->log, "fill-b") == seq[1]);
 	{
 		static const char *const fa[] = {"fill-a"};
 		batch_make(&more, 70, fa, 1, 0, "room");
@@ -1681,7 +1730,7 @@ static void test_full_map(void **state)
 	assert_int_equal(sb_log_append(f->log, more.evs, more.n), SB_OK);
 	assert_true(more.evs[0].offset == acked + 1 && more.evs[0].seq == seq[0] + 1);
 	assert_true(more.evs[69].seq == seq[0] + 70);
-	assert_true(sb_log_last_seq(f->log, "fill-a") == seq[0] + 70);
+	assert_true(last_seq(f->log, "fill-a") == seq[0] + 70);
 	batch_free(&more);
 }
 
@@ -1689,6 +1738,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_append_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_last_unreadable, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_run_iter, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_iter_snapshot, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_durable_reopen, setup, teardown),
