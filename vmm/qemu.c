@@ -6,6 +6,7 @@
 #include "engine/proc.h"
 #include "vmm/accel.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -132,6 +133,8 @@ static void av_addesc(struct qemu_av *a, const char *opt, const char *pre,
 	free(e);
 }
 
+#define QMP_CHARDEV "socket,id=qmp0,path=" /* then the path, commas doubled */
+
 static int qemu_check(const struct sb_vm_config *c)
 {
 	const char *strs[] = {c->qemu,	   c->kernel,	   c->initrd,	  c->append_extra,
@@ -242,7 +245,7 @@ int sb_vm_argv(const struct sb_vm_config *c, char ***out)
 			"virtserialport,chardev=chan0,name=" SB_VM_CHAN_NAME);
 	}
 	if (c->qmp_socket) {
-		av_addesc(&a, "-chardev", "socket,id=qmp0,path=", c->qmp_socket,
+		av_addesc(&a, "-chardev", QMP_CHARDEV, c->qmp_socket,
 			  ",reconnect=1");
 		av_add2(&a, "-mon", "chardev=qmp0,mode=control");
 	}
@@ -343,4 +346,58 @@ fail:
 		close(out);
 	sb_argv_free(argv);
 	return rc;
+}
+
+/* The QMP socket's path of the command line cmd (n bytes, its arguments
+ * NUL-separated) into buf (commas undoubled); 0 when it names none. */
+static int qemu_qmp_of(const char *cmd, size_t n, char *buf, size_t cap)
+{
+	const size_t pl = sizeof QMP_CHARDEV - 1;
+	size_t i, j;
+
+	for (i = 0; i < n; i += strnlen(cmd + i, n - i) + 1) {
+		if (n - i < pl || strncmp(cmd + i, QMP_CHARDEV, pl))
+			continue;
+		for (i += pl, j = 0; i < n && cmd[i] && j + 1 < cap; i++) {
+			if (cmd[i] == ',' && (i + 1 >= n || cmd[i + 1] != ','))
+				break; /* the option's end */
+			buf[j++] = cmd[i];
+			i += cmd[i] == ',';
+		}
+		buf[j] = 0;
+		return j > 0 && j + 1 < cap;
+	}
+	return 0;
+}
+
+void sb_vm_each(const char *prefix, void (*fn)(void *ctx, pid_t pid, const char *qmp),
+		void *ctx)
+{
+	char path[64], cmd[16384], qmp[PATH_MAX];
+	struct dirent *e;
+	struct stat st;
+	ssize_t got;
+	size_t n;
+	DIR *d;
+	int fd;
+
+	if (!(d = opendir("/proc")))
+		return;
+	while ((e = readdir(d))) {
+		if (strspn(e->d_name, "0123456789") != strlen(e->d_name) ||
+		    snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name) >=
+			(int)sizeof path ||
+		    (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			continue;
+		for (n = 0; n < sizeof cmd &&
+			    (got = read(fd, cmd + n, sizeof cmd - n)) > 0;
+		     n += (size_t)got)
+			;
+		if (fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
+		    qemu_qmp_of(cmd, n, qmp, sizeof qmp) &&
+		    !strncmp(qmp, prefix, strlen(prefix)))
+			fn(ctx, (pid_t)atoi(e->d_name), qmp);
+		close(fd);
+	}
+	closedir(d);
 }

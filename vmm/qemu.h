@@ -99,4 +99,12 @@ void sb_argv_free(char **argv);
  * SB_ERR_NOMEM. */
 int sb_vm_spawn(const struct sb_vm_config *c, pid_t *pid);
 
+/* Calls fn(ctx, pid, qmp) for every process of this user whose command
+ * line is a QEMU's of sb_vm_argv with a QMP socket whose path starts with
+ * prefix; qmp is that path (valid during the call). So a QEMU is found
+ * whatever became of its pid file: its identity is in its argv from its
+ * exec on. Reads /proc; a process that cannot be read is left out. */
+void sb_vm_each(const char *prefix, void (*fn)(void *ctx, pid_t pid, const char *qmp),
+		void *ctx);
+
 #endif

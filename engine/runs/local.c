@@ -38,6 +38,10 @@
 
 #define PATH_CAP (PATH_MAX + 32)
 
+#define SNAP_CMD_MS	30000  /* one monitor command of a snapshot */
+#define SNAP_MIGRATE_MS 120000 /* saving the memory, in all */
+#define SNAP_POLL_S	0.02   /* how often the migration's state is asked */
+
 struct snap_op;
 
 struct sb_machine {
@@ -57,6 +61,10 @@ struct sb_machine {
 	void *ctx;
 	int again;	/* the next channel is a reconnection */
 	int reattached; /* found running by a daemon that started again */
+	int settling;	/* ... and its state is being found (query-migrate,
+			 * query-status, cont): no snapshot meanwhile */
+	long pending;	/* a memory snapshot a dead daemon was taking: its
+			 * layer (snapshot.pending), or -1 */
 	unsigned layer; /* the number of the layer create made */
 	char incoming[SB_LAYER_PATH_MAX + 8]; /* the memory state it starts from, or "" */
 	char warm_ram[SB_LAYER_PATH_MAX + 8]; /* a warm start's RAM (the image's) */
@@ -91,6 +99,7 @@ static struct sb_machine *machine_new(struct sb_local_runner *lr)
 	if (m) {
 		m->lr = lr;
 		m->chan_lfd = m->qmp_lfd = -1;
+		m->pending = -1;
 	}
 	return m;
 }
@@ -581,6 +590,115 @@ static void on_settle(void *ctx, int rc, json_t *ret)
 		m->ev->warning(m->ctx, sb_errmsg(rc));
 }
 
+/* --- a reattached machine: what the previous daemon left it doing --- */
+
+/* The file that says a memory snapshot is under way: its layer's number.
+ * Written before the guest is paused, removed once the snapshot is over
+ * (recorded or failed); a daemon that finds it takes what the dead one
+ * left half done (see local_interrupted). */
+static void pending_path(const struct sb_machine *m, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/snapshot.pending", m->dir);
+}
+
+static int pending_write(const struct sb_machine *m, unsigned layer)
+{
+	char path[PATH_CAP], line[16];
+	int fd, n = snprintf(line, sizeof line, "%u\n", layer), rc = SB_OK;
+
+	pending_path(m, path, sizeof path);
+	if ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 ||
+	    write(fd, line, (size_t)n) != n)
+		rc = sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* The layer snapshot.pending names, or -1 (none, or not a number). */
+static long pending_read(const struct sb_machine *m)
+{
+	char path[PATH_CAP];
+	unsigned layer;
+	FILE *f;
+	long n = -1;
+
+	pending_path(m, path, sizeof path);
+	if ((f = fopen(path, "re"))) {
+		if (fscanf(f, "%u", &layer) == 1)
+			n = (long)layer;
+		fclose(f);
+	}
+	return n;
+}
+
+static void pending_remove(const struct sb_machine *m)
+{
+	char path[PATH_CAP];
+
+	pending_path(m, path, sizeof path);
+	unlink(path);
+}
+
+static void settle_migration(struct sb_machine *m);
+
+static void on_settle_timer(void *ctx)
+{
+	struct sb_machine *m = ctx;
+
+	sb_watch_stop(m->incoming_w);
+	m->incoming_w = NULL;
+	settle_migration(m);
+}
+
+/* The machine's run state: a guest the dead daemon paused (QMP stop, and
+ * postmigrate once its migration completed without it) goes on. The
+ * machine is then the new daemon's to snapshot. */
+static void on_settle_status(void *ctx, int rc, json_t *ret)
+{
+	struct sb_machine *m = ctx;
+	const char *st = json_string_value(json_object_get(ret, "status"));
+
+	if (rc == SB_ERR_IO)
+		return; /* the monitor went away: asked again on its return */
+	if (st && (!strcmp(st, "paused") || !strcmp(st, "postmigrate")))
+		cont_send(m);
+	if (m->pending >= 0)
+		pending_remove(m);
+	m->reattached = 0;
+}
+
+/* The migration a dead daemon started (a memory snapshot's) is cancelled
+ * and waited out; then the run state. */
+static void on_settle_migrate(void *ctx, int rc, json_t *ret)
+{
+	struct sb_machine *m = ctx;
+	const char *st = json_string_value(json_object_get(ret, "status"));
+	int idle = rc || !st || !strcmp(st, "none") || !strcmp(st, "completed") ||
+		   !strcmp(st, "failed") || !strcmp(st, "cancelled");
+
+	if (rc == SB_ERR_IO || m->ended)
+		return;
+	if (idle) {
+		if (sb_qmp_send(m->qmp, loop_ms(m), "query-status", NULL, 10000,
+				on_settle_status, m) == SB_OK)
+			qmp_arm(m);
+		return;
+	}
+	if (strcmp(st, "cancelling") &&
+	    sb_qmp_send(m->qmp, loop_ms(m), "migrate_cancel", NULL, 10000, on_cont, m))
+		return;
+	qmp_arm(m);
+	m->incoming_w = sb_loop_timer(m->lr->loop, SNAP_POLL_S, 0, on_settle_timer, m);
+}
+
+static void settle_migration(struct sb_machine *m)
+{
+	if (m->qmp && sb_qmp_send(m->qmp, loop_ms(m), "query-migrate", NULL, 10000,
+				  on_settle_migrate, m) == SB_OK)
+		qmp_arm(m);
+}
+
 static void on_qmp_ready(void *ctx, int rc, json_t *ret)
 {
 	struct sb_machine *m = ctx;
@@ -590,10 +708,10 @@ static void on_qmp_ready(void *ctx, int rc, json_t *ret)
 	if (m->qmp_ready && m->incoming[0] && !m->cont_sent)
 		incoming_poll(m);
 	if (m->qmp_ready && m->reattached) {
-		m->reattached = 0;
 		if (sb_qmp_send(m->qmp, loop_ms(m), "query-block", NULL, 10000, on_settle,
 				m) == SB_OK)
 			qmp_arm(m);
+		settle_migration(m);
 	}
 }
 
@@ -785,9 +903,6 @@ static void local_stop(struct sb_machine *m, double grace_s)
 
 /* --- snapshots --- */
 
-#define SNAP_CMD_MS	30000  /* one monitor command of a snapshot */
-#define SNAP_MIGRATE_MS 120000 /* saving the memory, in all */
-#define SNAP_POLL_S	0.02   /* how often the migration's state is asked */
 
 enum snap_stage { S_QUERY, S_STOP, S_SPEED, S_FREEZE, S_MIGRATE, S_POLL, S_CONT, S_DONE };
 
@@ -836,20 +951,29 @@ static void snap_finish(struct snap_op *op)
 
 	char why[sizeof op->why];
 
+	char pending[PATH_CAP] = "";
+
 	snprintf(why, sizeof why, "%s", op->why);
 	sb_watch_stop(op->w);
 	free(op);
 	if (!m)
-		return; /* the machine was freed: nobody to tell */
+		return; /* the machine was freed: the next daemon ends it */
 	m->snap = NULL;
-	if (rc)
+	if (info.memory_path[0])
+		pending_path(m, pending, sizeof pending);
+	if (rc) {
+		if (info.memory_path[0])
+			unlink(info.memory_path); /* half made, and nothing names it */
 		sb_seterr(rc, "%s", why);
+	}
 	if (rc == SB_OK) {
 		info.memory_bytes = file_size(info.memory_path);
 		info.bytes = file_size(info.layer_path) + info.memory_bytes;
 		info.duration_ms = now_ms(m) - info.duration_ms;
 	}
-	cb(ctx, rc, rc == SB_OK ? &info : NULL);
+	cb(ctx, rc, rc == SB_OK ? &info : NULL); /* records it; may free m */
+	if (pending[0])
+		unlink(pending);
 }
 
 /* The machine is being freed: an op waiting on a timer goes now; one
@@ -940,7 +1064,8 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 		if ((rc = sb_layers_settle(m->lr->home, m->run,
 					   json_string_value(json_object_get(ins, "file"))
 					       ?: "")) ||
-		    (rc = snap_next(op))) {
+		    (rc = snap_next(op)) ||
+		    (op->memory && (rc = pending_write(m, op->info.layer)))) {
 			snap_fail(op, rc);
 			return;
 		}
@@ -1272,7 +1397,7 @@ static int local_merge(struct sb_machine *m, unsigned layer, sb_snapshot_fn cb, 
 		return sb_seterr(SB_ERR_STATE,
 				 "run %s: a snapshot or merge is under way, or it ended",
 				 m->run);
-	if (!m->qmp_ready)
+	if (!m->qmp_ready || m->reattached)
 		return sb_seterr(SB_ERR_UNAVAIL, "the VM's monitor is not connected yet");
 	/* its readers: the caller's to check, off the loop (they are every
 	 * layer of every run) */
@@ -1316,7 +1441,7 @@ static int local_snapshot(struct sb_machine *m, const struct sb_snapshot_req *re
 	if (m->ended && req->memory)
 		return sb_seterr(SB_ERR_STATE, "run %s has ended: no memory to save",
 				 m->run);
-	if (!m->ended && !m->qmp_ready)
+	if (!m->ended && (!m->qmp_ready || m->reattached))
 		return sb_seterr(SB_ERR_UNAVAIL, "the VM's monitor is not connected yet");
 	if (!(op = calloc(1, sizeof *op)))
 		return SB_ERR_NOMEM;
@@ -1352,22 +1477,35 @@ fail:
 	return rc;
 }
 
-/* The pid in dir/qemu.pid when that process is QEMU for this run (its
- * command line names the run's directory), else 0. */
+static void on_found(void *ctx, pid_t pid, const char *qmp)
+{
+	(void)qmp;
+	*(pid_t *)ctx = pid;
+}
+
+/* The pid of the QEMU of the run in dir: the one dir/qemu.pid names when
+ * its command line names the run's directory, else the one whose command
+ * line names dir/qmp.sock (a QEMU a daemon died starting, before its pid
+ * file was written), else 0. */
 static pid_t machine_pid(const char *dir, const char *run)
 {
 	char path[PATH_CAP], want[SB_RUN_MAX + 16];
 	FILE *f;
 	int pid = 0;
+	pid_t found = 0;
 
 	snprintf(path, sizeof path, "%s/qemu.pid", dir);
-	if (!(f = fopen(path, "re")))
-		return 0;
-	if (fscanf(f, "%d", &pid) != 1)
-		pid = 0;
-	fclose(f);
+	if ((f = fopen(path, "re"))) {
+		if (fscanf(f, "%d", &pid) != 1)
+			pid = 0;
+		fclose(f);
+	}
 	snprintf(want, sizeof want, "/runs/%s/", run);
-	return sb_proc_cmdline_has(pid, want) ? (pid_t)pid : 0;
+	if (sb_proc_cmdline_has(pid, want))
+		return (pid_t)pid;
+	snprintf(path, sizeof path, "%s/qmp.sock", dir);
+	sb_vm_each(path, on_found, &found);
+	return found;
 }
 
 static int local_reattach(void *runner, const struct sb_plan *p,
@@ -1387,6 +1525,7 @@ static int local_reattach(void *runner, const struct sb_plan *p,
 	}
 	m->again = 1;
 	m->reattached = 1;
+	m->pending = pending_read(m);
 	if (p->net.mode == SB_NET_ACL) {
 		if (!lr->net) {
 			rc =
@@ -1409,6 +1548,24 @@ static int local_reattach(void *runner, const struct sb_plan *p,
 fail:
 	local_free(m); /* its network is left: the caller reaps the machine */
 	return rc;
+}
+
+/* A memory snapshot the dead daemon was taking: its memory file goes
+ * unless the record names it (saved: the newest layer a snapshot.saved
+ * names, or -1); its layer, frozen or not, stays in the chain as it is
+ * (QEMU may write the one made on it). The guest it paused goes on once
+ * the monitor is back (on_settle_status). */
+static int local_interrupted(struct sb_machine *m, long saved)
+{
+	char path[PATH_CAP];
+
+	if (m->pending < 0)
+		return 0;
+	if (m->pending > saved) {
+		snprintf(path, sizeof path, "%s/layers/%ld.mem", m->dir, m->pending);
+		unlink(path);
+	}
+	return 1;
 }
 
 pid_t sb_local_qemu_pid(const char *home, const char *run)
@@ -1445,12 +1602,28 @@ struct net_live {
 	void *ctx;
 };
 
-/* A run whose network stays: the record knows it and its QEMU lives. */
+/* A run whose network stays: it is live and its QEMU lives. */
 static int net_live(void *ctx, const char *run)
 {
 	struct net_live *l = ctx;
 
-	return l->known(l->ctx, run) && sb_local_qemu_pid(l->lr->home, run);
+	return l->known(l->ctx, run) == 2 && sb_local_qemu_pid(l->lr->home, run);
+}
+
+/* A QEMU of the home whose run is not live (its record ended it while it
+ * ran on: a daemon died starting it) is ended. */
+static void sweep_qemu(void *ctx, pid_t pid, const char *qmp)
+{
+	struct net_live *l = ctx;
+	const char *run = qmp + strlen(l->lr->home) + sizeof "/runs/" - 1;
+	char id[SB_RUN_MAX];
+
+	if (strspn(run, "0123456789abcdef") != SB_RUN_ID_LEN ||
+	    strcmp(run + SB_RUN_ID_LEN, "/qmp.sock"))
+		return;
+	snprintf(id, sizeof id, "%.*s", SB_RUN_ID_LEN, run);
+	if (l->known(l->ctx, id) != 2)
+		sb_proc_kill(pid, SIGKILL);
 }
 
 static void local_sweep(void *runner, int (*known)(void *ctx, const char *run), void *ctx)
@@ -1475,6 +1648,8 @@ static void local_sweep(void *runner, int (*known)(void *ctx, const char *run), 
 		nftw(path, sweep_rm, 8, FTW_DEPTH | FTW_PHYS);
 	}
 	closedir(d);
+	snprintf(dir, sizeof dir, "%s/runs/", lr->home);
+	sb_vm_each(dir, sweep_qemu, &nl);
 	if (lr->net)
 		sb_net_sweep(lr->net, net_live, &nl);
 }
@@ -1490,6 +1665,7 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .merge = local_merge,
     .readers = local_readers,
     .reattach = local_reattach,
+    .interrupted = local_interrupted,
     .reap = local_reap,
     .sweep = local_sweep,
     .free = local_free,

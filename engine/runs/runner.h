@@ -124,6 +124,14 @@ struct sb_runner_ops {
 	 * SB_ERR_NOTFOUND (it is gone). */
 	int (*reattach)(void *runner, const struct sb_plan *plan,
 			const struct sb_machine_events *ev, void *ctx, sb_machine **out);
+	/* After reattach: ends what the previous daemon left half done of a
+	 * memory snapshot of m it was taking when it died: the memory file
+	 * goes unless the record names it (saved: the newest layer number a
+	 * snapshot.saved of the run names, -1 for none); the guest it
+	 * paused goes on (whatever this returns). Returns 1 when such a
+	 * snapshot was under way: its guest's harness may still be frozen,
+	 * the caller sends THAW once the channel is back. NULL: never. */
+	int (*interrupted)(sb_machine *m, long saved);
 	/* Ends a machine of run id left by a previous daemon that is not to
 	 * be reattached (NULL-safe on a machine that is gone). */
 	void (*reap)(void *runner, const char *run);
@@ -131,7 +139,10 @@ struct sb_runner_ops {
 	 * machine and deletes the files of every run of this runner that
 	 * known(ctx, run) says no record has (one a daemon died creating, a
 	 * fork of `fork -n` say: left, its layer would hold its snapshot
-	 * forever). */
+	 * forever), and ends every machine of this runner whose run is not
+	 * live (one a daemon died starting, whose run was then recorded
+	 * failed). known returns 0 (no record has run), 1 (its record says
+	 * it ended) or 2 (it is live: to be reattached). */
 	void (*sweep)(void *runner, int (*known)(void *ctx, const char *run), void *ctx);
 	/* Frees m (NULL is fine). A machine still running keeps running. */
 	void (*free)(sb_machine *m);
@@ -165,9 +176,10 @@ struct sb_local_runner {
 
 extern const struct sb_runner_ops sb_local_runner_ops;
 
-/* The pid of run's QEMU in home (from home/runs/RUN/qemu.pid) while that
- * process lives and its command line names the run's directory, else 0
- * (none, ended, or the pid is now another process's). */
+/* The pid of run's QEMU in home while it lives: the one
+ * home/runs/RUN/qemu.pid names when its command line names the run's
+ * directory, else the one whose command line names home/runs/RUN/qmp.sock
+ * (sb_vm_each); 0 when none. */
 pid_t sb_local_qemu_pid(const char *home, const char *run);
 
 #endif

@@ -64,6 +64,7 @@ struct run {
 	uint64_t from_offset, at, spent;
 	uint64_t memory_bytes; /* > 0: the machine continues a memory snapshot */
 	int restored_sent;
+	int thaw_due; /* a snapshot was under way when a daemon died: THAW */
 	int turns; /* the harness reports its turns (else its model calls count) */
 	char *new_prompt, new_name[SB_PLAN_NAME_MAX];
 	/* creation, across the worker */
@@ -565,6 +566,10 @@ static void m_channel(void *ctx, int fd, int again)
 		int nic = ops->iface && ops->iface(r->m, &f) == SB_OK;
 		sb_guest_restored(r->g, nic ? &f : NULL);
 		r->restored_sent = 1;
+	}
+	if (r->thaw_due) { /* the dead daemon froze it for a snapshot */
+		sb_guest_thaw(r->g);
+		r->thaw_due = 0;
 	}
 }
 
@@ -1246,6 +1251,7 @@ struct record {
 	char forked_from[SB_RUN_MAX]; /* run.forked of a memory snapshot: its parent */
 	int resumed;		      /* a run.resumed is in it */
 	uint64_t guest_seq; /* the largest guest_seq of its current start */
+	long saved;	    /* the newest layer a snapshot.saved names, or -1 */
 	/* asked for: files changed in (from_offset, offset_at] (0: not asked),
 	 * and each one's last state there */
 	uint64_t from_offset, offset_at, changed_after;
@@ -1260,6 +1266,22 @@ struct record {
 	} * grants;
 	size_t ngrants;
 };
+
+/* Notes the layer of a snapshot.saved ev: the newest so far. */
+static void record_saved(struct record *rec, const struct sb_event *ev)
+{
+	msgpack_zone zone;
+	msgpack_object p;
+	uint64_t n;
+
+	if (!msgpack_zone_init(&zone, 512))
+		return;
+	if (!sb_payload_parse(ev->payload, ev->payload_len, &zone, &p) &&
+	    (n = sb_map_u64(&p, "layer_no", UINT32_MAX + 1ull)) <= UINT32_MAX &&
+	    (long)n > rec->saved)
+		rec->saved = (long)n;
+	msgpack_zone_destroy(&zone);
+}
 
 /* Notes a change of the run's grants (ev: net.grant.added or .removed). */
 static void record_grant(struct record *rec, const struct sb_event *ev)
@@ -1394,6 +1416,7 @@ static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 	memset(rec, 0, sizeof *rec);
 	rec->from_offset = from;
 	rec->offset_at = at;
+	rec->saved = -1;
 	msgpack_sbuffer_init(&rec->created);
 	msgpack_sbuffer_init(&rec->policy);
 	if ((rc = sb_log_iter_open_run(rs->env.log, run, 1, &it)))
@@ -1423,6 +1446,8 @@ static int record_read(struct sb_runs *rs, const char *run, struct record *rec)
 			rec->resumed = 1;
 		} else if (!strcmp(ev.type, "run.forked"))
 			record_forked(rec, &ev);
+		else if (!strcmp(ev.type, "snapshot.saved"))
+			record_saved(rec, &ev);
 		else if (!strncmp(ev.type, "net.grant.", 10))
 			record_grant(rec, &ev);
 		else if (rec->offset_at && ev.offset > rec->from_offset &&
@@ -1502,6 +1527,8 @@ static void reattach(struct sb_runs *rs, const char *run)
 				      "its VM ended while sanboxd was not running");
 		goto out_free;
 	}
+	if (rs->env.runner->interrupted)
+		r->thaw_due = rs->env.runner->interrupted(r->m, rec.saved);
 	sb_costs_get(rs->env.proj, "run", run, &cost);
 	if ((rec.forked_from[0] &&
 	     (rc = vkey_derive(rs->env.home, rec.forked_from, r->alias_key))) ||
@@ -1906,12 +1933,16 @@ int sb_runs_grant(struct sb_runs *rs, const char *run, const char *grant, int al
 	return rc;
 }
 
-/* Does a record know run? (an error reading it counts as yes) */
+/* What the record knows of run, as the runner's sweep asks: 0 nothing,
+ * 1 it ended, 2 it is live (an error reading it counts as live). */
 static int run_known(void *ctx, const char *run)
 {
 	struct sb_runstate st;
+	int rc = sb_runstate_get(ctx, run, &st);
 
-	return sb_runstate_get(ctx, run, &st) != SB_ERR_NOTFOUND;
+	if (rc == SB_ERR_NOTFOUND)
+		return 0;
+	return rc || sb_runstate_is_live(&st) ? 2 : 1;
 }
 
 int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
