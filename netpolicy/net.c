@@ -278,8 +278,7 @@ void sb_net_close(sb_net *n)
 	}
 	sb_loop_close(n->loop);
 	sb_nft_close(n->nft);
-	if (n->lock_fd >= 0)
-		close(n->lock_fd);
+	sb_net_lock_drop(n->lock_fd, n->lock_path, n->fence);
 	free(n->slots);
 	pthread_cond_destroy(&n->ended);
 	pthread_mutex_destroy(&n->lock);
@@ -304,53 +303,85 @@ static int cap_net_admin(void)
 	return (eff >> 12) & 1; /* CAP_NET_ADMIN */
 }
 
+/* This network namespace's lock file in dir into path. */
+static int ns_lock_path(const char *dir, char *path, size_t cap)
+{
+	uint64_t cookie = 0;
+	socklen_t clen = sizeof cookie;
+	struct stat st;
+	int fd, rc = SB_OK;
+
+	if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0 &&
+	    getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &clen) == 0)
+		/* a namespace's cookie is never another's, unlike its inode */
+		snprintf(path, cap, "%s/net-c%llu.lock", dir, (unsigned long long)cookie);
+	else if (stat("/proc/self/ns/net", &st) == 0)
+		snprintf(path, cap, "%s/net-%llu.lock", dir, (unsigned long long)st.st_ino);
+	else
+		rc = sb_seterr(SB_ERR_UNAVAIL, "network acl: /proc/self/ns/net: %s",
+			       strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+int sb_net_lock_take(const char *dir, int *fd_out, int *fence, char *path, size_t cap)
+{
+	char buf[PATH_MAX + 64];
+	struct stat st, held;
+	int fd, len, rc;
+
+	if ((rc = ns_lock_path(dir, path, cap)))
+		return rc;
+	mkdir(dir, 0700);
+	for (int tries = 0;; tries++) {
+		if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
+			return sb_seterr(SB_ERR_UNAVAIL, "network acl: %s: %s", path,
+					 strerror(errno));
+		len = (int)pread(fd, buf, sizeof buf - 1, 0);
+		buf[len > 0 ? len : 0] = 0;
+		if (flock(fd, LOCK_EX | LOCK_NB)) {
+			int pid = 0;
+			char home[PATH_MAX] = "?";
+			sscanf(buf, "pid %d fence %*d home %4095[^\n]", &pid, home);
+			close(fd);
+			return sb_seterr(
+			    SB_ERR_UNAVAIL,
+			    "network acl: the daemon of %s (pid %d) enforces it in this "
+			    "network namespace; one daemon a namespace",
+			    home, pid);
+		}
+		/* the file the path names now: its holder may have removed
+		 * this one as it let go (sb_net_lock_drop) */
+		if (fstat(fd, &held) == 0 && stat(path, &st) == 0 &&
+		    st.st_ino == held.st_ino && st.st_dev == held.st_dev)
+			break;
+		close(fd);
+		if (tries == 8)
+			return sb_seterr(SB_ERR_UNAVAIL, "network acl: %s keeps going away",
+					 path);
+	}
+	*fence = 0;
+	sscanf(buf, "pid %*d fence %d", fence);
+	*fd_out = fd;
+	return SB_OK;
+}
+
+void sb_net_lock_drop(int fd, const char *path, int fence)
+{
+	if (fd < 0)
+		return;
+	if (!fence) /* it carries nothing for the next holder */
+		unlink(path);
+	close(fd);
+}
+
 /* Takes this network namespace's enforcer lock (one daemon enforces in a
  * namespace); *fence gets what the last holder recorded. */
 static int ns_lock(sb_net *n, int *fence)
 {
-	char path[128], buf[PATH_MAX + 64] = "";
-	uint64_t cookie = 0;
-	socklen_t clen = sizeof cookie;
-	struct stat st;
-	int fd, len;
-
-	if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0 &&
-	    getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &clen) == 0) {
-		/* a namespace's cookie is never another's, unlike its inode */
-		snprintf(path, sizeof path, LOCK_DIR "/net-c%llu.lock",
-			 (unsigned long long)cookie);
-	} else if (stat("/proc/self/ns/net", &st) == 0) {
-		snprintf(path, sizeof path, LOCK_DIR "/net-%llu.lock",
-			 (unsigned long long)st.st_ino);
-	} else {
-		if (fd >= 0)
-			close(fd);
-		return sb_seterr(SB_ERR_UNAVAIL, "network acl: /proc/self/ns/net: %s",
-				 strerror(errno));
-	}
-	if (fd >= 0)
-		close(fd);
-	mkdir(LOCK_DIR, 0700);
-	if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
-		return sb_seterr(SB_ERR_UNAVAIL, "network acl: %s: %s", path,
-				 strerror(errno));
-	len = (int)pread(fd, buf, sizeof buf - 1, 0);
-	buf[len > 0 ? len : 0] = 0;
-	if (flock(fd, LOCK_EX | LOCK_NB)) {
-		int pid = 0;
-		char home[PATH_MAX] = "?";
-		sscanf(buf, "pid %d fence %*d home %4095[^\n]", &pid, home);
-		close(fd);
-		return sb_seterr(
-		    SB_ERR_UNAVAIL,
-		    "network acl: the daemon of %s (pid %d) enforces it in this "
-		    "network namespace; one daemon a namespace",
-		    home, pid);
-	}
-	*fence = 0;
-	sscanf(buf, "pid %*d fence %d", fence);
-	n->lock_fd = fd;
-	return SB_OK;
+	return sb_net_lock_take(LOCK_DIR, &n->lock_fd, fence, n->lock_path,
+				sizeof n->lock_path);
 }
 
 /* Records the lock's holder and whether forwarding is fenced. */

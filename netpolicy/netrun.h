@@ -78,6 +78,7 @@ struct sb_net {
 	int checked;	      /* sb_net_check succeeded once */
 	int fence;	      /* forwarding was off: fenced (see nft.h) */
 	int lock_fd;	      /* this network namespace's enforcer lock */
+	char lock_path[128];  /* ... its file */
 	sb_nft *nft;
 	/* the enforcer's thread */
 	sb_loop *loop;
@@ -207,5 +208,19 @@ int judge_start(struct net_run *r);
 void judge_stop(struct net_run *r);
 void judge_recheck(struct net_run *r);
 void judge_sweep(struct net_run *r, double now);
+
+/* Takes the enforcer lock of this network namespace: the file
+ * dir/net-cCOOKIE.lock (the namespace's cookie; net-INODE.lock where the
+ * kernel has none), flock'ed, its path into path. *fd gets it, *fence
+ * what its last holder recorded (0 with no file). A file its holder
+ * removed as it let go is not taken: the one its path names then is.
+ * Errors: SB_ERR_UNAVAIL (another process holds it: the detail names its
+ * pid and home; the file cannot be opened). */
+int sb_net_lock_take(const char *dir, int *fd, int *fence, char *path, size_t cap);
+
+/* Lets the lock go: its file is removed first (still held, so no one
+ * takes it meanwhile) unless it records a fence, which the next holder
+ * must know. fd < 0: nothing. */
+void sb_net_lock_drop(int fd, const char *path, int fence);
 
 #endif

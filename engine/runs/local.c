@@ -248,6 +248,21 @@ static int local_create(void *runner, const struct sb_plan *p, sb_machine **out,
 			       cap);
 }
 
+/* 1 when the file at path starts as QEMU's migration stream does: the
+ * magic "QEVM" and version 3 (big-endian). */
+static int stream_ok(const char *path)
+{
+	static const unsigned char head[8] = {'Q', 'E', 'V', 'M', 0, 0, 0, 3};
+	unsigned char buf[sizeof head];
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ok;
+
+	ok = fd >= 0 && pread(fd, buf, sizeof buf, 0) == (ssize_t)sizeof buf &&
+	     !memcmp(buf, head, sizeof head);
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
 static int local_create_from(void *runner, const struct sb_plan *p, const char *from_run,
 			     unsigned base_layer, uint64_t memory_bytes, sb_machine **out,
 			     char *accel, char *warning, size_t cap)
@@ -280,6 +295,11 @@ static int local_create_from(void *runner, const struct sb_plan *p, const char *
 					 base_layer, from_run, mem,
 					 (unsigned long long)st.st_size,
 					 (unsigned long long)memory_bytes);
+		if (!stream_ok(mem))
+			return sb_seterr(SB_ERR_CORRUPT,
+					 "snapshot s%u of run %s: %s is damaged (no QEMU "
+					 "migration stream header)",
+					 base_layer, from_run, mem);
 	}
 	if ((rc = machine_prepare(lr, p, base, "qcow2", 0, strcmp(from_run, p->run) != 0,
 				  out, accel, warning, cap)))
@@ -375,6 +395,16 @@ static void on_child(void *ctx, int status)
 	sb_watch_stop(m->incoming_w);
 	m->incoming_w = NULL;
 	end_reason(m, status, why, sizeof why);
+	if (m->incoming[0] && !m->warm_key[0] && !m->cont_sent && !m->fail_why[0] &&
+	    WIFEXITED(status) && WEXITSTATUS(status)) {
+		/* QEMU ended on its own as the memory did not load */
+		char path[PATH_CAP], line[512];
+		snprintf(path, sizeof path, "%s/qemu.log", m->dir);
+		last_line(path, line, sizeof line);
+		snprintf(m->fail_why, sizeof m->fail_why,
+			 "loading the memory snapshot %.300s failed: %.150s", m->incoming,
+			 line[0] ? line : "see qemu.log");
+	}
 	if (m->fail_why[0])
 		memcpy(why, m->fail_why, sizeof m->fail_why);
 	m->ev->ended(m->ctx, status, why); /* may free m */
@@ -555,11 +585,11 @@ static void on_incoming_state(void *ctx, int rc, json_t *ret)
 		return;
 	}
 	if (st && !strcmp(st, "failed")) {
+		const char *why = json_string_value(json_object_get(ret, "error-desc"));
 		if (!m->warm_key[0])
-			snprintf(
-			    m->fail_why, sizeof m->fail_why,
-			    "loading the memory snapshot %.400s failed (see qemu.log)",
-			    m->incoming);
+			snprintf(m->fail_why, sizeof m->fail_why,
+				 "loading the memory snapshot %.300s failed: %.150s",
+				 m->incoming, why ? why : "see qemu.log");
 		sb_proc_kill(m->pid, SIGKILL); /* a warm start boots cold instead */
 		return;
 	}

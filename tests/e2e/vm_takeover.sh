@@ -9,7 +9,10 @@
 # snapshot taken afterwards is recorded with its file 0444. Twice: once
 # with the migration completed while no daemon ran (QEMU left in
 # postmigrate), once with it still under way when the next daemon came
-# (it is cancelled).
+# (it is cancelled). A daemon killed 30 ms, 300 ms or 1.5 s into `fork -n
+# 3` of that snapshot leaves no QEMU of the home that no live run owns.
+# A memory file whose stream header is damaged is refused in one line
+# naming it; one damaged inside fails its fork's run, naming it.
 #
 # The kill's point is made deterministic by a `cat` first in PATH: QEMU
 # saves memory through `exec:cat > layers/N.mem`; this cat writes the
@@ -118,6 +121,47 @@ print([s for s in json.load(sys.stdin)["snapshots"] if s["snapshot"] == sys.argv
 [ -n "$mem" ] && [ -f "$SANBOX_HOME/$mem" ] && [ -z "$(find "$SANBOX_HOME/$mem" -perm /222)" ] &&
 	ok "a memory snapshot after the takeover: $S, its file 0444" || bad "snapshot after" "$S: $mem"
 
+# ---- kill -9 at several points of `fork -n 3`: no QEMU no run owns ----
+# home_qemus: "RUN PID" of every QEMU whose arguments name a run of this home
+home_qemus() {
+	QMP_PRE="socket,id=qmp0,path=$SANBOX_HOME/runs/" python3 - <<'PY'
+import os
+pre = os.environ["QMP_PRE"].encode()
+for p in os.listdir("/proc"):
+    try:
+        args = open("/proc/%s/cmdline" % p, "rb").read().split(b"\0") if p.isdigit() else []
+    except OSError:
+        continue
+    for a in args:
+        if a.startswith(pre):
+            print(a[len(pre):].split(b"/")[0].decode(), p)
+PY
+}
+live_runs() { "$SB" ps --json | python3 -c '
+import json, sys
+print(" ".join(r["run"] for r in json.load(sys.stdin) if r["status"] in ("created", "running")))'; }
+for ms in 30 300 1500; do
+	"$SB" fork "$R" --snapshot "$S" -n 3 --detach >/dev/null 2>&1 &
+	sleep "$(echo "scale=3; $ms / 1000" | bc)"
+	pid=$(daemon_pid)
+	kill -9 "$pid"
+	proc_wait_gone "$pid" || bad "fork kill $ms" "the daemon did not die"
+	wait
+	"$SB" daemon start >/dev/null || bad "restart after fork $ms" "$(tail -n 3 "$SANBOX_HOME/sanboxd.log")"
+	live=" $(live_runs) "
+	stray=""
+	for i in $(seq 1 50); do
+		stray=$(home_qemus | while read -r run p; do
+			case $live in *" $run "*) ;; *) echo "$run:$p" ;; esac
+		done)
+		[ -z "$stray" ] && break
+		sleep 0.1
+	done
+	[ -z "$stray" ] && ok "killed ${ms} ms into fork -n 3: every QEMU of the home is a live run's" ||
+		bad "fork kill $ms" "QEMU no run owns: $stray"
+	for F in $live; do [ "$F" = "$R" ] || "$SB" stop "$F" >/dev/null 2>&1; done
+done
+
 timeout 300 "$SB" attach "$R" >/dev/null 2>&1
 "$SB" inspect "$R" --json | python3 -c '
 import json, sys
@@ -137,5 +181,26 @@ done
 qemu-img check -f qcow2 "$SANBOX_HOME/runs/$R/disk.qcow2" >"$SANBOX_HOME/check.out" 2>&1 &&
 	[ "$(qemu-img info --backing-chain "$SANBOX_HOME/runs/$R/disk.qcow2" | grep -c '^image:')" -ge 4 ] &&
 	ok "the layer chain is sound (qemu-img check)" || bad "chain" "$(tail -n 3 "$SANBOX_HOME/check.out")"
+
+# ---- a damaged memory file ----
+mem=$SANBOX_HOME/$mem
+cp "$mem" "$SANBOX_HOME/mem.orig"
+nruns=$("$SB" ps --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+printf 'XXXX' | dd of="$mem" conv=notrunc 2>/dev/null
+out=$("$SB" fork "$R" --snapshot "$S" --detach 2>&1)
+rc=$?
+[ $rc != 0 ] && [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && case $out in *"$mem is damaged"*) true ;; *) false ;; esac &&
+	[ "$("$SB" ps --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = "$nruns" ] &&
+	ok "a memory file without its stream header: refused in one line naming it, nothing recorded" ||
+	bad "damaged header" "exit $rc: $out"
+cp "$SANBOX_HOME/mem.orig" "$mem"
+head -c 4096 /dev/urandom | dd of="$mem" bs=1 seek=8 conv=notrunc 2>/dev/null
+F=$("$SB" fork "$R" --snapshot "$S" --detach 2>&1)
+wait_event "$F" "e['type']=='run.failed'" 120
+has_event "$F" "e['type']=='run.failed' and e['payload']['reason'].startswith('loading the memory snapshot $mem failed: ')" &&
+	ok "a memory file damaged inside: its run fails naming it" ||
+	bad "damaged memory" "$("$SB" events "$F" --type run.failed 2>&1)"
 "$SB" daemon stop >/dev/null
+left=$(home_qemus)
+[ -z "$left" ] && ok "no QEMU of the home is left" || bad "orphans" "$left"
 exit $((failures > 0))

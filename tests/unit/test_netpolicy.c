@@ -1,13 +1,19 @@
-/* test_netpolicy.c - network grants (parse, canonical form, refusals) and
- * the resolution of a run spec's network fields. */
+/* test_netpolicy.c - network grants (parse, canonical form, refusals), the
+ * resolution of a run spec's network fields, and the enforcer's lock of a
+ * network namespace (in a directory of the test's own). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 
 #include <cmocka.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/mpack.h"
 #include "netpolicy/netpolicy.h"
+#include "netpolicy/netrun.h"
 #include "testutil.h"
 
 /* Parses text and checks its canonical form. */
@@ -200,6 +206,43 @@ static void test_resolve(void **state)
 	msgpack_sbuffer_destroy(&sb);
 }
 
+/* The lock: one holder; a second is refused naming the first; a lock
+ * that records a fence stays for the next holder, which reads it; one
+ * without goes when it is let go, also after a fence was undone. */
+static void test_ns_lock(void **state)
+{
+	char dir[] = "/tmp/sbnslock.XXXXXX", path[128], other[128];
+	const char holder[] = "pid 4242 fence 1 home /h\n";
+	int fd, fd2, fence = -1;
+	struct stat st;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(sb_net_lock_take(dir, &fd, &fence, path, sizeof path), SB_OK);
+	assert_int_equal(fence, 0);
+	assert_ptr_equal(strstr(path, dir), path);
+	assert_int_equal(pwrite(fd, holder, sizeof holder - 1, 0), sizeof holder - 1);
+	assert_int_equal(sb_net_lock_take(dir, &fd2, &fence, other, sizeof other),
+			 SB_ERR_UNAVAIL);
+	assert_non_null(strstr(sb_errmsg(SB_ERR_UNAVAIL), "the daemon of /h (pid 4242)"));
+	/* a fence is kept for the next holder */
+	sb_net_lock_drop(fd, path, 1);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(sb_net_lock_take(dir, &fd, &fence, path, sizeof path), SB_OK);
+	assert_int_equal(fence, 1);
+	/* the fence undone (the holder wrote fence 0), the file goes */
+	sb_net_lock_drop(fd, path, 0);
+	assert_int_equal(stat(path, &st), -1);
+	assert_int_equal(errno, ENOENT);
+	/* and the next holder makes it again */
+	assert_int_equal(sb_net_lock_take(dir, &fd, &fence, path, sizeof path), SB_OK);
+	assert_int_equal(fence, 0);
+	assert_int_equal(stat(path, &st), 0);
+	sb_net_lock_drop(fd, path, 0);
+	sb_net_lock_drop(-1, path, 0); /* nothing held: nothing done */
+	assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -207,6 +250,7 @@ int main(void)
 	    cmocka_unit_test(test_template_defaults),
 	    cmocka_unit_test(test_grants_refused),
 	    cmocka_unit_test(test_resolve),
+	    cmocka_unit_test(test_ns_lock),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
