@@ -121,6 +121,13 @@ for F in $FORKS; do
 done
 [ "$(printf '%s' "$rands" | sort -u | grep -c .)" = 5 ] && ok "the 5 forks diverged (5 different random streams)" ||
 	bad "divergence" "$rands"
+# booted, each has a machine id of its own, not its parent's (on its disk)
+ids="$("$SB" fs cat "$P" /etc/machine-id)
+"
+for F in $FORKS; do ids="$ids$("$SB" fs cat "$F" /etc/machine-id)
+"; done
+[ "$(printf '%s' "$ids" | grep -cxE '[0-9a-f]{32}')" = 6 ] && [ "$(printf '%s' "$ids" | sort -u | grep -c .)" = 6 ] &&
+	ok "a booted run has a machine id, each fork its own" || bad "machine ids" "$ids"
 echo "bench-ish: 5 forks ran in $(($(date +%s) - t0)) s" >&2
 out=$("$SB" fs ls "$P" 2>&1)
 case $out in *seen.txt* | *rand.txt*) bad "parent unchanged" "$out" ;; *a.txt*b.txt*) ok "the parent is unchanged" ;; *) bad "parent" "$out" ;; esac

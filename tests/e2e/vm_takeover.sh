@@ -170,6 +170,8 @@ sys.exit(0 if json.load(sys.stdin)["run"]["status"] == "exited" else 1)' &&
 	ok "the run ends normally, every tick there" ||
 	bad "end" "$("$SB" events "$R" --type run | tail -n 2); ticks $(ticks "$R")"
 has_event "$R" "e['type']=='run.failed'" && bad "end" "run.failed"
+"$SB" fs cat "$R" /etc/machine-id | grep -qxE '[0-9a-f]{32}' &&
+	ok "a booted run has a machine id" || bad "machine id" "$("$SB" fs cat "$R" /etc/machine-id 2>&1)"
 layers=$SANBOX_HOME/runs/$R/layers
 top=$(readlink "$SANBOX_HOME/runs/$R/disk.qcow2")
 writable=""

@@ -658,6 +658,23 @@ static void machine_id_write(struct agent *ag)
 		close(fd);
 }
 
+/* A booted guest's machine id (none came with RESTORED): 16 bytes of the
+ * kernel's randomness in hex, so no two runs share one, also a fork of a
+ * disk snapshot, whose disk holds its parent's. */
+static void machine_id_fresh(struct agent *ag)
+{
+	unsigned char b[16];
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0 && read(fd, b, sizeof b) == (ssize_t)sizeof b)
+		for (size_t i = 0; i < sizeof b; i++)
+			snprintf(ag->machine_id + 2 * i, 3, "%02x", b[i]);
+	else
+		agent_log(&ag->port, "cannot read /dev/urandom: %s", strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
 /* RESTORED {time_ns, seed, machine_id, net?}: this guest is a copy of a memory snapshot.
  * Its clock is the snapshot's and its randomness the snapshot's (a fork
  * would share both with its siblings): the host's time and fresh bytes
@@ -746,7 +763,9 @@ static const char *run_setup(struct agent *ag)
 		err = "cannot configure the network device";
 	if (!err && !(err = enter_root(ag))) {
 		ag->rooted = 1;
-		machine_id_write(ag); /* a warm start's */
+		if (!ag->machine_id[0])
+			machine_id_fresh(ag); /* a boot's */
+		machine_id_write(ag);	      /* or a warm start's */
 		if (agent_net_resolv(&ag->spec.net))
 			err = "cannot write /etc/resolv.conf";
 	}
