@@ -60,9 +60,10 @@ struct sb_machine {
 	const struct sb_machine_events *ev;
 	void *ctx;
 	int again;	/* the next channel is a reconnection */
-	int reattached; /* found running by a daemon that started again */
-	int settling;	/* ... and its state is being found (query-migrate,
-			 * query-status, cont): no snapshot meanwhile */
+	int reattached; /* found running by a daemon that started again, until
+			 * its state is found (query-migrate, query-status,
+			 * cont): no snapshot meanwhile */
+	unsigned settle_polls; /* looks at a migration being cancelled */
 	long pending;	/* a memory snapshot a dead daemon was taking: its
 			 * layer (snapshot.pending), or -1 */
 	unsigned layer; /* the number of the layer create made */
@@ -705,7 +706,8 @@ static void on_settle_migrate(void *ctx, int rc, json_t *ret)
 	struct sb_machine *m = ctx;
 	const char *st = json_string_value(json_object_get(ret, "status"));
 	int idle = rc || !st || !strcmp(st, "none") || !strcmp(st, "completed") ||
-		   !strcmp(st, "failed") || !strcmp(st, "cancelled");
+		   !strcmp(st, "failed") || !strcmp(st, "cancelled") ||
+		   ++m->settle_polls > SNAP_MIGRATE_MS / 1000 / SNAP_POLL_S;
 
 	if (rc == SB_ERR_IO || m->ended)
 		return;
