@@ -1,5 +1,5 @@
-/* test_qemu.c - QEMU command line, spawning and reaping, unix sockets,
- * qemu-img layers, accelerator names. No VM is booted here (test_qmp
+/* test_qemu.c - QEMU command line, spawning and reaping, finding QEMUs by
+ * their arguments, unix sockets, qemu-img layers, accelerator names. No VM is booted here (test_qmp
  * does that); spawning is checked with a fake "QEMU" shell script. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -876,6 +876,77 @@ static void test_accel_names(void **state)
 	    SB_ERR_INVAL);
 }
 
+struct found {
+	pid_t pid[4];
+	char qmp[4][256];
+	int n;
+};
+
+static void on_each(void *ctx, pid_t pid, const char *qmp)
+{
+	struct found *f = ctx;
+
+	if (f->n < 4) {
+		f->pid[f->n] = pid;
+		snprintf(f->qmp[f->n++], sizeof f->qmp[0], "%s", qmp);
+	}
+}
+
+/* Starts sh waiting, with arg among its arguments; returns its pid. */
+static pid_t start_named(const char *arg)
+{
+	char *argv[] = {"/bin/sh", "-c", "sleep 30", "x", (char *)arg, NULL};
+	struct sb_spawn sp = {.argv = argv, .in = -1, .out = -1, .err = -1, .new_session = 1};
+	pid_t pid;
+
+	assert_int_equal(sb_spawn(&sp, &pid), SB_OK);
+	return pid;
+}
+
+/* QEMUs are found by the QMP socket their arguments name: a comma in the
+ * path (doubled on the command line) read back single, the prefix
+ * matched; an argument that only looks like one (no path, a prefix of
+ * another path) is not a QEMU of the prefix. */
+static void test_each(void **state)
+{
+	char dir[] = "/tmp/sbeach.XXXXXX", arg[512], want[512], other[512];
+	struct found f = {0};
+	pid_t a, b, c;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(arg, sizeof arg, "socket,id=qmp0,path=%s/a,,b/runs/0123456789ab/qmp.sock,reconnect=1",
+		 dir);
+	snprintf(want, sizeof want, "%s/a,b/runs/0123456789ab/qmp.sock", dir);
+	a = start_named(arg);
+	b = start_named("socket,id=qmp0,path=");
+	snprintf(other, sizeof other, "socket,id=qmp0,path=%s/ab/runs/x/qmp.sock", dir);
+	c = start_named(other);
+	for (int i = 0; i < 200 && !f.n; i++) {
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		sb_vm_each(want, on_each, &f);
+		if (!f.n)
+			nanosleep(&ts, NULL); /* until the shell has exec'd */
+	}
+	assert_int_equal(f.n, 1);
+	assert_int_equal(f.pid[0], a);
+	assert_string_equal(f.qmp[0], want);
+	f.n = 0;
+	snprintf(want, sizeof want, "%s/a,b/", dir);
+	sb_vm_each(want, on_each, &f);
+	assert_int_equal(f.n, 1);
+	f.n = 0;
+	sb_vm_each("/nonexistent/", on_each, &f);
+	assert_int_equal(f.n, 0);
+	sb_proc_kill(a, SIGKILL);
+	sb_proc_kill(b, SIGKILL);
+	sb_proc_kill(c, SIGKILL);
+	sb_proc_wait(a, -1, NULL);
+	sb_proc_wait(b, -1, NULL);
+	sb_proc_wait(c, -1, NULL);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -893,6 +964,7 @@ int main(void)
 	    cmocka_unit_test_teardown(test_killed_midway, teardown),
 	    cmocka_unit_test_teardown(test_disk_layer, teardown),
 	    cmocka_unit_test_teardown(test_accel_names, teardown),
+	    cmocka_unit_test_teardown(test_each, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
