@@ -627,17 +627,18 @@ static void on_settle(void *ctx, int rc, json_t *ret)
  * Written before the guest is paused, removed once the snapshot is over
  * (recorded or failed); a daemon that finds it takes what the dead one
  * left half done (see local_interrupted). */
-static void pending_path(const struct sb_machine *m, char *buf, size_t cap)
+static void pending_path(const char *dir, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "%s/snapshot.pending", m->dir);
+	if (snprintf(buf, cap, "%s/snapshot.pending", dir) >= (int)cap)
+		buf[0] = 0; /* no such path: nothing is found or removed */
 }
 
-static int pending_write(const struct sb_machine *m, unsigned layer)
+static int pending_write(const char *dir, unsigned layer)
 {
 	char path[PATH_CAP], line[16];
 	int fd, n = snprintf(line, sizeof line, "%u\n", layer), rc = SB_OK;
 
-	pending_path(m, path, sizeof path);
+	pending_path(dir, path, sizeof path);
 	if ((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 ||
 	    write(fd, line, (size_t)n) != n)
 		rc = sb_seterr(SB_ERR_IO, "%s: %s", path, strerror(errno));
@@ -647,14 +648,14 @@ static int pending_write(const struct sb_machine *m, unsigned layer)
 }
 
 /* The layer snapshot.pending names, or -1 (none, or not a number). */
-static long pending_read(const struct sb_machine *m)
+static long pending_read(const char *dir)
 {
 	char path[PATH_CAP];
 	unsigned layer;
 	FILE *f;
 	long n = -1;
 
-	pending_path(m, path, sizeof path);
+	pending_path(dir, path, sizeof path);
 	if ((f = fopen(path, "re"))) {
 		if (fscanf(f, "%u", &layer) == 1)
 			n = (long)layer;
@@ -663,11 +664,11 @@ static long pending_read(const struct sb_machine *m)
 	return n;
 }
 
-static void pending_remove(const struct sb_machine *m)
+static void pending_remove(const char *dir)
 {
 	char path[PATH_CAP];
 
-	pending_path(m, path, sizeof path);
+	pending_path(dir, path, sizeof path);
 	unlink(path);
 }
 
@@ -695,7 +696,7 @@ static void on_settle_status(void *ctx, int rc, json_t *ret)
 	if (st && (!strcmp(st, "paused") || !strcmp(st, "postmigrate")))
 		cont_send(m);
 	if (m->pending >= 0)
-		pending_remove(m);
+		pending_remove(m->dir);
 	m->reattached = 0;
 }
 
@@ -992,7 +993,7 @@ static void snap_finish(struct snap_op *op)
 		return; /* the machine was freed: the next daemon ends it */
 	m->snap = NULL;
 	if (info.memory_path[0])
-		pending_path(m, pending, sizeof pending);
+		pending_path(m->dir, pending, sizeof pending);
 	if (rc) {
 		if (info.memory_path[0])
 			unlink(info.memory_path); /* half made, and nothing names it */
@@ -1097,7 +1098,7 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 					   json_string_value(json_object_get(ins, "file"))
 					       ?: "")) ||
 		    (rc = snap_next(op)) ||
-		    (op->memory && (rc = pending_write(m, op->info.layer)))) {
+		    (op->memory && (rc = pending_write(m->dir, op->info.layer)))) {
 			snap_fail(op, rc);
 			return;
 		}
@@ -1557,7 +1558,7 @@ static int local_reattach(void *runner, const struct sb_plan *p,
 	}
 	m->again = 1;
 	m->reattached = 1;
-	m->pending = pending_read(m);
+	m->pending = pending_read(m->dir);
 	if (p->net.mode == SB_NET_ACL) {
 		if (!lr->net) {
 			rc =
@@ -1611,10 +1612,22 @@ pid_t sb_local_qemu_pid(const char *home, const char *run)
 static void local_reap(void *runner, const char *run)
 {
 	struct sb_local_runner *lr = runner;
+	char dir[PATH_CAP], mem[PATH_CAP + 32];
+	struct stat st;
 	pid_t pid;
+	long n;
 
 	if ((pid = sb_local_qemu_pid(lr->home, run)))
 		sb_proc_kill(pid, SIGKILL);
+	snprintf(dir, sizeof dir, "%s/runs/%s", lr->home, run);
+	if ((n = pending_read(dir)) >= 0) {
+		/* a memory snapshot its daemon died taking: a memory file not
+		 * yet made read-only was never complete, so nothing names it */
+		snprintf(mem, sizeof mem, "%s/layers/%ld.mem", dir, n);
+		if (stat(mem, &st) == 0 && (st.st_mode & 0222))
+			unlink(mem);
+		pending_remove(dir);
+	}
 	if (lr->net)
 		sb_net_run_remove(lr->net, run);
 }
