@@ -922,7 +922,7 @@ static void test_each(void **state)
 	b = start_named("socket,id=qmp0,path=");
 	snprintf(other, sizeof other, "socket,id=qmp0,path=%s/ab/runs/x/qmp.sock", dir);
 	c = start_named(other);
-	for (int i = 0; i < 200 && !f.n; i++) {
+	for (int i = 0; i < 1000 && !f.n; i++) {
 		struct timespec ts = {0, 10 * 1000 * 1000};
 		sb_vm_each(want, on_each, &f);
 		if (!f.n)
