@@ -370,34 +370,63 @@ static int qemu_qmp_of(const char *cmd, size_t n, char *buf, size_t cap)
 	return 0;
 }
 
-void sb_vm_each(const char *prefix, void (*fn)(void *ctx, pid_t pid, const char *qmp),
-		void *ctx)
+/* The QMP socket's path process pid's command line names, into qmp
+ * (cap bytes): 1, or 0 when it names none or cannot be read. */
+static int qemu_qmp_of_pid(const char *pid, char *qmp, size_t cap)
 {
-	char path[64], cmd[16384], qmp[PATH_MAX];
-	struct dirent *e;
+	char path[64], cmd[16384];
 	struct stat st;
 	ssize_t got;
 	size_t n;
+	int fd, ok;
+
+	if (snprintf(path, sizeof path, "/proc/%s/cmdline", pid) >= (int)sizeof path ||
+	    (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return 0;
+	for (n = 0; n < sizeof cmd && (got = read(fd, cmd + n, sizeof cmd - n)) > 0;
+	     n += (size_t)got)
+		;
+	ok = fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
+	     qemu_qmp_of(cmd, n, qmp, cap);
+	close(fd);
+	return ok;
+}
+
+/* 1 when pid's parent names the same QMP socket: pid is a child QEMU
+ * forked (to run a migration's command, say) and has not exec'd yet. */
+static int qemu_forked(const char *pid, const char *qmp)
+{
+	char path[64], line[512], ppid[16], pq[PATH_MAX];
+	const char *p;
+	FILE *f;
+	int ok = 0, pp;
+
+	snprintf(path, sizeof path, "/proc/%s/stat", pid);
+	if (!(f = fopen(path, "re")))
+		return 0;
+	/* pid (comm) state ppid ...: comm may hold anything but not ") " last */
+	if (fgets(line, sizeof line, f) && (p = strrchr(line, ')')) &&
+	    sscanf(p + 1, " %*c %d", &pp) == 1) {
+		snprintf(ppid, sizeof ppid, "%d", pp);
+		ok = qemu_qmp_of_pid(ppid, pq, sizeof pq) && !strcmp(pq, qmp);
+	}
+	fclose(f);
+	return ok;
+}
+
+void sb_vm_each(const char *prefix, void (*fn)(void *ctx, pid_t pid, const char *qmp),
+		void *ctx)
+{
+	char qmp[PATH_MAX];
+	struct dirent *e;
 	DIR *d;
-	int fd;
 
 	if (!(d = opendir("/proc")))
 		return;
-	while ((e = readdir(d))) {
-		if (strspn(e->d_name, "0123456789") != strlen(e->d_name) ||
-		    snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name) >=
-			(int)sizeof path ||
-		    (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-			continue;
-		for (n = 0; n < sizeof cmd &&
-			    (got = read(fd, cmd + n, sizeof cmd - n)) > 0;
-		     n += (size_t)got)
-			;
-		if (fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
-		    qemu_qmp_of(cmd, n, qmp, sizeof qmp) &&
-		    !strncmp(qmp, prefix, strlen(prefix)))
+	while ((e = readdir(d)))
+		if (strspn(e->d_name, "0123456789") == strlen(e->d_name) &&
+		    qemu_qmp_of_pid(e->d_name, qmp, sizeof qmp) &&
+		    !strncmp(qmp, prefix, strlen(prefix)) && !qemu_forked(e->d_name, qmp))
 			fn(ctx, (pid_t)atoi(e->d_name), qmp);
-		close(fd);
-	}
 	closedir(d);
 }

@@ -103,7 +103,9 @@ int sb_vm_spawn(const struct sb_vm_config *c, pid_t *pid);
  * line is a QEMU's of sb_vm_argv with a QMP socket whose path starts with
  * prefix; qmp is that path (valid during the call). So a QEMU is found
  * whatever became of its pid file: its identity is in its argv from its
- * exec on. Reads /proc; a process that cannot be read is left out. */
+ * exec on. A process whose parent names the same socket (QEMU's child
+ * between its fork and its exec) is left out, and so is one that cannot
+ * be read. Reads /proc. */
 void sb_vm_each(const char *prefix, void (*fn)(void *ctx, pid_t pid, const char *qmp),
 		void *ctx);
 
