@@ -135,10 +135,14 @@ int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max,
  * Returns CLI_EXIT_OK when it is. */
 int cli_check_name(const char *opt, const char *s);
 
-/* Writes s escaped (sb_text_escape) into buf as a table cell: at most
- * width bytes (never half an escape or character), padded with spaces to
- * width characters; width 0: neither cut nor padded (but for cap). */
+/* Writes s escaped (sb_text_escape) into buf as a table cell of width
+ * terminal columns (wide characters take two): cut with an ellipsis when
+ * longer (never in an escape or a character), padded with spaces when
+ * shorter; width 0: neither cut nor padded (but for cap). */
 void cli_cell(const char *s, int width, char *buf, size_t cap);
+
+/* The terminal columns s takes once escaped, as cli_cell counts them. */
+size_t cli_text_cols(const char *s);
 
 /* ---- the daemon: finding, starting, connecting (cli/connect.c) ---- */
 

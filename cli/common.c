@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <wchar.h>
 
 #include "cli/cli.h"
 #include "engine/error.h"
@@ -267,20 +268,81 @@ int cli_check_name(const char *opt, const char *s)
 	return rc ? cli_fail_code(CLI_EXIT_USAGE, "%s", sb_errmsg(rc)) : CLI_EXIT_OK;
 }
 
+/* The first unit of escaped text s (len bytes, not 0): an escape
+ * ("\\n", "\\xNN", "\\u{NNNN}"), never to be split, or one UTF-8
+ * character. Returns its byte length and sets *cols to the columns it takes
+ * on a terminal (wcwidth's; 1 for what it does not know). */
+static size_t unit_len(const char *s, size_t len, int *cols)
+{
+	mbstate_t st;
+	wchar_t wc;
+	size_t n;
+
+	if (s[0] == '\\' && len > 1) {
+		n = s[1] == 'x' ? 4 : s[1] == 'u' ? strcspn(s, "}") + 1 : 2;
+		n = n < len ? n : len;
+		*cols = (int)n;
+		return n;
+	}
+	memset(&st, 0, sizeof st);
+	n = mbrtowc(&wc, s, len, &st);
+	if (n == 0 || n > len) {
+		*cols = 1;
+		return 1;
+	}
+	*cols = wcwidth(wc) < 0 ? 1 : wcwidth(wc);
+	return n;
+}
+
+/* The columns escaped text s (len bytes) takes on a terminal. */
+static size_t text_cols(const char *s, size_t len)
+{
+	size_t cols = 0;
+	int w;
+
+	for (size_t i = 0; i < len; cols += (size_t)w)
+		i += unit_len(s + i, len - i, &w);
+	return cols;
+}
+
+size_t cli_text_cols(const char *s)
+{
+	char esc[4096];
+
+	sb_text_escape(s, strlen(s), esc, sizeof esc);
+	return text_cols(esc, strlen(esc));
+}
+
 void cli_cell(const char *s, int width, char *buf, size_t cap)
 {
-	size_t lim = width > 0 && (size_t)width + 1 < cap ? (size_t)width + 1 : cap, len,
-	       chars = 0;
+	static const char ellipsis[] = "\u2026";
+	char esc[4096];
+	size_t len, i = 0, out = 0, cols = 0, room, n;
+	int cut, w;
 
-	sb_text_escape(s, strlen(s), buf, lim);
-	len = strlen(buf);
-	for (size_t i = 0; i < len; i++)
-		chars += ((unsigned char)buf[i] & 0xc0) != 0x80;
-	while (width > 0 && chars < (size_t)width && len + 1 < cap) {
-		buf[len++] = ' ';
-		chars++;
+	sb_text_escape(s, strlen(s), esc, sizeof esc);
+	len = strlen(esc);
+	cut = width > 0 && text_cols(esc, len) > (size_t)width;
+	room = width <= 0 ? (size_t)-1 : (size_t)width - (size_t)cut;
+	while (i < len) {
+		n = unit_len(esc + i, len - i, &w);
+		if (cols + (size_t)w > room || out + n + sizeof ellipsis >= cap)
+			break;
+		memcpy(buf + out, esc + i, n);
+		out += n;
+		cols += (size_t)w;
+		i += n;
 	}
-	buf[len] = 0;
+	if (cut && out + sizeof ellipsis <= cap) {
+		memcpy(buf + out, ellipsis, sizeof ellipsis - 1);
+		out += sizeof ellipsis - 1;
+		cols++;
+	}
+	while (width > 0 && cols < (size_t)width && out + 1 < cap) {
+		buf[out++] = ' ';
+		cols++;
+	}
+	buf[out] = 0;
 }
 
 void cli_req_begin(struct cli_req *r, const char *op, size_t nargs)

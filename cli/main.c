@@ -1,5 +1,6 @@
 /* main.c - sanbox: the command table and global options. */
 #include <getopt.h>
+#include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,10 +83,23 @@ static const struct cli_cmd commands[] = {
 	 "--follow then prints new events as they are recorded, with no gap and no\n"
 	 "duplicate, until Ctrl-C (also after the run ends: see 'sanbox attach').\n"},
 	{"ps", cmd_ps, "list runs",
-	 "usage: sanbox ps [--group GROUP] [--json]\n"
+	 "usage: sanbox ps [--group GROUP] [--filter KEY=VALUE]... [-q] [--no-trunc]\n"
+	 "                 [--format FIELDS] [--json]\n"
 	 "\n"
-	 "Lists runs: id, name, group, template, model, status, elapsed, cost,\n"
-	 "last event.\n"},
+	 "Lists runs, newest first: id, name, status (exited N, running, budget,\n"
+	 "timeout, failed, stopped, ...), age, elapsed time, cost, and the last\n"
+	 "event (a failed run's reason instead); from 120 columns on also group,\n"
+	 "template and model. The table fits the terminal's width (or $COLUMNS,\n"
+	 "else 80): longer cells end in an ellipsis.\n"
+	 "  --filter KEY=VALUE   only runs with status=S, name=TEXT (a part of the\n"
+	 "                       name), template=T or group=G (repeatable; all hold)\n"
+	 "  -q, --quiet          print the ids only\n"
+	 "  --no-trunc           cells whole, tab-separated\n"
+	 "  --format FIELDS      print FIELDS (a comma-separated list of id, name,\n"
+	 "                       group, template, model, status, age, elapsed, cost,\n"
+	 "                       budget, last, offset, reason), tab-separated, no\n"
+	 "                       header\n"
+	 "  --json               the runs' state as the daemon keeps it\n"},
 	{"inspect", cmd_inspect, "show a run's resolved settings and state",
 	 "usage: sanbox inspect RUN [--json]\n"},
 	{"stop", cmd_stop, "stop a run",
@@ -318,6 +332,8 @@ int main(int argc, char **argv)
 	int ch, rc;
 
 	opterr = 0; /* the commands say what was wrong, in one line */
+	/* cells are measured in terminal columns: wcwidth needs UTF-8 */
+	setlocale(LC_CTYPE, "C.UTF-8");
 	while ((ch = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'H': home = optarg; break;

@@ -10,7 +10,7 @@
 #define RS struct sb_runstate
 static const struct sb_fdesc rs_fields[] = {
 	SB_FSTR(RS, run),         SB_FSTR(RS, name),        SB_FSTR(RS, group),
-	SB_FSTR(RS, tmpl),        SB_FSTR(RS, tmpl_hash),   SB_FSTR(RS, model),
+	SB_FSTR(RS, template),    SB_FSTR(RS, template_hash),   SB_FSTR(RS, model),
 	SB_FSTR(RS, network),     SB_FSTR(RS, status),      SB_FSTR(RS, reason),
 	SB_FSTR(RS, parent),      SB_FSTR(RS, last_type),   SB_FU64(RS, parent_offset),
 	SB_FU64(RS, cpus),        SB_FU64(RS, memory_mib),  SB_FU64(RS, timeout_s),
@@ -76,10 +76,10 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 	if (!strcmp(ty, "run.created")) {
 		SET(name, "name");
 		SET(group, "group");
-		SET(tmpl, "template");
+		SET(template, "template");
 		SET(model, "model");
 	} else if (!strcmp(ty, "run.policy.resolved")) {
-		SET(tmpl_hash, "template_hash");
+		SET(template_hash, "template_hash");
 		SET(network, "network");
 		if (sb_map_get(map, "model"))
 			SET(model, "model");
@@ -152,7 +152,9 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 
 const struct sb_projection sb_proj_runstate = {
 	.name = "runstate",
-	.version = 1, /* 1: a run the budget stopped has status budget */
+	/* 1: a run its budget stopped has status budget;
+	 * 2: its fields template and template_hash (were tmpl, tmpl_hash) */
+	.version = 2,
 	.init = NULL,
 	.apply = rs_apply,
 };

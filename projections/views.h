@@ -23,11 +23,11 @@ struct sb_runstate {
 	char run[SB_RUN_MAX];
 	char name[64];
 	char group[64];
-	char tmpl[64];          /* template name */
-	char tmpl_hash[72];
+	char template[64];      /* template name */
+	char template_hash[72];
 	char model[96];
 	char network[16];
-	char status[16];        /* created running exited stopped timeout failed */
+	char status[16];        /* created running exited stopped timeout budget failed */
 	char reason[128];       /* why it stopped or failed */
 	char parent[SB_RUN_MAX]; /* run it was resumed or forked from */
 	char last_type[SB_TYPE_MAX];

@@ -104,7 +104,7 @@ static void test_runstate_lifecycle(void **state)
 	assert_string_equal(rs.status, "created");
 	assert_string_equal(rs.name, "review");
 	assert_string_equal(rs.group, "g1");
-	assert_string_equal(rs.tmpl, "debian");
+	assert_string_equal(rs.template, "debian");
 	assert_string_equal(rs.model, "gpt-x");
 	assert_true(rs.created_ns == 1000 && rs.started_ns == 0 && rs.ended_ns == 0);
 	assert_true(rs.events == 1 && rs.last_seq == 1 && rs.last_offset == 1);
@@ -115,7 +115,7 @@ static void test_runstate_lifecycle(void **state)
 	    "'network':'acl','budget_nusd':5000000000,'model':'gpt-y'}");
 	catch_up(f, 1);
 	rs = rs_get(f, "r1");
-	assert_string_equal(rs.tmpl_hash, "abc123");
+	assert_string_equal(rs.template_hash, "abc123");
 	assert_true(rs.cpus == 2 && rs.memory_mib == 512 && rs.timeout_s == 600);
 	assert_true(rs.budget_nusd == 5000000000ull);
 	assert_string_equal(rs.network, "acl");
