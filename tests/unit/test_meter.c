@@ -275,6 +275,131 @@ static void test_request_allow_list(void **state)
 	json_decref(j);
 }
 
+/* A random hostile body: model and messages, then up to 7 fields drawn
+ * from the names a client may try (listed, refused, unknown, near
+ * misses), each with a value of any kind, duplicates included. */
+static size_t hostile_request(uint64_t *seed, unsigned api, char *buf, size_t cap)
+{
+	static const char *const keys[] = {"n",
+					   "max_tokens",
+					   "max_completion_tokens",
+					   "best_of",
+					   "stream",
+					   "stream_options",
+					   "thinking",
+					   "tools",
+					   "temperature",
+					   "audio",
+					   "x_n",
+					   "Max_tokens",
+					   "max_tokens ",
+					   "\\u006e",
+					   "extra_body",
+					   "store",
+					   "system",
+					   "logprobs",
+					   "top_logprobs",
+					   "service_tier",
+					   "metadata",
+					   "messages"};
+	static const char *const vals[] = {"1",
+					   "3",
+					   "64",
+					   "129",
+					   "999999",
+					   "-1",
+					   "0",
+					   "\"7\"",
+					   "2.5",
+					   "null",
+					   "true",
+					   "false",
+					   "{}",
+					   "[]",
+					   "{\"budget_tokens\":999999}",
+					   "{\"include_usage\":false}",
+					   "[{\"type\":\"function\"}]",
+					   "[{\"type\":\"web_search_20250305\"}]"};
+	size_t at = (size_t)snprintf(buf, cap, "{\"model\":\"m\",\"messages\":[]%s",
+				     api == SB_API_ANTHROPIC ? ",\"max_tokens\":50" : "");
+	unsigned n = tu_rand(seed) % 8;
+
+	for (unsigned i = 0; i < n; i++)
+		at +=
+		    (size_t)snprintf(buf + at, cap - at, ",\"%s\":%s",
+				     keys[tu_rand(seed) % (sizeof keys / sizeof *keys)],
+				     vals[tu_rand(seed) % (sizeof vals / sizeof *vals)]);
+	at += (size_t)snprintf(buf + at, cap - at, "}");
+	return at;
+}
+
+/* The property of what is forwarded, whatever the body: only the API's
+ * documented fields, each key once, one bound and it is the grant, n
+ * within 1 to 128 and what was read, a thinking budget below the grant,
+ * and on OpenAI streams usage on. */
+static void test_request_forwarded_property(void **state)
+{
+	static const char *const openai_ok =
+	    " model messages stream stream_options max_completion_tokens max_tokens n "
+	    "tools tool_choice parallel_tool_calls functions function_call "
+	    "response_format temperature top_p frequency_penalty presence_penalty "
+	    "logit_bias logprobs top_logprobs stop seed reasoning_effort verbosity user "
+	    "safety_identifier prompt_cache_key metadata ";
+	static const char *const anthropic_ok =
+	    " model messages stream max_tokens thinking tools tool_choice system "
+	    "metadata "
+	    "stop_sequences temperature top_p top_k context_management output_format ";
+	uint64_t seed = 7, forwarded = 0;
+	char body[1024], name[64], *out;
+	struct sb_mreq rq;
+	const char *key;
+	json_t *j, *v, *t;
+	size_t len;
+
+	for (int i = 0; i < 20000; i++) {
+		unsigned api = i % 2 ? SB_API_ANTHROPIC : SB_API_OPENAI;
+		uint64_t grant = 1 + tu_rand(&seed) % 100;
+		int bounds = 0, rc;
+		len = hostile_request(&seed, api, body, sizeof body);
+		if ((rc = sb_mreq_parse(api, body, len, &rq))) {
+			assert_int_equal(rc, SB_ERR_INVAL);
+			continue;
+		}
+		assert_true(rq.choices >= 1 && rq.choices <= SB_CHOICES_MAX);
+		assert_true(api == SB_API_OPENAI || rq.choices == 1);
+		assert_int_equal(sb_mreq_finish(api, &rq, "up", grant, &out, &len),
+				 SB_OK);
+		assert_non_null(j = json_loadb(out, len, JSON_REJECT_DUPLICATES, NULL));
+		json_object_foreach(j, key, v)
+		{
+			snprintf(name, sizeof name, " %s ", key);
+			if (!strstr(api == SB_API_ANTHROPIC ? anthropic_ok : openai_ok,
+				    name))
+				fail_msg("%s: forwarded %s", body, key);
+			if (!strcmp(key, "max_tokens") ||
+			    !strcmp(key, "max_completion_tokens")) {
+				bounds++;
+				assert_int_equal(json_integer_value(v), grant);
+			}
+		}
+		assert_int_equal(bounds, 1);
+		v = json_object_get(j, "n");
+		assert_int_equal(v ? json_integer_value(v) : 1, rq.choices);
+		t = json_object_get(json_object_get(j, "thinking"), "budget_tokens");
+		assert_true(!json_is_integer(t) ||
+			    json_integer_value(t) < (json_int_t)grant);
+		if (api == SB_API_OPENAI && rq.stream)
+			assert_true(json_is_true(json_object_get(
+			    json_object_get(j, "stream_options"), "include_usage")));
+		assert_string_equal(json_string_value(json_object_get(j, "model")), "up");
+		forwarded++;
+		json_decref(j);
+		free(out);
+		sb_mreq_free(&rq);
+	}
+	assert_true(forwarded > 1000); /* the property was tried, not only refusals */
+}
+
 static void test_request_errors(void **state)
 {
 	static const struct {
@@ -661,6 +786,7 @@ int main(void)
 	    cmocka_unit_test(test_request_parse_and_cap),
 	    cmocka_unit_test(test_request_allow_list),
 	    cmocka_unit_test(test_request_errors),
+	    cmocka_unit_test(test_request_forwarded_property),
 	    cmocka_unit_test(test_usage_from_bodies),
 	    cmocka_unit_test(test_sse_openai),
 	    cmocka_unit_test(test_sse_anthropic),
