@@ -1042,6 +1042,11 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 		ret = send_error(c, rq->route, 400, "%s", sb_errmsg(rc));
 		goto out;
 	}
+	if (api == SB_API_ANTHROPIC && (rc = sb_betas_check(MHD_lookup_connection_value(
+					    c, MHD_HEADER_KIND, "anthropic-beta")))) {
+		ret = send_error(c, rq->route, 400, "%s", sb_errmsg(rc));
+		goto out_mreq;
+	}
 	if (!(m = model_of(r, mr.model))) {
 		allowed_list(r, allowed, sizeof allowed);
 		ret = send_error(c, rq->route, 403,

@@ -219,6 +219,26 @@ static int messages_check(json_t *v, struct sb_mreq *rq)
 	return SB_OK;
 }
 
+/* Anthropic betas refused, by name within the anthropic-beta header:
+ * they change the price of the tokens. */
+static const struct beta_rule {
+	const char *name, *why;
+} refused_betas[] = {
+    {"context-1m", "long context is priced apart"},
+    {NULL, NULL},
+};
+
+int sb_betas_check(const char *betas)
+{
+	for (const struct beta_rule *r = refused_betas; betas && r->name; r++)
+		if (strcasestr(betas, r->name))
+			return sb_seterr(
+			    SB_ERR_INVAL,
+			    "anthropic-beta %s is refused by the gateway: %s", r->name,
+			    r->why);
+	return SB_OK;
+}
+
 /* Reads the integer v into *out: from 1 to max. */
 static int count_of(json_t *v, const char *key, uint64_t max, uint64_t *out)
 {

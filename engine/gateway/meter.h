@@ -63,6 +63,11 @@ int sb_mreq_parse(unsigned api, const char *body, size_t len, struct sb_mreq *rq
 int sb_mreq_finish(unsigned api, struct sb_mreq *rq, const char *upstream,
 		   uint64_t max_tokens, char **out, size_t *len);
 
+/* Checks the betas an Anthropic call asks for (its anthropic-beta header,
+ * or NULL): one that changes the price of its tokens (context-1m) is
+ * refused. Errors: SB_ERR_INVAL, naming it. */
+int sb_betas_check(const char *betas);
+
 /* Frees what rq holds. */
 void sb_mreq_free(struct sb_mreq *rq);
 

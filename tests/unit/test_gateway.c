@@ -1291,6 +1291,42 @@ static void test_alias_on_own_connections(void **state)
 	sb_gateway_run_remove(gw, "run-other");
 }
 
+/* A beta that reprices the tokens is refused before anything is
+ * forwarded; others pass. */
+static void test_betas_refused(void **state)
+{
+	struct sb_gateway_model ms[1] = {model("plain", 100, NULL)};
+	static const char body[] =
+	    "{\"model\":\"stub/plain\",\"max_tokens\":9,"
+	    "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+	const char *betas[2] = {"interleaved-thinking-2025-05-14",
+				"interleaved-thinking-2025-05-14,context-1m-2025-08-07"};
+	char key[SB_VKEY_MAX], req[1024], buf[8192];
+	struct raw_answer a;
+	struct sb_budget b;
+	int fd, eof;
+
+	add_run("run-beta", 1000000000, 1, ms, 1, key);
+	for (int i = 0; i < 2; i++) {
+		fd = raw_open(gw, "run-beta");
+		snprintf(req, sizeof req,
+			 "POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: %s\r\n"
+			 "anthropic-beta: %s\r\nContent-Type: application/json\r\n"
+			 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+			 key, betas[i], strlen(body), body);
+		assert_int_equal(raw_send(fd, req), 0);
+		raw_parse(buf, raw_read(fd, buf, sizeof buf, 5.0, &eof), &a);
+		close(fd);
+		assert_int_equal(a.status, i ? 400 : 200);
+		if (i)
+			assert_non_null(strstr(a.body, "context-1m is refused"));
+	}
+	assert_int_equal(sb_gateway_run_budget(gw, "run-beta", &b), SB_OK);
+	assert_int_equal(b.reserved, 0);
+	assert_int_equal(b.spent, 50 * 1000 + 9 * 100000); /* the one call forwarded */
+	sb_gateway_run_remove(gw, "run-beta");
+}
+
 /* --- deadlines --- */
 
 /* One hostile or slow client of gw2, on its own thread. */
@@ -1722,6 +1758,7 @@ int main(void)
 	    cmocka_unit_test(test_errors),
 	    cmocka_unit_test(test_oversized_body_answered_once),
 	    cmocka_unit_test(test_garbage_requests),
+	    cmocka_unit_test(test_betas_refused),
 	    cmocka_unit_test(test_deadlines),
 	    cmocka_unit_test(test_starved_runs_still_served),
 	    cmocka_unit_test(test_shares_and_cap),

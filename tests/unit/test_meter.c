@@ -535,6 +535,19 @@ static void test_request_errors(void **state)
 	}
 }
 
+static void test_betas(void **state)
+{
+	int rc;
+
+	assert_int_equal(sb_betas_check(NULL), SB_OK);
+	assert_int_equal(sb_betas_check("interleaved-thinking-2025-05-14,"
+					"fine-grained-tool-streaming-2025-05-14"),
+			 SB_OK);
+	rc = sb_betas_check("interleaved-thinking-2025-05-14, Context-1M-2025-08-07");
+	assert_int_equal(rc, SB_ERR_INVAL);
+	tu_errmsg_has(rc, "anthropic-beta context-1m is refused", "priced apart");
+}
+
 static void test_usage_from_bodies(void **state)
 {
 	const char *oa = "{\"usage\":{\"prompt_tokens\":120,\"completion_tokens\":30,"
@@ -787,6 +800,7 @@ int main(void)
 	    cmocka_unit_test(test_request_allow_list),
 	    cmocka_unit_test(test_request_errors),
 	    cmocka_unit_test(test_request_forwarded_property),
+	    cmocka_unit_test(test_betas),
 	    cmocka_unit_test(test_usage_from_bodies),
 	    cmocka_unit_test(test_sse_openai),
 	    cmocka_unit_test(test_sse_anthropic),
