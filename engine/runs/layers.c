@@ -225,15 +225,19 @@ int sb_layers_fork(const char *home, const char *run, const char *base, unsigned
 	pathf(tmp, sizeof tmp, "%s.tmp", flat);
 	unlink(tmp);
 	if ((rc = sb_disk_layer_create(base, "qcow2", tmp)) ||
-	    (rc = sb_disk_layer_rebase(tmp, bottom, file_format(bottom))) ||
-	    (chmod(tmp, 0444) || rename(tmp, flat)
-		 ? (rc = sb_seterr(SB_ERR_IO, "%s: %s", tmp, strerror(errno)))
-		 : 0) ||
-	    (rc = sb_layers_create(home, run, flat, "qcow2", n))) {
-		unlink(tmp);
-		return rc;
+	    (rc = sb_disk_layer_rebase(tmp, bottom, file_format(bottom))))
+		goto fail;
+	if (chmod(tmp, 0444) || rename(tmp, flat)) {
+		rc = sb_seterr(SB_ERR_IO, "%s: %s", tmp, strerror(errno));
+		goto fail;
 	}
+	if ((rc = sb_layers_create(home, run, flat, "qcow2", n)))
+		goto fail;
 	return SB_OK;
+fail:
+	unlink(tmp);
+	unlink(flat); /* not there before (checked above) */
+	return rc;
 }
 
 int sb_layers_next(const char *home, const char *run, unsigned *n, char *path, size_t cap)

@@ -1752,6 +1752,28 @@ static int snapshot_layer(const char *id, unsigned *n)
  * memory_bytes and (a resume) spent are the snapshot's. Errors:
  * SB_ERR_NOTFOUND (no such run or snapshot), SB_ERR_STATE (a resume of a
  * run its record says is live), SB_ERR_CORRUPT, the projections'. */
+/* Sets r's point from rp, the snapshot found (snapshot: the id asked
+ * for, or NULL; at: the offset asked for, UINT64_MAX: none; last: the
+ * run's last offset). */
+static int point_set(struct run *r, const struct sb_resume_point *rp, const char *snapshot,
+		     uint64_t at, uint64_t last)
+{
+	snprintf(r->from_snap, sizeof r->from_snap, "%s", rp->snapshot);
+	if (!snapshot_layer(rp->snapshot, &r->from_layer))
+		return sb_seterr(SB_ERR_CORRUPT, "run %s: snapshot id '%s' is malformed",
+				 r->from_run, rp->snapshot);
+	r->from_offset = rp->offset;
+	/* a memory snapshot asked for by id (or at its very offset) is
+	 * continued with its processes, by a resume or a fork */
+	if (!strcmp(rp->kind, "memory") && (snapshot || at == rp->offset))
+		r->memory_bytes = rp->memory_bytes;
+	/* the offset continued from: the one asked for, else the snapshot's */
+	r->at = snapshot || at == UINT64_MAX ? rp->offset : at;
+	if (at == UINT64_MAX && !snapshot)
+		r->at = last;
+	return SB_OK;
+}
+
 static int from_point(struct run *r)
 {
 	struct sb_runs *rs = r->rs;
@@ -1774,41 +1796,21 @@ static int from_point(struct run *r)
 				 r->from_run);
 	if ((rc = sb_resume_each(rs->env.proj, r->from_run, point_cb, &pc)) < 0)
 		return rc;
-	if (!pc.found && !snapshot && at != UINT64_MAX) {
+	if (pc.found) {
+		if ((rc = point_set(r, &rp, snapshot, at, st.last_offset)))
+			return rc;
+	} else if (!snapshot && at != UINT64_MAX) {
 		/* before its first snapshot: its start (the template and its
-		 * inputs) and the record from there */
+		 * inputs) and the record from there; r->at stays at */
 		r->from_start = 1;
 		r->from_snap[0] = 0;
 		r->from_offset = 0;
-		goto found;
+	} else {
+		return snapshot ? sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s",
+					    r->from_run, snapshot)
+				: sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot",
+					    r->from_run);
 	}
-	if (!pc.found) {
-		if (snapshot)
-			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s",
-					 r->from_run, snapshot);
-		if (at == UINT64_MAX)
-			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot",
-					 r->from_run);
-		return sb_seterr(SB_ERR_NOTFOUND,
-				 "run %s has no snapshot at or before offset %llu",
-				 r->from_run, (unsigned long long)at);
-	}
-	snprintf(r->from_snap, sizeof r->from_snap, "%s", rp.snapshot);
-	if (!snapshot_layer(rp.snapshot, &r->from_layer))
-		return sb_seterr(SB_ERR_CORRUPT, "run %s: snapshot id '%s' is malformed",
-				 r->from_run, rp.snapshot);
-	r->from_offset = rp.offset;
-	/* a memory snapshot asked for by id (or at its very offset) is
-	 * continued with its processes, by a resume or a fork */
-	if (!strcmp(rp.kind, "memory") && (snapshot || at == rp.offset))
-		r->memory_bytes = rp.memory_bytes;
-	/* the offset continued from: the one asked for, else the snapshot's */
-	r->at = snapshot || at == UINT64_MAX ? rp.offset : at;
-	if (at == UINT64_MAX && !snapshot)
-		r->at = st.last_offset;
-found:
-	if (r->from_start)
-		r->at = at;
 	if (r->resume) {
 		sb_costs_get(rs->env.proj, "run", r->from_run, &cost);
 		r->spent = cost.cost_nusd; /* the budget goes on */
