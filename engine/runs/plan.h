@@ -23,9 +23,13 @@
 #define SB_PLAN_VERSION	 1 /* the "plan" field of run.policy.resolved */
 #define SB_PLAN_NAME_MAX 64
 
+#define SB_PLAN_LINK 0120000 /* an input's mode bits of a symbolic link (S_IFLNK):
+			     * its content is the link's target (a roll-forward's) */
+#define SB_PLAN_LINK_MAX 4095 /* bytes of a link's target, at most */
+
 struct sb_plan_input {
 	char path[256]; /* relative to /workspace */
-	uint32_t mode;	/* permission bits */
+	uint32_t mode;	/* permission bits; with SB_PLAN_LINK, a link */
 	uint64_t size;
 	uint8_t blob[SB_HASH_LEN]; /* the contents' key in the blob table */
 	const void *data;	   /* the contents while the plan has them, else NULL */

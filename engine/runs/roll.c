@@ -86,12 +86,13 @@ int sb_roll_plan(const struct sb_roll_file *files, size_t n, int keep, struct sb
 			continue;
 		if (ok && fate == 0 && f->deleted) {
 			snprintf(p->removes[p->nremoves++], sizeof *p->removes, "%s", f->path);
-		} else if (ok && fate == 0 && !f->link && f->content &&
+		} else if (ok && fate == 0 && f->content &&
+			   (!f->link || f->size <= SB_PLAN_LINK_MAX) &&
 			   bytes + f->size <= SB_CHAN_INPUTS_MAX &&
 			   p->ninputs < SB_CHAN_INPUT_FILES) {
 			struct sb_plan_input *x = &p->inputs[p->ninputs++];
 			snprintf(x->path, sizeof x->path, "%s", f->path);
-			x->mode = 0644;
+			x->mode = f->link ? SB_PLAN_LINK | 0777 : 0644;
 			x->size = f->size;
 			memcpy(x->blob, f->blob, sizeof x->blob);
 			bytes += f->size;

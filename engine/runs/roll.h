@@ -38,8 +38,8 @@ struct sb_roll {
 /* Makes p's inputs and removes from files (n, distinct paths), by the
  * rules of SPEC.md: a path under a directory changed later is gone, one
  * under a link made is omitted, a deletion is a remove, a file with its
- * content an input (mode 0644, within the inputs' limits), the rest
- * omitted. With keep, p's own inputs stay (a fork from its run's start)
+ * content an input (mode 0644, within the inputs' limits), a link with its
+ * target an input of mode SB_PLAN_LINK | 0777, the rest omitted. With keep, p's own inputs stay (a fork from its run's start)
  * but those a change in files replaces; else p's inputs are dropped.
  * out gets what was done. Errors: SB_ERR_NOMEM (p's inputs then gone). */
 int sb_roll_plan(const struct sb_roll_file *files, size_t n, int keep, struct sb_plan *p,

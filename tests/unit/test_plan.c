@@ -202,6 +202,8 @@ static void test_round_trip(void **state)
 	assert_int_equal(p.access.ngrants, 2); /* TEAM (env) and the provider's key */
 	assert_int_equal(p.ninputs, 2);
 
+	/* a roll-forward's link is an input with the link's mode bits */
+	p.inputs[0].mode = SB_PLAN_LINK | 0777;
 	/* recorded with its inputs as blobs */
 	record_of(&p, &c1, &p1);
 	nb = sb_plan_blobs(&p, blobs);
@@ -219,6 +221,7 @@ static void test_round_trip(void **state)
 	assert_int_equal(sb_payload_parse(c1.data, c1.size, &zone, &co), SB_OK);
 	assert_int_equal(sb_payload_parse(p1.data, p1.size, &zone, &po), SB_OK);
 	assert_int_equal(sb_plan_from_record(RUN, &co, &po, &q), SB_OK);
+	assert_int_equal(q.inputs[0].mode, SB_PLAN_LINK | 0777);
 	record_of(&q, &c2, &p2);
 	assert_int_equal(c1.size, c2.size);
 	assert_memory_equal(c1.data, c2.data, c1.size);

@@ -91,14 +91,20 @@ static void test_links(void **state)
 	assert_int_equal(sb_roll_plan(files, nfiles, 0, &p, &r), SB_OK);
 	assert_int_equal(p.nremoves, 2);
 	assert_true(has_remove(&p, "d") && has_remove(&p, "a"));
-	assert_int_equal(p.ninputs, 2);
-	assert_true(has_input(&p, "d/evil") && has_input(&p, "g"));
-	assert_int_equal(p.inputs[0].mode, 0644);
-	assert_int_equal(r.rolled, 2);
-	assert_int_equal(r.omitted, 3);
-	assert_int_equal(r.nnamed, 3);
-	assert_true(has_named(&r, "/workspace/l") && has_named(&r, "/workspace/l/x") &&
-		    has_named(&r, "/workspace/f"));
+	/* the links made are links, their targets their contents */
+	assert_int_equal(p.ninputs, 4);
+	assert_true(has_input(&p, "d/evil") && has_input(&p, "g") && has_input(&p, "l") &&
+		    has_input(&p, "f"));
+	for (size_t i = 0; i < p.ninputs; i++)
+		assert_int_equal(p.inputs[i].mode, strcmp(p.inputs[i].path, "l") &&
+							   strcmp(p.inputs[i].path, "f")
+						       ? 0644
+						       : SB_PLAN_LINK | 0777);
+	assert_int_equal(r.rolled, 4);
+	/* what was written through the link l cannot be placed */
+	assert_int_equal(r.omitted, 1);
+	assert_int_equal(r.nnamed, 1);
+	assert_true(has_named(&r, "/workspace/l/x"));
 	assert_false(has_input(&p, "a/x") || has_named(&r, "/workspace/a/x"));
 	plan_clear(&p);
 }
@@ -117,12 +123,14 @@ static void test_bad_paths(void **state)
 	change("", 'c', 4);
 	change("big", 'n', 5);
 	change("ctl\n\x1b[2J\xff", 'c', 6);
+	change("longlink", 'l', 7); /* a target longer than a link takes */
+	files[nfiles - 1].size = SB_PLAN_LINK_MAX + 1;
 	assert_int_equal(sb_roll_plan(files, nfiles, 0, &p, &r), SB_OK);
 	/* names with control bytes are names: the agent writes them */
 	assert_int_equal(p.ninputs, 1);
 	assert_string_equal(p.inputs[0].path, "ctl\n\x1b[2J\xff");
 	assert_int_equal(p.nremoves, 0);
-	assert_int_equal(r.omitted, 5);
+	assert_int_equal(r.omitted, 6);
 	/* the long one named cut, and said to be */
 	assert_int_equal(strncmp(r.named[0], "/workspace/xxxx", 15), 0);
 	assert_non_null(strstr(r.named[0], "…"));

@@ -301,6 +301,12 @@ static const char *inputs_parse(const msgpack_object *list, struct spec *s)
 		if (m && m->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
 		    (m->via.u64 & 07777))
 			x->mode = m->via.u64 & 07777;
+		if (m && m->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+		    (m->via.u64 & S_IFMT) == S_IFLNK) { /* its content: the target */
+			if (x->size == 0 || x->size >= PATH_MAX)
+				return "SPEC input link target must be 1 to 4095 bytes";
+			x->mode |= S_IFLNK;
+		}
 		if (!(x->path = dup_str(p)))
 			return "out of memory";
 		s->ninputs++;
@@ -454,6 +460,30 @@ static const char *remove_paths(struct agent *ag, int ws, struct skipped *sk)
 	return NULL;
 }
 
+/* Makes input i, a link, under the workspace (ws): its target from its
+ * INPUT frames (through a pipe: at most 4095 bytes). Returns an error
+ * message, or NULL with *made 0 when it was skipped (errno: why). */
+static const char *write_link(struct agent *ag, int ws, uint32_t i, int *made)
+{
+	const struct input *in = &ag->spec.inputs[i];
+	char target[PATH_MAX];
+	const char *why;
+	int p[2];
+
+	if (pipe2(p, O_CLOEXEC | O_NONBLOCK))
+		return strerror(errno);
+	why = input_receive(ag, i, p[1]);
+	close(p[1]);
+	if (!why && read(p[0], target, in->size) != (ssize_t)in->size)
+		why = "a link's target was cut short";
+	close(p[0]);
+	if (why)
+		return why;
+	target[in->size] = 0;
+	*made = !sb_beneath_symlink(ws, in->path, target);
+	return NULL;
+}
+
 /* Writes the inputs the SPEC announced under the workspace (ws), each from
  * its INPUT frames, never through a link: a link at an input's path is
  * replaced; one on its way makes it skipped (its frames read and dropped). */
@@ -467,7 +497,18 @@ static const char *write_inputs(struct agent *ag, int ws, struct skipped *sk,
 
 	for (i = 0; i < ag->spec.ninputs; i++) {
 		const struct input *in = &ag->spec.inputs[i];
+		int made = 0;
 
+		if (ws >= 0 && S_ISLNK(in->mode)) {
+			if ((why = write_link(ag, ws, i, &made)))
+				goto fail;
+			if (!made && skip(ag, sk, in->path, "input")) {
+				why = strerror(errno);
+				goto fail;
+			}
+			*files += made;
+			continue;
+		}
 		fd = ws < 0 ? (errno = ELOOP, -1) : sb_beneath_create(ws, in->path, in->mode);
 		if (fd < 0 && !skip(ag, sk, in->path, "input")) {
 			if ((why = input_receive(ag, i, -1))) /* its frames dropped */
