@@ -280,8 +280,10 @@ static int cat_link(sb_client *c, const char *gp, const char *key, uint64_t offs
 }
 
 /* fs cat --at OFFSET past its snapshot: the file as the record has it at
- * OFFSET, when a change of it was recorded after the snapshot. Returns 1
- * when the snapshot's file is the answer, else the exit code. */
+ * OFFSET, when a change of it was recorded after the snapshot. Returns
+ * CAT_SNAPSHOT when the snapshot's file is the answer, else the exit code
+ * (an error's exit code 1 must not read as that). */
+#define CAT_SNAPSHOT (-1)
 static int cat_recorded(const struct cli_fs_at *sel, const char *gp)
 {
 	struct last_change l = {.path = gp};
@@ -294,7 +296,7 @@ static int cat_recorded(const struct cli_fs_at *sel, const char *gp)
 	if (rc) {
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 	} else if (!l.offset) {
-		rc = 1; /* not changed after the snapshot */
+		rc = CAT_SNAPSHOT; /* not changed after the snapshot */
 	} else if (!strcmp(l.kind, "deleted")) {
 		rc = cli_fail(SB_ERR_NOTFOUND, "%s: deleted at offset %llu", gp,
 			      (unsigned long long)l.offset);
@@ -307,7 +309,7 @@ static int cat_recorded(const struct cli_fs_at *sel, const char *gp)
 		    gp, (unsigned long long)l.offset,
 		    l.omitted[0] ? l.omitted : "not recorded",
 		    (unsigned long long)sel->snap_offset);
-		rc = 1;
+		rc = CAT_SNAPSHOT;
 	} else {
 		fflush(stdout);
 		if ((rc = cli_blob_write(c, l.content, STDOUT_FILENO)))
@@ -330,7 +332,7 @@ int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path)
 	if ((rc = cli_fs_open(want, sel, &f)))
 		return rc;
 	if (sel && sel->at && sel->run[0] && sel->at > sel->snap_offset &&
-	    (rc = cat_recorded(sel, gp)) != 1) {
+	    (rc = cat_recorded(sel, gp)) != CAT_SNAPSHOT) {
 		sb_fsread_close(f);
 		return rc;
 	}
