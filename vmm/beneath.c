@@ -111,7 +111,8 @@ int sb_beneath_create(int root, const char *rel, mode_t mode)
 		return -1;
 	if (clear_special(dir, last))
 		return close_keep_errno(dir, -1);
-	fd = openat(dir, last, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
+	fd = openat(dir, last, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+		    mode);
 	return close_keep_errno(dir, fd);
 }
 

@@ -423,7 +423,8 @@ int sb_plan_from_record(const char *run, const msgpack_object *created,
 					 i);
 		x->size = sb_map_u64(in, "size", 0);
 		x->mode = (uint32_t)sb_map_u64(in, "mode", 0644);
-		x->mode &= (x->mode & 0170000) == SB_PLAN_LINK ? SB_PLAN_LINK | 07777 : 07777;
+		x->mode &=
+		    (x->mode & 0170000) == SB_PLAN_LINK ? SB_PLAN_LINK | 07777 : 07777;
 		p->ninputs++;
 	}
 	if ((rc = sb_netpolicy_resolve(pol, NULL, &p->net)))

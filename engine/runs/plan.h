@@ -23,9 +23,10 @@
 #define SB_PLAN_VERSION	 1 /* the "plan" field of run.policy.resolved */
 #define SB_PLAN_NAME_MAX 64
 
-#define SB_PLAN_LINK 0120000 /* an input's mode bits of a symbolic link (S_IFLNK):
-			     * its content is the link's target (a roll-forward's) */
-#define SB_PLAN_LINK_MAX 4095 /* bytes of a link's target, at most */
+/* An input's mode bits of a symbolic link (S_IFLNK): its content is the
+ * link's target, at most SB_PLAN_LINK_MAX bytes (a roll-forward's). */
+#define SB_PLAN_LINK	 0120000
+#define SB_PLAN_LINK_MAX 4095
 
 struct sb_plan_input {
 	char path[256]; /* relative to /workspace */

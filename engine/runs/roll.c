@@ -48,9 +48,10 @@ static int file_changed(const struct sb_roll_file *files, size_t n, const char *
 static void omit(struct sb_roll *out, const struct sb_roll_file *f)
 {
 	if (out->nnamed < SB_ROLL_NAMED)
-		snprintf(out->named[out->nnamed++], sizeof out->named[0], "/workspace/%.*s%s",
-			 (int)sizeof out->named[0] - 15, f->path,
-			 f->toolong || strlen(f->path) > sizeof out->named[0] - 15 ? "…" : "");
+		snprintf(out->named[out->nnamed++], sizeof out->named[0],
+			 "/workspace/%.*s%s", (int)sizeof out->named[0] - 15, f->path,
+			 f->toolong || strlen(f->path) > sizeof out->named[0] - 15 ? "…"
+										   : "");
 	out->omitted++;
 }
 
@@ -85,7 +86,8 @@ int sb_roll_plan(const struct sb_roll_file *files, size_t n, int keep, struct sb
 		if (fate == 1)
 			continue;
 		if (ok && fate == 0 && f->deleted) {
-			snprintf(p->removes[p->nremoves++], sizeof *p->removes, "%s", f->path);
+			snprintf(p->removes[p->nremoves++], sizeof *p->removes, "%s",
+				 f->path);
 		} else if (ok && fate == 0 && f->content &&
 			   (!f->link || f->size <= SB_PLAN_LINK_MAX) &&
 			   bytes + f->size <= SB_CHAN_INPUTS_MAX &&

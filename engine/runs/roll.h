@@ -29,9 +29,9 @@ struct sb_roll_file {
 
 /* What a roll-forward did. */
 struct sb_roll {
-	size_t rolled;				/* inputs written from the record */
-	size_t omitted;				/* changes not rolled forward */
-	char named[SB_ROLL_NAMED][80];		/* the first of those, "/workspace/..." */
+	size_t rolled;		       /* inputs written from the record */
+	size_t omitted;		       /* changes not rolled forward */
+	char named[SB_ROLL_NAMED][80]; /* the first of those, "/workspace/..." */
 	size_t nnamed;
 };
 
@@ -39,9 +39,10 @@ struct sb_roll {
  * rules of SPEC.md: a path under a directory changed later is gone, one
  * under a link made is omitted, a deletion is a remove, a file with its
  * content an input (mode 0644, within the inputs' limits), a link with its
- * target an input of mode SB_PLAN_LINK | 0777, the rest omitted. With keep, p's own inputs stay (a fork from its run's start)
- * but those a change in files replaces; else p's inputs are dropped.
- * out gets what was done. Errors: SB_ERR_NOMEM (p's inputs then gone). */
+ * target an input of mode SB_PLAN_LINK | 0777, the rest omitted. With keep, p's own
+ * inputs stay (a fork from its run's start) but those a change in files replaces; else
+ * p's inputs are dropped. out gets what was done. Errors: SB_ERR_NOMEM (p's inputs then
+ * gone). */
 int sb_roll_plan(const struct sb_roll_file *files, size_t n, int keep, struct sb_plan *p,
 		 struct sb_roll *out);
 

@@ -32,7 +32,6 @@
 
 enum rstate { R_CREATING, R_RUNNING };
 
-
 struct run {
 	struct sb_runs *rs;
 	char id[SB_RUN_MAX];
@@ -56,7 +55,6 @@ struct run {
 	double gw_warned_at;
 	/* a fork or resume: what it continues */
 	int from, resume, exact;
-	size_t rolled;			    /* files it rolled forward (inputs) */
 	struct sb_roll roll; /* what its roll-forward did */
 	char from_run[SB_RUN_MAX], from_snap[72];
 	unsigned from_layer;
@@ -1755,8 +1753,8 @@ static int snapshot_layer(const char *id, unsigned *n)
 /* Sets r's point from rp, the snapshot found (snapshot: the id asked
  * for, or NULL; at: the offset asked for, UINT64_MAX: none; last: the
  * run's last offset). */
-static int point_set(struct run *r, const struct sb_resume_point *rp, const char *snapshot,
-		     uint64_t at, uint64_t last)
+static int point_set(struct run *r, const struct sb_resume_point *rp,
+		     const char *snapshot, uint64_t at, uint64_t last)
 {
 	snprintf(r->from_snap, sizeof r->from_snap, "%s", rp->snapshot);
 	if (!snapshot_layer(rp->snapshot, &r->from_layer))

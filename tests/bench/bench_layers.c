@@ -26,8 +26,8 @@
 #include "tests/bench/benchutil.h"
 #include "vmm/disk.h"
 
-#define TURNS 200
-#define KEEP  2
+#define TURNS	   200
+#define KEEP	   2
 #define FORK_EVERY 10
 
 static char home[PATH_MAX], root[PATH_MAX];
@@ -77,8 +77,9 @@ static void turns(unsigned bound, unsigned *fork_chain, unsigned *parent_chain,
 		die("layer 0", rc);
 	for (unsigned t = 1; t <= TURNS; t++) {
 		sb_layers_path(home, "parent", top, path, sizeof path);
-		snprintf(cmd, sizeof cmd, "qemu-io -c 'write -P %u %u 64k' '%s' >/dev/null",
-			 t % 256, (t % 512) * 65536, path);
+		snprintf(cmd, sizeof cmd,
+			 "qemu-io -c 'write -P %u %u 64k' '%s' >/dev/null", t % 256,
+			 (t % 512) * 65536, path);
 		run_cmd(cmd);
 		if ((rc = sb_layers_next(home, "parent", &n, path, sizeof path)))
 			die("next", rc);
@@ -95,20 +96,23 @@ static void turns(unsigned bound, unsigned *fork_chain, unsigned *parent_chain,
 		for (unsigned i = 0; nsnaps > KEEP && i < nsnaps - KEEP; i++) {
 			char users[1][SB_RUN_MAX];
 			size_t count;
-			if ((rc = sb_layers_users(home, "parent", snaps[i], users, 1, &count)))
+			if ((rc = sb_layers_users(home, "parent", snaps[i], users, 1,
+						  &count)))
 				die("users", rc);
 			if (count)
 				continue;
 			if ((rc = sb_layers_remove(home, "parent", snaps[i])))
 				die("remove", rc);
-			memmove(&snaps[i], &snaps[i + 1], (nsnaps - i - 1) * sizeof snaps[0]);
+			memmove(&snaps[i], &snaps[i + 1],
+				(nsnaps - i - 1) * sizeof snaps[0]);
 			nsnaps--;
 			break;
 		}
 		if (t % FORK_EVERY == 0) {
 			double t0 = bench_now();
 			snprintf(fork, sizeof fork, "fork%u", forks++);
-			sb_layers_path(home, "parent", snaps[nsnaps - 1], path, sizeof path);
+			sb_layers_path(home, "parent", snaps[nsnaps - 1], path,
+				       sizeof path);
 			if ((rc = sb_layers_fork(home, fork, path, bound, &n)))
 				die("fork", rc);
 			if (n == 1)
@@ -134,8 +138,8 @@ int main(void)
 		return perror("mkdtemp"), 1;
 	snprintf(home, sizeof home, "%s/home", tmp);
 	snprintf(root, sizeof root, "%s/store/shell/rootfs.img", tmp);
-	snprintf(cmd, sizeof cmd, "mkdir -p %s/store/shell %s/runs && truncate -s 4G %s", tmp,
-		 home, root);
+	snprintf(cmd, sizeof cmd, "mkdir -p %s/store/shell %s/runs && truncate -s 4G %s",
+		 tmp, home, root);
 	run_cmd(cmd);
 	snprintf(store, sizeof store, "%s/store", tmp);
 	setenv("SANBOX_TEMPLATES", store, 1);

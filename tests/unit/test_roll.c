@@ -135,7 +135,8 @@ static void test_bad_paths(void **state)
 	assert_int_equal(strncmp(r.named[0], "/workspace/xxxx", 15), 0);
 	assert_non_null(strstr(r.named[0], "…"));
 	assert_true(strlen(r.named[0]) < sizeof r.named[0]);
-	assert_true(has_named(&r, "/workspace/../etc/passwd") && has_named(&r, "/workspace/big"));
+	assert_true(has_named(&r, "/workspace/../etc/passwd") &&
+		    has_named(&r, "/workspace/big"));
 	plan_clear(&p);
 }
 
@@ -180,8 +181,8 @@ static void test_from_start(void **state)
 		p.inputs[i].mode = 0755;
 	}
 	p.ninputs = 4;
-	change("x", 'c', 7); /* changed: the record's */
-	change("d", 'd', 8); /* d/y went with d */
+	change("x", 'c', 7);	/* changed: the record's */
+	change("d", 'd', 8);	/* d/y went with d */
 	change("dd/z", 'c', 9); /* dd is not above dd/z's sibling: "dd" stays */
 	assert_int_equal(sb_roll_plan(files, nfiles, 1, &p, &r), SB_OK);
 	assert_int_equal(p.ninputs, 4);
