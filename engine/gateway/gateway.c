@@ -454,6 +454,7 @@ static size_t on_stream(char *p, size_t size, size_t n, void *ctx)
 {
 	struct gw_call *k = ctx;
 	size_t len = size * n;
+	uint64_t all = k->granted * k->choices; /* output granted, all choices */
 
 	if (!k->status)
 		curl_easy_getinfo(k->conn->curl, CURLINFO_RESPONSE_CODE, &k->status);
@@ -463,7 +464,6 @@ static size_t on_stream(char *p, size_t size, size_t n, void *ctx)
 	if (k->status == 200) {
 		if (sb_sse_meter_feed(&k->meter, p, len))
 			return 0;
-		uint64_t all = k->granted * k->choices;
 		if (sb_sse_meter_output(&k->meter) > all + CUT_SLACK(all)) {
 			k->cut = 1;
 			cut_notice(k);
@@ -1087,9 +1087,9 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 	}
 	if (g == SB_GRANT_CHOICES) {
 		ret = send_error(c, rq->route, 400,
-				 "n=%u: the run's LLM budget left cannot pay for %u "
+				 "the run's LLM budget left cannot pay for n=%u "
 				 "choices: ask for fewer",
-				 mr.choices, mr.choices);
+				 mr.choices);
 		goto out_call;
 	}
 	if (g == SB_GRANT_BUSY) {
