@@ -317,5 +317,6 @@ int cmd_diff(int argc, char **argv);
 int cmd_fork(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_net(int argc, char **argv);
+int cmd_logs(int argc, char **argv);
 
 #endif

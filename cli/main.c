@@ -74,6 +74,16 @@ static const struct cli_cmd commands[] = {
 	 "  --exit-status   exit as 'sanbox run' does: the harness's status, or\n"
 	 "                  123, 124, 125 or 143 for a run the harness did not end,\n"
 	 "                  130 when Ctrl-C detached\n"},
+	{"logs", cmd_logs, "print a run's output as lines",
+	 "usage: sanbox logs RUN [-f] [--since DURATION] [--tail N] [--json]\n"
+	 "\n"
+	 "Prints what the run's harness wrote, reassembled into lines from the\n"
+	 "record: its stdout on stdout, its stderr on stderr, each line escaped\n"
+	 "(a line over 64 KiB in pieces; a last line without a newline too).\n"
+	 "  -f, --follow          then print its lines as they come, until it ends\n"
+	 "  --since DURATION      only what it wrote in the last DURATION (90s, 10m)\n"
+	 "  --tail N              only its last N lines (before following)\n"
+	 "  --json                one {ts, stream, line} per line, exact, on stdout\n"},
 	{"events", cmd_events, "print events without following",
 	 "usage: sanbox events RUN [--from OFFSET] [--type TYPE]... [--follow] [--json]\n"
 	 "       sanbox events --all [--from OFFSET] [--type TYPE]... [--follow] [--json]\n"
