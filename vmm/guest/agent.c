@@ -1076,7 +1076,11 @@ static void run_loop(struct agent *ag)
 	for (;;) {
 		now = agent_now_ms();
 		sb_bucket_refill(&ag->output, (double)now / 1000);
-		if (ag->exited && !deadline)
+		/* the host is behind: what the harness makes waits (its
+		 * writes block), the host's ACKs come through the port; the
+		 * drain's deadline waits too */
+		full = agent_port_full(&ag->port);
+		if (ag->exited && (!deadline || full))
 			deadline = now + DRAIN_MS;
 		if (ag->exited && ag->out[0].fd < 0 && ag->out[1].fd < 0)
 			break;
@@ -1102,9 +1106,6 @@ static void run_loop(struct agent *ag)
 			agent_log(&ag->port, "no THAW came: the harness goes on");
 			harness_thaw(ag);
 		}
-		/* the host is behind: what the harness makes waits (its
-		 * writes block), the host's ACKs come through the port */
-		full = agent_port_full(&ag->port);
 		pfd[P_PORT] = (struct pollfd){.fd = ag->port_hup ? -1 : ag->port.fd,
 					      .events = POLLIN};
 		for (i = 0; i < 2; i++)
