@@ -838,6 +838,7 @@ static void on_paced(void *ctx)
 {
 	sb_guest *g = ctx;
 
+	sb_watch_stop(g->pace_w); /* a fired timer is still ours to free */
 	g->pace_w = NULL;
 	if (g->w)
 		sb_watch_io_set(g->w, SB_READ | (g->out.size ? SB_WRITE : 0));
