@@ -9,7 +9,8 @@
 # written through), and its run.forked, diff and the summary agree on what
 # was rolled and removed. Then a run of three turns,
 # taken in quick succession (one turn snapshot at most every 5 s): a fork
-# --at the offset of each turn has that turn's file. A fork of a snapshot
+# --at the offset of each turn has that turn's file, and a resume --at the
+# first turn (before any snapshot) goes on from the run's start. A fork of a snapshot
 # whose chain holds 17 layers gets its own base (over the template's root,
 # none of its parent's layers) and reads the parent's files.
 . "$(dirname "$0")/lib/vm.sh"
@@ -96,6 +97,17 @@ print([json.loads(l)['offset'] for l in sys.stdin if json.loads(l)['type']=='age
 	[ "$("$SB" fs cat "$FT" turn.txt 2>&1)" = "$t" ] && ok "a fork --at turn $t has turn $t's file" ||
 		bad "fork --at turn $t" "$FT: $("$SB" fs cat "$FT" turn.txt 2>&1)"
 done
+# a resume --at turn 1, before the run's first snapshot: from its start
+at1=$(events_json "$T" | python3 -c "
+import json,sys
+print([json.loads(l)['offset'] for l in sys.stdin if json.loads(l)['type']=='agent.turn.completed'][0])")
+out=$("$SB" resume "$T" --at "$at1" --detach 2>&1)
+"$SB" attach "$T" >/dev/null 2>&1
+[ "$("$SB" fs cat "$T" turn.txt 2>&1)" = 1 ] &&
+	has_event "$T" "e['type']=='run.resumed' and e['payload']['snapshot']=='' and e['payload']['from_offset']==0 and e['payload']['at']==$at1" &&
+	ok "a resume --at turn 1 (before any snapshot) goes on from the run's start" ||
+	bad "resume --at turn 1" "$out; $("$SB" fs cat "$T" turn.txt 2>&1); $(events_json "$T" | grep run.resumed)"
+
 # ---- a fork of a long chain ----
 CMD='if [ -e c.txt ]; then cat c.txt > seen.txt; exit 0; fi
 trap "exit 0" TERM
