@@ -191,6 +191,21 @@ static int snapshot_layer(sb_client *c, const char *run, struct cli_fs_at *sel,
 	return SB_OK;
 }
 
+/* Has a running run's guest write its files out first (run.sync), so
+ * that its disk shows what the guest sees; says so when it could not. */
+static void live_sync(sb_client *c, const char *run)
+{
+	struct cli_req r;
+	struct sb_reply rep;
+	int rc;
+
+	cli_req_begin(&r, "run.sync", 1);
+	sb_pack_kstr(&r.pk, "run", run);
+	if ((rc = cli_call(c, &r, &rep)))
+		cli_note("run %s: %s; its disk is read as it is", run, sb_errmsg(rc));
+	sb_reply_free(&rep);
+}
+
 int cli_fs_open(const char *want, struct cli_fs_at *sel, sb_fsread **out)
 {
 	char run[SB_RUN_MAX], layer[PATH_MAX + 64];
@@ -209,6 +224,7 @@ int cli_fs_open(const char *want, struct cli_fs_at *sel, sb_fsread **out)
 		if (rc)
 			return rc;
 	} else {
+		live_sync(c, run);
 		sb_client_close(c);
 		snprintf(layer, sizeof layer, "%s/runs/%s/disk.qcow2", cli_home, run);
 	}

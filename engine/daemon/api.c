@@ -621,6 +621,36 @@ static int op_run_snapshot(struct req *r)
 	return OP_LATER;
 }
 
+static void run_synced(void *ctx, int rc)
+{
+	struct req *r = ctx;
+
+	if (rc == SB_OK) {
+		reply_begin(r, 1);
+		sb_pack_kbool(&r->pk, "synced", 1);
+	}
+	req_finish(r, rc);
+}
+
+/* run.sync {run}: a running run's guest writes its files out to its disk
+ * (so that a read of the disk sees them); answered {synced: true} once it
+ * did, at once {synced: false} for a run not running, or an error
+ * (SB_ERR_TIMEOUT when the guest did not answer in time). */
+static int op_run_sync(struct req *r)
+{
+	char run[SB_RUN_MAX];
+	int rc;
+
+	if ((rc = arg_run(r, run)))
+		return rc;
+	if ((rc = sb_runs_sync(r->e->runs, run, run_synced, r)) == SB_ERR_STATE) {
+		reply_begin(r, 1); /* nothing runs that could write */
+		sb_pack_kbool(&r->pk, "synced", 0);
+		return SB_OK;
+	}
+	return rc ? rc : OP_LATER;
+}
+
 static void grant_changed(void *ctx, int rc, const char *grant)
 {
 	reply_one(ctx, rc, "grant", grant);
@@ -1080,6 +1110,7 @@ static const struct op {
     {"run.stop", op_run_stop, ON_LOOP | READS_PROJ},
     {"group.stop", op_group_stop, ON_LOOP | READS_PROJ},
     {"run.snapshot", op_run_snapshot, ON_LOOP | READS_PROJ},
+    {"run.sync", op_run_sync, ON_LOOP | READS_PROJ},
     {"net.grant", op_net_grant, ON_LOOP | READS_PROJ},
     {"run.fork", op_run_fork, ON_LOOP | READS_PROJ},
     {"run.resume", op_run_resume, ON_LOOP | READS_PROJ},

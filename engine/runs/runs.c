@@ -1881,6 +1881,15 @@ int sb_runs_snapshot(struct sb_runs *rs, const char *run, int memory, sb_snap_fn
 	return sb_snapper_take(r->snap, memory, cb, ctx);
 }
 
+int sb_runs_sync(struct sb_runs *rs, const char *run, sb_sync_fn cb, void *ctx)
+{
+	struct run *r = run_find(rs, run);
+
+	if (!r || r->st != R_RUNNING || !r->snap)
+		return sb_seterr(SB_ERR_STATE, "run %s is not running", run);
+	return sb_snapper_sync(r->snap, cb, ctx);
+}
+
 /* A change of a run's grants under way. */
 struct grant_req {
 	struct run *r;

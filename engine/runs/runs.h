@@ -115,6 +115,12 @@ int sb_runs_grant(struct sb_runs *r, const char *run, const char *grant, int all
 int sb_runs_snapshot(struct sb_runs *r, const char *run, int memory, sb_snap_fn cb,
 		     void *ctx);
 
+/* Has a running run's guest write its files out to its disk, for a read
+ * of the disk to see what the guest sees; cb once on the loop, as
+ * sb_snapper_sync's. Errors (cb not called): SB_ERR_STATE (the run is not
+ * running, or its guest is not connected), SB_ERR_NOMEM. */
+int sb_runs_sync(struct sb_runs *r, const char *run, sb_sync_fn cb, void *ctx);
+
 /* A model call of run was recorded: for a run whose harness reports no
  * turns, an automatic snapshot (as after a turn). On the loop. */
 void sb_runs_model_call(struct sb_runs *r, const char *run);

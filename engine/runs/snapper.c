@@ -19,6 +19,19 @@ struct req {
 
 enum snap_state { S_IDLE, S_SYNCING, S_TAKING };
 
+/* A read of the run's disk waiting for the guest to write its files out:
+ * SYNC id (READ_SYNC set: never a snapshot's), answered by SYNCED or by
+ * its timer. */
+#define READ_SYNC (1ull << 62)
+struct read_sync {
+	uint64_t id;
+	sb_watch *timer;
+	sb_sync_fn cb;
+	void *ctx;
+	struct read_sync *next;
+	struct sb_snapper *s;
+};
+
 struct sb_snapper {
 	struct sb_snapper_env env;
 	sb_machine *m;
@@ -32,6 +45,8 @@ struct sb_snapper {
 	int ended; /* the final snapshot is asked for: no more automatic ones */
 	double last_auto;
 	sb_watch *kick_w, *sync_w, *turn_w;
+	struct read_sync *reads; /* reads waiting for their SYNCED */
+	uint64_t read_id;
 };
 
 static void kick(sb_snapper *s);
@@ -196,9 +211,57 @@ static void kick(sb_snapper *s)
 		take(s, 0, 0);
 }
 
+/* Answers the read waiting for SYNC id (if one does) with rc. */
+static void read_done(sb_snapper *s, uint64_t id, int rc)
+{
+	struct read_sync **p = &s->reads, *q;
+
+	while (*p && (*p)->id != id)
+		p = &(*p)->next;
+	if (!(q = *p))
+		return;
+	*p = q->next;
+	sb_watch_stop(q->timer);
+	q->cb(q->ctx, rc);
+	free(q);
+}
+
+static void on_read_timeout(void *ctx)
+{
+	struct read_sync *q = ctx;
+
+	read_done(q->s, q->id,
+		  sb_seterr(SB_ERR_TIMEOUT, "the guest did not write its files out within %.0f s",
+			    SB_SNAP_SYNC_S));
+}
+
+int sb_snapper_sync(sb_snapper *s, sb_sync_fn cb, void *ctx)
+{
+	struct read_sync *q;
+
+	if (!s->g || !sb_guest_connected(s->g))
+		return sb_seterr(SB_ERR_STATE, "the run's guest is not connected");
+	if (!(q = calloc(1, sizeof *q)))
+		return SB_ERR_NOMEM;
+	q->id = READ_SYNC | ++s->read_id;
+	q->cb = cb;
+	q->ctx = ctx;
+	q->s = s;
+	if (!(q->timer = sb_loop_timer(s->env.loop, SB_SNAP_SYNC_S, 0, on_read_timeout, q))) {
+		free(q);
+		return SB_ERR_NOMEM;
+	}
+	q->next = s->reads;
+	s->reads = q;
+	sb_guest_sync(s->g, q->id, 0);
+	return SB_OK;
+}
+
 void sb_snapper_synced(sb_snapper *s, uint64_t id, int frozen)
 {
-	if (s->st == S_SYNCING && id == s->sync_id)
+	if (id & READ_SYNC)
+		read_done(s, id, SB_OK);
+	else if (s->st == S_SYNCING && id == s->sync_id)
 		take(s, 1, frozen && s->cur->memory);
 }
 
@@ -335,5 +398,7 @@ void sb_snapper_close(sb_snapper *s)
 		s->cur = NULL;
 	}
 	drain(s, SB_ERR_STATE, "the run ended before its snapshot was taken", 1);
+	while (s->reads) /* its disk is as the guest left it: read it */
+		read_done(s, s->reads->id, SB_OK);
 	free(s);
 }

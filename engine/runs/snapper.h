@@ -75,6 +75,17 @@ int sb_snapper_merge(sb_snapper *s, unsigned layer, sb_snap_fn cb, void *ctx);
  * min_interval_s (later turns are folded into the next one). */
 void sb_snapper_turn(sb_snapper *s);
 
+/* How a sb_snapper_sync ended: SB_OK once the guest wrote its files out
+ * (or the run ended), SB_ERR_TIMEOUT when it did not answer in time. */
+typedef void (*sb_sync_fn)(void *ctx, int rc);
+
+/* Has the guest write its files out to its disk (SYNC, no freeze, no
+ * snapshot), so that a read of the disk sees what the guest sees; cb is
+ * called once on the loop (never inside this call), within
+ * SB_SNAP_SYNC_S. Errors (cb not called): SB_ERR_STATE (no guest
+ * connected), SB_ERR_NOMEM. */
+int sb_snapper_sync(sb_snapper *s, sb_sync_fn cb, void *ctx);
+
 /* The guest answered SYNC id (frozen: it froze its harness). */
 void sb_snapper_synced(sb_snapper *s, uint64_t id, int frozen);
 
@@ -88,7 +99,8 @@ int sb_snapper_busy(const sb_snapper *s);
 int sb_snapper_final(sb_snapper *s, sb_snap_fn cb, void *ctx);
 
 /* Frees s; demands still waiting are answered SB_ERR_STATE ("the run
- * ended"), from inside this call. NULL is fine. */
+ * ended"), reads waiting for their SYNCED SB_OK, from inside this call.
+ * NULL is fine. */
 void sb_snapper_close(sb_snapper *s);
 
 #endif

@@ -1,7 +1,8 @@
 #!/bin/sh
 # What a docker user reaches for, on a real microVM: sanbox logs (lines
 # reassembled from the record's output chunks, stdout and stderr apart,
-# escaped; --tail, --since, --json, -f to the run's end).
+# escaped; --tail, --since, --json, -f to the run's end), and fs of a live
+# run showing what its guest wrote (it writes its files out first).
 . "$(dirname "$0")/lib/vm.sh"
 
 work=$SANBOX_HOME/work
@@ -55,6 +56,27 @@ EOF
 [ $? = 2 ] && ok "logs --tail x: exit 2" || bad "logs --tail x" "exit $?"
 "$SB" logs ffffffffffff 2>/dev/null
 [ $? = 3 ] && ok "logs of no run: exit 3" || bad "logs of no run" "exit $?"
+
+# -- a live run's disk as its guest sees it: what it wrote before a read
+# (its own output says so) is what fs cat and fs ls show, ten times
+L=$("$SB" run --detach --name live -- /bin/sh -c '
+	i=0; while [ $i -lt 3000 ]; do i=$((i + 1)); echo $i >c.new; mv c.new count.txt; echo $i >"f$i"; echo "wrote $i"; sleep 0.1; done') ||
+	bad "run live" "exit $?"
+wait_event "$L" "e['type'] == 'agent.output' and 'wrote 5' in e['payload']['data']" 120 || bad "live" "no output"
+fresh=0
+for t in 1 2 3 4 5 6 7 8 9 10; do
+	k=$("$SB" logs "$L" --tail 1 2>/dev/null | sed -n 's/^wrote //p')
+	v=$("$SB" fs cat "$L" count.txt 2>"$work/fs.err")
+	"$SB" fs ls "$L" >"$work/ls" 2>>"$work/fs.err"
+	if [ -n "$k" ] && [ -n "$v" ] && [ "$v" -ge "$k" ] && grep -q " f$k\$" "$work/ls"; then
+		fresh=$((fresh + 1))
+	else
+		echo "read $t: the guest had written $k, fs cat gave '$v': $(cat "$work/fs.err")"
+	fi
+done
+[ $fresh = 10 ] && ok "fs cat and fs ls of a live run: what the guest wrote, 10 of 10" ||
+	bad "live reads" "$fresh of 10 fresh"
+"$SB" stop "$L" >/dev/null
 
 [ "$failures" = 0 ] || exit 1
 echo "PASS vm_cli"

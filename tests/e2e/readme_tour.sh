@@ -1,0 +1,44 @@
+#!/bin/sh
+# The README's short tour, command by command, in its order, as a new user
+# pastes it: each succeeds, but the one its comment says is refused. Only
+# after the first does the test wait (for the run to write its file), as a
+# reader would before the next line.
+. "$(dirname "$0")/lib/vm.sh"
+
+work=$SANBOX_HOME/tour
+mkdir -p "$work"
+awk '/^## A short tour/ { t = 1 } t && /^```sh/ { b = 1; next } b && /^```/ { exit } b' \
+	"$REPO/README.md" >"$work/tour"
+[ "$(grep -c '^sanbox ' "$work/tour")" -ge 20 ] || { bad "tour" "no tour found in README.md"; exit 1; }
+grep -v '^sanbox ' "$work/tour" && { bad "tour" "a line of the tour is not a sanbox command"; exit 1; }
+
+cd "$work" || exit 1
+n=0
+while IFS= read -r line; do
+	n=$((n + 1))
+	cmd=${line%%  #*}
+	case "$line" in *"  #"*refused*) want=fail ;; *) want=ok ;; esac
+	eval "\"\$SB\" ${cmd#sanbox }" >"$work/out.$n" 2>"$work/err.$n" </dev/null
+	rc=$?
+	if [ $want = ok ] && [ $rc != 0 ]; then
+		bad "tour line $n" "$cmd: exit $rc: $(head -3 "$work/err.$n")"
+	elif [ $want = fail ] && [ $rc = 0 ]; then
+		bad "tour line $n" "$cmd: succeeded, the README says it is refused"
+	else
+		ok "tour line $n: $cmd"
+	fi
+	# a reader reads on while the run writes its first file
+	[ $n = 1 ] && ! wait_event audit "e['type'] == 'agent.file.changed'" 120 &&
+		bad "tour" "the run wrote no file"
+done <"$work/tour"
+
+# what the tour shows is what the run did
+grep -q 'out.txt' "$work/out.3" && ok "fs ls showed out.txt" || bad "fs ls" "$(cat "$work/out.3")"
+[ "$(wc -l <"$work/out.txt")" = 2 ] && ok "cp copied the file the run wrote twice" ||
+	bad "cp" "$(cat "$work/out.txt")"
+[ "$(cat "$work/out.4")" = s0 ] && [ "$(cat "$work/out.5")" = s1 ] && ok "snapshots s0 and s1" ||
+	bad "snapshot ids" "$(cat "$work/out.4" "$work/out.5")"
+grep -q '^A /workspace/out.txt' "$work/out.15" && ok "diff lists out.txt" || bad "diff" "$(cat "$work/out.15")"
+
+[ "$failures" = 0 ] || exit 1
+echo "PASS readme_tour"
