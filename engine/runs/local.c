@@ -1412,6 +1412,15 @@ static void merge_orphan(struct sb_machine *m)
 	m->merge = NULL;
 }
 
+static int local_layer_file(void *runner, const char *run, unsigned layer, char *buf,
+			    size_t cap)
+{
+	struct sb_local_runner *lr = runner;
+	int rc = sb_layers_path(lr->home, run, layer, buf, cap);
+
+	return rc ? rc : sb_layers_check(lr->home, buf);
+}
+
 static int local_readers(void *runner, const char *run, unsigned layer, size_t *count)
 {
 	struct sb_local_runner *lr = runner;
@@ -1709,6 +1718,7 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .create_from = local_create_from,
     .merge = local_merge,
     .readers = local_readers,
+    .layer_file = local_layer_file,
     .reattach = local_reattach,
     .interrupted = local_interrupted,
     .reap = local_reap,

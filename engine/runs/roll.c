@@ -45,6 +45,28 @@ static int file_changed(const struct sb_roll_file *files, size_t n, const char *
 	return 0;
 }
 
+/* Whether every directory on f's way that the record leaves as it was is
+ * one on the snapshot's disk (/workspace included), as probe says. */
+static int way_clear(const struct sb_roll_file *files, size_t n,
+		     const struct sb_roll_file *f, sb_roll_probe_fn probe, void *ctx)
+{
+	char prefix[sizeof f->path];
+	const char *slash;
+
+	if (!probe(ctx, ""))
+		return 0;
+	for (slash = strchr(f->path, '/'); slash; slash = strchr(slash + 1, '/')) {
+		size_t len = (size_t)(slash - f->path);
+		memcpy(prefix, f->path, len);
+		prefix[len] = 0;
+		if (file_changed(files, n, prefix))
+			return 1; /* the record says what it became; below it, its own */
+		if (!probe(ctx, prefix))
+			return 0;
+	}
+	return 1;
+}
+
 static void omit(struct sb_roll *out, const struct sb_roll_file *f)
 {
 	if (out->nnamed < SB_ROLL_NAMED)
@@ -55,7 +77,8 @@ static void omit(struct sb_roll *out, const struct sb_roll_file *f)
 	out->omitted++;
 }
 
-int sb_roll_plan(const struct sb_roll_file *files, size_t n, int keep, struct sb_plan *p,
+int sb_roll_plan(const struct sb_roll_file *files, size_t n, int keep,
+		 sb_roll_probe_fn probe, void *probe_ctx, struct sb_plan *p,
 		 struct sb_roll *out)
 {
 	struct sb_plan_input *kept = p->inputs;
@@ -85,6 +108,8 @@ int sb_roll_plan(const struct sb_roll_file *files, size_t n, int keep, struct sb
 
 		if (fate == 1)
 			continue;
+		if (ok && fate == 0 && probe && !way_clear(files, n, f, probe, probe_ctx))
+			fate = 2; /* the agent would meet a link on its way */
 		if (ok && fate == 0 && f->deleted) {
 			snprintf(p->removes[p->nremoves++], sizeof *p->removes, "%s",
 				 f->path);

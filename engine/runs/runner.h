@@ -107,6 +107,12 @@ struct sb_runner_ops {
 	 * it on a worker (it is safe from any thread). Errors:
 	 * SB_ERR_NOTFOUND, SB_ERR_IO. */
 	int (*readers)(void *runner, const char *run, unsigned layer, size_t *count);
+	/* Writes into buf (cap bytes) the file of run's frozen layer layer,
+	 * its chain checked for a reader (sb_layers_check), to be read with
+	 * sb_fsread_open. Header reads: call it on a worker. Errors: those of
+	 * sb_layers_check, SB_ERR_TOOBIG. */
+	int (*layer_file)(void *runner, const char *run, unsigned layer, char *buf,
+			  size_t cap);
 	/* Prepares a machine for plan (a fork or a resume) whose disk
 	 * continues the frozen layer base_layer of run from_run (on a
 	 * worker: may block). memory_bytes > 0: the machine also continues

@@ -25,6 +25,7 @@
 #include "engine/runs/snapper.h"
 #include "projections/views.h"
 #include "vmm/chan.h"
+#include "vmm/fsread.h"
 
 #define STOP_GRACE_S	  5.0  /* SIGTERM to the harness, then the machine ends */
 #define KILL_GRACE_S	  5.0  /* the machine ends gracefully, then by force */
@@ -1467,14 +1468,42 @@ static void record_free(struct record *rec)
 	free(rec->grants);
 }
 
+/* sb_roll_probe_fn on the snapshot's disk (ctx: its sb_fsread). */
+static int roll_probe(void *ctx, const char *prefix)
+{
+	char path[SB_FS_PATH_MAX];
+	struct sb_fs_entry e;
+	int rc;
+
+	snprintf(path, sizeof path, "/workspace%s%s", prefix[0] ? "/" : "", prefix);
+	rc = sb_fsread_stat(ctx, path, &e);
+	/* unreadable: the agent finds out (and names what it skips) */
+	return rc || e.type == SB_FS_DIR;
+}
+
 /* The roll-forward of a fork or resume --at an offset past its snapshot
  * (or from its run's start: its own inputs kept): the files changed after
  * it, up to the offset, as the record has them, become the plan's inputs
  * and removes, which the agent writes before the harness starts
- * (engine/runs/roll.c). */
+ * (engine/runs/roll.c); the snapshot's disk is read for links on their
+ * way the record does not know of. */
 static int roll_forward(struct run *r, const struct record *rec)
 {
-	return sb_roll_plan(rec->files, rec->nfiles, r->from_start, &r->plan, &r->roll);
+	const struct sb_runner_ops *ops = r->rs->env.runner;
+	char layer[PATH_MAX + 64];
+	sb_fsread *fs = NULL;
+	int rc;
+
+	if (rec->nfiles && !r->from_start && ops->layer_file &&
+	    (ops->layer_file(r->rs->env.runner_ctx, r->from_run, r->from_layer, layer,
+			     sizeof layer) ||
+	     sb_fsread_open(layer, &fs)))
+		fs = NULL; /* unread: the agent finds out */
+	rc = sb_roll_plan(rec->files, rec->nfiles, r->from_start, fs ? roll_probe : NULL,
+			  fs, &r->plan, &r->roll);
+	sb_fsread_close(fs);
+	sb_clearerr();
+	return rc;
 }
 
 /* Takes up run, which its record says is live. */

@@ -88,7 +88,7 @@ static void test_links(void **state)
 	/* f replaced by a link; g, a link, replaced by a file */
 	change("f", 'l', 20);
 	change("g", 'c', 21);
-	assert_int_equal(sb_roll_plan(files, nfiles, 0, &p, &r), SB_OK);
+	assert_int_equal(sb_roll_plan(files, nfiles, 0, NULL, NULL, &p, &r), SB_OK);
 	assert_int_equal(p.nremoves, 2);
 	assert_true(has_remove(&p, "d") && has_remove(&p, "a"));
 	/* the links made are links, their targets their contents */
@@ -125,7 +125,7 @@ static void test_bad_paths(void **state)
 	change("ctl\n\x1b[2J\xff", 'c', 6);
 	change("longlink", 'l', 7); /* a target longer than a link takes */
 	files[nfiles - 1].size = SB_PLAN_LINK_MAX + 1;
-	assert_int_equal(sb_roll_plan(files, nfiles, 0, &p, &r), SB_OK);
+	assert_int_equal(sb_roll_plan(files, nfiles, 0, NULL, NULL, &p, &r), SB_OK);
 	/* names with control bytes are names: the agent writes them */
 	assert_int_equal(p.ninputs, 1);
 	assert_string_equal(p.inputs[0].path, "ctl\n\x1b[2J\xff");
@@ -150,7 +150,7 @@ static void test_limits(void **state)
 		snprintf(path, sizeof path, "f%u", i);
 		change(path, 'c', i + 1);
 	}
-	assert_int_equal(sb_roll_plan(files, nfiles, 0, &p, &r), SB_OK);
+	assert_int_equal(sb_roll_plan(files, nfiles, 0, NULL, NULL, &p, &r), SB_OK);
 	assert_int_equal(p.ninputs, SB_CHAN_INPUT_FILES);
 	assert_int_equal(r.rolled, SB_CHAN_INPUT_FILES);
 	assert_int_equal(r.omitted, 100);
@@ -160,7 +160,7 @@ static void test_limits(void **state)
 	change("a", 'c', 1);
 	change("b", 'c', 2);
 	files[0].size = SB_CHAN_INPUTS_MAX - 3;
-	assert_int_equal(sb_roll_plan(files, nfiles, 0, &p, &r), SB_OK);
+	assert_int_equal(sb_roll_plan(files, nfiles, 0, NULL, NULL, &p, &r), SB_OK);
 	assert_int_equal(p.ninputs, 1);
 	assert_int_equal(p.input_bytes, SB_CHAN_INPUTS_MAX - 3);
 	assert_int_equal(r.omitted, 1);
@@ -184,7 +184,7 @@ static void test_from_start(void **state)
 	change("x", 'c', 7);	/* changed: the record's */
 	change("d", 'd', 8);	/* d/y went with d */
 	change("dd/z", 'c', 9); /* dd is not above dd/z's sibling: "dd" stays */
-	assert_int_equal(sb_roll_plan(files, nfiles, 1, &p, &r), SB_OK);
+	assert_int_equal(sb_roll_plan(files, nfiles, 1, NULL, NULL, &p, &r), SB_OK);
 	assert_int_equal(p.ninputs, 4);
 	assert_true(has_input(&p, "keep") && has_input(&p, "dd") && has_input(&p, "x") &&
 		    has_input(&p, "dd/z"));
@@ -200,9 +200,69 @@ static void test_from_start(void **state)
 	p.inputs = calloc(1, sizeof *p.inputs);
 	snprintf(p.inputs[0].path, sizeof p.inputs[0].path, "own");
 	p.ninputs = 1;
-	assert_int_equal(sb_roll_plan(files, 0, 0, &p, &r), SB_OK);
+	assert_int_equal(sb_roll_plan(files, 0, 0, NULL, NULL, &p, &r), SB_OK);
 	assert_int_equal(p.ninputs, 0);
 	assert_int_equal(r.rolled + r.omitted, 0);
+	plan_clear(&p);
+}
+
+/* The snapshot's disk as a probe sees it: links at these prefixes. */
+static const char *const *disk_links;
+static int probes;
+
+static int probe(void *ctx, const char *prefix)
+{
+	(void)ctx;
+	probes++;
+	for (size_t i = 0; disk_links[i]; i++)
+		if (!strcmp(disk_links[i], prefix))
+			return 0;
+	return 1;
+}
+
+static void test_links_on_the_disk(void **state)
+{
+	static const char *const links[] = {"a", "b", "c/d", NULL};
+	static const char *const ws[] = {"", NULL};
+	struct sb_plan p = {0};
+	struct sb_roll r;
+
+	disk_links = links;
+	change("a/x", 'c', 1);	 /* a: a link the record does not know of */
+	change("a/old", 'd', 2); /* ... a deletion through it neither */
+	change("b", 'd', 3);	 /* b: the record deleted the link */
+	change("b/y", 'c', 4);	 /* ... so b/y is written in a new b */
+	change("c/d/z", 'c', 5); /* c a directory, c/d a link */
+	change("top", 'c', 6);	 /* nothing on its way but /workspace */
+	assert_int_equal(sb_roll_plan(files, nfiles, 0, probe, NULL, &p, &r), SB_OK);
+	assert_int_equal(p.ninputs, 2);
+	assert_true(has_input(&p, "b/y") && has_input(&p, "top"));
+	assert_int_equal(p.nremoves, 1);
+	assert_true(has_remove(&p, "b"));
+	assert_int_equal(r.omitted, 3);
+	assert_true(has_named(&r, "/workspace/a/x") &&
+		    has_named(&r, "/workspace/a/old") &&
+		    has_named(&r, "/workspace/c/d/z"));
+	plan_clear(&p);
+
+	/* /workspace itself a link: nothing can be rolled */
+	disk_links = ws;
+	change("f", 'c', 1);
+	change("g", 'd', 2);
+	assert_int_equal(sb_roll_plan(files, nfiles, 0, probe, NULL, &p, &r), SB_OK);
+	assert_int_equal(p.ninputs + p.nremoves, 0);
+	assert_int_equal(r.omitted, 2);
+	plan_clear(&p);
+
+	/* a path the record drops (under a later change) is not probed */
+	disk_links = links;
+	probes = 0;
+	change("gone/x", 'c', 1);
+	change("gone", 'd', 2);
+	assert_int_equal(sb_roll_plan(files, nfiles, 0, probe, NULL, &p, &r), SB_OK);
+	assert_int_equal(p.nremoves, 1);
+	assert_int_equal(r.omitted, 0);
+	assert_int_equal(probes, 1); /* /workspace, for the removal of gone */
 	plan_clear(&p);
 }
 
@@ -213,6 +273,7 @@ int main(void)
 	    cmocka_unit_test(test_bad_paths),
 	    cmocka_unit_test(test_limits),
 	    cmocka_unit_test(test_from_start),
+	    cmocka_unit_test(test_links_on_the_disk),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
