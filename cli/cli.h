@@ -51,6 +51,10 @@ void cli_follow_live(struct sb_follow_opts *fo, const char *run);
  * message quotes), and returns the exit code for err (cli_exit_for). */
 int cli_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* With --remote, prints that what (a command) works on this host's state
+ * directory only and returns CLI_EXIT_USAGE; else CLI_EXIT_OK. */
+int cli_local_only(const char *what);
+
 /* The exit code for the error err of a request made from the user's
  * options: CLI_EXIT_USAGE for SB_ERR_INVAL and SB_ERR_SCHEMA (a value the
  * daemon refused), else cli_exit_for's. */

@@ -46,6 +46,8 @@ static int admin_token(char **args, int json)
 
 	if (strcmp(args[0], "create"))
 		return cli_usage("admin");
+	if ((rc = cli_local_only("admin token create")))
+		return rc;
 	if ((rc = sb_home_init(cli_home)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	if ((rc = sb_token_create(cli_home, args[1], token)))

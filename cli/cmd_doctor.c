@@ -132,6 +132,8 @@ int cmd_doctor(int argc, char **argv)
 		return rc;
 	if (optind != argc)
 		return cli_usage("doctor");
+	if ((rc = cli_local_only("doctor")))
+		return rc;
 	r.arr = json_array();
 	rc = first_line(qv, out, sizeof out);
 	check(&r, "qemu", rc == 0,

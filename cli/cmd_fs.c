@@ -212,6 +212,8 @@ int cli_fs_open(const char *want, struct cli_fs_at *sel, sb_fsread **out)
 	sb_client *c;
 	int rc;
 
+	if ((rc = cli_local_only("reading a run's disk (fs, cp)")))
+		return rc;
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	if ((rc = cli_resolve(c, want, run))) {

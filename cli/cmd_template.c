@@ -70,6 +70,8 @@ static int build(char **args, int json)
 	pid_t pid;
 	int status, rc;
 
+	if (cli_local_only("template build"))
+		return CLI_EXIT_USAGE;
 	if ((rc = self_dir(bin, sizeof bin)) ||
 	    (rc = sb_template_store(cli_home, store, sizeof store)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
@@ -125,9 +127,12 @@ static int list(char **args, int json)
 {
 	char store[PATH_MAX];
 	struct dirent **ents = NULL;
-	json_t *arr = json_array();
+	json_t *arr;
 	int n, rc;
 
+	if (cli_local_only("template ls"))
+		return CLI_EXIT_USAGE;
+	arr = json_array();
 	if ((rc = sb_template_store(cli_home, store, sizeof store)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	if (!json)

@@ -47,6 +47,14 @@ int cli_fail(int err, const char *fmt, ...)
 	return cli_exit_for(err);
 }
 
+int cli_local_only(const char *what)
+{
+	if (!cli_remote)
+		return CLI_EXIT_OK;
+	return cli_fail_code(CLI_EXIT_USAGE,
+			     "%s works on this host's state directory: not with --remote", what);
+}
+
 int cli_exit_for_request(int err)
 {
 	return err == SB_ERR_INVAL || err == SB_ERR_SCHEMA ? CLI_EXIT_USAGE : cli_exit_for(err);

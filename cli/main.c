@@ -325,8 +325,9 @@ int cmd_help(int argc, char **argv)
 	printf("\nText output escapes control characters, bidirectional controls and\n"
 	       "invalid UTF-8 (\\x1b, \\n, \\u{202e}, ...); --json output is exact.\n"
 	       "--remote talks to a daemon started with --listen (token from 'sanbox admin\n"
-	       "token create' there; env SANBOX_REMOTE, SANBOX_TOKEN, SANBOX_CA); run, attach,\n"
-	       "events, ps, inspect, stop and daemon status work remotely.\n"
+	       "token create' there; env SANBOX_REMOTE, SANBOX_TOKEN, SANBOX_CA). fs, cp,\n"
+	       "doctor, template and admin token work on this host only and refuse\n"
+	       "--remote (exit 2); the other commands work remotely.\n"
 	       "'sanbox help COMMAND' or 'sanbox COMMAND --help' shows a command's options.\n");
 	return CLI_EXIT_OK;
 }

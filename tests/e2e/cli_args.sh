@@ -97,6 +97,14 @@ one_line 2 net allow "$R" 'bad grant'
 "$SB" ps --json | python3 -c 'import json,sys; j=json.load(sys.stdin); sys.exit(0 if len(j) == 4 else 1)' ||
 	fail "a refused run was created: $("$SB" ps)"
 
+# -- what works on this host only refuses --remote, in one line
+for c in "fs ls x" "fs cat x a" "cp x:a b" "doctor" "template ls" "template build shell" \
+	"admin token create n"; do
+	# shellcheck disable=SC2086
+	one_line 2 --remote tls+tcp://127.0.0.1:1 --token t --ca /dev/null $c
+	line_has "not with --remote"
+done
+
 # -- attach's end and exit; Ctrl-C on a foreground run
 # a foreground run detached by Ctrl-C: exit 130, the run goes on
 "$SB" run -- true >"$tmp/fg" 2>"$tmp/fg.err" &
