@@ -1139,15 +1139,31 @@ static void create_done(void *ctx)
 	cb(cb_ctx, SB_OK, id);
 }
 
+/* The live run (being made, running or stopping) named name, or NULL. */
+static struct run *run_named(struct sb_runs *rs, const char *name)
+{
+	for (struct run *r = rs->live; r && *name; r = r->next)
+		if (!strcmp(r->plan.name, name))
+			return r;
+	return NULL;
+}
+
 int sb_runs_create(struct sb_runs *rs, const msgpack_object *spec, sb_runs_created_fn cb,
 		   void *ctx)
 {
-	struct run *r = calloc(1, sizeof *r);
+	struct run *r = calloc(1, sizeof *r), *holder;
 	unsigned char raw[SB_RUN_ID_LEN / 2];
 	int rc;
 
 	if (!r)
 		return SB_ERR_NOMEM;
+	/* a name is one live run's: the plan resolved later keeps it */
+	sb_map_str(spec, "name", r->plan.name, sizeof r->plan.name);
+	if ((holder = run_named(rs, r->plan.name))) {
+		free(r);
+		return sb_seterr(SB_ERR_EXISTS, "the name %s is taken by run %s, which is live",
+				 holder->plan.name, holder->id);
+	}
 	r->rs = rs;
 	r->st = R_CREATING;
 	r->spec_obj = spec;

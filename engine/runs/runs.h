@@ -68,7 +68,8 @@ typedef void (*sb_runs_created_fn)(void *ctx, int rc, const char *run);
 
 /* Creates and starts a run from spec (which must stay valid until cb is
  * called); cb is called once, later, on the loop. Errors (then cb is not
- * called): SB_ERR_NOMEM, SB_ERR_UNAVAIL (the daemon is stopping). */
+ * called): SB_ERR_NOMEM, SB_ERR_UNAVAIL (the daemon is stopping),
+ * SB_ERR_EXISTS (a live run has the spec's name; the detail names it). */
 int sb_runs_create(struct sb_runs *r, const msgpack_object *spec, sb_runs_created_fn cb,
 		   void *ctx);
 

@@ -97,6 +97,11 @@ one_line 2 net allow "$R" 'bad grant'
 "$SB" ps --json | python3 -c 'import json,sys; j=json.load(sys.stdin); sys.exit(0 if len(j) == 4 else 1)' ||
 	fail "a refused run was created: $("$SB" ps)"
 
+# -- a name is one live run's; an ended run's name can be taken again
+one_line 1 run --detach --name late -- true
+line_has "the name late is taken by run $R, which is live"
+[ "$("$SB" ps -q --filter name=late | wc -l)" = 1 ] || fail "a second run named late was made"
+
 # -- what works on this host only refuses --remote, in one line
 for c in "fs ls x" "fs cat x a" "cp x:a b" "doctor" "template ls" "template build shell" \
 	"admin token create n"; do
@@ -141,6 +146,8 @@ rc=$?
 [ $rc = 125 ] || fail "attach --exit-status of a failed run: exit $rc, want 125"
 grep -q "run $X failed: " "$tmp/err" || fail "attach --exit-status of a failed run: $(cat "$tmp/err")"
 timeout 20 "$SB" attach "$X" >/dev/null || fail "attach of a failed run without --exit-status: exit $?"
+N=$("$SB" run --detach --name late -- true) || fail "the name of a run that ended was not free again"
+wait_stopped "$N" || fail "$N did not stop"
 
 # -- stop: of an ended run, no error (as of a group with no live run); --wait
 "$SB" stop "$X" >"$tmp/out" 2>"$tmp/err" || fail "stop of an ended run: exit $?: $(cat "$tmp/err")"
