@@ -15,7 +15,7 @@ status_of() { "$SB" inspect "$1" --json | python3 -c 'import json,sys; print(jso
 stub_pids() { # the model stubs whose parent is pid $1
 	for c in /proc/[0-9]*/cmdline; do
 		p=${c#/proc/}; p=${p%/cmdline}
-		tr '\0' ' ' <"$c" 2>/dev/null | grep -q sanbox-model-stub || continue
+		tr '\0' ' ' 2>/dev/null <"$c" | grep -q sanbox-model-stub || continue
 		[ "$(sed 's/.*) . \([0-9]*\).*/\1/' "/proc/$p/stat" 2>/dev/null)" = "$1" ] && echo "$p"
 	done
 }
@@ -35,7 +35,7 @@ B=$("$SB" run --detach --name caller --timeout 300s -- /bin/sh -c \
 	'sleep 8; wget -q -O- --header "Authorization: Bearer $OPENAI_API_KEY" $OPENAI_BASE_URL/models; echo; echo called')
 C=$("$SB" run --detach --name victim --timeout 300s -- /bin/sh -c 'sleep 600')
 D=$("$SB" run --detach --name writer --snapshots off --timeout 300s -- /bin/sh -c \
-	'for i in $(seq 1 60); do echo $i >> n.txt; sync; sleep 0.5; done; echo end >> n.txt')
+	'for i in $(seq 1 120); do echo $i >> n.txt; sync; sleep 0.5; done; echo end >> n.txt')
 for i in $(seq 1 180); do
 	has_event "$A" "e['type']=='agent.output' and 'tick 3' in e['payload']['data']" &&
 		has_event "$C" "e['type']=='harness.input.ready'" &&
@@ -135,7 +135,7 @@ s = json.load(sys.stdin)
 sys.exit(0 if [x["snapshot"] for x in s["snapshots"]] == ["s1"] else 1)' &&
 	ok "a snapshot after it freezes that layer" || bad "snapshot after" "$(cat "$SANBOX_HOME/d.snap")"
 timeout 200 "$SB" attach "$D" >/dev/null 2>&1
-[ "$("$SB" fs cat "$D" n.txt | wc -l)" = 61 ] && [ "$("$SB" fs cat "$D" n.txt | tail -n 1)" = end ] &&
+[ "$("$SB" fs cat "$D" n.txt | wc -l)" = 121 ] && [ "$("$SB" fs cat "$D" n.txt | tail -n 1)" = end ] &&
 	ok "nothing it wrote after the half-made snapshot is lost" ||
 	bad "half-made snapshot" "n.txt: $("$SB" fs cat "$D" n.txt 2>&1 | tail -n 2)"
 "$SB" daemon stop >/dev/null
