@@ -316,7 +316,8 @@ static int ns_lock_path(const char *dir, char *path, size_t cap)
 		/* a namespace's cookie is never another's, unlike its inode */
 		snprintf(path, cap, "%s/net-c%llu.lock", dir, (unsigned long long)cookie);
 	else if (stat("/proc/self/ns/net", &st) == 0)
-		snprintf(path, cap, "%s/net-%llu.lock", dir, (unsigned long long)st.st_ino);
+		snprintf(path, cap, "%s/net-%llu.lock", dir,
+			 (unsigned long long)st.st_ino);
 	else
 		rc = sb_seterr(SB_ERR_UNAVAIL, "network acl: /proc/self/ns/net: %s",
 			       strerror(errno));
@@ -358,8 +359,8 @@ int sb_net_lock_take(const char *dir, int *fd_out, int *fence, char *path, size_
 			break;
 		close(fd);
 		if (tries == 8)
-			return sb_seterr(SB_ERR_UNAVAIL, "network acl: %s keeps going away",
-					 path);
+			return sb_seterr(SB_ERR_UNAVAIL,
+					 "network acl: %s keeps going away", path);
 	}
 	*fence = 0;
 	sscanf(buf, "pid %*d fence %d", fence);

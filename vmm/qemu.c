@@ -245,8 +245,7 @@ int sb_vm_argv(const struct sb_vm_config *c, char ***out)
 			"virtserialport,chardev=chan0,name=" SB_VM_CHAN_NAME);
 	}
 	if (c->qmp_socket) {
-		av_addesc(&a, "-chardev", QMP_CHARDEV, c->qmp_socket,
-			  ",reconnect=1");
+		av_addesc(&a, "-chardev", QMP_CHARDEV, c->qmp_socket, ",reconnect=1");
 		av_add2(&a, "-mon", "chardev=qmp0,mode=control");
 	}
 	if (c->tap) { /* after the disk and the channel: their numbers stay */

@@ -59,14 +59,14 @@ struct sb_machine {
 	sb_watch *chan_lw, *qmp_lw, *qmp_w, *qmp_timer, *child_w, *grace_w;
 	const struct sb_machine_events *ev;
 	void *ctx;
-	int again;	/* the next channel is a reconnection */
-	int reattached; /* found running by a daemon that started again, until
-			 * its state is found (query-migrate, query-status,
-			 * cont): no snapshot meanwhile */
+	int again; /* the next channel is a reconnection */
+	/* found running by a daemon that started again: 1 until its state
+	 * is found (query-migrate, query-status, cont), no snapshot meanwhile */
+	int reattached;
 	unsigned settle_polls; /* looks at a migration being cancelled */
-	long pending;	/* a memory snapshot a dead daemon was taking: its
-			 * layer (snapshot.pending), or -1 */
-	unsigned layer; /* the number of the layer create made */
+	long pending;	       /* the layer of a memory snapshot a dead daemon was taking
+				* (snapshot.pending), or -1 */
+	unsigned layer;	       /* the number of the layer create made */
 	char incoming[SB_LAYER_PATH_MAX + 8]; /* the memory state it starts from, or "" */
 	char warm_ram[SB_LAYER_PATH_MAX + 8]; /* a warm start's RAM (the image's) */
 	int incoming_asked;		      /* a warm start's load was asked for */
@@ -935,7 +935,6 @@ static void local_stop(struct sb_machine *m, double grace_s)
 }
 
 /* --- snapshots --- */
-
 
 enum snap_stage { S_QUERY, S_STOP, S_SPEED, S_FREEZE, S_MIGRATE, S_POLL, S_CONT, S_DONE };
 

@@ -1265,8 +1265,8 @@ struct record {
 	int exited, ready;
 	char forked_from[SB_RUN_MAX]; /* run.forked of a memory snapshot: its parent */
 	int resumed;		      /* a run.resumed is in it */
-	uint64_t guest_seq; /* the largest guest_seq of its current start */
-	long saved;	    /* the newest layer a snapshot.saved names, or -1 */
+	uint64_t guest_seq;	      /* the largest guest_seq of its current start */
+	long saved;		      /* the newest layer a snapshot.saved names, or -1 */
 	/* asked for: files changed in (from_offset, offset_at] (0: not asked),
 	 * and each one's last state there */
 	uint64_t from_offset, offset_at, changed_after;

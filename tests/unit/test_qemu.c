@@ -896,7 +896,8 @@ static void on_each(void *ctx, pid_t pid, const char *qmp)
 static pid_t start_named(const char *arg)
 {
 	char *argv[] = {"/bin/sh", "-c", "sleep 30", "x", (char *)arg, NULL};
-	struct sb_spawn sp = {.argv = argv, .in = -1, .out = -1, .err = -1, .new_session = 1};
+	struct sb_spawn sp = {
+	    .argv = argv, .in = -1, .out = -1, .err = -1, .new_session = 1};
 	pid_t pid;
 
 	assert_int_equal(sb_spawn(&sp, &pid), SB_OK);
@@ -915,7 +916,8 @@ static void test_each(void **state)
 
 	(void)state;
 	assert_non_null(mkdtemp(dir));
-	snprintf(arg, sizeof arg, "socket,id=qmp0,path=%s/a,,b/runs/0123456789ab/qmp.sock,reconnect=1",
+	snprintf(arg, sizeof arg,
+		 "socket,id=qmp0,path=%s/a,,b/runs/0123456789ab/qmp.sock,reconnect=1",
 		 dir);
 	snprintf(want, sizeof want, "%s/a,b/runs/0123456789ab/qmp.sock", dir);
 	a = start_named(arg);
