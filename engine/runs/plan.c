@@ -10,6 +10,7 @@
 #include "engine/mpack.h"
 #include "engine/runs/mask.h"
 #include "engine/runs/spec.h"
+#include "vmm/accel.h"
 #include "vmm/chan.h"
 
 #define PROMPT_MAX  8192
@@ -139,6 +140,7 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	struct sb_netpolicy tnet;
 	const msgpack_object *argv, *env;
 	char tmpl[64] = "shell", prompt[PROMPT_MAX];
+	sb_accel accel;
 	uint64_t quota;
 	int rc;
 
@@ -160,9 +162,12 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	    (rc = sb_spec_u64(spec, "timeout_s", TIMEOUT_MAX, &p->timeout_s)) ||
 	    (rc = sb_spec_u64(spec, "record_quota", QUOTA_MAX, &quota)))
 		return rc;
-	if (strcmp(p->accel, "auto") && strcmp(p->accel, "kvm") &&
-	    strcmp(p->accel, "tcg"))
+	if (sb_accel_parse(p->accel, &accel))
 		return sb_seterr(SB_ERR_INVAL, "accel must be auto, kvm or tcg");
+	/* a run that must have KVM is refused, unrecorded, where there is none */
+	if (accel == SB_ACCEL_KVM &&
+	    (rc = sb_accel_resolve(accel, NULL, NULL, NULL, &accel, NULL, 0)))
+		return rc;
 	if (strcmp(p->snapshots, "turn") && strcmp(p->snapshots, "stop") &&
 	    strcmp(p->snapshots, "off"))
 		return sb_seterr(SB_ERR_INVAL,

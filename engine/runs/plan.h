@@ -75,8 +75,9 @@ struct sb_plan_ctx {
  * must outlive p's use of them), network, model access (armed). Blocks
  * (files, secrets, a stub starting): call it off the loop.
  * Errors: SB_ERR_INVAL (a bad field: the detail names it), SB_ERR_TOOBIG
- * (inputs over the limits), SB_ERR_NOTFOUND (template, secret), and those
- * of sb_access_resolve. */
+ * (inputs over the limits), SB_ERR_NOTFOUND (template, secret),
+ * SB_ERR_UNAVAIL (accel kvm on a host whose /dev/kvm does not open; network
+ * acl where it is not enforced), and those of sb_access_resolve. */
 int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 		    const msgpack_object *spec, struct sb_plan *p);
 

@@ -87,6 +87,11 @@ line_has "'a b' is not a secret name"
 one_line 2 run -m nosuch/model -- true
 line_has "unknown model 'nosuch/model'"
 line_lacks "STATE_DIR"
+# accel kvm where /dev/kvm does not open: exit 4, before any run is made
+if ! (exec 9<>/dev/kvm) 2>/dev/null; then
+	one_line 4 run --accel kvm -- true
+	line_has "/dev/kvm"
+fi
 one_line 2 admin token create 'a b'
 one_line 2 admin append "$R" agent.bogus '{}'
 printf '' | "$SB" secret set EMPTY 2>"$tmp/err"
