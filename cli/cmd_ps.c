@@ -69,13 +69,13 @@ static double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Seconds a run has been (or was) going. */
+/* Seconds a run has been (or was) going: its ended segments, and the
+ * one going on since its last run.started. */
 static double elapsed(const struct sb_runstate *rs)
 {
-	uint64_t start = rs->started_ns ? rs->started_ns : rs->created_ns;
-	double end = rs->ended_ns ? rs->ended_ns / 1e9 : now_s();
+	double now = rs->started_ns && !rs->ended_ns ? now_s() - rs->started_ns / 1e9 : 0;
 
-	return start ? end - start / 1e9 : 0;
+	return rs->active_ns / 1e9 + (now > 0 ? now : 0);
 }
 
 /* An age as docker shows it, in one unit: "45s", "12m", "3h", "5d". */

@@ -20,6 +20,7 @@ static const struct sb_fdesc rs_fields[] = {
 	SB_FU64(RS, events),      SB_FU64(RS, forks),       SB_FU64(RS, snapshots),
 	SB_FSTR(RS, parent_snapshot), SB_FU64(RS, resumed_offset),
 	SB_FU64(RS, net_lookups), SB_FU64(RS, net_denied), SB_FU64(RS, net_changes),
+	SB_FU64(RS, active_ns),
 };
 #define NF (sizeof rs_fields / sizeof rs_fields[0])
 
@@ -106,17 +107,25 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 			snprintf(rs.reason, sizeof rs.reason, "%s", reason);
 		}
 		rs.ended_ns = ev->ts_ns;
+		if (rs.started_ns && rs.ended_ns > rs.started_ns)
+			rs.active_ns += rs.ended_ns - rs.started_ns;
 	} else if (!strcmp(ty, "run.failed")) {
 		strcpy(rs.status, "failed");
 		SET(reason, "reason");
 		if (!rs.ended_ns)
 			rs.ended_ns = ev->ts_ns;
 	} else if (!strcmp(ty, "run.resumed")) {
-		/* it goes on: live again, its end to come */
-		SET(parent, "from_run");
-		SET(parent_snapshot, "snapshot");
-		rs.parent_offset = sb_map_u64(map, "from_offset", 0);
+		/* it goes on: live again, its end to come; resumed from its own
+		 * snapshot it keeps its lineage (it is not its own parent) */
+		char from[SB_RUN_MAX] = "";
+		sb_map_str(map, "from_run", from, sizeof from);
+		if (strcmp(from, ev->run)) {
+			SET(parent, "from_run");
+			SET(parent_snapshot, "snapshot");
+			rs.parent_offset = sb_map_u64(map, "from_offset", 0);
+		}
 		rs.resumed_offset = ev->offset;
+		rs.started_ns = 0;
 		strcpy(rs.status, "created");
 		rs.reason[0] = 0;
 		rs.has_exit = 0;
@@ -153,8 +162,10 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 const struct sb_projection sb_proj_runstate = {
 	.name = "runstate",
 	/* 1: a run its budget stopped has status budget;
-	 * 2: its fields template and template_hash (were tmpl, tmpl_hash) */
-	.version = 2,
+	 * 2: its fields template and template_hash (were tmpl, tmpl_hash);
+	 * 3: active_ns; a resume from the run's own snapshot leaves its
+	 *    lineage as it was */
+	.version = 3,
 	.init = NULL,
 	.apply = rs_apply,
 };

@@ -45,6 +45,8 @@ struct sb_runstate {
 	uint64_t net_lookups;	  /* granted names its stub answered (net.resolved) */
 	uint64_t net_denied;	  /* what its network refused (net.denied counts) */
 	uint64_t net_changes;	  /* live changes of its grants */
+	uint64_t active_ns;	  /* the time of its ended segments, each from its
+				   * run.started to its run.stopped */
 };
 
 /* Packs rs as a msgpack map with a fixed key order. */

@@ -290,6 +290,32 @@ static void test_runstate_parent_each(void **state)
 	assert_int_equal(n, 2);
 }
 
+/* A run resumed from its own snapshot is not its own parent: a fork keeps
+ * its parent; its elapsed time adds up its segments. */
+static void test_runstate_resumed_self(void **state)
+{
+	struct fix *f = *state;
+	struct sb_runstate rs;
+
+	app(f, "pp", SB_SRC_HOST, "run.created", "{'name':'p','template':'t','group':''}");
+	app(f, "ff", SB_SRC_HOST, "run.forked", "{'from_run':'pp','snapshot':'s0','from_offset':1}");
+	app(f, "ff", SB_SRC_HOST, "run.started", "{'accel':'tcg'}"); /* at 3000 */
+	app(f, "ff", SB_SRC_HOST, "run.stopped", "{'reason':'exited'}"); /* at 4000 */
+	app(f, "ff", SB_SRC_HOST, "run.resumed",
+	    "{'from_run':'ff','snapshot':'s1','from_offset':4}");
+	catch_up(f, 5);
+	rs = rs_get(f, "ff");
+	assert_string_equal(rs.parent, "pp");
+	assert_string_equal(rs.parent_snapshot, "s0");
+	assert_true(rs.parent_offset == 1 && rs.resumed_offset == 5);
+	assert_true(rs.active_ns == 1000 && rs.started_ns == 0 && rs.ended_ns == 0);
+	app(f, "ff", SB_SRC_HOST, "run.started", "{'accel':'tcg'}");  /* at 6000 */
+	app(f, "ff", SB_SRC_HOST, "run.stopped", "{'reason':'exited'}"); /* at 7000 */
+	catch_up(f, 2);
+	rs = rs_get(f, "ff");
+	assert_true(rs.active_ns == 2000 && rs.ended_ns == 7000);
+}
+
 struct cost_list {
 	char ids[256];
 	uint64_t total;
@@ -935,6 +961,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_catch_up_exactly_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rebuild_equality, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_version_rebuilds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_runstate_resumed_self, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_stops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_projection, setup, teardown),
 	};
