@@ -145,6 +145,9 @@ int cli_check_name(const char *opt, const char *s);
  * shorter; width 0: neither cut nor padded (but for cap). */
 void cli_cell(const char *s, int width, char *buf, size_t cap);
 
+/* The terminal's width: stdout's, else $COLUMNS (over 20), else 80. */
+int cli_term_width(void);
+
 /* The terminal columns s takes once escaped, as cli_cell counts them. */
 size_t cli_text_cols(const char *s);
 

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -139,17 +138,6 @@ static int ps_match(const struct ps_opts *o, const struct sb_runstate *rs)
 	return 1;
 }
 
-/* The terminal's width: stdout's, else $COLUMNS, else 80. */
-static int term_width(void)
-{
-	struct winsize ws;
-	const char *c = getenv("COLUMNS");
-
-	if (!ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) && ws.ws_col > 0)
-		return ws.ws_col;
-	return c && atoi(c) > 20 ? atoi(c) : 80;
-}
-
 /* Prints one row of the columns cols (n): every cell escaped and fit to
  * its column (NAME name_w wide, the last what is left of width), so no
  * name can end the row or forge another; --no-trunc: cells whole. */
@@ -194,7 +182,7 @@ static int name_width(const struct ps_run *runs, size_t nruns, const enum field 
 /* Prints the runs (newest first) as o asks. */
 static void ps_print(const struct ps_opts *o, const struct ps_run *runs, size_t n)
 {
-	int width = term_width(), table = !o->nformat, name_w;
+	int width = cli_term_width(), table = !o->nformat, name_w;
 	const enum field *cols = o->nformat ? o->format : width >= 120 ? wide : narrow;
 	size_t ncols = o->nformat ? (size_t)o->nformat
 		       : width >= 120 ? sizeof wide / sizeof wide[0]

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -311,6 +312,16 @@ static size_t text_cols(const char *s, size_t len)
 	for (size_t i = 0; i < len; cols += (size_t)w)
 		i += unit_len(s + i, len - i, &w);
 	return cols;
+}
+
+int cli_term_width(void)
+{
+	struct winsize ws;
+	const char *c = getenv("COLUMNS");
+
+	if (!ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) && ws.ws_col > 0)
+		return ws.ws_col;
+	return c && atoi(c) > 20 ? atoi(c) : 80;
 }
 
 size_t cli_text_cols(const char *s)

@@ -61,5 +61,31 @@ import json, sys
 runs = json.load(sys.stdin)
 sys.exit(0 if [r['run'] for r in runs] == ['$B', '$A'] and runs[1]['name'] == '$long'
 	and runs[1]['template'] == 'shell' else 1)" || fail "ps --json"
-"$SB" stop "$A" "$B" >/dev/null
+# inspect as text at 80 and 200 columns: each row within the width, no raw
+# control byte (a prompt holds escapes), the long and wide names shown
+P=$("$SB" run --detach --name "${wide}二" --group "$long" "$(printf 'fix\033[2J\033]0;t\007 it')") || fail "run P"
+for w in 80 200; do
+	COLUMNS=$w "$SB" inspect "$P" >"$tmp/in$w" || fail "inspect at $w columns: exit $?"
+	python3 - "$tmp/in$w" "$w" <<'EOF' || fail "inspect at $w columns: $(cat "$tmp/in$w")"
+import sys, unicodedata
+width = int(sys.argv[2])
+lines = open(sys.argv[1], encoding="utf-8").read().split("\n")[:-1]
+for l in lines:
+    cols = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in l)
+    assert cols <= width, (cols, l)
+    assert not any(ord(c) < 32 or 0x7f <= ord(c) < 0xa0 for c in l), l
+labels = [l.split()[0] for l in lines]
+for want in ["run", "template", "status", "created", "elapsed", "cost", "limits", "model", "prompt"]:
+    assert want in labels, (want, labels)
+EOF
+done
+grep -qF 'fix\x1b[2J\x1b]0;t\x07 it' "$tmp/in200" || fail "the prompt is not shown escaped: $(grep prompt "$tmp/in200")"
+grep -qF "$long" "$tmp/in200" && grep -qF "$wide" "$tmp/in200" || fail "inspect at 200 columns cut a name"
+grep -q '^run .*…$' "$tmp/in80" || fail "inspect at 80 columns did not cut the long row: $(head -1 "$tmp/in80")"
+"$SB" inspect "$P" --json | python3 -c "
+import json, sys
+j = json.load(sys.stdin)
+sys.exit(0 if j['run']['group'] == sys.argv[1] and j['policy']['prompt'] == 'fix\x1b[2J\x1b]0;t\x07 it' else 1)" "$long" ||
+	fail "inspect --json is not exact"
+"$SB" stop "$A" "$B" "$P" >/dev/null 2>&1
 echo "PASS cli_views"
