@@ -203,9 +203,14 @@ int cli_call(sb_client *c, struct cli_req *r, struct sb_reply *rep);
 /* Resolves a run id prefix or name into run. */
 int cli_resolve(sb_client *c, const char *want, char run[SB_RUN_MAX]);
 
-/* Prints one event: a JSON line when json, else "time offset type
- * summary" with the summary of engine/log/summary.h. */
-void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, int json);
+/* How cli_print_event prints. */
+#define CLI_EV_JSON 1 /* a JSON line */
+#define CLI_EV_RUN 2  /* the run's id after the offset (text) */
+
+/* Prints one event: a JSON line with CLI_EV_JSON, else "time offset
+ * [run] type summary" with the summary of engine/log/summary.h (the time
+ * as HH:MM:SS.mmm, with the date before it when it is not today's). */
+void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, int flags);
 
 /* Formats a duration in seconds as "4m08s" / "1h02m" / "12s". */
 void cli_duration(double secs, char *buf, size_t cap);

@@ -10,7 +10,7 @@
 
 static int print_cb(void *ctx, const struct sb_event *ev, const msgpack_object *payload)
 {
-	cli_print_event(ev, payload, *(int *)ctx);
+	cli_print_event(ev, payload, *(int *)ctx ? CLI_EV_JSON : 0);
 	return 0;
 }
 

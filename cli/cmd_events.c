@@ -2,6 +2,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
 #include "engine/error.h"
@@ -9,13 +10,48 @@
 #include "engine/payload.h"
 
 struct print_ctx {
-	int json;
+	int flags;	   /* cli_print_event's */
+	uint64_t since_ns; /* --since: events recorded from then on */
+	uint64_t *ring;	   /* --tail N: the offsets of the last N events seen */
+	uint64_t ntail, seen;
 };
 
 static int print_cb(void *ctx, const struct sb_event *ev, const msgpack_object *payload)
 {
-	cli_print_event(ev, payload, ((struct print_ctx *)ctx)->json);
+	struct print_ctx *pc = ctx;
+
+	if (ev->ts_ns >= pc->since_ns)
+		cli_print_event(ev, payload, pc->flags);
 	return 0;
+}
+
+/* Keeps the offset of each event --since leaves in the ring. */
+static int tail_cb(void *ctx, const struct sb_event *ev, const msgpack_object *payload)
+{
+	struct print_ctx *pc = ctx;
+
+	if (ev->ts_ns >= pc->since_ns)
+		pc->ring[pc->seen++ % pc->ntail] = ev->offset;
+	return 0;
+}
+
+/* --tail: the offset to print from, read once through the events
+ * (keeping only the last N offsets). Errors: those of sb_follow. */
+static int tail_from(sb_client *c, struct sb_follow_opts *fo, struct print_ctx *pc,
+		     uint64_t *from)
+{
+	int rc;
+
+	if (!pc->ntail) { /* nothing of the past */
+		*from = UINT64_MAX;
+		return SB_OK;
+	}
+	if (!(pc->ring = calloc(pc->ntail, sizeof *pc->ring)))
+		return SB_ERR_NOMEM;
+	if ((rc = sb_follow(c, fo, tail_cb, pc)) >= 0)
+		*from = pc->seen <= pc->ntail ? fo->from : pc->ring[pc->seen % pc->ntail];
+	free(pc->ring);
+	return rc < 0 ? rc : SB_OK;
 }
 
 /* Checks that t is an event type or a prefix of some at a dot ("agent.tool"
@@ -42,27 +78,27 @@ static int type_check(const char *t)
 			     t, cli_suggest_hint(&s, hint, sizeof hint));
 }
 
-int cmd_events(int argc, char **argv)
+/* Parses argv's options into fo, pc and the type list. Returns CLI_GO_ON
+ * (optind at the operands), or the exit code (printed). */
+static int events_parse(int argc, char **argv, struct sb_follow_opts *fo, struct print_ctx *pc,
+			const char **types, int *all, int *follow, int *tail)
 {
 	static const struct option opts[] = {
 		CLI_OPT_HELP,
 		{"from", required_argument, NULL, 'f'}, {"type", required_argument, NULL, 't'},
 		{"json", no_argument, NULL, 'j'},       {"all", no_argument, NULL, 'a'},
-		{"follow", no_argument, NULL, 'F'},
-		{NULL, 0, NULL, 0},
+		{"follow", no_argument, NULL, 'F'},     {"since", required_argument, NULL, 's'},
+		{"tail", required_argument, NULL, 'T'}, {NULL, 0, NULL, 0},
 	};
-	struct sb_follow_opts fo = {0};
-	struct print_ctx pc = {0};
-	const char *types[33] = {0};
-	char run[SB_RUN_MAX] = "";
-	sb_client *c;
-	int ntypes = 0, all = 0, follow = 0, ch, rc;
+	struct timespec now;
+	uint64_t v;
+	int ntypes = 0, ch, rc;
 
 	while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'h': return cli_help("events");
 		case 'f':
-			if ((rc = cli_parse_u64("--from", optarg, 0, UINT64_MAX, &fo.from)))
+			if ((rc = cli_parse_u64("--from", optarg, 0, UINT64_MAX, &fo->from)))
 				return rc;
 			break;
 		case 't':
@@ -72,30 +108,68 @@ int cmd_events(int argc, char **argv)
 				return rc;
 			types[ntypes++] = optarg;
 			break;
-		case 'j': pc.json = 1; break;
-		case 'a': all = 1; break;
-		case 'F': follow = 1; break;
+		case 'j': pc->flags |= CLI_EV_JSON; break;
+		case 'a': *all = 1; break;
+		case 'F': *follow = 1; break;
+		case 's':
+			if ((rc = cli_parse_duration(optarg, &v)))
+				return cli_fail_code(CLI_EXIT_USAGE, "--since: %s", sb_errmsg(rc));
+			clock_gettime(CLOCK_REALTIME, &now);
+			pc->since_ns = ((uint64_t)now.tv_sec - v) * 1000000000u;
+			break;
+		case 'T':
+			if ((rc = cli_parse_u64("--tail", optarg, 0, 10000000, &pc->ntail)))
+				return rc;
+			*tail = 1;
+			break;
 		default: return cli_badopt("events", argv, ch);
 		}
 	}
-	if (all == (optind < argc) || argc - optind > 1)
+	if (*all == (optind < argc) || argc - optind > 1)
 		return cli_usage("events");
+	if (*all)
+		pc->flags |= CLI_EV_RUN;
+	return CLI_GO_ON;
+}
+
+int cmd_events(int argc, char **argv)
+{
+	struct sb_follow_opts fo = {0};
+	struct print_ctx pc = {0};
+	const char *types[33] = {0};
+	char run[SB_RUN_MAX] = "";
+	uint64_t from;
+	sb_client *c;
+	int all = 0, follow = 0, tail = 0, rc;
+
+	if ((rc = events_parse(argc, argv, &fo, &pc, types, &all, &follow, &tail)) != CLI_GO_ON)
+		return rc;
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	if (!all && (rc = cli_resolve(c, argv[optind], run))) {
 		sb_client_close(c);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	}
-	if (follow) {
-		uint64_t from = fo.from;
-		cli_follow_live(&fo, run);
-		fo.from = from;
-	} else {
-		cli_follow_init(&fo);
-		fo.run = run;
+	from = fo.from;
+	cli_follow_init(&fo);
+	fo.run = run;
+	fo.from = from;
+	fo.types = types[0] ? types : NULL;
+	if (tail && (rc = tail_from(c, &fo, &pc, &from)) == SB_OK && from == UINT64_MAX) {
+		/* --tail 0: from the end, which follow reads from the log's state */
+		struct sb_reply rep;
+		struct cli_req r;
+		cli_req_begin(&r, "health", 0);
+		if ((rc = cli_call(c, &r, &rep)) == SB_OK)
+			from = sb_map_u64(&rep.map, "last_offset", 0) + 1;
+		sb_reply_free(&rep);
 	}
-	fo.types = ntypes ? types : NULL;
-	rc = sb_follow(c, &fo, print_cb, &pc);
+	if (rc == SB_OK && follow)
+		cli_follow_live(&fo, run);
+	fo.from = from;
+	fo.types = types[0] ? types : NULL;
+	if (rc == SB_OK)
+		rc = sb_follow(c, &fo, print_cb, &pc);
 	sb_client_close(c);
-	return rc ? cli_fail(rc, "%s", sb_errmsg(rc)) : 0;
+	return rc < 0 ? cli_fail(rc, "%s", sb_errmsg(rc)) : 0;
 }

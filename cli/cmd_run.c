@@ -425,7 +425,7 @@ static int run_cb(void *vctx, const struct sb_event *ev, const msgpack_object *p
 {
 	struct run_ctx *c = vctx;
 
-	cli_print_event(ev, p, c->json);
+	cli_print_event(ev, p, c->json ? CLI_EV_JSON : 0);
 	if (ev->offset <= c->resumed)
 		return 0; /* an end the run went on from */
 	if (!strcmp(ev->type, "run.failed")) {

@@ -456,24 +456,30 @@ void cli_print_reply(const msgpack_object *reply)
 	cli_print_json(j);
 }
 
-void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, int json)
+void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, int flags)
 {
-	char sum[1024], type[4 * SB_TYPE_MAX], when[32];
-	time_t secs = (time_t)(ev->ts_ns / 1000000000u);
-	struct tm tm;
+	char sum[1024], type[4 * SB_TYPE_MAX], when[32], run[64] = "";
+	time_t secs = (time_t)(ev->ts_ns / 1000000000u), now = time(NULL);
+	struct tm tm, today;
 
-	if (json) {
+	if (flags & CLI_EV_JSON) {
 		cli_print_json(sb_event_json(ev, payload));
 		fflush(stdout);
 		return;
 	}
 	localtime_r(&secs, &tm);
-	strftime(when, sizeof when, "%H:%M:%S", &tm);
+	localtime_r(&now, &today);
+	/* an event of another day than today says which */
+	strftime(when, sizeof when,
+		 tm.tm_yday == today.tm_yday && tm.tm_year == today.tm_year ? "%H:%M:%S"
+									  : "%Y-%m-%d %H:%M:%S",
+		 &tm);
+	if (flags & CLI_EV_RUN)
+		snprintf(run, sizeof run, "%-12.12s ", ev->run);
 	cli_cell(ev->type, 0, type, sizeof type); /* padded below, never cut */
 	sb_event_summary(ev, payload, sum, sizeof sum);
-	printf("%s.%03u %6llu  %-22s %s\n", when,
-	       (unsigned)(ev->ts_ns / 1000000u % 1000u), (unsigned long long)ev->offset,
-	       type, sum);
+	printf("%s.%03u %6llu  %s%-22s %s\n", when, (unsigned)(ev->ts_ns / 1000000u % 1000u),
+	       (unsigned long long)ev->offset, run, type, sum);
 	fflush(stdout);
 }
 

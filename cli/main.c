@@ -85,11 +85,15 @@ static const struct cli_cmd commands[] = {
 	 "  --tail N              only its last N lines (before following)\n"
 	 "  --json                one {ts, stream, line} per line, exact, on stdout\n"},
 	{"events", cmd_events, "print events without following",
-	 "usage: sanbox events RUN [--from OFFSET] [--type TYPE]... [--follow] [--json]\n"
-	 "       sanbox events --all [--from OFFSET] [--type TYPE]... [--follow] [--json]\n"
+	 "usage: sanbox events RUN [--from OFFSET] [--type TYPE]... [--since DURATION]\n"
+	 "                         [--tail N] [--follow] [--json]\n"
+	 "       sanbox events --all [...the same options]\n"
 	 "\n"
-	 "Prints a run's events (or the whole log with --all) from OFFSET.\n"
-	 "--type takes a type or a prefix (agent.tool matches agent.tool.*).\n"
+	 "Prints a run's events (or the whole log with --all, with a run column)\n"
+	 "from OFFSET; an event of another day than today shows its date.\n"
+	 "--type takes a type or a prefix (agent.tool matches agent.tool.*);\n"
+	 "--since DURATION keeps those recorded in the last DURATION (90s, 2h);\n"
+	 "--tail N the last N of them.\n"
 	 "--follow then prints new events as they are recorded, with no gap and no\n"
 	 "duplicate, until Ctrl-C (also after the run ends: see 'sanbox attach').\n"},
 	{"ps", cmd_ps, "list runs",

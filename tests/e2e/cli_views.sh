@@ -61,6 +61,21 @@ import json, sys
 runs = json.load(sys.stdin)
 sys.exit(0 if [r['run'] for r in runs] == ['$B', '$A'] and runs[1]['name'] == '$long'
 	and runs[1]['template'] == 'shell' else 1)" || fail "ps --json"
+# -- events: --all has a run column; --tail N and --since D
+"$SB" events --all >"$tmp/ev" || fail "events --all: exit $?"
+n=$(wc -l <"$tmp/ev")
+awk '{print $3}' "$tmp/ev" | grep -qx "$A" && awk '{print $3}' "$tmp/ev" | grep -qx "$C" ||
+	fail "events --all has no run column: $(head -3 "$tmp/ev")"
+"$SB" events --all --tail 3 >"$tmp/ev3" || fail "events --tail 3: exit $?"
+tail -3 "$tmp/ev" | cmp -s - "$tmp/ev3" || fail "events --all --tail 3: $(cat "$tmp/ev3")"
+[ "$("$SB" events --all --since 1h | wc -l)" = "$n" ] || fail "events --since 1h"
+[ -z "$("$SB" events --all --tail 0)" ] || fail "events --tail 0 printed something"
+"$SB" events "$C" --tail 1 --json | python3 -c "
+import json, sys
+e = [json.loads(l) for l in sys.stdin]
+sys.exit(0 if len(e) == 1 and e[0]['type'] == 'run.stopped' and e[0]['run'] == '$C' else 1)" ||
+	fail "events RUN --tail 1 --json"
+
 # inspect as text at 80 and 200 columns: each row within the width, no raw
 # control byte (a prompt holds escapes), the long and wide names shown
 P=$("$SB" run --detach --name "${wide}二" --group "$long" "$(printf 'fix\033[2J\033]0;t\007 it')") || fail "run P"
