@@ -32,6 +32,9 @@ struct cli_cmd {
 /* The command table (cli/main.c). */
 const struct cli_cmd *cli_find(const char *name);
 
+/* The whole command table, its length in *n. */
+const struct cli_cmd *cli_commands(size_t *n);
+
 /* Global options, set by main before a command runs: the state directory,
  * and for a remote daemon its tls+tcp:// url, token and CA file (else NULL). */
 extern char cli_home[4096];
@@ -330,5 +333,10 @@ int cmd_fork(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_net(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
+int cmd_completion(int argc, char **argv);
+/* sanbox __complete WHAT [ARG]: the candidates the completion script asks
+ * for (commands, options CMD, runs, templates, snapshots RUN), one a line;
+ * not listed in help. */
+int cmd_complete(int argc, char **argv);
 
 #endif

@@ -271,6 +271,15 @@ static const struct cli_cmd commands[] = {
 	 "\n"
 	 "Lists the commands and the exit codes, or shows a command's options\n"
 	 "(as 'sanbox COMMAND --help' does).\n"},
+	{"completion", cmd_completion, "print shell completion for bash or zsh",
+	 "usage: sanbox completion bash|zsh\n"
+	 "\n"
+	 "Prints a script that completes sanbox's commands, options, run ids and\n"
+	 "names, snapshot ids and templates (asking a running daemon; none is\n"
+	 "started for it). Load it with:\n"
+	 "  bash: source <(sanbox completion bash)   (or put it in\n"
+	 "        /etc/bash_completion.d/sanbox)\n"
+	 "  zsh:  source <(sanbox completion zsh)    (in ~/.zshrc)\n"},
 	{"version", cmd_version, "print the version", "usage: sanbox version [--json]\n"},
 };
 
@@ -280,6 +289,12 @@ const struct cli_cmd *cli_find(const char *name)
 		if (!strcmp(commands[i].name, name))
 			return &commands[i];
 	return NULL;
+}
+
+const struct cli_cmd *cli_commands(size_t *n)
+{
+	*n = sizeof commands / sizeof commands[0];
+	return commands;
 }
 
 /* Prints that there is no command name, with the nearest one, and returns
@@ -383,6 +398,8 @@ int main(int argc, char **argv)
 	}
 	if ((rc = sb_home_resolve(home, cli_home, sizeof cli_home)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
+	if (!strcmp(argv[optind], "__complete"))
+		return cmd_complete(argc - optind, argv + optind);
 	if (!(c = cli_find(argv[optind])))
 		return no_command(argv[optind]);
 	argc -= optind;
