@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "engine/daemon/settings.h"
 #include "engine/error.h"
 #include "engine/gateway/models.h"
 #include "engine/home.h"
@@ -116,11 +117,12 @@ int cmd_doctor(int argc, char **argv)
 {
 	struct report r = {0, 0, NULL};
 	char out[512], msg[4300], cache[PATH_MAX + 16], why[256] = "";
-	char *qv[] = {"qemu-system-x86_64", "--version", NULL};
+	char *qv[] = {(char *)sb_vm_qemu(), "--version", NULL};
 	char *qi[] = {"qemu-img", "--version", NULL};
 	char *nv[] = {"nft", "--version", NULL};
 	char *dv[] = {"qemu-nbd", "--version", NULL};
 	char *mv[] = {"mkfs.ext4", "-V", NULL};
+	struct sb_settings settings;
 	struct sb_template t;
 	struct sb_models *ms;
 	struct statvfs vfs;
@@ -136,8 +138,15 @@ int cmd_doctor(int argc, char **argv)
 		return rc;
 	r.arr = json_array();
 	rc = first_line(qv, out, sizeof out);
-	check(&r, "qemu", rc == 0,
-	      rc == 0 ? out : "qemu-system-x86_64 not found: run 'make deps'");
+	snprintf(msg, sizeof msg, "%s does not run%s", qv[0],
+		 getenv("SANBOX_QEMU") && *getenv("SANBOX_QEMU")
+		     ? " (SANBOX_QEMU names it): fix SANBOX_QEMU"
+		     : ": run 'make deps'");
+	check(&r, "qemu", rc == 0, rc == 0 ? out : msg);
+	rc = sb_settings_load(cli_home, &settings);
+	check(&r, "settings", rc == SB_OK,
+	      rc == SB_OK ? "sanboxd.json and the environment's settings are valid"
+			  : sb_errmsg(rc));
 	rc = first_line(qi, out, sizeof out);
 	check(&r, "qemu-img", rc == 0,
 	      rc == 0 ? out : "qemu-img not found: run 'make deps'");

@@ -113,6 +113,27 @@ static const struct setting *find(const char *section, const char *name)
 	return NULL;
 }
 
+/* The line of the file path on which "key" first stands (1 for none
+ * found: the error is then the file's). */
+static int line_of(const char *path, const char *key)
+{
+	char want[128], *buf = malloc(FILE_MAX + 1);
+	FILE *f = buf ? fopen(path, "r") : NULL;
+	size_t n = f ? fread(buf, 1, FILE_MAX, f) : 0;
+	int line = 1;
+
+	if (f)
+		fclose(f);
+	if (!buf)
+		return 1;
+	buf[n] = 0;
+	snprintf(want, sizeof want, "\"%.100s\"", key);
+	for (char *p = buf, *end = strstr(buf, want); end && p < end; p++)
+		line += *p == '\n';
+	free(buf);
+	return line;
+}
+
 static int apply(const char *path, json_t *root, struct sb_settings *s)
 {
 	const char *sec, *name;
@@ -123,28 +144,27 @@ static int apply(const char *path, json_t *root, struct sb_settings *s)
 	json_object_foreach(root, sec, obj)
 	{
 		if (!find(sec, NULL))
-			return sb_seterr(SB_ERR_INVAL, "%s: unknown section '%.40s'",
-					 path, sec);
+			return sb_seterr(SB_ERR_INVAL, "%s:%d: unknown section '%.40s'",
+					 path, line_of(path, sec), sec);
 		if (!json_is_object(obj))
-			return sb_seterr(SB_ERR_INVAL,
-					 "%s: section '%s' is not an object", path, sec);
+			return sb_seterr(SB_ERR_INVAL, "%s:%d: section '%s' is not an object",
+					 path, line_of(path, sec), sec);
 		json_object_foreach(obj, name, v)
 		{
 			const struct setting *t = find(sec, name);
 			double x = json_number_value(v);
 			if (!t)
-				return sb_seterr(SB_ERR_INVAL,
-						 "%s: unknown setting %s.%.40s", path,
-						 sec, name);
+				return sb_seterr(SB_ERR_INVAL, "%s:%d: unknown setting %s.%.40s",
+						 path, line_of(path, name), sec, name);
 			if (t->kind == STR) {
 				if (!json_is_string(v) ||
 				    json_string_length(v) >= t->cap ||
 				    strlen(json_string_value(v)) != json_string_length(v))
 					return sb_seterr(
 					    SB_ERR_INVAL,
-					    "%s: %s.%s must be a string of at "
+					    "%s:%d: %s.%s must be a string of at "
 					    "most %zu bytes",
-					    path, sec, name, t->cap - 1);
+					    path, line_of(path, name), sec, name, t->cap - 1);
 				snprintf((char *)s + t->off, t->cap, "%s",
 					 json_string_value(v));
 				continue;
@@ -152,8 +172,8 @@ static int apply(const char *path, json_t *root, struct sb_settings *s)
 			if (!json_is_number(v) || !(x >= t->min && x <= t->max) ||
 			    (t->kind == U64 && x != floor(x)))
 				return sb_seterr(
-				    SB_ERR_INVAL, "%s: %s.%s must be %s from %g to %g",
-				    path, sec, name,
+				    SB_ERR_INVAL, "%s:%d: %s.%s must be %s from %g to %g",
+				    path, line_of(path, name), sec, name,
 				    t->kind == U64 ? "a whole number" : "a number",
 				    t->min, t->max);
 			if (t->kind == U64)
@@ -183,8 +203,7 @@ int sb_settings_load(const char *home, struct sb_settings *s)
 			return sb_seterr(SB_ERR_INVAL, "%s: larger than %u bytes", path,
 					 FILE_MAX);
 		if (!(root = json_load_file(path, JSON_REJECT_DUPLICATES, &je)))
-			return sb_seterr(SB_ERR_INVAL, "%s: line %d: %s", path, je.line,
-					 je.text);
+			return sb_seterr(SB_ERR_INVAL, "%s:%d: %s", path, je.line, je.text);
 		rc = apply(path, root, s);
 		json_decref(root);
 		if (rc)

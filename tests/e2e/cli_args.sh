@@ -108,6 +108,18 @@ one_line 1 run --detach --name late -- true
 line_has "the name late is taken by run $R, which is live"
 [ "$("$SB" ps -q --filter name=late | wc -l)" = 1 ] || fail "a second run named late was made"
 
+# -- doctor checks what it will use: SANBOX_QEMU, sanboxd.json by its line
+printf '{\n "runs": {\n  "boot_timeout_z": 5\n }\n}\n' >"$SANBOX_HOME/sanboxd.json"
+"$SB" doctor >"$tmp/doc" 2>&1
+grep -q "^FAIL  settings .*sanboxd.json:3: unknown setting runs.boot_timeout_z" "$tmp/doc" ||
+	fail "doctor of a bad sanboxd.json: $(grep settings "$tmp/doc")"
+rm -f "$SANBOX_HOME/sanboxd.json"
+"$SB" doctor >"$tmp/doc" 2>&1
+grep -q "^ok    settings " "$tmp/doc" || fail "doctor without sanboxd.json: $(grep settings "$tmp/doc")"
+SANBOX_QEMU=/nonexistent/qemu "$SB" doctor >"$tmp/doc" 2>&1
+grep -q "^FAIL  qemu .*/nonexistent/qemu does not run (SANBOX_QEMU names it)" "$tmp/doc" ||
+	fail "doctor with a bad SANBOX_QEMU: $(grep qemu "$tmp/doc")"
+
 # -- what works on this host only refuses --remote, in one line
 for c in "fs ls x" "fs cat x a" "cp x:a b" "doctor" "template ls" "template build shell" \
 	"admin token create n"; do

@@ -73,8 +73,14 @@ static void test_refused(void **state)
 	    {"{\"runs\": {\"boot_timeout_s\": -1}}", "runs.boot_timeout_s"},
 	    {"{\"runs\": 5}", "not an object"},
 	    {"[1, 2]", "not a JSON object"},
-	    {"{\"remote\": {\"max_conns\": 4,}", "line 1"},
-	    {"{\"remote\": {\"max_conns\": 4, \"max_conns\": 5}}", "line 1"},
+	    {"{\"remote\": {\"max_conns\": 4,}", "sanboxd.json:1: "},
+	    {"{\"remote\": {\"max_conns\": 4, \"max_conns\": 5}}", "sanboxd.json:1: "},
+	    /* a setting's line is named, as a compiler names it */
+	    {"{\n \"remote\": {\n  \"max_conns\": 4,\n  \"max_connz\": 5\n }\n}",
+	     "sanboxd.json:4: unknown setting remote.max_connz"},
+	    {"{\n\"runs\": {\n\n\"boot_timeout_s\": \"x\"}}",
+	     "sanboxd.json:4: runs.boot_timeout_s must be"},
+	    {"{\"runs\": {},\n\"rnus\": {}}", "sanboxd.json:2: unknown section 'rnus'"},
 	};
 	char *home = tu_tmpdir();
 	struct sb_settings s;
