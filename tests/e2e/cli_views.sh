@@ -15,9 +15,11 @@ C=$("$SB" run --detach --name plain -- true) || fail "run C"
 runs_fail
 wait_stopped "$C" || fail "C did not stop"
 
-# check_table FILE WIDTH: each line at most WIDTH columns, no control byte
-check_table() {
-	python3 - "$1" "$2" <<'EOF' || fail "ps at $2 columns: $(cat "$1")"
+# fits FILE WIDTH FIRST...: each line at most WIDTH terminal columns (a
+# wide character two), no control byte, and each FIRST the first word of
+# some line
+fits() {
+	python3 - "$@" <<'EOF' || fail "$(basename "$1") at $2 columns: $(cat "$1")"
 import sys, unicodedata
 width = int(sys.argv[2])
 lines = open(sys.argv[1], encoding="utf-8").read().split("\n")[:-1]
@@ -25,11 +27,14 @@ for l in lines:
     cols = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in l)
     assert cols <= width, (cols, l)
     assert not any(ord(c) < 32 or 0x7f <= ord(c) < 0xa0 for c in l), l
-assert lines[0].split()[:2] == ["RUN", "NAME"], lines[0]
+firsts = [l.split()[0] for l in lines if l.split()]
+for want in sys.argv[3:]:
+    assert want in firsts, (want, firsts)
 EOF
 }
 COLUMNS=80 "$SB" ps >"$tmp/ps80" || fail "ps at 80 columns: exit $?"
-check_table "$tmp/ps80" 80
+fits "$tmp/ps80" 80 RUN
+head -1 "$tmp/ps80" | grep -q '^RUN  *NAME ' || fail "ps's header: $(head -1 "$tmp/ps80")"
 # newest first
 [ "$(sed -n '2s/ .*//p;3s/ .*//p;4s/ .*//p' "$tmp/ps80" | tr '\n' ' ')" = "$C $B $A " ] ||
 	fail "ps is not newest first: $(cat "$tmp/ps80")"
@@ -37,7 +42,7 @@ grep -q "^$A nnnnn.*… " "$tmp/ps80" || fail "the long name is not cut with an 
 grep -q "^$B 数据" "$tmp/ps80" || fail "the wide name: $(cat "$tmp/ps80")"
 grep -q "^$C plain .*stopped " "$tmp/ps80" || fail "the stopped run: $(cat "$tmp/ps80")"
 COLUMNS=200 "$SB" ps >"$tmp/ps200" || fail "ps at 200 columns: exit $?"
-check_table "$tmp/ps200" 200
+fits "$tmp/ps200" 200 RUN
 grep -qF "$long" "$tmp/ps200" && grep -qF "$wide" "$tmp/ps200" || fail "ps at 200 columns cut a name: $(cat "$tmp/ps200")"
 head -1 "$tmp/ps200" | grep -q 'GROUP *TEMPLATE *MODEL' || fail "ps at 200 columns: $(head -1 "$tmp/ps200")"
 grep -q "^$A .* g1 " "$tmp/ps200" || fail "the group at 200 columns: $(cat "$tmp/ps200")"
@@ -81,18 +86,7 @@ sys.exit(0 if len(e) == 1 and e[0]['type'] == 'run.stopped' and e[0]['run'] == '
 P=$("$SB" run --detach --name "${wide}二" --group "$long" "$(printf 'fix\033[2J\033]0;t\007 it')") || fail "run P"
 for w in 80 200; do
 	COLUMNS=$w "$SB" inspect "$P" >"$tmp/in$w" || fail "inspect at $w columns: exit $?"
-	python3 - "$tmp/in$w" "$w" <<'EOF' || fail "inspect at $w columns: $(cat "$tmp/in$w")"
-import sys, unicodedata
-width = int(sys.argv[2])
-lines = open(sys.argv[1], encoding="utf-8").read().split("\n")[:-1]
-for l in lines:
-    cols = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in l)
-    assert cols <= width, (cols, l)
-    assert not any(ord(c) < 32 or 0x7f <= ord(c) < 0xa0 for c in l), l
-labels = [l.split()[0] for l in lines]
-for want in ["run", "template", "status", "created", "elapsed", "cost", "limits", "model", "prompt"]:
-    assert want in labels, (want, labels)
-EOF
+	fits "$tmp/in$w" "$w" run template status created elapsed cost limits model prompt
 done
 grep -qF 'fix\x1b[2J\x1b]0;t\x07 it' "$tmp/in200" || fail "the prompt is not shown escaped: $(grep prompt "$tmp/in200")"
 grep -qF "$long" "$tmp/in200" && grep -qF "$wide" "$tmp/in200" || fail "inspect at 200 columns cut a name"
