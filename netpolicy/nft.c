@@ -123,6 +123,18 @@ static int acks_set(sb_nft *n)
 
 	if ((rc = script_open(&s)))
 		return rc;
+	/* the constant sets the runs' rules name (an anonymous set in each
+	 * rule would be a set of the table per rule) */
+	fprintf(s.f,
+		"add set inet sanbox l4 { type inet_proto; }\n"
+		"add set inet sanbox tls { type inet_service; }\n"
+		"add set inet sanbox http { type inet_service; }\n"
+		"add set inet sanbox nd { type icmpv6_type; }\n"
+		"add element inet sanbox l4 { tcp, udp }\n"
+		"add element inet sanbox tls { " SB_NFT_TLS_PORTS " }\n"
+		"add element inet sanbox http { " SB_NFT_HTTP_PORTS " }\n"
+		"add element inet sanbox nd { nd-neighbor-solicit, nd-neighbor-advert, "
+		"nd-router-solicit }\n");
 	fprintf(s.f, "add chain inet sanbox acks\nflush chain inet sanbox acks\n");
 	for (int doff = 5; doff <= 15; doff++)
 		fprintf(
@@ -402,12 +414,12 @@ static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
 	judging_rules(f, 'f', r, v6);
 	judging_rules(f, 'o', r, v6);
 	fprintf(f,
-		"add rule inet sanbox f_%s tcp dport { %s } %s daddr . meta l4proto . th "
+		"add rule inet sanbox f_%s tcp dport @tls %s daddr . meta l4proto . th "
 		"dport @n%d_%s ct mark set 0x%08x jump judge\n"
-		"add rule inet sanbox f_%s tcp dport { %s } %s daddr . meta l4proto . th "
+		"add rule inet sanbox f_%s tcp dport @http %s daddr . meta l4proto . th "
 		"dport @n%d_%s ct mark set 0x%08x jump judge\n",
-		id, SB_NFT_TLS_PORTS, ip, n, id, SB_NFT_JUDGING(r->mark), id,
-		SB_NFT_HTTP_PORTS, ip, n, id, SB_NFT_JUDGING_HTTP(r->mark));
+		id, ip, n, id, SB_NFT_JUDGING(r->mark), id, ip, n, id,
+		SB_NFT_JUDGING_HTTP(r->mark));
 	fprintf(f,
 		"add rule inet sanbox f_%s %s daddr . meta l4proto . th dport @g%d_%s ct "
 		"mark "
@@ -419,36 +431,35 @@ static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
 		"set 0x%08x accept\n",
 		id, ip, n, id, r->mark);
 	fprintf(f,
-		"add rule inet sanbox f_%s meta l4proto { tcp, udp } add @d%d_%s { %s "
+		"add rule inet sanbox f_%s meta l4proto @l4 add @d%d_%s { %s "
 		"daddr . "
 		"meta l4proto . th dport }\n",
 		id, n, id, ip);
 	fprintf(f,
-		"add rule inet sanbox f_%s meta l4proto != { tcp, udp } add @e%d_%s { %s "
+		"add rule inet sanbox f_%s meta l4proto != @l4 add @e%d_%s { %s "
 		"daddr "
 		". meta l4proto }\n",
 		id, n, id, ip);
 	/* i: what it sends to the host: its stub, neighbour discovery */
 	fprintf(f,
-		"add rule inet sanbox i_%s %s saddr %s %s daddr %s meta l4proto { tcp, "
-		"udp } th dport %u accept\n",
+		"add rule inet sanbox i_%s %s saddr %s %s daddr %s meta l4proto @l4 "
+		"th dport %u accept\n",
 		id, ip, guest, ip, host, r->dns_port);
 	if (v6)
 		fprintf(f,
-			"add rule inet sanbox i_%s icmpv6 type { nd-neighbor-solicit, "
-			"nd-neighbor-advert, nd-router-solicit } accept\n",
+			"add rule inet sanbox i_%s icmpv6 type @nd accept\n",
 			id);
 	fprintf(f,
-		"add rule inet sanbox i_%s meta l4proto { tcp, udp } add @d%d_%s { %s "
+		"add rule inet sanbox i_%s meta l4proto @l4 add @d%d_%s { %s "
 		"daddr . "
 		"meta l4proto . th dport }\n",
 		id, n, id, ip);
-	/* p: DNS to the stub */
-	fprintf(
-	    f,
-	    "add rule inet sanbox p_%s %s daddr %s meta l4proto { tcp, udp } th dport 53 "
-	    "redirect to :%u\n",
-	    id, ip, host, r->dns_port);
+	/* p: DNS to the stub (a redirect needs its protocol matched alone) */
+	for (int udp = 0; udp <= 1; udp++)
+		fprintf(f,
+			"add rule inet sanbox p_%s %s daddr %s %s dport 53 redirect to "
+			":%u\n",
+			id, ip, host, udp ? "udp" : "tcp", r->dns_port);
 }
 
 static void elem_write(FILE *f, const struct sb_nft_elem *e);

@@ -96,12 +96,13 @@ static void test_script_text(void **state)
 	/* spoofed sources drop, the stub's DNS redirect, the named ports */
 	assert_non_null(
 	    strstr(s, "ip saddr != 10.87.0.2 counter name c_0123456789ab drop"));
-	assert_non_null(strstr(s, "th dport 53 redirect to :40053"));
+	assert_non_null(strstr(s, "tcp dport 53 redirect to :40053"));
+	assert_non_null(strstr(s, "udp dport 53 redirect to :40053"));
 	assert_non_null(strstr(s, "ct mark 0x00010001 accept"));
 	/* the TLS and HTTP ports go to the judge, each with its judging mark */
-	assert_non_null(strstr(s, "tcp dport { " SB_NFT_TLS_PORTS " } ip daddr"));
+	assert_non_null(strstr(s, "tcp dport @tls ip daddr"));
 	assert_non_null(strstr(s, "ct mark set 0x00010fff jump judge"));
-	assert_non_null(strstr(s, "tcp dport { " SB_NFT_HTTP_PORTS " } ip daddr"));
+	assert_non_null(strstr(s, "tcp dport @http ip daddr"));
 	assert_non_null(strstr(s, "ct mark set 0x00010ffe jump judge"));
 	/* an HTTP guest's segments: to the judge but for bare ACKs and bodies;
 	 * the server's come back unread */
