@@ -5,12 +5,16 @@
 #include <errno.h>
 #include <jansson.h>
 #include <libmnl/libmnl.h>
+#include <libnftnl/chain.h>
 #include <libnftnl/expr.h>
+#include <libnftnl/object.h>
 #include <libnftnl/rule.h>
+#include <libnftnl/set.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/xt_NFQUEUE.h>
+#include <net/if.h>
 #include <nftables/libnftables.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -219,15 +223,101 @@ int sb_nft_table_add(sb_nft *n, const struct sb_nft_host *h)
 	return rc ? rc : acks_set(n);
 }
 
-/* Appends to b a message of type for the rule r. */
-static void batch_rule(struct mnl_nlmsg_batch *b, struct nftnl_rule *r, int type,
-		       uint16_t flags, uint32_t seq)
-{
-	struct nlmsghdr *h = nftnl_rule_nlmsg_build_hdr(mnl_nlmsg_batch_current(b), type,
-							NFPROTO_INET, flags, seq);
+/* One transaction of netlink messages built with libnftnl: no listing
+ * of the table before it, so its cost does not grow with the table. */
+struct batch {
+	char *buf;
+	struct mnl_nlmsg_batch *b;
+	uint32_t seq;
+	unsigned msgs; /* messages between begin and end: each gets an ACK */
+	int full;      /* a message did not fit */
+};
 
-	nftnl_rule_nlmsg_build_payload(h, r);
-	mnl_nlmsg_batch_next(b);
+/* Starts t with its begin message. Errors: SB_ERR_NOMEM. */
+static int batch_open(struct batch *t)
+{
+	memset(t, 0, sizeof *t);
+	/* twice the batch's size: the message that overflows it still fits */
+	if (!(t->buf = malloc(2 * MNL_SOCKET_BUFFER_SIZE)) ||
+	    !(t->b = mnl_nlmsg_batch_start(t->buf, MNL_SOCKET_BUFFER_SIZE))) {
+		free(t->buf);
+		return SB_ERR_NOMEM;
+	}
+	nftnl_batch_begin(mnl_nlmsg_batch_current(t->b), t->seq++);
+	mnl_nlmsg_batch_next(t->b);
+	return SB_OK;
+}
+
+static void batch_close(struct batch *t)
+{
+	mnl_nlmsg_batch_stop(t->b);
+	free(t->buf);
+}
+
+/* The header of t's next message, of type, with an ACK asked for; the
+ * caller builds its payload, then calls batch_next. */
+static struct nlmsghdr *batch_hdr(struct batch *t, uint16_t type, uint16_t flags)
+{
+	t->msgs++;
+	return nftnl_nlmsg_build_hdr(mnl_nlmsg_batch_current(t->b), type, NFPROTO_INET,
+				     flags | NLM_F_ACK, t->seq++);
+}
+
+static void batch_next(struct batch *t)
+{
+	if (!mnl_nlmsg_batch_next(t->b))
+		t->full = 1;
+}
+
+/* Appends to t a message of type for the rule r. */
+static void batch_rule(struct batch *t, struct nftnl_rule *r, uint16_t type,
+		       uint16_t flags)
+{
+	nftnl_rule_nlmsg_build_payload(batch_hdr(t, type, flags), r);
+	batch_next(t);
+}
+
+/* Ends t and sends it as one transaction: 0 when the kernel applied all
+ * of it, else the errno of its first refused message (EMSGSIZE: t did not
+ * fit its buffer; ETIMEDOUT: no answer in 5 s). */
+static int batch_commit(struct batch *t)
+{
+	struct mnl_socket *nl;
+	char *ans = t->buf; /* the messages are sent: their buffer is free */
+	int err = 0, len;
+	ssize_t k;
+
+	nftnl_batch_end(mnl_nlmsg_batch_current(t->b), t->seq++);
+	batch_next(t);
+	if (t->full)
+		return EMSGSIZE;
+	if (!(nl = mnl_socket_open(NETLINK_NETFILTER)))
+		return errno;
+	if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0 ||
+	    mnl_socket_sendto(nl, mnl_nlmsg_batch_head(t->b), mnl_nlmsg_batch_size(t->b)) <
+		0) {
+		err = errno;
+		goto out;
+	}
+	/* one answer per message, an error or an ACK; after an error the
+	 * kernel may send no more, hence the timeout */
+	setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVTIMEO,
+		   &(struct timeval){.tv_sec = 5}, sizeof(struct timeval));
+	for (unsigned got = 0; got < t->msgs && !err;) {
+		if ((k = mnl_socket_recvfrom(nl, ans, MNL_SOCKET_BUFFER_SIZE)) < 0) {
+			err = errno == EAGAIN ? ETIMEDOUT : errno;
+			break;
+		}
+		len = (int)k;
+		for (struct nlmsghdr *h = (struct nlmsghdr *)ans; mnl_nlmsg_ok(h, len);
+		     h = mnl_nlmsg_next(h, &len), got++)
+			if (h->nlmsg_type == NLMSG_ERROR &&
+			    ((struct nlmsgerr *)mnl_nlmsg_get_payload(h))->error && !err)
+				err = -((struct nlmsgerr *)mnl_nlmsg_get_payload(h))->error;
+	}
+out:
+	mnl_socket_close(nl);
+	return err;
 }
 
 /* A rule of chain judge: no expression, or the xt target NFQUEUE to queue
@@ -263,52 +353,22 @@ static struct nftnl_rule *judge_rule(int with_queue, uint16_t queue)
 int sb_nft_judge_set(sb_nft *n, uint16_t queue)
 {
 	struct nftnl_rule *flush = judge_rule(0, 0), *add = judge_rule(1, queue);
-	struct mnl_socket *nl = NULL;
-	struct mnl_nlmsg_batch *b = NULL;
-	uint32_t seq = 1;
-	char *buf = malloc(MNL_SOCKET_BUFFER_SIZE);
-	ssize_t k;
-	int rc = SB_ERR_NOMEM;
+	struct batch t;
+	int rc = SB_ERR_NOMEM, err;
 
-	if (!flush || !add || !buf ||
-	    !(b = mnl_nlmsg_batch_start(buf, MNL_SOCKET_BUFFER_SIZE)))
+	if (!flush || !add || batch_open(&t))
 		goto out;
-	if ((rc = nft_exec(n, "add chain inet sanbox judge", 0, NULL)))
-		goto out;
-	nftnl_batch_begin(mnl_nlmsg_batch_current(b), seq++);
-	mnl_nlmsg_batch_next(b);
-	batch_rule(b, flush, NFT_MSG_DELRULE, NLM_F_ACK, seq++);
-	batch_rule(b, add, NFT_MSG_NEWRULE, NLM_F_APPEND | NLM_F_CREATE | NLM_F_ACK,
-		   seq++);
-	nftnl_batch_end(mnl_nlmsg_batch_current(b), seq++);
-	mnl_nlmsg_batch_next(b);
-	if (!(nl = mnl_socket_open(NETLINK_NETFILTER)) ||
-	    mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0 ||
-	    mnl_socket_sendto(nl, mnl_nlmsg_batch_head(b), mnl_nlmsg_batch_size(b)) < 0) {
-		rc = sb_seterr(SB_ERR_IO, "nftables: the judge's queue: %s",
-			       strerror(errno));
-		goto out;
-	}
-	/* an ACK (or an error) for each of the two rule messages; after an
-	 * error the kernel may send no more, hence the timeout */
-	setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVTIMEO,
-		   &(struct timeval){.tv_sec = 5}, sizeof(struct timeval));
-	rc = SB_OK;
-	for (int acks = 0; acks < 2 && rc == SB_OK; acks++) {
-		if ((k = mnl_socket_recvfrom(nl, buf, MNL_SOCKET_BUFFER_SIZE)) < 0 ||
-		    mnl_cb_run(buf, (size_t)k, 0, mnl_socket_get_portid(nl), NULL, NULL) <
-			0)
+	if ((rc = nft_exec(n, "add chain inet sanbox judge", 0, NULL)) == SB_OK) {
+		batch_rule(&t, flush, NFT_MSG_DELRULE, 0);
+		batch_rule(&t, add, NFT_MSG_NEWRULE, NLM_F_APPEND | NLM_F_CREATE);
+		if ((err = batch_commit(&t)))
 			rc = sb_seterr(SB_ERR_UNAVAIL,
 				       "nftables: cannot queue to the judge (xt_NFQUEUE "
 				       "through nft_compat): %s",
-				       strerror(errno));
+				       strerror(err));
 	}
+	batch_close(&t);
 out:
-	if (nl)
-		mnl_socket_close(nl);
-	if (b)
-		mnl_nlmsg_batch_stop(b);
-	free(buf);
 	nftnl_rule_free(flush);
 	nftnl_rule_free(add);
 	return rc;
@@ -466,8 +526,11 @@ static void elem_write(FILE *f, const struct sb_nft_elem *e);
 
 /* The letters of a run's sets, each of both families (g4_ID, g6_ID, ...),
  * and of its chains (f_ID, ...): what sb_nft_run_script makes and
- * run_del_named deletes. */
+ * run_objs names. */
 static const char run_sets[] = "gndeb", run_chains[] = "fipo";
+
+/* The maps from a run's tap to its chains f, i, p, o. */
+static const char *const run_maps[] = {"runs_f", "runs_i", "runs_p", "runs_o"};
 
 int sb_nft_run_script(const struct sb_nft_run *r, const struct sb_netpolicy *p,
 		      int update, const struct sb_nft_elem *e, size_t count, char **out)
@@ -615,117 +678,221 @@ static void objects_each(json_t *table,
 	}
 }
 
-struct del_ctx {
-	const char *id;
-	const char *kind; /* the kind this pass deletes */
-	FILE *f;
+
+/* A run's object, of the table: an element keyed by its tap in set or
+ * map name (ELEM), the rules of chain name (RULES), chain name (CHAIN),
+ * set name (SET), counter name (COUNTER). */
+enum obj_kind { OBJ_ELEM, OBJ_RULES, OBJ_CHAIN, OBJ_SET, OBJ_COUNTER };
+
+struct run_obj {
+	enum obj_kind kind;
+	char name[32];
 };
 
-/* One pass of a run's deletion: its chains are flushed ("flush"), then
- * chains, sets and the counter deleted, in that order. */
-static void del_each(void *ctx, const char *kind, json_t *o)
+/* The most objects a run has: 5 elements, 4 chains twice, 10 sets, 1
+ * counter. */
+#define RUN_OBJS 24
+
+/* Fills o with run id's objects in the order of their deletion; returns
+ * their number. */
+static size_t run_objs(const char *id, struct run_obj o[RUN_OBJS])
 {
-	struct del_ctx *d = ctx;
-	const char *name = json_string_value(json_object_get(o, "name"));
-	const char *us = name ? strchr(name, '_') : NULL;
-	int flush = !strcmp(d->kind, "flush");
+	size_t k = 0;
 
-	if (!us || us - name > 2 || strcmp(us + 1, d->id) ||
-	    strcmp(kind, flush ? "chain" : d->kind))
-		return;
-	fprintf(d->f, "%s %s inet sanbox %s\n", flush ? "flush" : "delete", kind, name);
-}
-
-/* 1 when set or map name of the table holds key tap. */
-static int holds(json_t *table, const char *name, const char *tap)
-{
-	json_t *items = json_object_get(table, "nftables"), *it, *e;
-	size_t i, k;
-
-	json_array_foreach(items, i, it)
-	{
-		json_t *o =
-		    json_object_get(it, json_object_get(it, "map") ? "map" : "set");
-		const char *nm = json_string_value(json_object_get(o, "name"));
-		if (!nm || strcmp(nm, name))
-			continue;
-		json_array_foreach(json_object_get(o, "elem"), k, e)
-		{
-			json_t *key = json_is_array(e) ? json_array_get(e, 0) : e;
-			if (json_is_string(key) && !strcmp(json_string_value(key), tap))
-				return 1;
-		}
+	for (size_t i = 0; i <= sizeof run_maps / sizeof run_maps[0]; i++, k++) {
+		o[k].kind = OBJ_ELEM;
+		snprintf(o[k].name, sizeof o[k].name, "%s",
+			 i < sizeof run_maps / sizeof run_maps[0] ? run_maps[i] : "taps");
 	}
-	return 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (const char *c = run_chains; *c; c++, k++) {
+			o[k].kind = pass ? OBJ_CHAIN : OBJ_RULES;
+			snprintf(o[k].name, sizeof o[k].name, "%c_%s", *c, id);
+		}
+	for (int v = 4; v <= 6; v += 2)
+		for (const char *c = run_sets; *c; c++, k++) {
+			o[k].kind = OBJ_SET;
+			snprintf(o[k].name, sizeof o[k].name, "%c%d_%s", *c, v, id);
+		}
+	o[k].kind = OBJ_COUNTER;
+	snprintf(o[k].name, sizeof o[k].name, "c_%s", id);
+	return k + 1;
 }
 
-static const char *const run_maps[] = {"runs_f", "runs_i", "runs_p", "runs_o"};
-
-/* Deletes the whole of what sb_nft_run_script makes for run id, each
- * object by its name, in one batch: it fails, deleting nothing, when any
- * of it is missing. Cheap however many runs the table holds. */
-static int run_del_named(sb_nft *n, const char *id, const char *tap)
+/* Builds into h the payload naming element tap (an ifname key: its name,
+ * zero-padded to 16 bytes) of set or map name. */
+static int elem_payload(struct nlmsghdr *h, const char *name, const char *tap)
 {
-	struct script s;
-	char *text;
+	struct nftnl_set *s = nftnl_set_alloc();
+	struct nftnl_set_elem *e = nftnl_set_elem_alloc();
+	char key[IFNAMSIZ] = {0};
+
+	if (!s || !e) {
+		nftnl_set_free(s);
+		nftnl_set_elem_free(e);
+		return SB_ERR_NOMEM;
+	}
+	strncpy(key, tap, sizeof key - 1);
+	nftnl_set_set_str(s, NFTNL_SET_TABLE, "sanbox");
+	nftnl_set_set_str(s, NFTNL_SET_NAME, name);
+	nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key, sizeof key);
+	nftnl_set_elem_add(s, e); /* s owns e */
+	nftnl_set_elems_nlmsg_build_payload(h, s);
+	nftnl_set_free(s);
+	return SB_OK;
+}
+
+/* Builds into h the payload naming o (not an element). */
+static int named_payload(struct nlmsghdr *h, const struct run_obj *o)
+{
+	struct nftnl_rule *r;
+	struct nftnl_chain *c;
+	struct nftnl_set *s;
+	struct nftnl_obj *ob;
+
+	if (o->kind == OBJ_RULES && (r = nftnl_rule_alloc())) {
+		nftnl_rule_set_str(r, NFTNL_RULE_TABLE, "sanbox");
+		nftnl_rule_set_str(r, NFTNL_RULE_CHAIN, o->name);
+		nftnl_rule_nlmsg_build_payload(h, r);
+		nftnl_rule_free(r);
+	} else if (o->kind == OBJ_CHAIN && (c = nftnl_chain_alloc())) {
+		nftnl_chain_set_str(c, NFTNL_CHAIN_TABLE, "sanbox");
+		nftnl_chain_set_str(c, NFTNL_CHAIN_NAME, o->name);
+		nftnl_chain_nlmsg_build_payload(h, c);
+		nftnl_chain_free(c);
+	} else if (o->kind == OBJ_SET && (s = nftnl_set_alloc())) {
+		nftnl_set_set_str(s, NFTNL_SET_TABLE, "sanbox");
+		nftnl_set_set_str(s, NFTNL_SET_NAME, o->name);
+		nftnl_set_nlmsg_build_payload(h, s);
+		nftnl_set_free(s);
+	} else if (o->kind == OBJ_COUNTER && (ob = nftnl_obj_alloc())) {
+		nftnl_obj_set_str(ob, NFTNL_OBJ_TABLE, "sanbox");
+		nftnl_obj_set_str(ob, NFTNL_OBJ_NAME, o->name);
+		nftnl_obj_set_u32(ob, NFTNL_OBJ_TYPE, NFT_OBJECT_COUNTER);
+		nftnl_obj_nlmsg_build_payload(h, ob);
+		nftnl_obj_free(ob);
+	} else {
+		return SB_ERR_NOMEM;
+	}
+	return SB_OK;
+}
+
+/* The type of a message on o: its deletion (del 1; the rules': their
+ * flush) or the request for it (del 0; the rules': their chain's). */
+static uint16_t obj_type(const struct run_obj *o, int del)
+{
+	static const uint16_t types[][2] = {
+	    [OBJ_ELEM] = {NFT_MSG_GETSETELEM, NFT_MSG_DELSETELEM},
+	    [OBJ_RULES] = {NFT_MSG_GETCHAIN, NFT_MSG_DELRULE},
+	    [OBJ_CHAIN] = {NFT_MSG_GETCHAIN, NFT_MSG_DELCHAIN},
+	    [OBJ_SET] = {NFT_MSG_GETSET, NFT_MSG_DELSET},
+	    [OBJ_COUNTER] = {NFT_MSG_GETOBJ, NFT_MSG_DELOBJ},
+	};
+
+	return types[o->kind][del];
+}
+
+/* Builds into h (of type obj_type(o, del)) the payload naming o, tap the
+ * key of an element. */
+static int obj_payload(struct nlmsghdr *h, const struct run_obj *o, const char *tap,
+		       int del)
+{
+	struct run_obj chain = *o;
+
+	if (o->kind == OBJ_ELEM)
+		return elem_payload(h, o->name, tap);
+	if (!del && o->kind == OBJ_RULES)
+		chain.kind = OBJ_CHAIN;
+	return named_payload(h, &chain);
+}
+
+/* 1 when the table holds o, 0 when not, else a negative errno: one
+ * request and its answer on nl (buf holds MNL_SOCKET_BUFFER_SIZE). */
+static int obj_there(struct mnl_socket *nl, char *buf, const struct run_obj *o,
+		     const char *tap)
+{
+	struct nlmsghdr *h = (struct nlmsghdr *)buf;
+	ssize_t k;
+
+	if (obj_payload(nftnl_nlmsg_build_hdr(buf, obj_type(o, 0), NFPROTO_INET, 0, 1), o,
+			tap, 0))
+		return -ENOMEM;
+	if (mnl_socket_sendto(nl, buf, h->nlmsg_len) < 0 ||
+	    (k = mnl_socket_recvfrom(nl, buf, MNL_SOCKET_BUFFER_SIZE)) < 0)
+		return -errno;
+	if (!mnl_nlmsg_ok(h, (int)k))
+		return -EPROTO;
+	if (h->nlmsg_type != NLMSG_ERROR)
+		return 1;
+	k = ((struct nlmsgerr *)mnl_nlmsg_get_payload(h))->error;
+	return k == -ENOENT ? 0 : (int)k;
+}
+
+/* Marks in there[] which of the count objects o the table holds. Errors:
+ * SB_ERR_IO, SB_ERR_NOMEM. */
+static int objs_there(const struct run_obj *o, size_t count, const char *tap,
+		      int *there)
+{
+	char *buf = malloc(MNL_SOCKET_BUFFER_SIZE);
+	struct mnl_socket *nl = mnl_socket_open(NETLINK_NETFILTER);
+	int rc = SB_ERR_NOMEM;
+
+	if (!buf || !nl)
+		goto out;
+	rc = SB_OK;
+	setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_RCVTIMEO,
+		   &(struct timeval){.tv_sec = 5}, sizeof(struct timeval));
+	if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0)
+		rc = sb_seterr(SB_ERR_IO, "nftables: netlink: %s", strerror(errno));
+	for (size_t i = 0; i < count && rc == SB_OK; i++)
+		if ((there[i] = obj_there(nl, buf, &o[i], tap)) < 0)
+			rc = sb_seterr(SB_ERR_IO, "nftables: %s: %s", o[i].name,
+				       strerror(-there[i]));
+out:
+	if (nl)
+		mnl_socket_close(nl);
+	free(buf);
+	return rc;
+}
+
+/* Deletes those of the count objects o that there[] marks (NULL: all) in
+ * one batch; *err gets the errno of the kernel's refusal, or 0. */
+static int objs_del(const struct run_obj *o, size_t count, const char *tap,
+		    const int *there, int *err)
+{
+	struct batch t;
 	int rc;
 
-	if ((rc = script_open(&s)))
+	*err = 0;
+	if ((rc = batch_open(&t)))
 		return rc;
-	for (size_t i = 0; i < sizeof run_maps / sizeof run_maps[0]; i++)
-		fprintf(s.f, "delete element inet sanbox %s { \"%s\" }\n", run_maps[i],
-			tap);
-	fprintf(s.f, "delete element inet sanbox taps { \"%s\" }\n", tap);
-	for (const char *c = run_chains; *c; c++)
-		fprintf(s.f, "flush chain inet sanbox %c_%s\n", *c, id);
-	for (const char *c = run_chains; *c; c++)
-		fprintf(s.f, "delete chain inet sanbox %c_%s\n", *c, id);
-	for (int v = 4; v <= 6; v += 2)
-		for (const char *k = run_sets; *k; k++)
-			fprintf(s.f, "delete set inet sanbox %c%d_%s\n", *k, v, id);
-	fprintf(s.f, "delete counter inet sanbox c_%s\n", id);
-	if ((rc = script_close(&s, &text)))
-		return rc;
-	rc = nft_exec(n, text, 0, NULL);
-	free(text);
+	for (size_t i = 0; i < count && rc == SB_OK; i++)
+		if (!there || there[i]) {
+			rc = obj_payload(batch_hdr(&t, obj_type(&o[i], 1), 0), &o[i], tap, 1);
+			batch_next(&t);
+		}
+	if (rc == SB_OK && t.msgs)
+		*err = batch_commit(&t);
+	batch_close(&t);
 	return rc;
 }
 
 int sb_nft_run_del(sb_nft *n, const char *id, const char *tap)
 {
-	static const char *const passes[] = {"flush", "chain", "set", "counter"};
-	struct del_ctx d = {id, NULL, NULL};
-	struct script s;
-	char *text;
-	json_t *t;
-	int rc;
+	struct run_obj o[RUN_OBJS];
+	size_t count = run_objs(id, o);
+	int there[RUN_OBJS], rc, err;
 
-	if (run_del_named(n, id, tap) == SB_OK)
-		return SB_OK;
-	/* a part is missing (a run half made, or half deleted): what the
-	 * table holds of it goes */
-	if (!(t = table_json(n, &rc)))
-		return rc;
-	if ((rc = script_open(&s))) {
-		json_decref(t);
-		return rc;
-	}
-	d.f = s.f;
-	for (size_t i = 0; i < sizeof run_maps / sizeof run_maps[0]; i++)
-		if (holds(t, run_maps[i], tap))
-			fprintf(s.f, "delete element inet sanbox %s { \"%s\" }\n",
-				run_maps[i], tap);
-	if (holds(t, "taps", tap))
-		fprintf(s.f, "delete element inet sanbox taps { \"%s\" }\n", tap);
-	for (size_t i = 0; i < 4; i++) {
-		d.kind = passes[i];
-		objects_each(t, del_each, &d);
-	}
-	json_decref(t);
-	if ((rc = script_close(&s, &text)))
-		return rc;
-	rc = text[0] ? nft_exec(n, text, 0, NULL) : SB_OK;
-	free(text);
+	pthread_mutex_lock(&n->lock);
+	/* each object by its name, no listing first: one batch; when a part
+	 * is missing (a run half made, or half deleted, or none), what the
+	 * table holds of it, each part asked for by its name */
+	if ((rc = objs_del(o, count, tap, NULL, &err)) == SB_OK && err == ENOENT &&
+	    (rc = objs_there(o, count, tap, there)) == SB_OK)
+		rc = objs_del(o, count, tap, there, &err);
+	if (rc == SB_OK && err)
+		rc = sb_seterr(SB_ERR_IO, "nftables: run %s: %s", id, strerror(err));
+	pthread_mutex_unlock(&n->lock);
 	return rc;
 }
 

@@ -6,7 +6,8 @@
  * postrouting), the set of the runs' taps, verdict maps from a tap to its
  * run's chains (runs_f, runs_i, runs_p, runs_o), the chain judge (to the
  * judge's queue, nfq.h: the only rule not made through libnftables, but
- * libnftnl, in sb_nft_judge_set) and masquerading of the runs' subnets. A
+ * libnftnl, in sb_nft_judge_set), the constant sets the runs' rules name
+ * (l4, tls, http, nd) and masquerading of the runs' subnets. A
  * run's part is named after its id: chains f_ID (what its guest sends
  * through the host; a hostname grant's TLS and HTTP ports to the judge),
  * o_ID (what comes back), i_ID (what it sends to the host: its DNS stub
@@ -102,8 +103,11 @@ int sb_nft_run_add(sb_nft *n, const struct sb_nft_run *r, const struct sb_netpol
 int sb_nft_run_update(sb_nft *n, const struct sb_nft_run *r, const struct sb_netpolicy *p,
 		      const struct sb_nft_elem *e, size_t count);
 
-/* Deletes everything of run id (tap its tap) in one transaction; what is
- * not there is not an error. Errors: those of sb_nft_run. */
+/* Deletes everything of run id (tap its tap) in one transaction, each
+ * object by its name through libnftnl (its cost does not grow with the
+ * table); when a part is missing, what the table holds of the run is
+ * listed and deleted: what is not there is not an error. Errors: those
+ * of sb_nft_run. */
 int sb_nft_run_del(sb_nft *n, const char *id, const char *tap);
 
 /* Adds the count elements e to run id's n4/n6 sets, each with its

@@ -256,6 +256,77 @@ static void test_drops(void **state)
 	assert_int_equal(sb_nft_table_del(nft), SB_OK);
 }
 
+/* The objects a run gets, each by name, and rules that name the table's
+ * constant sets in place of anonymous sets of their own. */
+static void test_run_objects(void **state)
+{
+	struct sb_nft_run r = run_of("00000000000d");
+	static const char *const g[] = {"192.0.2.7:22", NULL};
+	static const char *const names[] = {
+	    "chain f_00000000000d", "chain i_00000000000d", "chain p_00000000000d",
+	    "chain o_00000000000d", "set g4_00000000000d",  "set g6_00000000000d",
+	    "set n4_00000000000d",  "set n6_00000000000d",  "set d4_00000000000d",
+	    "set d6_00000000000d",  "set e4_00000000000d",  "set e6_00000000000d",
+	    "set b4_00000000000d",  "set b6_00000000000d",  "counter c_00000000000d",
+	    "\"sb00000000000d\" : jump f_00000000000d",
+	    "\"sb00000000000d\" : jump i_00000000000d",
+	    "\"sb00000000000d\" : jump p_00000000000d",
+	    "\"sb00000000000d\" : jump o_00000000000d",
+	    "elements = { 80, 8080 }", "elements = { 443, 8443 }",
+	    "elements = { tcp, udp }", "meta l4proto @l4 th dport 40053 accept",
+	    "tcp dport @tls ip daddr . meta l4proto . th dport @n4_00000000000d",
+	    "icmpv6 type @nd accept", "udp dport 53 redirect to :40053", NULL};
+	struct sb_netpolicy p;
+	char *s;
+
+	NEED_NFT();
+	assert_int_equal(sb_nft_table_add(nft, &host), SB_OK);
+	policy_of(&p, g);
+	assert_int_equal(sb_nft_run_add(nft, &r, &p), SB_OK);
+	s = listing("list table inet sanbox");
+	for (const char *const *n = names; *n; n++)
+		if (!strstr(s, *n))
+			fail_msg("no %s in: %s", *n, s);
+	assert_null(strstr(s, "{ tcp, udp } "));	  /* no anonymous set */
+	assert_null(strstr(s, "dport { 443, 8443 }")); /* in a rule */
+	free(s);
+	assert_int_equal(sb_nft_table_del(nft), SB_OK);
+}
+
+/* 200 runs made and deleted leave the table (with one run) as it was;
+ * each deletion is by name, one batch, whatever the table holds. */
+static void test_many_runs(void **state)
+{
+	struct sb_nft_run keep = run_of("00000000000e"), r;
+	static const char *const g[] = {"192.0.2.7:22", "[2001:db8::1]:443", NULL};
+	struct sb_netpolicy p;
+	char id[16], *before, *after;
+
+	NEED_NFT();
+	assert_int_equal(sb_nft_table_add(nft, &host), SB_OK);
+	policy_of(&p, g);
+	assert_int_equal(sb_nft_run_add(nft, &keep, &p), SB_OK);
+	before = listing("list table inet sanbox");
+	for (int i = 0; i < 200; i++) {
+		snprintf(id, sizeof id, "5e7a%08x", (unsigned)i);
+		r = run_of(id);
+		assert_int_equal(sb_nft_run_add(nft, &r, &p), SB_OK);
+	}
+	after = listing("list set inet sanbox taps");
+	assert_non_null(strstr(after, "\"sb5e7a000000c7\"")); /* the 200th */
+	free(after);
+	for (int i = 0; i < 200; i++) {
+		snprintf(id, sizeof id, "5e7a%08x", (unsigned)i);
+		r = run_of(id);
+		assert_int_equal(sb_nft_run_del(nft, r.id, r.tap), SB_OK);
+	}
+	after = listing("list table inet sanbox");
+	assert_string_equal(after, before);
+	free(before);
+	free(after);
+	assert_int_equal(sb_nft_table_del(nft), SB_OK);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -263,6 +334,8 @@ int main(void)
 	    cmocka_unit_test(test_apply),
 	    cmocka_unit_test(test_denials_empty),
 	    cmocka_unit_test(test_drops),
+	    cmocka_unit_test(test_run_objects),
+	    cmocka_unit_test(test_many_runs),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
