@@ -696,15 +696,6 @@ fail:
 	return rc;
 }
 
-/* Marks ctx (a run id) "" when id is it. */
-static void has_run(void *ctx, const char *id)
-{
-	char *want = ctx;
-
-	if (!strcmp(want, id))
-		want[0] = 0;
-}
-
 int sb_net_run_reattach(sb_net *n, const char *run, const struct sb_netpolicy *p,
 			sb_net_run **out)
 {
@@ -741,9 +732,7 @@ int sb_net_run_reattach(sb_net *n, const char *run, const struct sb_netpolicy *p
 			goto fail_slot;
 		have = 0;
 	} else {
-		sb_nft_runs(n->nft, has_run, &r->id);
-		have = !r->id[0] ? 1 : 0;
-		snprintf(r->id, sizeof r->id, "%s", run);
+		have = sb_nft_run_there(n->nft, r->id) == 1;
 	}
 	/* the chains a dead daemon left are kept as they are (connections
 	 * go on); missing ones are made again */

@@ -678,7 +678,6 @@ static void objects_each(json_t *table,
 	}
 }
 
-
 /* A run's object, of the table: an element keyed by its tap in set or
  * map name (ELEM), the rules of chain name (RULES), chain name (CHAIN),
  * set name (SET), counter name (COUNTER). */
@@ -724,12 +723,12 @@ static size_t run_objs(const char *id, struct run_obj o[RUN_OBJS])
 static int elem_payload(struct nlmsghdr *h, const char *name, const char *tap)
 {
 	struct nftnl_set *s = nftnl_set_alloc();
-	struct nftnl_set_elem *e = nftnl_set_elem_alloc();
+	struct nftnl_set_elem *e = s ? nftnl_set_elem_alloc() : NULL;
 	char key[IFNAMSIZ] = {0};
 
-	if (!s || !e) {
-		nftnl_set_free(s);
-		nftnl_set_elem_free(e);
+	if (!e) {
+		if (s)
+			nftnl_set_free(s);
 		return SB_ERR_NOMEM;
 	}
 	strncpy(key, tap, sizeof key - 1);
@@ -894,6 +893,18 @@ int sb_nft_run_del(sb_nft *n, const char *id, const char *tap)
 		rc = sb_seterr(SB_ERR_IO, "nftables: run %s: %s", id, strerror(err));
 	pthread_mutex_unlock(&n->lock);
 	return rc;
+}
+
+int sb_nft_run_there(sb_nft *n, const char *id)
+{
+	struct run_obj o = {OBJ_CHAIN, ""};
+	int there, rc;
+
+	snprintf(o.name, sizeof o.name, "f_%s", id);
+	pthread_mutex_lock(&n->lock);
+	rc = objs_there(&o, 1, "", &there);
+	pthread_mutex_unlock(&n->lock);
+	return rc ? rc : there;
 }
 
 static void elem_write(FILE *f, const struct sb_nft_elem *e)

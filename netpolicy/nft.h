@@ -110,6 +110,11 @@ int sb_nft_run_update(sb_nft *n, const struct sb_nft_run *r, const struct sb_net
  * of sb_nft_run. */
 int sb_nft_run_del(sb_nft *n, const char *id, const char *tap);
 
+/* 1 when run id has its chain f_ID in the table, 0 when not (nor the
+ * table), asked for by name: the cost does not grow with the table.
+ * Errors (negative): SB_ERR_IO, SB_ERR_NOMEM. */
+int sb_nft_run_there(sb_nft *n, const char *id);
+
 /* Adds the count elements e to run id's n4/n6 sets, each with its
  * timeout (an element there already gets the new one). Errors: those of
  * sb_nft_run. */

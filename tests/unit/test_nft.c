@@ -274,7 +274,7 @@ static void test_run_objects(void **state)
 	    "\"sb00000000000d\" : jump o_00000000000d",
 	    "elements = { 80, 8080 }", "elements = { 443, 8443 }",
 	    "elements = { tcp, udp }", "meta l4proto @l4 th dport 40053 accept",
-	    "tcp dport @tls ip daddr . meta l4proto . th dport @n4_00000000000d",
+	    "tcp dport @tls ip daddr . meta l4proto . tcp dport @n4_00000000000d",
 	    "icmpv6 type @nd accept", "udp dport 53 redirect to :40053", NULL};
 	struct sb_netpolicy p;
 	char *s;
@@ -286,11 +286,18 @@ static void test_run_objects(void **state)
 	s = listing("list table inet sanbox");
 	for (const char *const *n = names; *n; n++)
 		if (!strstr(s, *n))
-			fail_msg("no %s in: %s", *n, s);
+			fail_msg("no %s in the table", *n);
 	assert_null(strstr(s, "{ tcp, udp } "));	  /* no anonymous set */
 	assert_null(strstr(s, "dport { 443, 8443 }")); /* in a rule */
 	free(s);
+	/* asked for by name: there, another not, nor a name too long */
+	assert_int_equal(sb_nft_run_there(nft, r.id), 1);
+	assert_int_equal(sb_nft_run_there(nft, "ffffffffffff"), 0);
+	assert_int_equal(sb_nft_run_there(nft, "00000000000d00000000000d00000000000d"), 0);
+	assert_int_equal(sb_nft_run_del(nft, r.id, r.tap), SB_OK);
+	assert_int_equal(sb_nft_run_there(nft, r.id), 0);
 	assert_int_equal(sb_nft_table_del(nft), SB_OK);
+	assert_int_equal(sb_nft_run_there(nft, r.id), 0); /* no table */
 }
 
 /* 200 runs made and deleted leave the table (with one run) as it was;
