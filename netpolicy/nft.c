@@ -294,8 +294,8 @@ static int batch_commit(struct batch *t)
 	if (!(nl = mnl_socket_open(NETLINK_NETFILTER)))
 		return errno;
 	if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0 ||
-	    mnl_socket_sendto(nl, mnl_nlmsg_batch_head(t->b), mnl_nlmsg_batch_size(t->b)) <
-		0) {
+	    mnl_socket_sendto(nl, mnl_nlmsg_batch_head(t->b),
+			      mnl_nlmsg_batch_size(t->b)) < 0) {
 		err = errno;
 		goto out;
 	}
@@ -313,7 +313,8 @@ static int batch_commit(struct batch *t)
 		     h = mnl_nlmsg_next(h, &len), got++)
 			if (h->nlmsg_type == NLMSG_ERROR &&
 			    ((struct nlmsgerr *)mnl_nlmsg_get_payload(h))->error && !err)
-				err = -((struct nlmsgerr *)mnl_nlmsg_get_payload(h))->error;
+				err =
+				    -((struct nlmsgerr *)mnl_nlmsg_get_payload(h))->error;
 	}
 out:
 	mnl_socket_close(nl);
@@ -506,9 +507,7 @@ static void family_rules(FILE *f, const struct sb_nft_run *r, int v6)
 		"th dport %u accept\n",
 		id, ip, guest, ip, host, r->dns_port);
 	if (v6)
-		fprintf(f,
-			"add rule inet sanbox i_%s icmpv6 type @nd accept\n",
-			id);
+		fprintf(f, "add rule inet sanbox i_%s icmpv6 type @nd accept\n", id);
 	fprintf(f,
 		"add rule inet sanbox i_%s meta l4proto @l4 add @d%d_%s { %s "
 		"daddr . "
@@ -829,8 +828,7 @@ static int obj_there(struct mnl_socket *nl, char *buf, const struct run_obj *o,
 
 /* Marks in there[] which of the count objects o the table holds. Errors:
  * SB_ERR_IO, SB_ERR_NOMEM. */
-static int objs_there(const struct run_obj *o, size_t count, const char *tap,
-		      int *there)
+static int objs_there(const struct run_obj *o, size_t count, const char *tap, int *there)
 {
 	char *buf = malloc(MNL_SOCKET_BUFFER_SIZE);
 	struct mnl_socket *nl = mnl_socket_open(NETLINK_NETFILTER);
@@ -867,7 +865,8 @@ static int objs_del(const struct run_obj *o, size_t count, const char *tap,
 		return rc;
 	for (size_t i = 0; i < count && rc == SB_OK; i++)
 		if (!there || there[i]) {
-			rc = obj_payload(batch_hdr(&t, obj_type(&o[i], 1), 0), &o[i], tap, 1);
+			rc = obj_payload(batch_hdr(&t, obj_type(&o[i], 1), 0), &o[i], tap,
+					 1);
 			batch_next(&t);
 		}
 	if (rc == SB_OK && t.msgs)

@@ -666,7 +666,8 @@ static void setup_times(void)
 	printf("bench net.teardown_ms %.2f ms\n", bench_median(teardown, SETUP_RUNS));
 	for (int l = 0; l < 3; l++) {
 		printf("bench net.setup_ms_at_%d_runs %.2f ms\n", levels[l], up_ms[l]);
-		printf("bench net.teardown_ms_at_%d_runs %.2f ms\n", levels[l], down_ms[l]);
+		printf("bench net.teardown_ms_at_%d_runs %.2f ms\n", levels[l],
+		       down_ms[l]);
 	}
 	printf("bench net.setup_ratio_%d_vs_0 %.2f ratio\n", MANY_RUNS,
 	       up_ms[2] / up_ms[0]);

@@ -263,19 +263,33 @@ static void test_run_objects(void **state)
 	struct sb_nft_run r = run_of("00000000000d");
 	static const char *const g[] = {"192.0.2.7:22", NULL};
 	static const char *const names[] = {
-	    "chain f_00000000000d", "chain i_00000000000d", "chain p_00000000000d",
-	    "chain o_00000000000d", "set g4_00000000000d",  "set g6_00000000000d",
-	    "set n4_00000000000d",  "set n6_00000000000d",  "set d4_00000000000d",
-	    "set d6_00000000000d",  "set e4_00000000000d",  "set e6_00000000000d",
-	    "set b4_00000000000d",  "set b6_00000000000d",  "counter c_00000000000d",
+	    "chain f_00000000000d",
+	    "chain i_00000000000d",
+	    "chain p_00000000000d",
+	    "chain o_00000000000d",
+	    "set g4_00000000000d",
+	    "set g6_00000000000d",
+	    "set n4_00000000000d",
+	    "set n6_00000000000d",
+	    "set d4_00000000000d",
+	    "set d6_00000000000d",
+	    "set e4_00000000000d",
+	    "set e6_00000000000d",
+	    "set b4_00000000000d",
+	    "set b6_00000000000d",
+	    "counter c_00000000000d",
 	    "\"sb00000000000d\" : jump f_00000000000d",
 	    "\"sb00000000000d\" : jump i_00000000000d",
 	    "\"sb00000000000d\" : jump p_00000000000d",
 	    "\"sb00000000000d\" : jump o_00000000000d",
-	    "elements = { 80, 8080 }", "elements = { 443, 8443 }",
-	    "elements = { tcp, udp }", "meta l4proto @l4 th dport 40053 accept",
+	    "elements = { 80, 8080 }",
+	    "elements = { 443, 8443 }",
+	    "elements = { tcp, udp }",
+	    "meta l4proto @l4 th dport 40053 accept",
 	    "tcp dport @tls ip daddr . meta l4proto . tcp dport @n4_00000000000d",
-	    "icmpv6 type @nd accept", "udp dport 53 redirect to :40053", NULL};
+	    "icmpv6 type @nd accept",
+	    "udp dport 53 redirect to :40053",
+	    NULL};
 	struct sb_netpolicy p;
 	char *s;
 
@@ -287,13 +301,14 @@ static void test_run_objects(void **state)
 	for (const char *const *n = names; *n; n++)
 		if (!strstr(s, *n))
 			fail_msg("no %s in the table", *n);
-	assert_null(strstr(s, "{ tcp, udp } "));	  /* no anonymous set */
+	assert_null(strstr(s, "{ tcp, udp } "));       /* no anonymous set */
 	assert_null(strstr(s, "dport { 443, 8443 }")); /* in a rule */
 	free(s);
 	/* asked for by name: there, another not, nor a name too long */
 	assert_int_equal(sb_nft_run_there(nft, r.id), 1);
 	assert_int_equal(sb_nft_run_there(nft, "ffffffffffff"), 0);
-	assert_int_equal(sb_nft_run_there(nft, "00000000000d00000000000d00000000000d"), 0);
+	assert_int_equal(sb_nft_run_there(nft, "00000000000d00000000000d00000000000d"),
+			 0);
 	assert_int_equal(sb_nft_run_del(nft, r.id, r.tap), SB_OK);
 	assert_int_equal(sb_nft_run_there(nft, r.id), 0);
 	assert_int_equal(sb_nft_table_del(nft), SB_OK);
@@ -337,12 +352,9 @@ static void test_many_runs(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_script_text),
-	    cmocka_unit_test(test_apply),
-	    cmocka_unit_test(test_denials_empty),
-	    cmocka_unit_test(test_drops),
-	    cmocka_unit_test(test_run_objects),
-	    cmocka_unit_test(test_many_runs),
+	    cmocka_unit_test(test_script_text),	  cmocka_unit_test(test_apply),
+	    cmocka_unit_test(test_denials_empty), cmocka_unit_test(test_drops),
+	    cmocka_unit_test(test_run_objects),	  cmocka_unit_test(test_many_runs),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
