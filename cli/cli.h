@@ -238,6 +238,15 @@ int cli_parse_size(const char *s, uint64_t unit, uint64_t max, uint64_t *bytes);
  * Errors: SB_ERR_INVAL. */
 int cli_parse_size_mib(const char *s, uint64_t *mib);
 
+/* Parses --since's DURATION s into the time that long ago (ns since the
+ * epoch). Returns an exit code: CLI_EXIT_USAGE (printed) for a bad one. */
+int cli_parse_since(const char *s, uint64_t *since_ns);
+
+/* Reads run's state (run.get) into rep (freed by the caller with
+ * sb_reply_free); *live is 1 while the run is created, queued or running.
+ * Errors: those of the call. */
+int cli_run_get(sb_client *c, const char *run, struct sb_reply *rep, int *live);
+
 /* Parses "$1.50" or "1.5" into nano-USD. Errors: SB_ERR_INVAL. */
 int cli_parse_usd(const char *s, uint64_t *nusd);
 

@@ -14,24 +14,6 @@ static int print_cb(void *ctx, const struct sb_event *ev, const msgpack_object *
 	return 0;
 }
 
-/* Reads run's state (run.get) into rep; *live is 1 while it is created,
- * queued or running. */
-static int run_get(sb_client *c, const char *run, struct sb_reply *rep, int *live)
-{
-	struct cli_req r;
-	char status[32] = "";
-	int rc;
-
-	cli_req_begin(&r, "run.get", 1);
-	sb_pack_kstr(&r.pk, "run", run);
-	if ((rc = cli_call(c, &r, rep)))
-		return rc;
-	sb_map_str(sb_map_get(&rep->map, "run"), "status", status, sizeof status);
-	*live = !strcmp(status, "created") || !strcmp(status, "queued") ||
-		!strcmp(status, "running");
-	return SB_OK;
-}
-
 /* A run that has ended: its events from fo->from, then, when status is
  * set, the exit its end means (from its state, so also when from is past
  * its last event), else 0. */
@@ -78,7 +60,7 @@ int cmd_attach(int argc, char **argv)
 		return cli_usage("attach");
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	if ((rc = cli_resolve(c, argv[optind], run)) || (rc = run_get(c, run, &rep, &live)))
+	if ((rc = cli_resolve(c, argv[optind], run)) || (rc = cli_run_get(c, run, &rep, &live)))
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 	else if (live)
 		rc = cli_run_follow(c, run, fo.from,

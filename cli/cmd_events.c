@@ -2,7 +2,6 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
 #include "engine/error.h"
@@ -90,8 +89,6 @@ static int events_parse(int argc, char **argv, struct sb_follow_opts *fo, struct
 		{"follow", no_argument, NULL, 'F'},     {"since", required_argument, NULL, 's'},
 		{"tail", required_argument, NULL, 'T'}, {NULL, 0, NULL, 0},
 	};
-	struct timespec now;
-	uint64_t v;
 	int ntypes = 0, ch, rc;
 
 	while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
@@ -112,10 +109,8 @@ static int events_parse(int argc, char **argv, struct sb_follow_opts *fo, struct
 		case 'a': *all = 1; break;
 		case 'F': *follow = 1; break;
 		case 's':
-			if ((rc = cli_parse_duration(optarg, &v)))
-				return cli_fail_code(CLI_EXIT_USAGE, "--since: %s", sb_errmsg(rc));
-			clock_gettime(CLOCK_REALTIME, &now);
-			pc->since_ns = ((uint64_t)now.tv_sec - v) * 1000000000u;
+			if ((rc = cli_parse_since(optarg, &pc->since_ns)))
+				return rc;
 			break;
 		case 'T':
 			if ((rc = cli_parse_u64("--tail", optarg, 0, 10000000, &pc->ntail)))

@@ -143,7 +143,6 @@ static int logs_parse(int argc, char **argv, struct logs *l)
 		{"json", no_argument, NULL, 'j'},
 		{NULL, 0, NULL, 0},
 	};
-	struct timespec now;
 	uint64_t v;
 	int ch, rc;
 
@@ -152,10 +151,8 @@ static int logs_parse(int argc, char **argv, struct logs *l)
 		case 'h': return cli_help("logs");
 		case 'f': l->follow = 1; break;
 		case 's':
-			if ((rc = cli_parse_duration(optarg, &v)))
-				return cli_fail_code(CLI_EXIT_USAGE, "--since: %s", sb_errmsg(rc));
-			clock_gettime(CLOCK_REALTIME, &now);
-			l->since_ns = ((uint64_t)now.tv_sec - v) * 1000000000u;
+			if ((rc = cli_parse_since(optarg, &l->since_ns)))
+				return rc;
 			break;
 		case 't':
 			if ((rc = cli_parse_u64("--tail", optarg, 0, 1000000, &v)))
@@ -189,22 +186,13 @@ static void logs_flush(struct logs *l)
  * newest offset. Errors: those of the call. */
 static int run_state(sb_client *c, const char *run, int *live, struct logs *l, uint64_t *end)
 {
-	struct cli_req r;
 	struct sb_reply rep;
-	const msgpack_object *rs;
-	char status[32] = "";
 	int rc;
 
-	cli_req_begin(&r, "run.get", 1);
-	sb_pack_kstr(&r.pk, "run", run);
-	if ((rc = cli_call(c, &r, &rep)))
+	if ((rc = cli_run_get(c, run, &rep, live)))
 		return rc;
-	rs = sb_map_get(&rep.map, "run");
-	sb_map_str(rs, "status", status, sizeof status);
-	*live = !strcmp(status, "created") || !strcmp(status, "queued") ||
-		!strcmp(status, "running");
-	l->resumed = sb_map_u64(rs, "resumed_offset", 0);
-	*end = sb_map_u64(rs, "last_offset", 0);
+	l->resumed = sb_map_u64(sb_map_get(&rep.map, "run"), "resumed_offset", 0);
+	*end = sb_map_u64(sb_map_get(&rep.map, "run"), "last_offset", 0);
 	sb_reply_free(&rep);
 	return SB_OK;
 }

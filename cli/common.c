@@ -547,6 +547,35 @@ int cli_parse_size_mib(const char *s, uint64_t *mib)
 	return SB_OK;
 }
 
+int cli_parse_since(const char *s, uint64_t *since_ns)
+{
+	struct timespec now;
+	uint64_t secs;
+	int rc;
+
+	if ((rc = cli_parse_duration(s, &secs)))
+		return cli_fail_code(CLI_EXIT_USAGE, "--since: %s", sb_errmsg(rc));
+	clock_gettime(CLOCK_REALTIME, &now);
+	*since_ns = (uint64_t)now.tv_sec > secs ? ((uint64_t)now.tv_sec - secs) * 1000000000u : 0;
+	return CLI_EXIT_OK;
+}
+
+int cli_run_get(sb_client *c, const char *run, struct sb_reply *rep, int *live)
+{
+	struct cli_req r;
+	char status[32] = "";
+	int rc;
+
+	cli_req_begin(&r, "run.get", 1);
+	sb_pack_kstr(&r.pk, "run", run);
+	if ((rc = cli_call(c, &r, rep)))
+		return rc;
+	sb_map_str(sb_map_get(&rep->map, "run"), "status", status, sizeof status);
+	*live = !strcmp(status, "created") || !strcmp(status, "queued") ||
+		!strcmp(status, "running");
+	return SB_OK;
+}
+
 int cli_parse_usd(const char *s, uint64_t *nusd)
 {
 	char *end;
