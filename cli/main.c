@@ -247,6 +247,15 @@ static const struct cli_cmd commands[] = {
 	 "exists, cp fails unless --force, which replaces it by a rename (never\n"
 	 "writing through a symlink there). '-' writes the file to standard output.\n"
 	 "  -f, --force   replace an existing LOCAL\n"},
+	{"df", cmd_df, "show the space runs, snapshots, templates and the log take",
+	 "usage: sanbox df [--json]\n"
+	 "\n"
+	 "Shows the disk space of the state directory by kind: runs (their\n"
+	 "current disks and logs), snapshots (frozen disk layers), memory\n"
+	 "snapshots, templates, the cache (warm images), blobs (recorded file\n"
+	 "contents and model bodies) and the log (events, indexes, projections),\n"
+	 "as allocated on disk. --json: the daemon's space reply (counts and\n"
+	 "*_bytes).\n"},
 	{"doctor", cmd_doctor, "check this host",
 	 "usage: sanbox doctor [--json]\n"
 	 "\n"

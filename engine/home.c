@@ -2,6 +2,8 @@
 #include "engine/home.h"
 
 #include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,4 +89,26 @@ int sb_home_init(const char *home)
 			return rc;
 	}
 	return SB_OK;
+}
+
+static unsigned long long du_sum; /* nftw has no context: one walk at a time */
+static pthread_mutex_t du_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int du_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	if (type == FTW_F && S_ISREG(st->st_mode))
+		du_sum += (unsigned long long)st->st_blocks * 512;
+	return 0;
+}
+
+unsigned long long sb_du(const char *path)
+{
+	unsigned long long n;
+
+	pthread_mutex_lock(&du_mu);
+	du_sum = 0;
+	nftw(path, du_one, 16, FTW_PHYS);
+	n = du_sum;
+	pthread_mutex_unlock(&du_mu);
+	return n;
 }

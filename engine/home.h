@@ -31,4 +31,9 @@ int sb_home_path(const char *home, const char *rel, char *buf, size_t cap);
 /* Creates dir and its parents with mode. Errors: SB_ERR_IO. */
 int sb_mkdirs(const char *dir, unsigned mode);
 
+/* The disk space the regular files under path take (allocated blocks, so
+ * a sparse file counts what it holds), never following a symlink; a
+ * missing path takes none. */
+unsigned long long sb_du(const char *path);
+
 #endif

@@ -10,10 +10,12 @@
 #include "engine/daemon/token.h"
 #include "engine/error.h"
 #include "engine/gateway/secrets.h"
+#include "engine/home.h"
 #include "engine/payload.h"
 #include "engine/runs/layers.h"
 #include "engine/runs/runs.h"
 #include "engine/runs/spec.h"
+#include "engine/runs/template.h"
 #include "engine/units.h"
 #include "engine/wire.h"
 #include "projections/views.h"
@@ -632,6 +634,35 @@ static void run_synced(void *ctx, int rc)
 	req_finish(r, rc);
 }
 
+/* space {}: the space the state directory takes, by kind (SPEC "Control
+ * API"). */
+static int op_space(struct req *r)
+{
+	struct sb_layers_usage u;
+	unsigned long long blobs, log, tmpl = 0, cache = 0;
+	char path[4096];
+	int rc;
+
+	if ((rc = sb_layers_usage(r->e->home, &u)) || (rc = sb_log_usage(r->e->log, &blobs, &log)))
+		return rc;
+	if (sb_template_store(r->e->home, path, sizeof path) == SB_OK)
+		tmpl = sb_du(path);
+	if (sb_home_path(r->e->home, "cache", path, sizeof path) == SB_OK)
+		cache = sb_du(path);
+	reply_begin(r, 10);
+	sb_pack_ku64(&r->pk, "runs", u.nruns);
+	sb_pack_ku64(&r->pk, "runs_bytes", u.runs);
+	sb_pack_ku64(&r->pk, "snapshots", u.nsnapshots);
+	sb_pack_ku64(&r->pk, "snapshots_bytes", u.snapshots);
+	sb_pack_ku64(&r->pk, "memory_snapshots", u.nmemory);
+	sb_pack_ku64(&r->pk, "memory_bytes", u.memory);
+	sb_pack_ku64(&r->pk, "templates_bytes", tmpl);
+	sb_pack_ku64(&r->pk, "cache_bytes", cache);
+	sb_pack_ku64(&r->pk, "blobs_bytes", blobs);
+	sb_pack_ku64(&r->pk, "log_bytes", log);
+	return SB_OK;
+}
+
 /* run.sync {run}: a running run's guest writes its files out to its disk
  * (so that a read of the disk sees them); answered {synced: true} once it
  * did, at once {synced: false} for a run not running, or an error
@@ -1111,6 +1142,7 @@ static const struct op {
     {"group.stop", op_group_stop, ON_LOOP | READS_PROJ},
     {"run.snapshot", op_run_snapshot, ON_LOOP | READS_PROJ},
     {"run.sync", op_run_sync, ON_LOOP | READS_PROJ},
+    {"space", op_space, 0},
     {"net.grant", op_net_grant, ON_LOOP | READS_PROJ},
     {"run.fork", op_run_fork, ON_LOOP | READS_PROJ},
     {"run.resume", op_run_resume, ON_LOOP | READS_PROJ},

@@ -1006,3 +1006,32 @@ void sb_log_iter_close(sb_log_iter *it)
 		mdb_txn_abort(it->txn);
 	free(it);
 }
+
+/* The bytes of the pages of database dbi (0 when it cannot be read). */
+static unsigned long long db_bytes(MDB_txn *txn, MDB_dbi dbi)
+{
+	MDB_stat st;
+
+	if (mdb_stat(txn, dbi, &st))
+		return 0;
+	return (unsigned long long)st.ms_psize *
+	       (st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages);
+}
+
+int sb_log_usage(sb_log *log, unsigned long long *blobs, unsigned long long *rest)
+{
+	MDB_envinfo info;
+	MDB_stat st;
+	MDB_txn *txn;
+	unsigned long long used;
+	int rc;
+
+	if ((rc = mdb_env_info(log->env, &info)) || (rc = mdb_env_stat(log->env, &st)) ||
+	    (rc = mdb_txn_begin(log->env, NULL, MDB_RDONLY, &txn)))
+		return sb_log_mdb_err(rc, "log: usage");
+	used = (unsigned long long)(info.me_last_pgno + 1) * st.ms_psize;
+	*blobs = db_bytes(txn, log->bt.blobs) + db_bytes(txn, log->bt.map);
+	*rest = used > *blobs ? used - *blobs : 0;
+	mdb_txn_abort(txn);
+	return SB_OK;
+}

@@ -146,6 +146,11 @@ int sb_log_append_blobs(sb_log *log, const struct sb_blob *blobs, size_t nblobs,
 /* The LMDB environment, for projections that keep state beside the log. */
 MDB_env *sb_log_env(sb_log *log);
 
+/* The space the log's file uses, in bytes: *blobs for the blob tables
+ * (their pages), *rest for the events, their indexes and the
+ * projections. Errors: SB_ERR_IO. */
+int sb_log_usage(sb_log *log, unsigned long long *blobs, unsigned long long *rest);
+
 /* Maps an LMDB error code to an sb_err, recording its text as the detail. */
 int sb_log_mdb_err(int mdb_rc, const char *what);
 

@@ -610,3 +610,62 @@ int sb_layers_drop(const char *home, const char *run, unsigned n)
 		rmdir(dir);
 	return SB_OK;
 }
+
+/* Adds one layer directory's files to u; top is the layer in use. */
+static void usage_layers(const char *dir, unsigned top, int has_top, struct sb_layers_usage *u)
+{
+	char path[PATH_MAX];
+	struct dirent *e;
+	struct stat st;
+	unsigned n;
+	char ext[8];
+	DIR *d = opendir(dir);
+
+	while (d && (e = readdir(d))) {
+		if (sscanf(e->d_name, "%u.%7s", &n, ext) != 2 ||
+		    (size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path ||
+		    lstat(path, &st) || !S_ISREG(st.st_mode))
+			continue;
+		if (!strcmp(ext, "mem")) {
+			u->memory += (unsigned long long)st.st_blocks * 512;
+			u->nmemory++;
+		} else if (has_top && n == top) {
+			u->runs += (unsigned long long)st.st_blocks * 512;
+		} else {
+			u->snapshots += (unsigned long long)st.st_blocks * 512;
+			u->nsnapshots++;
+		}
+	}
+	if (d)
+		closedir(d);
+}
+
+int sb_layers_usage(const char *home, struct sb_layers_usage *u)
+{
+	char runs[PATH_MAX], dir[PATH_MAX];
+	struct dirent *e;
+	unsigned top;
+	DIR *d;
+	int rc;
+
+	memset(u, 0, sizeof *u);
+	if ((rc = sb_home_path(home, "runs", runs, sizeof runs)))
+		return rc;
+	if (!(d = opendir(runs)))
+		return errno == ENOENT ? SB_OK
+				       : sb_seterr(SB_ERR_IO, "%s: %s", runs, strerror(errno));
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' ||
+		    (size_t)snprintf(dir, sizeof dir, "%s/%s", runs, e->d_name) >= sizeof dir)
+			continue;
+		u->nruns++;
+		/* what is not a layer (logs, the layers' own directory) is the run's */
+		u->runs += sb_du(dir);
+		rc = sb_layers_top(home, e->d_name, &top);
+		strncat(dir, "/layers", sizeof dir - strlen(dir) - 1);
+		u->runs -= sb_du(dir);
+		usage_layers(dir, top, rc == SB_OK, u);
+	}
+	closedir(d);
+	return SB_OK;
+}

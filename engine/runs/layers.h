@@ -116,4 +116,16 @@ int sb_layers_remove(const char *home, const char *run, unsigned n);
  * removes it and the layers directory when none is). Errors: SB_ERR_IO. */
 int sb_layers_drop(const char *home, const char *run, unsigned n);
 
+/* The space the runs of home take, by kind (allocated blocks). */
+struct sb_layers_usage {
+	unsigned long long runs;      /* their current disk layers, logs, ... */
+	unsigned long long snapshots; /* frozen disk layers */
+	unsigned long long memory;    /* memory snapshots (N.mem) */
+	unsigned nruns, nsnapshots, nmemory;
+};
+
+/* Adds up u over every run directory of home. Errors: SB_ERR_IO (runs/
+ * cannot be read; a missing one holds nothing). */
+int sb_layers_usage(const char *home, struct sb_layers_usage *u);
+
 #endif

@@ -32,13 +32,18 @@ while IFS= read -r line; do
 		bad "tour" "the run wrote no file"
 done <"$work/tour"
 
-# what the tour shows is what the run did
-grep -q 'out.txt' "$work/out.3" && ok "fs ls showed out.txt" || bad "fs ls" "$(cat "$work/out.3")"
+# what the tour shows is what the run did (out.N: the output of line N)
+line_of() { grep -n -m1 -F -- "$1" "$work/tour" | cut -d: -f1; }
+grep -q 'out.txt' "$work/out.$(line_of 'sanbox fs ls audit')" && ok "fs ls showed out.txt" ||
+	bad "fs ls" "$(cat "$work/out.$(line_of 'sanbox fs ls audit')")"
 [ "$(wc -l <"$work/out.txt")" = 2 ] && ok "cp copied the file the run wrote twice" ||
 	bad "cp" "$(cat "$work/out.txt")"
-[ "$(cat "$work/out.4")" = s0 ] && [ "$(cat "$work/out.5")" = s1 ] && ok "snapshots s0 and s1" ||
-	bad "snapshot ids" "$(cat "$work/out.4" "$work/out.5")"
-grep -q '^A /workspace/out.txt' "$work/out.15" && ok "diff lists out.txt" || bad "diff" "$(cat "$work/out.15")"
+[ "$(cat "$work/out.$(line_of 'sanbox snapshot audit  ')")" = s0 ] &&
+	[ "$(cat "$work/out.$(line_of 'sanbox snapshot audit --memory')")" = s1 ] &&
+	ok "snapshots s0 and s1" || bad "snapshot ids" "not s0 and s1"
+grep -q '^A /workspace/out.txt' "$work/out.$(line_of 'sanbox diff audit')" && ok "diff lists out.txt" ||
+	bad "diff" "$(cat "$work/out.$(line_of 'sanbox diff audit')")"
+grep -q '^total ' "$work/out.$(line_of 'sanbox df')" && ok "df shows the total" || bad "df" "no total"
 
 [ "$failures" = 0 ] || exit 1
 echo "PASS readme_tour"

@@ -78,5 +78,16 @@ done
 	bad "live reads" "$fresh of 10 fresh"
 "$SB" stop "$L" >/dev/null
 
+# -- df: the space by kind, what the runs wrote counted
+"$SB" df --json >"$work/df" || bad "df --json" "exit $?"
+python3 - "$work/df" <<'EOF' && ok "df --json" || bad "df --json" "$(cat "$work/df")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["runs"] == 2 and d["runs_bytes"] > 0 and d["log_bytes"] > 0, d
+assert all(isinstance(d[k], int) and d[k] >= 0 for k in d), d
+EOF
+"$SB" df >"$work/df.txt" && grep -q '^total ' "$work/df.txt" && grep -q '^runs .* 2 runs$' "$work/df.txt" &&
+	ok "df" || bad "df" "$(cat "$work/df.txt")"
+
 [ "$failures" = 0 ] || exit 1
 echo "PASS vm_cli"
