@@ -461,8 +461,12 @@ static void run_stop(struct run *r, const char *reason)
 	snprintf(r->stop_reason, sizeof r->stop_reason, "%s", reason);
 	if (r->st == R_CREATING)
 		return; /* the creation sees it when it is done */
-	if (r->hello && sb_guest_connected(r->g)) {
-		sb_guest_signal(r->g, SIGTERM);
+	if (r->hello) {
+		/* a guest not connected yet (a restarted daemon's) gets SIGTERM
+		 * with its HELLO: ended by the harness, its files are written
+		 * out; only past the grace is the machine ended by force */
+		if (sb_guest_connected(r->g))
+			sb_guest_signal(r->g, SIGTERM);
 		r->grace_w =
 		    sb_loop_timer(r->rs->env.loop, STOP_GRACE_S, 0, on_kill_grace, r);
 	} else {
@@ -657,6 +661,8 @@ static void g_hello(void *ctx, const char *version, int resume)
 	r->hello = 1;
 	sb_watch_stop(r->boot_w);
 	r->boot_w = NULL;
+	if (resume && r->stop_reason[0] && r->grace_w)
+		sb_guest_signal(r->g, SIGTERM); /* the stop that waited for it */
 	if (resume)
 		return; /* it is past its set-up: a restarted daemon met it again */
 	if (!r->spec.size && (rc = spec_pack(r))) {
