@@ -71,6 +71,7 @@ struct run {
 	sb_runs_created_fn cb;
 	void *cb_ctx;
 	int create_rc, recorded, start_failed;
+	int asked_twice; /* a stop's grace passed: SIGTERM again, and SYNC */
 	char create_err[1024], accel[8], accel_warning[256];
 	struct run *next;
 };
@@ -445,12 +446,24 @@ static int vkey_derive(const char *home, const char *run, char vkey[SB_VKEY_MAX]
 
 /* --- ending a run --- */
 
+/* A stop's grace passed: the guest is asked once more (SIGTERM again, a
+ * frame lost across a daemon's restart included, and SYNC, so that what
+ * it wrote reaches its disk), then, SB_SNAP_SYNC_S later, its machine is
+ * ended. */
 static void on_kill_grace(void *ctx)
 {
 	struct run *r = ctx;
 
 	sb_watch_stop(r->grace_w);
 	r->grace_w = NULL;
+	if (!r->asked_twice && r->snap && r->g && sb_guest_connected(r->g)) {
+		r->asked_twice = 1;
+		sb_guest_signal(r->g, SIGTERM);
+		sb_snapper_flush(r->snap);
+		r->grace_w = sb_loop_timer(r->rs->env.loop, SB_SNAP_SYNC_S, 0, on_kill_grace, r);
+		if (r->grace_w)
+			return;
+	}
 	r->rs->env.runner->stop(r->m, KILL_GRACE_S);
 }
 

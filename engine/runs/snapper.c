@@ -257,6 +257,12 @@ int sb_snapper_sync(sb_snapper *s, sb_sync_fn cb, void *ctx)
 	return SB_OK;
 }
 
+void sb_snapper_flush(sb_snapper *s)
+{
+	if (s->g && sb_guest_connected(s->g))
+		sb_guest_sync(s->g, READ_SYNC | ++s->read_id, 0); /* its SYNCED: no waiter */
+}
+
 void sb_snapper_synced(sb_snapper *s, uint64_t id, int frozen)
 {
 	if (id & READ_SYNC)

@@ -86,6 +86,10 @@ typedef void (*sb_sync_fn)(void *ctx, int rc);
  * connected), SB_ERR_NOMEM. */
 int sb_snapper_sync(sb_snapper *s, sb_sync_fn cb, void *ctx);
 
+/* Has the guest write its files out (SYNC, no freeze), waiting for no
+ * answer: before its machine is ended by force. No guest: nothing. */
+void sb_snapper_flush(sb_snapper *s);
+
 /* The guest answered SYNC id (frozen: it froze its harness). */
 void sb_snapper_synced(sb_snapper *s, uint64_t id, int frozen);
 
