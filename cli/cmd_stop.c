@@ -86,13 +86,10 @@ static int wait_stopped(sb_client *c, const char *run)
 {
 	static const char *const types[] = {"run.stopped", NULL};
 	struct sb_follow_opts fo = {0};
-	struct cli_req r;
 	struct sb_reply rep;
-	int rc;
+	int live, rc;
 
-	cli_req_begin(&r, "run.get", 1);
-	sb_pack_kstr(&r.pk, "run", run);
-	if ((rc = cli_call(c, &r, &rep)))
+	if ((rc = cli_run_get(c, run, &rep, &live)))
 		return rc;
 	cli_follow_live(&fo, run);
 	fo.from = sb_map_u64(sb_map_get(&rep.map, "run"), "resumed_offset", 0) + 1;
