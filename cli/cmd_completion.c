@@ -10,7 +10,7 @@
 #include "engine/error.h"
 #include "engine/payload.h"
 #include "engine/text.h"
-#include "engine/runs/template.h"
+#include "engine/template.h"
 
 /* The bash function; zsh runs it through bashcompinit. It asks the CLI
  * for what it cannot know: options, runs, templates, snapshots. */

@@ -9,12 +9,12 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "engine/daemon/settings.h"
+#include "engine/settings.h"
 #include "engine/error.h"
 #include "engine/gateway/models.h"
 #include "engine/home.h"
 #include "engine/proc.h"
-#include "engine/runs/template.h"
+#include "engine/template.h"
 #include "netpolicy/nfq.h"
 #include "netpolicy/nft.h"
 #include "netpolicy/tap.h"

@@ -12,7 +12,7 @@
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/proc.h"
-#include "engine/runs/template.h"
+#include "engine/template.h"
 
 /* The directory this program lives in (the build directory). */
 static int self_dir(char *buf, size_t cap)

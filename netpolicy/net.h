@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/daemon/loop.h"
-#include "engine/daemon/work.h"
+#include "engine/loop.h"
+#include "engine/work.h"
 #include "netpolicy/netpolicy.h"
 
 typedef struct sb_net sb_net;

@@ -9,7 +9,7 @@
 
 #include "engine/error.h"
 #include "engine/mpack.h"
-#include "engine/runs/spec.h"
+#include "engine/spec.h"
 
 static const char *const mode_names[] = {[SB_NET_NONE] = "none", [SB_NET_ACL] = "acl"};
 

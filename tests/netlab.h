@@ -50,8 +50,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/daemon/loop.h"
-#include "engine/daemon/work.h"
+#include "engine/loop.h"
+#include "engine/work.h"
 #include "engine/error.h"
 #include "netpolicy/dns.h"
 #include "netpolicy/net.h"

@@ -15,9 +15,9 @@
 #include <msgpack.h>
 #include <stddef.h>
 
-#include "engine/daemon/loop.h"
+#include "engine/loop.h"
 #include "engine/daemon/sp.h"
-#include "engine/daemon/work.h"
+#include "engine/work.h"
 #include "engine/log/log.h"
 #include "projections/projection.h"
 

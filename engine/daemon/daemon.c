@@ -22,10 +22,10 @@
 #include <unistd.h>
 
 #include "engine/daemon/api.h"
-#include "engine/daemon/loop.h"
-#include "engine/daemon/settings.h"
+#include "engine/loop.h"
+#include "engine/settings.h"
 #include "engine/daemon/sp.h"
-#include "engine/daemon/work.h"
+#include "engine/work.h"
 #include "engine/error.h"
 #include "engine/gateway/gateway.h"
 #include "engine/gateway/stubs.h"

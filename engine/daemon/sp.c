@@ -35,7 +35,7 @@
 #include <mbedtls/x509_crt.h>
 
 #include "engine/bucket.h"
-#include "engine/daemon/loop.h"
+#include "engine/loop.h"
 #include "engine/daemon/spwire.h"
 #include "engine/error.h"
 #include "engine/sock.h"

@@ -12,7 +12,7 @@
 
 #include "engine/error.h"
 #include "engine/mpack.h"
-#include "engine/runs/spec.h"
+#include "engine/spec.h"
 
 static struct sb_access_grant *grant_find(struct sb_access *a, const char *name)
 {

@@ -21,7 +21,7 @@
 #include "engine/gateway/models.h"
 #include "engine/gateway/secrets.h"
 #include "engine/gateway/stubs.h"
-#include "engine/runs/template.h"
+#include "engine/template.h"
 
 #define SB_ACCESS_MODELS  16 /* models a run may name */
 #define SB_ACCESS_SECRETS 32 /* secrets a run may be granted */

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/daemon/loop.h"
+#include "engine/loop.h"
 
 #define SB_TUNNEL_STREAMS 64
 #define SB_TUNNEL_BUFFER  (16u << 20)

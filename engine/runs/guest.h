@@ -24,7 +24,7 @@
 
 #include "netpolicy/net.h"
 
-#include "engine/daemon/loop.h"
+#include "engine/loop.h"
 #include "engine/log/event.h"
 
 typedef struct sb_guest sb_guest;

@@ -12,7 +12,7 @@
 
 #include "engine/error.h"
 #include "engine/home.h"
-#include "engine/runs/template.h"
+#include "engine/template.h"
 #include "vmm/disk.h"
 
 #define LAYERS_MAX 4096 /* layers of one run this reads */

@@ -24,7 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine/daemon/loop.h"
+#include "engine/loop.h"
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/proc.h"

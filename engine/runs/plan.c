@@ -9,7 +9,7 @@
 #include "engine/error.h"
 #include "engine/mpack.h"
 #include "engine/runs/mask.h"
-#include "engine/runs/spec.h"
+#include "engine/spec.h"
 #include "vmm/accel.h"
 #include "vmm/chan.h"
 

@@ -16,7 +16,7 @@
 
 #include "engine/gateway/access.h"
 #include "engine/log/log.h"
-#include "engine/runs/template.h"
+#include "engine/template.h"
 #include "netpolicy/net.h"
 #include "netpolicy/netpolicy.h"
 

@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "engine/daemon/loop.h"
+#include "engine/loop.h"
 #include "engine/runs/plan.h"
 #include "netpolicy/net.h"
 

@@ -15,9 +15,9 @@
 
 #include <msgpack.h>
 
-#include "engine/daemon/loop.h"
-#include "engine/daemon/settings.h"
-#include "engine/daemon/work.h"
+#include "engine/loop.h"
+#include "engine/settings.h"
+#include "engine/work.h"
 #include "engine/gateway/gateway.h"
 #include "engine/gateway/stubs.h"
 #include "engine/log/event.h"

@@ -19,7 +19,7 @@
 #ifndef SB_SNAPPER_H
 #define SB_SNAPPER_H
 
-#include "engine/daemon/loop.h"
+#include "engine/loop.h"
 #include "engine/runs/guest.h"
 #include "engine/runs/runner.h"
 

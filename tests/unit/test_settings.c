@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/daemon/settings.h"
+#include "engine/settings.h"
 #include "engine/error.h"
 #include "engine/units.h"
 #include "tests/unit/testutil.h"

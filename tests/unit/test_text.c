@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "engine/runs/spec.h"
+#include "engine/spec.h"
 #include "engine/text.h"
 #include "tests/unit/testutil.h"
 

@@ -1,5 +1,5 @@
 /* template.c - reading built templates. */
-#include "engine/runs/template.h"
+#include "engine/template.h"
 
 #include <jansson.h>
 #include <stdio.h>

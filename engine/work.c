@@ -1,5 +1,5 @@
 /* work.c - the worker pool (see work.h). */
-#include "engine/daemon/work.h"
+#include "engine/work.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* loop.c - libev behind the sb_loop interface. */
-#include "engine/daemon/loop.h"
+#include "engine/loop.h"
 
 #include <errno.h>
 #include <ev.h>

@@ -1,5 +1,5 @@
 /* settings.c - reading STATE_DIR/sanboxd.json (see settings.h). */
-#include "engine/daemon/settings.h"
+#include "engine/settings.h"
 
 #include <jansson.h>
 #include <math.h>

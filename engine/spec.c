@@ -1,5 +1,5 @@
 /* spec.c - run spec fields (see spec.h). */
-#include "engine/runs/spec.h"
+#include "engine/spec.h"
 
 #include <stdio.h>
 #include <string.h>
