@@ -1,0 +1,442 @@
+/* from.c - runs that continue others: a live run a restarted daemon takes
+ * up again (reattach), forks and resumes (see runs.h). A run's record is
+ * read here through history.h; what a fork or resume continues is found
+ * in the resume points projection.
+ */
+#include <limits.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/error.h"
+#include "engine/mpack.h"
+#include "engine/payload.h"
+#include "engine/runs/history.h"
+#include "engine/runs/run.h"
+#include "projections/views.h"
+#include "vmm/fsread.h"
+
+/* --- a daemon's start: the runs a previous one left --- */
+
+/* sb_roll_probe_fn on the snapshot's disk (ctx: its sb_fsread). */
+static int roll_probe(void *ctx, const char *prefix)
+{
+	char path[SB_FS_PATH_MAX];
+	struct sb_fs_entry e;
+	int rc;
+
+	snprintf(path, sizeof path, "/workspace%s%s", prefix[0] ? "/" : "", prefix);
+	rc = sb_fsread_stat(ctx, path, &e);
+	/* unreadable: the agent finds out (and names what it skips) */
+	return rc || e.type == SB_FS_DIR;
+}
+
+/* The roll-forward of a fork or resume --at an offset past its snapshot
+ * (or from its run's start: its own inputs kept): the files changed after
+ * it, up to the offset, as the record has them, become the plan's inputs
+ * and removes, which the agent writes before the harness starts
+ * (engine/runs/roll.c); the snapshot's disk is read for links on their
+ * way the record does not know of. */
+static int roll_forward(struct run *r, const struct sb_history *rec)
+{
+	const struct sb_runner_ops *ops = r->rs->env.runner;
+	char layer[PATH_MAX + 64];
+	sb_fsread *fs = NULL;
+	int rc;
+
+	if (rec->nfiles && !r->from.start && ops->layer_file &&
+	    (ops->layer_file(r->rs->env.runner_ctx, r->from.run, r->from.layer, layer,
+			     sizeof layer) ||
+	     sb_fsread_open(layer, &fs)))
+		fs = NULL; /* unread: the agent finds out */
+	rc = sb_roll_plan(rec->files, rec->nfiles, r->from.start, fs ? roll_probe : NULL,
+			  fs, &r->plan, &r->from.roll);
+	sb_fsread_close(fs);
+	sb_clearerr();
+	return rc;
+}
+
+/* Takes up run, which its record says is live. */
+void sb_runs_reattach(struct sb_runs *rs, const char *run)
+{
+	struct run *r = calloc(1, sizeof *r);
+	struct sb_history rec = {0};
+	msgpack_zone zone;
+	msgpack_object created, policy;
+	struct sb_cost cost = {0};
+	struct timespec now;
+	char reason[700];
+	double left;
+	int rc;
+
+	if (!r || !msgpack_zone_init(&zone, 4096)) {
+		free(r);
+		rs->env.runner->reap(rs->env.runner_ctx, run);
+		sb_runs_record_failed(rs, run, "daemon-restart");
+		return;
+	}
+	r->rs = rs;
+	r->st = SB_RUN_RUNNING;
+	r->reattached = 1;
+	snprintf(r->id, sizeof r->id, "%s", run);
+	msgpack_sbuffer_init(&r->spec);
+	if ((rc = sb_history_read(rs->env.log, run, &rec)) || !rec.started_ns || !rec.created.size ||
+	    !rec.policy.size ||
+	    sb_payload_parse(rec.created.data, rec.created.size, &zone, &created) ||
+	    sb_payload_parse(rec.policy.data, rec.policy.size, &zone, &policy) ||
+	    (rc = sb_plan_from_record(run, &created, &policy, &r->plan))) {
+		/* it never started, or its record cannot be read back */
+		rs->env.runner->reap(rs->env.runner_ctx, run);
+		sb_runs_record_failed(rs, run, "daemon-restart");
+		goto out_free;
+	}
+	if (rec.resumed)
+		r->plan.ninputs = 0; /* its disk has them: a SPEC made again must not
+				      * write the first start's inputs over it */
+	sb_history_grants_apply(&rec, 0, &r->plan.net); /* its grants as they are now */
+	if ((rc = rs->env.runner->reattach(rs->env.runner_ctx, &r->plan, &sb_run_machine_events,
+					   r, &r->m))) {
+		rs->env.runner->reap(rs->env.runner_ctx, run); /* what it left */
+		if (rec.exited)
+			sb_runs_host_event(rs, run, "run.stopped", "reason", "exited", NULL);
+		else
+			sb_runs_record_failed(rs, run,
+				      "its VM ended while sanboxd was not running");
+		goto out_free;
+	}
+	if (rs->env.runner->interrupted)
+		r->thaw_due = rs->env.runner->interrupted(r->m, rec.saved);
+	sb_costs_get(rs->env.proj, "run", run, &cost);
+	if ((rec.forked_from[0] &&
+	     (rc = sb_run_vkey_derive(rs->env.home, rec.forked_from, r->key.alias))) ||
+	    (rc = sb_run_vkey_derive(rs->env.home, run, r->key.vkey)) ||
+	    (rc = sb_access_arm(rs->env.home, rs->env.stubs, &r->plan.access)) ||
+	    (rc = sb_run_connect(r, cost.cost_nusd))) {
+		snprintf(reason, sizeof reason, "cannot take the run up again: %s",
+			 sb_errmsg(rc));
+		rs->env.runner->signal(r->m, SIGKILL);
+		sb_runs_record_failed(rs, run, reason);
+		goto out_free;
+	}
+	r->exited = rec.exited;
+	r->hello = rec.ready;
+	sb_guest_committed(r->g, rec.guest_seq); /* sent again: not recorded twice */
+	if (rec.exited)
+		sb_guest_recorded(r->g, "run.exited");
+	if (rec.ready)
+		sb_guest_recorded(r->g,
+				  "harness.input.ready"); /* an agent past its set-up
+							     takes SIGNAL frames */
+	clock_gettime(CLOCK_REALTIME, &now);
+	left = (double)r->plan.timeout_s -
+	       ((double)now.tv_sec + now.tv_nsec / 1e9 - (double)rec.started_ns / 1e9);
+	r->timeout_w = sb_loop_timer(rs->env.loop, left > 0 ? left : 0, 0, sb_run_on_timeout, r);
+	if (!rec.ready)
+		r->boot_w = sb_loop_timer(rs->env.loop, rs->env.settings->boot_timeout_s,
+					  0, sb_run_on_boot_deadline, r);
+	sb_run_link(r);
+	sb_run_warn(r, "taken up again by a restarted daemon");
+	r = NULL;
+out_free:
+	sb_run_free(r);
+	sb_history_free(&rec);
+	msgpack_zone_destroy(&zone);
+}
+
+/* --- forks and resumes --- */
+
+/* Packs the from event: run.forked of a fork, run.resumed of a resume. */
+static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event *ev)
+{
+	msgpack_packer pk;
+
+	msgpack_packer_init(&pk, buf, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, (r->from.resume ? 9 : 8) + (r->from.roll.nnamed ? 2 : 0));
+	sb_pack_kstr(&pk, "from_run", r->from.run);
+	sb_pack_ku64(&pk, "from_offset", r->from.offset);
+	sb_pack_ku64(&pk, "at", r->from.at);
+	sb_pack_kstr(&pk, "snapshot", r->from.snap);
+	sb_pack_kbool(&pk, "exact", r->from.exact);
+	sb_pack_kbool(&pk, "memory", r->from.memory_bytes > 0);
+	sb_pack_ku64(&pk, "rolled", r->from.roll.rolled);
+	sb_pack_ku64(&pk, "removed", r->plan.nremoves);
+	if (r->from.roll.nnamed) {
+		sb_pack_ku64(&pk, "omitted_count", r->from.roll.omitted);
+		sb_pack_str(&pk, "omitted");
+		msgpack_pack_array(&pk, r->from.roll.nnamed);
+		for (size_t i = 0; i < r->from.roll.nnamed; i++)
+			sb_pack_str(&pk, r->from.roll.named[i]);
+	}
+	if (r->from.resume)
+		sb_pack_kstr(&pk, "prompt", r->from.prompt ? r->from.prompt : "");
+	if (!buf->data)
+		return SB_ERR_NOMEM;
+	return sb_event_init(ev, r->from.resume ? "run.resumed" : "run.forked", r->id,
+			     SB_SRC_HOST, buf->data, buf->size);
+}
+
+static int from_point(struct run *r);
+
+/* On a worker: the snapshot continued, the plan from the record of the run
+ * continued, its record, and a machine on a new layer over the snapshot. */
+static void from_job(void *ctx)
+{
+	struct run *r = ctx;
+	struct sb_runs *rs = r->rs;
+	struct sb_history rec = {0};
+	msgpack_zone zone;
+	msgpack_object created, policy;
+	msgpack_sbuffer fb;
+	struct sb_event fev;
+	int rc;
+
+	sb_clearerr();
+	msgpack_sbuffer_init(&fb);
+	if (!msgpack_zone_init(&zone, 4096)) {
+		r->create.rc = SB_ERR_NOMEM;
+		goto out;
+	}
+	if ((rc = from_point(r))) {
+		r->create.rc = rc;
+		goto out;
+	}
+	rec.from_offset = r->from.offset;
+	rec.offset_at = r->from.at;
+	if ((rc = sb_history_read(rs->env.log, r->from.run, &rec)) == SB_OK &&
+	    (!rec.created.size || !rec.policy.size ||
+	     sb_payload_parse(rec.created.data, rec.created.size, &zone, &created) ||
+	     sb_payload_parse(rec.policy.data, rec.policy.size, &zone, &policy)))
+		rc = sb_seterr(SB_ERR_CORRUPT,
+			       "run %s: its plan cannot be read back from its record",
+			       r->from.run);
+	if (rc || (rc = sb_plan_from_record(r->id, &created, &policy, &r->plan)) ||
+	    (rc = sb_plan_load_template(rs->env.home, &r->plan)) ||
+	    (rc = sb_access_arm(rs->env.home, rs->env.stubs, &r->plan.access)) ||
+	    (rc = sb_run_vkey_derive(rs->env.home, r->id, r->key.vkey)) ||
+	    (!r->from.resume && r->from.memory_bytes &&
+	     (rc = sb_run_vkey_derive(rs->env.home, r->from.run, r->key.alias)))) {
+		r->create.rc = rc;
+		goto out;
+	}
+	if (!r->from.start)
+		r->plan.ninputs = 0; /* its own inputs are on the disk already */
+	/* its grants as they were at the point it continues from */
+	sb_history_grants_apply(&rec, rec.offset_at ? rec.offset_at : rec.from_offset,
+			    &r->plan.net);
+	if (r->from.memory_bytes) {
+		r->from.exact =
+		    rec.changed_after == 0; /* its processes go on: nothing rolled */
+	} else {
+		if ((rc = roll_forward(r, &rec))) {
+			r->create.rc = rc;
+			goto out;
+		}
+		r->from.exact = !r->from.roll.omitted && !rec.files_over;
+	}
+	if (r->from.prompt) {
+		free(r->plan.prompt);
+		if (!(r->plan.prompt = strdup(r->from.prompt))) {
+			r->create.rc = SB_ERR_NOMEM;
+			goto out;
+		}
+	}
+	if (!r->from.resume) /* its own name, else its id as a new run's */
+		snprintf(r->plan.name, sizeof r->plan.name, "%s",
+			 r->from.name[0] ? r->from.name : r->id);
+	if ((rc = pack_from(r, &fb, &fev))) {
+		r->create.rc = rc;
+		goto out;
+	}
+	/* the machine first: a snapshot that is gone or broken changes no
+	 * record; then the guest's SPEC (its NIC is the machine's) */
+	rc = r->from.start
+		 ? rs->env.runner->create(rs->env.runner_ctx, &r->plan, &r->m, r->create.accel,
+					  r->create.accel_warning, sizeof r->create.accel_warning)
+		 : rs->env.runner->create_from(rs->env.runner_ctx, &r->plan, r->from.run,
+					       r->from.layer, r->from.memory_bytes, &r->m,
+					       r->create.accel, r->create.accel_warning,
+					       sizeof r->create.accel_warning);
+	if (rc) {
+		r->create.rc = rc;
+		goto out;
+	}
+	if ((rc = sb_run_spec_pack(r))) {
+		r->create.rc = rc;
+		snprintf(r->create.err, sizeof r->create.err, "%s", sb_errmsg(rc));
+		rs->env.runner->discard(r->m);
+		r->m = NULL;
+		goto out;
+	}
+	rc = r->from.resume ? sb_log_append(rs->env.log, &fev, 1)
+		       : sb_runs_record_plan(rs, &r->plan, &fev);
+	if (rc) {
+		r->create.rc = rc;
+		snprintf(r->create.err, sizeof r->create.err, "%s", sb_errmsg(rc));
+		rs->env.runner->discard(r->m); /* its own errors are not this one */
+		r->m = NULL;
+		goto out;
+	}
+	r->create.recorded = 1;
+out:
+	if (r->create.rc && !r->create.err[0])
+		snprintf(r->create.err, sizeof r->create.err, "%s",
+			 sb_errmsg(r->create.rc));
+	sb_history_free(&rec);
+	msgpack_zone_destroy(&zone);
+	msgpack_sbuffer_destroy(&fb);
+	if (sb_loop_post(rs->env.loop, sb_run_create_done, r))
+		abort();
+}
+
+struct point_ctx {
+	const char *snapshot;
+	uint64_t at;
+	struct sb_resume_point *out;
+	int found;
+};
+
+static int point_cb(void *vctx, const struct sb_resume_point *rp)
+{
+	struct point_ctx *c = vctx;
+
+	if (c->snapshot ? !strcmp(rp->snapshot, c->snapshot) : rp->offset <= c->at) {
+		*c->out = *rp;
+		c->found = 1;
+		if (c->snapshot)
+			return 1;
+	}
+	return 0;
+}
+
+/* Parses "sN" into *n. */
+static int snapshot_layer(const char *id, unsigned *n)
+{
+	char *end;
+	unsigned long v;
+
+	if (id[0] != 's' || id[1] < '0' || id[1] > '9')
+		return 0;
+	v = strtoul(id + 1, &end, 10);
+	if (*end || v > 1u << 30)
+		return 0;
+	*n = (unsigned)v;
+	return 1;
+}
+
+/* On a worker: the snapshot a fork or resume continues, from the
+ * projections caught up: r->from.snap as asked, or ("") the newest at or
+ * before r->from.at; then r->from.snap, from_layer, from_offset, at,
+ * memory_bytes and (a resume) spent are the snapshot's. Errors:
+ * SB_ERR_NOTFOUND (no such run or snapshot), SB_ERR_STATE (a resume of a
+ * run its record says is live), SB_ERR_CORRUPT, the projections'. */
+/* Sets r's point from rp, the snapshot found (snapshot: the id asked
+ * for, or NULL; at: the offset asked for, UINT64_MAX: none; last: the
+ * run's last offset). */
+static int point_set(struct run *r, const struct sb_resume_point *rp,
+		     const char *snapshot, uint64_t at, uint64_t last)
+{
+	snprintf(r->from.snap, sizeof r->from.snap, "%s", rp->snapshot);
+	if (!snapshot_layer(rp->snapshot, &r->from.layer))
+		return sb_seterr(SB_ERR_CORRUPT, "run %s: snapshot id '%s' is malformed",
+				 r->from.run, rp->snapshot);
+	r->from.offset = rp->offset;
+	/* a memory snapshot asked for by id (or at its very offset) is
+	 * continued with its processes, by a resume or a fork */
+	if (!strcmp(rp->kind, "memory") && (snapshot || at == rp->offset))
+		r->from.memory_bytes = rp->memory_bytes;
+	/* the offset continued from: the one asked for, else the snapshot's */
+	r->from.at = snapshot || at == UINT64_MAX ? rp->offset : at;
+	if (at == UINT64_MAX && !snapshot)
+		r->from.at = last;
+	return SB_OK;
+}
+
+static int from_point(struct run *r)
+{
+	struct sb_runs *rs = r->rs;
+	char want[sizeof r->from.snap];
+	const char *snapshot;
+	uint64_t at = r->from.at;
+	struct sb_runstate st;
+	struct sb_resume_point rp;
+	struct point_ctx pc = {NULL, at, &rp, 0};
+	struct sb_cost cost = {0};
+	int rc;
+
+	memcpy(want, r->from.snap, sizeof want);
+	pc.snapshot = snapshot = want[0] ? want : NULL;
+	sb_projector_catch_up(rs->env.proj, NULL);
+	if ((rc = sb_runstate_get(rs->env.proj, r->from.run, &st)))
+		return rc;
+	if (r->from.resume && sb_runstate_is_live(&st))
+		return sb_seterr(SB_ERR_STATE, "run %s is still running: fork it instead",
+				 r->from.run);
+	if ((rc = sb_resume_each(rs->env.proj, r->from.run, point_cb, &pc)) < 0)
+		return rc;
+	if (pc.found) {
+		if ((rc = point_set(r, &rp, snapshot, at, st.last_offset)))
+			return rc;
+	} else if (!snapshot && at != UINT64_MAX) {
+		/* before its first snapshot: its start (the template and its
+		 * inputs) and the record from there; r->from.at stays at */
+		r->from.start = 1;
+		r->from.snap[0] = 0;
+		r->from.offset = 0;
+	} else {
+		return snapshot ? sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s",
+					    r->from.run, snapshot)
+				: sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot",
+					    r->from.run);
+	}
+	if (r->from.resume) {
+		sb_costs_get(rs->env.proj, "run", r->from.run, &cost);
+		r->from.spent = cost.cost_nusd; /* the budget goes on */
+	}
+	return SB_OK;
+}
+
+int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_created_fn cb,
+		 void *ctx)
+{
+	struct run *r;
+	unsigned char raw[SB_RUN_ID_LEN / 2];
+	int rc;
+
+	if (f->resume && sb_runs_find(rs, f->run))
+		return sb_seterr(SB_ERR_STATE, "run %s is still running: fork it instead",
+				 f->run);
+	if (!(r = calloc(1, sizeof *r)))
+		return SB_ERR_NOMEM;
+	r->rs = rs;
+	r->st = SB_RUN_CREATING;
+	r->from.on = 1;
+	r->from.resume = f->resume;
+	snprintf(r->from.run, sizeof r->from.run, "%s", f->run);
+	/* what is asked for, until from_point finds it */
+	snprintf(r->from.snap, sizeof r->from.snap, "%s", f->snapshot ? f->snapshot : "");
+	r->from.at = f->at;
+	if (f->prompt && !(r->from.prompt = strdup(f->prompt))) {
+		free(r);
+		return SB_ERR_NOMEM;
+	}
+	snprintf(r->from.name, sizeof r->from.name, "%s", f->name ? f->name : "");
+	if (f->resume) {
+		snprintf(r->id, sizeof r->id, "%s", f->run);
+	} else {
+		randombytes_buf(raw, sizeof raw);
+		sodium_bin2hex(r->id, sizeof r->id, raw, sizeof raw);
+	}
+	r->create.cb = cb;
+	r->create.ctx = ctx;
+	msgpack_sbuffer_init(&r->spec);
+	if ((rc = sb_work_submit(rs->env.jobs, from_job, r))) {
+		free(r->from.prompt);
+		free(r);
+		return rc;
+	}
+	sb_run_link(r);
+	return SB_OK;
+}
