@@ -150,7 +150,7 @@ int sb_access_resolve(const char *home, sb_stubs *stubs, const msgpack_object *s
 	const msgpack_object *models, *secrets;
 	struct sb_models *ms = NULL;
 	char policy[16] = "";
-	uint64_t budget;
+	uint64_t budget, group_budget;
 	int rc;
 
 	memset(a, 0, sizeof *a);
@@ -158,8 +158,10 @@ int sb_access_resolve(const char *home, sb_stubs *stubs, const msgpack_object *s
 	    (rc = sb_spec_str(spec, "on_budget", policy, sizeof policy)) ||
 	    (rc = sb_spec_strs(spec, "models", SB_ACCESS_MODELS, &models)) ||
 	    (rc = sb_spec_strs(spec, "secrets", SB_ACCESS_SECRETS, &secrets)) ||
-	    (rc = sb_spec_u64(spec, "budget_nusd", UINT64_MAX / 4, &budget)))
+	    (rc = sb_spec_u64(spec, "budget_nusd", UINT64_MAX / 4, &budget)) ||
+	    (rc = sb_spec_u64(spec, "group_budget_nusd", UINT64_MAX / 4, &group_budget)))
 		return rc;
+	a->group_budget_nusd = group_budget;
 	if (policy[0] && strcmp(policy, "stop") && strcmp(policy, "continue"))
 		return sb_seterr(SB_ERR_INVAL,
 				 "on_budget must be stop or continue");
@@ -221,6 +223,7 @@ int sb_access_from_record(const msgpack_object *p, struct sb_access *a)
 		return sb_seterr(SB_ERR_CORRUPT,
 				 "the recorded model access is incomplete");
 	a->budget_nusd = sb_map_u64(p, "budget_nusd", 0);
+	a->group_budget_nusd = sb_map_u64(p, "group_budget_nusd", 0);
 	a->stop_on_budget = strcmp(policy, "continue") != 0;
 	for (uint32_t i = 0; i < models->via.array.size; i++) {
 		struct sb_model *m = &a->models[a->nmodels].model;
@@ -266,11 +269,18 @@ void sb_access_pack_policy(const struct sb_access *a, msgpack_packer *pk)
 		sb_pack_ku64(pk, "cached", m->cached_price);
 	}
 	sb_pack_ku64(pk, "budget_nusd", a->budget_nusd);
+	if (a->group_budget_nusd)
+		sb_pack_ku64(pk, "group_budget_nusd", a->group_budget_nusd);
 	sb_pack_kstr(pk, "on_budget", a->stop_on_budget ? "stop" : "continue");
 	sb_pack_str(pk, "secrets");
 	msgpack_pack_array(pk, a->ngrants);
 	for (size_t i = 0; i < a->ngrants; i++)
 		sb_access_pack_grant(a, i, pk);
+}
+
+size_t sb_access_policy_pairs(const struct sb_access *a)
+{
+	return 6 + (a->group_budget_nusd ? 1 : 0);
 }
 
 void sb_access_pack_grant(const struct sb_access *a, size_t i, msgpack_packer *pk)

@@ -37,6 +37,8 @@ struct sb_access {
 	struct sb_gateway_model models[SB_ACCESS_MODELS];
 	size_t nmodels;
 	uint64_t budget_nusd;
+	uint64_t group_budget_nusd; /* its group's budget, shared with the
+				     * group's runs (0: none) */
 	int stop_on_budget;
 	struct sb_access_grant grants[SB_ACCESS_SECRETS];
 	size_t ngrants;
@@ -66,9 +68,13 @@ int sb_access_arm(const char *home, sb_stubs *stubs, struct sb_access *a);
 
 /* Packs the policy fields of a: "model", "models", "prices" ({model:
  * {input, output, cached}} in nano-USD per million tokens), "budget_nusd",
- * "on_budget" and "secrets" ([{name, scope}]): 6 key/value pairs, for the
- * caller's map. No secret value is packed. */
+ * "group_budget_nusd" (only when a group budget is set), "on_budget" and
+ * "secrets" ([{name, scope}]): sb_access_policy_pairs(a) key/value pairs,
+ * for the caller's map. No secret value is packed. */
 void sb_access_pack_policy(const struct sb_access *a, msgpack_packer *pk);
+
+/* How many key/value pairs sb_access_pack_policy packs for a. */
+size_t sb_access_policy_pairs(const struct sb_access *a);
 
 /* Packs the payload of grant i's secret.granted event {name, scope} into a
  * map of its own. */

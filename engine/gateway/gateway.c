@@ -62,8 +62,18 @@ struct gw_model {
 	char *key; /* sodium_malloc, or NULL */
 };
 
+/* A group's budget, shared by its registered runs (under gw->mu). */
+struct gw_group {
+	char name[SB_RUN_MAX];
+	struct sb_budget budget;
+	int exceeded;
+	unsigned refs; /* its registered runs (and calls in flight of them) */
+	struct gw_group *next;
+};
+
 struct gw_run {
 	char id[SB_RUN_MAX];
+	struct gw_group *group; /* NULL: no group budget */
 	char key[SB_VKEY_MAX];
 	char alias[SB_VKEY_MAX]; /* see sb_gateway_run.alias; "" when none */
 	struct sb_budget budget;
@@ -116,6 +126,7 @@ struct sb_gateway {
 	uint64_t wake_at; /* when the watchdog wakes next (ms, monotonic) */
 	struct gw_run *runs;
 	unsigned nruns;
+	struct gw_group *groups;
 	struct gw_conn *conns;
 	unsigned nconns;
 	uint64_t next_id;
@@ -200,12 +211,53 @@ static uint64_t now_ms(void)
 	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
+/* Drops a reference to g (gw->mu held); the last frees it. */
+static void group_unref_locked(sb_gateway *gw, struct gw_group *g)
+{
+	if (--g->refs)
+		return;
+	for (struct gw_group **p = &gw->groups; *p; p = &(*p)->next) {
+		if (*p == g) {
+			*p = g->next;
+			break;
+		}
+	}
+	free(g);
+}
+
+/* The group name of spec, its budget held by every run of it registered
+ * (gw->mu held): the one registered, else a new one with spec's budget
+ * and spent. NULL when out of memory. */
+static struct gw_group *group_ref_locked(sb_gateway *gw, const struct sb_gateway_run *spec)
+{
+	struct gw_group *g;
+
+	for (g = gw->groups; g; g = g->next) {
+		if (!strcmp(g->name, spec->group)) {
+			g->refs++;
+			return g;
+		}
+	}
+	if (!(g = calloc(1, sizeof *g)))
+		return NULL;
+	snprintf(g->name, sizeof g->name, "%s", spec->group);
+	g->budget.limit = spec->group_budget_nusd;
+	g->budget.spent = spec->group_spent_nusd;
+	g->exceeded = g->budget.spent >= g->budget.limit;
+	g->refs = 1;
+	g->next = gw->groups;
+	gw->groups = g;
+	return g;
+}
+
 static void run_unref(sb_gateway *gw, struct gw_run *r)
 {
 	int last;
 
 	pthread_mutex_lock(&gw->mu);
 	last = --r->refs == 0 && r->removed;
+	if (last && r->group)
+		group_unref_locked(gw, r->group);
 	pthread_mutex_unlock(&gw->mu);
 	if (!last)
 		return;
@@ -348,6 +400,8 @@ static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t co
 	k->settled = 1;
 	pthread_mutex_lock(&gw->mu);
 	sb_budget_settle(&r->budget, k->reservation, cost);
+	if (r->group)
+		sb_budget_settle(&r->group->budget, k->reservation, cost);
 	total = r->budget.spent;
 	pthread_mutex_unlock(&gw->mu);
 
@@ -381,10 +435,24 @@ static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t co
 		gw->on_call(gw->ctx, r->id);
 }
 
-/* The run cannot pay for calls any more: budget.exceeded once, then the
- * run's policy. */
-static void budget_spent(sb_gateway *gw, struct gw_run *r)
+/* 1 when r's group budget is spent (and r's own is not). */
+static int group_spent(sb_gateway *gw, struct gw_run *r)
 {
+	int spent;
+
+	pthread_mutex_lock(&gw->mu);
+	spent = r->group && r->group->budget.spent >= r->group->budget.limit &&
+		r->budget.spent < r->budget.limit;
+	pthread_mutex_unlock(&gw->mu);
+	return spent;
+}
+
+/* The run cannot pay for calls any more (by_group: its group's budget is
+ * spent): budget.exceeded once, then the run's policy. */
+static void budget_spent(sb_gateway *gw, struct gw_run *r, int by_group)
+{
+	const struct sb_budget *bd = by_group ? &r->group->budget : &r->budget;
+	char group[SB_RUN_MAX] = "";
 	msgpack_sbuffer b;
 	msgpack_packer pk;
 	struct sb_event ev;
@@ -394,16 +462,22 @@ static void budget_spent(sb_gateway *gw, struct gw_run *r)
 	pthread_mutex_lock(&gw->mu);
 	first = !r->exceeded;
 	r->exceeded = 1;
-	limit = r->budget.limit;
-	spent = r->budget.spent;
+	limit = bd->limit;
+	spent = bd->spent;
+	if (by_group)
+		snprintf(group, sizeof group, "%s", r->group->name);
 	pthread_mutex_unlock(&gw->mu);
 	if (!first)
 		return;
 	msgpack_sbuffer_init(&b);
 	msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 2);
+	msgpack_pack_map(&pk, by_group ? 4 : 2);
 	sb_pack_ku64(&pk, "budget_nusd", limit);
 	sb_pack_ku64(&pk, "spent_nusd", spent);
+	if (by_group) {
+		sb_pack_kstr(&pk, "scope", "group");
+		sb_pack_kstr(&pk, "group", group);
+	}
 	if (b.data && sb_event_init(&ev, "budget.exceeded", r->id, SB_SRC_GATEWAY, b.data,
 				    b.size) == SB_OK)
 		append_events(gw, NULL, 0, &ev, 1);
@@ -662,7 +736,7 @@ static void stream_finish(struct gw_call *k)
 
 	if (k->cut) {
 		call_end_unmetered(k);
-		budget_spent(k->gw, k->run);
+		budget_spent(k->gw, k->run, group_spent(k->gw, k->run));
 	} else if (k->status == 200) {
 		u.known = u.known && k->result == CURLE_OK; /* broken off: not trusted */
 		call_end_answered(k, &u);
@@ -1029,6 +1103,8 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 	const struct gw_model *m;
 	struct sb_mreq mr;
 	enum sb_grant g;
+	int by_group = 0;
+	const char *whose;
 	char allowed[512];
 	enum MHD_Result ret;
 	int rc;
@@ -1076,26 +1152,28 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 	k->answer.max = ANSWER_MAX;
 	k->pend.max = SIZE_MAX;
 	pthread_mutex_lock(&gw->mu);
-	g = sb_budget_reserve(&r->budget, &m->m,
-			      rq->body.b.size + mr.images * SB_IMAGE_TOKENS,
-			      mr.max_tokens, mr.choices, &k->granted, &k->reservation);
+	g = sb_budget_reserve_pair(&r->budget, r->group ? &r->group->budget : NULL, &m->m,
+				   rq->body.b.size + mr.images * SB_IMAGE_TOKENS,
+				   mr.max_tokens, mr.choices, &k->granted, &k->reservation,
+				   &by_group);
 	pthread_mutex_unlock(&gw->mu);
+	whose = by_group ? "group's" : "run's";
 	if (g == SB_GRANT_SPENT) {
-		budget_spent(gw, r);
-		ret = send_error(c, rq->route, 402, "the run's LLM budget is spent");
+		budget_spent(gw, r, by_group);
+		ret = send_error(c, rq->route, 402, "the %s LLM budget is spent", whose);
 		goto out_call;
 	}
 	if (g == SB_GRANT_CHOICES) {
 		ret = send_error(c, rq->route, 400,
-				 "the run's LLM budget left cannot pay for n=%u "
+				 "the %s LLM budget left cannot pay for n=%u "
 				 "choices: ask for fewer",
-				 mr.choices);
+				 whose, mr.choices);
 		goto out_call;
 	}
 	if (g == SB_GRANT_BUSY) {
 		ret = send_error(
 		    c, rq->route, 429,
-		    "the rest of the run's budget is held by calls in flight: retry");
+		    "the rest of the %s budget is held by calls in flight: retry", whose);
 		goto out_call;
 	}
 	k->run = r; /* the call owns the reference now */
@@ -1443,6 +1521,11 @@ int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec,
 				       r->id);
 			goto fail;
 		}
+	}
+	if (spec->group && spec->group[0] && spec->group_budget_nusd &&
+	    !(r->group = group_ref_locked(gw, spec))) {
+		pthread_mutex_unlock(&gw->mu);
+		goto fail;
 	}
 	r->refs = 1; /* the list's reference */
 	r->next = gw->runs;

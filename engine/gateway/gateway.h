@@ -29,9 +29,9 @@
  *
  * Answers of the gateway itself: 400 bad request (or a refused field, or
  * an n the budget left cannot pay for), 401 unknown key, 403
- * model not allowed (or the key of another run), 402 budget spent (then
- * budget.exceeded is written once and, if the run's policy says so,
- * on_budget is called), 413 body above 16 MiB, 429 the rest of the budget
+ * model not allowed (or the key of another run), 402 budget spent, the
+ * run's or its group's (then budget.exceeded is written once and, if the
+ * run's policy says so, on_budget is called), 413 body above 16 MiB, 429 the rest of the budget
  * is held by calls in flight (retry), 502 the provider is unreachable.
  */
 #ifndef SB_GATEWAY_H
@@ -85,6 +85,13 @@ struct sb_gateway_run {
 	uint64_t budget_nusd;
 	uint64_t spent_nusd; /* spent already (a run registered again) */
 	int stop_on_budget;  /* 1: call on_budget once it is spent */
+	/* Its group (or NULL) and the group's budget (0: none): every call
+	 * of the group's registered runs is reserved against both budgets,
+	 * and the group's is kept while any of them is registered (a run
+	 * registered later takes it as it is). group_spent_nusd: what the
+	 * group spent already, when it is registered first. */
+	const char *group;
+	uint64_t group_budget_nusd, group_spent_nusd;
 	const struct sb_gateway_model *models;
 	size_t nmodels;
 };

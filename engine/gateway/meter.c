@@ -535,12 +535,12 @@ uint64_t sb_sse_meter_output(const struct sb_sse_meter *m)
 	return (m->out_bytes + 3) / 4;
 }
 
-enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m,
-				uint64_t in_bytes, uint64_t want_out, unsigned choices,
-				uint64_t *out_tokens, uint64_t *reservation)
+/* The grant of one call from what is left to pay: total (the limit less
+ * what is spent) and avail (total less what calls in flight hold). */
+static enum sb_grant grant_of(uint64_t total, uint64_t avail, const struct sb_model *m,
+			      uint64_t in_bytes, uint64_t want_out, unsigned choices,
+			      uint64_t *out_tokens, uint64_t *reservation)
 {
-	uint64_t total = b->limit > b->spent ? b->limit - b->spent : 0;
-	uint64_t avail = total > b->reserved ? total - b->reserved : 0;
 	uint64_t in_cost = sb_model_cost(m, in_bytes, 0, 0);
 	uint64_t in_cached = sb_model_cost(m, in_bytes, in_bytes, 0);
 	uint64_t want = want_out ? want_out : m->max_output;
@@ -566,7 +566,54 @@ enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m,
 	}
 	*out_tokens = grant;
 	*reservation = in_cost + sb_model_cost(m, 0, 0, grant * choices);
-	b->reserved += *reservation;
+	return SB_GRANT_OK;
+}
+
+static uint64_t budget_total(const struct sb_budget *b)
+{
+	return b->limit > b->spent ? b->limit - b->spent : 0;
+}
+
+static uint64_t budget_avail(const struct sb_budget *b)
+{
+	uint64_t total = budget_total(b);
+
+	return total > b->reserved ? total - b->reserved : 0;
+}
+
+enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m,
+				uint64_t in_bytes, uint64_t want_out, unsigned choices,
+				uint64_t *out_tokens, uint64_t *reservation)
+{
+	return sb_budget_reserve_pair(b, NULL, m, in_bytes, want_out, choices, out_tokens,
+				      reservation, NULL);
+}
+
+enum sb_grant sb_budget_reserve_pair(struct sb_budget *a, struct sb_budget *b,
+				     const struct sb_model *m, uint64_t in_bytes,
+				     uint64_t want_out, unsigned choices,
+				     uint64_t *out_tokens, uint64_t *reservation, int *by_b)
+{
+	uint64_t total = budget_total(a), avail = budget_avail(a);
+	enum sb_grant g;
+	int tight_total = 0, tight_avail = 0;
+
+	if (b && budget_total(b) < total) {
+		total = budget_total(b);
+		tight_total = 1;
+	}
+	if (b && budget_avail(b) < avail) {
+		avail = budget_avail(b);
+		tight_avail = 1;
+	}
+	g = grant_of(total, avail, m, in_bytes, want_out, choices, out_tokens, reservation);
+	if (by_b)
+		*by_b = g == SB_GRANT_BUSY ? tight_avail : tight_total;
+	if (g != SB_GRANT_OK)
+		return g;
+	a->reserved += *reservation;
+	if (b)
+		b->reserved += *reservation;
 	return SB_GRANT_OK;
 }
 

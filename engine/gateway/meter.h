@@ -99,7 +99,7 @@ uint64_t sb_sse_meter_output(const struct sb_sse_meter *m);
 /* Frees the meter's buffer. */
 void sb_sse_meter_free(struct sb_sse_meter *m);
 
-/* One run's budget. All amounts are nano-USD. The caller serialises access
+/* One run's (or group's) budget. All amounts are nano-USD. The caller serialises access
  * (the gateway holds its lock). */
 struct sb_budget {
 	uint64_t limit, spent, reserved;
@@ -128,6 +128,16 @@ enum sb_grant {
 enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m,
 				uint64_t in_bytes, uint64_t want_out, unsigned choices,
 				uint64_t *out_tokens, uint64_t *reservation);
+
+/* As sb_budget_reserve, against two budgets at once (a run's, a and its
+ * group's, b; b NULL: a alone): the call is granted what both can pay,
+ * and its reservation is held in both (each settled with
+ * sb_budget_settle). *by_b (may be NULL) is set, when the call is not
+ * granted all it asked for or at all, to 1 when b is what limits it. */
+enum sb_grant sb_budget_reserve_pair(struct sb_budget *a, struct sb_budget *b,
+				     const struct sb_model *m, uint64_t in_bytes,
+				     uint64_t want_out, unsigned choices,
+				     uint64_t *out_tokens, uint64_t *reservation, int *by_b);
 
 /* Ends a call: gives its reservation back and adds its cost. */
 void sb_budget_settle(struct sb_budget *b, uint64_t reservation, uint64_t cost);

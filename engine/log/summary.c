@@ -399,6 +399,11 @@ static void sum_warning(struct sum *s, const struct sb_event *ev, const msgpack_
 
 static void sum_budget(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
+	if (sb_map_get(p, "group")) {
+		put(s, "group ");
+		field(s, p, "group");
+		put(s, " ");
+	}
 	put(s, "spent ");
 	put_usd(s, u64(p, "spent_nusd"));
 	put(s, " of ");

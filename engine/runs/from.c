@@ -110,6 +110,8 @@ void sb_runs_reattach(struct sb_runs *rs, const char *run)
 	if (rs->env.runner->interrupted)
 		r->thaw_due = rs->env.runner->interrupted(r->m, rec.saved);
 	sb_costs_get(rs->env.proj, "run", run, &cost);
+	if (sb_run_group_spent(r)) /* unread: counted as spent, so that no */
+		r->key.group_spent = r->plan.access.group_budget_nusd; /* call passes it */
 	if ((rec.forked_from[0] &&
 	     (rc = sb_run_vkey_derive(rs->env.home, rec.forked_from, r->key.alias))) ||
 	    (rc = sb_run_vkey_derive(rs->env.home, run, r->key.vkey)) ||
@@ -216,6 +218,7 @@ static void from_job(void *ctx)
 	    (rc = sb_plan_load_template(rs->env.home, &r->plan)) ||
 	    (rc = sb_access_arm(rs->env.home, rs->env.stubs, &r->plan.access)) ||
 	    (rc = sb_run_vkey_derive(rs->env.home, r->id, r->key.vkey)) ||
+	    (rc = sb_run_group_spent(r)) ||
 	    (!r->from.resume && r->from.memory_bytes &&
 	     (rc = sb_run_vkey_derive(rs->env.home, r->from.run, r->key.alias)))) {
 		r->create.rc = rc;

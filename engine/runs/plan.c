@@ -211,6 +211,8 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 		snprintf(p->name, sizeof p->name, "%s", run);
 	if ((rc = sb_access_resolve(c->home, c->stubs, spec, &p->t, &p->access)))
 		return rc;
+	if (p->access.group_budget_nusd && !p->group[0])
+		return sb_seterr(SB_ERR_INVAL, "a group budget needs a group: set group");
 	/* what the guest is given is masked in what it records */
 	for (size_t i = 0; i < p->access.ngrants; i++) {
 		const struct sb_access_grant *g = &p->access.grants[i];
@@ -245,7 +247,7 @@ void sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk)
 {
 	char hex[SB_HASH_HEX];
 
-	msgpack_pack_map(pk, 15 + 2 + 6 + 1);
+	msgpack_pack_map(pk, 15 + 2 + sb_access_policy_pairs(&p->access) + 1);
 	sb_pack_ku64(pk, "plan", SB_PLAN_VERSION);
 	sb_pack_kstr(pk, "template_hash", p->t.hash);
 	sb_pack_kstr(pk, "kernel", p->t.kernel_version);
@@ -272,7 +274,7 @@ void sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk)
 	sb_pack_ku64(pk, "record_quota", p->record_quota);
 	sb_pack_ku64(pk, "input_bytes", p->input_bytes);
 	sb_netpolicy_pack(&p->net, pk);	       /* 2 pairs */
-	sb_access_pack_policy(&p->access, pk); /* 6 pairs */
+	sb_access_pack_policy(&p->access, pk);
 	sb_pack_kstr(pk, "run", p->run);
 }
 

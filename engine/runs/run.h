@@ -49,6 +49,8 @@ struct sb_run_key {
 	char alias[SB_VKEY_MAX]; /* a memory fork: its parent's key, which its
 				  * continued processes hold; or "" */
 	int registered;		 /* known to the gateway */
+	uint64_t group_spent;	 /* what its group spent when it was created
+				  * or taken up (a group budget only) */
 	uint64_t refused;	 /* tunnel connections the gateway refused */
 	double warned_at;
 };
@@ -140,6 +142,10 @@ int sb_run_spec_pack(struct run *r);
 /* Registers r with the gateway (budget spent so far: spent) and opens its
  * guest channel. Errors: the gateway's, SB_ERR_NOMEM. */
 int sb_run_connect(struct run *r, uint64_t spent);
+/* Sets r->key.group_spent from the costs projection, caught up, when r's
+ * plan has a group budget. On a worker (or before serving). Errors: the
+ * projections'. */
+int sb_run_group_spent(struct run *r);
 /* Timer callbacks (ctx: the run): its timeout, its boot's deadline. */
 void sb_run_on_timeout(void *ctx);
 void sb_run_on_boot_deadline(void *ctx);

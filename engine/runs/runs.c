@@ -846,6 +846,20 @@ static int run_snapper(struct run *r)
 	return rc;
 }
 
+int sb_run_group_spent(struct run *r)
+{
+	struct sb_cost cost = {0};
+	int rc;
+
+	if (!r->plan.access.group_budget_nusd)
+		return SB_OK;
+	if ((rc = sb_projector_catch_up(r->rs->env.proj, NULL)) ||
+	    (rc = sb_costs_get(r->rs->env.proj, "group", r->plan.group, &cost)))
+		return rc;
+	r->key.group_spent = cost.cost_nusd;
+	return SB_OK;
+}
+
 /* Registers r with the gateway (spent: what the run spent already) and
  * opens its guest channel, masking its env-scope secrets and its key. */
 int sb_run_connect(struct run *r, uint64_t spent)
@@ -862,6 +876,9 @@ int sb_run_connect(struct run *r, uint64_t spent)
 	gr.budget_nusd = a->budget_nusd;
 	gr.spent_nusd = spent;
 	gr.stop_on_budget = a->stop_on_budget;
+	gr.group = r->plan.group;
+	gr.group_budget_nusd = a->group_budget_nusd;
+	gr.group_spent_nusd = r->key.group_spent;
 	gr.models = a->models;
 	gr.nmodels = a->nmodels;
 	if ((rc = sb_gateway_run_add(rs->env.gateway, &gr, r->key.vkey)))
@@ -952,7 +969,8 @@ static void create_job(void *ctx)
 
 	sb_clearerr();
 	if ((rc = sb_plan_resolve(&pc, r->id, r->create.spec, &r->plan)) ||
-	    (rc = sb_run_vkey_derive(rs->env.home, r->id, r->key.vkey))) {
+	    (rc = sb_run_vkey_derive(rs->env.home, r->id, r->key.vkey)) ||
+	    (rc = sb_run_group_spent(r))) {
 		r->create.rc = rc;
 		goto out;
 	}

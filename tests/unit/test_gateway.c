@@ -873,6 +873,94 @@ static void test_hostile_fields_concurrent(void **state)
 	sb_gateway_run_remove(gw, "run-hf-race");
 }
 
+/* A group's budget, shared by four runs whose own budgets are larger:
+ * sixteen threads racing hostile calls on them never make the provider
+ * produce more than the group's budget, and the refusal names the group. */
+struct grp_racer {
+	char run[32];
+	const char *key;
+	unsigned seed;
+	int bad, group_402;
+};
+
+static void *grp_race_main(void *arg)
+{
+	struct grp_racer *h = arg;
+	struct resp *r = malloc(sizeof *r);
+
+	assert_non_null(r);
+	for (size_t k = 0; k < 2 * NHOSTILE; k++) {
+		hostile_call(h->run, h->key, &hostile[(h->seed + k) % NHOSTILE], 1, r);
+		h->bad |= r->status != 200 && r->status != 400 && r->status != 402 &&
+			  r->status != 429;
+		h->group_402 |= r->status == 402 && strstr(r->body, "group's") != NULL;
+	}
+	free(r);
+	return NULL;
+}
+
+static void test_group_budget_concurrent(void **state)
+{
+	struct sb_gateway_model ms[1] = {model("many", 4096, NULL)};
+	const uint64_t group_budget = 2 * HF_BUDGET;
+	static char keys[4][SB_VKEY_MAX];
+	static struct ev evs[512];
+	struct grp_racer hs[16];
+	pthread_t th[16];
+	uint64_t sum = 0;
+	long mark = stub_mark();
+	int group_402 = 0, exceeded = 0;
+
+	for (int i = 0; i < 4; i++) {
+		char run[32];
+		snprintf(run, sizeof run, "run-grp-%d", i);
+		struct sb_gateway_run gr = {.run = run,
+					    .budget_nusd = 5 * HF_BUDGET,
+					    .group = "grp-race",
+					    .group_budget_nusd = group_budget,
+					    .models = ms,
+					    .nmodels = 1};
+		assert_int_equal(sb_gateway_run_add(gw, &gr, keys[i]), SB_OK);
+	}
+	for (unsigned i = 0; i < 16; i++) {
+		hs[i] = (struct grp_racer){.key = keys[i % 4], .seed = i};
+		snprintf(hs[i].run, sizeof hs[i].run, "run-grp-%u", i % 4);
+		assert_int_equal(pthread_create(&th[i], NULL, grp_race_main, &hs[i]), 0);
+	}
+	for (int i = 0; i < 16; i++) {
+		pthread_join(th[i], NULL);
+		assert_false(hs[i].bad);
+		group_402 |= hs[i].group_402;
+	}
+	for (int i = 0; i < 4; i++) {
+		char run[32];
+		const struct ev *e;
+		size_t n;
+		snprintf(run, sizeof run, "run-grp-%d", i);
+		n = run_events(run, evs, 512);
+		for (size_t k = 0; k < n; k++)
+			if (!strcmp(evs[k].type, "agent.usage.updated"))
+				sum += sb_map_u64(&evs[k].p, "cost_nusd", 0);
+		if ((e = find_type(evs, n, "budget.exceeded", 0))) {
+			char scope[16] = "", group[32] = "";
+			sb_map_str(&e->p, "scope", scope, sizeof scope);
+			sb_map_str(&e->p, "group", group, sizeof group);
+			assert_string_equal(scope, "group");
+			assert_string_equal(group, "grp-race");
+			assert_int_equal(sb_map_u64(&e->p, "budget_nusd", 0), group_budget);
+			exceeded++;
+		}
+		events_free(evs, n);
+		sb_gateway_run_remove(gw, run);
+	}
+	/* what the provider produced is what was recorded, within the group's */
+	assert_int_equal(stub_billed(mark), sum);
+	assert_true(sum <= group_budget);
+	assert_true(sum > group_budget / 2); /* it was spent, not refused early */
+	assert_true(group_402);
+	assert_true(exceeded > 0);
+}
+
 /* --- raw sockets on gateway connections --- */
 
 /* A connection of run to gateway g, as a raw socket. */
@@ -1753,6 +1841,7 @@ int main(void)
 	    cmocka_unit_test(test_hostile_fields_never_overspend),
 	    cmocka_unit_test(test_choices_reserved),
 	    cmocka_unit_test(test_hostile_fields_concurrent),
+	    cmocka_unit_test(test_group_budget_concurrent),
 	    cmocka_unit_test(test_connection_tied_to_its_run),
 	    cmocka_unit_test(test_alias_on_own_connections),
 	    cmocka_unit_test(test_errors),
