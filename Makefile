@@ -75,6 +75,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libsanbox.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
 
+# The run manager's tests drive it through the fake runner (machines as threads).
+$(BUILD)/tests/test_runs: $(BUILD)/obj/tests/unit/fakerunner.o
+
 $(BUILD)/bench/%: $(BUILD)/obj/tests/bench/%.o $(BUILD)/libsanbox.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
