@@ -1,18 +1,17 @@
 /* judged.c - the TLS and HTTP connections of hostname grants, read by the
- * judge (judge.h) on the net loop.
+ * judge on the enforcer's loop (see judged.h).
  *
- * nftables queues (nft.h's chain judge) the packets of a connection to a
- * granted name's address on a TLS port, both ways, while its conntrack
- * mark says it is judged; on an HTTP port, the guest's that carry data or
- * flags, for as long as the connection lasts, but for a long body's: the
- * judge puts its sequence numbers in the run's set b4/b6 (a bypass) and
- * they go past. One queue serves all runs of the enforcer: a packet's run
- * is the one whose tap it came in on (the guest's), or whose guest it
- * goes to (the server's). Each connection's verdicts come from its judge;
- * a TLS connection let go is remembered (its key and name) so that after a
+ * nftables queues the packets of a connection to a granted name's address
+ * on a TLS port, both ways, while its conntrack mark says it is judged; on
+ * an HTTP port, the guest's that carry data or flags, for as long as the
+ * connection lasts, but for a long body's: the judge puts its sequence
+ * numbers in the run's set b4/b6 (a bypass) and they go past. A TLS
+ * connection let go is remembered (its key and name) so that after a
  * change of grants, which gives the run a new mark and so brings its
  * connections back here, it goes on only while its name is granted.
  */
+#include "netpolicy/judged.h"
+
 #include <arpa/inet.h>
 #include <net/if.h>
 #include <stdio.h>
@@ -23,9 +22,12 @@
 
 #include "engine/error.h"
 #include "netpolicy/judge.h"
-#include "netpolicy/netrun.h"
 #include "netpolicy/nfq.h"
 
+#define HEAD_S	     10.0 /* a judged connection names its host within this */
+#define CONNS_MAX    64	  /* connections of a run the judge reads at once */
+#define HELD_MAX     16	  /* packets of one it keeps waiting */
+#define PASSED_MAX   1024 /* connections of a run it let go, remembered */
 #define QUEUE_LEN    16384	  /* packets the kernel holds for it: 16 runs' most */
 #define BYPASS_MIN   (256 * 1024) /* a body this long goes past the judge */
 #define BYPASS_SPAN  (1u << 30)	  /* ... this much of it at a time */
@@ -42,7 +44,8 @@ struct conn_key {
 
 struct bypass;
 
-struct judged {
+/* A connection being judged. */
+struct conn {
 	struct conn_key k;
 	double since, last;	       /* its first packet, its last */
 	double closed;		       /* the guest's FIN (0: none yet) */
@@ -51,7 +54,7 @@ struct judged {
 	int nobypass;		       /* one could not be made: no more */
 	uint32_t guest_next, srv_next; /* the next sequence number of each */
 	int srv_seen;
-	uint32_t held[NET_JUDGE_HELD];
+	uint32_t held[HELD_MAX];
 	size_t nheld;
 	struct sb_judge j;
 };
@@ -61,13 +64,40 @@ struct passed {
 	char name[SB_NET_HOST_MAX];
 };
 
+/* The enforcer's queue. */
+struct sb_judged {
+	struct sb_judged_config c;
+	sb_nfq *nfq;
+	uint16_t num;	 /* its number */
+	int raw4, raw6;	 /* raw sockets for resets (-1: none) */
+	sb_watch *w;	 /* (loop) */
+	sb_judged_run *runs; /* (loop) the runs being judged */
+};
+
+/* A run's connections. */
+struct sb_judged_run {
+	sb_judged *q; /* its queue */
+	const struct sb_judged_ops *ops;
+	void *ctx;
+	char id[16];
+	unsigned tap_index; /* its tap's ifindex */
+	int has4, has6;	    /* its guest's addresses: */
+	uint8_t guest4[4], guest6[16];
+	struct conn *judging[CONNS_MAX]; /* its connections read now */
+	size_t njudging;
+	struct bypass *bypasses; /* the bodies that go past the judge */
+	struct passed *passed;	 /* PASSED_MAX of those let go, a ring */
+	size_t npassed, passed_next;
+	sb_judged_run *next; /* its queue's runs */
+};
+
 /* A body's bypass: its element in the run's set b4/b6, from the job that
  * adds it to the one that takes it out (or its timeout). While it may be
  * there, its connection's judge is fenced (sb_judge_fence). */
 struct bypass {
 	struct bypass *next; /* the run's list */
-	struct net_run *r;
-	struct judged *c; /* NULL once the connection is forgotten */
+	sb_judged_run *r;
+	struct conn *c; /* NULL once the connection is forgotten */
 	struct sb_nft_body b;
 	uint32_t span;	/* bytes from b.first the element is for */
 	double expires; /* its element is gone by then, whatever happened */
@@ -147,25 +177,31 @@ static void key_fill(struct packet *pk, int from_guest)
 	pk->s.from_guest = from_guest;
 }
 
-static int is_guest(const struct net_run *r, int family, const uint8_t *a)
+static int is_guest(const sb_judged_run *r, int family, const uint8_t *a)
 {
 	return family == 4 ? r->has4 && !memcmp(a, r->guest4, 4)
 			   : r->has6 && !memcmp(a, r->guest6, 16);
 }
 
 /* A failed verdict needs nothing: the kernel drops the packet in time. */
-static void verdict(sb_net *n, uint32_t id, enum sb_nfq_verdict v, uint32_t mark)
+static void verdict(sb_judged *q, uint32_t id, enum sb_nfq_verdict v, uint32_t mark)
 {
-	(void)sb_nfq_verdict(n->nfq, id, v, mark);
+	(void)sb_nfq_verdict(q->nfq, id, v, mark);
 }
 
-static void report(struct net_run *r, const struct conn_key *k, const char *name,
+static void report(sb_judged_run *r, const struct conn_key *k, const char *name,
 		   const char *why)
 {
 	char dst[INET6_ADDRSTRLEN];
 
 	inet_ntop(k->family == 4 ? AF_INET : AF_INET6, k->server, dst, sizeof dst);
-	net_agg_add(r, SB_NET_DENIED, dst, k->sport, "tcp", name, why, NULL, 1);
+	r->ops->denied(r->ctx, dst, k->sport, "tcp", name, why);
+}
+
+/* 1 when name is granted to r on TCP port. */
+static int granted(const sb_judged_run *r, const char *name, uint16_t port)
+{
+	return r->ops->granted(r->ctx, name, 0, port);
 }
 
 static void bypass_job(void *ctx);
@@ -174,14 +210,16 @@ static void bypass_free(struct bypass *by);
 /* Starts by's job: adding its element (add 1) or taking it out. */
 static void bypass_submit(struct bypass *by, int add)
 {
+	sb_judged_run *r = by->r;
+
 	by->add = add;
 	by->busy = 1;
-	net_busy(by->r);
-	if (sb_work_submit(by->r->n->c.work, bypass_job, by)) {
+	r->ops->hold(r->ctx);
+	if (sb_work_submit(r->q->c.work, bypass_job, by)) {
 		by->busy = 0;
-		net_idle(by->r);
 		if (add)
 			bypass_free(by); /* never in; else it goes at its timeout */
+		r->ops->release(r->ctx);
 	}
 }
 
@@ -203,36 +241,37 @@ static void bypass_free(struct bypass *by)
 static void bypass_done(void *ctx)
 {
 	struct bypass *by = ctx;
-	struct net_run *r = by->r;
+	sb_judged_run *r = by->r;
 
 	by->busy = 0;
 	if (by->orphan) {
 		bypass_free(by);
 	} else if (by->add && by->rc == SB_OK) {
 		by->in = 1;
-		by->expires = sb_loop_now(r->n->loop) + BYPASS_S + 1;
+		by->expires = sb_loop_now(r->q->c.loop) + BYPASS_S + 1;
 		if (by->unwanted || !by->c)
 			bypass_submit(by, 0);
 	} else if (by->add || by->rc == SB_OK) {
 		if (by->add && by->c)
 			by->c->nobypass = 1; /* the judge reads it all */
 		bypass_free(by);	     /* never in, or taken out */
-	} /* else it goes at its timeout (judge_sweep) */
-	net_idle(r);
+	} /* else it goes at its timeout (sb_judged_run_sweep) */
+	r->ops->release(r->ctx);
 }
 
 static void bypass_job(void *ctx)
 {
 	struct bypass *by = ctx;
+	sb_judged *q = by->r->q;
 
-	by->rc = sb_nft_body_set(by->r->n->nft, by->r->id, &by->b, by->add, BYPASS_S);
-	if (sb_loop_post(by->r->n->loop, bypass_done, by))
-		by->busy = 0; /* the loop is closing: judge_stop frees it */
+	by->rc = sb_nft_body_set(q->c.nft, by->r->id, &by->b, by->add, BYPASS_S);
+	if (sb_loop_post(q->c.loop, bypass_done, by))
+		by->busy = 0; /* the loop is closing: sb_judged_run_stop frees it */
 }
 
 /* After c's guest segment went through: a long body the judge need not
  * read gets a bypass; one the judge read past loses it. */
-static void bypass_check(struct net_run *r, struct judged *c)
+static void bypass_check(sb_judged_run *r, struct conn *c)
 {
 	struct bypass *by = c->by;
 	uint32_t seq;
@@ -267,13 +306,14 @@ static void bypass_check(struct net_run *r, struct judged *c)
 	bypass_submit(by, 1);
 }
 
-/* Forgets c: its waiting packets are dropped, its bypass taken out. */
-static void judged_free(struct net_run *r, size_t i)
+/* Forgets connection i: its waiting packets are dropped, its bypass taken
+ * out. */
+static void conn_free(sb_judged_run *r, size_t i)
 {
-	struct judged *c = r->judging[i];
+	struct conn *c = r->judging[i];
 
 	for (size_t h = 0; h < c->nheld; h++)
-		verdict(r->n, c->held[h], SB_NFQ_DROP, 0);
+		verdict(r->q, c->held[h], SB_NFQ_DROP, 0);
 	if (c->by) {
 		c->by->c = NULL;
 		if (c->by->in && !c->by->busy)
@@ -283,54 +323,54 @@ static void judged_free(struct net_run *r, size_t i)
 	r->judging[i] = r->judging[--r->njudging];
 }
 
-static void rst_send(sb_net *n, const struct judged *c, int to_server, uint32_t seq);
+static void rst_send(sb_judged *q, const struct conn *c, int to_server, uint32_t seq);
 
 /* Refuses connection i: resets its guest (through packet id, segment s)
  * and, when s is the guest's, its server; reports why. */
-static void kill_conn(struct net_run *r, size_t i, uint32_t id,
+static void kill_conn(sb_judged_run *r, size_t i, uint32_t id,
 		      const struct sb_judge_seg *s, const char *why)
 {
-	struct judged *c = r->judging[i];
+	struct conn *c = r->judging[i];
 
 	report(r, &c->k, c->j.name, why); /* before anything may set sb_errmsg */
 	if (s->from_guest)
-		rst_send(r->n, c, 1, s->seq);
-	verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_KILL);
-	judged_free(r, i);
+		rst_send(r->q, c, 1, s->seq);
+	verdict(r->q, id, SB_NFQ_REPEAT, SB_NFT_KILL);
+	conn_free(r, i);
 }
 
-static void passed_add(struct net_run *r, const struct judged *c)
+static void passed_add(sb_judged_run *r, const struct conn *c)
 {
 	struct passed *p = &r->passed[r->passed_next];
 
 	p->k = c->k;
 	snprintf(p->name, sizeof p->name, "%s", c->j.name);
-	r->passed_next = (r->passed_next + 1) % NET_PASSED_MAX;
-	if (r->npassed < NET_PASSED_MAX)
+	r->passed_next = (r->passed_next + 1) % PASSED_MAX;
+	if (r->npassed < PASSED_MAX)
 		r->npassed++;
 }
 
 /* A packet of no connection being judged: one let go before (the run's
  * grants changed since), or one the judge never saw. */
-static void unknown(struct net_run *r, const struct packet *pk, uint32_t id)
+static void unknown(sb_judged_run *r, const struct packet *pk, uint32_t id)
 {
 	for (size_t i = 0; i < r->npassed; i++) {
 		struct passed *p = &r->passed[i];
 		if (!key_eq(&p->k, &pk->k))
 			continue;
-		if (net_name_granted(r, p->name, 0, p->k.sport)) {
-			verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_PASS);
+		if (granted(r, p->name, p->k.sport)) {
+			verdict(r->q, id, SB_NFQ_REPEAT, SB_NFT_PASS);
 			return;
 		}
 		report(r, &p->k, p->name, "its grant was removed");
 		p->k.family = 0; /* forgotten */
 		break;
 	}
-	verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_KILL);
+	verdict(r->q, id, SB_NFQ_REPEAT, SB_NFT_KILL);
 }
 
 /* Keeps the next sequence number of each end, for a reset (rst_send). */
-static void seq_seen(struct judged *c, const struct sb_judge_seg *s)
+static void seq_seen(struct conn *c, const struct sb_judge_seg *s)
 {
 	uint32_t next = s->seq + (uint32_t)s->len + !!(s->flags & SB_TCP_SYN) +
 			!!(s->flags & SB_TCP_FIN);
@@ -373,7 +413,7 @@ static uint16_t tcp_sum(const uint8_t *src, const uint8_t *dst, size_t alen,
  * connection applies to it). The guest's: nothing when the server's next
  * sequence number is not known (the guest's SYN then meets nothing: it
  * gives up itself). */
-static void rst_send(sb_net *n, const struct judged *c, int to_server, uint32_t seq)
+static void rst_send(sb_judged *q, const struct conn *c, int to_server, uint32_t seq)
 {
 	uint8_t pkt[60] = {0}, *t;
 	size_t alen = c->k.family == 4 ? 4 : 16, ih = c->k.family == 4 ? 20 : 40;
@@ -383,7 +423,7 @@ static void rst_send(sb_net *n, const struct judged *c, int to_server, uint32_t 
 	uint16_t dport = to_server ? c->k.sport : c->k.gport;
 	uint32_t ack = to_server ? c->srv_next : c->guest_next;
 	struct sockaddr_storage to = {0};
-	int fd = c->k.family == 4 ? n->raw4 : n->raw6;
+	int fd = c->k.family == 4 ? q->raw4 : q->raw6;
 	uint16_t sum;
 
 	if (!c->srv_seen || fd < 0)
@@ -432,16 +472,16 @@ static void rst_send(sb_net *n, const struct judged *c, int to_server, uint32_t 
 
 /* A new connection of r, from the guest's SYN pk: NULL when there is no
  * room (reported). */
-static struct judged *judged_new(struct net_run *r, const struct packet *pk)
+static struct conn *conn_new(sb_judged_run *r, const struct packet *pk)
 {
-	struct judged *c;
+	struct conn *c;
 
-	if (r->njudging == NET_JUDGE_MAX || !(c = malloc(sizeof *c))) {
+	if (r->njudging == CONNS_MAX || !(c = malloc(sizeof *c))) {
 		report(r, &pk->k, "", "too many connections");
 		return NULL;
 	}
 	c->k = pk->k;
-	c->since = c->last = sb_loop_now(r->n->loop);
+	c->since = c->last = sb_loop_now(r->q->c.loop);
 	c->closed = c->held_since = 0;
 	c->by = NULL;
 	c->nobypass = 0;
@@ -454,10 +494,10 @@ static struct judged *judged_new(struct net_run *r, const struct packet *pk)
 }
 
 /* Judges packet id of connection i (segment s); 1 when i is gone. */
-static int judge_seg(struct net_run *r, size_t i, const struct sb_judge_seg *s,
+static int judge_seg(sb_judged_run *r, size_t i, const struct sb_judge_seg *s,
 		     uint32_t id)
 {
-	struct judged *c = r->judging[i];
+	struct conn *c = r->judging[i];
 	int rc = sb_judge_seg(&c->j, s);
 
 	while (rc == SB_JUDGE_NAME) {
@@ -466,49 +506,49 @@ static int judge_seg(struct net_run *r, size_t i, const struct sb_judge_seg *s,
 				  "names no host (TLS without SNI, HTTP without Host)");
 			return 1;
 		}
-		if (!net_name_granted(r, c->j.name, 0, c->k.sport)) {
+		if (!granted(r, c->j.name, c->k.sport)) {
 			kill_conn(r, i, id, s, "name not granted");
 			return 1;
 		}
 		for (size_t h = 0; h < c->nheld; h++) /* all of granted names */
-			verdict(r->n, c->held[h], SB_NFQ_ACCEPT, 0);
+			verdict(r->q, c->held[h], SB_NFQ_ACCEPT, 0);
 		c->nheld = 0;
 		rc = sb_judge_allow(&c->j, s);
 	}
 	switch (rc) {
 	case SB_JUDGE_ACCEPT:
-		verdict(r->n, id, SB_NFQ_ACCEPT, 0);
+		verdict(r->q, id, SB_NFQ_ACCEPT, 0);
 		if (c->j.http && s->from_guest)
 			bypass_check(r, c);
 		break;
-	case SB_JUDGE_DROP: verdict(r->n, id, SB_NFQ_DROP, 0); break;
+	case SB_JUDGE_DROP: verdict(r->q, id, SB_NFQ_DROP, 0); break;
 	case SB_JUDGE_HOLD:
-		if (c->nheld == NET_JUDGE_HELD) {
+		if (c->nheld == HELD_MAX) {
 			kill_conn(r, i, id, s,
 				  c->j.http ? "its request head came in too many pieces"
 					    : "its ClientHello came in too many pieces");
 			return 1;
 		}
 		if (!c->nheld)
-			c->held_since = sb_loop_now(r->n->loop);
+			c->held_since = sb_loop_now(r->q->c.loop);
 		c->held[c->nheld++] = id;
 		break;
 	case SB_JUDGE_AWAIT: /* the server's answer comes here too */
-		verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_BOTH);
+		verdict(r->q, id, SB_NFQ_REPEAT, SB_NFT_BOTH);
 		break;
 	case SB_JUDGE_PASS:
 		passed_add(r, c);
-		verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_PASS);
-		judged_free(r, i);
+		verdict(r->q, id, SB_NFQ_REPEAT, SB_NFT_PASS);
+		conn_free(r, i);
 		return 1;
 	default: kill_conn(r, i, id, s, sb_errmsg(rc)); return 1;
 	}
 	return 0;
 }
 
-static void judge_packet(struct net_run *r, const struct packet *pk, uint32_t id)
+static void judge_packet(sb_judged_run *r, const struct packet *pk, uint32_t id)
 {
-	struct judged *c;
+	struct conn *c;
 	size_t i;
 
 	for (i = 0; i < r->njudging; i++)
@@ -520,34 +560,34 @@ static void judge_packet(struct net_run *r, const struct packet *pk, uint32_t id
 			unknown(r, pk, id);
 			return;
 		}
-		if (!judged_new(r, pk)) {
-			verdict(r->n, id, SB_NFQ_REPEAT, SB_NFT_KILL);
+		if (!conn_new(r, pk)) {
+			verdict(r->q, id, SB_NFQ_REPEAT, SB_NFT_KILL);
 			return;
 		}
 	}
 	c = r->judging[i];
-	c->last = sb_loop_now(r->n->loop);
+	c->last = sb_loop_now(r->q->c.loop);
 	seq_seen(c, &pk->s);
 	if (judge_seg(r, i, &pk->s, id) || !c->j.http || !pk->s.from_guest)
 		return;
 	if (pk->s.flags & SB_TCP_RST)
-		judged_free(r, i); /* it ends here */
+		conn_free(r, i); /* it ends here */
 	else if ((pk->s.flags & SB_TCP_FIN) && !c->closed)
 		c->closed = c->last;
 }
 
 static void on_packet(void *ctx, const struct sb_nfq_pkt *p)
 {
-	sb_net *n = ctx;
+	sb_judged *q = ctx;
 	struct packet pk;
-	struct net_run *r;
+	sb_judged_run *r;
 
 	if (!packet_read(p->data, p->len, &pk)) {
-		verdict(n, p->id, SB_NFQ_DROP, 0);
+		verdict(q, p->id, SB_NFQ_DROP, 0);
 		return;
 	}
 	/* the guest's, by the link it came in on; else the server's */
-	for (r = n->runs; r; r = r->next) {
+	for (r = q->runs; r; r = r->next) {
 		if (p->indev && p->indev == r->tap_index &&
 		    is_guest(r, pk.k.family, pk.src)) {
 			key_fill(&pk, 1);
@@ -559,7 +599,7 @@ static void on_packet(void *ctx, const struct sb_nfq_pkt *p)
 		}
 	}
 	if (!r) {
-		verdict(n, p->id, SB_NFQ_DROP, 0);
+		verdict(q, p->id, SB_NFQ_DROP, 0);
 		return;
 	}
 	judge_packet(r, &pk, p->id);
@@ -567,69 +607,94 @@ static void on_packet(void *ctx, const struct sb_nfq_pkt *p)
 
 static void on_queue(void *ctx, int revents)
 {
-	sb_net *n = ctx;
+	sb_judged *q = ctx;
 
 	(void)revents;
-	sb_nfq_read(n->nfq, on_packet, n); /* ENOBUFS: the kernel dropped some */
+	sb_nfq_read(q->nfq, on_packet, q); /* ENOBUFS: the kernel dropped some */
 }
 
 static void queue_watch(void *ctx)
 {
-	sb_net *n = ctx;
+	sb_judged *q = ctx;
 
-	n->nfq_w = sb_loop_io(n->loop, sb_nfq_fd(n->nfq), SB_READ, on_queue, n);
+	q->w = sb_loop_io(q->c.loop, sb_nfq_fd(q->nfq), SB_READ, on_queue, q);
 }
 
-int judge_open(sb_net *n)
+int sb_judged_open(const struct sb_judged_config *c, sb_judged **out)
 {
+	sb_judged *q = calloc(1, sizeof *q);
 	int rc;
 
-	if (!n->nfq) {
-		if (n->raw4 < 0)
-			n->raw4 = socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
-		if (n->raw6 < 0)
-			n->raw6 = socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
-		if ((rc = sb_nfq_open(SB_NFQ_ENFORCER_FIRST, SB_NFQ_ENFORCER_COUNT,
-				      QUEUE_LEN, &n->nfq, &n->nfq_num)))
-			return sb_seterr(SB_ERR_UNAVAIL, "network acl needs NFQUEUE: %s",
-					 sb_errmsg(rc));
-		if ((rc = sb_loop_post(n->loop, queue_watch, n))) {
-			sb_nfq_close(n->nfq);
-			n->nfq = NULL;
-			return rc;
-		}
-	}
-	/* again each time: the table may be new */
-	return sb_nft_judge_set(n->nft, n->nfq_num);
-}
-
-void judge_close(sb_net *n)
-{
-	if (n->raw4 >= 0)
-		close(n->raw4);
-	if (n->raw6 >= 0)
-		close(n->raw6);
-	n->raw4 = n->raw6 = -1;
-	sb_watch_stop(n->nfq_w);
-	n->nfq_w = NULL;
-	sb_nfq_close(n->nfq);
-	n->nfq = NULL;
-}
-
-int judge_start(struct net_run *r)
-{
-	r->tap_index = if_nametoindex(r->nr.tap);
-	r->has4 = r->nr.guest4[0] && inet_pton(AF_INET, r->nr.guest4, r->guest4) == 1;
-	r->has6 = r->nr.guest6[0] && inet_pton(AF_INET6, r->nr.guest6, r->guest6) == 1;
-	if (!(r->passed = calloc(NET_PASSED_MAX, sizeof *r->passed)))
+	if (!q)
 		return SB_ERR_NOMEM;
+	q->c = *c;
+	q->raw4 = socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
+	q->raw6 = socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
+	if ((rc = sb_nfq_open(SB_NFQ_ENFORCER_FIRST, SB_NFQ_ENFORCER_COUNT, QUEUE_LEN,
+			      &q->nfq, &q->num))) {
+		rc = sb_seterr(SB_ERR_UNAVAIL, "network acl needs NFQUEUE: %s",
+			       sb_errmsg(rc));
+		goto fail;
+	}
+	if ((rc = sb_loop_post(c->loop, queue_watch, q)))
+		goto fail;
+	*out = q;
+	return SB_OK;
+fail:
+	sb_judged_close(q);
+	return rc;
+}
+
+uint16_t sb_judged_queue(const sb_judged *q)
+{
+	return q->num;
+}
+
+void sb_judged_close(sb_judged *q)
+{
+	if (!q)
+		return;
+	if (q->raw4 >= 0)
+		close(q->raw4);
+	if (q->raw6 >= 0)
+		close(q->raw6);
+	sb_watch_stop(q->w);
+	sb_nfq_close(q->nfq);
+	free(q);
+}
+
+int sb_judged_run_open(sb_judged *q, const struct sb_nft_run *nr,
+		       const struct sb_judged_ops *ops, void *ctx, sb_judged_run **out)
+{
+	sb_judged_run *r = calloc(1, sizeof *r);
+
+	if (!r || !(r->passed = calloc(PASSED_MAX, sizeof *r->passed))) {
+		free(r);
+		return SB_ERR_NOMEM;
+	}
+	r->q = q;
+	r->ops = ops;
+	r->ctx = ctx;
+	snprintf(r->id, sizeof r->id, "%s", nr->id);
+	r->tap_index = if_nametoindex(nr->tap);
+	r->has4 = nr->guest4[0] && inet_pton(AF_INET, nr->guest4, r->guest4) == 1;
+	r->has6 = nr->guest6[0] && inet_pton(AF_INET6, nr->guest6, r->guest6) == 1;
+	r->next = q->runs;
+	q->runs = r;
+	*out = r;
 	return SB_OK;
 }
 
-void judge_stop(struct net_run *r)
+void sb_judged_run_stop(sb_judged_run *r)
 {
+	sb_judged_run **p = &r->q->runs;
+
+	while (*p && *p != r)
+		p = &(*p)->next;
+	if (*p)
+		*p = r->next;
 	while (r->njudging)
-		judged_free(r, 0);
+		conn_free(r, 0);
 	/* the run's set goes with it: a bypass with a job under way goes
 	 * when the job is done */
 	for (struct bypass *by = r->bypasses, *next; by; by = next) {
@@ -638,19 +703,25 @@ void judge_stop(struct net_run *r)
 		if (!by->busy)
 			bypass_free(by);
 	}
-	free(r->passed);
-	r->passed = NULL;
 	r->npassed = 0;
 }
 
-void judge_recheck(struct net_run *r)
+void sb_judged_run_close(sb_judged_run *r)
+{
+	if (!r)
+		return;
+	free(r->passed);
+	free(r);
+}
+
+void sb_judged_run_recheck(sb_judged_run *r)
 {
 	for (size_t i = 0; i < r->njudging;) {
-		struct judged *c = r->judging[i];
+		struct conn *c = r->judging[i];
 		if ((c->j.state == SB_JUDGE_ALLOWED || (c->j.http && c->j.requests)) &&
-		    !net_name_granted(r, c->j.name, 0, c->k.sport)) {
+		    !granted(r, c->j.name, c->k.sport)) {
 			report(r, &c->k, c->j.name, "its grant was removed");
-			judged_free(r, i);
+			conn_free(r, i);
 		} else {
 			i++;
 		}
@@ -659,22 +730,22 @@ void judge_recheck(struct net_run *r)
 
 /* 1 when connection c is to be given up on at now; why says if the guest
  * is to hear of it (a reset, a report) or not (NULL). */
-static int expired(const struct judged *c, double now, const char **why)
+static int expired(const struct conn *c, double now, const char **why)
 {
 	*why = NULL;
 	if (!c->j.http) {
-		if (now - c->since > NET_HEAD_S && c->j.state != SB_JUDGE_ALLOWED) {
+		if (now - c->since > HEAD_S && c->j.state != SB_JUDGE_ALLOWED) {
 			*why = "named no server in time";
 			return 1;
 		}
-		return now - c->since > 6 * NET_HEAD_S; /* never acknowledged */
+		return now - c->since > 6 * HEAD_S; /* never acknowledged */
 	}
-	if ((!c->j.requests && now - c->since > NET_HEAD_S) ||
-	    (c->nheld && now - c->held_since > NET_HEAD_S)) {
+	if ((!c->j.requests && now - c->since > HEAD_S) ||
+	    (c->nheld && now - c->held_since > HEAD_S)) {
 		*why = "named no host in time";
 		return 1;
 	}
-	if (c->j.state == SB_JUDGE_ANSWER && now - c->last > 6 * NET_HEAD_S) {
+	if (c->j.state == SB_JUDGE_ANSWER && now - c->last > 6 * HEAD_S) {
 		*why = "its Upgrade was not answered in time";
 		return 1;
 	}
@@ -682,21 +753,21 @@ static int expired(const struct judged *c, double now, const char **why)
 	       (c->closed && now - c->closed > HTTP_CLOSE_S);
 }
 
-void judge_sweep(struct net_run *r, double now)
+void sb_judged_run_sweep(sb_judged_run *r, double now)
 {
 	const char *why;
 
 	for (size_t i = 0; i < r->njudging;) {
-		struct judged *c = r->judging[i];
+		struct conn *c = r->judging[i];
 		if (!expired(c, now, &why)) {
 			i++;
 			continue;
 		}
 		if (why) {
 			report(r, &c->k, "", why);
-			rst_send(r->n, c, 0, 0);
+			rst_send(r->q, c, 0, 0);
 		}
-		judged_free(r, i);
+		conn_free(r, i);
 	}
 	for (struct bypass *by = r->bypasses, *next; by; by = next) {
 		next = by->next;

@@ -1,39 +1,121 @@
 /* net.c - the enforcer of network mode acl: slots, a run's network from
- * its start to its end, changes of grants, reports (see net.h). The DNS
- * stub is in stub.c, the judge in judged.c.
+ * its start to its end, changes of grants, reports (see net.h).
+ *
+ * Calls go one way: net.c drives a run's DNS stub (stub.h) and its judge
+ * (judged.h), which ask and tell their run only through the ops tables
+ * given here (stub_ops, judged_ops).
+ *
+ * A run's network is two structs: its handle (struct sb_net_run), which
+ * the daemon's loop holds, and struct net_run, which the enforcer's
+ * thread works on. Fields marked (net) are touched on that thread only,
+ * (const) never change after sb_net_run_open or _reattach returns.
  */
 #include "netpolicy/net.h"
 
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <jansson.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/mpack.h"
 #include "netpolicy/dns.h"
-#include "netpolicy/netrun.h"
+#include "netpolicy/judged.h"
+#include "netpolicy/nft.h"
+#include "netpolicy/nslock.h"
+#include "netpolicy/stub.h"
 #include "netpolicy/tap.h"
 
-#define LOCK_DIR "/run/sanbox"
+#define LOCK_DIR	 "/run/sanbox"
+#define NET_AGG_MAX	 64  /* distinct report keys a run gathers between reports */
+#define NET_RESOLVED_MAX 256 /* addresses of granted names a run keeps */
+#define NET_TTL_GRACE_S	 30  /* a name's addresses outlive its answer's TTL by this */
 
-#ifndef SO_NETNS_COOKIE
-#define SO_NETNS_COOKIE 71 /* asm-generic/socket.h, Linux 5.14 */
-#endif
+/* Reports gathered between two reports. */
+struct net_agg {
+	struct sb_net_report items[NET_AGG_MAX];
+	size_t n;
+	uint64_t overflow; /* denials that found no room */
+};
 
-/* A run's handle, what the daemon's loop holds (see netrun.h). It is
+/* An address a granted name resolved to, with the moment it expires. */
+struct net_resolved {
+	char name[254];
+	int family;
+	uint8_t addr[16];
+	double expires; /* the net loop's clock */
+};
+
+struct sb_net {
+	struct sb_net_config c;
+	uint32_t net4; /* subnet4, host order */
+	int len4;
+	uint8_t net6[16];
+	int len6;
+	size_t nslots;
+	pthread_mutex_t lock; /* slots, checked, fence, nruns, ending, polling,
+			       * closing, judged */
+	uint8_t *slots;	      /* 1: taken */
+	size_t nruns;	      /* runs with chains, this daemon's */
+	size_t ending;	      /* runs asked to end whose end is not done */
+	pthread_cond_t ended; /* ending or polling went down */
+	int checked;	      /* sb_net_check succeeded once */
+	int fence;	      /* forwarding was off: fenced (see nft.h) */
+	int lock_fd;	      /* this network namespace's enforcer lock */
+	char lock_path[128];  /* ... its file */
+	sb_nft *nft;
+	/* the enforcer's thread */
+	sb_loop *loop;
+	pthread_t thread;
+	int started;
+	sb_resolver *resolver; /* the stubs' */
+	sb_judged *judged;     /* the judge's queue, from the first check on */
+	struct net_run *runs;  /* (net) the runs being served */
+	int polling;	       /* (lock) a count of the runs' denials is under way */
+	int closing;	       /* (lock) sb_net_close began: no count begins */
+	sb_watch *tick;	       /* (net) reports, expiry */
+};
+
+struct net_run {
+	sb_net *n;		   /* (const) */
+	char id[16];		   /* (const) */
+	unsigned slot;		   /* (const) */
+	struct sb_net_iface iface; /* (const) */
+	struct sb_nft_run nr;	   /* its part of nftables; mark (net) */
+	struct sb_netpolicy pol;   /* (net) its grants as they are now */
+	int fds[SB_DNS_STUB_FDS];  /* its stub's sockets, in stub.h's order */
+	struct sb_net_run *h; /* (const) its handle, what the daemon's loop holds */
+	/* (net) */
+	struct net_run *next;
+	int serving, leaving, ending;
+	unsigned busy;	      /* lookups, jobs and answers under way */
+	sb_dns_stub *stub;    /* its DNS stub (NULL: none could be made) */
+	sb_judged_run *judge; /* its judged connections (NULL: likewise) */
+	struct net_resolved resolved[NET_RESOLVED_MAX];
+	size_t nresolved;
+	struct net_agg agg;
+	int polling;		      /* a count of denials is under way */
+	int changing;		      /* a change of grants is under way */
+	struct grant_change *changes; /* changes waiting for it */
+	uint64_t dropped;	      /* packets its chains dropped, last count */
+	struct denial_seen {
+		char key[80];
+		uint64_t packets;
+	} seen[2 * 256 + 2 * 64]; /* per-destination counts, last count */
+	size_t nseen;
+};
+
+/* A run's handle, what the daemon's loop holds. It is
  * freed when its last reference goes: the caller's (until close or
  * leave), the enforcer's (until the run's end is done) and one for each
  * function posted to the daemon's loop and not yet run. */
@@ -207,7 +289,6 @@ int sb_net_open(const struct sb_net_config *c, sb_net **out)
 		return SB_ERR_NOMEM;
 	n->c = *c;
 	n->lock_fd = -1;
-	n->raw4 = n->raw6 = -1;
 	pthread_mutex_init(&n->lock, NULL);
 	pthread_cond_init(&n->ended, NULL);
 	if (subnet4_parse(c->subnet4, &n->net4, &n->len4)) {
@@ -231,7 +312,8 @@ int sb_net_open(const struct sb_net_config *c, sb_net **out)
 		rc = SB_ERR_NOMEM;
 		goto fail;
 	}
-	if ((rc = sb_loop_open(&n->loop)) || (rc = ares_begin(n)))
+	if ((rc = sb_loop_open(&n->loop)) ||
+	    (rc = sb_resolver_open(n->loop, c->resolver, &n->resolver)))
 		goto fail;
 	if (sb_loop_post(n->loop, net_begin, n) ||
 	    pthread_create(&n->thread, NULL, net_main, n)) {
@@ -252,8 +334,10 @@ static void net_stop(void *ctx)
 
 	sb_watch_stop(n->tick);
 	n->tick = NULL;
-	judge_close(n);
-	ares_end(n);
+	sb_judged_close(n->judged);
+	n->judged = NULL;
+	sb_resolver_close(n->resolver);
+	n->resolver = NULL;
 	sb_loop_break(n->loop);
 }
 
@@ -272,9 +356,8 @@ void sb_net_close(sb_net *n)
 		sb_loop_post(n->loop, net_stop, n);
 		pthread_join(n->thread, NULL);
 	} else {
-		if (n->ares)
-			ares_end(n);
-		judge_close(n);
+		sb_resolver_close(n->resolver);
+		sb_judged_close(n->judged);
 	}
 	sb_loop_close(n->loop);
 	sb_nft_close(n->nft);
@@ -303,80 +386,6 @@ static int cap_net_admin(void)
 	return (eff >> 12) & 1; /* CAP_NET_ADMIN */
 }
 
-/* This network namespace's lock file in dir into path. */
-static int ns_lock_path(const char *dir, char *path, size_t cap)
-{
-	uint64_t cookie = 0;
-	socklen_t clen = sizeof cookie;
-	struct stat st;
-	int fd, rc = SB_OK;
-
-	if ((fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0 &&
-	    getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &clen) == 0)
-		/* a namespace's cookie is never another's, unlike its inode */
-		snprintf(path, cap, "%s/net-c%llu.lock", dir, (unsigned long long)cookie);
-	else if (stat("/proc/self/ns/net", &st) == 0)
-		snprintf(path, cap, "%s/net-%llu.lock", dir,
-			 (unsigned long long)st.st_ino);
-	else
-		rc = sb_seterr(SB_ERR_UNAVAIL, "network acl: /proc/self/ns/net: %s",
-			       strerror(errno));
-	if (fd >= 0)
-		close(fd);
-	return rc;
-}
-
-int sb_net_lock_take(const char *dir, int *fd_out, int *fence, char *path, size_t cap)
-{
-	char buf[PATH_MAX + 64];
-	struct stat st, held;
-	int fd, len, rc;
-
-	if ((rc = ns_lock_path(dir, path, cap)))
-		return rc;
-	mkdir(dir, 0700);
-	for (int tries = 0;; tries++) {
-		if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
-			return sb_seterr(SB_ERR_UNAVAIL, "network acl: %s: %s", path,
-					 strerror(errno));
-		len = (int)pread(fd, buf, sizeof buf - 1, 0);
-		buf[len > 0 ? len : 0] = 0;
-		if (flock(fd, LOCK_EX | LOCK_NB)) {
-			int pid = 0;
-			char home[PATH_MAX] = "?";
-			sscanf(buf, "pid %d fence %*d home %4095[^\n]", &pid, home);
-			close(fd);
-			return sb_seterr(
-			    SB_ERR_UNAVAIL,
-			    "network acl: the daemon of %s (pid %d) enforces it in this "
-			    "network namespace; one daemon a namespace",
-			    home, pid);
-		}
-		/* the file the path names now: its holder may have removed
-		 * this one as it let go (sb_net_lock_drop) */
-		if (fstat(fd, &held) == 0 && stat(path, &st) == 0 &&
-		    st.st_ino == held.st_ino && st.st_dev == held.st_dev)
-			break;
-		close(fd);
-		if (tries == 8)
-			return sb_seterr(SB_ERR_UNAVAIL,
-					 "network acl: %s keeps going away", path);
-	}
-	*fence = 0;
-	sscanf(buf, "pid %*d fence %d", fence);
-	*fd_out = fd;
-	return SB_OK;
-}
-
-void sb_net_lock_drop(int fd, const char *path, int fence)
-{
-	if (fd < 0)
-		return;
-	if (!fence) /* it carries nothing for the next holder */
-		unlink(path);
-	close(fd);
-}
-
 /* Takes this network namespace's enforcer lock (one daemon enforces in a
  * namespace); *fence gets what the last holder recorded. */
 static int ns_lock(sb_net *n, int *fence)
@@ -399,6 +408,18 @@ static void ns_lock_write(sb_net *n)
 
 #define FWD4 "/proc/sys/net/ipv4/ip_forward"
 #define FWD6 "/proc/sys/net/ipv6/conf/all/forwarding"
+
+/* Opens the judge's queue (the first time) and points the table's chain
+ * judge at it (every time: the table may be new); n->lock is held. */
+static int judge_point(sb_net *n)
+{
+	struct sb_judged_config jc = {.loop = n->loop, .work = n->c.work, .nft = n->nft};
+	int rc;
+
+	if (!n->judged && (rc = sb_judged_open(&jc, &n->judged)))
+		return rc;
+	return sb_nft_judge_set(n->nft, sb_judged_queue(n->judged));
+}
 
 /* sb_net_check with n->lock held. */
 static int check_locked(sb_net *n)
@@ -446,7 +467,7 @@ static int check_locked(sb_net *n)
 	if (n->c.ipv6)
 		snprintf(h.subnet6, sizeof h.subnet6, "%s", n->c.subnet6);
 	h.fence = n->fence;
-	if ((rc = sb_nft_table_add(n->nft, &h)) || (rc = judge_open(n)))
+	if ((rc = sb_nft_table_add(n->nft, &h)) || (rc = judge_point(n)))
 		goto out;
 	n->checked = 1;
 out:
@@ -564,7 +585,7 @@ static int sock_bind(int family, int type, const char *addr, uint16_t *port, int
 
 static void socks_close(struct net_run *r)
 {
-	for (int i = 0; i < NET_FDS; i++) {
+	for (int i = 0; i < SB_DNS_STUB_FDS; i++) {
 		if (r->fds[i] >= 0)
 			close(r->fds[i]);
 		r->fds[i] = -1;
@@ -625,8 +646,8 @@ static struct net_run *run_new(sb_net *n, const char *run, const struct sb_netpo
 	h->mpol = *p;
 	atomic_init(&h->refs, 2); /* the caller's and the enforcer's */
 	snprintf(r->id, sizeof r->id, "%s", run);
-	r->pol = r->want = *p;
-	for (int i = 0; i < NET_FDS; i++)
+	r->pol = *p;
+	for (int i = 0; i < SB_DNS_STUB_FDS; i++)
 		r->fds[i] = -1;
 	return r;
 }
@@ -757,39 +778,34 @@ void sb_net_run_iface(const sb_net_run *h, struct sb_net_iface *out)
 
 /* --- on the enforcer's loop --- */
 
-int net_fds_watch(struct net_run *r, int from, int to, void (*cb)(void *ctx, int revents))
-{
-	for (int i = from; i < to; i++) {
-		if (r->fds[i] < 0)
-			continue;
-		r->fctx[i].r = r;
-		r->fctx[i].i = i;
-		if (!(r->fw[i] =
-			  sb_loop_io(r->n->loop, r->fds[i], SB_READ, cb, &r->fctx[i])))
-			return SB_ERR_NOMEM;
-	}
-	return SB_OK;
-}
+/* What a run's stub and judge ask and tell it ("grants" below). */
+static const struct sb_dns_stub_ops stub_ops;
+static const struct sb_judged_ops judged_ops;
 
-void net_fds_unwatch(struct net_run *r, int from, int to)
-{
-	for (int i = from; i < to; i++) {
-		sb_watch_stop(r->fw[i]);
-		r->fw[i] = NULL;
-	}
-}
-
+/* Starts r's stub and judge. One that cannot be made leaves r without it:
+ * its guest's queries go unanswered, or its judged connections' packets
+ * are dropped. */
 static void serve(void *ctx)
 {
 	struct net_run *r = ctx;
+	sb_net *n = r->n;
+	struct sb_dns_stub_config sc = {
+	    .loop = n->loop,
+	    .resolver = n->resolver,
+	    .ipv6 = r->iface.host6[0] != 0,
+	    .ttl_min_s = n->c.ttl_min_s,
+	    .ttl_max_s = n->c.ttl_max_s,
+	};
 
-	r->next = r->n->runs;
-	r->n->runs = r;
+	r->next = n->runs;
+	n->runs = r;
 	r->serving = 1;
-	sb_bucket_init(&r->dns_bucket, NET_DNS_RATE, NET_DNS_BURST,
-		       sb_loop_now(r->n->loop));
-	stub_start(r);
-	judge_start(r);
+	memcpy(sc.fds, r->fds, sizeof sc.fds);
+	snprintf(sc.host4, sizeof sc.host4, "%s", r->iface.host4);
+	if (sb_dns_stub_open(&sc, &stub_ops, r, &r->stub))
+		r->stub = NULL;
+	if (sb_judged_run_open(n->judged, &r->nr, &judged_ops, r, &r->judge))
+		r->judge = NULL;
 }
 
 int sb_net_run_start(sb_net_run *h,
@@ -800,7 +816,8 @@ int sb_net_run_start(sb_net_run *h,
 	return sb_loop_post(h->rn->n->loop, serve, h->rn);
 }
 
-void net_busy(struct net_run *r)
+/* Takes a task of r: it is not freed while busy. */
+static void net_busy(struct net_run *r)
 {
 	r->busy++;
 }
@@ -815,7 +832,8 @@ static void end_when_idle(struct net_run *r)
 			end_job(r); /* no worker: here, late in a daemon's life */
 }
 
-void net_idle(struct net_run *r)
+/* Ends a task of r; the last one of an ending run frees it. */
+static void net_idle(struct net_run *r)
 {
 	r->busy--;
 	end_when_idle(r);
@@ -840,6 +858,8 @@ static void end_job(void *ctx)
 	sb_net *n = r->n;
 	char path[PATH_MAX + 64];
 
+	sb_dns_stub_close(r->stub);
+	sb_judged_run_close(r->judge);
 	socks_close(r);
 	if (!r->leaving) {
 		sb_nft_run_del(n->nft, r->id, r->iface.tap);
@@ -865,8 +885,10 @@ static void end_on_loop(void *ctx)
 	struct net_run *r = ctx;
 
 	if (r->serving) {
-		stub_stop(r);
-		judge_stop(r);
+		if (r->stub)
+			sb_dns_stub_stop(r->stub);
+		if (r->judge)
+			sb_judged_run_stop(r->judge);
 		run_unlink(r);
 	}
 	changes_drop(r); /* asked for, not begun: nobody waits for them now */
@@ -905,9 +927,10 @@ void sb_net_run_leave(sb_net_run *h)
 
 #define AGG_MORE "not granted (more destinations than reported)"
 
-void net_agg_add(struct net_run *r, enum sb_net_report_kind kind, const char *dst,
-		 uint16_t port, const char *proto, const char *name, const char *reason,
-		 const char *addrs, uint64_t count)
+/* (net) Adds count of a report of kind to r's gathered reports. */
+static void agg_add(struct net_run *r, enum sb_net_report_kind kind, const char *dst,
+		    uint16_t port, const char *proto, const char *name, const char *reason,
+		    const char *addrs, uint64_t count)
 {
 	struct net_agg *a = &r->agg;
 	struct sb_net_report *it;
@@ -970,8 +993,7 @@ static void agg_flush(struct net_run *r)
 	if (!n)
 		return;
 	if (a->overflow)
-		net_agg_add(r, SB_NET_DENIED, "", 0, "any", NULL, AGG_MORE, NULL,
-			    a->overflow);
+		agg_add(r, SB_NET_DENIED, "", 0, "any", NULL, AGG_MORE, NULL, a->overflow);
 	n = a->n;
 	if ((b = malloc(sizeof *b + n * sizeof b->items[0]))) {
 		b->h = r->h;
@@ -1034,12 +1056,12 @@ static void poll_done(struct poll_job *j)
 	struct net_run *r = j->r;
 
 	for (size_t i = 0; i < j->n; i++)
-		net_agg_add(r, SB_NET_DENIED, j->d[i].dst, j->d[i].port, j->d[i].proto,
-			    NULL, "not granted", NULL, j->d[i].packets);
+		agg_add(r, SB_NET_DENIED, j->d[i].dst, j->d[i].port, j->d[i].proto, NULL,
+			"not granted", NULL, j->d[i].packets);
 	if (j->other)
-		net_agg_add(r, SB_NET_DENIED, "", 0, "any", NULL,
-			    "not granted (spoofed, to another run, or untracked)", NULL,
-			    j->other);
+		agg_add(r, SB_NET_DENIED, "", 0, "any", NULL,
+			"not granted (spoofed, to another run, or untracked)", NULL,
+			j->other);
 	free(j);
 	r->polling = 0;
 	if (!r->ending)
@@ -1116,7 +1138,8 @@ static void on_tick(void *ctx)
 	size_t count = 0;
 
 	for (struct net_run *r = n->runs; r; r = r->next) {
-		judge_sweep(r, now);
+		if (r->judge)
+			sb_judged_run_sweep(r->judge, now);
 		/* forget names' addresses past their time */
 		for (size_t i = 0; i < r->nresolved;)
 			if (r->resolved[i].expires < now)
@@ -1153,23 +1176,18 @@ static void on_tick(void *ctx)
 
 /* --- grants --- */
 
-int net_name_granted(const struct net_run *r, const char *name, int udp, uint16_t port)
+/* 1 when name is granted to run ctx for proto (udp 1, tcp 0) and port
+ * (0: any port). */
+static int name_granted(void *ctx, const char *name, int udp, uint16_t port)
 {
+	const struct net_run *r = ctx;
+
 	for (size_t i = 0; i < r->pol.ngrants; i++) {
 		const struct sb_net_grant *g = &r->pol.grants[i];
 		if (g->family == 0 && g->udp == udp && sb_dns_name_match(g->host, name) &&
 		    (!port || (port >= g->port_lo && port <= g->port_hi)))
 			return 1;
 	}
-	return 0;
-}
-
-int net_addr_resolved(const struct net_run *r, int family, const uint8_t *addr)
-{
-	for (size_t i = 0; i < r->nresolved; i++)
-		if (r->resolved[i].family == family &&
-		    !memcmp(r->resolved[i].addr, addr, family == 4 ? 4 : 16))
-			return 1;
 	return 0;
 }
 
@@ -1248,11 +1266,6 @@ static int addr_host(int family, const uint8_t *addr)
 	return where;
 }
 
-int net_addr_local(int family, const uint8_t *addr)
-{
-	return addr_host(family, addr) == 2;
-}
-
 /* 1 when an address grant of r covers addr. */
 static int addr_granted(const struct net_run *r, int family, const uint8_t *addr)
 {
@@ -1267,9 +1280,15 @@ static int addr_granted(const struct net_run *r, int family, const uint8_t *addr
 	return 0;
 }
 
-int net_answer_ok(const struct net_run *r, int family, const uint8_t *addr, char *why,
-		  size_t cap)
+/* 1 when addr (family 4 or 6), answered for a granted name, may go into
+ * the sets of run ctx: not loopback, unspecified, link-local, multicast or
+ * broadcast, not in the runs' subnets, not one of the host's addresses or
+ * in a network the host is on, and (unless net.private_answers) not
+ * private (RFC 1918, 100.64/10, fc00::/7), unless an address grant of
+ * the run covers it. Else 0, and why (cap bytes) says which. */
+static int answer_ok(void *ctx, int family, const uint8_t *addr, char *why, size_t cap)
 {
+	const struct net_run *r = ctx;
 	const sb_net *n = r->n;
 	const char *no = NULL;
 	uint32_t v4;
@@ -1360,10 +1379,14 @@ static void names_job(void *ctx)
 		free(j); /* the loop is closing */
 }
 
-int net_names_add(struct net_run *r, const char *name, int family,
-		  const uint8_t (*addrs)[16], size_t naddrs, uint32_t ttl_s,
-		  void (*done)(void *ctx, int rc), void *ctx)
+/* (net) Adds the addresses of name (answered with ttl_s) to the sets of
+ * run rctx and then calls done(ctx, rc) on the net loop. Errors (done not
+ * called): SB_ERR_NOMEM. */
+static int names_add(void *rctx, const char *name, int family, const uint8_t (*addrs)[16],
+		     size_t naddrs, uint32_t ttl_s, void (*done)(void *ctx, int rc),
+		     void *ctx)
 {
+	struct net_run *r = rctx;
 	double now = sb_loop_now(r->n->loop);
 	struct names_job *j;
 	size_t cap = naddrs * SB_NET_GRANTS;
@@ -1402,6 +1425,48 @@ int net_names_add(struct net_run *r, const char *name, int family,
 	}
 	return SB_OK;
 }
+
+/* What a run's stub and judge ask and tell it; ctx is the run (granted,
+ * answer_ok and names_add are above). */
+
+static void run_denied(void *ctx, const char *dst, uint16_t port, const char *proto,
+		       const char *name, const char *why)
+{
+	agg_add(ctx, SB_NET_DENIED, dst, port, proto, name, why, NULL, 1);
+}
+
+static void run_resolved(void *ctx, const char *type, const char *name,
+			 const char *addrs)
+{
+	agg_add(ctx, SB_NET_RESOLVED, "", 0, type, name, NULL, addrs, 1);
+}
+
+static void run_hold(void *ctx)
+{
+	net_busy(ctx);
+}
+
+static void run_release(void *ctx)
+{
+	net_idle(ctx);
+}
+
+static const struct sb_dns_stub_ops stub_ops = {
+    .granted = name_granted,
+    .answer_ok = answer_ok,
+    .names_add = names_add,
+    .denied = run_denied,
+    .resolved = run_resolved,
+    .hold = run_hold,
+    .release = run_release,
+};
+
+static const struct sb_judged_ops judged_ops = {
+    .granted = name_granted,
+    .denied = run_denied,
+    .hold = run_hold,
+    .release = run_release,
+};
 
 /* A change of a run's grants: asked on the daemon's loop, made on the
  * enforcer's (one at a time per run), its nftables part on a worker. */
@@ -1485,7 +1550,8 @@ static void change_done(void *ctx)
 	if (c->rc == SB_OK) {
 		r->pol = c->want;
 		r->nr.mark = c->nr.mark;
-		judge_recheck(r);
+		if (r->judge)
+			sb_judged_run_recheck(r->judge);
 	}
 	r->changing = 0;
 	change_reply(c);

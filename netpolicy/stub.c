@@ -1,35 +1,78 @@
-/* stub.c - a run's DNS stub, and the resolver behind it (c-ares on the
- * enforcer's loop).
+/* stub.c - a run's DNS stub, and the resolver behind it (see stub.h).
  *
- * The stub answers a guest's queries over UDP and TCP. A name no grant of
- * the run names gets NXDOMAIN and is reported; nothing about it leaves the
- * host. A granted name's A or AAAA query is resolved with the host's
- * resolver; its addresses go into the run's sets (for the answer's TTL,
- * clamped) before the answer goes back. Other types of a granted name get
- * an empty answer: nothing is forwarded, so a granted name carries no
- * data out either (a wildcard grant's subdomains are resolved, and are as
- * open as the grant says).
+ * A granted name's addresses are let through for the answer's TTL,
+ * clamped. Nothing is forwarded, so a granted name carries no data out
+ * either (a wildcard grant's subdomains are resolved, and are as open as
+ * the grant says).
  */
+#include "netpolicy/stub.h"
+
+#include <ares.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "engine/bucket.h"
 #include "engine/error.h"
 #include "netpolicy/dns.h"
-#include "netpolicy/netrun.h"
 
 #define TCP_IDLE_S   10.0 /* a DNS connection with no query in this long is closed */
 #define UDP_PER_WAKE 64	  /* datagrams read from a socket per wake-up */
 #define QUESTION_MAX 300  /* a query's header and question, kept for its answer */
+#define TCP_MAX	     8	  /* DNS connections of a stub */
+#define LOOKUPS_MAX  64	  /* lookups of a stub under way */
+#define QUERY_RATE   200  /* queries a second a stub answers */
+#define QUERY_BURST  400
+#define CACHE_LEN    64 /* answers a stub keeps, for their TTL */
+
+/* c-ares driven by the enforcer's loop. */
+struct sb_resolver {
+	sb_loop *loop;
+	ares_channel ares;
+	struct ares_watch {
+		sb_resolver *rs;
+		int fd;
+		sb_watch *w;
+	} aw[16]; /* its sockets */
+	sb_watch *timer;
+};
+
+/* An answer the stub keeps (a lookup of a granted name), until expires. */
+struct cached {
+	char name[254];
+	uint16_t type;
+	int rcode;
+	uint8_t addrs[16][16];
+	size_t n;
+	double expires; /* the loop's clock; 0: a free place */
+};
+
+struct sb_dns_stub {
+	struct sb_dns_stub_config c;
+	const struct sb_dns_stub_ops *ops;
+	void *ctx;
+	sb_watch *fw[SB_DNS_STUB_FDS];
+	struct stub_fd {
+		sb_dns_stub *s;
+		int i; /* of c.fds */
+	} fctx[SB_DNS_STUB_FDS];
+	struct sb_bucket bucket;
+	struct stub_conn *conns;
+	size_t nconns;
+	unsigned pending; /* lookups under way */
+	int stopped;
+	struct cached cache[CACHE_LEN];
+};
 
 /* A DNS connection over TCP. */
 struct stub_conn {
-	struct net_run *r;
+	sb_dns_stub *s;
 	int fd;
 	sb_watch *w, *idle;
 	uint8_t in[2 + 65535];
@@ -45,7 +88,7 @@ struct stub_conn {
 
 /* A query being looked up, and where its answer goes. */
 struct lookup {
-	struct net_run *r;
+	sb_dns_stub *s;
 	struct sb_dns_query q;
 	uint8_t msg[QUESTION_MAX];
 	int fd; /* the UDP socket, or -1 for conn */
@@ -105,7 +148,7 @@ static void conn_write(struct stub_conn *c)
 /* Sends the answer to lk's query and ends lk. */
 static void answer(struct lookup *lk, int rcode, const struct sb_dns_rr *rrs, size_t n)
 {
-	struct net_run *r = lk->r;
+	sb_dns_stub *s = lk->s;
 	uint8_t buf[2 + 4096];
 	size_t len = sb_dns_answer(&lk->q, lk->msg, rcode, rrs, n, lk->max, buf + 2,
 				   sizeof buf - 2);
@@ -126,12 +169,13 @@ static void answer(struct lookup *lk, int rcode, const struct sb_dns_rr *rrs, si
 			conn_write(c);
 		}
 		conn_release(c);
-	} else if (len && !r->ending) {
+	} else if (len && !s->stopped) {
 		sendto(lk->fd, buf + 2, len, MSG_DONTWAIT, (struct sockaddr *)&lk->from,
 		       lk->fromlen);
 	}
 	free(lk);
-	net_idle(r);
+	s->pending--;
+	s->ops->release(s->ctx); /* the last: it may free s */
 }
 
 static const char *type_name(uint16_t t)
@@ -143,14 +187,14 @@ static const char *type_name(uint16_t t)
  * the name's servers see one lookup a TTL, however often the guest asks. */
 static void cache_put(const struct lookup *lk, int rcode, uint32_t ttl_s)
 {
-	struct net_run *r = lk->r;
-	struct dns_cached *c = &r->cache[0];
-	double now = sb_loop_now(r->n->loop);
+	sb_dns_stub *s = lk->s;
+	struct cached *c = &s->cache[0];
+	double now = sb_loop_now(s->c.loop);
 
 	if (strlen(lk->q.name) >= sizeof c->name || !ttl_s)
 		return;
-	for (size_t i = 0; i < NET_DNS_CACHE; i++) {
-		struct dns_cached *x = &r->cache[i];
+	for (size_t i = 0; i < CACHE_LEN; i++) {
+		struct cached *x = &s->cache[i];
 		if (x->expires > now && x->type == lk->q.qtype &&
 		    !strcmp(x->name, lk->q.name)) {
 			c = x; /* the same question: replaced */
@@ -170,12 +214,12 @@ static void cache_put(const struct lookup *lk, int rcode, uint32_t ttl_s)
 /* Answers lk from its run's cache; 0 when the question is not there. */
 static int cache_answer(struct lookup *lk)
 {
-	struct net_run *r = lk->r;
-	double now = sb_loop_now(r->n->loop);
+	sb_dns_stub *s = lk->s;
+	double now = sb_loop_now(s->c.loop);
 	struct sb_dns_rr rrs[16];
 
-	for (size_t i = 0; i < NET_DNS_CACHE; i++) {
-		struct dns_cached *x = &r->cache[i];
+	for (size_t i = 0; i < CACHE_LEN; i++) {
+		struct cached *x = &s->cache[i];
 		if (x->expires <= now || x->type != lk->q.qtype ||
 		    strcmp(x->name, lk->q.name))
 			continue;
@@ -184,8 +228,7 @@ static int cache_answer(struct lookup *lk)
 			rrs[k].ttl = (uint32_t)(x->expires - now) + 1;
 			memcpy(rrs[k].addr, x->addrs[k], 16);
 		}
-		net_agg_add(r, SB_NET_RESOLVED, "", 0, type_name(x->type), x->name, NULL,
-			    NULL, 1);
+		s->ops->resolved(s->ctx, type_name(x->type), x->name, NULL);
 		answer(lk, x->rcode, rrs, x->n);
 		return 1;
 	}
@@ -196,13 +239,17 @@ static int cache_answer(struct lookup *lk)
 static void on_names(void *ctx, int rc)
 {
 	struct lookup *lk = ctx;
+	sb_dns_stub *s = lk->s;
 	struct sb_dns_rr rrs[16];
 	char list[400] = "", a[INET6_ADDRSTRLEN];
 
+	if (s->stopped) {
+		answer(lk, SB_DNS_SERVFAIL, NULL, 0);
+		return;
+	}
 	if (rc) {
-		net_agg_add(lk->r, SB_NET_DENIED, lk->r->iface.host4, 53, "dns",
-			    lk->q.name, "the name's addresses could not be granted", NULL,
-			    1);
+		s->ops->denied(s->ctx, s->c.host4, 53, "dns", lk->q.name,
+			       "the name's addresses could not be granted");
 		answer(lk, SB_DNS_SERVFAIL, NULL, 0);
 		return;
 	}
@@ -215,8 +262,7 @@ static void on_names(void *ctx, int rc)
 		if (strlen(list) + strlen(a) + 2 < sizeof list)
 			strcat(strcat(list, list[0] ? "," : ""), a);
 	}
-	net_agg_add(lk->r, SB_NET_RESOLVED, "", 0, type_name(lk->q.qtype), lk->q.name,
-		    NULL, list, 1);
+	s->ops->resolved(s->ctx, type_name(lk->q.qtype), lk->q.name, list);
 	cache_put(lk, SB_DNS_NOERROR, lk->ttl);
 	answer(lk, SB_DNS_NOERROR, rrs, lk->naddrs);
 }
@@ -225,20 +271,20 @@ static void on_resolved(void *arg, int status, int timeouts, unsigned char *abuf
 			int alen)
 {
 	struct lookup *lk = arg;
-	struct net_run *r = lk->r;
+	sb_dns_stub *s = lk->s;
 	struct ares_addrttl a4[16];
 	struct ares_addr6ttl a6[16];
 	int n = 16, prc;
-	uint32_t ttl = r->n->c.ttl_max_s;
+	uint32_t ttl = s->c.ttl_max_s;
 
-	if (r->ending || status == ARES_EDESTRUCTION || status == ARES_ECANCELLED) {
+	if (s->stopped || status == ARES_EDESTRUCTION || status == ARES_ECANCELLED) {
 		answer(lk, SB_DNS_SERVFAIL, NULL, 0);
 		return;
 	}
 	if (status == ARES_ENOTFOUND || status == ARES_ENODATA) {
 		int rcode = status == ARES_ENOTFOUND ? SB_DNS_NXDOMAIN : SB_DNS_NOERROR;
 		lk->naddrs = 0;
-		cache_put(lk, rcode, r->n->c.ttl_min_s > 5 ? r->n->c.ttl_min_s : 5);
+		cache_put(lk, rcode, s->c.ttl_min_s > 5 ? s->c.ttl_min_s : 5);
 		answer(lk, rcode, NULL, 0);
 		return;
 	}
@@ -270,11 +316,10 @@ static void on_resolved(void *arg, int status, int timeouts, unsigned char *abuf
 			memcpy(a, &a6[i].ip6addr, 16);
 		/* a granted name may not lead to the host, its networks or
 		 * other runs (an answer the name's servers choose) */
-		if (!net_answer_ok(r, lk->family, a, why, sizeof why)) {
+		if (!s->ops->answer_ok(s->ctx, lk->family, a, why, sizeof why)) {
 			inet_ntop(lk->family == 4 ? AF_INET : AF_INET6, a, text,
 				  sizeof text);
-			net_agg_add(r, SB_NET_DENIED, text, 0, "dns", lk->q.name, why,
-				    NULL, 1);
+			s->ops->denied(s->ctx, text, 0, "dns", lk->q.name, why);
 			continue;
 		}
 		lk->naddrs++;
@@ -285,23 +330,26 @@ static void on_resolved(void *arg, int status, int timeouts, unsigned char *abuf
 		answer(lk, SB_DNS_NOERROR, NULL, 0);
 		return;
 	}
-	lk->ttl = ttl < r->n->c.ttl_min_s ? r->n->c.ttl_min_s : ttl;
-	if (net_names_add(r, lk->q.name, lk->family, (const uint8_t(*)[16])lk->addrs,
-			  lk->naddrs, lk->ttl, on_names, lk))
+	lk->ttl = ttl < s->c.ttl_min_s ? s->c.ttl_min_s : ttl;
+	if (s->ops->names_add(s->ctx, lk->q.name, lk->family,
+			      (const uint8_t(*)[16])lk->addrs, lk->naddrs, lk->ttl,
+			      on_names, lk))
 		answer(lk, SB_DNS_SERVFAIL, NULL, 0);
 }
 
-static void ares_rearm(sb_net *n);
+static void resolver_query(sb_resolver *rs, const char *name, int type,
+			   ares_callback cb, void *arg);
 
-/* Answers query q (msg, len bytes) of run r; lk says where the answer
- * goes (and is the run's, freed by answer()). */
+/* Answers query q (msg, len bytes) of stub s; lk says where the answer
+ * goes (and is the stub's, freed by answer()). */
 static void query(struct lookup *lk, const uint8_t *msg, size_t len)
 {
-	struct net_run *r = lk->r;
+	sb_dns_stub *s = lk->s;
 	const struct sb_dns_query *q = &lk->q;
 	size_t keep = 12 + q->question_len;
 
-	net_busy(r);
+	s->pending++;
+	s->ops->hold(s->ctx);
 	memcpy(lk->msg, msg, keep < sizeof lk->msg ? keep : sizeof lk->msg);
 	lk->max = lk->conn	       ? 65535
 		  : !q->edns	       ? 512
@@ -311,39 +359,38 @@ static void query(struct lookup *lk, const uint8_t *msg, size_t len)
 		answer(lk, SB_DNS_REFUSED, NULL, 0);
 		return;
 	}
-	if (!net_name_granted(r, q->name, 0, 0) && !net_name_granted(r, q->name, 1, 0)) {
-		net_agg_add(r, SB_NET_DENIED, r->iface.host4, 53, "dns", q->name,
-			    "name not granted", NULL, 1);
+	if (!s->ops->granted(s->ctx, q->name, 0, 0) &&
+	    !s->ops->granted(s->ctx, q->name, 1, 0)) {
+		s->ops->denied(s->ctx, s->c.host4, 53, "dns", q->name, "name not granted");
 		answer(lk, SB_DNS_NXDOMAIN, NULL, 0);
 		return;
 	}
 	if ((q->qtype != SB_DNS_A && q->qtype != SB_DNS_AAAA) ||
-	    (q->qtype == SB_DNS_AAAA && !r->iface.host6[0])) {
+	    (q->qtype == SB_DNS_AAAA && !s->c.ipv6)) {
 		answer(lk, SB_DNS_NOERROR, NULL, 0); /* nothing is forwarded */
 		return;
 	}
-	if (r->busy > NET_DNS_PENDING) {
+	if (s->pending > LOOKUPS_MAX) {
 		answer(lk, SB_DNS_SERVFAIL, NULL, 0);
 		return;
 	}
 	if (cache_answer(lk))
 		return;
 	lk->family = q->qtype == SB_DNS_A ? 4 : 6;
-	ares_query(r->n->ares, q->name, 1, q->qtype, on_resolved, lk);
-	ares_rearm(r->n);
+	resolver_query(s->c.resolver, q->name, q->qtype, on_resolved, lk);
 }
 
-/* Parses a query of r and looks it up; lk is filled but for q. */
+/* Parses a query of s and looks it up; lk is filled but for q. */
 static void query_in(struct lookup *lk, const uint8_t *msg, size_t len)
 {
-	struct net_run *r = lk->r;
+	sb_dns_stub *s = lk->s;
 	uint8_t buf[64];
 	uint16_t id;
 	size_t n;
 
-	if (!sb_bucket_take(&r->dns_bucket, sb_loop_now(r->n->loop))) {
-		net_agg_add(r, SB_NET_DENIED, r->iface.host4, 53, "dns", NULL,
-			    "too many queries (rate limited)", NULL, 1);
+	if (!sb_bucket_take(&s->bucket, sb_loop_now(s->c.loop))) {
+		s->ops->denied(s->ctx, s->c.host4, 53, "dns", NULL,
+			       "too many queries (rate limited)");
 		if (lk->conn)
 			conn_unwait(lk->conn, 0);
 		free(lk);
@@ -353,8 +400,7 @@ static void query_in(struct lookup *lk, const uint8_t *msg, size_t len)
 		query(lk, msg, len);
 		return;
 	}
-	net_agg_add(r, SB_NET_DENIED, r->iface.host4, 53, "dns", NULL, "malformed query",
-		    NULL, 1);
+	s->ops->denied(s->ctx, s->c.host4, 53, "dns", NULL, "malformed query");
 	if (sb_dns_header_id(msg, len, &id) == SB_OK &&
 	    (n = sb_dns_formerr(id, buf, sizeof buf)) && !lk->conn)
 		sendto(lk->fd, buf, n, MSG_DONTWAIT, (struct sockaddr *)&lk->from,
@@ -368,8 +414,8 @@ static void query_in(struct lookup *lk, const uint8_t *msg, size_t len)
 
 static void on_udp(void *ctx, int revents)
 {
-	struct net_fd *f = ctx;
-	struct net_run *r = f->r;
+	struct stub_fd *f = ctx;
+	sb_dns_stub *s = f->s;
 	uint8_t msg[4096];
 
 	for (int i = 0; i < UDP_PER_WAKE; i++) {
@@ -377,8 +423,8 @@ static void on_udp(void *ctx, int revents)
 		ssize_t k;
 		if (!lk)
 			return;
-		lk->r = r;
-		lk->fd = r->fds[f->i];
+		lk->s = s;
+		lk->fd = s->c.fds[f->i];
 		lk->fromlen = sizeof lk->from;
 		k = recvfrom(lk->fd, msg, sizeof msg, MSG_DONTWAIT,
 			     (struct sockaddr *)&lk->from, &lk->fromlen);
@@ -394,16 +440,16 @@ static void on_udp(void *ctx, int revents)
 
 static void conn_close(struct stub_conn *c)
 {
-	struct net_run *r = c->r;
+	sb_dns_stub *s = c->s;
 	struct stub_conn **p;
 
 	if (c->closed)
 		return;
-	for (p = &r->dns_conns; *p && *p != c; p = &(*p)->next)
+	for (p = &s->conns; *p && *p != c; p = &(*p)->next)
 		;
 	if (*p) {
 		*p = c->next;
-		r->ndns_conns--;
+		s->nconns--;
 	}
 	sb_watch_stop(c->w);
 	sb_watch_stop(c->idle);
@@ -439,7 +485,7 @@ static void conn_more(struct stub_conn *c)
 			conn_close(c);
 			break;
 		}
-		lk->r = c->r;
+		lk->s = c->s;
 		lk->fd = -1;
 		lk->conn = c;
 		c->waiting = 1;
@@ -471,47 +517,77 @@ static void on_conn(void *ctx, int revents)
 	if (k > 0) {
 		c->inlen += (size_t)k;
 		sb_watch_stop(c->idle);
-		c->idle = sb_loop_timer(c->r->n->loop, TCP_IDLE_S, 0, on_conn_idle, c);
+		c->idle = sb_loop_timer(c->s->c.loop, TCP_IDLE_S, 0, on_conn_idle, c);
 		conn_more(c);
 	}
 }
 
 static void on_accept(void *ctx, int revents)
 {
-	struct net_fd *f = ctx;
-	struct net_run *r = f->r;
+	struct stub_fd *f = ctx;
+	sb_dns_stub *s = f->s;
 	struct stub_conn *c;
-	int fd = accept4(r->fds[f->i], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	int fd = accept4(s->c.fds[f->i], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 	if (fd < 0)
 		return;
-	if (r->ndns_conns >= NET_DNS_TCP_MAX || !(c = calloc(1, sizeof *c))) {
+	if (s->nconns >= TCP_MAX || !(c = calloc(1, sizeof *c))) {
 		close(fd);
 		return;
 	}
-	c->r = r;
+	c->s = s;
 	c->fd = fd;
-	c->w = sb_loop_io(r->n->loop, fd, SB_READ, on_conn, c);
-	c->idle = sb_loop_timer(r->n->loop, TCP_IDLE_S, 0, on_conn_idle, c);
-	c->next = r->dns_conns;
-	r->dns_conns = c;
-	r->ndns_conns++;
+	c->w = sb_loop_io(s->c.loop, fd, SB_READ, on_conn, c);
+	c->idle = sb_loop_timer(s->c.loop, TCP_IDLE_S, 0, on_conn_idle, c);
+	c->next = s->conns;
+	s->conns = c;
+	s->nconns++;
 	if (!c->w || !c->idle)
 		conn_close(c);
 }
 
-int stub_start(struct net_run *r)
+int sb_dns_stub_open(const struct sb_dns_stub_config *c, const struct sb_dns_stub_ops *ops,
+		     void *ctx, sb_dns_stub **out)
 {
-	int rc = net_fds_watch(r, 0, 2, on_udp);
+	sb_dns_stub *s = calloc(1, sizeof *s);
 
-	return rc ? rc : net_fds_watch(r, 2, 4, on_accept);
+	if (!s)
+		return SB_ERR_NOMEM;
+	s->c = *c;
+	s->ops = ops;
+	s->ctx = ctx;
+	sb_bucket_init(&s->bucket, QUERY_RATE, QUERY_BURST, sb_loop_now(c->loop));
+	for (int i = 0; i < SB_DNS_STUB_FDS; i++) {
+		if (c->fds[i] < 0)
+			continue;
+		s->fctx[i].s = s;
+		s->fctx[i].i = i;
+		/* 0, 1: UDP; 2, 3: TCP */
+		if (!(s->fw[i] = sb_loop_io(c->loop, c->fds[i], SB_READ,
+					    i < 2 ? on_udp : on_accept, &s->fctx[i]))) {
+			sb_dns_stub_stop(s);
+			free(s);
+			return SB_ERR_NOMEM;
+		}
+	}
+	*out = s;
+	return SB_OK;
 }
 
-void stub_stop(struct net_run *r)
+void sb_dns_stub_stop(sb_dns_stub *s)
 {
-	net_fds_unwatch(r, 0, 4);
-	while (r->dns_conns)
-		conn_close(r->dns_conns);
+	s->stopped = 1;
+	for (int i = 0; i < SB_DNS_STUB_FDS; i++) {
+		sb_watch_stop(s->fw[i]);
+		s->fw[i] = NULL;
+	}
+	while (s->conns)
+		conn_close(s->conns);
+}
+
+void sb_dns_stub_close(sb_dns_stub *s)
+{
+	free(s);
 }
 
 /* --- the resolver: c-ares driven by the enforcer's loop --- */
@@ -524,50 +600,61 @@ static void ares_lib(void)
 	ares_lib_rc = ares_library_init(ARES_LIB_INIT_ALL);
 }
 
-static void on_ares_timer(void *ctx)
-{
-	sb_net *n = ctx;
+static void resolver_rearm(sb_resolver *rs);
 
-	sb_watch_stop(n->ares_timer);
-	n->ares_timer = NULL;
-	ares_process_fd(n->ares, ARES_SOCKET_BAD, ARES_SOCKET_BAD);
-	ares_rearm(n);
+static void on_resolver_timer(void *ctx)
+{
+	sb_resolver *rs = ctx;
+
+	sb_watch_stop(rs->timer);
+	rs->timer = NULL;
+	ares_process_fd(rs->ares, ARES_SOCKET_BAD, ARES_SOCKET_BAD);
+	resolver_rearm(rs);
 }
 
 /* Arms the timer of the resolver's next timeout. */
-static void ares_rearm(sb_net *n)
+static void resolver_rearm(sb_resolver *rs)
 {
-	struct timeval tv, *t = ares_timeout(n->ares, NULL, &tv);
+	struct timeval tv, *t = ares_timeout(rs->ares, NULL, &tv);
 
-	sb_watch_stop(n->ares_timer);
-	n->ares_timer = t ? sb_loop_timer(n->loop, (double)t->tv_sec + t->tv_usec / 1e6,
-					  0, on_ares_timer, n)
-			  : NULL;
+	sb_watch_stop(rs->timer);
+	rs->timer = t ? sb_loop_timer(rs->loop, (double)t->tv_sec + t->tv_usec / 1e6, 0,
+				      on_resolver_timer, rs)
+		      : NULL;
 }
 
-static void on_ares_io(void *ctx, int revents)
+/* Looks name up (class IN, type); cb(arg, ...) gets the answer, on the
+ * loop (or with ARES_EDESTRUCTION once the resolver closes). */
+static void resolver_query(sb_resolver *rs, const char *name, int type,
+			   ares_callback cb, void *arg)
+{
+	ares_query(rs->ares, name, 1, type, cb, arg);
+	resolver_rearm(rs);
+}
+
+static void on_resolver_io(void *ctx, int revents)
 {
 	struct ares_watch *a = ctx;
-	sb_net *n = a->n;
+	sb_resolver *rs = a->rs;
 	int fd = a->fd;
 
-	ares_process_fd(n->ares, revents & SB_READ ? fd : ARES_SOCKET_BAD,
+	ares_process_fd(rs->ares, revents & SB_READ ? fd : ARES_SOCKET_BAD,
 			revents & SB_WRITE ? fd : ARES_SOCKET_BAD);
-	ares_rearm(n);
+	resolver_rearm(rs);
 }
 
 /* c-ares says which of its sockets it waits on. */
 static void on_ares_sock(void *data, ares_socket_t fd, int readable, int writable)
 {
-	sb_net *n = data;
+	sb_resolver *rs = data;
 	int ev = (readable ? SB_READ : 0) | (writable ? SB_WRITE : 0);
 	struct ares_watch *a = NULL, *free_slot = NULL;
 
-	for (size_t i = 0; i < sizeof n->aw / sizeof n->aw[0]; i++) {
-		if (n->aw[i].w && n->aw[i].fd == fd)
-			a = &n->aw[i];
-		else if (!n->aw[i].w && !free_slot)
-			free_slot = &n->aw[i];
+	for (size_t i = 0; i < sizeof rs->aw / sizeof rs->aw[0]; i++) {
+		if (rs->aw[i].w && rs->aw[i].fd == fd)
+			a = &rs->aw[i];
+		else if (!rs->aw[i].w && !free_slot)
+			free_slot = &rs->aw[i];
 	}
 	if (a && !ev) {
 		sb_watch_stop(a->w);
@@ -575,48 +662,55 @@ static void on_ares_sock(void *data, ares_socket_t fd, int readable, int writabl
 	} else if (a) {
 		sb_watch_io_set(a->w, ev);
 	} else if (ev && free_slot) {
-		free_slot->n = n;
+		free_slot->rs = rs;
 		free_slot->fd = fd;
-		free_slot->w = sb_loop_io(n->loop, fd, ev, on_ares_io, free_slot);
+		free_slot->w = sb_loop_io(rs->loop, fd, ev, on_resolver_io, free_slot);
 	}
 }
 
-int ares_begin(sb_net *n)
+int sb_resolver_open(sb_loop *loop, const char *servers, sb_resolver **out)
 {
 	struct ares_options o = {0};
+	sb_resolver *rs;
 	int rc;
 
 	pthread_once(&ares_once, ares_lib);
 	if (ares_lib_rc != ARES_SUCCESS)
 		return sb_seterr(SB_ERR_UNAVAIL, "c-ares: %s",
 				 ares_strerror(ares_lib_rc));
+	if (!(rs = calloc(1, sizeof *rs)))
+		return SB_ERR_NOMEM;
+	rs->loop = loop;
 	o.sock_state_cb = on_ares_sock;
-	o.sock_state_cb_data = n;
+	o.sock_state_cb_data = rs;
 	o.timeout = 2000;
 	o.tries = 2;
 	o.flags = ARES_FLAG_NOSEARCH;
-	rc = ares_init_options(&n->ares, &o,
+	rc = ares_init_options(&rs->ares, &o,
 			       ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS |
 				   ARES_OPT_TRIES | ARES_OPT_FLAGS);
-	if (rc != ARES_SUCCESS)
+	if (rc != ARES_SUCCESS) {
+		free(rs);
 		return sb_seterr(SB_ERR_UNAVAIL, "c-ares: %s", ares_strerror(rc));
-	if (n->c.resolver[0] &&
-	    (rc = ares_set_servers_ports_csv(n->ares, n->c.resolver)) != ARES_SUCCESS)
-		return sb_seterr(SB_ERR_INVAL, "net.resolver: %s: %s", n->c.resolver,
-				 ares_strerror(rc));
+	}
+	if (servers[0] &&
+	    (rc = ares_set_servers_ports_csv(rs->ares, servers)) != ARES_SUCCESS) {
+		rc = sb_seterr(SB_ERR_INVAL, "net.resolver: %s: %s", servers,
+			       ares_strerror(rc));
+		sb_resolver_close(rs);
+		return rc;
+	}
+	*out = rs;
 	return SB_OK;
 }
 
-void ares_end(sb_net *n)
+void sb_resolver_close(sb_resolver *rs)
 {
-	if (!n->ares)
+	if (!rs)
 		return;
-	ares_destroy(n->ares); /* lookups under way end (their runs ended first) */
-	n->ares = NULL;
-	sb_watch_stop(n->ares_timer);
-	n->ares_timer = NULL;
-	for (size_t i = 0; i < sizeof n->aw / sizeof n->aw[0]; i++) {
-		sb_watch_stop(n->aw[i].w);
-		n->aw[i].w = NULL;
-	}
+	ares_destroy(rs->ares); /* lookups under way end (their stubs closed first) */
+	sb_watch_stop(rs->timer);
+	for (size_t i = 0; i < sizeof rs->aw / sizeof rs->aw[0]; i++)
+		sb_watch_stop(rs->aw[i].w);
+	free(rs);
 }

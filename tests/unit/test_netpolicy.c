@@ -13,7 +13,7 @@
 
 #include "engine/mpack.h"
 #include "netpolicy/netpolicy.h"
-#include "netpolicy/netrun.h"
+#include "netpolicy/nslock.h"
 #include "testutil.h"
 
 /* Parses text and checks its canonical form. */
