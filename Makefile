@@ -126,6 +126,11 @@ $(BUILD)/fuzz/fuzz_sp: tests/fuzz/fuzz_sp.c engine/daemon/spwire.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -o $@ $^
 
+# the guest channel's frame decoder, a hostile guest's bytes cut in every way
+$(BUILD)/fuzz/fuzz_chan: tests/fuzz/fuzz_chan.c vmm/chan.c engine/mpack.c engine/error.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $^ -lmsgpackc
+
 deps:
 	@sh tools/deps.sh
 
