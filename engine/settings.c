@@ -73,6 +73,8 @@ static const struct setting {
     D("runs", "snapshots_keep", snapshots_keep, 32, 0, 100000),
     D("runs", "boot_timeout_s", boot_timeout_s, 120, 1, 86400),
     D("runs", "warm_start", warm_start, 1, 0, 1),
+    U("runs", "capacity_cpus", capacity_cpus, 0, 0, 1 << 20, 1),
+    U("runs", "capacity_memory_mib", capacity_memory_mib, 0, 0, 1ull << 40, 1),
     S("net", "resolver", net_resolver, ""),
     S("net", "subnet4", net_subnet4, "10.87.0.0/16"),
     S("net", "subnet6", net_subnet6, "fd53:616e:626f::/48"),

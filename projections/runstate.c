@@ -88,6 +88,9 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 		rs.memory_mib = sb_map_u64(map, "memory_mib", 0);
 		rs.timeout_s = sb_map_u64(map, "timeout_s", 0);
 		rs.budget_nusd = sb_map_u64(map, "budget_nusd", 0);
+	} else if (!strcmp(ty, "run.queued")) {
+		if (sb_runstate_is_live(&rs))
+			strcpy(rs.status, "queued");
 	} else if (!strcmp(ty, "run.started")) {
 		if (sb_runstate_is_live(&rs))
 			strcpy(rs.status, "running");
@@ -164,8 +167,9 @@ const struct sb_projection sb_proj_runstate = {
 	/* 1: a run its budget stopped has status budget;
 	 * 2: its fields template and template_hash (were tmpl, tmpl_hash);
 	 * 3: active_ns; a resume from the run's own snapshot leaves its
-	 *    lineage as it was */
-	.version = 3,
+	 *    lineage as it was;
+	 * 4: status queued */
+	.version = 4,
 	.init = NULL,
 	.apply = rs_apply,
 };
@@ -221,7 +225,8 @@ out:
 
 int sb_runstate_is_live(const struct sb_runstate *rs)
 {
-	return !strcmp(rs->status, "created") || !strcmp(rs->status, "running");
+	return !strcmp(rs->status, "created") || !strcmp(rs->status, "queued") ||
+	       !strcmp(rs->status, "running");
 }
 
 struct live_ctx {

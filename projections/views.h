@@ -27,7 +27,7 @@ struct sb_runstate {
 	char template_hash[72];
 	char model[96];
 	char network[16];
-	char status[16];        /* created running exited stopped timeout budget failed */
+	char status[16];        /* created queued running exited stopped timeout budget failed */
 	char reason[128];       /* why it stopped or failed */
 	char parent[SB_RUN_MAX]; /* run it was resumed or forked from */
 	char last_type[SB_TYPE_MAX];
@@ -64,7 +64,7 @@ int sb_runstate_get(sb_projector *p, const char *run, struct sb_runstate *rs);
 int sb_runstate_each(sb_projector *p, int (*fn)(void *ctx, const struct sb_runstate *rs),
 		     void *ctx);
 
-/* Returns 1 when the run is created or running (not yet ended). */
+/* Returns 1 when the run is created, queued or running (not yet ended). */
 int sb_runstate_is_live(const struct sb_runstate *rs);
 
 /* Lists the ids of live runs, of group only when group is not NULL, into a

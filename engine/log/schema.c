@@ -26,6 +26,7 @@ static const struct sb_event_schema schema[] = {
       {"timeout_s", SB_F_UINT},
       {"network", SB_F_STR},
       {"budget_nusd", SB_F_UINT}}},
+    {"run.queued", HOST, {{"cpus", SB_F_UINT}, {"memory_mib", SB_F_UINT}, {"ahead", SB_F_UINT}}},
     {"run.started", HOST, {{"accel", SB_F_STR}}},
     {"harness.input.ready", HOST | GUEST, {{"files", SB_F_UINT}, {"bytes", SB_F_UINT}}},
     {"agent.turn.started", HOST | HARNESS, {{"turn", SB_F_UINT}}},

@@ -192,6 +192,17 @@ static void sum_run_started(struct sum *s, const struct sb_event *ev,
 	field(s, p, "accel");
 }
 
+/* "waits for 2 vCPUs, 256 MiB (3 runs ahead)" */
+static void sum_queued(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	uint64_t ahead = u64(p, "ahead");
+
+	putf(s, "waits for %llu vCPUs, %llu MiB", (unsigned long long)u64(p, "cpus"),
+	     (unsigned long long)u64(p, "memory_mib"));
+	if (ahead)
+		putf(s, " (%llu run%s ahead)", (unsigned long long)ahead, ahead == 1 ? "" : "s");
+}
+
 static void sum_input_ready(struct sum *s, const struct sb_event *ev,
 			    const msgpack_object *p)
 {
@@ -477,7 +488,7 @@ static const struct summary {
 	sum_fn fn;
 } table[] = {
     {"run.created", sum_run_created},	{"run.policy.resolved", sum_policy},
-    {"run.started", sum_run_started},	{"harness.input.ready", sum_input_ready},
+    {"run.started", sum_run_started},	{"run.queued", sum_queued},	{"harness.input.ready", sum_input_ready},
     {"agent.turn.started", sum_turn},	{"agent.turn.completed", sum_turn},
     {"agent.message", sum_message},	{"agent.tool.started", sum_tool},
     {"agent.tool.completed", sum_tool}, {"agent.file.changed", sum_file},

@@ -59,6 +59,47 @@ static int roll_forward(struct run *r, const struct sb_history *rec)
 	return rc;
 }
 
+/* Takes up r, which waited for the host's capacity when a daemon ended
+ * (rec: its record, its plan read into r): it waits again, in its place.
+ * Errors: SB_ERR_CORRUPT (its run.queued), the secret store's, access's. */
+static int requeue(struct run *r, const struct sb_history *rec, msgpack_zone *zone)
+{
+	struct sb_runs *rs = r->rs;
+	struct sb_cost cost = {0};
+	const msgpack_object *start;
+	msgpack_object q;
+	int rc;
+
+	if (sb_payload_parse(rec->queued.data, rec->queued.size, zone, &q))
+		return sb_seterr(SB_ERR_CORRUPT, "its run.queued cannot be read back");
+	if (sb_map_str(&q, "from_run", r->from.run, sizeof r->from.run) > 0) {
+		r->from.on = 1;
+		r->from.resume = rec->resumed;
+		r->from.layer = (unsigned)sb_map_u64(&q, "from_layer", UINT32_MAX);
+		r->from.memory_bytes = sb_map_u64(&q, "memory_bytes", 0);
+		start = sb_map_get(&q, "from_start");
+		r->from.start = start && start->type == MSGPACK_OBJECT_BOOLEAN &&
+				start->via.boolean;
+	}
+	sb_costs_get(rs->env.proj, "run", r->id, &cost);
+	r->from.spent = cost.cost_nusd; /* its budget goes on */
+	if ((rec->forked_from[0] &&
+	     (rc = sb_run_vkey_derive(rs->env.home, rec->forked_from, r->key.alias))) ||
+	    (rc = sb_run_vkey_derive(rs->env.home, r->id, r->key.vkey)) ||
+	    (rc = sb_plan_load_template(rs->env.home, &r->plan)) ||
+	    (rc = sb_access_arm(rs->env.home, rs->env.stubs, &r->plan.access)))
+		return rc;
+	if (sb_run_group_spent(r)) /* unread: counted as spent */
+		r->key.group_spent = r->plan.access.group_budget_nusd;
+	r->reattached = 0;
+	r->st = SB_RUN_QUEUED;
+	r->queued_offset = rec->queued_offset;
+	r->create.recorded = 1;
+	sb_run_link(r);
+	sb_runs_enqueue(r);
+	return SB_OK;
+}
+
 /* Takes up run, which its record says is live. */
 void sb_runs_reattach(struct sb_runs *rs, const char *run)
 {
@@ -83,7 +124,8 @@ void sb_runs_reattach(struct sb_runs *rs, const char *run)
 	r->reattached = 1;
 	snprintf(r->id, sizeof r->id, "%s", run);
 	msgpack_sbuffer_init(&r->spec);
-	if ((rc = sb_history_read(rs->env.log, run, &rec)) || !rec.started_ns || !rec.created.size ||
+	if ((rc = sb_history_read(rs->env.log, run, &rec)) ||
+	    (!rec.started_ns && !rec.queued.size) || !rec.created.size ||
 	    !rec.policy.size ||
 	    sb_payload_parse(rec.created.data, rec.created.size, &zone, &created) ||
 	    sb_payload_parse(rec.policy.data, rec.policy.size, &zone, &policy) ||
@@ -97,6 +139,16 @@ void sb_runs_reattach(struct sb_runs *rs, const char *run)
 		r->plan.ninputs = 0; /* its disk has them: a SPEC made again must not
 				      * write the first start's inputs over it */
 	sb_history_grants_apply(&rec, 0, &r->plan.net); /* its grants as they are now */
+	if (rec.queued.size) {
+		if ((rc = requeue(r, &rec, &zone))) {
+			snprintf(reason, sizeof reason,
+				 "cannot take the queued run up again: %s", sb_errmsg(rc));
+			sb_runs_record_failed(rs, run, reason);
+			goto out_free;
+		}
+		r = NULL; /* the queue's */
+		goto out_free;
+	}
 	if ((rc = rs->env.runner->reattach(rs->env.runner_ctx, &r->plan, &sb_run_machine_events,
 					   r, &r->m))) {
 		rs->env.runner->reap(rs->env.runner_ctx, run); /* what it left */
@@ -140,6 +192,7 @@ void sb_runs_reattach(struct sb_runs *rs, const char *run)
 		r->boot_w = sb_loop_timer(rs->env.loop, rs->env.settings->boot_timeout_s,
 					  0, sb_run_on_boot_deadline, r);
 	sb_run_link(r);
+	sb_run_hold(r); /* its machine runs: its share is taken */
 	sb_run_warn(r, "taken up again by a restarted daemon");
 	r = NULL;
 out_free:
@@ -193,6 +246,7 @@ static void from_job(void *ctx)
 	msgpack_object created, policy;
 	msgpack_sbuffer fb;
 	struct sb_event fev;
+	void (*next)(void *) = sb_run_create_done;
 	int rc;
 
 	sb_clearerr();
@@ -253,28 +307,28 @@ static void from_job(void *ctx)
 		r->create.rc = rc;
 		goto out;
 	}
-	/* the machine first: a snapshot that is gone or broken changes no
-	 * record; then the guest's SPEC (its NIC is the machine's) */
-	rc = r->from.start
-		 ? rs->env.runner->create(rs->env.runner_ctx, &r->plan, &r->m, r->create.accel,
-					  r->create.accel_warning, sizeof r->create.accel_warning)
-		 : rs->env.runner->create_from(rs->env.runner_ctx, &r->plan, r->from.run,
-					       r->from.layer, r->from.memory_bytes, &r->m,
-					       r->create.accel, r->create.accel_warning,
-					       sizeof r->create.accel_warning);
-	if (rc) {
+	if ((rc = sb_runs_fits_ever(rs, &r->plan))) {
 		r->create.rc = rc;
 		goto out;
 	}
-	if ((rc = sb_run_spec_pack(r))) {
+	if (!sb_run_admit(r)) {
+		/* it waits: recorded now, its machine made in its turn */
+		if ((rc = sb_run_record_queued(r, &fev))) {
+			r->create.rc = rc;
+			goto out;
+		}
+		r->create.recorded = 1;
+		next = sb_run_queued_done;
+		goto out;
+	}
+	/* the machine first: a snapshot that is gone or broken changes no
+	 * record; then the guest's SPEC (its NIC is the machine's) */
+	if ((rc = sb_run_machine_make(r))) {
 		r->create.rc = rc;
-		snprintf(r->create.err, sizeof r->create.err, "%s", sb_errmsg(rc));
-		rs->env.runner->discard(r->m);
-		r->m = NULL;
 		goto out;
 	}
 	rc = r->from.resume ? sb_log_append(rs->env.log, &fev, 1)
-		       : sb_runs_record_plan(rs, &r->plan, &fev);
+		       : sb_runs_record_plan(rs, &r->plan, &fev, 1);
 	if (rc) {
 		r->create.rc = rc;
 		snprintf(r->create.err, sizeof r->create.err, "%s", sb_errmsg(rc));
@@ -290,7 +344,7 @@ out:
 	sb_history_free(&rec);
 	msgpack_zone_destroy(&zone);
 	msgpack_sbuffer_destroy(&fb);
-	if (sb_loop_post(rs->env.loop, sb_run_create_done, r))
+	if (sb_loop_post(rs->env.loop, next, r))
 		abort();
 }
 

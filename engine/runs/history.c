@@ -167,6 +167,15 @@ static void fold_policy(struct sb_history *rec, const struct sb_event *ev)
 static void fold_started(struct sb_history *rec, const struct sb_event *ev)
 {
 	rec->started_ns = ev->ts_ns;
+	rec->queued.size = 0;
+}
+
+/* It waits for the host's capacity: what it continues is in the payload. */
+static void fold_queued(struct sb_history *rec, const struct sb_event *ev)
+{
+	rec->queued.size = 0;
+	msgpack_sbuffer_write(&rec->queued, (const char *)ev->payload, ev->payload_len);
+	rec->queued_offset = ev->offset;
 }
 
 static void fold_exited(struct sb_history *rec, const struct sb_event *ev)
@@ -183,6 +192,7 @@ static void fold_ready(struct sb_history *rec, const struct sb_event *ev)
 static void fold_resumed(struct sb_history *rec, const struct sb_event *ev)
 {
 	rec->started_ns = 0;
+	rec->queued.size = 0;
 	rec->exited = rec->ready = 0;
 	rec->guest_seq = 0;
 	rec->resumed = 1;
@@ -203,6 +213,7 @@ static const struct fold {
 } folds[] = {
     {"run.created", fold_created},     {"run.policy.resolved", fold_policy},
     {"run.started", fold_started},     {"run.exited", fold_exited},
+    {"run.queued", fold_queued},
     {"harness.input.ready", fold_ready}, {"run.resumed", fold_resumed},
     {"run.forked", fold_forked},     {"snapshot.saved", fold_saved},
     {"net.grant.added", fold_grant}, {"net.grant.removed", fold_grant},
@@ -234,6 +245,7 @@ int sb_history_read(sb_log *log, const char *run, struct sb_history *h)
 	h->saved = -1;
 	msgpack_sbuffer_init(&h->created);
 	msgpack_sbuffer_init(&h->policy);
+	msgpack_sbuffer_init(&h->queued);
 	if ((rc = sb_log_iter_open_run(log, run, 1, &it)))
 		return rc;
 	while ((rc = sb_log_iter_next(it, &ev)) != SB_END) {
@@ -251,6 +263,7 @@ void sb_history_free(struct sb_history *h)
 {
 	msgpack_sbuffer_destroy(&h->created);
 	msgpack_sbuffer_destroy(&h->policy);
+	msgpack_sbuffer_destroy(&h->queued);
 	free(h->files);
 	free(h->grants);
 }

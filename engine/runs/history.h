@@ -32,6 +32,9 @@ struct sb_history {
 	msgpack_sbuffer created, policy; /* run.created's and run.policy.resolved's
 					  * payloads (size 0: none) */
 	uint64_t started_ns; /* the current start's run.started, or 0 */
+	msgpack_sbuffer queued; /* the current start's run.queued payload, while
+				 * no run.started follows it (size 0: none) */
+	uint64_t queued_offset;
 	int exited, ready;   /* the current start's run.exited, harness.input.ready */
 	char forked_from[SB_RUN_MAX]; /* run.forked of a memory snapshot: its parent */
 	int resumed;		      /* a run.resumed is in it */

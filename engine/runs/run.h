@@ -17,7 +17,11 @@
 #include "engine/runs/roll.h"
 #include "engine/runs/runs.h"
 
-enum sb_run_state { SB_RUN_CREATING, SB_RUN_RUNNING };
+/* A run is CREATING while a worker makes it (its plan, its record, its
+ * machine), QUEUED while it waits for the host's capacity (it holds none;
+ * a worker makes its machine once it gets its share), RUNNING once its
+ * machine started. */
+enum sb_run_state { SB_RUN_CREATING, SB_RUN_QUEUED, SB_RUN_RUNNING };
 
 /* What a fork or resume continues (from.on 0: a new run). */
 struct sb_run_from {
@@ -74,6 +78,10 @@ struct run {
 	int thaw_due;	 /* a snapshot was under way when a daemon died: THAW */
 	int turns;	 /* the harness reports its turns (else its model calls count) */
 	int asked_twice; /* a stop's grace passed: SIGTERM again, and SYNC */
+	int admitted;	 /* it holds its share of the capacity (plan.cpus and
+			  * plan.memory_mib) until it ends */
+	uint64_t queued_offset; /* its run.queued, or 0 */
+	struct run *qnext;	/* in the queue */
 	struct sb_run_key key;
 	struct sb_run_from from;
 	struct sb_run_create create;
@@ -105,6 +113,15 @@ struct sb_runs {
 	struct job *jobs;	 /* sent to a worker, not back yet */
 	int unrecorded;		 /* a batch failed since the guests' last ACK */
 	pthread_mutex_t stop_mu; /* one record closed by a stop at a time */
+	/* the host's capacity for runs, and the queue of runs waiting for it
+	 * (oldest first), under cap_mu (a worker admits a run it makes) */
+	pthread_mutex_t cap_mu;
+	uint64_t cap_cpus, cap_memory_mib;
+	uint64_t used_cpus, used_memory_mib;
+	struct run *queue;
+	size_t nqueued;
+	int pump_held; /* 1 while runs are taken up at the start: their order
+			* is known once all are in the queue */
 };
 
 /* --- runs.c: on the loop unless said --- */
@@ -120,10 +137,10 @@ int sb_runs_host_event(struct sb_runs *rs, const char *run, const char *type, ..
 int sb_runs_record_failed(struct sb_runs *rs, const char *run, const char *reason);
 /* Records a new run's plan in one append: run.created,
  * run.policy.resolved (inputs as blobs), one secret.granted per grant and
- * extra (a fork's run.forked; NULL: none). On a worker. Errors: the
+ * the nextra events of extra (a fork's run.forked, run.queued). On a worker. Errors: the
  * log's, SB_ERR_NOMEM. */
 int sb_runs_record_plan(struct sb_runs *rs, const struct sb_plan *p,
-			const struct sb_event *extra);
+			struct sb_event *extra, size_t nextra);
 /* The live run id, or NULL. */
 struct run *sb_runs_find(struct sb_runs *rs, const char *id);
 
@@ -152,6 +169,54 @@ void sb_run_on_boot_deadline(void *ctx);
 /* Posted by a create or from job when done (ctx: the run): the run
  * starts, or its creation is answered with its error. */
 void sb_run_create_done(void *ctx);
+
+/* On a worker: makes r's machine (create, or create_from for a fork or
+ * resume that continues a snapshot), then the guest's SPEC (its NIC is
+ * the machine's); on error nothing of it is left. Errors: the runner's,
+ * the plan's. */
+int sb_run_machine_make(struct run *r);
+/* On a worker: makes r's machine (create, or create_from for a fork or
+ * resume that continues a snapshot) and its SPEC; on failure records its
+ * end (run.failed). Then posts sb_run_create_done. */
+void sb_run_make_machine(void *ctx);
+/* On a worker: records r's plan (first: a fork's run.forked, recorded
+ * with it; a resume's run.resumed, recorded instead of it; or NULL) and
+ * its run.queued, in one append, and sets r->queued_offset. Errors: the
+ * log's, SB_ERR_NOMEM. */
+int sb_run_record_queued(struct run *r, const struct sb_event *first);
+/* On the loop: r, made and recorded by a worker, waits in the queue: the
+ * request is answered, and r starts in its turn. */
+void sb_run_queued_done(void *ctx);
+
+/* --- queue.c: capacity and the queue --- */
+
+/* Sets rs's capacity from its settings (0: the host's: its CPUs times
+ * SB_RUNS_CPU_OVERCOMMIT, its memory less SB_RUNS_MEMORY_RESERVE_MIB or a
+ * tenth, whichever is larger). */
+void sb_runs_capacity_init(struct sb_runs *rs);
+/* Errors: SB_ERR_INVAL when plan p can never fit rs's capacity (the
+ * detail says what it asks and what the host gives). Any thread. */
+int sb_runs_fits_ever(struct sb_runs *rs, const struct sb_plan *p);
+/* Admits r if it fits now and no run waits before it: it then holds its
+ * share (r->admitted). Returns 1 when admitted, else 0. Any thread. */
+int sb_run_admit(struct run *r);
+/* r takes its share whether it fits or not (a run taken up again: its
+ * machine runs). Any thread. */
+void sb_run_hold(struct run *r);
+/* Gives r's share back (nothing when it holds none) and starts the
+ * queued runs that fit now, in order. On the loop. */
+void sb_run_release(struct run *r);
+/* Adds r to the queue, in the order of its queued_offset, and starts
+ * what fits. On the loop. */
+void sb_runs_enqueue(struct run *r);
+/* Starts the queued runs that fit now, oldest first. On the loop. */
+void sb_runs_pump(struct sb_runs *rs);
+/* Takes r out of the queue (nothing when it is not in it). On the loop. */
+void sb_runs_dequeue(struct run *r);
+/* Packs the payload of run.queued of r into buf and points ev at it:
+ * {cpus, memory_mib, ahead} and, for a fork or resume, what it continues
+ * {from_run, from_layer, memory_bytes, from_start}. Errors: SB_ERR_NOMEM. */
+int sb_run_pack_queued(struct run *r, msgpack_sbuffer *buf, struct sb_event *ev);
 
 /* --- from.c --- */
 

@@ -345,6 +345,8 @@ static void run_end(struct run *r)
 			break;
 		}
 	}
+	sb_runs_dequeue(r);
+	sb_run_release(r); /* what waits for its share may start */
 	sb_run_free(r);
 	if (!rs->active && rs->env.idle)
 		rs->env.idle(rs->env.ctx);
@@ -403,6 +405,12 @@ static void run_stop(struct run *r, const char *reason)
 	snprintf(r->stop_reason, sizeof r->stop_reason, "%s", reason);
 	if (r->st == SB_RUN_CREATING)
 		return; /* the creation sees it when it is done */
+	if (r->st == SB_RUN_QUEUED) { /* it never starts */
+		sb_runs_dequeue(r);
+		sb_runs_host_event(r->rs, r->id, "run.stopped", "reason", reason, NULL);
+		run_end(r);
+		return;
+	}
 	if (r->hello) {
 		/* a guest not connected yet (a restarted daemon's) gets SIGTERM
 		 * with its HELLO: ended by the harness, its files are written
@@ -911,11 +919,11 @@ void sb_run_create_done(void *ctx);
 /* Packs and records run.created, run.policy.resolved (inputs as blobs),
  * one secret.granted per grant and extra (NULL: none), in one append. */
 int sb_runs_record_plan(struct sb_runs *rs, const struct sb_plan *p,
-		       const struct sb_event *extra)
+			struct sb_event *extra, size_t nextra)
 {
 	msgpack_sbuffer a, b, g;
 	msgpack_packer pa, pb, pg;
-	struct sb_event evs[3 + SB_ACCESS_SECRETS];
+	struct sb_event evs[2 + SB_ACCESS_SECRETS + 2];
 	size_t gat[SB_ACCESS_SECRETS + 1], n;
 	struct sb_blob *blobs = calloc(p->ninputs + 1, sizeof *blobs);
 	int rc;
@@ -946,11 +954,14 @@ int sb_runs_record_plan(struct sb_runs *rs, const struct sb_plan *p,
 		rc = sb_event_init(&evs[2 + i], "secret.granted", p->run, SB_SRC_HOST,
 				   g.data + gat[i], gat[i + 1] - gat[i]);
 	n = sb_plan_blobs(p, blobs);
-	if (extra)
-		evs[2 + p->access.ngrants] = *extra;
+	nextra = nextra < 2 ? nextra : 2;
+	for (size_t i = 0; i < nextra; i++)
+		evs[2 + p->access.ngrants + i] = extra[i];
 	if (rc == SB_OK)
 		rc = sb_log_append_blobs(rs->env.log, blobs, n, evs,
-					 2 + p->access.ngrants + !!extra);
+					 2 + p->access.ngrants + nextra);
+	for (size_t i = 0; rc == SB_OK && i < nextra; i++)
+		extra[i].offset = evs[2 + p->access.ngrants + i].offset;
 	free(blobs);
 	msgpack_sbuffer_destroy(&a);
 	msgpack_sbuffer_destroy(&b);
@@ -958,23 +969,97 @@ int sb_runs_record_plan(struct sb_runs *rs, const struct sb_plan *p,
 	return rc;
 }
 
-/* On a worker: resolve, record, prepare the machine. */
+int sb_run_record_queued(struct run *r, const struct sb_event *first)
+{
+	msgpack_sbuffer qb;
+	struct sb_event evs[2];
+	size_t n = 0;
+	int rc;
+
+	msgpack_sbuffer_init(&qb);
+	if (first)
+		evs[n++] = *first;
+	if ((rc = sb_run_pack_queued(r, &qb, &evs[n])) == SB_OK)
+		rc = first && r->from.resume ? sb_log_append(r->rs->env.log, evs, 2)
+					     : sb_runs_record_plan(r->rs, &r->plan, evs, n + 1);
+	if (rc == SB_OK)
+		r->queued_offset = evs[n].offset;
+	msgpack_sbuffer_destroy(&qb);
+	return rc;
+}
+
+/* Its failure to start recorded (on a worker): rc and its detail are the
+ * request's when even that cannot be recorded. */
+static void start_failed(struct run *r, int why)
+{
+	char reason[700];
+	int rc;
+
+	snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(why));
+	r->create.start_failed = 1;
+	if ((rc = sb_runs_record_failed(r->rs, r->id, reason))) {
+		/* its end is not in the record: the request says it */
+		r->create.rc = rc;
+		snprintf(r->create.err, sizeof r->create.err,
+			 "cannot record the run in %.100s: it could not start "
+			 "(%.400s), and then: %.300s",
+			 r->rs->env.home, reason, sb_errmsg(rc));
+	}
+}
+
+int sb_run_machine_make(struct run *r)
+{
+	struct sb_runs *rs = r->rs;
+	int rc = r->from.on && !r->from.start
+		     ? rs->env.runner->create_from(
+			   rs->env.runner_ctx, &r->plan, r->from.run, r->from.layer,
+			   r->from.memory_bytes, &r->m, r->create.accel,
+			   r->create.accel_warning, sizeof r->create.accel_warning)
+		     : rs->env.runner->create(rs->env.runner_ctx, &r->plan, &r->m,
+					      r->create.accel, r->create.accel_warning,
+					      sizeof r->create.accel_warning);
+
+	if (rc == SB_OK && (rc = sb_run_spec_pack(r))) {
+		rs->env.runner->discard(r->m);
+		r->m = NULL;
+	}
+	return rc;
+}
+
+void sb_run_make_machine(void *ctx)
+{
+	struct run *r = ctx;
+	int rc;
+
+	sb_clearerr();
+	if ((rc = sb_run_machine_make(r)))
+		start_failed(r, rc);
+	if (sb_loop_post(r->rs->env.loop, sb_run_create_done, r))
+		abort(); /* the loop cannot hear of the run: nothing sane is left */
+}
+
+/* On a worker: resolve, record, and the machine when the run fits now;
+ * else it waits in the queue. */
 static void create_job(void *ctx)
 {
 	struct run *r = ctx;
 	struct sb_runs *rs = r->rs;
 	struct sb_plan_ctx pc = {rs->env.home, rs->env.stubs,
 				 rs->env.settings->run_record_quota, rs->env.net};
+	void (*next)(void *) = sb_run_create_done;
 	int rc;
 
 	sb_clearerr();
 	if ((rc = sb_plan_resolve(&pc, r->id, r->create.spec, &r->plan)) ||
+	    (rc = sb_runs_fits_ever(rs, &r->plan)) ||
 	    (rc = sb_run_vkey_derive(rs->env.home, r->id, r->key.vkey)) ||
 	    (rc = sb_run_group_spent(r))) {
 		r->create.rc = rc;
 		goto out;
 	}
-	if ((rc = sb_runs_record_plan(rs, &r->plan, NULL))) {
+	rc = sb_run_admit(r) ? sb_runs_record_plan(rs, &r->plan, NULL, 0)
+			     : sb_run_record_queued(r, NULL);
+	if (rc) {
 		r->create.rc = rc;
 		if (rc == SB_ERR_FULL)
 			snprintf(r->create.err, sizeof r->create.err,
@@ -983,33 +1068,38 @@ static void create_job(void *ctx)
 		goto out;
 	}
 	r->create.recorded = 1;
-	/* the machine, then the guest's SPEC (its NIC is the machine's) */
-	if ((rc = rs->env.runner->create(rs->env.runner_ctx, &r->plan, &r->m, r->create.accel,
-					 r->create.accel_warning, sizeof r->create.accel_warning)) ||
-	    (rc = sb_run_spec_pack(r))) {
-		char reason[700];
-		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
-		rs->env.runner->discard(r->m);
-		r->m = NULL;
-		r->create.start_failed = 1;
-		if ((rc = sb_runs_record_failed(rs, r->id, reason))) {
-			/* its end is not in the record: the request says it */
-			r->create.rc = rc;
-			snprintf(r->create.err, sizeof r->create.err,
-				 "cannot record the run in %.100s: it could not start "
-				 "(%.400s), "
-				 "and then: %.300s",
-				 rs->env.home, reason, sb_errmsg(rc));
-		}
-	}
+	if (!r->admitted)
+		next = sb_run_queued_done;
+	else if ((rc = sb_run_machine_make(r)))
+		start_failed(r, rc);
 	for (size_t i = 0; i < r->plan.ninputs; i++)
 		r->plan.inputs[i].data = NULL; /* they were the request's: blobs now */
 out:
 	if (r->create.rc && !r->create.err[0])
 		snprintf(r->create.err, sizeof r->create.err, "%s",
 			 sb_errmsg(r->create.rc));
-	if (sb_loop_post(rs->env.loop, sb_run_create_done, r))
+	if (sb_loop_post(rs->env.loop, next, r))
 		abort(); /* the loop cannot hear of the run: nothing sane is left */
+}
+
+void sb_run_queued_done(void *ctx)
+{
+	struct run *r = ctx;
+	sb_runs_created_fn cb = r->create.cb;
+	void *cb_ctx = r->create.ctx;
+	char id[SB_RUN_MAX];
+
+	memcpy(id, r->id, sizeof id);
+	r->create.spec = NULL;
+	r->create.cb = NULL;
+	if (r->stop_reason[0]) { /* stopped while it was being made */
+		sb_runs_host_event(r->rs, id, "run.stopped", "reason", r->stop_reason, NULL);
+		run_end(r);
+	} else {
+		sb_runs_enqueue(r);
+	}
+	if (cb)
+		cb(cb_ctx, SB_OK, id);
 }
 
 /* Records run.started of r: its accelerator, how it boots and its NIC. */
@@ -1048,6 +1138,10 @@ static void started_event(struct run *r)
 	msgpack_sbuffer_destroy(&buf);
 }
 
+static void created_nobody(void *ctx, int rc, const char *run)
+{
+}
+
 /* On the loop: start what the worker prepared, and answer run.create. */
 void sb_run_create_done(void *ctx)
 {
@@ -1060,6 +1154,9 @@ void sb_run_create_done(void *ctx)
 
 	memcpy(id, r->id, sizeof id);
 	r->create.spec = NULL;
+	r->create.cb = NULL;
+	if (!cb)
+		cb = created_nobody; /* a queued run's request was answered */
 	if (!r->create.recorded) {
 		/* a resume stopped meanwhile, refused: its record, which may say
 		 * live, is for the stop to close */
@@ -1325,10 +1422,13 @@ int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
 		return SB_ERR_NOMEM;
 	rs->env = *env;
 	pthread_mutex_init(&rs->stop_mu, NULL);
+	pthread_mutex_init(&rs->cap_mu, NULL);
+	sb_runs_capacity_init(rs);
 	msgpack_sbuffer_init(&rs->batch);
 	msgpack_sbuffer_init(&rs->blobs);
 	if (!(rs->flush_w = sb_loop_idle_end(env->loop, on_flush, rs))) {
 		pthread_mutex_destroy(&rs->stop_mu);
+		pthread_mutex_destroy(&rs->cap_mu);
 		free(rs);
 		return SB_ERR_NOMEM;
 	}
@@ -1339,8 +1439,11 @@ int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
 	}
 	if (env->runner->sweep)
 		env->runner->sweep(env->runner_ctx, run_known, env->proj);
+	rs->pump_held = 1; /* the queued are started in their order, once all are in */
 	for (size_t i = 0; i < n; i++)
 		sb_runs_reattach(rs, runs[i]);
+	rs->pump_held = 0;
+	sb_runs_pump(rs);
 	free(runs);
 	batch_flush(rs);
 	*out = rs;
@@ -1364,6 +1467,7 @@ void sb_runs_close(struct sb_runs *rs)
 		free(j);
 	}
 	pthread_mutex_destroy(&rs->stop_mu);
+	pthread_mutex_destroy(&rs->cap_mu);
 	sb_watch_stop(rs->flush_w);
 	msgpack_sbuffer_destroy(&rs->batch);
 	msgpack_sbuffer_destroy(&rs->blobs);
