@@ -71,7 +71,14 @@ $(NETHOSTILE): tests/guest/nethostile.c
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE \
 	    -static -o $@ $<
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libsanbox.a
+# The CLI's parts that neither print nor connect (option values, run specs),
+# which unit tests link too.
+CLI_PURE := $(addprefix $(BUILD)/obj/cli/,parse.o runspec.o)
+$(BUILD)/libsanbox-cli.a: $(CLI_PURE)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/libsanbox-cli.a $(BUILD)/libsanbox.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
 

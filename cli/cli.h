@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "cli/exit.h"
+#include "cli/parse.h"
 #include "engine/client.h"
 #include "engine/daemon/bus.h"
 #include "engine/log/event.h"
@@ -84,19 +85,6 @@ int cli_help(const char *cmd);
  * the usage, and returns CLI_EXIT_USAGE. Option strings start with ':'
  * so that a missing value is told apart. */
 int cli_badopt(const char *cmd, char **argv, int ch);
-
-/* "Did you mean": the candidate nearest to a mistyped word. Init it with
- * the word (borrowed), add each candidate (len bytes of cand, copied),
- * then cli_suggest_hint writes "; did you mean 'BEST'?" into buf and
- * returns it, or returns "" when no candidate is near enough. */
-struct cli_suggest {
-	const char *word;
-	char best[64];
-	size_t dist;
-};
-void cli_suggest_init(struct cli_suggest *s, const char *word);
-void cli_suggest_add(struct cli_suggest *s, const char *cand, size_t len);
-const char *cli_suggest_hint(const struct cli_suggest *s, char *buf, size_t cap);
 
 /* The options every command takes: --help (-h). */
 #define CLI_OPT_HELP                                                                     \
@@ -224,20 +212,6 @@ void cli_print_json(json_t *j);
 /* Prints a daemon's reply map as JSON, without its "ok" (for --json). */
 void cli_print_reply(const msgpack_object *reply);
 
-/* Parses "10m", "90s", "2h", "1d" or a number of seconds.
- * Errors: SB_ERR_INVAL. */
-int cli_parse_duration(const char *s, uint64_t *secs);
-
-/* Parses a size into bytes: a number (fractions too) and a suffix B, K,
- * M, G or T (powers of 1024; "KiB" and "KB" spellings too, any case); a
- * bare number counts units of unit bytes. Errors: SB_ERR_INVAL (not a
- * size, not positive, or above max bytes). */
-int cli_parse_size(const char *s, uint64_t unit, uint64_t max, uint64_t *bytes);
-
-/* Parses a memory size, "256M", "4G" or "512" (MiB), at least 64 MiB.
- * Errors: SB_ERR_INVAL. */
-int cli_parse_size_mib(const char *s, uint64_t *mib);
-
 /* Parses --since's DURATION s into the time that long ago (ns since the
  * epoch). Returns an exit code: CLI_EXIT_USAGE (printed) for a bad one. */
 int cli_parse_since(const char *s, uint64_t *since_ns);
@@ -246,9 +220,6 @@ int cli_parse_since(const char *s, uint64_t *since_ns);
  * sb_reply_free); *live is 1 while the run is created, queued or running.
  * Errors: those of the call. */
 int cli_run_get(sb_client *c, const char *run, struct sb_reply *rep, int *live);
-
-/* Parses "$1.50" or "1.5" into nano-USD. Errors: SB_ERR_INVAL. */
-int cli_parse_usd(const char *s, uint64_t *nusd);
 
 /* What fs and cp share (cli/cmd_fs.c). */
 

@@ -1,40 +1,19 @@
 /* cmd_run.c - sanbox run: resolve a run, start it, and follow it. */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/runspec.h"
 #include "engine/error.h"
 #include "engine/payload.h"
 #include "netpolicy/netpolicy.h"
-#include "vmm/chan.h" /* SB_CHAN_INPUTS_MAX: the daemon and the agent check it too */
-
-#define MAX_LIST 64
-#define INPUTS_MAX SB_CHAN_INPUTS_MAX
-#define RECORD_QUOTA_MAX (1ull << 40) /* the daemon's limit too (engine/runs/plan.c) */
-
-struct list {
-	const char *v[MAX_LIST];
-	int n;
-};
-
-/* An --input file, opened and checked before anything is sent. */
-struct input {
-	const char *path;
-	int fd;
-	size_t size;
-	unsigned mode;
-};
 
 /* What the options say. */
 struct run_opts {
-	const char *tmpl, *name, *group, *accel, *on_budget, *net, *snapshots;
-	uint64_t cpus, mem, timeout, budget, quota;
-	struct list inputs, env, secrets, models, allow;
+	struct cli_run_spec spec; /* its strings point into argv and policy */
+	char *prompt;		  /* the prompt's words joined (the caller frees) */
 	char **words; /* the prompt's words, in argv order (an array the caller frees) */
 	int nwords;
 	char **cmd; /* the command after --, in argv, or NULL */
@@ -43,20 +22,12 @@ struct run_opts {
 	json_t *policy; /* --policy FILE, whose strings the lists point into */
 };
 
-static int list_add(struct list *l, const char *s, const char *what)
+static int list_add(struct cli_strs *l, const char *s, const char *what)
 {
-	if (l->n == MAX_LIST)
-		return cli_fail_code(CLI_EXIT_USAGE, "at most %d %s options", MAX_LIST, what);
-	l->v[l->n++] = s;
+	if (cli_strs_add(l, s))
+		return cli_fail_code(CLI_EXIT_USAGE, "at most %d %s options",
+				     CLI_SPEC_LIST_MAX, what);
 	return CLI_EXIT_OK;
-}
-
-static void pack_strs(msgpack_packer *pk, const char *key, const char *const *v, int n)
-{
-	sb_pack_str(pk, key);
-	msgpack_pack_array(pk, (size_t)n);
-	for (int i = 0; i < n; i++)
-		sb_pack_str(pk, v[i]);
 }
 
 /* Reads the policy file path ({"network": MODE, "allow": [GRANT...]})
@@ -112,26 +83,26 @@ static int grants_same(const char *a, const char *b)
 static int policy_merge(struct run_opts *o)
 {
 	json_t *grants = json_object_get(o->policy, "allow"), *g;
-	struct list all = {{0}, 0};
+	struct cli_strs all = {{0}, 0};
 	size_t i, from;
 	int rc = CLI_EXIT_OK;
 
-	if (!o->net && json_object_get(o->policy, "network"))
-		o->net = json_string_value(json_object_get(o->policy, "network"));
+	if (!o->spec.net && json_object_get(o->policy, "network"))
+		o->spec.net = json_string_value(json_object_get(o->policy, "network"));
 	json_array_foreach(grants, i, g)
 	{
 		if ((rc = list_add(&all, json_string_value(g), "grants")))
 			return rc;
 	}
 	from = (size_t)all.n;
-	for (int k = 0; k < o->allow.n && rc == CLI_EXIT_OK; k++) {
+	for (int k = 0; k < o->spec.allow.n && rc == CLI_EXIT_OK; k++) {
 		size_t j;
-		for (j = 0; j < from && !grants_same(all.v[j], o->allow.v[k]); j++)
+		for (j = 0; j < from && !grants_same(all.v[j], o->spec.allow.v[k]); j++)
 			;
 		if (j == from)
-			rc = list_add(&all, o->allow.v[k], "grants");
+			rc = list_add(&all, o->spec.allow.v[k], "grants");
 	}
-	o->allow = all;
+	o->spec.allow = all;
 	return rc;
 }
 
@@ -156,6 +127,13 @@ static int looks_like_command(const char *w)
 	return 0;
 }
 
+/* The exit code for rc, the result of parsing the value of option opt:
+ * CLI_EXIT_USAGE (printed, with the parser's detail) for an error. */
+static int opt_value(const char *opt, int rc)
+{
+	return rc ? cli_fail_code(CLI_EXIT_USAGE, "%s: %s", opt, sb_errmsg(rc)) : CLI_EXIT_OK;
+}
+
 /* Parses the options of argv into o (its prompt's words, or the command
  * after --); returns CLI_GO_ON, or the exit code (help or a usage error,
  * printed). */
@@ -176,9 +154,10 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 		{"policy", required_argument, NULL, 'P'},
 		{NULL, 0, NULL, 0},
 	};
+	struct cli_run_spec *sp = &o->spec;
 	int ch, rc = CLI_EXIT_OK;
 
-	o->tmpl = "shell";
+	sp->tmpl = "shell";
 	if (!(o->words = calloc((size_t)argc, sizeof *o->words)))
 		return cli_fail(SB_ERR_NOMEM, "out of memory");
 	/* '-': options anywhere before --, each word of a prompt returned in
@@ -187,58 +166,45 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 		switch (ch) {
 		case 1: o->words[o->nwords++] = optarg; break;
 		case 'h': return cli_help("run");
-		case 't': o->tmpl = optarg; break;
+		case 't': sp->tmpl = optarg; break;
 		case 'c':
-			rc = cli_parse_u64("--cpu", optarg, 1, 64, &o->cpus);
+			rc = cli_parse_u64("--cpu", optarg, 1, CLI_SPEC_CPUS_MAX, &sp->cpus);
 			break;
-		case 'M':
-			if ((rc = cli_parse_size_mib(optarg, &o->mem)))
-				rc = cli_fail_code(CLI_EXIT_USAGE, "%s", sb_errmsg(rc));
-			break;
+		case 'M': rc = opt_value("--memory", cli_parse_size_mib(optarg, &sp->mem)); break;
 		case 'Q':
-			if ((rc = cli_parse_size(optarg, 1, RECORD_QUOTA_MAX, &o->quota)))
-				rc = cli_fail_code(CLI_EXIT_USAGE, "--record-quota: %s", sb_errmsg(rc));
+			rc = opt_value("--record-quota",
+				       cli_parse_size(optarg, 1, CLI_SPEC_QUOTA_MAX, &sp->quota));
 			break;
 		case 'T':
-			if ((rc = cli_parse_duration(optarg, &o->timeout)))
-				rc = cli_fail_code(CLI_EXIT_USAGE, "%s", sb_errmsg(rc));
+			rc = opt_value("--timeout", cli_parse_duration(optarg, &sp->timeout));
 			break;
-		case 'b':
-			if ((rc = cli_parse_usd(optarg, &o->budget)))
-				rc = cli_fail_code(CLI_EXIT_USAGE, "%s", sb_errmsg(rc));
-			break;
+		case 'b': rc = opt_value("--budget", cli_parse_usd(optarg, &sp->budget)); break;
 		case 'o':
-			if (strcmp(optarg, "stop") && strcmp(optarg, "continue"))
-				rc = cli_fail_code(CLI_EXIT_USAGE, "--on-budget takes stop or continue");
-			o->on_budget = optarg;
+			rc = opt_value("--on-budget", cli_spec_check_on_budget(optarg));
+			sp->on_budget = optarg;
 			break;
-		case 'i': rc = list_add(&o->inputs, optarg, "--input"); break;
+		case 'i': rc = list_add(&sp->inputs, optarg, "--input"); break;
 		case 'e':
-			if (!strchr(optarg, '=') || optarg[0] == '=')
-				rc = cli_fail_code(CLI_EXIT_USAGE, "--env takes K=V, not '%s'", optarg);
-			else
-				rc = list_add(&o->env, optarg, "--env");
+			if (!(rc = opt_value("--env", cli_spec_check_env(optarg))))
+				rc = list_add(&sp->env, optarg, "--env");
 			break;
-		case 's': rc = list_add(&o->secrets, optarg, "--secret"); break;
+		case 's': rc = list_add(&sp->secrets, optarg, "--secret"); break;
 		case 'n':
 			if (!(rc = cli_check_name("--name", optarg)))
-				o->name = optarg;
+				sp->name = optarg;
 			break;
 		case 'g':
 			if (!(rc = cli_check_name("--group", optarg)))
-				o->group = optarg;
+				sp->group = optarg;
 			break;
-		case 'm': rc = list_add(&o->models, optarg, "--model"); break;
-		case 'a': o->accel = optarg; break;
+		case 'm': rc = list_add(&sp->models, optarg, "--model"); break;
+		case 'a': sp->accel = optarg; break;
 		case 'S':
-			if (strcmp(optarg, "turn") && strcmp(optarg, "stop") && strcmp(optarg, "off"))
-				return cli_fail_code(CLI_EXIT_USAGE,
-						     "--snapshots takes turn, stop or off, not '%s'",
-						     optarg);
-			o->snapshots = optarg;
+			rc = opt_value("--snapshots", cli_spec_check_snapshots(optarg));
+			sp->snapshots = optarg;
 			break;
-		case 'N': o->net = optarg; break;
-		case 'A': rc = list_add(&o->allow, optarg, "--allow"); break;
+		case 'N': sp->net = optarg; break;
+		case 'A': rc = list_add(&sp->allow, optarg, "--allow"); break;
 		case 'P':
 			if (o->policy)
 				return cli_fail_code(CLI_EXIT_USAGE, "--policy is given once");
@@ -269,147 +235,34 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 	return CLI_GO_ON;
 }
 
-static const char *file_kind(mode_t m)
+/* Sets the spec's command, or its prompt: the prompt's words joined by
+ * single spaces. Returns an exit code. */
+static int spec_words(struct run_opts *o)
 {
-	return S_ISDIR(m)    ? "a directory"
-	       : S_ISFIFO(m) ? "a FIFO"
-	       : S_ISSOCK(m) ? "a socket"
-	       : S_ISCHR(m)  ? "a character device"
-	       : S_ISBLK(m)  ? "a block device"
-			     : "not a regular file";
-}
+	size_t len = 1;
 
-/* Opens input path into *in without blocking (a FIFO, a terminal or a
- * device never holds the CLI up) and checks that it is a regular file.
- * Returns an exit code: CLI_EXIT_USAGE for what is not a regular file,
- * CLI_EXIT_NOTFOUND for a missing one. */
-static int input_open(const char *path, struct input *in)
-{
-	struct stat st;
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-
-	if (fd < 0) {
-		int err = errno;
-		if (err != ENOENT && stat(path, &st) == 0 && !S_ISREG(st.st_mode)) /* a socket */
-			return cli_fail_code(CLI_EXIT_USAGE, "input %s is %s, not a regular file", path,
-					     file_kind(st.st_mode));
-		return cli_fail(err == ENOENT ? SB_ERR_NOTFOUND : SB_ERR_IO, "input %s: %s", path,
-				strerror(err));
+	o->spec.argv = (const char *const *)o->cmd;
+	o->spec.argc = o->cmd ? o->ncmd : 0;
+	for (int i = 0; i < o->nwords; i++)
+		len += strlen(o->words[i]) + 1;
+	if (!(o->prompt = calloc(1, len)))
+		return cli_fail(SB_ERR_NOMEM, "out of memory");
+	for (int i = 0; i < o->nwords; i++) {
+		strcat(o->prompt, o->words[i]);
+		if (i + 1 < o->nwords)
+			strcat(o->prompt, " ");
 	}
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return cli_fail_code(CLI_EXIT_USAGE, "input %s is %s, not a regular file", path,
-				     file_kind(st.st_mode));
-	}
-	in->path = path;
-	in->fd = fd;
-	in->size = (size_t)st.st_size;
-	in->mode = st.st_mode & 0777;
+	o->spec.prompt = o->prompt;
 	return CLI_EXIT_OK;
 }
 
-/* Reads in whole (its size as opened) into data. Errors: SB_ERR_IO. */
-static int input_read(const struct input *in, char *data)
+/* Packs the run.create request for the spec of o, with the contents of
+ * the inputs in. Errors: as cli_spec_pack. */
+static int pack_request(struct cli_req *r, const struct run_opts *o, const struct cli_input *in)
 {
-	size_t got = 0;
-	ssize_t n;
-
-	while (got < in->size) {
-		n = read(in->fd, data + got, in->size - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return sb_seterr(SB_ERR_IO, "input %s: %s", in->path,
-					 n < 0 ? strerror(errno) : "it shrank while it was read");
-		got += (size_t)n;
-	}
-	return SB_OK;
-}
-
-/* Packs the inputs as [{path, data, mode}]; paths are the base names.
- * Errors: SB_ERR_IO, SB_ERR_NOMEM. */
-static int pack_inputs(msgpack_packer *pk, const struct input *in, int n)
-{
-	sb_pack_str(pk, "inputs");
-	msgpack_pack_array(pk, (size_t)n);
-	for (int i = 0; i < n; i++) {
-		const char *base = strrchr(in[i].path, '/');
-		char *data = malloc(in[i].size + 1);
-		int rc;
-
-		if (!data)
-			return sb_seterr(SB_ERR_NOMEM, "input %s: out of memory", in[i].path);
-		if ((rc = input_read(&in[i], data))) {
-			free(data);
-			return rc;
-		}
-		msgpack_pack_map(pk, 3);
-		sb_pack_kstr(pk, "path", base ? base + 1 : in[i].path);
-		sb_pack_str(pk, "data");
-		msgpack_pack_bin_with_body(pk, data, in[i].size);
-		sb_pack_ku64(pk, "mode", in[i].mode);
-		free(data);
-	}
-	return SB_OK;
-}
-
-/* Packs the run.create request for o, with the command or prompt in
- * argv[first..argc) (a command when has_cmd). Errors: as pack_inputs. */
-static int pack_spec(struct cli_req *r, const struct run_opts *o, const struct input *in)
-{
-	size_t nspec = 10 + !!o->name + !!o->group + !!o->models.n * 2 + !!o->accel +
-		       !!o->on_budget + !!o->net + !!o->allow.n + !!o->quota + !!o->snapshots;
-
 	cli_req_begin(r, "run.create", 1);
 	sb_pack_str(&r->pk, "spec");
-	msgpack_pack_map(&r->pk, nspec);
-	sb_pack_kstr(&r->pk, "template", o->tmpl);
-	if (o->name)
-		sb_pack_kstr(&r->pk, "name", o->name);
-	if (o->group)
-		sb_pack_kstr(&r->pk, "group", o->group);
-	if (o->models.n) {
-		/* the first is the run's model; the others it may use too */
-		sb_pack_kstr(&r->pk, "model", o->models.v[0]);
-		pack_strs(&r->pk, "models", o->models.v + 1, o->models.n - 1);
-	}
-	if (o->on_budget)
-		sb_pack_kstr(&r->pk, "on_budget", o->on_budget);
-	if (o->accel)
-		sb_pack_kstr(&r->pk, "accel", o->accel);
-	if (o->snapshots)
-		sb_pack_kstr(&r->pk, "snapshots", o->snapshots);
-	if (o->net)
-		sb_pack_kstr(&r->pk, "network", o->net);
-	if (o->allow.n)
-		pack_strs(&r->pk, "allow", o->allow.v, o->allow.n);
-	if (o->cmd) {
-		pack_strs(&r->pk, "argv", (const char *const *)o->cmd, o->ncmd);
-		sb_pack_kstr(&r->pk, "prompt", "");
-	} else {
-		/* a prompt: its words joined by spaces, for the template's harness */
-		size_t len = 0;
-		for (int i = 0; i < o->nwords; i++)
-			len += strlen(o->words[i]) + 1;
-		char *prompt = calloc(1, len + 1);
-		for (int i = 0; prompt && i < o->nwords; i++) {
-			strcat(prompt, o->words[i]);
-			if (i + 1 < o->nwords)
-				strcat(prompt, " ");
-		}
-		pack_strs(&r->pk, "argv", NULL, 0);
-		sb_pack_kstr(&r->pk, "prompt", prompt ? prompt : "");
-		free(prompt);
-	}
-	pack_strs(&r->pk, "env", o->env.v, o->env.n);
-	pack_strs(&r->pk, "secrets", o->secrets.v, o->secrets.n);
-	sb_pack_ku64(&r->pk, "cpus", o->cpus);
-	sb_pack_ku64(&r->pk, "memory_mib", o->mem);
-	sb_pack_ku64(&r->pk, "timeout_s", o->timeout);
-	sb_pack_ku64(&r->pk, "budget_nusd", o->budget);
-	if (o->quota)
-		sb_pack_ku64(&r->pk, "record_quota", o->quota);
-	return pack_inputs(&r->pk, in, o->inputs.n);
+	return cli_spec_pack(&r->pk, &o->spec, in);
 }
 
 struct run_ctx {
@@ -495,32 +348,29 @@ int cli_run_exit_of(const char *run, const msgpack_object *rs)
 int cmd_run(int argc, char **argv)
 {
 	struct run_opts o = {0};
-	struct input in[MAX_LIST];
+	struct cli_input in[CLI_SPEC_LIST_MAX];
 	struct cli_req r;
 	struct sb_reply rep = {0};
 	char run[SB_RUN_MAX];
 	sb_client *c = NULL;
-	size_t total = 0;
-	int nin = 0, rc;
+	int nin = 0, at, rc;
 
-	if ((rc = parse_opts(argc, argv, &o)) != CLI_GO_ON)
+	if ((rc = parse_opts(argc, argv, &o)) != CLI_GO_ON || (rc = spec_words(&o)))
 		goto out;
 	/* every input is checked before anything starts */
-	for (; nin < o.inputs.n; nin++) {
-		if ((rc = input_open(o.inputs.v[nin], &in[nin])))
-			goto out;
-		total += in[nin].size;
-		if (total > INPUTS_MAX) {
-			nin++;
-			rc = cli_fail_code(CLI_EXIT_USAGE, "inputs exceed %u MiB", INPUTS_MAX >> 20);
-			goto out;
-		}
+	if ((rc = cli_inputs_open(&o.spec.inputs, in, &at))) {
+		rc = cli_fail_code(rc == SB_ERR_NOTFOUND ? CLI_EXIT_NOTFOUND
+				   : rc == SB_ERR_IO	 ? CLI_EXIT_ERROR
+							 : CLI_EXIT_USAGE,
+				   "%s", sb_errmsg(rc));
+		goto out;
 	}
+	nin = o.spec.inputs.n;
 	if ((rc = cli_connect(1, &c))) {
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 		goto out;
 	}
-	if ((rc = pack_spec(&r, &o, in))) {
+	if ((rc = pack_request(&r, &o, in))) {
 		msgpack_sbuffer_destroy(&r.buf);
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 		goto out;
@@ -543,9 +393,9 @@ int cmd_run(int argc, char **argv)
 out:
 	sb_reply_free(&rep);
 	sb_client_close(c);
-	while (nin-- > 0)
-		close(in[nin].fd);
+	cli_inputs_close(in, nin);
 	json_decref(o.policy);
 	free(o.words);
+	free(o.prompt);
 	return rc;
 }

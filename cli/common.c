@@ -103,65 +103,6 @@ int cli_help(const char *cmd)
 	return CLI_EXIT_OK;
 }
 
-/* The edit distance of a and b (insertions, deletions, substitutions and
- * swaps of two neighbours: "frok" is one from "fork"), counted up to 63
- * bytes of each. */
-static size_t edit_distance(const char *a, const char *b)
-{
-	size_t la = strnlen(a, 63), lb = strnlen(b, 63), d[64][64];
-
-	for (size_t i = 0; i <= la; i++)
-		d[i][0] = i;
-	for (size_t j = 0; j <= lb; j++)
-		d[0][j] = j;
-	for (size_t i = 1; i <= la; i++) {
-		for (size_t j = 1; j <= lb; j++) {
-			size_t v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-			if (d[i - 1][j] + 1 < v)
-				v = d[i - 1][j] + 1;
-			if (d[i][j - 1] + 1 < v)
-				v = d[i][j - 1] + 1;
-			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-			    d[i - 2][j - 2] + 1 < v)
-				v = d[i - 2][j - 2] + 1;
-			d[i][j] = v;
-		}
-	}
-	return d[la][lb];
-}
-
-void cli_suggest_init(struct cli_suggest *s, const char *word)
-{
-	s->word = word;
-	s->best[0] = 0;
-	s->dist = (size_t)-1;
-}
-
-void cli_suggest_add(struct cli_suggest *s, const char *cand, size_t len)
-{
-	char c[sizeof s->best];
-	size_t d;
-
-	if (len >= sizeof c)
-		return;
-	memcpy(c, cand, len);
-	c[len] = 0;
-	d = edit_distance(s->word, c);
-	/* a prefix of the candidate, or a slip of a third of its letters */
-	if (d < s->dist && (d * 3 <= len || !strncmp(c, s->word, strlen(s->word)))) {
-		memcpy(s->best, c, len + 1);
-		s->dist = d;
-	}
-}
-
-const char *cli_suggest_hint(const struct cli_suggest *s, char *buf, size_t cap)
-{
-	if (!s->best[0] || !strcmp(s->best, s->word))
-		return "";
-	snprintf(buf, cap, "; did you mean '%s'?", s->best);
-	return buf;
-}
-
 /* The long option of cmd's usage text nearest to name ("--jsno"), as a
  * hint ("; did you mean '--json'?") in buf, or "". */
 static const char *option_hint(const char *cmd, const char *name, char *buf, size_t cap)
@@ -257,16 +198,10 @@ int cli_sub_run(int argc, char **argv, const char *cmd, const struct cli_sub *su
 int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max,
 		  uint64_t *out)
 {
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (!*s || *end || errno || s[0] == '-' || v < min || v > max)
+	if (cli_parse_num(s, min, max, out))
 		return cli_fail_code(CLI_EXIT_USAGE,
 				     "%s takes a number from %llu to %llu, not '%s'", opt,
 				     (unsigned long long)min, (unsigned long long)max, s);
-	*out = v;
 	return CLI_EXIT_OK;
 }
 
@@ -483,70 +418,6 @@ void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, i
 	fflush(stdout);
 }
 
-int cli_parse_duration(const char *s, uint64_t *secs)
-{
-	double v;
-	int rc;
-
-	if ((rc = sb_duration_parse(s, &v)))
-		return rc;
-	if (v > 1e12)
-		return sb_seterr(SB_ERR_INVAL, "duration '%s' is too long", s);
-	*secs = (uint64_t)(v + 0.5);
-	if (*secs == 0)
-		return sb_seterr(SB_ERR_INVAL, "duration '%s' must be at least a second",
-				 s);
-	return SB_OK;
-}
-
-/* The multiplier of a size suffix ("" is unit), or 0 when suf is none. */
-static uint64_t size_suffix(const char *suf, uint64_t unit)
-{
-	static const char letters[] = "kmgt";
-	const char *at;
-
-	if (!*suf)
-		return unit;
-	if (!strcasecmp(suf, "b"))
-		return 1;
-	if (!(at = strchr(letters, suf[0] | 0x20)) || !*at)
-		return 0;
-	if (suf[1] && strcasecmp(suf + 1, "b") && strcasecmp(suf + 1, "ib"))
-		return 0;
-	return 1ull << (10 * (at - letters + 1));
-}
-
-int cli_parse_size(const char *s, uint64_t unit, uint64_t max, uint64_t *bytes)
-{
-	char *end;
-	double v = strtod(s, &end);
-	uint64_t mul;
-
-	if (end == s || s[0] == '-' || !isfinite(v) || !(mul = size_suffix(end, unit)))
-		return sb_seterr(SB_ERR_INVAL, "'%s' is not a size (e.g. 64K, 256M, 2G)", s);
-	if (v * (double)mul > (double)max)
-		return sb_seterr(SB_ERR_INVAL, "size %s is above %llu bytes", s,
-				 (unsigned long long)max);
-	*bytes = (uint64_t)(v * (double)mul);
-	if (*bytes == 0)
-		return sb_seterr(SB_ERR_INVAL, "size %s must be positive", s);
-	return SB_OK;
-}
-
-int cli_parse_size_mib(const char *s, uint64_t *mib)
-{
-	uint64_t bytes;
-	int rc = cli_parse_size(s, 1ull << 20, 1ull << 40, &bytes);
-
-	if (rc)
-		return rc;
-	*mib = bytes >> 20;
-	if (*mib < 64)
-		return sb_seterr(SB_ERR_INVAL, "memory %s is below the 64 MiB minimum",
-				 s);
-	return SB_OK;
-}
-
 int cli_parse_since(const char *s, uint64_t *since_ns)
 {
 	struct timespec now;
@@ -573,17 +444,5 @@ int cli_run_get(sb_client *c, const char *run, struct sb_reply *rep, int *live)
 	sb_map_str(sb_map_get(&rep->map, "run"), "status", status, sizeof status);
 	*live = !strcmp(status, "created") || !strcmp(status, "queued") ||
 		!strcmp(status, "running");
-	return SB_OK;
-}
-
-int cli_parse_usd(const char *s, uint64_t *nusd)
-{
-	char *end;
-	double v = strtod(s[0] == '$' ? s + 1 : s, &end);
-
-	if (end == s || *end || v <= 0 || !isfinite(v) || v > 1e6)
-		return sb_seterr(SB_ERR_INVAL,
-				 "budget '%s' must be a positive amount of USD", s);
-	*nusd = (uint64_t)llround(v * 1e9);
 	return SB_OK;
 }

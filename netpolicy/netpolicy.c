@@ -180,6 +180,17 @@ int sb_net_grant_equal(const struct sb_net_grant *a, const struct sb_net_grant *
 	       !strcmp(a->host, b->host);
 }
 
+int sb_net_mode_parse(const char *s, enum sb_net_mode *out)
+{
+	for (size_t i = 0; i < sizeof mode_names / sizeof mode_names[0]; i++) {
+		if (!strcmp(s, mode_names[i])) {
+			*out = (enum sb_net_mode)i;
+			return SB_OK;
+		}
+	}
+	return sb_seterr(SB_ERR_INVAL, "network must be none or acl");
+}
+
 int sb_netpolicy_resolve(const msgpack_object *spec, const struct sb_netpolicy *dflt,
 			 struct sb_netpolicy *p)
 {
@@ -197,12 +208,8 @@ int sb_netpolicy_resolve(const msgpack_object *spec, const struct sb_netpolicy *
 	if ((rc = sb_spec_str(spec, "network", mode, sizeof mode)) ||
 	    (rc = sb_spec_strs(spec, "allow", SB_NET_GRANTS, &allow)))
 		return rc;
-	if (!strcmp(mode, "acl"))
-		p->mode = SB_NET_ACL;
-	else if (!strcmp(mode, "none"))
-		p->mode = SB_NET_NONE;
-	else
-		return sb_seterr(SB_ERR_INVAL, "network must be none or acl");
+	if ((rc = sb_net_mode_parse(mode, &p->mode)))
+		return rc;
 	for (uint32_t i = 0; allow && i < allow->via.array.size; i++) {
 		const msgpack_object *a = &allow->via.array.ptr[i];
 		struct sb_net_grant n;

@@ -38,6 +38,10 @@ struct sb_netpolicy {
 	size_t ngrants;
 };
 
+/* Parses a mode's name, "none" or "acl", into *out.
+ * Errors: SB_ERR_INVAL ("network must be none or acl"). */
+int sb_net_mode_parse(const char *s, enum sb_net_mode *out);
+
 /* Parses the n bytes of grant text s into *g.
  * Errors: SB_ERR_INVAL (the detail quotes the grant and says what is wrong). */
 int sb_net_grant_parse(const char *s, size_t n, struct sb_net_grant *g);
