@@ -12,7 +12,7 @@ override CFLAGS += -std=gnu11 -Wall -Wextra -Werror -Wno-unused-parameter -Wshad
            -I/usr/include/x86_64-linux-gnu -pthread $(SAN)
 override LDFLAGS += -pthread -Wl,--as-needed $(SAN)
 LIBS    := -llmdb -lmsgpackc -lxxhash -lev -lnng -lmbedtls -lmbedx509 -lmbedcrypto \
-           -ljansson -lsodium -lcurl -lmicrohttpd -lnftables -lnetfilter_queue -lnftnl -lmnl -lcares -lext2fs -lcom_err -lnbd -lm
+           -ljansson -lsodium -lcurl -lmicrohttpd -lnftables -lnetfilter_queue -lnftnl -lmnl -lcares -lext2fs -lcom_err -lnbd -lyaml -lm
 
 # Library code: every .c under these folders except program entry points.
 LIB_SRCS := $(filter-out engine/daemon/sanboxd.c, \
@@ -71,9 +71,9 @@ $(NETHOSTILE): tests/guest/nethostile.c
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE \
 	    -static -o $@ $<
 
-# The CLI's parts that neither print nor connect (option values, run specs),
-# which unit tests link too.
-CLI_PURE := $(addprefix $(BUILD)/obj/cli/,parse.o runspec.o)
+# The CLI's parts that neither print nor connect (option values, run specs,
+# group files), which unit tests link too.
+CLI_PURE := $(addprefix $(BUILD)/obj/cli/,parse.o runspec.o groupfile.o)
 $(BUILD)/libsanbox-cli.a: $(CLI_PURE)
 	@rm -f $@
 	ar rcs $@ $^

@@ -189,7 +189,8 @@ int cli_spec_pack(msgpack_packer *pk, const struct cli_run_spec *s,
 		  const struct cli_input *in)
 {
 	size_t n = 10 + !!s->name + !!s->group + !!s->models.n * 2 + !!s->accel +
-		   !!s->on_budget + !!s->net + !!s->allow.n + !!s->quota + !!s->snapshots;
+		   !!s->on_budget + !!s->net + !!s->allow.n + !!s->quota +
+		   !!s->snapshots + !!s->group_budget;
 
 	msgpack_pack_map(pk, n);
 	sb_pack_kstr(pk, "template", s->tmpl);
@@ -204,5 +205,7 @@ int cli_spec_pack(msgpack_packer *pk, const struct cli_run_spec *s,
 	sb_pack_ku64(pk, "budget_nusd", s->budget);
 	if (s->quota)
 		sb_pack_ku64(pk, "record_quota", s->quota);
+	if (s->group_budget)
+		sb_pack_ku64(pk, "group_budget_nusd", s->group_budget);
 	return pack_inputs(pk, in, s->inputs.n);
 }

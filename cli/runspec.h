@@ -30,8 +30,10 @@ struct cli_strs {
 struct cli_run_spec {
 	const char *tmpl; /* never NULL: "shell" unless given */
 	const char *name, *group, *accel, *on_budget, *net, *snapshots;
-	uint64_t cpus, mem, timeout, budget,
-	    quota;		/* memory in MiB, timeout in s, nano-USD */
+	uint64_t cpus, quota;	/* quota: record_quota's bytes */
+	uint64_t mem, timeout;	/* MiB, seconds */
+	uint64_t budget;	/* nano-USD of the run's own budget */
+	uint64_t group_budget;	/* nano-USD the whole group shares (needs group) */
 	struct cli_strs inputs; /* host paths; a run sees each under its base name */
 	struct cli_strs env;	/* "K=V" */
 	struct cli_strs secrets, allow;
