@@ -17,6 +17,7 @@
 static const struct sb_projection *const builtin[] = {
     &sb_proj_runstate,
     &sb_proj_costs,
+    &sb_proj_groups,
     &sb_proj_resume,
 };
 #define NPROJ (sizeof builtin / sizeof builtin[0])

@@ -66,6 +66,8 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 	char reason[sizeof rs.reason] = "";
 	int rc;
 
+	if (!strncmp(ty, "group.", 6))
+		return SB_OK; /* a group's stream, not a run's */
 	rc = sb_fields_load(t, ev->run, kl, rs_fields, NF, &rs, sizeof rs);
 	if (rc == SB_ERR_NOTFOUND) {
 		memcpy(rs.run, ev->run, kl + 1);

@@ -4,6 +4,7 @@
  *   costs     token and cost totals per run, per group and per model
  *   resume    per run, the snapshots it saved (and did not remove), by offset:
  *             its resume points
+ *   groups    per group: its name, goal and budget, and its runs in order
  *
  * Costs are integers in nano-USD (1e-9 USD), so totals are exact.
  */
@@ -18,6 +19,7 @@
 extern const struct sb_projection sb_proj_runstate;
 extern const struct sb_projection sb_proj_costs;
 extern const struct sb_projection sb_proj_resume;
+extern const struct sb_projection sb_proj_groups;
 
 struct sb_runstate {
 	char run[SB_RUN_MAX];
@@ -104,5 +106,32 @@ int sb_resume_each(sb_projector *p, const char *run,
  * Errors: SB_ERR_NOTFOUND, SB_ERR_CORRUPT, SB_ERR_IO. */
 int sb_resume_find(sb_projector *p, const char *run, uint64_t offset,
 		   struct sb_resume_point *rp);
+
+/* A group: from its group.created, or from the first run created with its
+ * label (then id, goal and budget are empty). */
+struct sb_group {
+	char id[SB_RUN_MAX];	/* its stream in the log ("g-" and 10 hex), or "" */
+	char name[64];
+	char goal[4096];
+	uint64_t budget_nusd;	/* its shared budget (0: none) */
+	uint64_t created_ns;
+	uint64_t planned;	/* runs its group.created planned */
+	uint64_t runs;		/* runs created with its label */
+};
+
+/* Reads group name. Errors: SB_ERR_NOTFOUND, SB_ERR_CORRUPT, SB_ERR_IO. */
+int sb_group_get(sb_projector *p, const char *name, struct sb_group *g);
+
+/* Sets *runs (the caller frees it) to the ids of group name's runs, in the
+ * order they were created, and *n to their number (0: none or no such
+ * group). Errors: SB_ERR_NOMEM, SB_ERR_IO. */
+int sb_group_runs(sb_projector *p, const char *name, char (**runs)[SB_RUN_MAX], size_t *n);
+
+/* Calls fn for every group, by name, until fn returns non-zero.
+ * Errors: SB_ERR_CORRUPT, SB_ERR_IO, SB_ERR_NOMEM. */
+int sb_group_each(sb_projector *p, int (*fn)(void *ctx, const struct sb_group *g), void *ctx);
+
+/* Packs g as a msgpack map with a fixed key order. */
+void sb_group_pack(const struct sb_group *g, msgpack_packer *pk);
 
 #endif

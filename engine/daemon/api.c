@@ -16,6 +16,7 @@
 #include "engine/runs/runs.h"
 #include "engine/spec.h"
 #include "engine/template.h"
+#include "engine/text.h"
 #include "engine/units.h"
 #include "engine/wire.h"
 #include "projections/views.h"
@@ -1014,6 +1015,176 @@ static int op_group_stop(struct req *r)
 	return OP_LATER;
 }
 
+/* A group.create under way: its name and goal, kept until it answers. */
+struct group_create {
+	struct req *r;
+	char name[64];
+	char goal[4096];
+};
+
+static void group_created(void *ctx, int rc, const char *id, char (*runs)[SB_RUN_MAX],
+			  size_t n)
+{
+	struct group_create *g = ctx;
+	struct req *r = g->r;
+
+	if (rc == SB_OK) {
+		reply_begin(r, 3);
+		sb_pack_kstr(&r->pk, "group", g->name);
+		sb_pack_kstr(&r->pk, "id", id);
+		sb_pack_str(&r->pk, "runs");
+		msgpack_pack_array(&r->pk, n);
+		for (size_t i = 0; i < n; i++)
+			sb_pack_str(&r->pk, runs[i]);
+	}
+	free(g);
+	req_finish(r, rc);
+}
+
+/* group.create {name, goal?, budget_nusd?, runs: [spec]}: answered once
+ * every run of the group is created (or queued), or with the first error,
+ * which names the run ("runs[2]: ..."). */
+static int op_group_create(struct req *r)
+{
+	struct group_create *g = calloc(1, sizeof *g);
+	struct sb_group_req q = {0};
+	int rc;
+
+	if (!g)
+		return SB_ERR_NOMEM;
+	q.specs = sb_map_get(r->args, "runs");
+	if ((rc = sb_spec_name(r->args, "name", g->name, sizeof g->name)) ||
+	    (rc = sb_spec_str(r->args, "goal", g->goal, sizeof g->goal)) ||
+	    (rc = sb_text_check(g->goal, strlen(g->goal), "the group's goal")) ||
+	    (rc = sb_spec_u64(r->args, "budget_nusd", UINT64_MAX / 4, &q.budget_nusd))) {
+		free(g);
+		return rc;
+	}
+	g->r = r;
+	q.name = g->name;
+	q.goal = g->goal;
+	if ((rc = sb_runs_group_create(r->e->runs, &q, group_created, g))) {
+		free(g);
+		return rc;
+	}
+	return OP_LATER;
+}
+
+/* Packs group g with its totals: its runs by status, its cost. */
+static int pack_group(struct req *r, msgpack_packer *pk, const struct sb_group *g)
+{
+	char(*runs)[SB_RUN_MAX] = NULL;
+	struct sb_cost cost = {0};
+	struct sb_runstate st;
+	uint64_t live = 0, queued = 0, done = 0, failed = 0;
+	size_t n;
+	int rc;
+
+	if ((rc = sb_group_runs(r->e->proj, g->name, &runs, &n)) ||
+	    (rc = sb_costs_get(r->e->proj, "group", g->name, &cost))) {
+		free(runs);
+		return rc;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (sb_runstate_get(r->e->proj, runs[i], &st))
+			continue;
+		if (!strcmp(st.status, "queued"))
+			queued++;
+		else if (sb_runstate_is_live(&st))
+			live++;
+		else if (!strcmp(st.status, "exited") && st.has_exit && st.exit_status == 0)
+			done++;
+		else
+			failed++;
+	}
+	free(runs);
+	msgpack_pack_map(pk, 3);
+	sb_pack_str(pk, "group");
+	sb_group_pack(g, pk);
+	sb_pack_str(pk, "cost");
+	pack_cost(pk, &cost);
+	sb_pack_str(pk, "counts");
+	msgpack_pack_map(pk, 4);
+	sb_pack_ku64(pk, "live", live);
+	sb_pack_ku64(pk, "queued", queued);
+	sb_pack_ku64(pk, "done", done);
+	sb_pack_ku64(pk, "failed", failed);
+	return SB_OK;
+}
+
+struct groups_ctx {
+	struct req *r;
+	struct items items;
+	int rc;
+};
+
+static int groups_cb(void *vctx, const struct sb_group *g)
+{
+	struct groups_ctx *c = vctx;
+
+	if ((c->rc = pack_group(c->r, &c->items.pk, g)))
+		return 1;
+	c->items.n++;
+	return 0;
+}
+
+/* groups.list {}: every group with its totals, by name. */
+static int op_groups_list(struct req *r)
+{
+	struct groups_ctx c;
+	int rc;
+
+	memset(&c, 0, sizeof c);
+	c.r = r;
+	catch_up(r);
+	items_init(&c.items);
+	if ((rc = sb_group_each(r->e->proj, groups_cb, &c)) == SB_OK && (rc = c.rc) == SB_OK)
+		items_reply(r, "groups", &c.items);
+	msgpack_sbuffer_destroy(&c.items.buf);
+	return rc;
+}
+
+/* group.get {group}: the group with its totals, and its runs' states in
+ * the order they were created. */
+static int op_group_get(struct req *r)
+{
+	char name[64];
+	char(*runs)[SB_RUN_MAX] = NULL;
+	struct sb_group g;
+	struct sb_runstate st;
+	struct items it;
+	size_t n = 0;
+	int rc;
+
+	if ((rc = arg_str(r, "group", name, sizeof name, 1)))
+		return rc;
+	catch_up(r);
+	items_init(&it);
+	if ((rc = sb_group_get(r->e->proj, name, &g)) ||
+	    (rc = sb_group_runs(r->e->proj, name, &runs, &n)) ||
+	    (rc = pack_group(r, &it.pk, &g)))
+		goto out;
+	if (!it.buf.data) {
+		rc = SB_ERR_NOMEM;
+		goto out;
+	}
+	reply_begin(r, 2);
+	sb_pack_str(&r->pk, "group");
+	msgpack_sbuffer_write(r->out, it.buf.data, it.buf.size);
+	sb_pack_str(&r->pk, "runs");
+	msgpack_pack_array(&r->pk, n);
+	for (size_t i = 0; i < n; i++) {
+		memset(&st, 0, sizeof st);
+		if (sb_runstate_get(r->e->proj, runs[i], &st))
+			snprintf(st.run, sizeof st.run, "%s", runs[i]);
+		sb_runstate_pack(&st, &r->pk);
+	}
+out:
+	msgpack_sbuffer_destroy(&it.buf);
+	free(runs);
+	return rc;
+}
+
 static int op_daemon_stop(struct req *r)
 {
 	unsigned live = sb_runs_active(r->e->runs);
@@ -1140,6 +1311,9 @@ static const struct op {
     {"run.create", op_run_create, ON_LOOP},
     {"run.stop", op_run_stop, ON_LOOP | READS_PROJ},
     {"group.stop", op_group_stop, ON_LOOP | READS_PROJ},
+    {"group.create", op_group_create, ON_LOOP},
+    {"groups.list", op_groups_list, 0},
+    {"group.get", op_group_get, 0},
     {"run.snapshot", op_run_snapshot, ON_LOOP | READS_PROJ},
     {"run.sync", op_run_sync, ON_LOOP | READS_PROJ},
     {"space", op_space, 0},

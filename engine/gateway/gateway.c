@@ -63,8 +63,10 @@ struct gw_model {
 };
 
 /* A group's budget, shared by its registered runs (under gw->mu). */
+#define GW_GROUP_MAX 64 /* a group name and its NUL */
+
 struct gw_group {
-	char name[SB_RUN_MAX];
+	char name[GW_GROUP_MAX];
 	struct sb_budget budget;
 	int exceeded;
 	unsigned refs; /* its registered runs (and calls in flight of them) */
@@ -452,7 +454,7 @@ static int group_spent(sb_gateway *gw, struct gw_run *r)
 static void budget_spent(sb_gateway *gw, struct gw_run *r, int by_group)
 {
 	const struct sb_budget *bd = by_group ? &r->group->budget : &r->budget;
-	char group[SB_RUN_MAX] = "";
+	char group[GW_GROUP_MAX] = "";
 	msgpack_sbuffer b;
 	msgpack_packer pk;
 	struct sb_event ev;
@@ -1521,6 +1523,13 @@ int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec,
 				       r->id);
 			goto fail;
 		}
+	}
+	if (spec->group && spec->group[0] && spec->group_budget_nusd &&
+	    strlen(spec->group) >= GW_GROUP_MAX) {
+		pthread_mutex_unlock(&gw->mu);
+		rc = sb_seterr(SB_ERR_INVAL, "group name of %zu bytes: at most %d",
+			       strlen(spec->group), GW_GROUP_MAX - 1);
+		goto fail;
 	}
 	if (spec->group && spec->group[0] && spec->group_budget_nusd &&
 	    !(r->group = group_ref_locked(gw, spec))) {

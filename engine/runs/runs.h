@@ -73,6 +73,34 @@ typedef void (*sb_runs_created_fn)(void *ctx, int rc, const char *run);
 int sb_runs_create(struct sb_runs *r, const msgpack_object *spec, sb_runs_created_fn cb,
 		   void *ctx);
 
+/* A group of runs to create (group.create): the caller's, valid until the
+ * answer. Every spec has "group" = name and "group_budget_nusd" =
+ * budget_nusd (0 or absent: none), and a name. */
+struct sb_group_req {
+	const char *name; /* printable, 1 to 63 bytes */
+	const char *goal; /* or NULL */
+	uint64_t budget_nusd;
+	const msgpack_object *specs; /* an array of 1 to 256 run specs */
+};
+
+/* Called on the loop when a group.create is done: rc SB_OK with the
+ * group's id and its runs' ids (n: all of them), or an error with its
+ * detail; the runs created before it (n of them) go on. */
+typedef void (*sb_runs_group_fn)(void *ctx, int rc, const char *group_id,
+				 char (*runs)[SB_RUN_MAX], size_t n);
+
+/* Creates a group: checks it whole (no other group has its name; its
+ * runs' names are distinct and no live run's; every plan resolves and can
+ * fit the host), records group.created, then creates its runs in order
+ * (each queues when it does not fit). cb is called once, later, on the
+ * loop; an error found before group.created is recorded leaves nothing
+ * recorded, and its detail names the run ("runs[2]: ..."). Errors (then
+ * cb is not called): SB_ERR_INVAL (no name, no runs or more than 256, a
+ * run without a name or with another's), SB_ERR_EXISTS (a live run has a
+ * run's name), SB_ERR_NOMEM. */
+int sb_runs_group_create(struct sb_runs *rs, const struct sb_group_req *q,
+			 sb_runs_group_fn cb, void *ctx);
+
 /* What a fork or a resume continues. */
 struct sb_runs_from {
 	const char *run;      /* the run continued */

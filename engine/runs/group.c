@@ -1,0 +1,244 @@
+/* group.c - creating a group of runs at once (see runs.h).
+ *
+ * The whole group is checked before anything is recorded: its name is no
+ * other group's, its runs' names are distinct and no live run's, and each
+ * run's plan resolves and fits the host's capacity. Then group.created is
+ * recorded on the group's own stream, and its runs are created one after
+ * the other, in the file's order, so they queue in that order.
+ */
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/error.h"
+#include "engine/mpack.h"
+#include "engine/runs/run.h"
+#include "engine/spec.h"
+#include "projections/views.h"
+
+#define GROUP_RUNS_MAX 256
+
+struct gjob {
+	struct sb_runs *rs;
+	struct sb_group_req q; /* the caller's, until cb */
+	char id[SB_RUN_MAX];
+	char (*runs)[SB_RUN_MAX];
+	size_t n, done;
+	int rc;
+	char err[600];
+	sb_runs_group_fn cb;
+	void *ctx;
+};
+
+static void gjob_finish(struct gjob *g)
+{
+	int rc = g->rc ? sb_seterr(g->rc, "%s", g->err) : SB_OK;
+
+	g->cb(g->ctx, rc, g->id, g->runs, g->done);
+	free(g->runs);
+	free(g);
+}
+
+/* Fails g with rc and its detail, prefixed (a run of it: "runs[3]: "). */
+static void gjob_fail(struct gjob *g, int rc, const char *prefix)
+{
+	g->rc = rc;
+	snprintf(g->err, sizeof g->err, "%s%s", prefix, sb_errmsg(rc));
+}
+
+/* Checks a spec of g on a worker: its group and budget are the group's,
+ * its plan resolves, and it fits the capacity. */
+static int spec_check(struct gjob *g, const msgpack_object *spec)
+{
+	struct sb_runs *rs = g->rs;
+	struct sb_plan_ctx pc = {rs->env.home, rs->env.stubs,
+				 rs->env.settings->run_record_quota, rs->env.net};
+	char group[SB_PLAN_NAME_MAX] = "";
+	uint64_t budget = 0;
+	struct sb_plan p;
+	int rc;
+
+	if ((rc = sb_spec_str(spec, "group", group, sizeof group)) ||
+	    (rc = sb_spec_u64(spec, "group_budget_nusd", UINT64_MAX / 4, &budget)))
+		return rc;
+	if (strcmp(group, g->q.name) || budget != g->q.budget_nusd)
+		return sb_seterr(SB_ERR_INVAL,
+				 "its group and group budget must be the group's");
+	memset(&p, 0, sizeof p);
+	rc = sb_plan_resolve(&pc, "000000000000", spec, &p);
+	if (rc == SB_OK)
+		rc = sb_runs_fits_ever(rs, &p);
+	sb_plan_free(&p);
+	return rc;
+}
+
+/* Records group.created of g. */
+static int record_created(struct gjob *g)
+{
+	const msgpack_object *a = g->q.specs;
+	msgpack_sbuffer b;
+	msgpack_packer pk;
+	struct sb_event ev;
+	char name[SB_PLAN_NAME_MAX];
+	int rc;
+
+	msgpack_sbuffer_init(&b);
+	msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 5);
+	sb_pack_kstr(&pk, "name", g->q.name);
+	sb_pack_kstr(&pk, "goal", g->q.goal ? g->q.goal : "");
+	sb_pack_ku64(&pk, "budget_nusd", g->q.budget_nusd);
+	sb_pack_ku64(&pk, "planned", a->via.array.size);
+	sb_pack_str(&pk, "runs");
+	msgpack_pack_array(&pk, a->via.array.size);
+	for (uint32_t i = 0; i < a->via.array.size; i++) {
+		name[0] = 0;
+		sb_spec_str(&a->via.array.ptr[i], "name", name, sizeof name);
+		sb_pack_str(&pk, name);
+	}
+	rc = b.data ? sb_event_init(&ev, "group.created", g->id, SB_SRC_HOST, b.data, b.size)
+		    : SB_ERR_NOMEM;
+	if (rc == SB_OK)
+		rc = sb_log_append(g->rs->env.log, &ev, 1);
+	msgpack_sbuffer_destroy(&b);
+	return rc;
+}
+
+static void group_next(struct gjob *g);
+
+static void group_next_cb(void *ctx)
+{
+	group_next(ctx);
+}
+
+/* On a worker: the whole group checked, then recorded. */
+static void check_job(void *ctx)
+{
+	struct gjob *g = ctx;
+	struct sb_group old;
+	char prefix[96];
+	int rc;
+
+	sb_clearerr();
+	if ((rc = sb_projector_catch_up(g->rs->env.proj, NULL))) {
+		gjob_fail(g, rc, "");
+		goto out;
+	}
+	if (sb_group_get(g->rs->env.proj, g->q.name, &old) == SB_OK) {
+		gjob_fail(g, sb_seterr(SB_ERR_EXISTS,
+				       "group %s exists (%llu runs): give this one another "
+				       "name",
+				       g->q.name, (unsigned long long)old.runs),
+			  "");
+		goto out;
+	}
+	for (uint32_t i = 0; i < g->q.specs->via.array.size; i++) {
+		if ((rc = spec_check(g, &g->q.specs->via.array.ptr[i]))) {
+			snprintf(prefix, sizeof prefix, "runs[%u]: ", i);
+			gjob_fail(g, rc, prefix);
+			goto out;
+		}
+	}
+	if ((rc = record_created(g)))
+		gjob_fail(g, rc, "cannot record the group: ");
+out:
+	if (sb_loop_post(g->rs->env.loop, group_next_cb, g))
+		abort(); /* the loop cannot hear of it: nothing sane is left */
+}
+
+static void one_created(void *ctx, int rc, const char *run)
+{
+	struct gjob *g = ctx;
+	char prefix[96];
+
+	if (rc) {
+		snprintf(prefix, sizeof prefix, "runs[%zu]: ", g->done);
+		gjob_fail(g, rc, prefix);
+		gjob_finish(g);
+		return;
+	}
+	snprintf(g->runs[g->done++], SB_RUN_MAX, "%s", run);
+	group_next(g);
+}
+
+/* On the loop: creates the group's next run, or answers. */
+static void group_next(struct gjob *g)
+{
+	int rc;
+
+	if (g->rc || g->done == g->n) {
+		gjob_finish(g);
+		return;
+	}
+	if ((rc = sb_runs_create(g->rs, &g->q.specs->via.array.ptr[g->done], one_created,
+				 g)))
+		one_created(g, rc, NULL);
+}
+
+/* The names of specs: each given, distinct, and no live run's. */
+static int names_check(struct sb_runs *rs, const msgpack_object *a)
+{
+	char name[SB_PLAN_NAME_MAX], other[SB_PLAN_NAME_MAX];
+	int rc;
+
+	for (uint32_t i = 0; i < a->via.array.size; i++) {
+		const msgpack_object *s = &a->via.array.ptr[i];
+		struct run *holder;
+		name[0] = 0;
+		if (s->type != MSGPACK_OBJECT_MAP)
+			return sb_seterr(SB_ERR_INVAL, "runs[%u]: not a map", i);
+		if ((rc = sb_spec_name(s, "name", name, sizeof name)))
+			return sb_seterr(rc, "runs[%u]: %s", i, sb_errmsg(rc));
+		if (!name[0])
+			return sb_seterr(SB_ERR_INVAL, "runs[%u]: a run of a group needs a name", i);
+		for (uint32_t k = 0; k < i; k++) {
+			other[0] = 0;
+			sb_spec_str(&a->via.array.ptr[k], "name", other, sizeof other);
+			if (!strcmp(name, other))
+				return sb_seterr(SB_ERR_INVAL, "runs[%u]: the name %s is runs[%u]'s too",
+						 i, name, k);
+		}
+		for (holder = rs->live; holder; holder = holder->next)
+			if (!strcmp(holder->plan.name, name))
+				return sb_seterr(SB_ERR_EXISTS,
+						 "runs[%u]: the name %s is taken by run %s, which is live",
+						 i, name, holder->id);
+	}
+	return SB_OK;
+}
+
+int sb_runs_group_create(struct sb_runs *rs, const struct sb_group_req *q,
+			 sb_runs_group_fn cb, void *ctx)
+{
+	const msgpack_object *a = q->specs;
+	unsigned char raw[5];
+	struct gjob *g;
+	int rc;
+
+	if (!q->name || !q->name[0] || strlen(q->name) >= SB_PLAN_NAME_MAX)
+		return sb_seterr(SB_ERR_INVAL, "a group needs a name of 1 to %d bytes",
+				 SB_PLAN_NAME_MAX - 1);
+	if (!a || a->type != MSGPACK_OBJECT_ARRAY || !a->via.array.size ||
+	    a->via.array.size > GROUP_RUNS_MAX)
+		return sb_seterr(SB_ERR_INVAL, "a group has 1 to %d runs", GROUP_RUNS_MAX);
+	if ((rc = names_check(rs, a)))
+		return rc;
+	if (!(g = calloc(1, sizeof *g)) || !(g->runs = calloc(a->via.array.size, SB_RUN_MAX))) {
+		free(g);
+		return SB_ERR_NOMEM;
+	}
+	g->rs = rs;
+	g->q = *q;
+	g->n = a->via.array.size;
+	g->cb = cb;
+	g->ctx = ctx;
+	randombytes_buf(raw, sizeof raw);
+	memcpy(g->id, "g-", 2);
+	sodium_bin2hex(g->id + 2, sizeof g->id - 2, raw, sizeof raw);
+	if ((rc = sb_work_submit(rs->env.jobs, check_job, g))) {
+		free(g->runs);
+		free(g);
+	}
+	return rc;
+}
