@@ -719,7 +719,7 @@ static void test_snapshot(void **state)
 	struct fr_script sc = {.steps = waits_steps};
 	struct fr_machine_info m;
 	struct sb_runstate st;
-	char id[SB_RUN_MAX];
+	char id[SB_RUN_MAX], path[64];
 	struct evs e;
 	json_t *p;
 
@@ -741,11 +741,17 @@ static void test_snapshot(void **state)
 	assert_string_equal(jstr(p, "kind"), "disk");
 	assert_string_equal(jstr(p, "trigger"), "demand");
 	assert_int_equal(jint(p, "layer_no"), 0);
+	/* the runner's names, which are not under the state directory */
+	snprintf(path, sizeof path, "fakerunner/%s/layers/0", id);
+	assert_string_equal(jstr(p, "layer"), path);
+	assert_string_equal(jstr(p, "memory"), "");
 	assert_true(json_is_true(json_object_get(p, "synced")));
 	p = evs_get(&e, "snapshot.saved", 1);
 	assert_string_equal(jstr(p, "snapshot"), "s1");
 	assert_string_equal(jstr(p, "kind"), "memory");
 	assert_int_equal(jint(p, "memory_bytes"), FR_MEMORY_BYTES);
+	snprintf(path, sizeof path, "fakerunner/%s/layers/1.mem", id);
+	assert_string_equal(jstr(p, "memory"), path);
 	assert_true(json_is_true(json_object_get(p, "frozen")));
 	evs_free(&e);
 
