@@ -400,7 +400,7 @@ static int qemu_forked(const char *pid, const char *qmp)
 	FILE *f;
 	int ok = 0, pp;
 
-	snprintf(path, sizeof path, "/proc/%s/stat", pid);
+	snprintf(path, sizeof path, "/proc/%.20s/stat", pid); /* digits */
 	if (!(f = fopen(path, "re")))
 		return 0;
 	/* pid (comm) state ppid ...: comm may hold anything but not ") " last */
