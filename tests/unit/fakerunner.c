@@ -62,6 +62,7 @@ struct guest {
 	msgpack_sbuffer out; /* bytes for the host not yet written */
 	size_t out_off;
 	int set_up, deaf, sig, spec, restored;
+	unsigned lost; /* connections lost (closed by the host, or replaced) */
 	uint64_t files, bytes, left; /* the SPEC's inputs; bytes still to come */
 };
 
@@ -82,6 +83,7 @@ struct sb_machine {
 	const struct sb_machine_events *ev; /* NULL: detached */
 	void *ctx;
 	int chan_fd, chan_again, told_end;
+	int reattached; /* found again: it did not start from memory now */
 	sb_watch *op_w; /* a snapshot's or merge's end, to report */
 	sb_snapshot_fn op_cb;
 	void *op_ctx;
@@ -283,6 +285,7 @@ static void g_event_send(struct sb_machine *m, msgpack_sbuffer *b)
 
 static void g_host_gone(struct sb_machine *m)
 {
+	m->g.lost++;
 	close(m->g.fd);
 	m->g.fd = -1;
 	m->g.out.size = m->g.out_off = 0;
@@ -552,9 +555,16 @@ static int until_acked(struct sb_machine *m, const void *arg)
 	return m->g.ring.n == 0;
 }
 
+/* A connection was lost since *arg connections were (a new one may have
+ * replaced it already). */
 static int until_gone(struct sb_machine *m, const void *arg)
 {
-	return m->g.fd < 0;
+	return m->g.lost > *(const unsigned *)arg;
+}
+
+static int until_back(struct sb_machine *m, const void *arg)
+{
+	return m->g.fd >= 0;
 }
 
 static int until_flushed(struct sb_machine *m, const void *arg)
@@ -687,6 +697,7 @@ static void g_emit(struct sb_machine *m, const struct fr_step *s)
 static int g_step(struct sb_machine *m, const struct fr_step *s)
 {
 	struct timespec end;
+	unsigned lost;
 
 	switch (s->op) {
 	case FR_EXIT: return g_harness_end(m, s->n, 0, NULL);
@@ -697,7 +708,7 @@ static int g_step(struct sb_machine *m, const struct fr_step *s)
 	case FR_DIE: g_off(m, s->n, s->text); return 1;
 	case FR_SETUP_FAIL: return g_harness_end(m, 0, 0, s->text);
 	case FR_ACKED: return g_wait(m, until_acked, NULL);
-	case FR_HOST_GONE: return g_wait(m, until_gone, NULL);
+	case FR_HOST_GONE: lost = m->g.lost; return g_wait(m, until_gone, &lost);
 	case FR_DEAF: m->g.deaf = 1; return 0;
 	case FR_SLEEP:
 		clock_gettime(CLOCK_MONOTONIC, &end);
@@ -712,13 +723,15 @@ static int g_step(struct sb_machine *m, const struct fr_step *s)
 	}
 }
 
-/* The boot: HELLO, the SPEC and its inputs, harness.input.ready; a copy
- * of a memory snapshot waits for RESTORED and says HELLO {resume 1}.
+/* The boot: HELLO (a late guest's on its second connection), the SPEC
+ * and its inputs, harness.input.ready; a copy of a memory snapshot waits
+ * for RESTORED and says HELLO {resume 1}.
  * Returns 1 once the machine is over. */
 static int g_boot(struct sb_machine *m)
 {
 	msgpack_sbuffer b;
 	msgpack_packer pk;
+	unsigned none = 0;
 
 	if (m->info.memory_bytes) {
 		if (g_wait(m, until_restored, NULL))
@@ -727,7 +740,13 @@ static int g_boot(struct sb_machine *m)
 		g_hello(m, 1);
 		return 0;
 	}
-	g_hello(m, 0);
+	if (m->script && m->script->late) {
+		/* its first host goes first; the next hears HELLO on adopting */
+		if (g_wait(m, until_gone, &none) || g_wait(m, until_back, NULL))
+			return 1;
+	} else {
+		g_hello(m, 0);
+	}
 	if (g_wait(m, until_spec, NULL))
 		return 1;
 	g_event_begin(&b, &pk, "harness.input.ready", 2);
@@ -1081,6 +1100,7 @@ static int fr_reattach(void *runner, const struct sb_plan *p,
 	}
 	m->ev = ev;
 	m->ctx = ctx;
+	m->reattached = 1;
 	channel_post(m, host, 1);
 	*out = m;
 	return SB_OK;
@@ -1153,7 +1173,7 @@ static void fr_discard(sb_machine *m)
 
 static int fr_restored(sb_machine *m)
 {
-	return m->info.memory_bytes > 0;
+	return m->info.memory_bytes > 0 && !m->reattached; /* as QEMU's -incoming */
 }
 
 static int fr_warm(sb_machine *m)

@@ -64,7 +64,8 @@ enum fr_op {
 			* reason text, no DONE */
 	FR_SETUP_FAIL, /* DONE {error: text}, no run.exited, power off */
 	FR_ACKED,      /* waits until every numbered frame is acknowledged */
-	FR_HOST_GONE,  /* waits until the host's end of the channel closes */
+	FR_HOST_GONE,  /* waits until the connection it has is lost: the host
+			* closed its end (or a new one replaced it) */
 	FR_DEAF,       /* ACKs are not heard (their seq is ignored; a resend
 			* is still answered) until the next connection: the
 			* ACKs a dying daemon sent were lost */
@@ -83,9 +84,11 @@ struct fr_step {
 
 /* How the machines of runs of one name behave. */
 struct fr_script {
-	int create_rc;		     /* create and create_from fail with it (0: not) */
-	const char *create_why;	     /* ... and this detail */
-	int mute;		     /* the guest never says HELLO: its boot hangs */
+	int create_rc;		/* create and create_from fail with it (0: not) */
+	const char *create_why; /* ... and this detail */
+	int mute;		/* the guest never says HELLO: its boot hangs */
+	int late; /* the guest says its first HELLO on its second connection:
+		   * its boot outlasted the daemon that started it */
 	const struct fr_step *steps; /* ended by FR_END; NULL: none */
 };
 

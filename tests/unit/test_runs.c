@@ -894,6 +894,67 @@ static void test_fork_resume(void **state)
 	resume_check(f, parent);
 }
 
+static const struct fr_step copy_steps[] = {
+    {.op = FR_OUTPUT, .text = "copy"},
+    {.op = FR_EXIT, .n = 0},
+    {.op = FR_END},
+};
+
+static const struct fr_step copy_restart_steps[] = {
+    {.op = FR_OUTPUT, .text = "copy"},
+    {.op = FR_HOST_GONE},
+    {.op = FR_OUTPUT, .text = "after"},
+    {.op = FR_EXIT, .n = 0},
+    {.op = FR_END},
+};
+
+/* A fork of a memory snapshot: its machine continues the snapshot's
+ * memory (boot memory), its guest is told RESTORED and goes on without a
+ * SPEC, numbering its frames from 1; a daemon's restart takes it up
+ * again without a second RESTORED, its numbering going on. */
+static void test_memory_fork(void **state)
+{
+	struct fix *f = *state;
+	struct fr_script sc = {.steps = waits_steps},
+			 copy = {.steps = copy_restart_steps};
+	struct fr_machine_info m;
+	char parent[SB_RUN_MAX], child[SB_RUN_MAX];
+	struct evs e;
+
+	assert_int_equal(fakerunner_script(f->fr, NULL, &sc), SB_OK);
+	assert_int_equal(fakerunner_script(f->fr, "copy", &copy), SB_OK);
+	start_run(f, "original", 0, parent);
+	assert_int_equal(snapshot(f, parent, 1), SB_OK);
+	assert_string_equal(f->id, "s0");
+	if (from(f,
+		 &(struct sb_runs_from){
+		     .run = parent, .snapshot = "s0", .at = UINT64_MAX, .name = "copy"}))
+		fail_msg("fork: %s", f->err);
+	snprintf(child, sizeof child, "%s", f->id);
+	await_recorded(f, child, "agent.output", 1);
+	daemon_down(f);
+	daemon_up(f);
+	await_recorded(f, child, "run.stopped", 1);
+	evs_read(f, child, &e);
+	evs_expect(&e, "run.created", "run.policy.resolved", "secret.granted",
+		   "run.forked", "run.started", "agent.output", "run.warning",
+		   "agent.output", "run.exited", "snapshot.saved", "run.stopped");
+	assert_true(json_is_true(json_object_get(e.p[3], "memory")));
+	assert_string_equal(jstr(e.p[4], "boot"), "memory");
+	assert_int_equal(jint(e.p[5], "guest_seq"), 1);
+	assert_string_equal(jstr(e.p[7], "data"), "after");
+	assert_int_equal(jint(e.p[7], "guest_seq"), 2);
+	assert_string_equal(jstr(e.p[10], "reason"), "exited");
+	evs_free(&e);
+	machine(f, child, 0, &m);
+	assert_int_equal(m.memory_bytes, FR_MEMORY_BYTES);
+	assert_int_equal(m.restored, 1);
+	assert_int_equal(m.specs, 0);
+	assert_int_equal(m.hellos, 2);
+	sb_runs_stop_all(f->rs, "daemon-stop");
+	await_end(f, parent, 1);
+}
+
 /* A fork of a snapshot that is not there, or whose layer is lost, is
  * refused with nothing recorded and no machine made. */
 static void test_from_refused(void **state)
@@ -1012,6 +1073,42 @@ static void test_restart(void **state)
 	assert_int_equal(fakerunner_made(f->fr), 1);
 }
 
+/* The daemon restarts while its run's guest boots: the next daemon makes
+ * the guest's SPEC again from the record, its inputs from the blob table. */
+static void test_restart_booting(void **state)
+{
+	struct fix *f = *state;
+	struct fr_script sc = {.late = 1, .steps = copy_steps};
+	struct fr_machine_info m;
+	struct spec s;
+	char id[SB_RUN_MAX];
+	struct evs e;
+
+	assert_int_equal(fakerunner_script(f->fr, NULL, &sc), SB_OK);
+	spec_make(&s, "box", "late", 0, "notes.txt", "hello");
+	if (create(f, &s))
+		fail_msg("create: %s", f->err);
+	spec_free(&s);
+	snprintf(id, sizeof id, "%s", f->id);
+	await_recorded(f, id, "run.started", 1);
+	daemon_down(f);
+	daemon_up(f);
+	await_end(f, id, 1);
+	evs_read(f, id, &e);
+	evs_expect(&e, "run.created", "run.policy.resolved", "secret.granted",
+		   "run.started", "run.warning", "harness.input.ready", "agent.output",
+		   "run.exited", "snapshot.saved", "run.stopped");
+	assert_int_equal(jint(e.p[5], "files"), 1);
+	assert_int_equal(jint(e.p[5], "bytes"), 5);
+	assert_string_equal(jstr(e.p[9], "reason"), "exited");
+	evs_free(&e);
+	machine(f, id, 0, &m);
+	assert_int_equal(m.hellos, 1);
+	assert_int_equal(m.specs, 1);
+	assert_int_equal(m.input_bytes, 5);
+	assert_string_equal(m.argv, HARNESS " do it");
+}
+
 /* A run whose machine ended while no daemon ran fails so. */
 static void test_restart_gone(void **state)
 {
@@ -1121,6 +1218,34 @@ static void test_guest_fails(void **state)
 	assert_true(m.ended);
 }
 
+/* A run stopped while it is being made is recorded stopped once it is
+ * recorded; its machine never starts. */
+static void test_stop_creating(void **state)
+{
+	struct fix *f = *state;
+	struct fr_machine_info m;
+	struct sb_runstate st;
+	struct spec s;
+	struct evs e;
+
+	spec_make(&s, "box", "hasty", 0, NULL, NULL);
+	assert_int_equal(sb_runs_create(f->rs, &s.o, on_created, f), SB_OK);
+	sb_runs_stop_all(f->rs, "daemon-stop"); /* before the loop hears of it */
+	await_answer(f, 1);
+	spec_free(&s);
+	assert_int_equal(f->rc, SB_OK);
+	assert_int_equal(sb_runs_active(f->rs), 0);
+	evs_read(f, f->id, &e);
+	evs_expect(&e, "run.created", "run.policy.resolved", "secret.granted",
+		   "run.stopped");
+	assert_string_equal(jstr(e.p[3], "reason"), "daemon-stop");
+	evs_free(&e);
+	runstate(f, f->id, &st);
+	assert_string_equal(st.status, "stopped");
+	machine(f, f->id, 0, &m);
+	assert_false(m.started);
+}
+
 /* The runner cannot make the machine: the run is recorded as failed
  * (answered with its id); a spec that cannot be resolved is refused with
  * nothing recorded; a name a live run holds is refused at once. */
@@ -1181,11 +1306,14 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_budget, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_snapshot, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_fork_resume, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_memory_fork, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_from_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_restart, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_restart_booting, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_restart_gone, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_dies, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_guest_fails, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_stop_creating, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_create_fails, setup, teardown),
 	};
 
