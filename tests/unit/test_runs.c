@@ -5,12 +5,15 @@
  * stop, a timeout and a spent budget reaching the guest as SIGTERM and
  * the runstate projection as their status; snapshots on demand, of the
  * disk and of the memory; a fork and a resume from a snapshot, on a
- * machine made over its frozen layer, and those refused with nothing
- * recorded; a daemon's restart that takes a live run up again, the
- * events its guest sent meanwhile recorded once each; a machine that died
- * meanwhile; a machine that dies, one that never boots, a guest whose
- * set-up fails; a create the runner fails (recorded as failed) and one
- * refused (nothing recorded). Assertions read the record.
+ * machine made over its frozen layer, a fork of a memory snapshot
+ * (RESTORED), and those refused with nothing recorded; a daemon's restart
+ * that takes a live run up again, the events its guest sent meanwhile
+ * recorded once each, also while the guest boots (its SPEC made again)
+ * and for a memory fork; a machine that died meanwhile; a machine that
+ * dies, one that never boots, a guest whose set-up fails; a run stopped
+ * while it is made; runs queued for capacity; a create the runner fails
+ * (recorded as failed) and one refused (nothing recorded). Assertions
+ * read the record.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1246,6 +1249,59 @@ static void test_stop_creating(void **state)
 	assert_false(m.started);
 }
 
+/* With room for one run's vCPU, a second waits queued (no machine
+ * made), across a daemon's restart too, and starts once the first ends; a
+ * third, queued, stops at once. */
+static void test_queue(void **state)
+{
+	struct fix *f = *state;
+	struct fr_script sc = {.steps = waits_steps}, next = {.steps = copy_steps};
+	char first[SB_RUN_MAX], second[SB_RUN_MAX], third[SB_RUN_MAX];
+	struct sb_runstate st;
+	struct spec s;
+	struct evs e;
+
+	daemon_down(f);
+	f->st.capacity_cpus = 1;
+	daemon_up(f);
+	assert_int_equal(fakerunner_script(f->fr, NULL, &sc), SB_OK);
+	assert_int_equal(fakerunner_script(f->fr, "second", &next), SB_OK);
+	start_run(f, "first", 0, first);
+	spec_make(&s, "box", "second", 0, NULL, NULL);
+	assert_int_equal(create(f, &s), SB_OK);
+	spec_free(&s);
+	snprintf(second, sizeof second, "%s", f->id);
+	spec_make(&s, "box", "third", 0, NULL, NULL);
+	assert_int_equal(create(f, &s), SB_OK);
+	spec_free(&s);
+	snprintf(third, sizeof third, "%s", f->id);
+	assert_int_equal(stop(f, third, "stopped"), SB_OK);
+	await_recorded(f, third, "run.stopped", 1);
+	runstate(f, second, &st);
+	assert_string_equal(st.status, "queued");
+
+	daemon_down(f);
+	daemon_up(f);
+	runstate(f, second, &st);
+	assert_string_equal(st.status, "queued");
+	assert_int_equal(fakerunner_made(f->fr), 1); /* the first's only */
+	assert_int_equal(stop(f, first, "stopped"), SB_OK);
+	await_recorded(f, second, "run.stopped", 1);
+	evs_read(f, second, &e);
+	evs_expect(&e, "run.created", "run.policy.resolved", "secret.granted",
+		   "run.queued", "run.started", "harness.input.ready", "agent.output",
+		   "run.exited", "snapshot.saved", "run.stopped");
+	evs_free(&e);
+	evs_read(f, third, &e);
+	evs_expect(&e, "run.created", "run.policy.resolved", "secret.granted",
+		   "run.queued", "run.stopped");
+	assert_string_equal(jstr(e.p[4], "reason"), "stopped");
+	evs_free(&e);
+	assert_int_equal(fakerunner_made(f->fr), 2);
+	runstate(f, second, &st);
+	assert_string_equal(st.status, "exited");
+}
+
 /* The runner cannot make the machine: the run is recorded as failed
  * (answered with its id); a spec that cannot be resolved is refused with
  * nothing recorded; a name a live run holds is refused at once. */
@@ -1314,6 +1370,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_dies, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_guest_fails, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_stop_creating, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_queue, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_create_fails, setup, teardown),
 	};
 
