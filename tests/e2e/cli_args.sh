@@ -40,7 +40,7 @@ line_has "no event type 'agent.fil'; did you mean 'agent.file'?"
 
 # -- options anywhere before --, a prompt's words around them
 runs_hang
-R=$("$SB" run fix it --detach --name late --snapshots off) || fail "run with options after the prompt: exit $?"
+R=$("$SB" run fix it --detach --name late --snapshots off --timeout 1h) || fail "run with options after the prompt: exit $?"
 echo "$R" | grep -qE '^[0-9a-f]{12}$' || fail "run --detach after the prompt printed: $R"
 "$SB" events "$R" --json --type run.policy.resolved >"$tmp/pol" || fail "events of $R"
 python3 - "$tmp/pol" <<'EOF' || fail "the prompt and options of 'run fix it --detach --name late': $(cat "$tmp/pol")"
