@@ -1181,6 +1181,8 @@ void sb_run_create_done(void *ctx)
 		return;
 	}
 	if (r->stop_reason[0]) { /* stopped while it was being made */
+		rs->env.runner->discard(r->m); /* never started: its layer goes */
+		r->m = NULL;
 		sb_runs_host_event(rs, id, "run.stopped", "reason", r->stop_reason, NULL);
 		run_end(r);
 		cb(cb_ctx, SB_OK, id);
