@@ -36,7 +36,16 @@ static const char builtin_json[] =
     "  \"stub/slow\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, \"cached\": "
     "0.5},"
     "  \"stub/error\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, \"cached\": "
-    "0.5}}}";
+    "0.5},"
+    /* the scripted jobs of examples/acquisition.yaml */
+    "  \"stub/financials\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, "
+    "\"cached\": 0.5},"
+    "  \"stub/contracts\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, "
+    "\"cached\": 0.5},"
+    "  \"stub/market\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, "
+    "\"cached\": 0.5},"
+    "  \"stub/security\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, "
+    "\"cached\": 0.5}}}";
 
 void sb_models_free(struct sb_models *ms)
 {

@@ -21,7 +21,8 @@
 #include "engine/payload.h"
 #include "tests/unit/testutil.h"
 
-#define EXAMPLE "examples/acquisition.yaml" /* tests run from the source tree */
+#define EXAMPLE "tests/unit/group_example.yaml" /* tests run from the source tree */
+#define DEMO	"examples/acquisition.yaml"	    /* the README's first command */
 
 /* Writes len bytes of text to DIR/name; returns the path (static). */
 static const char *put_n(void **state, const char *name, const char *text, size_t len)
@@ -182,6 +183,31 @@ static void test_example(void **state)
 	assert_string_equal(g->runs[0].labels[1].value, "finance");
 	assert_int_equal(g->runs[3].nlabels, 1);
 	assert_int_equal(cli_group_pack_spec(g, 4, NULL), SB_ERR_INVAL);
+	cli_group_free(g);
+}
+
+/* The demo the README starts: four runs, each on its own scripted job,
+ * sharing the group's budget. */
+static void test_demo(void **state)
+{
+	static const char *const names[] = {"Financials", "Contract risks", "Market scan",
+					    "Security posture"};
+	static const char *const models[] = {"stub/financials", "stub/contracts",
+					     "stub/market", "stub/security"};
+	struct cli_group *g;
+
+	(void)state;
+	if (cli_group_load(DEMO, &g))
+		fail_msg("%s", sb_errmsg(SB_ERR_INVAL));
+	assert_string_equal(g->name, "acquisition");
+	assert_int_equal(g->nruns, 4);
+	assert_int_equal(g->budget, 2000000000ull);
+	for (size_t i = 0; i < 4; i++) {
+		assert_string_equal(g->runs[i].spec.name, names[i]);
+		assert_true(g->runs[i].spec.models.n >= 1);
+		assert_string_equal(g->runs[i].spec.models.v[0], models[i]);
+		assert_int_equal(g->runs[i].spec.group_budget, 2000000000ull);
+	}
 	cli_group_free(g);
 }
 
@@ -554,6 +580,7 @@ static void test_hostile(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_demo),
 	    cmocka_unit_test(test_example),
 	    cmocka_unit_test(test_positions),
 	    cmocka_unit_test_setup_teardown(test_defaults, setup, teardown),
