@@ -1,5 +1,5 @@
-/* accel.c - choosing KVM or TCG: /dev/kvm check, boot probe, cached verdict,
- * and the host TSC rate TCG guests are told. */
+/* accel.c - choosing KVM or TCG: /dev/kvm check, boot probe, cached
+ * verdict. */
 #include "vmm/accel.h"
 
 #include "engine/error.h"
@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,69 +17,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#endif
 
 #define ACCEL_WHY_SLOW "KVM guest did not boot within 3s; using TCG"
-
-static unsigned accel_tsc;
-static pthread_once_t accel_tsc_once = PTHREAD_ONCE_INIT;
-
-#if defined(__x86_64__) || defined(__i386__)
-static int64_t accel_ns(const struct timespec *ts)
-{
-	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
-}
-
-/* Reads the TSC between two clock reads; keeps the tightest of a few. */
-static void accel_tsc_sample(uint64_t *tsc, int64_t *ns)
-{
-	struct timespec a, b;
-	int64_t best = INT64_MAX;
-	uint64_t t;
-	int i;
-
-	for (i = 0; i < 8; i++) {
-		clock_gettime(CLOCK_MONOTONIC_RAW, &a);
-		t = __rdtsc();
-		clock_gettime(CLOCK_MONOTONIC_RAW, &b);
-		if (accel_ns(&b) - accel_ns(&a) < best) {
-			best = accel_ns(&b) - accel_ns(&a);
-			*tsc = t;
-			*ns = (accel_ns(&a) + accel_ns(&b)) / 2;
-		}
-	}
-}
-#endif
-
-static void accel_tsc_measure(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	struct timespec nap = {0, 20 * 1000 * 1000};
-	uint64_t t0 = 0, t1 = 0, khz;
-	int64_t n0 = 0, n1 = 0;
-
-	accel_tsc_sample(&t0, &n0);
-	while (nanosleep(&nap, &nap) < 0 && errno == EINTR)
-		;
-	accel_tsc_sample(&t1, &n1);
-	if (n1 <= n0 || t1 <= t0)
-		return;
-	khz = (t1 - t0) * 1000000 / (uint64_t)(n1 - n0);
-	if (khz >= 100000 && khz <= 10000000)
-		accel_tsc = (unsigned)khz;
-#endif
-}
-
-int sb_host_tsc_khz(unsigned *khz)
-{
-	pthread_once(&accel_tsc_once, accel_tsc_measure);
-	if (!accel_tsc)
-		return sb_seterr(SB_ERR_UNAVAIL, "no usable host TSC");
-	*khz = accel_tsc;
-	return 0;
-}
 
 const char *sb_accel_name(sb_accel a)
 {
@@ -153,6 +91,7 @@ static int accel_cache_get(const char *file, const char *boot, const char *qver,
 			   sb_accel *out, char *why, size_t whylen)
 {
 	const char *b, *q, *a, *w;
+	sb_accel v;
 	json_t *j;
 	int rc = SB_ERR_NOTFOUND;
 
@@ -161,9 +100,9 @@ static int accel_cache_get(const char *file, const char *boot, const char *qver,
 		return rc;
 	if (json_unpack(j, "{s:s, s:s, s:s, s:s}", "boot_id", &b, "qemu", &q, "accel", &a,
 			"why", &w) == 0 &&
-	    !strcmp(b, boot) && !strcmp(q, qver) &&
-	    (!strcmp(a, "kvm") || !strcmp(a, "tcg"))) {
-		*out = !strcmp(a, "kvm") ? SB_ACCEL_KVM : SB_ACCEL_TCG;
+	    !strcmp(b, boot) && !strcmp(q, qver) && sb_accel_parse(a, &v) == 0 &&
+	    v != SB_ACCEL_AUTO) {
+		*out = v;
 		accel_why(why, whylen, w);
 		rc = 0;
 	}
@@ -301,7 +240,7 @@ int sb_accel_resolve(sb_accel want, const char *kernel, const char *initrd,
 	}
 	msg[0] = 0;
 	rc = sb_accel_probe(kernel, initrd, cache_dir ? cache_dir : "/tmp", &booted, msg,
-			 sizeof msg);
+			    sizeof msg);
 	if (rc)
 		return rc;
 	*out = booted ? SB_ACCEL_KVM : SB_ACCEL_TCG;

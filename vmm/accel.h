@@ -6,6 +6,9 @@
  * SB_VM_PROBE_OK on the serial console and powers off) and falls back to TCG
  * when that does not happen within 3 s. The verdict is cached per host boot
  * and QEMU version.
+ *
+ * This builds on qemu.h (the probe boots a VM, and sb_accel is a VM
+ * config's); qemu.c does not depend on it.
  */
 #ifndef SB_VMM_ACCEL_H
 #define SB_VMM_ACCEL_H
@@ -43,12 +46,5 @@ const char *sb_accel_name(sb_accel a);
 
 /* Parses "auto", "kvm" or "tcg" into *out. Errors: SB_ERR_INVAL. */
 int sb_accel_parse(const char *s, sb_accel *out);
-
-/* Gives the host's TSC rate in kHz, measured once per process (20 ms).
- * Under TCG the guest's TSC is the host's, and a guest kernel told this
- * rate (tsc_early_khz=) skips its PIT calibration, which under TCG fails
- * when the host is busy and then hangs the boot.
- * Errors: SB_ERR_UNAVAIL (not an x86 host, or no usable TSC). */
-int sb_host_tsc_khz(unsigned *khz);
 
 #endif

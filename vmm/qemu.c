@@ -1,16 +1,17 @@
-/* qemu.c - the QEMU microvm command line, spawning and reaping QEMU, and the
- * unix sockets QEMU connects to. */
+/* qemu.c - the QEMU microvm command line (with the host TSC rate TCG
+ * guests are told), spawning and reaping QEMU, and the unix sockets QEMU
+ * connects to. */
 #include "vmm/qemu.h"
 
 #include "engine/error.h"
 #include "engine/proc.h"
-#include "vmm/accel.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -24,6 +25,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -164,6 +168,64 @@ static int qemu_check(const struct sb_vm_config *c)
 		if (strs[i] && strpbrk(strs[i], "\n\r"))
 			return sb_seterr(SB_ERR_INVAL, "VM config: newline in \"%s\"",
 					 strs[i]);
+	return 0;
+}
+
+static unsigned qemu_tsc;
+static pthread_once_t qemu_tsc_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__) || defined(__i386__)
+static int64_t qemu_ns(const struct timespec *ts)
+{
+	return (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
+}
+
+/* Reads the TSC between two clock reads; keeps the tightest of a few. */
+static void qemu_tsc_sample(uint64_t *tsc, int64_t *ns)
+{
+	struct timespec a, b;
+	int64_t best = INT64_MAX;
+	uint64_t t;
+	int i;
+
+	for (i = 0; i < 8; i++) {
+		clock_gettime(CLOCK_MONOTONIC_RAW, &a);
+		t = __rdtsc();
+		clock_gettime(CLOCK_MONOTONIC_RAW, &b);
+		if (qemu_ns(&b) - qemu_ns(&a) < best) {
+			best = qemu_ns(&b) - qemu_ns(&a);
+			*tsc = t;
+			*ns = (qemu_ns(&a) + qemu_ns(&b)) / 2;
+		}
+	}
+}
+#endif
+
+static void qemu_tsc_measure(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	struct timespec nap = {0, 20 * 1000 * 1000};
+	uint64_t t0 = 0, t1 = 0, khz;
+	int64_t n0 = 0, n1 = 0;
+
+	qemu_tsc_sample(&t0, &n0);
+	while (nanosleep(&nap, &nap) < 0 && errno == EINTR)
+		;
+	qemu_tsc_sample(&t1, &n1);
+	if (n1 <= n0 || t1 <= t0)
+		return;
+	khz = (t1 - t0) * 1000000 / (uint64_t)(n1 - n0);
+	if (khz >= 100000 && khz <= 10000000)
+		qemu_tsc = (unsigned)khz;
+#endif
+}
+
+int sb_host_tsc_khz(unsigned *khz)
+{
+	pthread_once(&qemu_tsc_once, qemu_tsc_measure);
+	if (!qemu_tsc)
+		return sb_seterr(SB_ERR_UNAVAIL, "no usable host TSC");
+	*khz = qemu_tsc;
 	return 0;
 }
 

@@ -73,6 +73,13 @@ struct sb_vm_config {
  * The string is static or the environment's. */
 const char *sb_vm_qemu(void);
 
+/* Gives the host's TSC rate in kHz, measured once per process (20 ms).
+ * Under TCG the guest's TSC is the host's, and a guest kernel told this
+ * rate (tsc_early_khz=) skips its PIT calibration, which under TCG fails
+ * when the host is busy and then hangs the boot.
+ * Errors: SB_ERR_UNAVAIL (not an x86 host, or no usable TSC). */
+int sb_host_tsc_khz(unsigned *khz);
+
 /* Builds QEMU's argv for c into *out, a NULL-terminated array; the caller
  * frees it with sb_argv_free(). Under TCG the kernel gets tsc_early_khz= so
  * it does not calibrate the TSC against the emulated PIT (which fails under

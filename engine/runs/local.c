@@ -213,17 +213,15 @@ static int machine_prepare(struct sb_local_runner *lr, const struct sb_plan *p,
 		rc = sb_seterr(SB_ERR_IO, "%s: %s", layer, strerror(errno));
 		goto fail_layer;
 	}
-	want = !strcmp(p->accel, "kvm")	  ? SB_ACCEL_KVM
-	       : !strcmp(p->accel, "tcg") ? SB_ACCEL_TCG
-					  : SB_ACCEL_AUTO;
-	if ((rc = sb_accel_resolve(want, p->t.kernel, p->t.initrd, cache, &m->accel,
+	if ((rc = sb_accel_parse(p->accel, &want)) ||
+	    (rc = sb_accel_resolve(want, p->t.kernel, p->t.initrd, cache, &m->accel,
 				   warning, cap)))
 		goto fail_layer;
 	snprintf(m->kernel, sizeof m->kernel, "%s", p->t.kernel);
 	snprintf(m->initrd, sizeof m->initrd, "%s", p->t.initrd);
 	m->cpus = (unsigned)p->cpus;
 	m->memory_mib = (unsigned)p->memory_mib;
-	snprintf(accel, 8, "%s", m->accel == SB_ACCEL_KVM ? "kvm" : "tcg");
+	snprintf(accel, 8, "%s", sb_accel_name(m->accel));
 	if ((rc = machine_net(m, p)))
 		goto fail_layer;
 	/* a warm image has no NIC: a run with one boots */

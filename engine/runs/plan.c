@@ -162,8 +162,8 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	    (rc = sb_spec_u64(spec, "timeout_s", TIMEOUT_MAX, &p->timeout_s)) ||
 	    (rc = sb_spec_u64(spec, "record_quota", QUOTA_MAX, &quota)))
 		return rc;
-	if (sb_accel_parse(p->accel, &accel))
-		return sb_seterr(SB_ERR_INVAL, "accel must be auto, kvm or tcg");
+	if ((rc = sb_accel_parse(p->accel, &accel)))
+		return rc;
 	/* a run that must have KVM is refused, unrecorded, where there is none */
 	if (accel == SB_ACCEL_KVM &&
 	    (rc = sb_accel_resolve(accel, NULL, NULL, NULL, &accel, NULL, 0)))
@@ -383,6 +383,7 @@ int sb_plan_from_record(const char *run, const msgpack_object *created,
 {
 	const msgpack_object *ins = sb_map_get(pol, "inputs");
 	char prompt[PROMPT_MAX] = "";
+	sb_accel accel;
 	int rc;
 
 	memset(p, 0, sizeof *p);
@@ -396,7 +397,8 @@ int sb_plan_from_record(const char *run, const msgpack_object *created,
 	sb_map_str(pol, "kernel", p->t.kernel_version, sizeof p->t.kernel_version);
 	sb_map_str(pol, "harness", p->t.harness, sizeof p->t.harness);
 	sb_map_str(pol, "prompt", prompt, sizeof prompt);
-	if (sb_map_str(pol, "accel", p->accel, sizeof p->accel) <= 0)
+	if (sb_map_str(pol, "accel", p->accel, sizeof p->accel) <= 0 ||
+	    sb_accel_parse(p->accel, &accel))
 		strcpy(p->accel, "auto");
 	if (sb_map_str(pol, "snapshots", p->snapshots, sizeof p->snapshots) <= 0)
 		strcpy(p->snapshots, "off"); /* a record from before snapshots */
