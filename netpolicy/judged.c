@@ -24,10 +24,10 @@
 #include "netpolicy/judge.h"
 #include "netpolicy/nfq.h"
 
-#define HEAD_S	     10.0 /* a judged connection names its host within this */
-#define CONNS_MAX    64	  /* connections of a run the judge reads at once */
-#define HELD_MAX     16	  /* packets of one it keeps waiting */
-#define PASSED_MAX   1024 /* connections of a run it let go, remembered */
+#define HEAD_S	     10.0	  /* a judged connection names its host within this */
+#define CONNS_MAX    64		  /* connections of a run the judge reads at once */
+#define HELD_MAX     16		  /* packets of one it keeps waiting */
+#define PASSED_MAX   1024	  /* connections of a run it let go, remembered */
 #define QUEUE_LEN    16384	  /* packets the kernel holds for it: 16 runs' most */
 #define BYPASS_MIN   (256 * 1024) /* a body this long goes past the judge */
 #define BYPASS_SPAN  (1u << 30)	  /* ... this much of it at a time */
@@ -68,9 +68,9 @@ struct passed {
 struct sb_judged {
 	struct sb_judged_config c;
 	sb_nfq *nfq;
-	uint16_t num;	 /* its number */
-	int raw4, raw6;	 /* raw sockets for resets (-1: none) */
-	sb_watch *w;	 /* (loop) */
+	uint16_t num;	     /* its number */
+	int raw4, raw6;	     /* raw sockets for resets (-1: none) */
+	sb_watch *w;	     /* (loop) */
 	sb_judged_run *runs; /* (loop) the runs being judged */
 };
 

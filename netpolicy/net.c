@@ -94,7 +94,7 @@ struct net_run {
 	struct sb_nft_run nr;	   /* its part of nftables; mark (net) */
 	struct sb_netpolicy pol;   /* (net) its grants as they are now */
 	int fds[SB_DNS_STUB_FDS];  /* its stub's sockets, in stub.h's order */
-	struct sb_net_run *h; /* (const) its handle, what the daemon's loop holds */
+	struct sb_net_run *h;	   /* (const) its handle, what the daemon's loop holds */
 	/* (net) */
 	struct net_run *next;
 	int serving, leaving, ending;
@@ -929,8 +929,8 @@ void sb_net_run_leave(sb_net_run *h)
 
 /* (net) Adds count of a report of kind to r's gathered reports. */
 static void agg_add(struct net_run *r, enum sb_net_report_kind kind, const char *dst,
-		    uint16_t port, const char *proto, const char *name, const char *reason,
-		    const char *addrs, uint64_t count)
+		    uint16_t port, const char *proto, const char *name,
+		    const char *reason, const char *addrs, uint64_t count)
 {
 	struct net_agg *a = &r->agg;
 	struct sb_net_report *it;
@@ -993,7 +993,8 @@ static void agg_flush(struct net_run *r)
 	if (!n)
 		return;
 	if (a->overflow)
-		agg_add(r, SB_NET_DENIED, "", 0, "any", NULL, AGG_MORE, NULL, a->overflow);
+		agg_add(r, SB_NET_DENIED, "", 0, "any", NULL, AGG_MORE, NULL,
+			a->overflow);
 	n = a->n;
 	if ((b = malloc(sizeof *b + n * sizeof b->items[0]))) {
 		b->h = r->h;
@@ -1435,8 +1436,7 @@ static void run_denied(void *ctx, const char *dst, uint16_t port, const char *pr
 	agg_add(ctx, SB_NET_DENIED, dst, port, proto, name, why, NULL, 1);
 }
 
-static void run_resolved(void *ctx, const char *type, const char *name,
-			 const char *addrs)
+static void run_resolved(void *ctx, const char *type, const char *name, const char *addrs)
 {
 	agg_add(ctx, SB_NET_RESOLVED, "", 0, type, name, NULL, addrs, 1);
 }

@@ -337,8 +337,8 @@ static void on_resolved(void *arg, int status, int timeouts, unsigned char *abuf
 		answer(lk, SB_DNS_SERVFAIL, NULL, 0);
 }
 
-static void resolver_query(sb_resolver *rs, const char *name, int type,
-			   ares_callback cb, void *arg);
+static void resolver_query(sb_resolver *rs, const char *name, int type, ares_callback cb,
+			   void *arg);
 
 /* Answers query q (msg, len bytes) of stub s; lk says where the answer
  * goes (and is the stub's, freed by answer()). */
@@ -361,7 +361,8 @@ static void query(struct lookup *lk, const uint8_t *msg, size_t len)
 	}
 	if (!s->ops->granted(s->ctx, q->name, 0, 0) &&
 	    !s->ops->granted(s->ctx, q->name, 1, 0)) {
-		s->ops->denied(s->ctx, s->c.host4, 53, "dns", q->name, "name not granted");
+		s->ops->denied(s->ctx, s->c.host4, 53, "dns", q->name,
+			       "name not granted");
 		answer(lk, SB_DNS_NXDOMAIN, NULL, 0);
 		return;
 	}
@@ -546,8 +547,8 @@ static void on_accept(void *ctx, int revents)
 		conn_close(c);
 }
 
-int sb_dns_stub_open(const struct sb_dns_stub_config *c, const struct sb_dns_stub_ops *ops,
-		     void *ctx, sb_dns_stub **out)
+int sb_dns_stub_open(const struct sb_dns_stub_config *c,
+		     const struct sb_dns_stub_ops *ops, void *ctx, sb_dns_stub **out)
 {
 	sb_dns_stub *s = calloc(1, sizeof *s);
 
@@ -625,8 +626,8 @@ static void resolver_rearm(sb_resolver *rs)
 
 /* Looks name up (class IN, type); cb(arg, ...) gets the answer, on the
  * loop (or with ARES_EDESTRUCTION once the resolver closes). */
-static void resolver_query(sb_resolver *rs, const char *name, int type,
-			   ares_callback cb, void *arg)
+static void resolver_query(sb_resolver *rs, const char *name, int type, ares_callback cb,
+			   void *arg)
 {
 	ares_query(rs->ares, name, 1, type, cb, arg);
 	resolver_rearm(rs);

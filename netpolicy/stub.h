@@ -43,15 +43,15 @@ int sb_resolver_open(sb_loop *loop, const char *servers, sb_resolver **out);
 void sb_resolver_close(sb_resolver *rs);
 
 struct sb_dns_stub_config {
-	sb_loop *loop;			  /* the enforcer's */
-	sb_resolver *resolver;		  /* must outlive the stub */
-	int fds[SB_DNS_STUB_FDS];	  /* bound non-blocking sockets, -1: none.
-					   * The caller's: it closes them once the
-					   * stub is stopped */
-	char host4[16];			  /* the address it serves on, for reports */
-	int ipv6;			  /* 1: AAAA queries are looked up too */
-	uint32_t ttl_min_s, ttl_max_s;	  /* a granted name's TTL is clamped to
-					   * these */
+	sb_loop *loop;		       /* the enforcer's */
+	sb_resolver *resolver;	       /* must outlive the stub */
+	int fds[SB_DNS_STUB_FDS];      /* bound non-blocking sockets, -1: none.
+					* The caller's: it closes them once the
+					* stub is stopped */
+	char host4[16];		       /* the address it serves on, for reports */
+	int ipv6;		       /* 1: AAAA queries are looked up too */
+	uint32_t ttl_min_s, ttl_max_s; /* a granted name's TTL is clamped to
+					* these */
 };
 
 /* What a stub asks and tells its run; ctx is the run's. Every callback
@@ -66,7 +66,8 @@ struct sb_dns_stub_ops {
 	/* 1 when addr (family 4 or 6, 16 bytes), answered for a granted
 	 * name, may be given to the guest; else 0, with why (cap bytes) in
 	 * a few words. */
-	int (*answer_ok)(void *ctx, int family, const uint8_t *addr, char *why, size_t cap);
+	int (*answer_ok)(void *ctx, int family, const uint8_t *addr, char *why,
+			 size_t cap);
 	/* Lets the guest reach the n addresses addrs (family 4 or 6) of name
 	 * for ttl_s seconds; done(dctx, rc) comes later, on the loop, once
 	 * they are let through (rc SB_OK) or could not be. Returns 0, or an
@@ -83,7 +84,8 @@ struct sb_dns_stub_ops {
 	/* A granted name was answered: type ("A", "AAAA"), name and the
 	 * addresses given (comma-separated; NULL when answered from the
 	 * stub's cache). Valid during the call. */
-	void (*resolved)(void *ctx, const char *type, const char *name, const char *addrs);
+	void (*resolved)(void *ctx, const char *type, const char *name,
+			 const char *addrs);
 	/* A lookup begins: the run, ctx and ops must stay until its release. */
 	void (*hold)(void *ctx);
 	/* A lookup ended. It may free the stub (sb_dns_stub_close): the stub
@@ -93,8 +95,8 @@ struct sb_dns_stub_ops {
 
 /* Makes a stub and starts serving the sockets of c. The caller keeps
  * ownership of c's sockets. Errors: SB_ERR_NOMEM. */
-int sb_dns_stub_open(const struct sb_dns_stub_config *c, const struct sb_dns_stub_ops *ops,
-		     void *ctx, sb_dns_stub **out);
+int sb_dns_stub_open(const struct sb_dns_stub_config *c,
+		     const struct sb_dns_stub_ops *ops, void *ctx, sb_dns_stub **out);
 
 /* Stops serving: the sockets are no longer watched and TCP connections
  * are closed. Lookups under way end later, unanswered, each with its
