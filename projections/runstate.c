@@ -20,7 +20,8 @@ static const struct sb_fdesc rs_fields[] = {
 	SB_FU64(RS, events),      SB_FU64(RS, forks),       SB_FU64(RS, snapshots),
 	SB_FSTR(RS, parent_snapshot), SB_FU64(RS, resumed_offset),
 	SB_FU64(RS, net_lookups), SB_FU64(RS, net_denied), SB_FU64(RS, net_changes),
-	SB_FU64(RS, active_ns),
+	SB_FU64(RS, active_ns),   SB_FSTR(RS, progress_label), SB_FU64(RS, progress_count),
+	SB_FU64(RS, progress_total), SB_FU64(RS, turns),    SB_FU64(RS, tool_calls),
 };
 #define NF (sizeof rs_fields / sizeof rs_fields[0])
 
@@ -41,7 +42,7 @@ static void set_str(char *dst, size_t cap, const msgpack_object *map, const char
 		dst[0] = 0;
 }
 
-#define SET(field, key) set_str(rs.field, sizeof rs.field, map, key)
+#define SET(field, key) set_str(rs->field, sizeof rs->field, map, key)
 
 /* One more fork of parent (its record, when it has one). */
 static int count_fork(struct sb_proj_txn *t, const char *parent)
@@ -58,15 +59,148 @@ static int count_fork(struct sb_proj_txn *t, const char *parent)
 	return sb_fields_store(t, parent, kl, rs_fields, NF, &ps);
 }
 
+/* A run.policy.resolved: its settings. */
+static void fold_policy(struct sb_runstate *rs, const msgpack_object *map)
+{
+	SET(template_hash, "template_hash");
+	SET(network, "network");
+	if (sb_map_get(map, "model"))
+		SET(model, "model");
+	rs->cpus = sb_map_u64(map, "cpus", 0);
+	rs->memory_mib = sb_map_u64(map, "memory_mib", 0);
+	rs->timeout_s = sb_map_u64(map, "timeout_s", 0);
+	rs->budget_nusd = sb_map_u64(map, "budget_nusd", 0);
+}
+
+/* A run.resumed or run.forked: where the run continues from. */
+static void fold_from(struct sb_runstate *rs, const struct sb_event *ev, const msgpack_object *map)
+{
+	char from[SB_RUN_MAX] = "";
+
+	if (!strcmp(ev->type, "run.forked")) {
+		SET(parent, "from_run");
+		SET(parent_snapshot, "snapshot");
+		rs->parent_offset = sb_map_u64(map, "from_offset", 0);
+		return;
+	}
+	/* it goes on: live again, its end to come; resumed from its own
+	 * snapshot it keeps its lineage (it is not its own parent) */
+	sb_map_str(map, "from_run", from, sizeof from);
+	if (strcmp(from, ev->run)) {
+		SET(parent, "from_run");
+		SET(parent_snapshot, "snapshot");
+		rs->parent_offset = sb_map_u64(map, "from_offset", 0);
+	}
+	rs->resumed_offset = ev->offset;
+	rs->started_ns = 0;
+	strcpy(rs->status, "created");
+	rs->reason[0] = 0;
+	rs->has_exit = 0;
+	rs->exit_status = 0;
+	rs->ended_ns = 0;
+}
+
+/* The events of a run's lifecycle (run.*). */
+static void fold_run(struct sb_runstate *rs, const struct sb_event *ev, const msgpack_object *map)
+{
+	const char *ty = ev->type;
+	char reason[sizeof rs->reason] = "";
+
+	if (!strcmp(ty, "run.created")) {
+		SET(name, "name");
+		SET(group, "group");
+		SET(template, "template");
+		SET(model, "model");
+	} else if (!strcmp(ty, "run.policy.resolved")) {
+		fold_policy(rs, map);
+	} else if (!strcmp(ty, "run.queued")) {
+		if (sb_runstate_is_live(rs))
+			strcpy(rs->status, "queued");
+	} else if (!strcmp(ty, "run.started")) {
+		if (sb_runstate_is_live(rs))
+			strcpy(rs->status, "running");
+		rs->started_ns = ev->ts_ns;
+	} else if (!strcmp(ty, "run.exited")) {
+		rs->exit_status = sb_map_i64(map, "status", 0);
+		rs->has_exit = 1;
+	} else if (!strcmp(ty, "run.stopped")) {
+		sb_map_str(map, "reason", reason, sizeof reason);
+		if (!strcmp(rs->status, "failed")) {
+			/* a failure stays the verdict */
+		} else if (!strcmp(reason, "exited") || !strcmp(reason, "timeout") ||
+			   !strcmp(reason, "failed") || !strcmp(reason, "budget")) {
+			strcpy(rs->status, reason);
+		} else {
+			strcpy(rs->status, "stopped");
+			snprintf(rs->reason, sizeof rs->reason, "%s", reason);
+		}
+		rs->ended_ns = ev->ts_ns;
+		if (rs->started_ns && rs->ended_ns > rs->started_ns)
+			rs->active_ns += rs->ended_ns - rs->started_ns;
+	} else if (!strcmp(ty, "run.failed")) {
+		strcpy(rs->status, "failed");
+		SET(reason, "reason");
+		if (!rs->ended_ns)
+			rs->ended_ns = ev->ts_ns;
+	} else if (!strcmp(ty, "run.resumed") || !strcmp(ty, "run.forked")) {
+		fold_from(rs, ev, map);
+	}
+}
+
+/* What the agent did: its progress, turns and tools. */
+static void fold_agent(struct sb_runstate *rs, const struct sb_event *ev,
+		       const msgpack_object *map)
+{
+	const char *ty = ev->type;
+
+	if (!strcmp(ty, "agent.progress")) {
+		SET(progress_label, "label");
+		rs->progress_count = sb_map_u64(map, "count", 0);
+		rs->progress_total = sb_map_u64(map, "total", 0);
+	} else if (!strcmp(ty, "agent.turn.completed")) {
+		rs->turns++;
+	} else if (!strcmp(ty, "agent.tool.completed")) {
+		rs->tool_calls++;
+	} else if (!strcmp(ty, "agent.usage.updated") && ev->source == SB_SRC_GATEWAY) {
+		rs->cost_nusd += sb_map_u64(map, "cost_nusd", 0);
+	}
+}
+
+void sb_runstate_fold(struct sb_runstate *rs, const struct sb_event *ev,
+		      const msgpack_object *map)
+{
+	const char *ty = ev->type;
+
+	if (!strncmp(ty, "run.", 4)) {
+		fold_run(rs, ev, map);
+	} else if (!strcmp(ty, "snapshot.saved")) {
+		rs->snapshots++;
+	} else if (!strcmp(ty, "snapshot.removed")) {
+		rs->snapshots -= rs->snapshots > 0;
+	} else if (!strncmp(ty, "agent.", 6)) {
+		fold_agent(rs, ev, map);
+	} else if (!strcmp(ty, "budget.exceeded")) {
+		snprintf(rs->reason, sizeof rs->reason, "budget exceeded");
+	} else if (!strcmp(ty, "net.resolved")) {
+		rs->net_lookups += sb_map_u64(map, "count", 0);
+	} else if (!strcmp(ty, "net.denied")) {
+		rs->net_denied += sb_map_u64(map, "count", 0);
+	} else if (!strncmp(ty, "net.grant.", 10)) {
+		rs->net_changes++;
+	}
+	snprintf(rs->last_type, sizeof rs->last_type, "%s", ty);
+	rs->last_offset = ev->offset;
+	rs->last_seq = ev->seq;
+	rs->events++;
+}
+
 static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgpack_object *map)
 {
 	struct sb_runstate rs;
 	size_t kl = strlen(ev->run);
-	const char *ty = ev->type;
-	char reason[sizeof rs.reason] = "";
 	int rc;
 
-	if (!strncmp(ty, "group.", 6))
+	if (!strncmp(ev->type, "group.", 6))
 		return SB_OK; /* a group's stream, not a run's */
 	rc = sb_fields_load(t, ev->run, kl, rs_fields, NF, &rs, sizeof rs);
 	if (rc == SB_ERR_NOTFOUND) {
@@ -76,91 +210,9 @@ static int rs_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 	} else if (rc) {
 		return rc;
 	}
-	if (!strcmp(ty, "run.created")) {
-		SET(name, "name");
-		SET(group, "group");
-		SET(template, "template");
-		SET(model, "model");
-	} else if (!strcmp(ty, "run.policy.resolved")) {
-		SET(template_hash, "template_hash");
-		SET(network, "network");
-		if (sb_map_get(map, "model"))
-			SET(model, "model");
-		rs.cpus = sb_map_u64(map, "cpus", 0);
-		rs.memory_mib = sb_map_u64(map, "memory_mib", 0);
-		rs.timeout_s = sb_map_u64(map, "timeout_s", 0);
-		rs.budget_nusd = sb_map_u64(map, "budget_nusd", 0);
-	} else if (!strcmp(ty, "run.queued")) {
-		if (sb_runstate_is_live(&rs))
-			strcpy(rs.status, "queued");
-	} else if (!strcmp(ty, "run.started")) {
-		if (sb_runstate_is_live(&rs))
-			strcpy(rs.status, "running");
-		rs.started_ns = ev->ts_ns;
-	} else if (!strcmp(ty, "run.exited")) {
-		rs.exit_status = sb_map_i64(map, "status", 0);
-		rs.has_exit = 1;
-	} else if (!strcmp(ty, "run.stopped")) {
-		sb_map_str(map, "reason", reason, sizeof reason);
-		if (!strcmp(rs.status, "failed")) {
-			/* a failure stays the verdict */
-		} else if (!strcmp(reason, "exited") || !strcmp(reason, "timeout") ||
-			   !strcmp(reason, "failed") || !strcmp(reason, "budget")) {
-			strcpy(rs.status, reason);
-		} else {
-			strcpy(rs.status, "stopped");
-			snprintf(rs.reason, sizeof rs.reason, "%s", reason);
-		}
-		rs.ended_ns = ev->ts_ns;
-		if (rs.started_ns && rs.ended_ns > rs.started_ns)
-			rs.active_ns += rs.ended_ns - rs.started_ns;
-	} else if (!strcmp(ty, "run.failed")) {
-		strcpy(rs.status, "failed");
-		SET(reason, "reason");
-		if (!rs.ended_ns)
-			rs.ended_ns = ev->ts_ns;
-	} else if (!strcmp(ty, "run.resumed")) {
-		/* it goes on: live again, its end to come; resumed from its own
-		 * snapshot it keeps its lineage (it is not its own parent) */
-		char from[SB_RUN_MAX] = "";
-		sb_map_str(map, "from_run", from, sizeof from);
-		if (strcmp(from, ev->run)) {
-			SET(parent, "from_run");
-			SET(parent_snapshot, "snapshot");
-			rs.parent_offset = sb_map_u64(map, "from_offset", 0);
-		}
-		rs.resumed_offset = ev->offset;
-		rs.started_ns = 0;
-		strcpy(rs.status, "created");
-		rs.reason[0] = 0;
-		rs.has_exit = 0;
-		rs.exit_status = 0;
-		rs.ended_ns = 0;
-	} else if (!strcmp(ty, "run.forked")) {
-		SET(parent, "from_run");
-		SET(parent_snapshot, "snapshot");
-		rs.parent_offset = sb_map_u64(map, "from_offset", 0);
-		if ((rc = count_fork(t, rs.parent)))
-			return rc;
-	} else if (!strcmp(ty, "snapshot.saved")) {
-		rs.snapshots++;
-	} else if (!strcmp(ty, "snapshot.removed")) {
-		rs.snapshots -= rs.snapshots > 0;
-	} else if (!strcmp(ty, "agent.usage.updated") && ev->source == SB_SRC_GATEWAY) {
-		rs.cost_nusd += sb_map_u64(map, "cost_nusd", 0);
-	} else if (!strcmp(ty, "budget.exceeded")) {
-		snprintf(rs.reason, sizeof rs.reason, "budget exceeded");
-	} else if (!strcmp(ty, "net.resolved")) {
-		rs.net_lookups += sb_map_u64(map, "count", 0);
-	} else if (!strcmp(ty, "net.denied")) {
-		rs.net_denied += sb_map_u64(map, "count", 0);
-	} else if (!strncmp(ty, "net.grant.", 10)) {
-		rs.net_changes++;
-	}
-	snprintf(rs.last_type, sizeof rs.last_type, "%s", ty);
-	rs.last_offset = ev->offset;
-	rs.last_seq = ev->seq;
-	rs.events++;
+	sb_runstate_fold(&rs, ev, map);
+	if (!strcmp(ev->type, "run.forked") && (rc = count_fork(t, rs.parent)))
+		return rc;
 	return sb_fields_store(t, ev->run, kl, rs_fields, NF, &rs);
 }
 
@@ -170,8 +222,10 @@ const struct sb_projection sb_proj_runstate = {
 	 * 2: its fields template and template_hash (were tmpl, tmpl_hash);
 	 * 3: active_ns; a resume from the run's own snapshot leaves its
 	 *    lineage as it was;
-	 * 4: status queued */
-	.version = 4,
+	 * 4: status queued;
+	 * 5: progress_label, progress_count, progress_total (agent.progress),
+	 *    turns and tool_calls (completed) */
+	.version = 5,
 	.init = NULL,
 	.apply = rs_apply,
 };

@@ -14,6 +14,7 @@
 #include <msgpack.h>
 #include <stdint.h>
 
+#include "engine/log/schema.h"
 #include "projections/projection.h"
 
 extern const struct sb_projection sb_proj_runstate;
@@ -49,7 +50,18 @@ struct sb_runstate {
 	uint64_t net_changes;	  /* live changes of its grants */
 	uint64_t active_ns;	  /* the time of its ended segments, each from its
 				   * run.started to its run.stopped */
+	char progress_label[SB_LABEL_MAX + 1]; /* its latest agent.progress ("": none) */
+	uint64_t progress_count, progress_total; /* ... total 0: none given */
+	uint64_t turns;		  /* agent.turn.completed events */
+	uint64_t tool_calls;	  /* agent.tool.completed events */
 };
+
+/* Applies event ev, whose payload map is map, to rs, the state of ev's
+ * run, as the runstate projection does: all of it but the count of forks
+ * a forked run's parent keeps (it is the parent's state). For a client
+ * that follows a run from its state (sanbox wait). */
+void sb_runstate_fold(struct sb_runstate *rs, const struct sb_event *ev,
+		      const msgpack_object *map);
 
 /* Packs rs as a msgpack map with a fixed key order. */
 void sb_runstate_pack(const struct sb_runstate *rs, msgpack_packer *pk);

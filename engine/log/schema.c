@@ -7,12 +7,14 @@
 #include "engine/error.h"
 #include "engine/log/blob.h"
 #include "engine/payload.h"
+#include "engine/text.h"
 
 #define HOST	 SB_FROM_HOST
 #define GUEST	 SB_FROM_GUEST
 #define GATEWAY	 SB_FROM_GATEWAY
 #define OPERATOR SB_FROM_OPERATOR
 #define HARNESS	 SB_FROM_HARNESS
+#define OPTIONAL SB_F_OPTIONAL
 
 static const struct sb_event_schema schema[] = {
     {"run.created",
@@ -43,6 +45,9 @@ static const struct sb_event_schema schema[] = {
       {"args", SB_F_STR},
       {"exit", SB_F_INT},
       {"duration_ms", SB_F_UINT}}},
+    {"agent.progress",
+     HOST | HARNESS,
+     {{"label", SB_F_LABEL}, {"count", SB_F_UINT}, {"total", SB_F_UINT | OPTIONAL}}},
     {"agent.file.changed",
      HOST | GUEST,
      {{"path", SB_F_STR}, {"kind", SB_F_STR}, {"size", SB_F_UINT}, {"xxh3", SB_F_STR}}},
@@ -122,12 +127,39 @@ static int type_ok(const msgpack_object *o, enum sb_ftype t)
 	case SB_F_MAP: return o->type == MSGPACK_OBJECT_MAP;
 	case SB_F_ARRAY: return o->type == MSGPACK_OBJECT_ARRAY;
 	case SB_F_HASH: return is_hash(o);
+	case SB_F_LABEL:
+		return o->type == MSGPACK_OBJECT_STR && o->via.str.size > 0 &&
+		       o->via.str.size <= SB_LABEL_MAX &&
+		       sb_text_check(o->via.str.ptr, o->via.str.size, "label") == SB_OK;
 	}
 	return 0;
 }
 
-static const char *const ftype_names[] = {"str", "uint",  "int", "bool",
-					  "map", "array", "hash"};
+static const char *const ftype_names[] = {"str", "uint",  "int",  "bool",
+					  "map", "array", "hash", "label"};
+
+/* Checks value v of field f of an event of type. Errors: SB_ERR_SCHEMA,
+ * naming the type, the field and what it must be (for a label of a fit
+ * length, its first character that is not printable). */
+static int field_check(const char *type, const struct sb_field *f, const msgpack_object *v)
+{
+	enum sb_ftype k = sb_field_kind(f);
+	char what[SB_TYPE_MAX + 32];
+
+	if (type_ok(v, k))
+		return SB_OK;
+	if (k != SB_F_LABEL)
+		return sb_seterr(SB_ERR_SCHEMA, "%s: field '%s' must be %s", type, f->name,
+				 ftype_names[k]);
+	snprintf(what, sizeof what, "%s: field '%s'", type, f->name);
+	if (v->type == MSGPACK_OBJECT_STR && v->via.str.size > 0 &&
+	    v->via.str.size <= SB_LABEL_MAX &&
+	    sb_text_check(v->via.str.ptr, v->via.str.size, what))
+		return sb_seterr(SB_ERR_SCHEMA, "%s (it must be label: printable text)",
+				 sb_errmsg(SB_ERR_INVAL));
+	return sb_seterr(SB_ERR_SCHEMA, "%s must be label (a str of 1 to %d bytes)", what,
+			 SB_LABEL_MAX);
+}
 
 int sb_schema_check(const char *type, enum sb_source src, const void *payload, size_t len)
 {
@@ -161,15 +193,14 @@ int sb_schema_check(const char *type, enum sb_source src, const void *payload, s
 	for (const struct sb_field *f = s->fields;
 	     f < s->fields + SB_FIELDS_MAX && f->name; f++) {
 		const msgpack_object *v = sb_map_get(&map, f->name);
+		if (!v && (f->type & SB_F_OPTIONAL))
+			continue;
 		if (!v) {
 			sb_seterr(rc, "%s: field '%s' missing", type, f->name);
 			goto out;
 		}
-		if (!type_ok(v, f->type)) {
-			sb_seterr(rc, "%s: field '%s' must be %s", type, f->name,
-				  ftype_names[f->type]);
+		if (field_check(type, f, v))
 			goto out;
-		}
 	}
 	rc = SB_OK;
 out:

@@ -19,12 +19,26 @@ enum sb_ftype {
 	SB_F_MAP,
 	SB_F_ARRAY,
 	SB_F_HASH, /* str of 64 lowercase hex digits: a blob key (engine/log/blob.h) */
+	SB_F_LABEL, /* str of 1 to SB_LABEL_MAX bytes of printable text
+		     * (sb_text_check: no control byte, valid UTF-8) */
 };
+
+/* Or'd into a field's type: the field may be absent; when present it must
+ * have the type. */
+#define SB_F_OPTIONAL 0x100u
+
+#define SB_LABEL_MAX 64
 
 struct sb_field {
 	const char *name;
-	enum sb_ftype type;
+	unsigned type; /* an sb_ftype, with SB_F_OPTIONAL for a field that may be absent */
 };
+
+/* The sb_ftype of field f, without SB_F_OPTIONAL. */
+static inline enum sb_ftype sb_field_kind(const struct sb_field *f)
+{
+	return (enum sb_ftype)(f->type & ~SB_F_OPTIONAL);
+}
 
 #define SB_FIELDS_MAX 8
 
@@ -38,7 +52,8 @@ struct sb_field {
 struct sb_event_schema {
 	const char *type;
 	unsigned sources;                      /* SB_FROM_* bits */
-	struct sb_field fields[SB_FIELDS_MAX]; /* required; ends at name NULL */
+	struct sb_field fields[SB_FIELDS_MAX]; /* required unless SB_F_OPTIONAL;
+						* ends at name NULL */
 };
 
 /* Returns the schema of type, or NULL when the type is unknown. */
@@ -49,7 +64,8 @@ const struct sb_event_schema *sb_schema_all(size_t *n);
 
 /* Checks that an event of type from src with this payload is allowed: known
  * type, allowed source, payload one msgpack map of at most SB_PAYLOAD_MAX
- * bytes with string keys, every required field present with its type.
+ * bytes with string keys, every required field present with its type, and
+ * each optional field that is present with its type.
  * Errors: SB_ERR_SCHEMA, with a detail naming the type and field. */
 int sb_schema_check(const char *type, enum sb_source src, const void *payload,
 		    size_t len);

@@ -264,6 +264,22 @@ static void sum_tool(struct sum *s, const struct sb_event *ev, const msgpack_obj
 		     (unsigned long long)u64(p, "duration_ms"));
 }
 
+/* "18/40 reports checked" */
+static void sum_progress(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	const msgpack_object *label = sb_map_get(p, "label");
+	char line[1024]; /* a summary's length */
+	size_t n;
+
+	if (!label || label->type != MSGPACK_OBJECT_STR) {
+		put_pairs(s, p, "=", " ", 0); /* not what the schema lets through */
+		return;
+	}
+	n = sb_progress_text(u64(p, "count"), u64(p, "total"), label->via.str.ptr,
+			     label->via.str.size, line, sizeof line);
+	put_text(s, line, n);
+}
+
 static void sum_file(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
 	field(s, p, "kind");
@@ -491,7 +507,8 @@ static const struct summary {
     {"run.started", sum_run_started},	{"run.queued", sum_queued},	{"harness.input.ready", sum_input_ready},
     {"agent.turn.started", sum_turn},	{"agent.turn.completed", sum_turn},
     {"agent.message", sum_message},	{"agent.tool.started", sum_tool},
-    {"agent.tool.completed", sum_tool}, {"agent.file.changed", sum_file},
+    {"agent.tool.completed", sum_tool}, {"agent.progress", sum_progress},
+    {"agent.file.changed", sum_file},
     {"agent.usage.updated", sum_usage}, {"agent.output", sum_output},
     {"snapshot.saved", sum_snapshot},	{"snapshot.removed", sum_snapshot_rm},
     {"run.stopped", sum_reason},	{"run.exited", sum_exited},
@@ -541,6 +558,20 @@ void sb_summary_value(const msgpack_object *v, char *buf, size_t cap)
 		return;
 	buf[0] = 0;
 	put_value(&s, v, 0);
+}
+
+size_t sb_progress_text(uint64_t count, uint64_t total, const char *label, size_t len,
+			char *buf, size_t cap)
+{
+	int n = total ? snprintf(buf, cap, "%llu/%llu ", (unsigned long long)count,
+				 (unsigned long long)total)
+		      : snprintf(buf, cap, "%llu ", (unsigned long long)count);
+	size_t at = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+
+	len = sb_utf8_cut(label, len, cap - 1 - at);
+	memcpy(buf + at, label, len);
+	buf[at + len] = 0;
+	return at + len;
 }
 
 void sb_usd_format(uint64_t nusd, char *buf, size_t cap)

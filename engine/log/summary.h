@@ -34,6 +34,13 @@ int sb_summary_has(const char *type);
  * binary, lists as [a, b] and maps as {k=v, k=v}. */
 void sb_summary_value(const msgpack_object *v, char *buf, size_t cap);
 
+/* Writes a run's progress on one line into buf (cap >= 1), not escaped:
+ * "18/40 reports checked" (count/total label), or "18 reports checked"
+ * when total is 0 (none given). label is len bytes, copied as they are
+ * (a NUL too). Returns the bytes written, cut to cap - 1. */
+size_t sb_progress_text(uint64_t count, uint64_t total, const char *label, size_t len,
+			char *buf, size_t cap);
+
 /* Formats nano-USD exactly, with at least four decimals: "$1.2345",
  * "$0.0000", "$0.000012345" (trailing zeros past the fourth dropped). */
 void sb_usd_format(uint64_t nusd, char *buf, size_t cap);

@@ -316,6 +316,152 @@ static void test_runstate_resumed_self(void **state)
 	assert_true(rs.active_ns == 2000 && rs.ended_ns == 7000);
 }
 
+/* Appends one event as app does; returns the log's verdict. */
+static int app_rc(struct fix *f, const char *run, enum sb_source src, const char *type,
+		  const char *json)
+{
+	msgpack_sbuffer sb;
+	struct sb_event ev;
+	int rc;
+
+	tu_json(&sb, json);
+	assert_int_equal(sb_event_init(&ev, type, run, src, sb.data, sb.size), SB_OK);
+	ev.ts_ns = f->ts;
+	f->ts += 1000;
+	rc = sb_log_append(f->log, &ev, 1);
+	msgpack_sbuffer_destroy(&sb);
+	return rc;
+}
+
+/* The state sb_runstate_fold makes of run's events, read from the log, as a
+ * client that follows the run does. */
+static struct sb_runstate fold_events(struct fix *f, const char *run)
+{
+	struct sb_runstate rs;
+	struct sb_event ev;
+	sb_log_iter *it;
+	msgpack_zone z;
+	msgpack_object map;
+	int rc;
+
+	memset(&rs, 0, sizeof rs);
+	assert_true(msgpack_zone_init(&z, 1024));
+	assert_int_equal(sb_log_iter_open_run(f->log, run, 1, &it), SB_OK);
+	while ((rc = sb_log_iter_next(it, &ev)) == SB_OK) {
+		if (!rs.run[0]) { /* as the projection starts a run's record */
+			snprintf(rs.run, sizeof rs.run, "%s", run);
+			strcpy(rs.status, "created");
+			rs.created_ns = ev.ts_ns;
+		}
+		msgpack_zone_clear(&z);
+		assert_int_equal(sb_payload_parse(ev.payload, ev.payload_len, &z, &map), SB_OK);
+		sb_runstate_fold(&rs, &ev, &map);
+	}
+	assert_int_equal(rc, SB_END);
+	sb_log_iter_close(it);
+	msgpack_zone_destroy(&z);
+	return rs;
+}
+
+/* Two states packed are the same bytes. */
+static void assert_same_state(const struct sb_runstate *a, const struct sb_runstate *b)
+{
+	msgpack_sbuffer x, y;
+	msgpack_packer px, py;
+
+	msgpack_sbuffer_init(&x);
+	msgpack_sbuffer_init(&y);
+	msgpack_packer_init(&px, &x, msgpack_sbuffer_write);
+	msgpack_packer_init(&py, &y, msgpack_sbuffer_write);
+	sb_runstate_pack(a, &px);
+	sb_runstate_pack(b, &py);
+	assert_int_equal(x.size, y.size);
+	assert_memory_equal(x.data, y.data, x.size);
+	msgpack_sbuffer_destroy(&x);
+	msgpack_sbuffer_destroy(&y);
+}
+
+#define LABEL16 "xxxxxxxxxxxxxxxx"
+#define LABEL64 LABEL16 LABEL16 LABEL16 LABEL16
+#define LABEL65 LABEL64 "x"
+
+/* A run's latest agent.progress, its completed turns and tool calls; a
+ * label that is not printable text of 1 to 64 bytes is refused and leaves
+ * the state as it was; a client's fold of the events is the projection's
+ * state. */
+static void test_runstate_progress(void **state)
+{
+	static const char *const bad[] = {
+		"{'label':'a\\u001b[2Jb','count':1}", "{'label':'two\\nlines','count':1}",
+		"{'label':'','count':1}", "{'label':'files','count':-1}",
+		"{'label':'files','count':1,'total':-5}", "{'label':'files'}",
+		"{'count':3,'total':4}", "{'label':'\\u202ereversed','count':1}",
+		"{'label':'" LABEL65 "','count':1}",
+	};
+	static const char label64[] = LABEL64;
+	struct fix *f = *state;
+	struct sb_runstate rs, folded;
+	char js[256];
+
+	app(f, "p1", SB_SRC_HOST, "run.created", "{'name':'n','template':'t','group':''}");
+	app(f, "p1", SB_SRC_HOST, "run.started", "{'accel':'tcg'}");
+	catch_up(f, 2);
+	rs = rs_get(f, "p1");
+	assert_true(rs.turns == 0 && rs.tool_calls == 0 && rs.progress_count == 0);
+	assert_string_equal(rs.progress_label, "");
+	for (int t = 1; t <= 2; t++) {
+		snprintf(js, sizeof js, "{'turn':%d}", t);
+		app(f, "p1", SB_SRC_HARNESS, "agent.turn.started", js);
+		app(f, "p1", SB_SRC_HARNESS, "agent.tool.started", "{'tool':'shell','args':'ls'}");
+		app(f, "p1", SB_SRC_HARNESS, "agent.tool.completed",
+		    "{'tool':'shell','args':'ls','exit':0,'duration_ms':4}");
+		app(f, "p1", SB_SRC_HOST, "agent.tool.completed",
+		    "{'tool':'read','args':'a','exit':1,'duration_ms':1}");
+		app(f, "p1", SB_SRC_HARNESS, "agent.turn.completed", js);
+	}
+	app(f, "p1", SB_SRC_HARNESS, "agent.progress",
+	    "{'label':'reports checked','count':18,'total':40}");
+	catch_up(f, 11);
+	rs = rs_get(f, "p1");
+	assert_true(rs.turns == 2 && rs.tool_calls == 4);
+	assert_string_equal(rs.progress_label, "reports checked");
+	assert_true(rs.progress_count == 18 && rs.progress_total == 40);
+
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int rc = app_rc(f, "p1", SB_SRC_HARNESS, "agent.progress", bad[i]);
+		if (rc != SB_ERR_SCHEMA)
+			fail_msg("progress %zu accepted: %s", i, bad[i]);
+	}
+	/* the guest's own frames and operators may not report it */
+	assert_int_equal(app_rc(f, "p1", SB_SRC_GUEST, "agent.progress",
+				"{'label':'files','count':1}"),
+			 SB_ERR_SCHEMA);
+	assert_int_equal(app_rc(f, "p1", SB_SRC_OPERATOR, "agent.progress",
+				"{'label':'files','count':1}"),
+			 SB_ERR_SCHEMA);
+	catch_up(f, 0);
+	rs = rs_get(f, "p1");
+	assert_string_equal(rs.progress_label, "reports checked");
+	assert_true(rs.progress_count == 18 && rs.progress_total == 40);
+
+	/* the latest wins; one without a total has none */
+	snprintf(js, sizeof js, "{'label':'%s','count':3}", label64);
+	app(f, "p1", SB_SRC_HOST, "agent.progress", js);
+	catch_up(f, 1);
+	rs = rs_get(f, "p1");
+	assert_string_equal(rs.progress_label, label64);
+	assert_true(rs.progress_count == 3 && rs.progress_total == 0);
+	app(f, "p1", SB_SRC_HARNESS, "agent.progress",
+	    "{'label':'fichiers \u00e9crits','count':5,'total':5}");
+	app(f, "p1", SB_SRC_HOST, "run.stopped", "{'reason':'exited'}");
+	catch_up(f, 2);
+	rs = rs_get(f, "p1");
+	assert_string_equal(rs.progress_label, "fichiers \u00e9crits");
+	assert_true(rs.progress_count == 5 && rs.progress_total == 5 && rs.turns == 2);
+	folded = fold_events(f, "p1");
+	assert_same_state(&rs, &folded);
+}
+
 struct cost_list {
 	char ids[256];
 	uint64_t total;
@@ -593,6 +739,8 @@ struct gen_run {
 	int body;    /* body events left before it ends */
 	int64_t exit_status;
 	uint64_t cost, events, snaps;
+	uint64_t turns, tools, pcount, ptotal; /* completed; the latest progress */
+	char plabel[16];
 	char parent[SB_RUN_MAX];
 };
 
@@ -665,6 +813,7 @@ static void gen_event(struct gen *g, int r, msgpack_sbuffer *sb, const char **ty
 			case 3:
 				*type = "agent.tool.completed";
 				*src = SB_SRC_HARNESS;
+				x->tools++;
 				snprintf(js, sizeof js,
 					 "{'tool':'bash','args':'grep -rn TODO src/ | head -%llu',"
 					 "'exit':%d,'duration_ms':%llu}",
@@ -707,13 +856,31 @@ static void gen_event(struct gen *g, int r, msgpack_sbuffer *sb, const char **ty
 						 (unsigned long long)(rnd >> 40) % 9 + 1);
 				break;
 			case 8:
-				*type = "run.warning";
-				*src = SB_SRC_GATEWAY;
-				snprintf(js, sizeof js, "{'message':'slow upstream'}");
+				if ((rnd >> 9) % 2) {
+					*type = "run.warning";
+					*src = SB_SRC_GATEWAY;
+					snprintf(js, sizeof js, "{'message':'slow upstream'}");
+					break;
+				}
+				/* progress, with a total or (every third) without */
+				*type = "agent.progress";
+				*src = (rnd >> 10) % 2 ? SB_SRC_HARNESS : SB_SRC_HOST;
+				snprintf(x->plabel, sizeof x->plabel, "step %llu",
+					 (unsigned long long)(rnd >> 12) % 7);
+				x->pcount = (rnd >> 16) % 100;
+				x->ptotal = (rnd >> 24) % 3 ? 100 + (rnd >> 32) % 50 : 0;
+				if (x->ptotal)
+					snprintf(js, sizeof js, "{'label':'%s','count':%llu,'total':%llu}",
+						 x->plabel, (unsigned long long)x->pcount,
+						 (unsigned long long)x->ptotal);
+				else
+					snprintf(js, sizeof js, "{'label':'%s','count':%llu}", x->plabel,
+						 (unsigned long long)x->pcount);
 				break;
 			default:
 				*type = (rnd >> 8) % 2 ? "agent.turn.started" : "agent.turn.completed";
 				*src = SB_SRC_HARNESS;
+				x->turns += !((rnd >> 8) % 2);
 				snprintf(js, sizeof js, "{'turn':%llu}", (unsigned long long)rnd % 100);
 				break;
 			}
@@ -840,6 +1007,9 @@ static void gen_verify(struct fix *f, struct gen *g)
 			assert_string_equal(rs.reason, want);
 		}
 		assert_true(rs.cpus == (uint64_t)(1 + r % 4));
+		assert_true(rs.turns == x->turns && rs.tool_calls == x->tools);
+		assert_string_equal(rs.progress_label, x->plabel);
+		assert_true(rs.progress_count == x->pcount && rs.progress_total == x->ptotal);
 		assert_string_equal(rs.parent, x->parent);
 		assert_true(rs.parent_offset == (x->parent[0] ? (uint64_t)r : 0));
 		assert_int_equal(sb_costs_get(f->p, "run", x->id, &c), 0);
@@ -873,7 +1043,7 @@ static void test_rebuild_equality(void **state)
 	struct gen *g = malloc(sizeof *g);
 	uint8_t before[3][32], after[3][32], empty[32];
 	uint64_t total = 0;
-	int ended = 0;
+	int ended = 0, progressed = 0;
 
 	assert_non_null(g);
 	gen_init(g);
@@ -888,9 +1058,12 @@ static void test_rebuild_equality(void **state)
 	assert_true(total == g->events);
 	assert_true(total == 21003);
 	assert_true(sb_projector_checkpoint(f->p) == total);
-	for (int r = 0; r < GEN_RUNS; r++)
+	for (int r = 0; r < GEN_RUNS; r++) {
 		ended += g->runs[r].phase == 4;
-	assert_true(ended >= 140); /* most runs reached their end */
+		progressed += g->runs[r].plabel[0] && g->runs[r].turns && g->runs[r].tools;
+	}
+	assert_true(ended >= 140);	/* most runs reached their end */
+	assert_true(progressed >= 100); /* and reported progress, turns and tools */
 	gen_verify(f, g);
 
 	for (int i = 0; i < 3; i++)
@@ -962,6 +1135,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rebuild_equality, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_version_rebuilds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_runstate_resumed_self, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_runstate_progress, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_stops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_projection, setup, teardown),
 	};

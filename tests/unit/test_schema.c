@@ -14,7 +14,8 @@
 #include "engine/log/schema.c"
 #include "tests/unit/testutil.h"
 
-static const char *const kind_names[] = {"str", "uint", "int", "bool", "map", "array", "hash"};
+static const char *const kind_names[] = {"str",   "uint", "int",  "bool",
+					 "map",   "array", "hash", "label"};
 
 /* Packs wrong value number i for kind t; returns 0 when there is none. */
 static int pack_wrong(msgpack_packer *pk, enum sb_ftype t, int i)
@@ -38,7 +39,7 @@ static int pack_wrong(msgpack_packer *pk, enum sb_ftype t, int i)
 	case 2:
 		if (t == SB_F_MAP || t == SB_F_ARRAY || t == SB_F_BOOL)
 			msgpack_pack_uint8(pk, 1);
-		else if (t == SB_F_STR || t == SB_F_HASH)
+		else if (t == SB_F_STR || t == SB_F_HASH || t == SB_F_LABEL)
 			msgpack_pack_uint64(pk, 12345);
 		else
 			sb_pack_str(pk, "7");
@@ -64,7 +65,7 @@ static int pack_wrong(msgpack_packer *pk, enum sb_ftype t, int i)
 			msgpack_pack_str_with_body(pk, hex63, 63);
 		else if (t == SB_F_UINT || t == SB_F_INT)
 			msgpack_pack_float(pk, 2.0f);
-		else if (t == SB_F_STR)
+		else if (t == SB_F_STR || t == SB_F_LABEL)
 			msgpack_pack_array(pk, 0);
 		else
 			return 0;
@@ -79,6 +80,14 @@ static int pack_wrong(msgpack_packer *pk, enum sb_ftype t, int i)
 		 * never written), 64 ending in 32 zeros, a NUL inside */
 		static const char *const bad[] = {hex64up, hex64g, hex65, legacy32, hex64z, hex64nul};
 		static const size_t len[] = {64, 64, 65, 32, 64, 64};
+		/* labels: empty, 65 bytes, an escape, a newline, invalid UTF-8,
+		 * a bidirectional override */
+		static const char *const lbad[] = {"", hex65, "a\x1b[2J", "two\nlines", "\xff",
+						   "\xe2\x80\xae" "exe"};
+		if (t == SB_F_LABEL) {
+			msgpack_pack_str_with_body(pk, lbad[i - 5], i == 6 ? 65 : strlen(lbad[i - 5]));
+			return 1;
+		}
 		if (t != SB_F_HASH)
 			return 0;
 		msgpack_pack_str_with_body(pk, bad[i - 5], len[i - 5]);
@@ -105,9 +114,9 @@ static int wrong_payload(msgpack_sbuffer *sb, const struct sb_event_schema *s, c
 	for (const struct sb_field *f = s->fields; f < s->fields + n; f++) {
 		sb_pack_str(&pk, f->name);
 		if (strcmp(f->name, which))
-			tu_pack_good(&pk, f->type, 0);
+			tu_pack_good(&pk, sb_field_kind(f), 0);
 		else
-			ok = pack_wrong(&pk, f->type, i);
+			ok = pack_wrong(&pk, sb_field_kind(f), i);
 	}
 	if (!ok)
 		msgpack_sbuffer_destroy(sb);
@@ -130,7 +139,8 @@ static void test_table(void **state)
 		for (size_t j = 0; j < i; j++)
 			assert_string_not_equal(s[i].type, s[j].type);
 		for (size_t f = 0; f < SB_FIELDS_MAX && s[i].fields[f].name; f++) {
-			assert_true(s[i].fields[f].type <= SB_F_HASH);
+			assert_true(sb_field_kind(&s[i].fields[f]) <= SB_F_LABEL);
+			assert_true((s[i].fields[f].type & ~(SB_F_OPTIONAL | 0xffu)) == 0);
 			for (size_t g = 0; g < f; g++)
 				assert_string_not_equal(s[i].fields[f].name, s[i].fields[g].name);
 		}
@@ -218,9 +228,13 @@ static void test_missing_field(void **state)
 			int rc;
 			tu_schema_payload(&sb, &s[i], f->name, 0);
 			rc = sb_schema_check(s[i].type, src, sb.data, sb.size);
+			msgpack_sbuffer_destroy(&sb);
+			if (f->type & SB_F_OPTIONAL) { /* may be left out */
+				assert_int_equal(rc, SB_OK);
+				continue;
+			}
 			assert_int_equal(rc, SB_ERR_SCHEMA);
 			tu_errmsg_has(rc, s[i].type, f->name, "missing");
-			msgpack_sbuffer_destroy(&sb);
 		}
 	}
 	assert_true(checked >= 40);
@@ -243,7 +257,7 @@ static void test_mistyped_field(void **state)
 				int rc = sb_schema_check(s[i].type, src, sb.data, sb.size);
 				if (rc != SB_ERR_SCHEMA)
 					fail_msg("%s.%s wrong value %d accepted", s[i].type, f->name, w);
-				tu_errmsg_has(rc, s[i].type, f->name, kind_names[f->type]);
+				tu_errmsg_has(rc, s[i].type, f->name, kind_names[sb_field_kind(f)]);
 				msgpack_sbuffer_destroy(&sb);
 			}
 		}
@@ -259,7 +273,7 @@ static void unpack1(msgpack_sbuffer *sb, msgpack_zone *z, msgpack_object *o)
 	assert_int_equal(msgpack_unpack(sb->data, sb->size, &off, z, o), MSGPACK_UNPACK_SUCCESS);
 }
 
-/* Each of the seven kinds accepts its values and refuses every wrong one,
+/* Each of the eight kinds accepts its values and refuses every wrong one,
  * including the kinds no table entry uses yet. */
 static void test_kinds(void **state)
 {
@@ -269,7 +283,7 @@ static void test_kinds(void **state)
 	msgpack_packer pk;
 
 	msgpack_zone_init(&z, 1024);
-	for (int t = SB_F_STR; t <= SB_F_HASH; t++) {
+	for (int t = SB_F_STR; t <= SB_F_LABEL; t++) {
 		for (unsigned salt = 0; salt < 2; salt++) {
 			msgpack_sbuffer_init(&sb);
 			msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);

@@ -41,10 +41,10 @@ static void hostile_payload(msgpack_sbuffer *sb, const struct sb_event_schema *s
 	msgpack_pack_map(&pk, n + nopt);
 	for (const struct sb_field *f = s->fields; f < s->fields + SB_FIELDS_MAX && f->name; f++) {
 		sb_pack_str(&pk, f->name);
-		if (f->type == SB_F_STR)
+		if (sb_field_kind(f) == SB_F_STR || sb_field_kind(f) == SB_F_LABEL)
 			msgpack_pack_str_with_body(&pk, hostile, HOSTILE_LEN);
 		else
-			tu_pack_good(&pk, f->type, 1);
+			tu_pack_good(&pk, sb_field_kind(f), 1);
 	}
 	for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
 		if (!has[i])
@@ -263,6 +263,40 @@ static void test_odd_payloads(void **st)
 	msgpack_sbuffer_destroy(&sb);
 }
 
+/* agent.progress: count/total and the label, escaped; sb_progress_text
+ * cuts on a character. */
+static void test_progress(void **st)
+{
+	char buf[256];
+
+	(void)st;
+	summarise("agent.progress", SB_SRC_HARNESS,
+		  "{'label':'reports checked','count':18,'total':40}", buf, sizeof buf);
+	assert_string_equal(buf, "18/40 reports checked");
+	summarise("agent.progress", SB_SRC_HARNESS, "{'label':'files','count':3}", buf, sizeof buf);
+	assert_string_equal(buf, "3 files");
+	summarise("agent.progress", SB_SRC_HOST, "{'label':'files','count':3,'total':0}", buf,
+		  sizeof buf);
+	assert_string_equal(buf, "3 files");
+	/* what the schema refuses still reads safely */
+	summarise("agent.progress", SB_SRC_HARNESS,
+		  "{'label':'a\\u001b[2Jb\\n\\u202e','count':1,'total':2}", buf, sizeof buf);
+	assert_string_equal(buf, "1/2 a\\x1b[2Jb\\n\\u{202e}");
+	summarise("agent.progress", SB_SRC_HARNESS, "{'label':7,'count':1}", buf, sizeof buf);
+	assert_string_equal(buf, "label=7 count=1");
+
+	assert_int_equal(sb_progress_text(18, 40, "reports", 7, buf, sizeof buf), 13);
+	assert_string_equal(buf, "18/40 reports");
+	assert_int_equal(sb_progress_text(5, 0, "\xc3\xa9t\xc3\xa9", 5, buf, 7), 5);
+	assert_string_equal(buf, "5 \xc3\xa9t"); /* never half of the second */
+	assert_int_equal(sb_progress_text(5, 0, "\xc3\xa9", 2, buf, 4), 2);
+	assert_string_equal(buf, "5 ");
+	assert_int_equal(sb_progress_text(123456, 0, "x", 1, buf, 4), 3);
+	assert_string_equal(buf, "123");
+	assert_int_equal(sb_progress_text(1, 2, "a\0b", 3, buf, sizeof buf), 7);
+	assert_memory_equal(buf, "1/2 a\0b", 8);
+}
+
 static void test_usd(void **st)
 {
 	char buf[32];
@@ -291,6 +325,7 @@ int main(void)
 		cmocka_unit_test(test_hostile_payloads),
 		cmocka_unit_test(test_what_they_read),
 		cmocka_unit_test(test_odd_payloads),
+		cmocka_unit_test(test_progress),
 		cmocka_unit_test(test_usd),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

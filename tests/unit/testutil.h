@@ -91,6 +91,7 @@ static inline void tu_pack_good(msgpack_packer *pk, enum sb_ftype t, unsigned sa
 			hex[i] = "0123456789abcdef"[(i + salt) % 16];
 		msgpack_pack_str_with_body(pk, hex, 64);
 		break;
+	case SB_F_LABEL: sb_pack_str(pk, salt % 2 ? "files" : "reports checked"); break;
 	}
 }
 
@@ -111,7 +112,7 @@ static inline void tu_schema_payload(msgpack_sbuffer *sb, const struct sb_event_
 		if (skip && !strcmp(f->name, skip))
 			continue;
 		sb_pack_str(&pk, f->name);
-		tu_pack_good(&pk, f->type, salt);
+		tu_pack_good(&pk, sb_field_kind(f), salt);
 	}
 	sb_pack_kstr(&pk, "extra", "not required");
 }
