@@ -1140,6 +1140,10 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 		    api == SB_API_ANTHROPIC ? "/v1/chat/completions" : "/v1/messages");
 		goto out_mreq;
 	}
+	if ((rc = sb_mreq_bind(api, &mr, &m->m, rq->body.b.size))) {
+		ret = send_error(c, rq->route, 500, "gateway: %s", sb_errmsg(rc));
+		goto out_mreq;
+	}
 	if (!(k = calloc(1, sizeof *k))) {
 		ret = MHD_NO;
 		goto out_mreq;
@@ -1154,10 +1158,8 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 	k->answer.max = ANSWER_MAX;
 	k->pend.max = SIZE_MAX;
 	pthread_mutex_lock(&gw->mu);
-	g = sb_budget_reserve_pair(&r->budget, r->group ? &r->group->budget : NULL, &m->m,
-				   rq->body.b.size + mr.images * SB_IMAGE_TOKENS,
-				   mr.max_tokens, mr.choices, &k->granted, &k->reservation,
-				   &by_group);
+	g = sb_mreq_reserve(&r->budget, r->group ? &r->group->budget : NULL, &m->m, &mr,
+			    &k->granted, &k->reservation, &by_group);
 	pthread_mutex_unlock(&gw->mu);
 	whose = by_group ? "group's" : "run's";
 	if (g == SB_GRANT_SPENT) {

@@ -362,8 +362,9 @@ static int bounds_cap(struct sb_mreq *rq, uint64_t max_tokens)
 	return SB_OK;
 }
 
-int sb_mreq_finish(unsigned api, struct sb_mreq *rq, const char *upstream,
-		   uint64_t max_tokens, char **out, size_t *len)
+/* The gateway's edits of rq for the provider (see sb_mreq_finish). */
+static int mreq_rewrite(unsigned api, struct sb_mreq *rq, const char *upstream,
+			uint64_t max_tokens)
 {
 	json_t *j = rq->json;
 
@@ -374,7 +375,29 @@ int sb_mreq_finish(unsigned api, struct sb_mreq *rq, const char *upstream,
 	    json_object_set_new(j, "stream_options",
 				json_pack("{s:b}", "include_usage", 1)))
 		return SB_ERR_NOMEM;
-	if (!(*out = json_dumps(j, JSON_COMPACT)))
+	return SB_OK;
+}
+
+int sb_mreq_bind(unsigned api, struct sb_mreq *rq, const struct sb_model *m,
+		 size_t body_len)
+{
+	size_t n;
+
+	/* a smaller grant later writes no more digits */
+	if (mreq_rewrite(api, rq, m->upstream,
+			 rq->max_tokens ? rq->max_tokens : m->max_output) ||
+	    !(n = json_dumpb(rq->json, NULL, 0, JSON_COMPACT)))
+		return SB_ERR_NOMEM;
+	rq->in_bytes = (n > body_len ? n : body_len) + rq->images * SB_IMAGE_TOKENS;
+	return SB_OK;
+}
+
+int sb_mreq_finish(unsigned api, struct sb_mreq *rq, const char *upstream,
+		   uint64_t max_tokens, char **out, size_t *len)
+{
+	if (mreq_rewrite(api, rq, upstream, max_tokens))
+		return SB_ERR_NOMEM;
+	if (!(*out = json_dumps(rq->json, JSON_COMPACT)))
 		return SB_ERR_NOMEM;
 	*len = strlen(*out);
 	return SB_OK;
@@ -615,6 +638,14 @@ enum sb_grant sb_budget_reserve_pair(struct sb_budget *a, struct sb_budget *b,
 	if (b)
 		b->reserved += *reservation;
 	return SB_GRANT_OK;
+}
+
+enum sb_grant sb_mreq_reserve(struct sb_budget *a, struct sb_budget *b,
+			      const struct sb_model *m, const struct sb_mreq *rq,
+			      uint64_t *granted, uint64_t *reservation, int *by_b)
+{
+	return sb_budget_reserve_pair(a, b, m, rq->in_bytes, rq->max_tokens, rq->choices,
+				      granted, reservation, by_b);
 }
 
 void sb_budget_settle(struct sb_budget *b, uint64_t reservation, uint64_t cost)

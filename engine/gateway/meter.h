@@ -38,6 +38,7 @@ struct sb_mreq {
 	unsigned choices;    /* completions asked for (OpenAI n), 1 to SB_CHOICES_MAX */
 	const char *bound;   /* the field max_tokens came in (static), or NULL */
 	uint64_t images;     /* images among the content parts (inline data) */
+	uint64_t in_bytes;   /* input to reserve, in tokens (sb_mreq_bind) */
 };
 
 /* The error "type" of dialect api (SB_API_OPENAI or SB_API_ANTHROPIC) for
@@ -53,6 +54,17 @@ const char *sb_api_error_type(unsigned api, unsigned status);
  * max_tokens and max_completion_tokens, a bad model, messages, stream,
  * bound or n), SB_ERR_NOMEM. */
 int sb_mreq_parse(unsigned api, const char *body, size_t len, struct sb_mreq *rq);
+
+/* Binds rq to model m: rewrites it as sb_mreq_finish will, for the
+ * largest max_tokens it may be granted (its own, else m's max_output), and
+ * sets rq->in_bytes, the input to reserve: one token a byte of the larger
+ * of the body received (body_len bytes) and the body forwarded (which
+ * may be larger: the upstream name, the bound and stream_options the
+ * gateway adds, numbers written again at full precision, 0.1 as
+ * 0.10000000000000001), plus SB_IMAGE_TOKENS for each image. Errors:
+ * SB_ERR_NOMEM. */
+int sb_mreq_bind(unsigned api, struct sb_mreq *rq, const struct sb_model *m,
+		 size_t body_len);
 
 /* Rewrites rq for the provider: the upstream model name, every bound of
  * the output capped to max_tokens (the bound field the client used, else
@@ -138,6 +150,20 @@ enum sb_grant sb_budget_reserve_pair(struct sb_budget *a, struct sb_budget *b,
 				     const struct sb_model *m, uint64_t in_bytes,
 				     uint64_t want_out, unsigned choices,
 				     uint64_t *out_tokens, uint64_t *reservation, int *by_b);
+
+/* Reserves what the call rq (bound to model m by sb_mreq_bind) may cost,
+ * against a run's budget a and its group's b (NULL: none), as
+ * sb_budget_reserve_pair: its input at rq->in_bytes tokens, its output at
+ * its max_tokens (else m's max_output) for each of its choices. On
+ * SB_GRANT_OK *granted is the max_tokens to give sb_mreq_finish. The
+ * gateway takes a call's body through sb_mreq_parse, sb_mreq_bind,
+ * sb_mreq_reserve and sb_mreq_finish, in this order, and forwards what the
+ * last writes: together they decide what reaches the provider and what
+ * is reserved for it (tests/fuzz/fuzz_mreq.c checks them against the
+ * allow-lists). */
+enum sb_grant sb_mreq_reserve(struct sb_budget *a, struct sb_budget *b,
+			      const struct sb_model *m, const struct sb_mreq *rq,
+			      uint64_t *granted, uint64_t *reservation, int *by_b);
 
 /* Ends a call: gives its reservation back and adds its cost. */
 void sb_budget_settle(struct sb_budget *b, uint64_t reservation, uint64_t cost);

@@ -583,7 +583,12 @@ static void test_stream_past_budget_is_cut(void **state)
 	assert_true(sb_map_get(&msg->p, "cut") != NULL);
 	assert_non_null(sb_map_get(&use->p, "estimated"));
 	assert_int_equal(count_type(evs, n, "budget.exceeded"), 1);
-	/* charged what was reserved: every request byte and 10 output tokens */
+	/* charged what was reserved: every byte of the request as forwarded
+	 * (larger than the one received) and 10 output tokens */
+	snprintf(body, sizeof body,
+		 "{\"model\":\"long\",\"messages\":[%s],\"stream\":true,\"max_tokens\":10,"
+		 "\"stream_options\":{\"include_usage\":true}}",
+		 USER_MSG);
 	assert_int_equal(sb_gateway_run_budget(gw, "run-cut", &b), SB_OK);
 	assert_int_equal(b.spent, strlen(body) * 1000 + 10 * 100000);
 	assert_int_equal(sb_map_u64(&use->p, "cost_nusd", 0), b.spent);

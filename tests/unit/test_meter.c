@@ -400,6 +400,45 @@ static void test_request_forwarded_property(void **state)
 	assert_true(forwarded > 1000); /* the property was tried, not only refusals */
 }
 
+/* The provider reads the body as forwarded, which may be larger than the
+ * one received: numbers written again at full precision (0.1 as
+ * 0.10000000000000001), a longer upstream name, the bound the gateway
+ * adds. Its input is reserved at a token a byte of the larger. */
+static void test_request_reserves_the_body_forwarded(void **state)
+{
+	struct sb_model m = {.upstream = "a-much-longer-upstream-name-than-the-client-gave",
+			     .in_price = 1000000000ull,
+			     .out_price = 1000000000ull,
+			     .cached_price = 1000000000ull,
+			     .max_output = 100};
+	struct sb_budget b = {.limit = 1000000000ull};
+	char body[2048], *out;
+	uint64_t granted, reservation;
+	struct sb_mreq rq;
+	size_t len, out_len;
+
+	len = (size_t)snprintf(body, sizeof body, "%s",
+			       "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+			       "\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
+			       "\"name\":\"f\",\"parameters\":{\"enum\":[0.1");
+	for (int i = 0; i < 100; i++)
+		len += (size_t)snprintf(body + len, sizeof body - len, ",0.1");
+	len += (size_t)snprintf(body + len, sizeof body - len, "]}}}]}");
+	assert_int_equal(sb_mreq_parse(SB_API_OPENAI, body, len, &rq), SB_OK);
+	assert_int_equal(sb_mreq_bind(SB_API_OPENAI, &rq, &m, len), SB_OK);
+	assert_int_equal(sb_mreq_reserve(&b, NULL, &m, &rq, &granted, &reservation, NULL),
+			 SB_GRANT_OK);
+	assert_int_equal(granted, 100);
+	assert_int_equal(sb_mreq_finish(SB_API_OPENAI, &rq, m.upstream, granted, &out,
+				       &out_len),
+			 SB_OK);
+	assert_true(out_len > 3 * len); /* each 0.1 grew to 19 bytes */
+	assert_true(reservation >= sb_model_cost(&m, out_len, 0, granted));
+	assert_int_equal(rq.in_bytes, out_len);
+	free(out);
+	sb_mreq_free(&rq);
+}
+
 static void test_request_errors(void **state)
 {
 	static const struct {
@@ -800,6 +839,7 @@ int main(void)
 	    cmocka_unit_test(test_request_allow_list),
 	    cmocka_unit_test(test_request_errors),
 	    cmocka_unit_test(test_request_forwarded_property),
+	    cmocka_unit_test(test_request_reserves_the_body_forwarded),
 	    cmocka_unit_test(test_betas),
 	    cmocka_unit_test(test_usage_from_bodies),
 	    cmocka_unit_test(test_sse_openai),
