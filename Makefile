@@ -138,6 +138,11 @@ $(BUILD)/fuzz/fuzz_chan: tests/fuzz/fuzz_chan.c vmm/chan.c engine/mpack.c engine
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -o $@ $^ -lmsgpackc
 
+# what the gateway forwards and reserves for a guest's request body
+$(BUILD)/fuzz/fuzz_mreq: tests/fuzz/fuzz_mreq.c engine/gateway/meter.c engine/gateway/models.c engine/gateway/secrets.c engine/home.c engine/proc.c engine/units.c engine/error.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $^ -ljansson -lsodium -lmsgpackc -lm
+
 deps:
 	@sh tools/deps.sh
 
