@@ -221,6 +221,17 @@ int cli_parse_since(const char *s, uint64_t *since_ns);
  * Errors: those of the call. */
 int cli_run_get(sb_client *c, const char *run, struct sb_reply *rep, int *live);
 
+struct sb_runstate;
+
+/* Writes what rs's agent did on one line into buf, not escaped: its latest
+ * progress ("18/40 reports checked"), else its completed turns and tool
+ * calls ("3 turns, 7 tools"), else "-". */
+void cli_progress(const struct sb_runstate *rs, char *buf, size_t cap);
+
+/* Writes rs's status into buf as ps shows it: "exited N" for a run whose
+ * harness exited, else the status ("running", "timeout", ...). */
+void cli_status(const struct sb_runstate *rs, char *buf, size_t cap);
+
 /* What fs and cp share (cli/cmd_fs.c). */
 
 /* Writes the guest path of p into buf: absolute as given, else under

@@ -119,6 +119,14 @@ static void print_state(const struct sb_runstate *rs, const msgpack_object *cost
 		    (unsigned long long)rs->parent_offset);
 	if (rs->resumed_offset)
 		row("resumed", "at offset %llu", (unsigned long long)rs->resumed_offset);
+	snprintf(a, sizeof a, "%llu turn%s, %llu tool call%s", (unsigned long long)rs->turns,
+		 rs->turns == 1 ? "" : "s", (unsigned long long)rs->tool_calls,
+		 rs->tool_calls == 1 ? "" : "s");
+	cli_progress(rs, t, sizeof t);
+	if (rs->progress_label[0])
+		row("progress", "%s (%s)", t, a);
+	else
+		row("progress", "%s", a);
 	row("record", "%llu events, last %s at offset %llu; %llu snapshots, %llu forks",
 	    (unsigned long long)rs->events, rs->last_type, (unsigned long long)rs->last_offset,
 	    (unsigned long long)rs->snapshots, (unsigned long long)rs->forks);

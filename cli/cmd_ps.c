@@ -17,7 +17,7 @@
 /* A run's row: each field as text (not yet escaped), by field. */
 enum field {
 	F_ID, F_NAME, F_GROUP, F_TEMPLATE, F_MODEL, F_STATUS, F_AGE, F_ELAPSED,
-	F_COST, F_BUDGET, F_LAST, F_OFFSET, F_REASON, NFIELDS
+	F_COST, F_BUDGET, F_LAST, F_OFFSET, F_REASON, F_PROGRESS, NFIELDS
 };
 
 /* Each field: its --format name, its column's header and width (0: it
@@ -39,6 +39,7 @@ static const struct {
 	[F_LAST] = {"last", "LAST EVENT", 0},
 	[F_OFFSET] = {"offset", "OFFSET", 8},
 	[F_REASON] = {"reason", "REASON", 0},
+	[F_PROGRESS] = {"progress", "PROGRESS", 0},
 };
 
 /* The columns of the table: up to 120 terminal columns, and from there. */
@@ -101,12 +102,7 @@ static void field_text(const struct sb_runstate *rs, enum field f, char *buf, si
 	case F_GROUP: snprintf(buf, cap, "%s", rs->group[0] ? rs->group : "-"); break;
 	case F_TEMPLATE: snprintf(buf, cap, "%s", rs->template); break;
 	case F_MODEL: snprintf(buf, cap, "%s", rs->model[0] ? rs->model : "-"); break;
-	case F_STATUS:
-		if (rs->has_exit && !strcmp(rs->status, "exited"))
-			snprintf(buf, cap, "exited %lld", (long long)rs->exit_status);
-		else
-			snprintf(buf, cap, "%s", rs->status);
-		break;
+	case F_STATUS: cli_status(rs, buf, cap); break;
 	case F_AGE: age_format(now_s() - rs->created_ns / 1e9, buf, cap); break;
 	case F_ELAPSED: cli_duration(elapsed(rs), buf, cap); break;
 	case F_COST: sb_usd_format(rs->cost_nusd, buf, cap); break;
@@ -119,6 +115,7 @@ static void field_text(const struct sb_runstate *rs, enum field f, char *buf, si
 		break;
 	case F_OFFSET: snprintf(buf, cap, "%llu", (unsigned long long)rs->last_offset); break;
 	case F_REASON: snprintf(buf, cap, "%s", rs->reason); break;
+	case F_PROGRESS: cli_progress(rs, buf, cap); break;
 	case NFIELDS: buf[0] = 0; break;
 	}
 }
@@ -240,7 +237,7 @@ static int format_parse(struct ps_opts *o, const char *list)
 			return cli_fail_code(CLI_EXIT_USAGE,
 					     "--format: no field '%s' (id, name, group, template, "
 					     "model, status, age, elapsed, cost, budget, last, "
-					     "offset, reason)",
+					     "offset, reason, progress)",
 					     name);
 		o->format[o->nformat++] = (enum field)f;
 		p += k + (p[k] == ',');

@@ -24,6 +24,7 @@
 #include "engine/text.h"
 #include "engine/units.h"
 #include "engine/wire.h"
+#include "projections/views.h"
 
 /* Prints "sanbox: <msg>" on stderr, the message escaped. */
 static void vsay(const char *fmt, va_list ap)
@@ -445,4 +446,25 @@ int cli_run_get(sb_client *c, const char *run, struct sb_reply *rep, int *live)
 	*live = !strcmp(status, "created") || !strcmp(status, "queued") ||
 		!strcmp(status, "running");
 	return SB_OK;
+}
+
+void cli_progress(const struct sb_runstate *rs, char *buf, size_t cap)
+{
+	if (rs->progress_label[0])
+		sb_progress_text(rs->progress_count, rs->progress_total, rs->progress_label,
+				 strlen(rs->progress_label), buf, cap);
+	else if (rs->turns || rs->tool_calls)
+		snprintf(buf, cap, "%llu turn%s, %llu tool%s", (unsigned long long)rs->turns,
+			 rs->turns == 1 ? "" : "s", (unsigned long long)rs->tool_calls,
+			 rs->tool_calls == 1 ? "" : "s");
+	else
+		snprintf(buf, cap, "-");
+}
+
+void cli_status(const struct sb_runstate *rs, char *buf, size_t cap)
+{
+	if (rs->has_exit && !strcmp(rs->status, "exited"))
+		snprintf(buf, cap, "exited %lld", (long long)rs->exit_status);
+	else
+		snprintf(buf, cap, "%s", rs->status);
 }

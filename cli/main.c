@@ -111,8 +111,9 @@ static const struct cli_cmd commands[] = {
 	 "  --no-trunc           cells whole, tab-separated\n"
 	 "  --format FIELDS      print FIELDS (a comma-separated list of id, name,\n"
 	 "                       group, template, model, status, age, elapsed, cost,\n"
-	 "                       budget, last, offset, reason), tab-separated, no\n"
-	 "                       header\n"
+	 "                       budget, last, offset, reason, progress: the latest\n"
+	 "                       agent.progress, else turns and tools), tab-separated,\n"
+	 "                       no header\n"
 	 "  --json               the runs' state as the daemon keeps it\n"},
 	{"inspect", cmd_inspect, "show a run's resolved settings and state",
 	 "usage: sanbox inspect RUN [--json]\n"},

@@ -8,8 +8,9 @@
  * http://127.0.0.1:4000/v1, the guest's tunnel to the model gateway) with
  * the key $OPENAI_API_KEY (sent as `Authorization: Bearer`).
  *
- * Each turn POSTs /chat/completions (non-stream) with three tools: shell
- * {command}, read_file {path}, write_file {path, content}. The tool calls of
+ * Each turn POSTs /chat/completions (non-stream) with four tools: shell
+ * {command}, read_file {path}, write_file {path, content}, report_progress
+ * {label, count, total?}. The tool calls of
  * the answer run in the current directory (shell: /bin/sh -c, 60 s timeout,
  * output capped at 64 KiB) and their results go back as `tool` messages.
  * The loop ends with an answer without tool calls (printed on stdout) or
@@ -24,7 +25,10 @@
  *
  * When $SANBOX_EVENTS is set, the harness writes one JSON line per event
  * there (one write(2) per line): agent.turn.started, agent.tool.started,
- * agent.tool.completed, agent.turn.completed, agent.message.
+ * agent.tool.completed, agent.turn.completed, agent.message; and for each
+ * report_progress call agent.progress {label, count, total} in place of
+ * the tool events (its label escaped as the CLI escapes text, and cut to
+ * the 64 bytes the host takes), so a model can say how far it is.
  *
  * Exit status: 0 final answer given; 2 usage error, HTTP error, bad answer
  * or model unreachable after 3 retries; 3 budget exhausted (HTTP 402);
@@ -47,6 +51,7 @@
 #include <unistd.h>
 
 #include "engine/error.h"
+#include "engine/log/schema.h"
 #include "engine/text.h"
 
 #ifndef TOOL_TIMEOUT_MS
@@ -82,7 +87,15 @@ static const char TOOLS_JSON[] =
     "working directory; parent directories are created).\","
     " \"parameters\": {\"type\": \"object\", \"properties\": {\"path\":"
     " {\"type\": \"string\"}, \"content\": {\"type\": \"string\"}},"
-    " \"required\": [\"path\", \"content\"]}}}]";
+    " \"required\": [\"path\", \"content\"]}}},"
+    " {\"type\": \"function\", \"function\": {\"name\": \"report_progress\","
+    " \"description\": \"Say how far the task is: count items of label done "
+    "so far, out of total when known (e.g. 18 of 40 reports checked). Whoever "
+    "watches the run sees the latest report.\","
+    " \"parameters\": {\"type\": \"object\", \"properties\": {\"label\":"
+    " {\"type\": \"string\"}, \"count\": {\"type\": \"integer\"},"
+    " \"total\": {\"type\": \"integer\"}},"
+    " \"required\": [\"label\", \"count\"]}}}]";
 
 static const char SYSTEM_PROMPT[] =
     "You are an agent working in a sandbox. Use the tools to inspect and "
@@ -389,6 +402,62 @@ static int tool_exec(const char *name, json_t *args, struct buf *out)
 	return tool_note(out, 2, "error: missing arguments for %s", name);
 }
 
+/* A whole number of 0 or more, or NULL for none. */
+static int is_count(const json_t *v)
+{
+	return json_is_integer(v) && json_integer_value(v) >= 0;
+}
+
+/* The report_progress tool: emits agent.progress {label, count, total}.
+ * The label is escaped (sb_text_escape) and cut to SB_LABEL_MAX bytes, so
+ * the host takes whatever label the model gave. Returns the exit status. */
+static int tool_progress(struct harness *h, json_t *args, struct buf *out)
+{
+	const char *label = json_string_value(json_object_get(args, "label"));
+	json_t *count = json_object_get(args, "count"), *total = json_object_get(args, "total");
+	json_t *payload;
+	char esc[4 * SB_LABEL_MAX + 16];
+
+	if (!label || !*label || !is_count(count) ||
+	    (total && !json_is_null(total) && !is_count(total)))
+		return tool_note(out, 2, "error: report_progress takes label (text), count and "
+					 "total (whole numbers of 0 or more; total optional)");
+	sb_text_escape(label, strlen(label), esc, sizeof esc);
+	payload = json_pack("{s:s%, s:O}", "label", esc, sb_utf8_cut(esc, strlen(esc), SB_LABEL_MAX),
+			    "count", count);
+	if (payload && is_count(total))
+		json_object_set(payload, "total", total);
+	emit(h, "agent.progress", payload);
+	return tool_note(out, 0, "reported");
+}
+
+/* A tool that works (not report_progress): runs it between its
+ * agent.tool.started and agent.tool.completed; out gets its result. */
+static void tool_run(struct harness *h, const char *name, json_t *args, struct buf *out)
+{
+	const char *summary = json_string_value(
+	    json_object_get(args, strcmp(name, "shell") ? "path" : "command"));
+	long start = now_ms();
+	int status;
+
+	if (!summary)
+		summary = "";
+	emit(h, "agent.tool.started",
+	     json_pack("{s:s, s:o}", "tool", name, "args",
+		       text_json(summary, strlen(summary), EVENT_ARGS_MAX)));
+	status = tool_exec(name, args, out);
+	if (out->total > out->len)
+		tool_note(out, 0, "\n[output truncated: %zu of %zu bytes]", out->len,
+			  out->total);
+	if (strcmp(name, "shell") == 0 && status)
+		tool_note(out, 0, "\n[exit status %d%s]", status,
+			  status == 124 ? ": timed out" : "");
+	emit(h, "agent.tool.completed",
+	     json_pack("{s:s, s:o, s:i, s:I}", "tool", name, "args",
+		       text_json(summary, strlen(summary), EVENT_ARGS_MAX), "exit",
+		       status, "duration_ms", (json_int_t)(now_ms() - start)));
+}
+
 /* Runs one tool call of the model's answer, emits its events and appends
  * the `tool` message with its result. */
 static int run_tool(struct harness *h, json_t *call)
@@ -397,10 +466,7 @@ static int run_tool(struct harness *h, json_t *call)
 	const char *id = json_string_value(json_object_get(call, "id"));
 	const char *name = json_string_value(json_object_get(fn, "name"));
 	const char *astr = json_string_value(json_object_get(fn, "arguments"));
-	const char *summary;
 	struct buf out = {.cap_max = TOOL_OUTPUT_MAX};
-	long start = now_ms();
-	int status;
 
 	if (!name)
 		name = "?";
@@ -408,24 +474,10 @@ static int run_tool(struct harness *h, json_t *call)
 		args = json_loads(astr, JSON_DECODE_ANY, NULL);
 	else if (json_is_object(json_object_get(fn, "arguments")))
 		args = json_incref(json_object_get(fn, "arguments"));
-	summary = json_string_value(
-	    json_object_get(args, strcmp(name, "shell") ? "path" : "command"));
-	if (!summary)
-		summary = "";
-	emit(h, "agent.tool.started",
-	     json_pack("{s:s, s:o}", "tool", name, "args",
-		       text_json(summary, strlen(summary), EVENT_ARGS_MAX)));
-	status = tool_exec(name, args, &out);
-	if (out.total > out.len)
-		tool_note(&out, 0, "\n[output truncated: %zu of %zu bytes]", out.len,
-			  out.total);
-	if (strcmp(name, "shell") == 0 && status)
-		tool_note(&out, 0, "\n[exit status %d%s]", status,
-			  status == 124 ? ": timed out" : "");
-	emit(h, "agent.tool.completed",
-	     json_pack("{s:s, s:o, s:i, s:I}", "tool", name, "args",
-		       text_json(summary, strlen(summary), EVENT_ARGS_MAX), "exit",
-		       status, "duration_ms", (json_int_t)(now_ms() - start)));
+	if (!strcmp(name, "report_progress"))
+		tool_progress(h, args, &out);
+	else
+		tool_run(h, name, args, &out);
 	msg = json_pack("{s:s, s:s, s:o}", "role", "tool", "tool_call_id", id ? id : "",
 			"content",
 			text_json(out.data ? out.data : "", out.len, (size_t)-1));

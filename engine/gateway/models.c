@@ -37,6 +37,9 @@ static const char builtin_json[] =
     "0.5},"
     "  \"stub/error\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, \"cached\": "
     "0.5},"
+    /* the reference harness's report_progress tool, for a demo */
+    "  \"stub/progress\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, "
+    "\"cached\": 0.5},"
     /* the scripted jobs of examples/acquisition.yaml */
     "  \"stub/financials\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, "
     "\"cached\": 0.5},"

@@ -68,6 +68,30 @@ ev '[.[] | select(.type == "agent.tool.completed") | .payload.duration_ms | type
 	fail "auth header: $(cat "$tmp/log")"
 [ "$(wc -l <"$tmp/log")" = 3 ] || fail "expected 3 model calls, log has $(wc -l <"$tmp/log")"
 
+# -- report_progress: agent.progress in place of the tool's events; a label the
+# host would refuse is escaped and cut to 64 bytes, a bad count is a tool error
+rm -f "$tmp/events"
+mkdir "$tmp/wsp"
+run_in "$tmp/wsp" "$HARNESS" --model stub/progress check the reports
+[ "$rc" = 0 ] || fail "progress run exited $rc: $(cat "$tmp/stderr")"
+[ "$(ev '[.[] | select(.type == "agent.progress") | .payload]')" = \
+'[{"label":"reports checked","count":0,"total":2},{"label":"reports checked","count":1,"total":2},'\
+'{"label":"reports checked","count":2,"total":2}]' ] || fail "progress events: $(ev '.')"
+[ "$(ev '[.[] | select(.type == "agent.tool.completed") | .payload.tool]')" = '["shell","shell"]' ] ||
+	fail "report_progress made tool events: $(ev '.')"
+long=$(printf 'x%.0s' $(seq 1 80))
+printf '{"turns": [{"tool_calls": [{"name": "report_progress", "arguments": {"label": "a\\u001b[2J\\nb%s", "count": 3}},
+ {"name": "report_progress", "arguments": {"label": "x", "count": -1}}]}, {"text": "done"}]}\n' "$long" >"$tmp/hostile.json"
+start_stub hostile --script "$tmp/hostile.json"
+rm -f "$tmp/events"
+run_in "$tmp/wsp" env OPENAI_BASE_URL="$url" "$HARNESS" go
+[ "$rc" = 0 ] || fail "hostile progress run exited $rc: $(cat "$tmp/stderr")"
+[ "$(ev '[.[] | select(.type == "agent.progress") | .payload] | length')" = 1 ] ||
+	fail "a count of -1 was reported: $(ev '.')"
+label=$(jq -rs '.[] | select(.type == "agent.progress") | .payload.label' "$tmp/events")
+[ "$label" = "$(printf 'a\\x1b[2J\\nb%s' "$long" | cut -c1-64)" ] && [ ${#label} = 64 ] ||
+	fail "hostile label: '$label'"
+
 # -- prompt and model from the environment; events into a FIFO
 rm -f "$tmp/events"
 mkfifo "$tmp/fifo"
