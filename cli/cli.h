@@ -301,6 +301,10 @@ int cli_run_follow(sb_client *c, const char *run, uint64_t from, uint64_t resume
  * ended; prints the line a failure or a budget stop gets. */
 int cli_run_exit_of(const char *run, const msgpack_object *rs);
 
+/* The exit code the end of rs (the state of a run that has ended) means,
+ * as cli_run_exit_of's; with say, prints the line cli_run_exit_of does. */
+int cli_run_exit_state(const struct sb_runstate *rs, int say);
+
 /* The commands, one per file cli/cmd_<name>.c. */
 int cmd_attach(int argc, char **argv);
 int cmd_events(int argc, char **argv);
@@ -326,6 +330,7 @@ int cmd_net(int argc, char **argv);
 int cmd_logs(int argc, char **argv);
 int cmd_completion(int argc, char **argv);
 int cmd_df(int argc, char **argv);
+int cmd_wait(int argc, char **argv);
 /* sanbox __complete WHAT [ARG]: the candidates the completion script asks
  * for (commands, options CMD, runs, templates, snapshots RUN), one a line;
  * not listed in help. */

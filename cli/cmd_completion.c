@@ -13,7 +13,7 @@
 #include "engine/template.h"
 
 /* The bash function; zsh runs it through bashcompinit. It asks the CLI
- * for what it cannot know: options, runs, templates, snapshots. */
+ * for what it cannot know: options, runs, groups, templates, snapshots. */
 static const char bash_script[] =
 	"# sanbox completion for bash (and zsh: it loads bashcompinit)\n"
 	"_sanbox() {\n"
@@ -27,9 +27,10 @@ static const char bash_script[] =
 	"\t\tcase $prev in\n"
 	"\t\t-t|--template) what=templates ;;\n"
 	"\t\t--snapshot) what=\"snapshots ${COMP_WORDS[2]}\" ;;\n"
+	"\t\t--group) what=groups ;;\n"
 	"\t\tbuild) [ \"$cmd\" = template ] && what=templates ;;\n"
 	"\t\tallow|deny|rm|ls|cat) ;;\n"
-	"\t\t--from|--to|--at|--cpu|--memory|--timeout|--budget|--name|--group|--input|\\\n"
+	"\t\t--from|--to|--at|--cpu|--memory|--timeout|--budget|--name|--input|\\\n"
 	"\t\t--env|--allow|--tail|--since|-n|--prompt|--format|--filter) return ;;\n"
 	"\t\tesac\n"
 	"\t\t[ \"$cmd\" = snapshot ] && [ \"${COMP_WORDS[2]}\" = rm ] && [ \"$COMP_CWORD\" -eq 4 ] &&\n"
@@ -79,34 +80,56 @@ static int complete_templates(void)
 	return CLI_EXIT_OK;
 }
 
-/* Prints what the daemon knows: runs (ids and names) or a run's
+/* Prints the name of each group of the groups.list reply list that is
+ * printable (one a line). */
+static void print_groups(const msgpack_object *list)
+{
+	char s[256];
+
+	for (uint32_t i = 0; i < list->via.array.size; i++)
+		if (sb_map_str(sb_map_get(&list->via.array.ptr[i], "group"), "name", s, sizeof s) >
+			0 &&
+		    !sb_text_check(s, strlen(s), "group"))
+			printf("%s\n", s);
+}
+
+/* Prints the ids of the runs.list or snapshots.list (snaps) reply list,
+ * and the runs' names that are printable, one a line. */
+static void print_items(const msgpack_object *list, int snaps)
+{
+	char s[SB_RUN_MAX + 64];
+
+	for (uint32_t i = 0; i < list->via.array.size; i++) {
+		const msgpack_object *o = &list->via.array.ptr[i];
+		if (sb_map_str(o, snaps ? "snapshot" : "run", s, sizeof s) > 0)
+			printf("%s\n", s);
+		if (!snaps && sb_map_str(o, "name", s, sizeof s) > 0 &&
+		    !sb_text_check(s, strlen(s), "name"))
+			printf("%s\n", s);
+	}
+}
+
+/* Prints what the daemon knows: runs (ids and names), groups or a run's
  * snapshots. A daemon that does not run is not started for it. */
 static int complete_daemon(const char *what, const char *run)
 {
-	const msgpack_object *list;
+	const msgpack_object *list = NULL;
 	struct cli_req r;
 	struct sb_reply rep = {0};
-	char s[SB_RUN_MAX + 64];
 	sb_client *c;
-	int snaps = !strcmp(what, "snapshots");
+	int snaps = !strcmp(what, "snapshots"), groups = !strcmp(what, "groups");
 
 	if ((snaps && !run) || cli_connect(0, &c))
 		return CLI_EXIT_OK;
-	cli_req_begin(&r, snaps ? "snapshots.list" : "runs.list", snaps);
+	cli_req_begin(&r, snaps ? "snapshots.list" : groups ? "groups.list" : "runs.list", snaps);
 	if (snaps)
 		sb_pack_kstr(&r.pk, "run", run);
-	if (cli_call(c, &r, &rep) == SB_OK &&
-	    (list = sb_map_get(&rep.map, snaps ? "snapshots" : "runs")) &&
-	    list->type == MSGPACK_OBJECT_ARRAY) {
-		for (uint32_t i = 0; i < list->via.array.size; i++) {
-			const msgpack_object *o = &list->via.array.ptr[i];
-			if (sb_map_str(o, snaps ? "snapshot" : "run", s, sizeof s) > 0)
-				printf("%s\n", s);
-			if (!snaps && sb_map_str(o, "name", s, sizeof s) > 0 &&
-			    !sb_text_check(s, strlen(s), "name"))
-				printf("%s\n", s);
-		}
-	}
+	if (cli_call(c, &r, &rep) == SB_OK)
+		list = sb_map_get(&rep.map, snaps ? "snapshots" : groups ? "groups" : "runs");
+	if (list && list->type == MSGPACK_OBJECT_ARRAY && groups)
+		print_groups(list);
+	else if (list && list->type == MSGPACK_OBJECT_ARRAY)
+		print_items(list, snaps);
 	sb_reply_free(&rep);
 	sb_client_close(c);
 	return CLI_EXIT_OK;
@@ -128,7 +151,7 @@ int cmd_complete(int argc, char **argv)
 		return complete_options(argc > 2 ? argv[2] : NULL);
 	if (!strcmp(argv[1], "templates"))
 		return complete_templates();
-	if (!strcmp(argv[1], "runs") || !strcmp(argv[1], "snapshots"))
+	if (!strcmp(argv[1], "runs") || !strcmp(argv[1], "snapshots") || !strcmp(argv[1], "groups"))
 		return complete_daemon(argv[1], argc > 2 ? argv[2] : NULL);
 	return CLI_EXIT_USAGE;
 }

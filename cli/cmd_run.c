@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "engine/payload.h"
 #include "netpolicy/netpolicy.h"
+#include "projections/views.h"
 
 /* What the options say. */
 struct run_opts {
@@ -270,7 +271,7 @@ struct run_ctx {
 	uint64_t resumed; /* the run's last run.resumed: stops before it do not end it */
 	int64_t exit_status;
 	int has_exit;
-	char reason[32];
+	char reason[128]; /* run.stopped's */
 	char failure[512]; /* run.failed's reason */
 };
 
@@ -293,17 +294,21 @@ static int run_cb(void *vctx, const struct sb_event *ev, const msgpack_object *p
 	return 0;
 }
 
-/* The exit code of a run that ended as c says. */
-static int run_exit(const char *run, const struct run_ctx *c)
+/* The exit code of a run that ended as c says; with say, prints the line
+ * a failure, a budget stop or a daemon's stop gets. */
+static int run_exit(const char *run, const struct run_ctx *c, int say)
 {
 	if (!strcmp(c->reason, "timeout"))
 		return CLI_EXIT_TIMEOUT;
 	if (!strcmp(c->reason, "failed"))
-		return cli_fail_code(CLI_EXIT_RUNFAIL, "run %s failed: %s", run,
-				     c->failure[0] ? c->failure : "see its events");
+		return !say ? CLI_EXIT_RUNFAIL
+			    : cli_fail_code(CLI_EXIT_RUNFAIL, "run %s failed: %s", run,
+					    c->failure[0] ? c->failure : "see its events");
 	if (!strcmp(c->reason, "budget"))
-		return cli_fail_code(CLI_EXIT_BUDGET, "run %s stopped: its LLM budget is spent", run);
-	if (!strcmp(c->reason, "daemon-stop"))
+		return !say ? CLI_EXIT_BUDGET
+			    : cli_fail_code(CLI_EXIT_BUDGET,
+					    "run %s stopped: its LLM budget is spent", run);
+	if (say && !strcmp(c->reason, "daemon-stop"))
 		cli_note("run %s stopped: sanboxd was stopped", run);
 	if (c->has_exit)
 		return (int)(c->exit_status & 0xff);
@@ -325,24 +330,33 @@ int cli_run_follow(sb_client *c, const char *run, uint64_t from, uint64_t resume
 		cli_note("detached from run %s; it keeps running ('sanbox attach %s')", run, run);
 		return status ? CLI_EXIT_DETACHED : CLI_EXIT_OK;
 	}
-	return status ? run_exit(run, &ctx) : CLI_EXIT_OK;
+	return status ? run_exit(run, &ctx, 1) : CLI_EXIT_OK;
 }
 
-int cli_run_exit_of(const char *run, const msgpack_object *rs)
+int cli_run_exit_state(const struct sb_runstate *rs, int say)
 {
 	struct run_ctx ctx = {0};
-	char status[32] = "";
 
-	sb_map_str(rs, "status", status, sizeof status);
-	if (!strcmp(status, "failed"))
-		sb_map_str(rs, "reason", ctx.failure, sizeof ctx.failure);
-	if (!strcmp(status, "timeout") || !strcmp(status, "budget") || !strcmp(status, "failed"))
-		snprintf(ctx.reason, sizeof ctx.reason, "%s", status);
+	if (!strcmp(rs->status, "failed"))
+		snprintf(ctx.failure, sizeof ctx.failure, "%s", rs->reason);
+	if (!strcmp(rs->status, "timeout") || !strcmp(rs->status, "budget") ||
+	    !strcmp(rs->status, "failed"))
+		snprintf(ctx.reason, sizeof ctx.reason, "%s", rs->status);
 	else
-		sb_map_str(rs, "reason", ctx.reason, sizeof ctx.reason);
-	ctx.has_exit = sb_map_u64(rs, "has_exit", 0) != 0;
-	ctx.exit_status = sb_map_i64(rs, "exit_status", 0);
-	return run_exit(run, &ctx);
+		snprintf(ctx.reason, sizeof ctx.reason, "%s", rs->reason);
+	ctx.has_exit = rs->has_exit != 0;
+	ctx.exit_status = rs->exit_status;
+	return run_exit(rs->run, &ctx, say);
+}
+
+int cli_run_exit_of(const char *run, const msgpack_object *map)
+{
+	struct sb_runstate rs;
+
+	if (!map || sb_runstate_unpack(map, &rs))
+		return cli_fail(SB_ERR_PROTO, "run %s: malformed reply", run);
+	snprintf(rs.run, sizeof rs.run, "%s", run);
+	return cli_run_exit_state(&rs, 1);
 }
 
 int cmd_run(int argc, char **argv)

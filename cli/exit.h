@@ -15,7 +15,9 @@ enum cli_exit {
 	CLI_EXIT_UNAVAIL = 4,  /* the daemon is not running or does not answer, or
 				* its host lacks what the request needs */
 	/* sanbox run (without --detach) exits with the harness's status,
-	 * 0-255, or with one of these when the harness did not end it: */
+	 * 0-255, or with one of these when the harness did not end it (wait
+	 * too, for the first run that did not exit 0): */
+	CLI_EXIT_WAIT_TIMEOUT = 122, /* wait: its --timeout passed, runs still live */
 	CLI_EXIT_BUDGET = 123,  /* the run's LLM budget stopped it */
 	CLI_EXIT_TIMEOUT = 124, /* its timeout stopped it */
 	CLI_EXIT_RUNFAIL = 125, /* it failed (run.failed) */

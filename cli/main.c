@@ -126,6 +126,22 @@ static const struct cli_cmd commands[] = {
 	 "--json: {\"runs\": [...]}, and \"group\" with --group). A run that has\n"
 	 "ended already, like a group with no live run, is told and is no error.\n"
 	 "  --wait   return once every run it stops has ended\n"},
+	{"wait", cmd_wait, "wait until runs have ended",
+	 "usage: sanbox wait [--timeout DURATION] [--json] RUN...\n"
+	 "       sanbox wait [--timeout DURATION] [--json] --group GROUP\n"
+	 "\n"
+	 "Waits until every RUN (an id, a unique prefix or a name), or every run of\n"
+	 "GROUP (those it has when wait starts), has ended, following the daemon's\n"
+	 "live events (queued and resumed runs count as live). Prints 'RUN NAME\n"
+	 "STATUS' for each run as it ends (at once for one that has ended); --json\n"
+	 "instead prints at the end one {run, name, status, reason, exit_status,\n"
+	 "exit} a line, in order. Exits 0 when every run exited 0, else with what\n"
+	 "'sanbox run' would exit with for the first of them (in the order given;\n"
+	 "a group's in the order they were created) that did not: its harness's\n"
+	 "status, 123 budget, 124 timeout, 125 failed, 143 stopped. A run or group\n"
+	 "that does not exist exits 3; Ctrl-C exits 130, the runs go on.\n"
+	 "  --timeout DURATION   give up after DURATION (90s, 10m): one line names\n"
+	 "                       the runs still live, exit 122 (the runs go on)\n"},
 	{"snapshot", cmd_snapshot, "take or remove a snapshot of a run",
 	 "usage: sanbox snapshot RUN [--memory] [--json]\n"
 	 "       sanbox snapshot rm RUN ID [--json]\n"

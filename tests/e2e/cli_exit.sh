@@ -51,6 +51,9 @@ usage_err attach a b
 usage_err inspect
 usage_err stop
 usage_err stop --group g extra
+usage_err wait
+usage_err wait --group g extra
+usage_err wait --timeout
 usage_err events
 usage_err events --all somerun
 usage_err version extra
@@ -105,7 +108,7 @@ done
 
 # -- the exit code table
 "$SB" help >"$tmp/help" || fail "help exit $?"
-for code in "0  ok" "1  error" "2  usage" "3  not-found" "4  unavailable" "123  budget" \
+for code in "0  ok" "1  error" "2  usage" "3  not-found" "4  unavailable" "122  wait-timeout" "123  budget" \
 	"124  timeout" "125  run-failed" "143  stopped"; do
 	grep -q "^ *$code " "$tmp/help" || fail "help lacks exit code '$code'"
 done
