@@ -192,6 +192,25 @@ static void sum_run_started(struct sum *s, const struct sb_event *ev,
 	field(s, p, "accel");
 }
 
+/* "acquisition: 4 runs, budget $2.0000: evaluate an acquisition" */
+static void sum_group_created(struct sum *s, const struct sb_event *ev,
+			      const msgpack_object *p)
+{
+	uint64_t budget = u64(p, "budget_nusd");
+	const msgpack_object *goal = sb_map_get(p, "goal");
+
+	field(s, p, "name");
+	putf(s, ": %llu runs", (unsigned long long)u64(p, "planned"));
+	if (budget) {
+		put(s, ", budget ");
+		put_usd(s, budget);
+	}
+	if (goal && goal->type == MSGPACK_OBJECT_STR && goal->via.str.size) {
+		put(s, ": ");
+		field(s, p, "goal");
+	}
+}
+
 /* "waits for 2 vCPUs, 256 MiB (3 runs ahead)" */
 static void sum_queued(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
@@ -504,7 +523,8 @@ static const struct summary {
 	sum_fn fn;
 } table[] = {
     {"run.created", sum_run_created},	{"run.policy.resolved", sum_policy},
-    {"run.started", sum_run_started},	{"run.queued", sum_queued},	{"harness.input.ready", sum_input_ready},
+    {"run.started", sum_run_started},	{"run.queued", sum_queued},
+    {"group.created", sum_group_created},	{"harness.input.ready", sum_input_ready},
     {"agent.turn.started", sum_turn},	{"agent.turn.completed", sum_turn},
     {"agent.message", sum_message},	{"agent.tool.started", sum_tool},
     {"agent.tool.completed", sum_tool}, {"agent.progress", sum_progress},

@@ -1,8 +1,9 @@
 #!/bin/sh
 # The README's short tour, command by command, in its order, as a new user
-# pastes it: each succeeds, but the one its comment says is refused. Only
-# after the first does the test wait (for the run to write its file), as a
-# reader would before the next line.
+# pastes it, in a folder with the project's examples: each succeeds, but
+# the one its comment says is refused. Only after the run named audit starts
+# does the test wait (for it to write its file), as a reader would before
+# the next line.
 . "$(dirname "$0")/lib/vm.sh"
 
 work=$SANBOX_HOME/tour
@@ -12,7 +13,7 @@ awk '/^## A short tour/ { t = 1 } t && /^```sh/ { b = 1; next } b && /^```/ { ex
 [ "$(grep -c '^sanbox ' "$work/tour")" -ge 20 ] || { bad "tour" "no tour found in README.md"; exit 1; }
 grep -v '^sanbox ' "$work/tour" && { bad "tour" "a line of the tour is not a sanbox command"; exit 1; }
 
-cd "$work" || exit 1
+cp -r "$REPO/examples" "$work/" && cd "$work" || exit 1
 n=0
 while IFS= read -r line; do
 	n=$((n + 1))
@@ -28,8 +29,12 @@ while IFS= read -r line; do
 		ok "tour line $n: $cmd"
 	fi
 	# a reader reads on while the run writes its first file
-	[ $n = 1 ] && ! wait_event audit "e['type'] == 'agent.file.changed'" 120 &&
-		bad "tour" "the run wrote no file"
+	case "$cmd" in
+	*"--name audit"*)
+		wait_event audit "e['type'] == 'agent.file.changed'" 120 ||
+			bad "tour" "the run wrote no file"
+		;;
+	esac
 done <"$work/tour"
 
 # what the tour shows is what the run did (out.N: the output of line N)
@@ -44,6 +49,11 @@ grep -q 'out.txt' "$work/out.$(line_of 'sanbox fs ls audit')" && ok "fs ls showe
 grep -q '^A /workspace/out.txt' "$work/out.$(line_of 'sanbox diff audit')" && ok "diff lists out.txt" ||
 	bad "diff" "$(cat "$work/out.$(line_of 'sanbox diff audit')")"
 grep -q '^total ' "$work/out.$(line_of 'sanbox df')" && ok "df shows the total" || bad "df" "no total"
+out=$(cat "$work/out.$(line_of 'sanbox group inspect deal')")
+for r in Financials "Contract risks" "Market scan" "Security posture"; do
+	echo "$out" | grep -q "$r .*exited 0" || bad "group inspect" "$r: $out"
+done
+echo "$out" | grep -q "4 done" && ok "the group's four runs exited 0" || bad "group" "$out"
 
 [ "$failures" = 0 ] || exit 1
 echo "PASS readme_tour"
