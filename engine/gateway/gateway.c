@@ -76,6 +76,9 @@ struct gw_group {
 struct gw_run {
 	char id[SB_RUN_MAX];
 	struct gw_group *group; /* NULL: no group budget */
+	pthread_mutex_t record_mu; /* a call's settling and recording, one at a
+				    * time, so its usage events' total_nusd
+				    * grow in the log's order */
 	char key[SB_VKEY_MAX];
 	char alias[SB_VKEY_MAX]; /* see sb_gateway_run.alias; "" when none */
 	struct sb_budget budget;
@@ -268,6 +271,7 @@ static void run_unref(sb_gateway *gw, struct gw_run *r)
 	free(r->models);
 	sodium_memzero(r->key, sizeof r->key);
 	sodium_memzero(r->alias, sizeof r->alias);
+	pthread_mutex_destroy(&r->record_mu);
 	free(r);
 }
 
@@ -400,6 +404,7 @@ static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t co
 	if (k->settled)
 		return;
 	k->settled = 1;
+	pthread_mutex_lock(&r->record_mu);
 	pthread_mutex_lock(&gw->mu);
 	sb_budget_settle(&r->budget, k->reservation, cost);
 	if (r->group)
@@ -431,6 +436,7 @@ static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t co
 	}
 	if (b1.data && (n == 1 || b2.data))
 		append_events(gw, blobs, 2, evs, n);
+	pthread_mutex_unlock(&r->record_mu);
 	msgpack_sbuffer_destroy(&b1);
 	msgpack_sbuffer_destroy(&b2);
 	if (gw->on_call)
@@ -1489,6 +1495,7 @@ int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec,
 	    !(r->models = calloc(spec->nmodels, sizeof *r->models)))
 		goto fail;
 	snprintf(r->id, sizeof r->id, "%s", spec->run);
+	pthread_mutex_init(&r->record_mu, NULL);
 	r->budget.limit = spec->budget_nusd;
 	r->budget.spent = spec->spent_nusd;
 	r->exceeded = spec->spent_nusd && spec->spent_nusd >= spec->budget_nusd;
@@ -1551,6 +1558,7 @@ fail:
 		for (size_t i = 0; r->models && i < r->nmodels; i++)
 			sodium_free(r->models[i].key);
 		free(r->models);
+		pthread_mutex_destroy(&r->record_mu); /* zeroed, or initialised */
 		free(r);
 	}
 	return rc;
