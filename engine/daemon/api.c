@@ -1296,37 +1296,39 @@ static int op_blob_get(struct req *r)
 #define LOCAL_ONLY 1 /* refused on the remote listener */
 #define ON_LOOP	   2 /* runs on the daemon's loop (the run manager's state) */
 #define READS_PROJ 4 /* ... and reads the projections: caught up before */
+#define READ_ONLY  8 /* changes nothing: still served while the daemon stops,
+		      * so a client reads how its runs ended */
 
 static const struct op {
 	const char *name;
 	int (*fn)(struct req *r);
 	unsigned flags;
 } ops[] = {
-    {"health", op_health, 0},
-    {"events.read", op_events_read, 0},
+    {"health", op_health, READ_ONLY},
+    {"events.read", op_events_read, READ_ONLY},
     {"events.append", op_events_append, 0},
-    {"runs.list", op_runs_list, 0},
-    {"run.get", op_run_get, 0},
-    {"run.resolve", op_run_resolve, 0},
+    {"runs.list", op_runs_list, READ_ONLY},
+    {"run.get", op_run_get, READ_ONLY},
+    {"run.resolve", op_run_resolve, READ_ONLY},
     {"run.create", op_run_create, ON_LOOP},
     {"run.stop", op_run_stop, ON_LOOP | READS_PROJ},
     {"group.stop", op_group_stop, ON_LOOP | READS_PROJ},
     {"group.create", op_group_create, ON_LOOP},
-    {"groups.list", op_groups_list, 0},
-    {"group.get", op_group_get, 0},
+    {"groups.list", op_groups_list, READ_ONLY},
+    {"group.get", op_group_get, READ_ONLY},
     {"run.snapshot", op_run_snapshot, ON_LOOP | READS_PROJ},
     {"run.sync", op_run_sync, ON_LOOP | READS_PROJ},
-    {"space", op_space, 0},
+    {"space", op_space, READ_ONLY},
     {"net.grant", op_net_grant, ON_LOOP | READS_PROJ},
     {"run.fork", op_run_fork, ON_LOOP | READS_PROJ},
     {"run.resume", op_run_resume, ON_LOOP | READS_PROJ},
-    {"snapshots.list", op_snapshots_list, 0},
+    {"snapshots.list", op_snapshots_list, READ_ONLY},
     {"snapshot.rm", op_snapshot_rm, 0},
-    {"blob.get", op_blob_get, 0},
-    {"costs.get", op_costs, 0},
+    {"blob.get", op_blob_get, READ_ONLY},
+    {"costs.get", op_costs, READ_ONLY},
     {"secret.set", op_secret_set, 0},
     {"secret.rm", op_secret_rm, 0},
-    {"secret.list", op_secret_list, 0},
+    {"secret.list", op_secret_list, READ_ONLY},
     {"admin.reproject", op_reproject, LOCAL_ONLY},
     {"daemon.stop", op_daemon_stop, LOCAL_ONLY | ON_LOOP},
 };
@@ -1371,10 +1373,6 @@ static void req_run(void *ctx)
 	int n, rc;
 
 	sb_clearerr();
-	if (r->e->stopping(r->e->ctx)) {
-		rc = sb_seterr(SB_ERR_UNAVAIL, "sanboxd is stopping");
-		goto done;
-	}
 	if (sb_payload_parse(r->body, r->len, &r->zone, &r->argv)) {
 		rc = sb_seterr(SB_ERR_INVAL, "request is not a msgpack map");
 		goto done;
@@ -1392,6 +1390,10 @@ static void req_run(void *ctx)
 			r->op = &ops[i];
 	if (!r->op)
 		goto done;
+	if (!(r->op->flags & READ_ONLY) && r->e->stopping(r->e->ctx)) {
+		rc = sb_seterr(SB_ERR_UNAVAIL, "sanboxd is stopping");
+		goto done;
+	}
 	if (sb_sp_req_remote(r->sp) && (r->op->flags & LOCAL_ONLY)) {
 		rc = sb_seterr(SB_ERR_DENIED, "'%s' is only allowed on the local socket",
 			       op);

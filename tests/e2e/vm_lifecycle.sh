@@ -5,7 +5,7 @@
 reason() { "$SB" inspect "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["status"])'; }
 
 # two runs at once; one sleeps past its timeout, the other is stopped
-T=$("$SB" run --detach --name sleeper --timeout 15s -- /bin/sh -c 'echo mine > a.txt; sleep 600')
+T=$("$SB" run --detach --name sleeper --timeout 45s -- /bin/sh -c 'echo mine > a.txt; sleep 600')
 S=$("$SB" run --detach --name stopme --timeout 300s -- /bin/sh -c 'ls /workspace > seen.txt; sleep 600')
 # a hostile harness: garbage, forged usage, huge lines on $SANBOX_EVENTS
 H=$("$SB" run --detach --name hostile --timeout 120s -- /bin/sh -c '
