@@ -130,6 +130,10 @@ int cli_parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max,
  * Returns CLI_EXIT_OK when it is. */
 int cli_check_name(const char *opt, const char *s);
 
+/* Writes text esc, escaped already (sb_text_escape's output, an event
+ * summary), into buf as cli_cell does, without escaping it again. */
+void cli_fit(const char *esc, int width, char *buf, size_t cap);
+
 /* Writes s escaped (sb_text_escape) into buf as a table cell of width
  * terminal columns (wide characters take two): cut with an ellipsis when
  * longer (never in an escape or a character), padded with spaces when
@@ -198,13 +202,23 @@ int cli_resolve(sb_client *c, const char *want, char run[SB_RUN_MAX]);
 #define CLI_EV_JSON 1 /* a JSON line */
 #define CLI_EV_RUN 2  /* the run's id after the offset (text) */
 
-/* Prints one event: a JSON line with CLI_EV_JSON, else "time offset
- * [run] type summary" with the summary of engine/log/summary.h (the time
- * as HH:MM:SS.mmm, with the date before it when it is not today's). */
+/* Prints one event: a JSON line with CLI_EV_JSON, else its text line
+ * (cli_event_line). */
 void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, int flags);
+
+/* Writes the text line of one event into buf, with no newline: "time
+ * offset [run] type summary" with the summary of engine/log/summary.h
+ * (the time as HH:MM:SS.mmm, with the date before it when it is not
+ * today's; the run with CLI_EV_RUN), every part escaped. */
+void cli_event_line(const struct sb_event *ev, const msgpack_object *payload, int flags,
+		    char *buf, size_t cap);
 
 /* Formats a duration in seconds as "4m08s" / "1h02m" / "12s". */
 void cli_duration(double secs, char *buf, size_t cap);
+
+/* Formats an age as docker shows it, in one unit: "45s", "12m", "3h",
+ * "5d". */
+void cli_age(double secs, char *buf, size_t cap);
 
 /* Prints a JSON value on stdout with a newline and decrefs it. */
 void cli_print_json(json_t *j);
@@ -231,6 +245,10 @@ void cli_progress(const struct sb_runstate *rs, char *buf, size_t cap);
 /* Writes rs's status into buf as ps shows it: "exited N" for a run whose
  * harness exited, else the status ("running", "timeout", ...). */
 void cli_status(const struct sb_runstate *rs, char *buf, size_t cap);
+
+/* Seconds run rs has been (or was) going: its ended segments, and the one
+ * going on since its last run.started. */
+double cli_run_elapsed(const struct sb_runstate *rs);
 
 /* What fs and cp share (cli/cmd_fs.c). */
 

@@ -102,10 +102,7 @@ static void print_state(const struct sb_runstate *rs, const msgpack_object *cost
 	row("created", "%s", t);
 	when(rs->ended_ns, t, sizeof t);
 	row("ended", "%s", t);
-	cli_duration(rs->active_ns / 1e9 + (rs->started_ns && !rs->ended_ns
-						  ? time(NULL) - rs->started_ns / 1e9
-						  : 0),
-		     a, sizeof a);
+	cli_duration(cli_run_elapsed(rs), a, sizeof a);
 	row("elapsed", "%s", a);
 	sb_usd_format(rs->cost_nusd, a, sizeof a);
 	sb_usd_format(rs->budget_nusd, b, sizeof b);

@@ -69,30 +69,6 @@ static double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Seconds a run has been (or was) going: its ended segments, and the
- * one going on since its last run.started. */
-static double elapsed(const struct sb_runstate *rs)
-{
-	double now = rs->started_ns && !rs->ended_ns ? now_s() - rs->started_ns / 1e9 : 0;
-
-	return rs->active_ns / 1e9 + (now > 0 ? now : 0);
-}
-
-/* An age as docker shows it, in one unit: "45s", "12m", "3h", "5d". */
-static void age_format(double secs, char *buf, size_t cap)
-{
-	long s = secs < 0 ? 0 : (long)secs;
-
-	if (s < 60)
-		snprintf(buf, cap, "%lds", s);
-	else if (s < 3600)
-		snprintf(buf, cap, "%ldm", s / 60);
-	else if (s < 86400)
-		snprintf(buf, cap, "%ldh", s / 3600);
-	else
-		snprintf(buf, cap, "%ldd", s / 86400);
-}
-
 /* Writes field f of rs as text into buf. */
 static void field_text(const struct sb_runstate *rs, enum field f, char *buf, size_t cap)
 {
@@ -103,8 +79,8 @@ static void field_text(const struct sb_runstate *rs, enum field f, char *buf, si
 	case F_TEMPLATE: snprintf(buf, cap, "%s", rs->template); break;
 	case F_MODEL: snprintf(buf, cap, "%s", rs->model[0] ? rs->model : "-"); break;
 	case F_STATUS: cli_status(rs, buf, cap); break;
-	case F_AGE: age_format(now_s() - rs->created_ns / 1e9, buf, cap); break;
-	case F_ELAPSED: cli_duration(elapsed(rs), buf, cap); break;
+	case F_AGE: cli_age(now_s() - rs->created_ns / 1e9, buf, cap); break;
+	case F_ELAPSED: cli_duration(cli_run_elapsed(rs), buf, cap); break;
 	case F_COST: sb_usd_format(rs->cost_nusd, buf, cap); break;
 	case F_BUDGET: sb_usd_format(rs->budget_nusd, buf, cap); break;
 	case F_LAST:

@@ -268,15 +268,12 @@ size_t cli_text_cols(const char *s)
 	return text_cols(esc, strlen(esc));
 }
 
-void cli_cell(const char *s, int width, char *buf, size_t cap)
+void cli_fit(const char *esc, int width, char *buf, size_t cap)
 {
 	static const char ellipsis[] = "\u2026";
-	char esc[4096];
-	size_t len, i = 0, out = 0, cols = 0, room, n;
+	size_t len = strlen(esc), i = 0, out = 0, cols = 0, room, n;
 	int cut, w;
 
-	sb_text_escape(s, strlen(s), esc, sizeof esc);
-	len = strlen(esc);
 	cut = width > 0 && text_cols(esc, len) > (size_t)width;
 	room = width <= 0 ? (size_t)-1 : (size_t)width - (size_t)cut;
 	while (i < len) {
@@ -298,6 +295,14 @@ void cli_cell(const char *s, int width, char *buf, size_t cap)
 		cols++;
 	}
 	buf[out] = 0;
+}
+
+void cli_cell(const char *s, int width, char *buf, size_t cap)
+{
+	char esc[4096];
+
+	sb_text_escape(s, strlen(s), esc, sizeof esc);
+	cli_fit(esc, width, buf, cap);
 }
 
 void cli_req_begin(struct cli_req *r, const char *op, size_t nargs)
@@ -373,6 +378,32 @@ void cli_duration(double secs, char *buf, size_t cap)
 		snprintf(buf, cap, "%ldh%02ldm", s / 3600, s / 60 % 60);
 }
 
+void cli_age(double secs, char *buf, size_t cap)
+{
+	long s = secs < 0 ? 0 : (long)secs;
+
+	if (s < 60)
+		snprintf(buf, cap, "%lds", s);
+	else if (s < 3600)
+		snprintf(buf, cap, "%ldm", s / 60);
+	else if (s < 86400)
+		snprintf(buf, cap, "%ldh", s / 3600);
+	else
+		snprintf(buf, cap, "%ldd", s / 86400);
+}
+
+double cli_run_elapsed(const struct sb_runstate *rs)
+{
+	struct timespec ts;
+	double now;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	now = rs->started_ns && !rs->ended_ns
+		      ? (double)ts.tv_sec + ts.tv_nsec / 1e9 - rs->started_ns / 1e9
+		      : 0;
+	return rs->active_ns / 1e9 + (now > 0 ? now : 0);
+}
+
 void cli_print_json(json_t *j)
 {
 	char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
@@ -392,17 +423,13 @@ void cli_print_reply(const msgpack_object *reply)
 	cli_print_json(j);
 }
 
-void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, int flags)
+void cli_event_line(const struct sb_event *ev, const msgpack_object *payload, int flags,
+		    char *buf, size_t cap)
 {
 	char sum[1024], type[4 * SB_TYPE_MAX], when[32], run[64] = "";
 	time_t secs = (time_t)(ev->ts_ns / 1000000000u), now = time(NULL);
 	struct tm tm, today;
 
-	if (flags & CLI_EV_JSON) {
-		cli_print_json(sb_event_json(ev, payload));
-		fflush(stdout);
-		return;
-	}
 	localtime_r(&secs, &tm);
 	localtime_r(&now, &today);
 	/* an event of another day than today says which */
@@ -414,8 +441,21 @@ void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, i
 		snprintf(run, sizeof run, "%-12.12s ", ev->run);
 	cli_cell(ev->type, 0, type, sizeof type); /* padded below, never cut */
 	sb_event_summary(ev, payload, sum, sizeof sum);
-	printf("%s.%03u %6llu  %s%-22s %s\n", when, (unsigned)(ev->ts_ns / 1000000u % 1000u),
-	       (unsigned long long)ev->offset, run, type, sum);
+	snprintf(buf, cap, "%s.%03u %6llu  %s%-22s %s", when,
+		 (unsigned)(ev->ts_ns / 1000000u % 1000u), (unsigned long long)ev->offset, run,
+		 type, sum);
+}
+
+void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, int flags)
+{
+	char line[1536];
+
+	if (flags & CLI_EV_JSON) {
+		cli_print_json(sb_event_json(ev, payload));
+	} else {
+		cli_event_line(ev, payload, flags, line, sizeof line);
+		puts(line);
+	}
 	fflush(stdout);
 }
 
