@@ -44,8 +44,10 @@ $(BUILD)/libsanbox.a: $(LIB_OBJS)
 $(BUILD)/sanboxd: $(BUILD)/obj/engine/daemon/sanboxd.o $(BUILD)/libsanbox.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+# The CLI alone draws on a terminal (sanbox watch).
+CLI_LIBS := $(shell pkg-config --libs ncursesw 2>/dev/null || echo -lncursesw)
 $(BUILD)/sanbox: $(CLI_OBJS) $(BUILD)/libsanbox.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) $(CLI_LIBS)
 
 $(BUILD)/sanbox-%: $(BUILD)/obj/tools/%.o $(BUILD)/libsanbox.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
@@ -72,8 +74,8 @@ $(NETHOSTILE): tests/guest/nethostile.c
 	    -static -o $@ $<
 
 # The CLI's parts that neither print nor connect (option values, run specs,
-# group files), which unit tests link too.
-CLI_PURE := $(addprefix $(BUILD)/obj/cli/,parse.o runspec.o groupfile.o)
+# group files, watch's rows), which unit tests link too.
+CLI_PURE := $(addprefix $(BUILD)/obj/cli/,parse.o runspec.o groupfile.o watchrows.o)
 $(BUILD)/libsanbox-cli.a: $(CLI_PURE)
 	@rm -f $@
 	ar rcs $@ $^

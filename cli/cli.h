@@ -350,6 +350,7 @@ int cmd_completion(int argc, char **argv);
 int cmd_df(int argc, char **argv);
 int cmd_group(int argc, char **argv);
 int cmd_wait(int argc, char **argv);
+int cmd_watch(int argc, char **argv);
 /* sanbox __complete WHAT [ARG]: the candidates the completion script asks
  * for (commands, options CMD, runs, templates, snapshots RUN), one a line;
  * not listed in help. */

@@ -15,7 +15,7 @@ const struct cli_exit_info cli_exits[] = {
 	{CLI_EXIT_BUDGET, "budget", "run: its LLM budget stopped the run"},
 	{CLI_EXIT_TIMEOUT, "timeout", "run: its timeout stopped the run"},
 	{CLI_EXIT_RUNFAIL, "run-failed", "run: the run failed (see its run.failed)"},
-	{CLI_EXIT_DETACHED, "detached", "run, attach, wait: Ctrl-C detached; the run goes on"},
+	{CLI_EXIT_DETACHED, "detached", "run, attach, wait, watch: Ctrl-C detached; the run goes on"},
 	{CLI_EXIT_STOPPED, "stopped", "run: stopped before the harness exited"},
 };
 const size_t cli_nexits = sizeof cli_exits / sizeof cli_exits[0];

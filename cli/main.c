@@ -115,6 +115,25 @@ static const struct cli_cmd commands[] = {
 	 "                       agent.progress, else turns and tools), tab-separated,\n"
 	 "                       no header\n"
 	 "  --json               the runs' state as the daemon keeps it\n"},
+	{"watch", cmd_watch, "a live view of runs: a group, some runs or all",
+	 "usage: sanbox watch [GROUP | RUN...] [--plain]\n"
+	 "\n"
+	 "Shows runs live: one row each with name, template/model, status, progress\n"
+	 "(the agent's latest report, else its turns and tool calls), cost against\n"
+	 "budget, tokens, elapsed time, network denials, the age of its newest\n"
+	 "snapshot and its last offset; the totals above (a group's name, goal and\n"
+	 "budget), the selected run's latest events below. GROUP: a group's runs,\n"
+	 "also those created in it later; RUN...: those runs (ids, prefixes or\n"
+	 "names); none: every run. The rows are read once, then kept up to date\n"
+	 "from the daemon's live events (after a lost connection, from where they\n"
+	 "stopped).\n"
+	 "Keys: arrows or j/k move, / filters by name, Enter attaches (Ctrl-C comes\n"
+	 "back), s stops (asks y/n), S takes a snapshot, f forks, r resumes a run\n"
+	 "that ended, ? help, q quits; the runs go on.\n"
+	 "Without a terminal (or with --plain) it prints a line per change instead,\n"
+	 "'HH:MM:SS NAME STATUS PROGRESS COST/BUDGET', and when every run watched\n"
+	 "has ended a totals line, then exits 0; Ctrl-C exits 130.\n"
+	 "  --plain   lines, also on a terminal\n"},
 	{"inspect", cmd_inspect, "show a run's resolved settings and state",
 	 "usage: sanbox inspect RUN [--json]\n"},
 	{"group", cmd_group, "run a group file; list, inspect and stop groups",
