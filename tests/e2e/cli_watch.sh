@@ -1,14 +1,16 @@
 #!/bin/sh
-# sanbox watch. Plain lines (stdout not a terminal): a line per run, a line
-# per change (a new run of the group, a stop; a note changes no line), the
-# totals and exit 0 once every run of the group has ended, at once for runs
-# that have ended, 130 on Ctrl-C, 3 for no such group or run. The terminal
-# view in tmux at 80 and 200 columns: every row within the width (a wide
-# name too), the totals, the selected run's events (a note's control bytes
-# and a name's backslash escaped), the filter, stop asking y/n, attach and
-# back with Ctrl-C, a resize, q and SIGTERM leaving the runs running and the
-# terminal as it was (the shell's prompt and cooked mode back). No microVM:
-# runs use the bootless template.
+# sanbox watch. Plain lines (stdout not a terminal): a line per run (a
+# name's backslash escaped), a line per change (a new run of the group, a
+# stop; a note changes no line), the totals and exit 0 once every run of
+# the group has ended, at once for runs that have ended, 130 on Ctrl-C, 3
+# for no such group or run; across a daemon killed and started again. The
+# terminal view in tmux at 80 and 200 columns: every row within the width
+# (a wide name too), the totals, the selected run's events (a note's
+# control bytes escaped), the filter, stop asking y/n, attach and back with
+# Ctrl-C, the help, S, f and r refused with the daemon's reason, a resize,
+# q and SIGTERM leaving the runs running and the terminal as it was (the
+# shell's prompt and cooked mode back). No microVM: runs use the bootless
+# template.
 . "$(dirname "$0")/lib/bootless.sh"
 
 command -v tmux >/dev/null || fail "tmux is missing (make deps)"
@@ -164,6 +166,13 @@ for width in 80 200; do
 	pane_wait '^sanbox watch: keys'
 	tm send-keys -t w x
 	pane_wait '^NAME +'
+	# S, f and r ask the daemon: a run with no machine or snapshot says why
+	tm send-keys -t w g S
+	pane_wait "^a1: the VM.s monitor is not connected"
+	tm send-keys -t w f
+	pane_wait "^fork a1: run [0-9a-f]{12} has no snapshot"
+	tm send-keys -t w r
+	pane_wait "^a1 has not ended: f forks it"
 	# a resize: the table fits the new width
 	other=$((width == 80 ? 200 : 80))
 	tm resize-window -t w -x $other -y 30
@@ -191,4 +200,25 @@ for width in 80 200; do
 done
 "$SB" stop --group tv >/dev/null
 "$SB" stop delta >/dev/null
+
+# -- the daemon killed and started again: the watch goes on, each line once
+runs_hang
+"$SB" run --detach --timeout 1h --name eps --group rg -- true >/dev/null || fail "run eps"
+"$SB" run --detach --timeout 1h --name phi --group rg -- true >/dev/null || fail "run phi"
+"$SB" watch rg >"$tmp/restart" 2>"$tmp/restart.err" &
+wpid=$!
+bg="$bg $wpid"
+wait_for "$tmp/restart" "^$T phi running "
+dpid=$(daemon_pid)
+kill -9 "$dpid"
+proc_wait_gone "$dpid" || fail "the daemon did not die"
+"$SB" daemon start >/dev/null || fail "daemon start"
+# the new daemon finds the runs' machines gone: each fails, which the watch
+# reads from the new daemon, then it ends with the totals
+wait_for "$tmp/restart" "^$T total: 2 runs, 0 done, 2 failed, "
+wait "$wpid"
+[ $? = 0 ] || fail "watch across a restart: exit not 0"
+[ "$(grep -c ' eps ' "$tmp/restart")" = 2 ] && [ "$(grep -c ' phi ' "$tmp/restart")" = 2 ] &&
+	grep -q "^$T eps failed " "$tmp/restart" ||
+	fail "across a restart: $(cat "$tmp/restart" "$tmp/restart.err")"
 echo "PASS cli_watch"
