@@ -106,6 +106,7 @@ static int group_run(int argc, char **argv)
 	static const struct option opts[] = {
 		{"name", required_argument, NULL, 'n'},
 		{"detach", no_argument, NULL, 'd'},
+		{"watch", no_argument, NULL, 'w'},
 		{"json", no_argument, NULL, 'j'},
 		CLI_OPT_HELP,
 		{NULL, 0, NULL, 0},
@@ -115,19 +116,20 @@ static int group_run(int argc, char **argv)
 	struct sb_reply rep;
 	char used[64];
 	sb_client *c;
-	int json = 0, detach = 0, ch, rc;
+	int json = 0, detach = 0, watch = 0, ch, rc;
 
 	optind = 0;
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'n': name = optarg; break;
 		case 'd': detach = 1; break;
+		case 'w': watch = 1; break;
 		case 'j': json = 1; break;
 		case 'h': return cli_help("group");
 		default: return cli_badopt("group", argv, ch);
 		}
 	}
-	if (optind != argc - 1)
+	if (optind != argc - 1 || (watch && (detach || json)))
 		return cli_usage("group");
 	if (name && (rc = cli_check_name("--name", name)))
 		return rc;
@@ -143,7 +145,11 @@ static int group_run(int argc, char **argv)
 	if (rc == SB_OK) {
 		group_print(g, &rep, json);
 		sb_reply_free(&rep);
-		if (!detach) { /* as sanbox wait --group does */
+		if (watch) { /* the live view of the group */
+			char *wargv[] = {"watch", used, NULL};
+			optind = 0;
+			rc = cmd_watch(2, wargv);
+		} else if (!detach) { /* as sanbox wait --group does */
 			char *wargv[] = {"wait", "--group", used, json ? "--json" : NULL, NULL};
 			optind = 0;
 			rc = cmd_wait(json ? 4 : 3, wargv);

@@ -137,7 +137,7 @@ static const struct cli_cmd commands[] = {
 	{"inspect", cmd_inspect, "show a run's resolved settings and state",
 	 "usage: sanbox inspect RUN [--json]\n"},
 	{"group", cmd_group, "run a group file; list, inspect and stop groups",
-	 "usage: sanbox group run FILE [--name NAME] [--detach] [--json]\n"
+	 "usage: sanbox group run FILE [--name NAME] [--watch | --detach | --json]\n"
 	 "       sanbox group ls [--json]\n"
 	 "       sanbox group inspect GROUP [--json]\n"
 	 "       sanbox group stop GROUP\n"
@@ -150,12 +150,14 @@ static const struct cli_cmd commands[] = {
 	 "fit the host's capacity wait, queued, and start in the file's order. The\n"
 	 "group's budget is shared: no call of its runs takes the group past it.\n"
 	 "When the file's name is taken, the group is NAME-2 (NAME-3, ...); --name\n"
-	 "gives it one (taken: an error). Without --detach, waits for every run to\n"
-	 "end, a line each, and exits as 'sanbox wait --group' does.\n"
+	 "gives it one (taken: an error). Then it waits for every run to end, a\n"
+	 "line each, and exits as 'sanbox wait --group' does; --watch shows the\n"
+	 "group live instead (sanbox watch GROUP; q leaves the runs running).\n"
 	 "ls lists groups with their runs by status and their cost against their\n"
 	 "budget; inspect shows one with its runs; stop stops its live runs;\n"
 	 "resume resumes each of its ended runs from its last snapshot.\n"
 	 "  --name NAME   the group's name instead of the file's\n"
+	 "  --watch       the live view of the group ('sanbox watch GROUP')\n"
 	 "  --detach      print the group and its runs' ids and return\n"},
 	{"stop", cmd_stop, "stop a run",
 	 "usage: sanbox stop [--wait] [--json] RUN...\n"

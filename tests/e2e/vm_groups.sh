@@ -52,6 +52,12 @@ EOF
 "$SB" group ls | grep -q "^deal .* 3 .*2 done, 1 failed" && ok "group ls" || bad "group ls" "$("$SB" group ls)"
 "$SB" group inspect deal | grep -q "words .*exited 3" && ok "group inspect" || bad "inspect" "$("$SB" group inspect deal)"
 
+# --watch without a terminal: a line per change, then the totals
+out=$("$SB" group run "$tmp/deal.yaml" --name watched --watch 2>&1)
+echo "$out" | grep -q "numbers exited 0" && echo "$out" | grep -q "words exited 3" &&
+	echo "$out" | tail -1 | grep -q "^[0-9:]* total: 3 runs, 2 done, 1 failed" &&
+	ok "group run --watch prints the changes and the totals" || bad "--watch" "$out"
+
 # the same file again: the next name
 out=$("$SB" group run "$tmp/deal.yaml" --detach 2>&1) && case "$out" in *"group deal-2 "*) true ;; *) false ;; esac &&
 	ok "a taken name gets the next one" || bad "deal-2" "$out"
