@@ -94,7 +94,7 @@ static int group_create_named(sb_client *c, struct cli_group *g, const char *nam
 			!strncmp(sb_errmsg(rc), "group ", 6);
 	     k++) {
 		sb_reply_free(rep);
-		snprintf(used, cap, "%.55s-%d", name, k);
+		snprintf(used, cap, "%.55s-%u", name, (unsigned)k % 100u); /* k <= 99 */
 	}
 	if (rc == SB_OK && strcmp(used, name))
 		cli_note("group %s exists: this one is %s", name, used);
@@ -230,12 +230,13 @@ out:
 	return rc;
 }
 
-/* One run's row of group inspect: its progress, else its last event. */
+/* One run's row of group inspect: status, progress, cost against its
+ * budget, elapsed time, last event. */
 static void run_row(const msgpack_object *map)
 {
 	struct sb_runstate rs;
-	char status[32], progress[96], cname[4 * 24 + 1], cstatus[4 * 10 + 1];
-	char cprog[4 * 28 + 1], cost[32], budget[32];
+	char status[32], progress[96], elapsed[32], cname[4 * 22 + 1], cstatus[4 * 10 + 1];
+	char cprog[4 * 24 + 1], clast[4 * 22 + 1], cost[32], budget[32];
 
 	if (sb_runstate_unpack(map, &rs))
 		return;
@@ -243,12 +244,15 @@ static void run_row(const msgpack_object *map)
 	if (!strcmp(rs.status, "exited"))
 		snprintf(status, sizeof status, "exited %lld", (long long)rs.exit_status);
 	cli_progress(&rs, progress, sizeof progress);
-	cli_cell(rs.name, 24, cname, sizeof cname);
+	cli_duration(cli_run_elapsed(&rs), elapsed, sizeof elapsed);
+	cli_cell(rs.name, 22, cname, sizeof cname);
 	cli_cell(status, 10, cstatus, sizeof cstatus);
-	cli_cell(progress, 28, cprog, sizeof cprog);
+	cli_cell(progress, 24, cprog, sizeof cprog);
+	cli_cell(rs.last_type, 22, clast, sizeof clast);
 	sb_usd_format(rs.cost_nusd, cost, sizeof cost);
 	sb_usd_format(rs.budget_nusd, budget, sizeof budget);
-	printf("  %-12s %s %s %s %9s of %s\n", rs.run, cname, cstatus, cprog, cost, budget);
+	printf("  %-12s %s %s %s %9s of %-8s %7s  %s\n", rs.run, cname, cstatus, cprog, cost,
+	       budget, elapsed, clast);
 }
 
 static int group_inspect(char **args, int json)
@@ -291,7 +295,12 @@ static int group_inspect(char **args, int json)
 	printf("created  %s\n", when);
 	counts_text(item, counts, sizeof counts);
 	cost_text(item, cost, sizeof cost);
-	printf("runs     %s\ncost     %s\n\n", counts, cost);
+	printf("runs     %s\ncost     %s\n", counts, cost);
+	printf("tokens   %llu input, %llu output, %llu cached, in %llu calls\n\n",
+	       (unsigned long long)sb_map_u64(sb_map_get(item, "cost"), "input_tokens", 0),
+	       (unsigned long long)sb_map_u64(sb_map_get(item, "cost"), "output_tokens", 0),
+	       (unsigned long long)sb_map_u64(sb_map_get(item, "cost"), "cached_tokens", 0),
+	       (unsigned long long)sb_map_u64(sb_map_get(item, "cost"), "calls", 0));
 	for (uint32_t i = 0; runs && runs->type == MSGPACK_OBJECT_ARRAY &&
 			     i < runs->via.array.size;
 	     i++)
