@@ -412,20 +412,21 @@ static uint64_t u64_of(json_t *o, const char *key)
 		   : 0;
 }
 
-/* Reads a usage object of the dialect; returns 1 when it is one. */
+/* a + b, or UINT64_MAX when that is more. */
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	return a + b < a ? UINT64_MAX : a + b;
+}
+
+/* Reads a usage object of the dialect into u; returns 1 when it is one. */
 static int usage_read(unsigned api, json_t *usage, struct sb_usage *u)
 {
 	if (!json_is_object(usage))
 		return 0;
 	if (api == SB_API_ANTHROPIC) {
-		uint64_t reads = u64_of(usage, "cache_read_input_tokens");
-		uint64_t in = u64_of(usage, "input_tokens") + reads +
-			      u64_of(usage, "cache_creation_input_tokens");
-		/* message_delta reports output only; keep the input of message_start */
-		if (in || json_object_get(usage, "input_tokens")) {
-			u->input = in;
-			u->cached = reads;
-		}
+		u->cached = u64_of(usage, "cache_read_input_tokens");
+		u->input = add_sat(add_sat(u64_of(usage, "input_tokens"), u->cached),
+				   u64_of(usage, "cache_creation_input_tokens"));
 		u->output = u64_of(usage, "output_tokens");
 	} else {
 		u->input = u64_of(usage, "prompt_tokens");
@@ -455,6 +456,8 @@ void sb_sse_meter_free(struct sb_sse_meter *m)
 {
 	msgpack_sbuffer_destroy(&m->line);
 	msgpack_sbuffer_init(&m->line);
+	msgpack_sbuffer_destroy(&m->data);
+	msgpack_sbuffer_init(&m->data);
 }
 
 static size_t str_bytes(json_t *v)
@@ -462,11 +465,51 @@ static size_t str_bytes(json_t *v)
 	return json_is_string(v) ? json_string_length(v) : 0;
 }
 
-/* One "data:" payload of the stream. */
+/* Counts a usage report of the stream (the object usage) into m: each
+ * kind of token (uncached input, cached input, output) at the most any
+ * report gave, so a later report never lowers an earlier one's count (a
+ * message_delta that reports output only keeps message_start's input).
+ * settles: the report makes the usage known. */
+static void meter_report(struct sb_sse_meter *m, json_t *usage, int settles)
+{
+	struct sb_usage r = {0}, *u = &m->usage;
+	uint64_t un = u->input - u->cached, rn;
+
+	if (!usage_read(m->api, usage, &r))
+		return;
+	rn = r.input > r.cached ? r.input - r.cached : 0;
+	u->cached = r.cached > u->cached ? r.cached : u->cached;
+	u->input = add_sat(rn > un ? rn : un, u->cached);
+	u->output = r.output > u->output ? r.output : u->output;
+	u->known |= settles;
+}
+
+/* The text bytes of an OpenAI chunk j: its choices' content and tool
+ * arguments. */
+static uint64_t openai_text(json_t *j)
+{
+	json_t *c, *call;
+	uint64_t n = 0;
+	size_t i, k;
+
+	json_array_foreach(json_object_get(j, "choices"), i, c)
+	{
+		json_t *delta = json_object_get(c, "delta");
+		n += str_bytes(json_object_get(delta, "content"));
+		json_array_foreach(json_object_get(delta, "tool_calls"), k, call)
+		{
+			json_t *f = json_object_get(call, "function");
+			n += str_bytes(json_object_get(f, "arguments"));
+		}
+	}
+	return n;
+}
+
+/* The data of one event of the stream. */
 static void meter_event(struct sb_sse_meter *m, const char *data, size_t len)
 {
-	json_t *j, *choices, *c, *calls, *call, *type;
-	size_t i, k;
+	const char *t;
+	json_t *j, *d;
 
 	if (len == 6 && !memcmp(data, "[DONE]", 6)) {
 		m->finished = 1;
@@ -474,79 +517,99 @@ static void meter_event(struct sb_sse_meter *m, const char *data, size_t len)
 	}
 	if (!(j = json_loadb(data, len, 0, NULL)))
 		return;
+	t = json_string_value(json_object_get(j, "type"));
+	t = t ? t : "";
 	if (m->api == SB_API_OPENAI) {
-		choices = json_object_get(j, "choices");
-		json_array_foreach(choices, i, c)
-		{
-			json_t *delta = json_object_get(c, "delta");
-			m->out_bytes += str_bytes(json_object_get(delta, "content"));
-			calls = json_object_get(delta, "tool_calls");
-			json_array_foreach(calls, k, call) m->out_bytes +=
-			    str_bytes(json_object_get(json_object_get(call, "function"),
-						      "arguments"));
-		}
-		if (usage_read(m->api, json_object_get(j, "usage"), &m->usage))
-			m->usage.known = 1;
-	} else {
-		type = json_object_get(j, "type");
-		const char *t = json_is_string(type) ? json_string_value(type) : "";
-		if (!strcmp(t, "message_start")) {
-			usage_read(
-			    m->api,
-			    json_object_get(json_object_get(j, "message"), "usage"),
-			    &m->usage);
-		} else if (!strcmp(t, "content_block_delta")) {
-			json_t *d = json_object_get(j, "delta");
-			m->out_bytes += str_bytes(json_object_get(d, "text")) +
-					str_bytes(json_object_get(d, "partial_json")) +
-					str_bytes(json_object_get(d, "thinking"));
-		} else if (!strcmp(t, "message_delta")) {
-			if (usage_read(m->api, json_object_get(j, "usage"), &m->usage))
-				m->usage.known = 1;
-		} else if (!strcmp(t, "message_stop")) {
-			m->finished = 1;
-		}
+		m->out_bytes += openai_text(j);
+		meter_report(m, json_object_get(j, "usage"), 1);
+	} else if (!strcmp(t, "message_start")) {
+		d = json_object_get(j, "message");
+		meter_report(m, json_object_get(d, "usage"), 0);
+	} else if (!strcmp(t, "content_block_delta")) {
+		d = json_object_get(j, "delta");
+		m->out_bytes += str_bytes(json_object_get(d, "text")) +
+				str_bytes(json_object_get(d, "partial_json")) +
+				str_bytes(json_object_get(d, "thinking"));
+	} else if (!strcmp(t, "message_delta")) {
+		meter_report(m, json_object_get(j, "usage"), 1);
+	} else if (!strcmp(t, "message_stop")) {
+		m->finished = 1;
 	}
 	json_decref(j);
 }
 
-static void meter_line(struct sb_sse_meter *m, const char *line, size_t len)
+/* One line of the stream, its end taken off: a field (only data is
+ * read: its value joins the event's data), a comment (":...") or, blank,
+ * the end of an event, which is then metered. */
+static int meter_line(struct sb_sse_meter *m, const char *line, size_t len)
 {
-	if (len && line[len - 1] == '\r')
-		len--;
-	if (len < 5 || memcmp(line, "data:", 5))
-		return;
-	line += 5;
-	len -= 5;
-	if (len && *line == ' ') {
-		line++;
-		len--;
+	const char *colon, *v;
+	size_t vlen;
+
+	if (!m->begun && len >= 3 && !memcmp(line, "\xef\xbb\xbf", 3)) {
+		line += 3; /* a byte order mark */
+		len -= 3;
 	}
-	meter_event(m, line, len);
+	m->begun = 1;
+	if (!len) {
+		if (m->data.size) /* its last LF off */
+			meter_event(m, m->data.data, m->data.size - 1);
+		m->data.size = 0;
+		return SB_OK;
+	}
+	colon = memchr(line, ':', len);
+	if ((colon ? (size_t)(colon - line) : len) != 4 || memcmp(line, "data", 4))
+		return SB_OK;
+	v = colon ? colon + 1 : line + len;
+	vlen = (size_t)(line + len - v);
+	if (vlen && *v == ' ') {
+		v++;
+		vlen--;
+	}
+	if (m->data.size + vlen + 1 > LINE_MAX_BYTES)
+		return sb_seterr(SB_ERR_TOOBIG, "a streamed event is above 1 MiB");
+	if ((vlen && msgpack_sbuffer_write(&m->data, v, vlen)) ||
+	    msgpack_sbuffer_write(&m->data, "\n", 1))
+		return SB_ERR_NOMEM;
+	return SB_OK;
+}
+
+/* Ends the line whose last take bytes are at data (the rest, if any, in
+ * m->line). */
+static int line_end(struct sb_sse_meter *m, const char *data, size_t take)
+{
+	int rc;
+
+	if (m->line.size == 0)
+		return meter_line(m, data, take); /* whole: no copy */
+	if (msgpack_sbuffer_write(&m->line, data, take))
+		return SB_ERR_NOMEM;
+	rc = meter_line(m, m->line.data, m->line.size);
+	m->line.size = 0;
+	return rc;
 }
 
 int sb_sse_meter_feed(struct sb_sse_meter *m, const char *data, size_t len)
 {
-	while (len) {
-		const char *nl = memchr(data, '\n', len);
-		size_t take = nl ? (size_t)(nl - data) : len;
+	size_t take;
+	int rc;
 
+	for (; len; data += take + 1, len -= take + 1) {
+		take = 0;
+		if (m->cr && *data == '\n') { /* the LF of a CRLF */
+			m->cr = 0;
+			continue;
+		}
+		while (take < len && data[take] != '\n' && data[take] != '\r')
+			take++;
 		if (m->line.size + take > LINE_MAX_BYTES)
 			return sb_seterr(SB_ERR_TOOBIG, "a streamed line is above 1 MiB");
-		if (nl && m->line.size == 0) {
-			meter_line(m, data, take); /* whole line: no copy */
-		} else {
-			if (take && msgpack_sbuffer_write(&m->line, data, take))
-				return SB_ERR_NOMEM;
-			if (nl) {
-				meter_line(m, m->line.data, m->line.size);
-				m->line.size = 0;
-			}
-		}
-		if (!nl)
-			break;
-		data += take + 1;
-		len -= take + 1;
+		m->cr = take < len && data[take] == '\r';
+		if (take == len) /* the line goes on in the next bytes */
+			return msgpack_sbuffer_write(&m->line, data, take) ? SB_ERR_NOMEM
+									   : SB_OK;
+		if ((rc = line_end(m, data, take)))
+			return rc;
 	}
 	return SB_OK;
 }

@@ -89,10 +89,19 @@ void sb_usage_from_body(unsigned api, const char *body, size_t len, struct sb_us
 
 /* Follows a streamed answer (server-sent events) as its bytes pass: usage
  * reported by the stream, and the bytes of generated text and tool
- * arguments, from which output tokens are estimated while it runs. */
+ * arguments, from which output tokens are estimated while it runs. The
+ * stream is read as SSE: lines end at CR, LF or CRLF (wherever the bytes
+ * are cut), a byte order mark first is dropped, an event's data lines are
+ * joined with LF and it is read at the blank line that ends it (one the
+ * stream's end cuts is not). Usage is each kind of token (uncached input,
+ * cached input, output) at the most any report of the stream gave: a later
+ * report never lowers a count (tests/fuzz/fuzz_sse.c checks it so). */
 struct sb_sse_meter {
 	unsigned api;
 	msgpack_sbuffer line; /* the incomplete last line */
+	msgpack_sbuffer data; /* the event's data lines so far, each with its LF */
+	int cr;		      /* the last line ended with CR: an LF now ends it too */
+	int begun;	      /* a line came (a byte order mark is only first) */
 	struct sb_usage usage;
 	uint64_t out_bytes; /* generated text and tool-argument bytes so far */
 	int finished;	    /* the stream said it is complete */
@@ -102,13 +111,13 @@ struct sb_sse_meter {
 void sb_sse_meter_init(struct sb_sse_meter *m, unsigned api);
 
 /* Feeds len bytes of the stream. Errors: SB_ERR_NOMEM, SB_ERR_TOOBIG (a
- * line above 1 MiB). */
+ * line, or an event's data, above 1 MiB). */
 int sb_sse_meter_feed(struct sb_sse_meter *m, const char *data, size_t len);
 
 /* Output tokens so far: the reported count, else bytes / 4 rounded up. */
 uint64_t sb_sse_meter_output(const struct sb_sse_meter *m);
 
-/* Frees the meter's buffer. */
+/* Frees the meter's buffers. */
 void sb_sse_meter_free(struct sb_sse_meter *m);
 
 /* One run's (or group's) budget. All amounts are nano-USD. The caller serialises access

@@ -406,7 +406,8 @@ static void test_request_forwarded_property(void **state)
  * adds. Its input is reserved at a token a byte of the larger. */
 static void test_request_reserves_the_body_forwarded(void **state)
 {
-	struct sb_model m = {.upstream = "a-much-longer-upstream-name-than-the-client-gave",
+	struct sb_model m = {.upstream =
+				 "a-much-longer-upstream-name-than-the-client-gave",
 			     .in_price = 1000000000ull,
 			     .out_price = 1000000000ull,
 			     .cached_price = 1000000000ull,
@@ -417,10 +418,11 @@ static void test_request_reserves_the_body_forwarded(void **state)
 	struct sb_mreq rq;
 	size_t len, out_len;
 
-	len = (size_t)snprintf(body, sizeof body, "%s",
-			       "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
-			       "\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
-			       "\"name\":\"f\",\"parameters\":{\"enum\":[0.1");
+	len = (size_t)snprintf(
+	    body, sizeof body, "%s",
+	    "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+	    "\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{"
+	    "\"name\":\"f\",\"parameters\":{\"enum\":[0.1");
 	for (int i = 0; i < 100; i++)
 		len += (size_t)snprintf(body + len, sizeof body - len, ",0.1");
 	len += (size_t)snprintf(body + len, sizeof body - len, "]}}}]}");
@@ -429,9 +431,9 @@ static void test_request_reserves_the_body_forwarded(void **state)
 	assert_int_equal(sb_mreq_reserve(&b, NULL, &m, &rq, &granted, &reservation, NULL),
 			 SB_GRANT_OK);
 	assert_int_equal(granted, 100);
-	assert_int_equal(sb_mreq_finish(SB_API_OPENAI, &rq, m.upstream, granted, &out,
-				       &out_len),
-			 SB_OK);
+	assert_int_equal(
+	    sb_mreq_finish(SB_API_OPENAI, &rq, m.upstream, granted, &out, &out_len),
+	    SB_OK);
 	assert_true(out_len > 3 * len); /* each 0.1 grew to 19 bytes */
 	assert_true(reservation >= sb_model_cost(&m, out_len, 0, granted));
 	assert_int_equal(rq.in_bytes, out_len);
@@ -647,8 +649,8 @@ static void test_sse_openai(void **state)
 	}
 	/* without usage the output is estimated at 4 bytes a token */
 	sb_sse_meter_init(&m, SB_API_OPENAI);
-	feed_split(&m, "data: {\"choices\":[{\"delta\":{\"content\":\"123456789\"}}]}\n",
-		   7);
+	feed_split(
+	    &m, "data: {\"choices\":[{\"delta\":{\"content\":\"123456789\"}}]}\n\n", 7);
 	assert_false(m.usage.known);
 	assert_int_equal(sb_sse_meter_output(&m), 3);
 	sb_sse_meter_free(&m);
@@ -683,6 +685,90 @@ static void test_sse_anthropic(void **state)
 	sb_sse_meter_free(&m);
 }
 
+/* A report never lowers a count an earlier one gave: an OpenAI usage
+ * that comes again empty, an Anthropic message_delta whose input is 0. */
+static void test_sse_reports_never_lower(void **state)
+{
+	const char *openai = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1000,"
+			     "\"completion_tokens\":500,\"prompt_tokens_details\":"
+			     "{\"cached_tokens\":200}}}\n\n"
+			     "data: {\"choices\":[],\"usage\":{}}\n\ndata: [DONE]\n\n";
+	const char *anthropic =
+	    "data: {\"type\":\"message_start\",\"message\":{\"usage\":"
+	    "{\"input_tokens\":40,\"cache_read_input_tokens\":8,\"output_tokens\":1}}}"
+	    "\n\n"
+	    "data: {\"type\":\"message_delta\",\"usage\":{\"input_tokens\":0,"
+	    "\"output_tokens\":9}}\n\n";
+	struct sb_sse_meter m;
+
+	sb_sse_meter_init(&m, SB_API_OPENAI);
+	feed_split(&m, openai, 3);
+	assert_true(m.usage.known);
+	assert_int_equal(m.usage.input, 1000);
+	assert_int_equal(m.usage.cached, 200);
+	assert_int_equal(m.usage.output, 500);
+	sb_sse_meter_free(&m);
+	sb_sse_meter_init(&m, SB_API_ANTHROPIC);
+	feed_split(&m, anthropic, 64);
+	assert_true(m.usage.known);
+	assert_int_equal(m.usage.input, 48);
+	assert_int_equal(m.usage.cached, 8);
+	assert_int_equal(m.usage.output, 9);
+	sb_sse_meter_free(&m);
+}
+
+/* The stream is read as server-sent events: lines ended by CR alone (and
+ * a CRLF cut between its two bytes), an event's data over two lines, a
+ * byte order mark first; an event the stream's end cuts is not read. */
+static void test_sse_framing(void **state)
+{
+	const char *cr = "data: {\"choices\":[{\"delta\":{\"content\":\"abcd\"}}]}\r\r"
+			 "data: {\"choices\":[],\"usage\":{\"completion_tokens\":7}}\r\r";
+	const char *split =
+	    "\xef\xbb\xbf: a comment\r\n"
+	    "data: {\"choices\":[],\r\ndata: \"usage\":{\"prompt_tokens\":70,\r\n"
+	    "data:\"completion_tokens\":30}}\r\n\r\n"
+	    "data: {\"choices\":[],\"usage\":{\"completion_tokens\":900}}\n";
+	struct sb_sse_meter m;
+
+	for (size_t step = 1; step <= 64; step *= 2) {
+		sb_sse_meter_init(&m, SB_API_OPENAI);
+		feed_split(&m, cr, step);
+		assert_int_equal(m.out_bytes, 4);
+		assert_true(m.usage.known);
+		assert_int_equal(m.usage.output, 7);
+		sb_sse_meter_free(&m);
+		sb_sse_meter_init(&m, SB_API_OPENAI);
+		feed_split(&m, split, step);
+		assert_true(m.usage.known);
+		assert_int_equal(m.usage.input, 70);
+		assert_int_equal(m.usage.output, 30); /* not the cut event's */
+		sb_sse_meter_free(&m);
+	}
+}
+
+/* Counts past 64 bits saturate: an Anthropic input is the sum of three. */
+static void test_sse_counts_saturate(void **state)
+{
+	const char *s = "data: {\"type\":\"message_delta\",\"usage\":{"
+			"\"input_tokens\":9223372036854775807,"
+			"\"cache_read_input_tokens\":9223372036854775807,"
+			"\"cache_creation_input_tokens\":9223372036854775807,"
+			"\"output_tokens\":1}}\n\n";
+	struct sb_sse_meter m;
+	struct sb_usage u;
+
+	sb_sse_meter_init(&m, SB_API_ANTHROPIC);
+	feed_split(&m, s, 1000);
+	assert_true(m.usage.known);
+	assert_int_equal(m.usage.input, UINT64_MAX);
+	assert_int_equal(m.usage.cached, 9223372036854775807ull);
+	sb_sse_meter_free(&m);
+	sb_usage_from_body(SB_API_ANTHROPIC, s + 6, strlen(s) - 8, &u);
+	assert_true(u.known);
+	assert_int_equal(u.input, UINT64_MAX);
+}
+
 static void test_sse_long_line_refused(void **state)
 {
 	struct sb_sse_meter m;
@@ -693,6 +779,14 @@ static void test_sse_long_line_refused(void **state)
 	sb_sse_meter_init(&m, SB_API_OPENAI);
 	assert_int_equal(sb_sse_meter_feed(&m, big, 1u << 20), SB_OK);
 	assert_int_equal(sb_sse_meter_feed(&m, "yy", 2), SB_ERR_TOOBIG);
+	sb_sse_meter_free(&m);
+	/* an event's data, line after line, is bounded the same */
+	sb_sse_meter_init(&m, SB_API_OPENAI);
+	memcpy(big, "data: ", 6);
+	big[(1u << 19) - 1] = '\n';
+	assert_int_equal(sb_sse_meter_feed(&m, big, 1u << 19), SB_OK);
+	assert_int_equal(sb_sse_meter_feed(&m, big, 1u << 19), SB_OK);
+	assert_int_equal(sb_sse_meter_feed(&m, big, 1u << 19), SB_ERR_TOOBIG);
 	sb_sse_meter_free(&m);
 	free(big);
 }
@@ -844,6 +938,9 @@ int main(void)
 	    cmocka_unit_test(test_usage_from_bodies),
 	    cmocka_unit_test(test_sse_openai),
 	    cmocka_unit_test(test_sse_anthropic),
+	    cmocka_unit_test(test_sse_reports_never_lower),
+	    cmocka_unit_test(test_sse_framing),
+	    cmocka_unit_test(test_sse_counts_saturate),
 	    cmocka_unit_test(test_sse_long_line_refused),
 	    cmocka_unit_test(test_budget_caps_and_refuses),
 	    cmocka_unit_test(test_budget_reserves_every_choice),
