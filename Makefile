@@ -140,6 +140,11 @@ $(BUILD)/fuzz/fuzz_chan: tests/fuzz/fuzz_chan.c vmm/chan.c engine/mpack.c engine
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -o $@ $^ -lmsgpackc
 
+# the gateway's meter of a provider's stream, cut in every way
+$(BUILD)/fuzz/fuzz_sse: tests/fuzz/fuzz_sse.c engine/gateway/meter.c engine/gateway/models.c engine/gateway/secrets.c engine/home.c engine/proc.c engine/units.c engine/error.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $^ -ljansson -lsodium -lmsgpackc -lm
+
 # what the gateway forwards and reserves for a guest's request body
 $(BUILD)/fuzz/fuzz_mreq: tests/fuzz/fuzz_mreq.c engine/gateway/meter.c engine/gateway/models.c engine/gateway/secrets.c engine/home.c engine/proc.c engine/units.c engine/error.c
 	@mkdir -p $(dir $@)
