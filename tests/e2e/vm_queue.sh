@@ -67,4 +67,16 @@ while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); d
 out=$("$SB" attach "$C" 2>&1)
 case "$out" in *done-after*) ok "it starts once capacity frees, after the restart" ;; *) bad "restart queue" "$out" ;; esac
 "$SB" stop --wait "$B" >/dev/null
+# forks queue as runs do: with the parent holding one vCPU of two, one
+# fork of three starts and two wait
+P=$("$SB" run --detach --cpu 1 --memory 128M --name parent --group fq --timeout 300s -- sleep 600)
+i=0
+until [ "$(status "$P")" = running ] || [ $i -ge 120 ]; do sleep 0.5; i=$((i + 1)); done
+"$SB" snapshot "$P" >/dev/null || bad "snapshot" "of the parent"
+forks=$("$SB" fork "$P" --snapshot s0 -n 3 --detach) || bad "fork -n 3" "$forks"
+s=$(for f in $forks; do status "$f"; done | sort | tr '\n' ' ')
+[ "$s" = "queued queued running " ] && ok "fork -n 3: one starts, two queue" || bad "fork queue" "$s"
+"$SB" stop --wait --group fq >/dev/null
+s=$(for f in $forks; do status "$f"; done | sort | tr '\n' ' ')
+[ "$s" = "stopped stopped stopped " ] && ok "queued forks stop with their group" || bad "fork stop" "$s"
 exit $((failures > 0))
