@@ -1,5 +1,5 @@
 /* cmd_group.c - sanbox group: run a group file, list groups, inspect one,
- * stop or resume one. */
+ * stop, resume or fork one. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,6 +159,98 @@ static int group_run(int argc, char **argv)
 	}
 	sb_client_close(c);
 	cli_group_free(g);
+	return rc;
+}
+
+/* Sends group.fork of src as name; *rep holds the answer. */
+static int group_fork_as(sb_client *c, const char *src, const char *name,
+			 struct sb_reply *rep)
+{
+	struct cli_req r;
+
+	cli_req_begin(&r, "group.fork", 2);
+	sb_pack_kstr(&r.pk, "group", src);
+	sb_pack_kstr(&r.pk, "name", name);
+	return cli_call(c, &r, rep);
+}
+
+/* Prints the fork made (rep: group.fork's answer). */
+static void fork_print(const struct sb_reply *rep, int json)
+{
+	const msgpack_object *runs = sb_map_get(&rep->map, "runs");
+	char name[64] = "", id[SB_RUN_MAX] = "", cell[4 * 64 + 1];
+
+	if (json) {
+		cli_print_reply(&rep->map);
+		return;
+	}
+	sb_map_str(&rep->map, "group", name, sizeof name);
+	sb_map_str(&rep->map, "id", id, sizeof id);
+	cli_cell(name, 0, cell, sizeof cell);
+	printf("group %s (%s): %u runs\n", cell, id,
+	       runs && runs->type == MSGPACK_OBJECT_ARRAY ? runs->via.array.size : 0);
+	for (uint32_t i = 0; runs && runs->type == MSGPACK_OBJECT_ARRAY &&
+			     i < runs->via.array.size;
+	     i++)
+		if (runs->via.array.ptr[i].type == MSGPACK_OBJECT_STR)
+			printf("  %.*s\n", (int)runs->via.array.ptr[i].via.str.size,
+			       runs->via.array.ptr[i].via.str.ptr);
+}
+
+/* group fork SRC [--name NAME] [--detach] [--json]: every run of SRC from
+ * its newest snapshot, as a new group (default SRC-fork, then -fork-2...). */
+static int group_fork(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"name", required_argument, NULL, 'n'},
+		{"detach", no_argument, NULL, 'd'},
+		{"json", no_argument, NULL, 'j'},
+		CLI_OPT_HELP,
+		{NULL, 0, NULL, 0},
+	};
+	const char *name = NULL;
+	struct sb_reply rep;
+	char used[64];
+	sb_client *c;
+	int json = 0, detach = 0, ch, rc;
+
+	optind = 0;
+	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (ch) {
+		case 'n': name = optarg; break;
+		case 'd': detach = 1; break;
+		case 'j': json = 1; break;
+		case 'h': return cli_help("group");
+		default: return cli_badopt("group", argv, ch);
+		}
+	}
+	if (optind != argc - 1)
+		return cli_usage("group");
+	if (name && (rc = cli_check_name("--name", name)))
+		return rc;
+	if ((rc = cli_connect(1, &c)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	snprintf(used, sizeof used, "%s", name ? name : "");
+	if (!name)
+		snprintf(used, sizeof used, "%.50s-fork", argv[optind]);
+	for (unsigned k = 2; (rc = group_fork_as(c, argv[optind], used, &rep)) == SB_ERR_EXISTS &&
+			     !name && k <= GROUP_NAME_TRIES && !strncmp(sb_errmsg(rc), "group ", 6);
+	     k++) {
+		sb_reply_free(&rep);
+		snprintf(used, sizeof used, "%.50s-fork-%u", argv[optind], k % 100u);
+	}
+	if (rc == SB_OK) {
+		fork_print(&rep, json);
+		if (!detach && !json) {
+			char *wargv[] = {"wait", "--group", used, NULL};
+			optind = 0;
+			rc = cmd_wait(3, wargv);
+		}
+	} else {
+		rc = cli_fail_request(rc);
+	}
+	sb_reply_free(&rep);
+	sb_client_close(c);
 	return rc;
 }
 
@@ -379,5 +471,7 @@ int cmd_group(int argc, char **argv)
 
 	if (argc >= 2 && !strcmp(argv[1], "run"))
 		return group_run(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "fork"))
+		return group_fork(argc - 1, argv + 1);
 	return cli_sub_run(argc, argv, "group", subs, sizeof subs / sizeof subs[0]);
 }

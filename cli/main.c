@@ -142,6 +142,7 @@ static const struct cli_cmd commands[] = {
 	 "       sanbox group inspect GROUP [--json]\n"
 	 "       sanbox group stop GROUP\n"
 	 "       sanbox group resume GROUP\n"
+	 "       sanbox group fork GROUP [--name NAME] [--detach] [--json]\n"
 	 "\n"
 	 "run starts every run of a group file (YAML: the group's name, goal and\n"
 	 "budget, defaults, and its runs with the options of 'sanbox run'; see\n"
@@ -155,7 +156,9 @@ static const struct cli_cmd commands[] = {
 	 "group live instead (sanbox watch GROUP; q leaves the runs running).\n"
 	 "ls lists groups with their runs by status and their cost against their\n"
 	 "budget; inspect shows one with its runs; stop stops its live runs;\n"
-	 "resume resumes each of its ended runs from its last snapshot.\n"
+	 "resume resumes each of its ended runs from its last snapshot; fork forks\n"
+	 "each of its runs from its newest snapshot into a new group (GROUP-fork,\n"
+	 "else --name), with the same goal and budget, and waits as run does.\n"
 	 "  --name NAME   the group's name instead of the file's\n"
 	 "  --watch       the live view of the group ('sanbox watch GROUP')\n"
 	 "  --detach      print the group and its runs' ids and return\n"},

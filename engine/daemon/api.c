@@ -1070,6 +1070,26 @@ static int op_group_create(struct req *r)
 	return OP_LATER;
 }
 
+/* group.fork {group, name}: every run of group forked from its newest
+ * snapshot into a new group name; answered as group.create is. */
+static int op_group_fork(struct req *r)
+{
+	struct group_create *g = calloc(1, sizeof *g);
+	char src[64];
+	int rc;
+
+	if (!g)
+		return SB_ERR_NOMEM;
+	if ((rc = arg_str(r, "group", src, sizeof src, 1)) ||
+	    (rc = sb_spec_name(r->args, "name", g->name, sizeof g->name)) ||
+	    (rc = sb_runs_group_fork(r->e->runs, src, g->name, group_created, g))) {
+		free(g);
+		return rc;
+	}
+	g->r = r;
+	return OP_LATER;
+}
+
 /* Packs group g with its totals: its runs by status, its cost. */
 static int pack_group(struct req *r, msgpack_packer *pk, const struct sb_group *g)
 {
@@ -1314,6 +1334,7 @@ static const struct op {
     {"run.stop", op_run_stop, ON_LOOP | READS_PROJ},
     {"group.stop", op_group_stop, ON_LOOP | READS_PROJ},
     {"group.create", op_group_create, ON_LOOP},
+    {"group.fork", op_group_fork, ON_LOOP},
     {"groups.list", op_groups_list, READ_ONLY},
     {"group.get", op_group_get, READ_ONLY},
     {"run.snapshot", op_run_snapshot, ON_LOOP | READS_PROJ},

@@ -303,6 +303,8 @@ static void from_job(void *ctx)
 	if (!r->from.resume) /* its own name, else its id as a new run's */
 		snprintf(r->plan.name, sizeof r->plan.name, "%s",
 			 r->from.name[0] ? r->from.name : r->id);
+	if (!r->from.resume && r->from.group[0])
+		snprintf(r->plan.group, sizeof r->plan.group, "%s", r->from.group);
 	if ((rc = pack_from(r, &fb, &fev))) {
 		r->create.rc = rc;
 		goto out;
@@ -480,6 +482,7 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 		return SB_ERR_NOMEM;
 	}
 	snprintf(r->from.name, sizeof r->from.name, "%s", f->name ? f->name : "");
+	snprintf(r->from.group, sizeof r->from.group, "%s", f->group ? f->group : "");
 	if (f->resume) {
 		snprintf(r->id, sizeof r->id, "%s", f->run);
 	} else {

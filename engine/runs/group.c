@@ -242,3 +242,174 @@ int sb_runs_group_create(struct sb_runs *rs, const struct sb_group_req *q,
 	}
 	return rc;
 }
+
+/* --- a group forked: every run of one group, as a new group --- */
+
+struct fjob {
+	struct sb_runs *rs;
+	char src[SB_PLAN_NAME_MAX], name[SB_PLAN_NAME_MAX];
+	struct sb_group from;		/* src, as its projection has it */
+	char (*runs)[SB_RUN_MAX];	/* src's runs, in order */
+	char (*names)[SB_PLAN_NAME_MAX]; /* their names */
+	char (*forks)[SB_RUN_MAX];	/* the forks made */
+	size_t n, done;
+	char id[SB_RUN_MAX];
+	int rc;
+	char err[600];
+	sb_runs_group_fn cb;
+	void *ctx;
+};
+
+static void fjob_finish(struct fjob *f)
+{
+	int rc = f->rc ? sb_seterr(f->rc, "%s", f->err) : SB_OK;
+
+	f->cb(f->ctx, rc, f->id, f->forks, f->done);
+	free(f->runs);
+	free(f->names);
+	free(f->forks);
+	free(f);
+}
+
+static void fjob_fail(struct fjob *f, int rc, const char *prefix)
+{
+	f->rc = rc;
+	snprintf(f->err, sizeof f->err, "%s%s", prefix, sb_errmsg(rc));
+}
+
+/* Records group.created of the fork f. */
+static int fork_record(struct fjob *f)
+{
+	msgpack_sbuffer b;
+	msgpack_packer pk;
+	struct sb_event ev;
+	int rc;
+
+	msgpack_sbuffer_init(&b);
+	msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 6);
+	sb_pack_kstr(&pk, "name", f->name);
+	sb_pack_kstr(&pk, "goal", f->from.goal);
+	sb_pack_ku64(&pk, "budget_nusd", f->from.budget_nusd);
+	sb_pack_ku64(&pk, "planned", f->n);
+	sb_pack_kstr(&pk, "forked_from", f->src);
+	sb_pack_str(&pk, "runs");
+	msgpack_pack_array(&pk, f->n);
+	for (size_t i = 0; i < f->n; i++)
+		sb_pack_str(&pk, f->names[i]);
+	rc = b.data ? sb_event_init(&ev, "group.created", f->id, SB_SRC_HOST, b.data, b.size)
+		    : SB_ERR_NOMEM;
+	if (rc == SB_OK)
+		rc = sb_log_append(f->rs->env.log, &ev, 1);
+	msgpack_sbuffer_destroy(&b);
+	return rc;
+}
+
+/* On a worker: src's runs read, and reads as they end, then recorded. */
+static int fork_read(struct fjob *f)
+{
+	struct sb_group other;
+	struct sb_runstate st;
+	int rc;
+
+	if ((rc = sb_projector_catch_up(f->rs->env.proj, NULL)) ||
+	    (rc = sb_group_get(f->rs->env.proj, f->src, &f->from)))
+		return rc;
+	if (sb_group_get(f->rs->env.proj, f->name, &other) == SB_OK)
+		return sb_seterr(SB_ERR_EXISTS, "group %s exists (%llu runs): give the fork "
+						"another name",
+				 f->name, (unsigned long long)other.runs);
+	if ((rc = sb_group_runs(f->rs->env.proj, f->src, &f->runs, &f->n)))
+		return rc;
+	if (!f->n)
+		return sb_seterr(SB_ERR_INVAL, "group %s has no runs", f->src);
+	if (!(f->names = calloc(f->n, sizeof *f->names)) ||
+	    !(f->forks = calloc(f->n, sizeof *f->forks)))
+		return SB_ERR_NOMEM;
+	for (size_t i = 0; i < f->n; i++)
+		if (sb_runstate_get(f->rs->env.proj, f->runs[i], &st) == SB_OK)
+			snprintf(f->names[i], sizeof f->names[i], "%s", st.name);
+	return fork_record(f);
+}
+
+static void fork_next(struct fjob *f);
+
+static void fork_next_cb(void *ctx)
+{
+	fork_next(ctx);
+}
+
+static void fork_job(void *ctx)
+{
+	struct fjob *f = ctx;
+	int rc;
+
+	sb_clearerr();
+	if ((rc = fork_read(f)))
+		fjob_fail(f, rc, "");
+	if (sb_loop_post(f->rs->env.loop, fork_next_cb, f))
+		abort(); /* the loop cannot hear of it: nothing sane is left */
+}
+
+static void fork_one(void *ctx, int rc, const char *run)
+{
+	struct fjob *f = ctx;
+	char prefix[96];
+
+	if (rc) {
+		snprintf(prefix, sizeof prefix, "runs[%zu]: ", f->done);
+		fjob_fail(f, rc, prefix);
+		fjob_finish(f);
+		return;
+	}
+	snprintf(f->forks[f->done++], SB_RUN_MAX, "%s", run);
+	fork_next(f);
+}
+
+/* On the loop: forks src's next run into the new group, or answers. */
+static void fork_next(struct fjob *f)
+{
+	struct sb_runs_from from = {0};
+	const char *name = f->names ? f->names[f->done] : "";
+	int rc;
+
+	if (f->rc || f->done == f->n) {
+		fjob_finish(f);
+		return;
+	}
+	for (struct run *r = f->rs->live; r && name[0]; r = r->next)
+		if (!strcmp(r->plan.name, name))
+			name = ""; /* held by a live run: the fork goes by its id */
+	from.run = f->runs[f->done];
+	from.at = UINT64_MAX;
+	from.name = name[0] ? name : NULL;
+	from.group = f->name;
+	if ((rc = sb_runs_from(f->rs, &from, fork_one, f)))
+		fork_one(f, rc, NULL);
+}
+
+int sb_runs_group_fork(struct sb_runs *rs, const char *src, const char *name,
+		       sb_runs_group_fn cb, void *ctx)
+{
+	unsigned char raw[5];
+	struct fjob *f;
+	int rc;
+
+	if (!src[0] || strlen(src) >= SB_PLAN_NAME_MAX || !name[0] ||
+	    strlen(name) >= SB_PLAN_NAME_MAX)
+		return sb_seterr(SB_ERR_INVAL, "a group's name has 1 to %d bytes",
+				 SB_PLAN_NAME_MAX - 1);
+	if (!(f = calloc(1, sizeof *f)))
+		return SB_ERR_NOMEM;
+	f->rs = rs;
+	snprintf(f->src, sizeof f->src, "%s", src);
+	snprintf(f->name, sizeof f->name, "%s", name);
+	f->cb = cb;
+	f->ctx = ctx;
+	randombytes_buf(raw, sizeof raw);
+	memcpy(f->id, "g-", 2);
+	sodium_bin2hex(f->id + 2, sizeof f->id - 2, raw, sizeof raw);
+	if ((rc = sb_work_submit(rs->env.jobs, fork_job, f)))
+		free(f);
+	return rc;
+}

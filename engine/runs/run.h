@@ -36,6 +36,7 @@ struct sb_run_from {
 	uint64_t memory_bytes; /* > 0: the machine continues a memory snapshot */
 	char *prompt;	       /* a new prompt (owned), or NULL */
 	char name[SB_PLAN_NAME_MAX];
+	char group[SB_PLAN_NAME_MAX]; /* a fork's own group, or "": the run's */
 };
 
 /* A run's creation, handed from the loop to a worker and back. */

@@ -101,6 +101,17 @@ typedef void (*sb_runs_group_fn)(void *ctx, int rc, const char *group_id,
 int sb_runs_group_create(struct sb_runs *rs, const struct sb_group_req *q,
 			 sb_runs_group_fn cb, void *ctx);
 
+/* Forks every run of group src, each from its newest snapshot, into a new
+ * group name (its goal and budget src's): checks that src exists and name
+ * is no group's, records group.created, then forks the runs in src's
+ * order (each named as its run when no live run has that name, else by
+ * its id; each queued when it does not fit). cb as for
+ * sb_runs_group_create; a run that cannot be forked (no snapshot) ends it
+ * with "runs[N]: ..." and the forks before it go on. Errors (cb not
+ * called): SB_ERR_INVAL (a bad name), SB_ERR_NOMEM. */
+int sb_runs_group_fork(struct sb_runs *rs, const char *src, const char *name,
+		       sb_runs_group_fn cb, void *ctx);
+
 /* What a fork or a resume continues. */
 struct sb_runs_from {
 	const char *run;      /* the run continued */
@@ -110,6 +121,7 @@ struct sb_runs_from {
 	int resume;	      /* 1: run itself goes on (it must have ended);
 			       * 0: a new run (a fork), run is left as it is */
 	const char *name;     /* the fork's name (NULL: the run's) */
+	const char *group;    /* the fork's group (NULL: the run's) */
 	const char *prompt;   /* a new prompt for the harness, or NULL */
 };
 

@@ -58,6 +58,31 @@ echo "$out" | grep -q "numbers exited 0" && echo "$out" | grep -q "words exited 
 	echo "$out" | tail -1 | grep -q "^[0-9:]* total: 3 runs, 2 done, 1 failed" &&
 	ok "group run --watch prints the changes and the totals" || bad "--watch" "$out"
 
+# a group forked: each run from its newest snapshot, as a new group
+cat >"$tmp/small.yaml" <<'EOF'
+name: small
+budget: 1
+defaults: {memory: 128M, timeout: 5m, snapshots: stop}
+runs:
+  - {name: one, harness: "cat seen.txt 2>/dev/null; echo one > seen.txt"}
+  - {name: two, harness: "cat seen.txt 2>/dev/null; echo two > seen.txt"}
+EOF
+"$SB" group run "$tmp/small.yaml" >/dev/null || bad "small" "group run"
+out=$("$SB" group fork small 2>&1) && case "$out" in "group small-fork "*) true ;; *) false ;; esac &&
+	ok "group fork makes small-fork and waits for it" || bad "group fork" "$out"
+"$SB" group inspect small-fork --json >"$tmp/f.json"
+python3 - "$tmp/f.json" <<'EOF' && ok "the forks are the group's runs, named as theirs" || bad "fork runs" "$(cat "$tmp/f.json")"
+import json, sys
+g = json.load(open(sys.argv[1]))
+assert [r["name"] for r in g["runs"]] == ["one", "two"], g["runs"]
+assert all(r["parent"] and r["status"] == "exited" for r in g["runs"]), g["runs"]
+assert g["group"]["group"]["budget_nusd"] == 1000000000
+EOF
+for r in $(python3 -c 'import json,sys; print(" ".join(r["run"] for r in json.load(open(sys.argv[1]))["runs"]))' "$tmp/f.json"); do
+	"$SB" logs "$r" | grep -qE '^(one|two)$' || bad "fork disk" "$r: $("$SB" logs "$r")"
+done
+ok "each fork read its parent's file"
+
 # the same file again: the next name
 out=$("$SB" group run "$tmp/deal.yaml" --detach 2>&1) && case "$out" in *"group deal-2 "*) true ;; *) false ;; esac &&
 	ok "a taken name gets the next one" || bad "deal-2" "$out"
