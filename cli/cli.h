@@ -188,6 +188,7 @@ int cli_daemon_wait_gone(int ms);
 struct cli_req {
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
+	char op[32]; /* for the wait line of a slow call */
 };
 void cli_req_begin(struct cli_req *r, const char *op, size_t nargs);
 

@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -311,6 +312,7 @@ void cli_req_begin(struct cli_req *r, const char *op, size_t nargs)
 	msgpack_packer_init(&r->pk, &r->buf, msgpack_sbuffer_write);
 	msgpack_pack_map(&r->pk, nargs + 1 + (cli_token ? 1 : 0));
 	sb_pack_kstr(&r->pk, "op", op);
+	snprintf(r->op, sizeof r->op, "%s", op);
 	if (cli_token)
 		sb_pack_kstr(&r->pk, "token", cli_token);
 }
@@ -343,10 +345,52 @@ void cli_follow_live(struct sb_follow_opts *fo, const char *run)
 	fo->stop = &cli_detached;
 }
 
+/* A call the daemon takes its time over (a group started, a fork, a VM
+ * made): on a terminal, a line on stderr that counts the seconds from the
+ * first, cleared when the answer comes; nothing when stderr is not one. */
+struct wait_line {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done, shown;
+	const char *op;
+};
+
+static void *wait_line_main(void *arg)
+{
+	struct wait_line *w = arg;
+	struct timespec t0, t;
+	int secs = 0;
+
+	clock_gettime(CLOCK_REALTIME, &t0);
+	pthread_mutex_lock(&w->mu);
+	while (!w->done) {
+		t = t0;
+		t.tv_sec += ++secs;
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &t) == 0 || w->done)
+			break;
+		fprintf(stderr, "\r%s: waiting for sanboxd, %ds ", w->op, secs);
+		w->shown = 1;
+	}
+	if (w->shown)
+		fprintf(stderr, "\r%*s\r", (int)strlen(w->op) + 40, "");
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
 int cli_call(sb_client *c, struct cli_req *r, struct sb_reply *rep)
 {
+	struct wait_line w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, r->op};
+	pthread_t th;
+	int line = isatty(2) && pthread_create(&th, NULL, wait_line_main, &w) == 0;
 	int rc = sb_request(c, &r->buf, 60000, rep);
 
+	if (line) {
+		pthread_mutex_lock(&w.mu);
+		w.done = 1;
+		pthread_cond_signal(&w.cv);
+		pthread_mutex_unlock(&w.mu);
+		pthread_join(th, NULL);
+	}
 	msgpack_sbuffer_destroy(&r->buf);
 	return rc;
 }
