@@ -169,3 +169,187 @@ void sb_pack_kbool(msgpack_packer *pk, const char *key, int val)
 	else
 		msgpack_pack_false(pk);
 }
+
+int sb_pack_raw(msgpack_packer *pk, const void *bytes, size_t len)
+{
+	return pk->callback(pk->data, bytes, len) ? SB_ERR_NOMEM : SB_OK;
+}
+
+/* --- sb_mapw --- */
+
+/* Records err in m and in every map m is nested in, unless they have one. */
+static void mapw_fail(sb_mapw *m, int err)
+{
+	for (; m; m = m->up)
+		if (!m->err)
+			m->err = err;
+}
+
+/* m's packer writes here: straight into the buffer, while m is open, has
+ * no error and no nested map open (whose bytes would be cut in two). */
+static int mapw_write(void *data, const char *bytes, size_t len)
+{
+	sb_mapw *m = data;
+
+	if (m->ended) {
+		mapw_fail(m->up, SB_ERR_STATE);
+		return -1;
+	}
+	if (m->child)
+		mapw_fail(m, SB_ERR_STATE);
+	else if (!m->err && msgpack_sbuffer_write(m->buf, bytes, len))
+		mapw_fail(m, SB_ERR_NOMEM);
+	return m->err ? -1 : 0;
+}
+
+void sb_mapw_begin(sb_mapw *m, msgpack_packer *pk)
+{
+	memset(m, 0, sizeof *m);
+	msgpack_packer_init(&m->pk, m, mapw_write);
+	if (pk->callback == mapw_write) {
+		m->up = pk->data;
+		m->buf = m->up->buf;
+		if (m->up->child || m->up->ended)
+			mapw_fail(m->up, SB_ERR_STATE);
+		else
+			m->up->child = m;
+		m->err = m->up->err;
+	} else {
+		m->buf = pk->data;
+	}
+	m->start = m->buf->size;
+}
+
+int sb_mapw_begin_from(sb_mapw *m, msgpack_packer *pk, const void *map, size_t len)
+{
+	const uint8_t *p = map;
+	size_t head;
+
+	sb_mapw_begin(m, pk);
+	if (len >= 1 && p[0] >= 0x80 && p[0] <= 0x8f) {
+		head = 1;
+		m->n = p[0] & 0x0f;
+	} else if (len >= 3 && p[0] == 0xde) {
+		head = 3;
+		m->n = (uint32_t)p[1] << 8 | p[2];
+	} else if (len >= 5 && p[0] == 0xdf) {
+		head = 5;
+		m->n = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 |
+		       p[4];
+	} else {
+		mapw_fail(m, SB_ERR_CORRUPT);
+		return sb_seterr(SB_ERR_CORRUPT, "not a packed msgpack map");
+	}
+	return sb_pack_raw(&m->pk, p + head, len - head) ? m->err : SB_OK;
+}
+
+msgpack_packer *sb_mapw_pair(sb_mapw *m)
+{
+	if (m->n == UINT32_MAX)
+		mapw_fail(m, SB_ERR_TOOBIG);
+	else
+		m->n++;
+	return &m->pk;
+}
+
+msgpack_packer *sb_mapw_keyn(sb_mapw *m, const char *key, size_t n)
+{
+	msgpack_pack_str_with_body(sb_mapw_pair(m), key, n);
+	return &m->pk;
+}
+
+msgpack_packer *sb_mapw_key(sb_mapw *m, const char *key)
+{
+	return sb_mapw_keyn(m, key, strlen(key));
+}
+
+void sb_mapw_strn(sb_mapw *m, const char *key, const char *val, size_t n)
+{
+	msgpack_pack_str_with_body(sb_mapw_key(m, key), val, n);
+}
+
+void sb_mapw_str(sb_mapw *m, const char *key, const char *val)
+{
+	sb_mapw_strn(m, key, val, strlen(val));
+}
+
+void sb_mapw_bin(sb_mapw *m, const char *key, const void *val, size_t n)
+{
+	msgpack_pack_bin_with_body(sb_mapw_key(m, key), val, n);
+}
+
+void sb_mapw_u64(sb_mapw *m, const char *key, uint64_t val)
+{
+	msgpack_pack_uint64(sb_mapw_key(m, key), val);
+}
+
+void sb_mapw_i64(sb_mapw *m, const char *key, int64_t val)
+{
+	msgpack_pack_int64(sb_mapw_key(m, key), val);
+}
+
+void sb_mapw_bool(sb_mapw *m, const char *key, int val)
+{
+	msgpack_packer *pk = sb_mapw_key(m, key);
+
+	if (val)
+		msgpack_pack_true(pk);
+	else
+		msgpack_pack_false(pk);
+}
+
+void sb_mapw_nil(sb_mapw *m, const char *key)
+{
+	msgpack_pack_nil(sb_mapw_key(m, key));
+}
+
+/* The map header msgpack_pack_map packs, caught in a few bytes. */
+struct mapw_head {
+	char b[5];
+	size_t n;
+};
+
+static int head_write(void *data, const char *bytes, size_t len)
+{
+	struct mapw_head *h = data;
+
+	if (len > sizeof h->b - h->n)
+		return -1;
+	memcpy(h->b + h->n, bytes, len);
+	h->n += len;
+	return 0;
+}
+
+/* Puts m's header before its pairs. */
+static void mapw_put_head(sb_mapw *m)
+{
+	struct mapw_head h = {.n = 0};
+	msgpack_packer hp;
+	size_t body = m->buf->size - m->start;
+
+	msgpack_packer_init(&hp, &h, head_write);
+	if (msgpack_pack_map(&hp, m->n) || msgpack_sbuffer_write(m->buf, h.b, h.n)) {
+		mapw_fail(m, SB_ERR_NOMEM);
+		return;
+	}
+	memmove(m->buf->data + m->start + h.n, m->buf->data + m->start, body);
+	memcpy(m->buf->data + m->start, h.b, h.n);
+}
+
+int sb_mapw_end(sb_mapw *m)
+{
+	if (m->ended)
+		return sb_seterr(SB_ERR_STATE, "a msgpack map ended twice");
+	m->ended = 1;
+	if (m->up && m->up->child == m)
+		m->up->child = NULL;
+	if (m->child || m->buf->size < m->start)
+		mapw_fail(m, SB_ERR_STATE); /* a nested map left open */
+	if (!m->err)
+		mapw_put_head(m);
+	if (!m->err)
+		return SB_OK;
+	if (m->buf->size > m->start)
+		m->buf->size = m->start;
+	return sb_seterr(m->err, "cannot pack a msgpack map: %s", sb_strerror(m->err));
+}
