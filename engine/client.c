@@ -81,19 +81,21 @@ static int backlog_send(sb_client *c, const struct follow_state *s, uint64_t fro
 {
 	msgpack_sbuffer req;
 	msgpack_packer pk;
+	sb_mapw m;
 	int rc;
 
 	msgpack_sbuffer_init(&req);
 	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 5 + !!s->o->token);
-	sb_pack_kstr(&pk, "op", "events.read");
-	sb_pack_kstr(&pk, "run", s->o->run);
-	sb_pack_ku64(&pk, "from", from);
-	sb_pack_ku64(&pk, "limit", 10000);
-	sb_pack_kbool(&pk, "records", 1); /* stored records, not repacked */
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_str(&m, "op", "events.read");
+	sb_mapw_str(&m, "run", s->o->run);
+	sb_mapw_u64(&m, "from", from);
+	sb_mapw_u64(&m, "limit", 10000);
+	sb_mapw_bool(&m, "records", 1); /* stored records, not repacked */
 	if (s->o->token)
-		sb_pack_kstr(&pk, "token", s->o->token);
-	rc = req.data ? sb_client_send(c, req.data, req.size, 30000, call) : SB_ERR_NOMEM;
+		sb_mapw_str(&m, "token", s->o->token);
+	if ((rc = sb_mapw_end(&m)) == SB_OK)
+		rc = sb_client_send(c, req.data, req.size, 30000, call);
 	msgpack_sbuffer_destroy(&req);
 	return rc;
 }

@@ -349,7 +349,9 @@ int sb_mapw_end(sb_mapw *m)
 		mapw_put_head(m);
 	if (!m->err)
 		return SB_OK;
-	if (m->buf->size > m->start)
+	if (m->buf->size > m->start) { /* zeroed: they may hold a secret */
+		memset(m->buf->data + m->start, 0, m->buf->size - m->start);
 		m->buf->size = m->start;
+	}
 	return sb_seterr(m->err, "cannot pack a msgpack map: %s", sb_strerror(m->err));
 }

@@ -135,8 +135,8 @@ void sb_mapw_nil(sb_mapw *m, const char *key);
  * in it: SB_ERR_NOMEM (a write into the buffer failed), SB_ERR_STATE (a
  * nested map left open, or m ended twice), SB_ERR_TOOBIG (more than
  * UINT32_MAX pairs), SB_ERR_CORRUPT (see sb_mapw_begin_from). On an error
- * but the second end, the buffer is cut back to where m began, and the map
- * m is nested in fails too. */
+ * but the second end, the buffer is cut back to where m began (the bytes
+ * cut are zeroed), and the map m is nested in fails too. */
 int sb_mapw_end(sb_mapw *m);
 
 #endif

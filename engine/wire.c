@@ -7,19 +7,19 @@
 #include "engine/payload.h"
 #include "engine/log/record.h"
 
-int sb_wire_pack_event(msgpack_sbuffer *buf, msgpack_packer *pk, const struct sb_event *ev)
+int sb_wire_pack_event(msgpack_packer *pk, const struct sb_event *ev)
 {
-	msgpack_pack_map(pk, 7);
-	sb_pack_ku64(pk, "offset", ev->offset);
-	sb_pack_ku64(pk, "seq", ev->seq);
-	sb_pack_ku64(pk, "ts", ev->ts_ns);
-	sb_pack_kstr(pk, "type", ev->type);
-	sb_pack_kstr(pk, "run", ev->run);
-	sb_pack_kstr(pk, "source", sb_source_name(ev->source));
-	sb_pack_str(pk, "payload");
-	if (msgpack_sbuffer_write(buf, (const char *)ev->payload, ev->payload_len))
-		return SB_ERR_NOMEM;
-	return SB_OK;
+	sb_mapw m;
+
+	sb_mapw_begin(&m, pk);
+	sb_mapw_u64(&m, "offset", ev->offset);
+	sb_mapw_u64(&m, "seq", ev->seq);
+	sb_mapw_u64(&m, "ts", ev->ts_ns);
+	sb_mapw_str(&m, "type", ev->type);
+	sb_mapw_str(&m, "run", ev->run);
+	sb_mapw_str(&m, "source", sb_source_name(ev->source));
+	sb_pack_raw(sb_mapw_key(&m, "payload"), ev->payload, ev->payload_len);
+	return sb_mapw_end(&m);
 }
 
 int sb_wire_unpack_event(const msgpack_object *o, struct sb_event *ev, const msgpack_object **payload)

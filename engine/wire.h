@@ -16,9 +16,9 @@
 
 #define SB_VERSION "0.1.0" /* the release, as health and sanbox version give it */
 
-/* Packs ev as a wire event into buf through pk (pk writes to buf).
- * Errors: SB_ERR_NOMEM. */
-int sb_wire_pack_event(msgpack_sbuffer *buf, msgpack_packer *pk, const struct sb_event *ev);
+/* Packs ev as a wire event map through pk (as sb_mapw_begin's, engine/mpack.h).
+ * Errors: as sb_mapw_end. */
+int sb_wire_pack_event(msgpack_packer *pk, const struct sb_event *ev);
 
 /* Reads a wire event map into ev (ev->payload is not set) and *payload
  * (borrowed from o). Errors: SB_ERR_PROTO. */

@@ -242,22 +242,24 @@ static void slot_give(sb_net *n, unsigned k)
 	pthread_mutex_unlock(&n->lock);
 }
 
-void sb_net_iface_pack(const struct sb_net_iface *f, msgpack_packer *pk)
+int sb_net_iface_pack(const struct sb_net_iface *f, msgpack_packer *pk)
 {
 	char mac[18];
+	sb_mapw m;
 
 	snprintf(mac, sizeof mac, "%02x:%02x:%02x:%02x:%02x:%02x", f->mac[0], f->mac[1],
 		 f->mac[2], f->mac[3], f->mac[4], f->mac[5]);
-	msgpack_pack_map(pk, f->guest6[0] ? 7 : 4);
-	sb_pack_kstr(pk, "mac", mac);
-	sb_pack_kstr(pk, "addr4", f->guest4);
-	sb_pack_ku64(pk, "prefix4", (uint64_t)f->prefix4);
-	sb_pack_kstr(pk, "gw4", f->host4);
+	sb_mapw_begin(&m, pk);
+	sb_mapw_str(&m, "mac", mac);
+	sb_mapw_str(&m, "addr4", f->guest4);
+	sb_mapw_u64(&m, "prefix4", (uint64_t)f->prefix4);
+	sb_mapw_str(&m, "gw4", f->host4);
 	if (f->guest6[0]) {
-		sb_pack_kstr(pk, "addr6", f->guest6);
-		sb_pack_ku64(pk, "prefix6", (uint64_t)f->prefix6);
-		sb_pack_kstr(pk, "gw6", f->host6);
+		sb_mapw_str(&m, "addr6", f->guest6);
+		sb_mapw_u64(&m, "prefix6", (uint64_t)f->prefix6);
+		sb_mapw_str(&m, "gw6", f->host6);
 	}
+	return sb_mapw_end(&m);
 }
 
 /* --- the enforcer's thread --- */

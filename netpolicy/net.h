@@ -75,8 +75,9 @@ struct sb_net_iface {
 };
 
 /* Packs f as a map {mac, addr4, prefix4, gw4, and with IPv6 addr6,
- * prefix6, gw6}: the "net" of the guest's SPEC and RESTORED frames. */
-void sb_net_iface_pack(const struct sb_net_iface *f, msgpack_packer *pk);
+ * prefix6, gw6}: the "net" of the guest's SPEC and RESTORED frames. pk is
+ * as sb_mapw_begin's. Errors: as sb_mapw_end. */
+int sb_net_iface_pack(const struct sb_net_iface *f, msgpack_packer *pk);
 
 /* Makes the host's enforcer (nothing touches the host's network yet).
  * Errors: SB_ERR_INVAL (a bad subnet or resolver: the detail names it),

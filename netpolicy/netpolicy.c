@@ -234,12 +234,13 @@ int sb_netpolicy_resolve(const msgpack_object *spec, const struct sb_netpolicy *
 	return SB_OK;
 }
 
-void sb_netpolicy_pack(const struct sb_netpolicy *p, msgpack_packer *pk)
+void sb_netpolicy_pack(const struct sb_netpolicy *p, sb_mapw *m)
 {
 	char grant[SB_NET_HOST_MAX + 32];
+	msgpack_packer *pk;
 
-	sb_pack_kstr(pk, "network", mode_names[p->mode]);
-	sb_pack_str(pk, "allow");
+	sb_mapw_str(m, "network", mode_names[p->mode]);
+	pk = sb_mapw_key(m, "allow");
 	msgpack_pack_array(pk, p->ngrants);
 	for (size_t i = 0; i < p->ngrants; i++) {
 		sb_net_grant_format(&p->grants[i], grant, sizeof grant);

@@ -16,6 +16,8 @@
 #define SB_NETPOLICY_H
 
 #include <msgpack.h>
+
+#include "engine/mpack.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,8 +63,8 @@ void sb_net_grant_format(const struct sb_net_grant *g, char *buf, size_t cap);
 int sb_netpolicy_resolve(const msgpack_object *spec, const struct sb_netpolicy *dflt,
 			 struct sb_netpolicy *p);
 
-/* Packs "network" (the mode's name) and "allow" (the grants as text): 2
- * key/value pairs, for the caller's map. */
-void sb_netpolicy_pack(const struct sb_netpolicy *p, msgpack_packer *pk);
+/* Packs "network" (the mode's name) and "allow" (the grants as text) into
+ * the caller's map m. Errors are m's (sb_mapw_end). */
+void sb_netpolicy_pack(const struct sb_netpolicy *p, sb_mapw *m);
 
 #endif

@@ -7,19 +7,21 @@
 #include "engine/payload.h"
 #include "projections/projection.h"
 
-void sb_fields_pack(const struct sb_fdesc *f, size_t n, const void *s, msgpack_packer *pk)
+int sb_fields_pack(const struct sb_fdesc *f, size_t n, const void *s, msgpack_packer *pk)
 {
 	const char *base = s;
+	sb_mapw map;
 
-	msgpack_pack_map(pk, n);
+	sb_mapw_begin(&map, pk);
 	for (size_t i = 0; i < n; i++) {
 		const void *m = base + f[i].off;
 		switch (f[i].kind) {
-		case SB_FK_STR: sb_pack_kstr(pk, f[i].name, m); break;
-		case SB_FK_U64: sb_pack_ku64(pk, f[i].name, *(const uint64_t *)m); break;
-		case SB_FK_I64: sb_pack_ki64(pk, f[i].name, *(const int64_t *)m); break;
+		case SB_FK_STR: sb_mapw_str(&map, f[i].name, m); break;
+		case SB_FK_U64: sb_mapw_u64(&map, f[i].name, *(const uint64_t *)m); break;
+		case SB_FK_I64: sb_mapw_i64(&map, f[i].name, *(const int64_t *)m); break;
 		}
 	}
+	return sb_mapw_end(&map);
 }
 
 int sb_fields_unpack(const struct sb_fdesc *f, size_t n, const msgpack_object *map, void *s)
@@ -76,8 +78,8 @@ int sb_fields_store(struct sb_proj_txn *t, const void *key, size_t klen, const s
 
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	sb_fields_pack(f, n, s, &pk);
-	rc = buf.data ? sb_proj_put(t, key, klen, buf.data, buf.size) : SB_ERR_NOMEM;
+	if ((rc = sb_fields_pack(f, n, s, &pk)) == SB_OK)
+		rc = sb_proj_put(t, key, klen, buf.data, buf.size);
 	msgpack_sbuffer_destroy(&buf);
 	return rc;
 }

@@ -19,8 +19,9 @@ struct sb_fdesc {
 #define SB_FU64(T, m) {#m, SB_FK_U64, offsetof(T, m), 8}
 #define SB_FI64(T, m) {#m, SB_FK_I64, offsetof(T, m), 8}
 
-/* Packs the n fields of s as one map in table order. */
-void sb_fields_pack(const struct sb_fdesc *f, size_t n, const void *s, msgpack_packer *pk);
+/* Packs the n fields of s as one map in table order. pk is as
+ * sb_mapw_begin's. Errors: as sb_mapw_end. */
+int sb_fields_pack(const struct sb_fdesc *f, size_t n, const void *s, msgpack_packer *pk);
 
 /* Fills s from map; unknown keys are ignored, missing ones left as they are.
  * Errors: SB_ERR_CORRUPT (not a map, or a value of the wrong type). */

@@ -215,7 +215,7 @@ out:
 	return rc;
 }
 
-void sb_group_pack(const struct sb_group *g, msgpack_packer *pk)
+int sb_group_pack(const struct sb_group *g, msgpack_packer *pk)
 {
-	sb_fields_pack(group_fields, NF, g, pk);
+	return sb_fields_pack(group_fields, NF, g, pk);
 }

@@ -25,9 +25,9 @@ static const struct sb_fdesc rs_fields[] = {
 };
 #define NF (sizeof rs_fields / sizeof rs_fields[0])
 
-void sb_runstate_pack(const struct sb_runstate *rs, msgpack_packer *pk)
+int sb_runstate_pack(const struct sb_runstate *rs, msgpack_packer *pk)
 {
-	sb_fields_pack(rs_fields, NF, rs, pk);
+	return sb_fields_pack(rs_fields, NF, rs, pk);
 }
 
 int sb_runstate_unpack(const msgpack_object *map, struct sb_runstate *rs)

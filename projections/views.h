@@ -63,8 +63,9 @@ struct sb_runstate {
 void sb_runstate_fold(struct sb_runstate *rs, const struct sb_event *ev,
 		      const msgpack_object *map);
 
-/* Packs rs as a msgpack map with a fixed key order. */
-void sb_runstate_pack(const struct sb_runstate *rs, msgpack_packer *pk);
+/* Packs rs as a msgpack map with a fixed key order. pk is as
+ * sb_mapw_begin's (engine/mpack.h). Errors: as sb_mapw_end. */
+int sb_runstate_pack(const struct sb_runstate *rs, msgpack_packer *pk);
 
 /* Fills rs from a map made by sb_runstate_pack (missing keys stay zero).
  * Errors: SB_ERR_CORRUPT. */
@@ -143,7 +144,8 @@ int sb_group_runs(sb_projector *p, const char *name, char (**runs)[SB_RUN_MAX], 
  * Errors: SB_ERR_CORRUPT, SB_ERR_IO, SB_ERR_NOMEM. */
 int sb_group_each(sb_projector *p, int (*fn)(void *ctx, const struct sb_group *g), void *ctx);
 
-/* Packs g as a msgpack map with a fixed key order. */
-void sb_group_pack(const struct sb_group *g, msgpack_packer *pk);
+/* Packs g as a msgpack map with a fixed key order. pk is as
+ * sb_mapw_begin's (engine/mpack.h). Errors: as sb_mapw_end. */
+int sb_group_pack(const struct sb_group *g, msgpack_packer *pk);
 
 #endif

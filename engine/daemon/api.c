@@ -43,7 +43,7 @@ struct req {
 	const msgpack_object *args;
 	msgpack_object argv;
 	msgpack_sbuffer *out, outbuf;
-	msgpack_packer pk;
+	sb_mapw reply; /* {ok: true, ...}: the op packs its fields into it */
 	int caught_up;	      /* the projections caught up for it */
 	char run[SB_RUN_MAX]; /* the run it stops */
 };
@@ -59,13 +59,6 @@ static void catch_up(struct req *r)
 		return;
 	sb_projector_catch_up(r->e->proj, NULL);
 	r->caught_up = 1;
-}
-
-/* Starts a success reply with n fields after "ok". */
-static void reply_begin(struct req *r, size_t n)
-{
-	msgpack_pack_map(&r->pk, n + 1);
-	sb_pack_kbool(&r->pk, "ok", 1);
 }
 
 /* Copies the string argument key into buf; errors name the argument. */
@@ -103,24 +96,25 @@ static int arg_u64(struct req *r, const char *key, uint64_t dflt, uint64_t *out)
 	return SB_OK;
 }
 
-static void pack_sp_stats(msgpack_packer *pk, const char *key, sb_sp *s)
+static void pack_sp_stats(sb_mapw *reply, const char *key, sb_sp *s)
 {
 	struct sb_sp_stats st;
+	sb_mapw m;
 
-	sb_pack_str(pk, key);
 	if (!s) {
-		msgpack_pack_nil(pk);
+		sb_mapw_nil(reply, key);
 		return;
 	}
 	sb_sp_stats(s, &st);
-	msgpack_pack_map(pk, 7);
-	sb_pack_ku64(pk, "conns", st.conns);
-	sb_pack_ku64(pk, "accepted", st.accepted);
-	sb_pack_ku64(pk, "refused_conns", st.refused_conns);
-	sb_pack_ku64(pk, "dropped_conns", st.dropped_conns);
-	sb_pack_ku64(pk, "requests", st.requests);
-	sb_pack_ku64(pk, "denied", st.denied);
-	sb_pack_ku64(pk, "pub_dropped", st.pub_dropped);
+	sb_mapw_begin(&m, sb_mapw_key(reply, key));
+	sb_mapw_u64(&m, "conns", st.conns);
+	sb_mapw_u64(&m, "accepted", st.accepted);
+	sb_mapw_u64(&m, "refused_conns", st.refused_conns);
+	sb_mapw_u64(&m, "dropped_conns", st.dropped_conns);
+	sb_mapw_u64(&m, "requests", st.requests);
+	sb_mapw_u64(&m, "denied", st.denied);
+	sb_mapw_u64(&m, "pub_dropped", st.pub_dropped);
+	sb_mapw_end(&m);
 }
 
 static int op_health(struct req *r)
@@ -130,21 +124,19 @@ static int op_health(struct req *r)
 
 	/* a live daemon answers health: a log it cannot read is a nil
 	 * last_offset and log_error, never 0 events */
-	reply_begin(r, lrc ? 8 : 7);
 	if (lrc)
-		sb_pack_kstr(&r->pk, "log_error", sb_errmsg(lrc));
-	sb_pack_kstr(&r->pk, "version", SB_VERSION);
-	sb_pack_ku64(&r->pk, "pid", (uint64_t)getpid());
-	sb_pack_str(&r->pk, "last_offset");
+		sb_mapw_str(&r->reply, "log_error", sb_errmsg(lrc));
+	sb_mapw_str(&r->reply, "version", SB_VERSION);
+	sb_mapw_u64(&r->reply, "pid", (uint64_t)getpid());
 	if (lrc)
-		msgpack_pack_nil(&r->pk);
+		sb_mapw_nil(&r->reply, "last_offset");
 	else
-		msgpack_pack_uint64(&r->pk, last);
-	sb_pack_ku64(&r->pk, "checkpoint", sb_projector_checkpoint(r->e->proj));
-	sb_pack_ku64(&r->pk, "uptime_s",
+		sb_mapw_u64(&r->reply, "last_offset", last);
+	sb_mapw_u64(&r->reply, "checkpoint", sb_projector_checkpoint(r->e->proj));
+	sb_mapw_u64(&r->reply, "uptime_s",
 		     (uint64_t)((double)sb_now_ms() / 1000 - r->e->started));
-	pack_sp_stats(&r->pk, "local", r->e->local);
-	pack_sp_stats(&r->pk, "remote", r->e->remote);
+	pack_sp_stats(&r->reply, "local", r->e->local);
+	pack_sp_stats(&r->reply, "remote", r->e->remote);
 	return SB_OK;
 }
 
@@ -235,8 +227,7 @@ static int op_run_resolve(struct req *r)
 
 	if (rc)
 		return rc;
-	reply_begin(r, 1);
-	sb_pack_kstr(&r->pk, "run", run);
+	sb_mapw_str(&r->reply, "run", run);
 	return SB_OK;
 }
 
@@ -311,6 +302,7 @@ static int op_events_read(struct req *r)
 	sb_log_iter *it;
 	struct sb_event ev;
 	const void *rec;
+	msgpack_packer *pk;
 	uint8_t *count;
 	size_t at, len;
 	int rc, records;
@@ -343,10 +335,9 @@ static int op_events_read(struct req *r)
 		return rc;
 	/* The events go straight into the reply, after an array32 header
 	 * whose count is filled in at the end; the other fields follow. */
-	reply_begin(r, 4);
-	sb_pack_str(&r->pk, records ? "records" : "events");
+	pk = sb_mapw_key(&r->reply, records ? "records" : "events");
 	at = r->out->size;
-	if (msgpack_sbuffer_write(r->out, "\xdd\0\0\0\0", 5)) {
+	if (sb_pack_raw(pk, "\xdd\0\0\0\0", 5)) {
 		sb_log_iter_close(it);
 		return SB_ERR_NOMEM;
 	}
@@ -358,8 +349,8 @@ static int op_events_read(struct req *r)
 		next = ev.offset + 1;
 		if (!type_wanted(types, ev.type))
 			continue;
-		rc = records ? sb_wire_pack_record(&r->pk, rec, len)
-			     : sb_wire_pack_event(r->out, &r->pk, &ev);
+		rc = records ? sb_wire_pack_record(pk, rec, len)
+			     : sb_wire_pack_event(pk, &ev);
 		if (rc)
 			break;
 		n++;
@@ -370,20 +361,23 @@ static int op_events_read(struct req *r)
 	count = (uint8_t *)r->out->data + at + 1;
 	for (int i = 3; i >= 0; i--, n >>= 8)
 		count[i] = (uint8_t)n;
-	sb_pack_ku64(&r->pk, "next", next);
-	sb_pack_ku64(&r->pk, "last_offset", last);
-	sb_pack_kbool(&r->pk, "end", rc == SB_END);
+	sb_mapw_u64(&r->reply, "next", next);
+	sb_mapw_u64(&r->reply, "last_offset", last);
+	sb_mapw_bool(&r->reply, "end", rc == SB_END);
 	return SB_OK;
 }
 
 static void pack_cost(msgpack_packer *pk, const struct sb_cost *c)
 {
-	msgpack_pack_map(pk, 5);
-	sb_pack_ku64(pk, "input_tokens", c->input_tokens);
-	sb_pack_ku64(pk, "output_tokens", c->output_tokens);
-	sb_pack_ku64(pk, "cached_tokens", c->cached_tokens);
-	sb_pack_ku64(pk, "cost_nusd", c->cost_nusd);
-	sb_pack_ku64(pk, "calls", c->calls);
+	sb_mapw m;
+
+	sb_mapw_begin(&m, pk);
+	sb_mapw_u64(&m, "input_tokens", c->input_tokens);
+	sb_mapw_u64(&m, "output_tokens", c->output_tokens);
+	sb_mapw_u64(&m, "cached_tokens", c->cached_tokens);
+	sb_mapw_u64(&m, "cost_nusd", c->cost_nusd);
+	sb_mapw_u64(&m, "calls", c->calls);
+	sb_mapw_end(&m);
 }
 
 /* Items packed into a buffer of their own while they are counted, then
@@ -401,14 +395,14 @@ static void items_init(struct items *it)
 	it->n = 0;
 }
 
-/* Replies {ok, key: [the items]}; the caller frees it->buf. */
+/* Puts key: [the items] into the reply; the caller frees it->buf. */
 static void items_reply(struct req *r, const char *key, struct items *it)
 {
-	reply_begin(r, 1);
-	sb_pack_str(&r->pk, key);
-	msgpack_pack_array(&r->pk, it->n);
+	msgpack_packer *pk = sb_mapw_key(&r->reply, key);
+
+	msgpack_pack_array(pk, it->n);
 	if (it->n)
-		msgpack_sbuffer_write(r->out, it->buf.data, it->buf.size);
+		sb_pack_raw(pk, it->buf.data, it->buf.size);
 }
 
 struct list_ctx {
@@ -451,15 +445,14 @@ static int pack_first_payload(struct req *r, const char *run, const char *type,
 	struct sb_event ev;
 	int rc;
 
-	sb_pack_str(&r->pk, key);
 	if ((rc = sb_log_iter_open_run(r->e->log, run, 1, &it)))
 		return rc;
 	while ((rc = sb_log_iter_next(it, &ev)) == SB_OK && strcmp(ev.type, type))
 		;
 	if (rc == SB_OK)
-		msgpack_sbuffer_write(r->out, (const char *)ev.payload, ev.payload_len);
+		sb_pack_raw(sb_mapw_key(&r->reply, key), ev.payload, ev.payload_len);
 	else
-		msgpack_pack_nil(&r->pk);
+		sb_mapw_nil(&r->reply, key);
 	sb_log_iter_close(it);
 	return rc == SB_END ? SB_OK : rc;
 }
@@ -474,11 +467,8 @@ static int op_run_get(struct req *r)
 	if ((rc = arg_run(r, run)) || (rc = sb_runstate_get(r->e->proj, run, &rs)) ||
 	    (rc = sb_costs_get(r->e->proj, "run", run, &cost)))
 		return rc;
-	reply_begin(r, 4);
-	sb_pack_str(&r->pk, "run");
-	sb_runstate_pack(&rs, &r->pk);
-	sb_pack_str(&r->pk, "cost");
-	pack_cost(&r->pk, &cost);
+	sb_runstate_pack(&rs, sb_mapw_key(&r->reply, "run"));
+	pack_cost(sb_mapw_key(&r->reply, "cost"), &cost);
 	if ((rc = pack_first_payload(r, run, "run.created", "created")) ||
 	    (rc = pack_first_payload(r, run, "run.policy.resolved", "policy")))
 		return rc;
@@ -499,9 +489,7 @@ static int op_costs(struct req *r)
 	catch_up(r);
 	if ((rc = sb_costs_get(r->e->proj, scope, id, &c)))
 		return rc;
-	reply_begin(r, 1);
-	sb_pack_str(&r->pk, "cost");
-	pack_cost(&r->pk, &c);
+	pack_cost(sb_mapw_key(&r->reply, "cost"), &c);
 	return SB_OK;
 }
 
@@ -516,7 +504,7 @@ static int op_events_append(struct req *r)
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
 	struct sb_event ev;
-	uint32_t n = 0;
+	sb_mapw m;
 	int rc;
 
 	if ((rc = arg_run(r, run)) || (rc = arg_str(r, "type", type, sizeof type, 1)))
@@ -525,26 +513,23 @@ static int op_events_append(struct req *r)
 		return sb_seterr(SB_ERR_INVAL, "argument 'payload' must be a map");
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	for (uint32_t i = 0; i < payload->via.map.size; i++)
-		n += !sb_obj_is_str(&payload->via.map.ptr[i].key, "by");
-	msgpack_pack_map(&pk, n + 1);
+	sb_mapw_begin(&m, &pk);
 	for (uint32_t i = 0; i < payload->via.map.size; i++) {
 		const msgpack_object_kv *kv = &payload->via.map.ptr[i];
 		if (sb_obj_is_str(&kv->key, "by"))
 			continue;
-		msgpack_pack_object(&pk, kv->key);
-		msgpack_pack_object(&pk, kv->val);
+		msgpack_pack_object(sb_mapw_pair(&m), kv->key);
+		msgpack_pack_object(&m.pk, kv->val);
 	}
-	sb_pack_kstr(&pk, "by", r->who);
-	rc = buf.data ? sb_event_init(&ev, type, run, SB_SRC_OPERATOR, buf.data, buf.size)
-		      : SB_ERR_NOMEM;
+	sb_mapw_str(&m, "by", r->who);
+	if ((rc = sb_mapw_end(&m)) == SB_OK)
+		rc = sb_event_init(&ev, type, run, SB_SRC_OPERATOR, buf.data, buf.size);
 	if (rc == SB_OK)
 		rc = sb_log_append(r->e->log, &ev, 1);
 	msgpack_sbuffer_destroy(&buf);
 	if (rc)
 		return rc;
-	reply_begin(r, 1);
-	sb_pack_ku64(&r->pk, "offset", ev.offset);
+	sb_mapw_u64(&r->reply, "offset", ev.offset);
 	return SB_OK;
 }
 
@@ -597,8 +582,7 @@ static int op_run_stop(struct req *r)
 static void reply_one(struct req *r, int rc, const char *key, const char *val)
 {
 	if (rc == SB_OK) {
-		reply_begin(r, 1);
-		sb_pack_kstr(&r->pk, key, val);
+		sb_mapw_str(&r->reply, key, val);
 	}
 	req_finish(r, rc);
 }
@@ -629,8 +613,7 @@ static void run_synced(void *ctx, int rc)
 	struct req *r = ctx;
 
 	if (rc == SB_OK) {
-		reply_begin(r, 1);
-		sb_pack_kbool(&r->pk, "synced", 1);
+		sb_mapw_bool(&r->reply, "synced", 1);
 	}
 	req_finish(r, rc);
 }
@@ -650,17 +633,16 @@ static int op_space(struct req *r)
 		tmpl = sb_du(path);
 	if (sb_home_path(r->e->home, "cache", path, sizeof path) == SB_OK)
 		cache = sb_du(path);
-	reply_begin(r, 10);
-	sb_pack_ku64(&r->pk, "runs", u.nruns);
-	sb_pack_ku64(&r->pk, "runs_bytes", u.runs);
-	sb_pack_ku64(&r->pk, "snapshots", u.nsnapshots);
-	sb_pack_ku64(&r->pk, "snapshots_bytes", u.snapshots);
-	sb_pack_ku64(&r->pk, "memory_snapshots", u.nmemory);
-	sb_pack_ku64(&r->pk, "memory_bytes", u.memory);
-	sb_pack_ku64(&r->pk, "templates_bytes", tmpl);
-	sb_pack_ku64(&r->pk, "cache_bytes", cache);
-	sb_pack_ku64(&r->pk, "blobs_bytes", blobs);
-	sb_pack_ku64(&r->pk, "log_bytes", log);
+	sb_mapw_u64(&r->reply, "runs", u.nruns);
+	sb_mapw_u64(&r->reply, "runs_bytes", u.runs);
+	sb_mapw_u64(&r->reply, "snapshots", u.nsnapshots);
+	sb_mapw_u64(&r->reply, "snapshots_bytes", u.snapshots);
+	sb_mapw_u64(&r->reply, "memory_snapshots", u.nmemory);
+	sb_mapw_u64(&r->reply, "memory_bytes", u.memory);
+	sb_mapw_u64(&r->reply, "templates_bytes", tmpl);
+	sb_mapw_u64(&r->reply, "cache_bytes", cache);
+	sb_mapw_u64(&r->reply, "blobs_bytes", blobs);
+	sb_mapw_u64(&r->reply, "log_bytes", log);
 	return SB_OK;
 }
 
@@ -676,8 +658,7 @@ static int op_run_sync(struct req *r)
 	if ((rc = arg_run(r, run)))
 		return rc;
 	if ((rc = sb_runs_sync(r->e->runs, run, run_synced, r)) == SB_ERR_STATE) {
-		reply_begin(r, 1); /* nothing runs that could write */
-		sb_pack_kbool(&r->pk, "synced", 0);
+		sb_mapw_bool(&r->reply, "synced", 0); /* nothing runs that could write */
 		return SB_OK;
 	}
 	return rc ? rc : OP_LATER;
@@ -721,6 +702,7 @@ struct forks {
 static void fork_made(void *ctx, int rc, const char *run)
 {
 	struct forks *f = ctx;
+	msgpack_packer *pk;
 
 	if (rc == SB_OK)
 		snprintf(f->runs[f->n++], SB_RUN_MAX, "%s", run);
@@ -732,13 +714,12 @@ static void fork_made(void *ctx, int rc, const char *run)
 		return;
 	rc = f->n ? SB_OK : sb_seterr(f->rc, "%s", f->err);
 	if (rc == SB_OK) {
-		reply_begin(f->r, f->rc ? 2 : 1);
-		sb_pack_str(&f->r->pk, "runs");
-		msgpack_pack_array(&f->r->pk, f->n);
+		pk = sb_mapw_key(&f->r->reply, "runs");
+		msgpack_pack_array(pk, f->n);
 		for (unsigned i = 0; i < f->n; i++)
-			sb_pack_str(&f->r->pk, f->runs[i]);
+			sb_pack_str(pk, f->runs[i]);
 		if (f->rc) /* some were made, not all */
-			sb_pack_kstr(&f->r->pk, "error", f->err);
+			sb_mapw_str(&f->r->reply, "error", f->err);
 	}
 	req_finish(f->r, rc);
 	free(f);
@@ -848,26 +829,28 @@ static int snaps_cb(void *vctx, const struct sb_resume_point *rp)
 	char users[8][SB_RUN_MAX];
 	size_t nu = 0;
 	unsigned layer;
+	msgpack_packer *pk;
+	sb_mapw m;
 
 	if (sscanf(rp->snapshot, "s%u", &layer) != 1 ||
 	    sb_layers_users(c->r->e->home, c->run, layer, users, 8, &nu))
 		nu = 0;
-	msgpack_pack_map(&c->pk, 10);
-	sb_pack_kstr(&c->pk, "snapshot", rp->snapshot);
-	sb_pack_kstr(&c->pk, "kind", rp->kind);
-	sb_pack_kstr(&c->pk, "trigger", rp->trigger);
-	sb_pack_ku64(&c->pk, "offset", rp->offset);
-	sb_pack_ku64(&c->pk, "ts_ns", rp->ts_ns);
-	sb_pack_ku64(&c->pk, "bytes", rp->bytes);
-	sb_pack_kstr(&c->pk, "layer", rp->layer);
-	sb_pack_kstr(&c->pk, "memory", rp->memory);
-	sb_pack_kbool(&c->pk, "synced", rp->synced != 0);
-	sb_pack_str(&c->pk, "used_by");
-	msgpack_pack_array(&c->pk, nu < 8 ? nu : 8);
+	sb_mapw_begin(&m, &c->pk);
+	sb_mapw_str(&m, "snapshot", rp->snapshot);
+	sb_mapw_str(&m, "kind", rp->kind);
+	sb_mapw_str(&m, "trigger", rp->trigger);
+	sb_mapw_u64(&m, "offset", rp->offset);
+	sb_mapw_u64(&m, "ts_ns", rp->ts_ns);
+	sb_mapw_u64(&m, "bytes", rp->bytes);
+	sb_mapw_str(&m, "layer", rp->layer);
+	sb_mapw_str(&m, "memory", rp->memory);
+	sb_mapw_bool(&m, "synced", rp->synced != 0);
+	pk = sb_mapw_key(&m, "used_by");
+	msgpack_pack_array(pk, nu < 8 ? nu : 8);
 	for (size_t i = 0; i < nu && i < 8; i++)
-		sb_pack_str(&c->pk, users[i]);
+		sb_pack_str(pk, users[i]);
 	c->n++;
-	return 0;
+	return sb_mapw_end(&m);
 }
 
 /* snapshots.list {run}: the run's snapshots, oldest first. */
@@ -875,6 +858,7 @@ static int op_snapshots_list(struct req *r)
 {
 	char run[SB_RUN_MAX];
 	struct snaps_ctx c = {.r = r, .run = run};
+	msgpack_packer *pk;
 	int rc;
 
 	if ((rc = arg_run(r, run)))
@@ -883,12 +867,11 @@ static int op_snapshots_list(struct req *r)
 	msgpack_sbuffer_init(&c.items);
 	msgpack_packer_init(&c.pk, &c.items, msgpack_sbuffer_write);
 	if ((rc = sb_resume_each(r->e->proj, run, snaps_cb, &c)) == SB_OK) {
-		reply_begin(r, 2);
-		sb_pack_kstr(&r->pk, "run", run);
-		sb_pack_str(&r->pk, "snapshots");
-		msgpack_pack_array(&r->pk, c.n);
+		sb_mapw_str(&r->reply, "run", run);
+		pk = sb_mapw_key(&r->reply, "snapshots");
+		msgpack_pack_array(pk, c.n);
 		if (c.items.size)
-			msgpack_sbuffer_write(r->out, c.items.data, c.items.size);
+			sb_pack_raw(pk, c.items.data, c.items.size);
 	}
 	msgpack_sbuffer_destroy(&c.items);
 	return rc;
@@ -942,9 +925,8 @@ static int op_snapshot_rm(struct req *r)
 	msgpack_sbuffer_destroy(&buf);
 	if (rc)
 		return rc;
-	reply_begin(r, 2);
-	sb_pack_kstr(&r->pk, "run", run);
-	sb_pack_kstr(&r->pk, "snapshot", snap);
+	sb_mapw_str(&r->reply, "run", run);
+	sb_mapw_str(&r->reply, "snapshot", snap);
 	return SB_OK;
 }
 
@@ -961,6 +943,7 @@ struct group_stop {
 static void group_one_stopped(void *ctx, int rc)
 {
 	struct group_stop *g = ctx;
+	msgpack_packer *pk;
 
 	/* one that ended meanwhile is fine */
 	if (rc != SB_OK && rc != SB_ERR_STATE && !g->rc) {
@@ -970,12 +953,11 @@ static void group_one_stopped(void *ctx, int rc)
 	if (--g->left)
 		return;
 	if (g->rc == SB_OK) {
-		reply_begin(g->r, 2);
-		sb_pack_kstr(&g->r->pk, "group", g->group);
-		sb_pack_str(&g->r->pk, "runs");
-		msgpack_pack_array(&g->r->pk, g->n);
+		sb_mapw_str(&g->r->reply, "group", g->group);
+		pk = sb_mapw_key(&g->r->reply, "runs");
+		msgpack_pack_array(pk, g->n);
 		for (size_t i = 0; i < g->n; i++)
-			sb_pack_str(&g->r->pk, g->runs[i]);
+			sb_pack_str(pk, g->runs[i]);
 	}
 	req_finish(g->r, g->rc ? sb_seterr(g->rc, "%s", g->err) : SB_OK);
 	free(g->runs);
@@ -1027,15 +1009,15 @@ static void group_created(void *ctx, int rc, const char *id, char (*runs)[SB_RUN
 {
 	struct group_create *g = ctx;
 	struct req *r = g->r;
+	msgpack_packer *pk;
 
 	if (rc == SB_OK) {
-		reply_begin(r, 3);
-		sb_pack_kstr(&r->pk, "group", g->name);
-		sb_pack_kstr(&r->pk, "id", id);
-		sb_pack_str(&r->pk, "runs");
-		msgpack_pack_array(&r->pk, n);
+		sb_mapw_str(&r->reply, "group", g->name);
+		sb_mapw_str(&r->reply, "id", id);
+		pk = sb_mapw_key(&r->reply, "runs");
+		msgpack_pack_array(pk, n);
 		for (size_t i = 0; i < n; i++)
-			sb_pack_str(&r->pk, runs[i]);
+			sb_pack_str(pk, runs[i]);
 	}
 	free(g);
 	req_finish(r, rc);
@@ -1097,6 +1079,7 @@ static int pack_group(struct req *r, msgpack_packer *pk, const struct sb_group *
 	struct sb_cost cost = {0};
 	struct sb_runstate st;
 	uint64_t live = 0, queued = 0, done = 0, failed = 0;
+	sb_mapw m, counts;
 	size_t n;
 	int rc;
 
@@ -1118,18 +1101,16 @@ static int pack_group(struct req *r, msgpack_packer *pk, const struct sb_group *
 			failed++;
 	}
 	free(runs);
-	msgpack_pack_map(pk, 3);
-	sb_pack_str(pk, "group");
-	sb_group_pack(g, pk);
-	sb_pack_str(pk, "cost");
-	pack_cost(pk, &cost);
-	sb_pack_str(pk, "counts");
-	msgpack_pack_map(pk, 4);
-	sb_pack_ku64(pk, "live", live);
-	sb_pack_ku64(pk, "queued", queued);
-	sb_pack_ku64(pk, "done", done);
-	sb_pack_ku64(pk, "failed", failed);
-	return SB_OK;
+	sb_mapw_begin(&m, pk);
+	sb_group_pack(g, sb_mapw_key(&m, "group"));
+	pack_cost(sb_mapw_key(&m, "cost"), &cost);
+	sb_mapw_begin(&counts, sb_mapw_key(&m, "counts"));
+	sb_mapw_u64(&counts, "live", live);
+	sb_mapw_u64(&counts, "queued", queued);
+	sb_mapw_u64(&counts, "done", done);
+	sb_mapw_u64(&counts, "failed", failed);
+	sb_mapw_end(&counts);
+	return sb_mapw_end(&m);
 }
 
 struct groups_ctx {
@@ -1172,6 +1153,7 @@ static int op_group_get(struct req *r)
 	char(*runs)[SB_RUN_MAX] = NULL;
 	struct sb_group g;
 	struct sb_runstate st;
+	msgpack_packer *pk;
 	struct items it;
 	size_t n = 0;
 	int rc;
@@ -1188,16 +1170,14 @@ static int op_group_get(struct req *r)
 		rc = SB_ERR_NOMEM;
 		goto out;
 	}
-	reply_begin(r, 2);
-	sb_pack_str(&r->pk, "group");
-	msgpack_sbuffer_write(r->out, it.buf.data, it.buf.size);
-	sb_pack_str(&r->pk, "runs");
-	msgpack_pack_array(&r->pk, n);
+	sb_pack_raw(sb_mapw_key(&r->reply, "group"), it.buf.data, it.buf.size);
+	pk = sb_mapw_key(&r->reply, "runs");
+	msgpack_pack_array(pk, n);
 	for (size_t i = 0; i < n; i++) {
 		memset(&st, 0, sizeof st);
 		if (sb_runstate_get(r->e->proj, runs[i], &st))
 			snprintf(st.run, sizeof st.run, "%s", runs[i]);
-		sb_runstate_pack(&st, &r->pk);
+		sb_runstate_pack(&st, pk);
 	}
 out:
 	msgpack_sbuffer_destroy(&it.buf);
@@ -1210,8 +1190,7 @@ static int op_daemon_stop(struct req *r)
 	unsigned live = sb_runs_active(r->e->runs);
 
 	r->e->stop(r->e->ctx);
-	reply_begin(r, 1);
-	sb_pack_ku64(&r->pk, "runs_stopped", live);
+	sb_mapw_u64(&r->reply, "runs_stopped", live);
 	return SB_OK;
 }
 
@@ -1221,8 +1200,7 @@ static int op_reproject(struct req *r)
 
 	if (rc)
 		return rc;
-	reply_begin(r, 1);
-	sb_pack_ku64(&r->pk, "checkpoint", sb_projector_checkpoint(r->e->proj));
+	sb_mapw_u64(&r->reply, "checkpoint", sb_projector_checkpoint(r->e->proj));
 	return SB_OK;
 }
 
@@ -1241,8 +1219,7 @@ static int op_secret_set(struct req *r)
 	sodium_memzero((void *)v->via.bin.ptr, v->via.bin.size);
 	if (rc)
 		return rc;
-	reply_begin(r, 1);
-	sb_pack_kstr(&r->pk, "name", name);
+	sb_mapw_str(&r->reply, "name", name);
 	return SB_OK;
 }
 
@@ -1254,8 +1231,7 @@ static int op_secret_rm(struct req *r)
 	if ((rc = arg_str(r, "name", name, sizeof name, 1)) ||
 	    (rc = sb_secret_rm(r->e->home, name)))
 		return rc;
-	reply_begin(r, 1);
-	sb_pack_kstr(&r->pk, "name", name);
+	sb_mapw_str(&r->reply, "name", name);
 	return SB_OK;
 }
 
@@ -1263,11 +1239,13 @@ static int secret_cb(void *ctx, const char *name, uint64_t set_s)
 {
 	struct items *l = ctx;
 
-	msgpack_pack_map(&l->pk, 2);
-	sb_pack_kstr(&l->pk, "name", name);
-	sb_pack_ku64(&l->pk, "set_s", set_s);
+	sb_mapw m;
+
+	sb_mapw_begin(&m, &l->pk);
+	sb_mapw_str(&m, "name", name);
+	sb_mapw_u64(&m, "set_s", set_s);
 	l->n++;
-	return 0;
+	return sb_mapw_end(&m);
 }
 
 /* secret.list: names and when each was set, never values. */
@@ -1306,9 +1284,7 @@ static int op_blob_get(struct req *r)
 		return sb_seterr(SB_ERR_TOOBIG,
 				 "blob %.16s...: %zu bytes, too large to send", hex, len);
 	}
-	reply_begin(r, 1);
-	sb_pack_str(&r->pk, "data");
-	msgpack_pack_bin_with_body(&r->pk, data, len);
+	sb_mapw_bin(&r->reply, "data", data, len);
 	free(data);
 	return SB_OK;
 }
@@ -1360,6 +1336,8 @@ static void req_finish(struct req *r, int rc)
 {
 	if (rc == OP_LATER)
 		return;
+	if (rc == SB_OK)
+		rc = sb_mapw_end(&r->reply);
 	if (rc) {
 		r->out->size = 0;
 		sb_wire_error(r->out, rc, sb_errmsg(rc));
@@ -1436,6 +1414,7 @@ void sb_api_request(void *ctx, sb_sp_req *sp, void *body, size_t len)
 {
 	sb_api *a = ctx;
 	struct req *r = calloc(1, sizeof *r);
+	msgpack_packer pk;
 	int rc = SB_ERR_NOMEM;
 
 	if (r && msgpack_zone_init(&r->zone, 4096)) {
@@ -1446,7 +1425,9 @@ void sb_api_request(void *ctx, sb_sp_req *sp, void *body, size_t len)
 		r->who = sb_sp_req_who(sp);
 		r->out = &r->outbuf;
 		msgpack_sbuffer_init(&r->outbuf);
-		msgpack_packer_init(&r->pk, r->out, msgpack_sbuffer_write);
+		msgpack_packer_init(&pk, r->out, msgpack_sbuffer_write);
+		sb_mapw_begin(&r->reply, &pk);
+		sb_mapw_bool(&r->reply, "ok", 1);
 		if ((rc = sb_work_submit(a->env.work, req_run, r)) == SB_OK)
 			return;
 		msgpack_zone_destroy(&r->zone);

@@ -90,7 +90,7 @@ static void on_commit(void *ctx, const struct sb_event *evs, size_t n)
 		buf.size = 0;
 		msgpack_sbuffer_write(&buf, evs[i].run, strlen(evs[i].run));
 		msgpack_sbuffer_write(&buf, "\n", 1);
-		if (buf.data && sb_wire_pack_event(&buf, &pk, &evs[i]) == SB_OK)
+		if (buf.data && sb_wire_pack_event(&pk, &evs[i]) == SB_OK)
 			sb_sp_publish(d->local, buf.data, buf.size);
 	}
 	msgpack_sbuffer_destroy(&buf);

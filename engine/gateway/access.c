@@ -251,43 +251,44 @@ int sb_access_from_record(const msgpack_object *p, struct sb_access *a)
 	return SB_OK;
 }
 
-void sb_access_pack_policy(const struct sb_access *a, msgpack_packer *pk)
+void sb_access_pack_policy(const struct sb_access *a, sb_mapw *m)
 {
-	sb_pack_kstr(pk, "model", a->model);
-	sb_pack_str(pk, "models");
+	msgpack_packer *pk;
+	sb_mapw prices, price;
+
+	sb_mapw_str(m, "model", a->model);
+	pk = sb_mapw_key(m, "models");
 	msgpack_pack_array(pk, a->nmodels);
 	for (size_t i = 0; i < a->nmodels; i++)
 		sb_pack_str(pk, a->models[i].model.name);
-	sb_pack_str(pk, "prices");
-	msgpack_pack_map(pk, a->nmodels);
+	sb_mapw_begin(&prices, sb_mapw_key(m, "prices"));
 	for (size_t i = 0; i < a->nmodels; i++) {
-		const struct sb_model *m = &a->models[i].model;
-		sb_pack_str(pk, m->name);
-		msgpack_pack_map(pk, 3);
-		sb_pack_ku64(pk, "input", m->in_price);
-		sb_pack_ku64(pk, "output", m->out_price);
-		sb_pack_ku64(pk, "cached", m->cached_price);
+		const struct sb_model *mo = &a->models[i].model;
+		sb_mapw_begin(&price, sb_mapw_key(&prices, mo->name));
+		sb_mapw_u64(&price, "input", mo->in_price);
+		sb_mapw_u64(&price, "output", mo->out_price);
+		sb_mapw_u64(&price, "cached", mo->cached_price);
+		sb_mapw_end(&price);
 	}
-	sb_pack_ku64(pk, "budget_nusd", a->budget_nusd);
+	sb_mapw_end(&prices);
+	sb_mapw_u64(m, "budget_nusd", a->budget_nusd);
 	if (a->group_budget_nusd)
-		sb_pack_ku64(pk, "group_budget_nusd", a->group_budget_nusd);
-	sb_pack_kstr(pk, "on_budget", a->stop_on_budget ? "stop" : "continue");
-	sb_pack_str(pk, "secrets");
+		sb_mapw_u64(m, "group_budget_nusd", a->group_budget_nusd);
+	sb_mapw_str(m, "on_budget", a->stop_on_budget ? "stop" : "continue");
+	pk = sb_mapw_key(m, "secrets");
 	msgpack_pack_array(pk, a->ngrants);
 	for (size_t i = 0; i < a->ngrants; i++)
 		sb_access_pack_grant(a, i, pk);
 }
 
-size_t sb_access_policy_pairs(const struct sb_access *a)
+int sb_access_pack_grant(const struct sb_access *a, size_t i, msgpack_packer *pk)
 {
-	return 6 + (a->group_budget_nusd ? 1 : 0);
-}
+	sb_mapw m;
 
-void sb_access_pack_grant(const struct sb_access *a, size_t i, msgpack_packer *pk)
-{
-	msgpack_pack_map(pk, 2);
-	sb_pack_kstr(pk, "name", a->grants[i].name);
-	sb_pack_kstr(pk, "scope", a->grants[i].model_scope ? "model" : "env");
+	sb_mapw_begin(&m, pk);
+	sb_mapw_str(&m, "name", a->grants[i].name);
+	sb_mapw_str(&m, "scope", a->grants[i].model_scope ? "model" : "env");
+	return sb_mapw_end(&m);
 }
 
 size_t sb_access_env_count(const struct sb_access *a)

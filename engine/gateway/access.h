@@ -14,6 +14,8 @@
 #define SB_ACCESS_H
 
 #include <msgpack.h>
+
+#include "engine/mpack.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,19 +68,16 @@ int sb_access_from_record(const msgpack_object *policy, struct sb_access *a);
  * sb_access_resolve. */
 int sb_access_arm(const char *home, sb_stubs *stubs, struct sb_access *a);
 
-/* Packs the policy fields of a: "model", "models", "prices" ({model:
- * {input, output, cached}} in nano-USD per million tokens), "budget_nusd",
- * "group_budget_nusd" (only when a group budget is set), "on_budget" and
- * "secrets" ([{name, scope}]): sb_access_policy_pairs(a) key/value pairs,
- * for the caller's map. No secret value is packed. */
-void sb_access_pack_policy(const struct sb_access *a, msgpack_packer *pk);
-
-/* How many key/value pairs sb_access_pack_policy packs for a. */
-size_t sb_access_policy_pairs(const struct sb_access *a);
+/* Packs the policy fields of a into the caller's map m: "model", "models",
+ * "prices" ({model: {input, output, cached}} in nano-USD per million
+ * tokens), "budget_nusd", "group_budget_nusd" (only when a group budget is
+ * set), "on_budget" and "secrets" ([{name, scope}]). No secret value is
+ * packed. Errors are m's (sb_mapw_end). */
+void sb_access_pack_policy(const struct sb_access *a, sb_mapw *m);
 
 /* Packs the payload of grant i's secret.granted event {name, scope} into a
- * map of its own. */
-void sb_access_pack_grant(const struct sb_access *a, size_t i, msgpack_packer *pk);
+ * map of its own. Errors: as sb_mapw_end. */
+int sb_access_pack_grant(const struct sb_access *a, size_t i, msgpack_packer *pk);
 
 /* Number of environment entries sb_access_pack_env packs. */
 size_t sb_access_env_count(const struct sb_access *a);

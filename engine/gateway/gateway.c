@@ -360,29 +360,49 @@ static int append_events(sb_gateway *gw, const struct sb_blob *blobs, size_t nbl
 	return rc;
 }
 
-static void pack_call_message(msgpack_packer *pk, const struct gw_call *k,
-			      const char *rq_hex, const char *an_hex,
-			      const struct sb_usage *u)
+static int pack_call_message(msgpack_packer *pk, const struct gw_call *k,
+			     const char *rq_hex, const char *an_hex,
+			     const struct sb_usage *u)
 {
-	msgpack_pack_map(pk, 11 + (k->choices > 1) + (k->cut ? 1 : 0) +
-				 (k->answer.over ? 1 : 0));
-	sb_pack_kstr(pk, "role", "assistant");
-	sb_pack_kstr(pk, "model", k->model->m.name);
-	sb_pack_kstr(pk, "api", k->api == SB_API_ANTHROPIC ? "anthropic" : "openai");
-	sb_pack_ku64(pk, "status", (uint64_t)k->status);
-	sb_pack_kbool(pk, "stream", k->stream);
-	sb_pack_kstr(pk, "request", rq_hex);
-	sb_pack_kstr(pk, "response", an_hex);
-	sb_pack_ku64(pk, "max_tokens", k->granted);
+	sb_mapw m;
+
+	sb_mapw_begin(&m, pk);
+	sb_mapw_str(&m, "role", "assistant");
+	sb_mapw_str(&m, "model", k->model->m.name);
+	sb_mapw_str(&m, "api", k->api == SB_API_ANTHROPIC ? "anthropic" : "openai");
+	sb_mapw_u64(&m, "status", (uint64_t)k->status);
+	sb_mapw_bool(&m, "stream", k->stream);
+	sb_mapw_str(&m, "request", rq_hex);
+	sb_mapw_str(&m, "response", an_hex);
+	sb_mapw_u64(&m, "max_tokens", k->granted);
 	if (k->choices > 1)
-		sb_pack_ku64(pk, "n", k->choices);
-	sb_pack_ku64(pk, "duration_ms", ms_since(&k->t0));
-	sb_pack_ku64(pk, "input_tokens", u->input);
-	sb_pack_ku64(pk, "output_tokens", u->output);
+		sb_mapw_u64(&m, "n", k->choices);
+	sb_mapw_u64(&m, "duration_ms", ms_since(&k->t0));
+	sb_mapw_u64(&m, "input_tokens", u->input);
+	sb_mapw_u64(&m, "output_tokens", u->output);
 	if (k->cut)
-		sb_pack_kbool(pk, "cut", 1);
+		sb_mapw_bool(&m, "cut", 1);
 	if (k->answer.over)
-		sb_pack_kbool(pk, "response_truncated", 1);
+		sb_mapw_bool(&m, "response_truncated", 1);
+	return sb_mapw_end(&m);
+}
+
+/* Packs agent.usage.updated. */
+static int pack_usage(msgpack_packer *pk, const struct gw_call *k,
+		      const struct sb_usage *u, uint64_t cost, uint64_t total, int estimated)
+{
+	sb_mapw m;
+
+	sb_mapw_begin(&m, pk);
+	sb_mapw_str(&m, "model", k->model->m.name);
+	sb_mapw_u64(&m, "input_tokens", u->input);
+	sb_mapw_u64(&m, "output_tokens", u->output);
+	sb_mapw_u64(&m, "cached_tokens", u->cached);
+	sb_mapw_u64(&m, "cost_nusd", cost);
+	sb_mapw_u64(&m, "total_nusd", total);
+	if (estimated)
+		sb_mapw_bool(&m, "estimated", 1);
+	return sb_mapw_end(&m);
 }
 
 /* Settles the call's reservation and records it: the bodies as blobs,
@@ -400,6 +420,7 @@ static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t co
 	struct sb_event evs[2];
 	uint64_t total;
 	size_t n = 1;
+	int rc;
 
 	if (k->settled)
 		return;
@@ -418,24 +439,19 @@ static void call_record(struct gw_call *k, const struct sb_usage *u, uint64_t co
 	msgpack_sbuffer_init(&b2);
 	msgpack_packer_init(&p1, &b1, msgpack_sbuffer_write);
 	msgpack_packer_init(&p2, &b2, msgpack_sbuffer_write);
-	pack_call_message(&p1, k, rq_hex, an_hex, u);
+	rc = pack_call_message(&p1, k, rq_hex, an_hex, u);
 	sb_event_init(&evs[0], "agent.message", r->id, SB_SRC_GATEWAY, b1.data, b1.size);
-	if (cost || u->known) {
-		msgpack_pack_map(&p2, 6 + (estimated ? 1 : 0));
-		sb_pack_kstr(&p2, "model", k->model->m.name);
-		sb_pack_ku64(&p2, "input_tokens", u->input);
-		sb_pack_ku64(&p2, "output_tokens", u->output);
-		sb_pack_ku64(&p2, "cached_tokens", u->cached);
-		sb_pack_ku64(&p2, "cost_nusd", cost);
-		sb_pack_ku64(&p2, "total_nusd", total);
-		if (estimated)
-			sb_pack_kbool(&p2, "estimated", 1);
+	if (rc == SB_OK && (cost || u->known)) {
+		rc = pack_usage(&p2, k, u, cost, total, estimated);
 		sb_event_init(&evs[1], "agent.usage.updated", r->id, SB_SRC_GATEWAY,
 			      b2.data, b2.size);
 		n = 2;
 	}
-	if (b1.data && (n == 1 || b2.data))
+	if (rc == SB_OK)
 		append_events(gw, blobs, 2, evs, n);
+	else
+		fprintf(stderr, "sanboxd: gateway: run %s: cannot record a call: %s\n",
+			r->id, sb_errmsg(rc));
 	pthread_mutex_unlock(&r->record_mu);
 	msgpack_sbuffer_destroy(&b1);
 	msgpack_sbuffer_destroy(&b2);

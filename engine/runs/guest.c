@@ -189,29 +189,16 @@ static void quota_drop(sb_guest *g)
 }
 
 /* Packs into out the map in buf (one msgpack map, as the schema checked)
- * with guest_seq: seq added as its last field. Errors: SB_ERR_NOMEM. */
+ * with guest_seq: seq added as its last field. Errors: as sb_mapw_end. */
 static int payload_seq(const msgpack_sbuffer *buf, uint64_t seq, msgpack_sbuffer *out)
 {
-	const unsigned char *p = (const unsigned char *)buf->data;
-	size_t head = 1;
-	uint32_t n;
 	msgpack_packer pk;
+	sb_mapw m;
 
-	if (p[0] >= 0x80 && p[0] <= 0x8f) {
-		n = p[0] & 0x0f;
-	} else if (p[0] == 0xde) {
-		n = (uint32_t)p[1] << 8 | p[2];
-		head = 3;
-	} else {
-		n = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
-		head = 5;
-	}
 	msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
-	if (msgpack_pack_map(&pk, n + 1) ||
-	    msgpack_sbuffer_write(out, buf->data + head, buf->size - head))
-		return SB_ERR_NOMEM;
-	sb_pack_ku64(&pk, "guest_seq", seq);
-	return out->data ? SB_OK : SB_ERR_NOMEM;
+	sb_mapw_begin_from(&m, &pk, buf->data, buf->size);
+	sb_mapw_u64(&m, "guest_seq", seq);
+	return sb_mapw_end(&m);
 }
 
 /* Checks and records one event whose payload is packed in buf, with
@@ -236,8 +223,8 @@ static void record_blob(sb_guest *g, const char *type, enum sb_source src,
 		quota_drop(g);
 		return;
 	}
-	if (payload_seq(buf, g->cur_seq, &seq)) {
-		drop(g, D_MALFORMED, "out of memory");
+	if ((rc = payload_seq(buf, g->cur_seq, &seq))) {
+		drop(g, D_MALFORMED, sb_errmsg(rc));
 		goto out;
 	}
 	g->once |= once_bit(type, src);
@@ -272,6 +259,7 @@ static void file_event(sb_guest *g, const msgpack_object *payload)
 	uint8_t hash[SB_HASH_LEN];
 	msgpack_sbuffer buf, blob;
 	msgpack_packer pk;
+	sb_mapw m;
 
 	snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(data, n));
 	if (sb_map_u64(payload, "size", UINT64_MAX) != n ||
@@ -290,28 +278,30 @@ static void file_event(sb_guest *g, const msgpack_object *payload)
 	}
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk,
-			 payload->via.map.size + (omitted ? 1 : 0) + (masked ? 1 : 0));
+	sb_mapw_begin(&m, &pk);
 	for (uint32_t i = 0; i < payload->via.map.size; i++) {
 		const msgpack_object_kv *kv = &payload->via.map.ptr[i];
-		if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == 7 &&
-		    !memcmp(kv->key.via.str.ptr, "content", 7))
+		if (sb_obj_is_str(&kv->key, "content"))
 			continue;
-		sb_mask_object(g->mask, &kv->key, &pk);
-		sb_mask_object(g->mask, &kv->val, &pk);
+		sb_mask_object(g->mask, &kv->key, sb_mapw_pair(&m));
+		sb_mask_object(g->mask, &kv->val, &m.pk);
 	}
 	if (omitted) {
-		sb_pack_kstr(&pk, "content", "omitted");
-		sb_pack_kstr(&pk, "omitted", omitted);
+		sb_mapw_str(&m, "content", "omitted");
+		sb_mapw_str(&m, "omitted", omitted);
 	} else {
 		sb_blob_hash(blob.data ? blob.data : "", blob.size, hash);
 		sodium_bin2hex(key, sizeof key, hash, sizeof hash);
-		sb_pack_kstr(&pk, "content", key);
+		sb_mapw_str(&m, "content", key);
 		if (masked)
-			sb_pack_kbool(&pk, "masked", 1);
+			sb_mapw_bool(&m, "masked", 1);
 		g->files_recorded += blob.size;
 	}
-	record_blob(g, "agent.file.changed", SB_SRC_GUEST, &buf, omitted ? NULL : &blob);
+	if (sb_mapw_end(&m))
+		drop(g, D_MALFORMED, "out of memory");
+	else
+		record_blob(g, "agent.file.changed", SB_SRC_GUEST, &buf,
+			    omitted ? NULL : &blob);
 	if (blob.data)
 		sodium_memzero(blob.data, blob.size);
 	msgpack_sbuffer_destroy(&blob);
@@ -526,6 +516,27 @@ void sb_guest_send(sb_guest *g, const void *frames, size_t len)
 	out_flush(g);
 }
 
+/* Packs the body of a SIGNAL {signal}, SYNC {id, freeze?}, THAW {} or ACK
+ * {seq, resend?} frame from stream and arg (as send_frame's). Errors: as
+ * sb_mapw_end. */
+static int pack_control(msgpack_packer *pk, int kind, uint64_t stream, int arg)
+{
+	sb_mapw m;
+
+	sb_mapw_begin(&m, pk);
+	if (kind == SB_CHAN_SIGNAL)
+		sb_mapw_u64(&m, "signal", (uint64_t)arg);
+	if (kind == SB_CHAN_SYNC)
+		sb_mapw_u64(&m, "id", stream);
+	if (kind == SB_CHAN_SYNC && arg)
+		sb_mapw_bool(&m, "freeze", 1);
+	if (kind == SB_CHAN_ACK)
+		sb_mapw_u64(&m, "seq", stream);
+	if (kind == SB_CHAN_ACK && arg)
+		sb_mapw_bool(&m, "resend", 1);
+	return sb_mapw_end(&m);
+}
+
 /* Sends a frame of kind, its body made here from stream, bin and arg
  * (SIGNAL's signal number, SYNC's freeze flag, ACK's resend flag; ACK's
  * seq is stream). */
@@ -535,32 +546,19 @@ static void send_frame(sb_guest *g, int kind, uint64_t stream, const void *bin,
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
 	size_t start;
+	int rc = SB_OK;
 
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
 	if (sb_chan_begin(&buf, &pk, kind, kind == SB_CHAN_ACK ? 0 : stream, &start) ==
 	    SB_OK) {
-		if (kind == SB_CHAN_SIGNAL) {
-			msgpack_pack_map(&pk, 1);
-			sb_pack_ku64(&pk, "signal", (uint64_t)arg);
-		} else if (kind == SB_CHAN_SYNC) {
-			msgpack_pack_map(&pk, 1 + !!arg);
-			sb_pack_ku64(&pk, "id", stream);
-			if (arg)
-				sb_pack_kbool(&pk, "freeze", 1);
-		} else if (kind == SB_CHAN_THAW) {
-			msgpack_pack_map(&pk, 0);
-		} else if (kind == SB_CHAN_ACK) {
-			msgpack_pack_map(&pk, 1 + !!arg);
-			sb_pack_ku64(&pk, "seq", stream);
-			if (arg)
-				sb_pack_kbool(&pk, "resend", 1);
-		} else if (kind == SB_CHAN_DATA) {
+		if (kind == SB_CHAN_DATA)
 			msgpack_pack_bin_with_body(&pk, bin, len);
-		} else {
+		else if (kind == SB_CHAN_CLOSE)
 			msgpack_pack_nil(&pk);
-		}
-		if (sb_chan_end(&buf, start) == SB_OK)
+		else
+			rc = pack_control(&pk, kind, stream, arg);
+		if (rc == SB_OK && sb_chan_end(&buf, start) == SB_OK)
 			sb_guest_send(g, buf.data, buf.size);
 	}
 	msgpack_sbuffer_destroy(&buf);
@@ -589,6 +587,7 @@ void sb_guest_restored(sb_guest *g, const struct sb_net_iface *net)
 	char id_hex[33];
 	struct timespec ts;
 	size_t start;
+	sb_mapw m;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	randombytes_buf(seed, sizeof seed);
@@ -598,17 +597,14 @@ void sb_guest_restored(sb_guest *g, const struct sb_net_iface *net)
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
 	if (sb_chan_begin(&buf, &pk, SB_CHAN_RESTORED, 0, &start) == SB_OK) {
-		msgpack_pack_map(&pk, 3 + !!net);
-		sb_pack_ku64(&pk, "time_ns",
-			     (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
-		sb_pack_str(&pk, "seed");
-		msgpack_pack_bin_with_body(&pk, seed, sizeof seed);
-		sb_pack_kstr(&pk, "machine_id", id_hex); /* a copy is another machine */
-		if (net) {				 /* ... with its own addresses */
-			sb_pack_str(&pk, "net");
-			sb_net_iface_pack(net, &pk);
-		}
-		if (sb_chan_end(&buf, start) == SB_OK)
+		sb_mapw_begin(&m, &pk);
+		sb_mapw_u64(&m, "time_ns",
+			    (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+		sb_mapw_bin(&m, "seed", seed, sizeof seed);
+		sb_mapw_str(&m, "machine_id", id_hex); /* a copy is another machine */
+		if (net) /* ... with its own addresses */
+			sb_net_iface_pack(net, sb_mapw_key(&m, "net"));
+		if (sb_mapw_end(&m) == SB_OK && sb_chan_end(&buf, start) == SB_OK)
 			sb_guest_send(g, buf.data, buf.size);
 	}
 	sodium_memzero(seed, sizeof seed);

@@ -226,56 +226,70 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	return SB_OK;
 }
 
-void sb_plan_pack_created(const struct sb_plan *p, msgpack_packer *pk)
+int sb_plan_pack_created(const struct sb_plan *p, msgpack_packer *pk)
 {
-	msgpack_pack_map(pk, 4);
-	sb_pack_kstr(pk, "name", p->name);
-	sb_pack_kstr(pk, "group", p->group);
-	sb_pack_kstr(pk, "template", p->t.name);
-	sb_pack_kstr(pk, "model", p->access.model);
+	sb_mapw m;
+
+	sb_mapw_begin(&m, pk);
+	sb_mapw_str(&m, "name", p->name);
+	sb_mapw_str(&m, "group", p->group);
+	sb_mapw_str(&m, "template", p->t.name);
+	sb_mapw_str(&m, "model", p->access.model);
+	return sb_mapw_end(&m);
 }
 
-static void pack_strv(msgpack_packer *pk, const char *key, char *const *v, size_t n)
+static void pack_strv(sb_mapw *m, const char *key, char *const *v, size_t n)
 {
-	sb_pack_str(pk, key);
+	msgpack_packer *pk = sb_mapw_key(m, key);
+
 	msgpack_pack_array(pk, n);
 	for (size_t i = 0; i < n; i++)
 		sb_pack_str(pk, v[i]);
 }
 
-void sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk)
+/* Packs the inputs of run.policy.resolved: [{path, size, mode, blob}]. */
+static void pack_policy_inputs(const struct sb_plan *p, msgpack_packer *pk)
 {
 	char hex[SB_HASH_HEX];
+	sb_mapw m;
 
-	msgpack_pack_map(pk, 15 + 2 + sb_access_policy_pairs(&p->access) + 1);
-	sb_pack_ku64(pk, "plan", SB_PLAN_VERSION);
-	sb_pack_kstr(pk, "template_hash", p->t.hash);
-	sb_pack_kstr(pk, "kernel", p->t.kernel_version);
-	sb_pack_kstr(pk, "harness", p->t.harness);
-	pack_strv(pk, "argv", p->argv, p->argc);
-	sb_pack_kstr(pk, "prompt", p->prompt);
-	pack_strv(pk, "env", p->env, p->nenv);
-	sb_pack_str(pk, "inputs");
 	msgpack_pack_array(pk, p->ninputs);
 	for (size_t i = 0; i < p->ninputs; i++) {
 		const struct sb_plan_input *x = &p->inputs[i];
-		msgpack_pack_map(pk, 4);
-		sb_pack_kstr(pk, "path", x->path);
-		sb_pack_ku64(pk, "size", x->size);
-		sb_pack_ku64(pk, "mode", x->mode);
+		sb_mapw_begin(&m, pk);
+		sb_mapw_str(&m, "path", x->path);
+		sb_mapw_u64(&m, "size", x->size);
+		sb_mapw_u64(&m, "mode", x->mode);
 		sb_hash_hex(x->blob, hex);
-		sb_pack_kstr(pk, "blob", hex);
+		sb_mapw_str(&m, "blob", hex);
+		sb_mapw_end(&m);
 	}
-	sb_pack_ku64(pk, "cpus", p->cpus);
-	sb_pack_ku64(pk, "memory_mib", p->memory_mib);
-	sb_pack_ku64(pk, "timeout_s", p->timeout_s);
-	sb_pack_kstr(pk, "accel", p->accel);
-	sb_pack_kstr(pk, "snapshots", p->snapshots);
-	sb_pack_ku64(pk, "record_quota", p->record_quota);
-	sb_pack_ku64(pk, "input_bytes", p->input_bytes);
-	sb_netpolicy_pack(&p->net, pk);	       /* 2 pairs */
-	sb_access_pack_policy(&p->access, pk);
-	sb_pack_kstr(pk, "run", p->run);
+}
+
+int sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk)
+{
+	sb_mapw m;
+
+	sb_mapw_begin(&m, pk);
+	sb_mapw_u64(&m, "plan", SB_PLAN_VERSION);
+	sb_mapw_str(&m, "template_hash", p->t.hash);
+	sb_mapw_str(&m, "kernel", p->t.kernel_version);
+	sb_mapw_str(&m, "harness", p->t.harness);
+	pack_strv(&m, "argv", p->argv, p->argc);
+	sb_mapw_str(&m, "prompt", p->prompt);
+	pack_strv(&m, "env", p->env, p->nenv);
+	pack_policy_inputs(p, sb_mapw_key(&m, "inputs"));
+	sb_mapw_u64(&m, "cpus", p->cpus);
+	sb_mapw_u64(&m, "memory_mib", p->memory_mib);
+	sb_mapw_u64(&m, "timeout_s", p->timeout_s);
+	sb_mapw_str(&m, "accel", p->accel);
+	sb_mapw_str(&m, "snapshots", p->snapshots);
+	sb_mapw_u64(&m, "record_quota", p->record_quota);
+	sb_mapw_u64(&m, "input_bytes", p->input_bytes);
+	sb_netpolicy_pack(&p->net, &m);
+	sb_access_pack_policy(&p->access, &m);
+	sb_mapw_str(&m, "run", p->run);
+	return sb_mapw_end(&m);
 }
 
 size_t sb_plan_blobs(const struct sb_plan *p, struct sb_blob *blobs)
@@ -290,57 +304,65 @@ size_t sb_plan_blobs(const struct sb_plan *p, struct sb_blob *blobs)
 	return n;
 }
 
+/* Packs the SPEC frame's body: {argv, env, cwd, inputs, remove?,
+ * tunnel_port, net?}. */
+static int pack_spec(const struct sb_plan *p, const char *vkey, uint16_t tunnel_port,
+		     const struct sb_net_iface *net, msgpack_packer *pk)
+{
+	char kv[SB_RUN_MAX + 16];
+	msgpack_packer *v;
+	sb_mapw m, in;
+
+	sb_mapw_begin(&m, pk);
+	if (p->argc) {
+		pack_strv(&m, "argv", p->argv, p->argc);
+	} else {
+		v = sb_mapw_key(&m, "argv");
+		msgpack_pack_array(v, 2);
+		sb_pack_str(v, p->t.harness);
+		sb_pack_str(v, p->prompt);
+	}
+	v = sb_mapw_key(&m, "env");
+	msgpack_pack_array(v, p->nenv + 2 + sb_access_env_count(&p->access));
+	for (size_t i = 0; i < p->nenv; i++)
+		sb_pack_str(v, p->env[i]);
+	snprintf(kv, sizeof kv, "SANBOX_RUN=%s", p->run);
+	sb_pack_str(v, kv);
+	sb_pack_str(v, "HOME=/root");
+	sb_access_pack_env(&p->access, vkey, v);
+	sb_mapw_str(&m, "cwd", "/workspace");
+	v = sb_mapw_key(&m, "inputs");
+	msgpack_pack_array(v, p->ninputs);
+	for (size_t i = 0; i < p->ninputs; i++) {
+		sb_mapw_begin(&in, v);
+		sb_mapw_str(&in, "path", p->inputs[i].path);
+		sb_mapw_u64(&in, "size", p->inputs[i].size);
+		sb_mapw_u64(&in, "mode", p->inputs[i].mode);
+		sb_mapw_end(&in);
+	}
+	if (p->nremoves) {
+		v = sb_mapw_key(&m, "remove");
+		msgpack_pack_array(v, p->nremoves);
+		for (size_t i = 0; i < p->nremoves; i++)
+			sb_pack_str(v, p->removes[i]);
+	}
+	sb_mapw_u64(&m, "tunnel_port", tunnel_port);
+	if (net)
+		sb_net_iface_pack(net, sb_mapw_key(&m, "net"));
+	return sb_mapw_end(&m);
+}
+
 int sb_plan_pack_guest(const struct sb_plan *p, const char *vkey, uint16_t tunnel_port,
 		       const struct sb_net_iface *net, sb_log *log, msgpack_sbuffer *out)
 {
 	msgpack_packer pk;
-	char kv[SB_RUN_MAX + 16];
 	size_t start;
 	int rc;
 
 	msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
-	if ((rc = sb_chan_begin(out, &pk, SB_CHAN_SPEC, 0, &start)))
-		return rc;
-	msgpack_pack_map(&pk, 5 + !!p->nremoves + !!net);
-	sb_pack_str(&pk, "argv");
-	if (p->argc) {
-		msgpack_pack_array(&pk, p->argc);
-		for (size_t i = 0; i < p->argc; i++)
-			sb_pack_str(&pk, p->argv[i]);
-	} else {
-		msgpack_pack_array(&pk, 2);
-		sb_pack_str(&pk, p->t.harness);
-		sb_pack_str(&pk, p->prompt);
-	}
-	sb_pack_str(&pk, "env");
-	msgpack_pack_array(&pk, p->nenv + 2 + sb_access_env_count(&p->access));
-	for (size_t i = 0; i < p->nenv; i++)
-		sb_pack_str(&pk, p->env[i]);
-	snprintf(kv, sizeof kv, "SANBOX_RUN=%s", p->run);
-	sb_pack_str(&pk, kv);
-	sb_pack_str(&pk, "HOME=/root");
-	sb_access_pack_env(&p->access, vkey, &pk);
-	sb_pack_kstr(&pk, "cwd", "/workspace");
-	sb_pack_str(&pk, "inputs");
-	msgpack_pack_array(&pk, p->ninputs);
-	for (size_t i = 0; i < p->ninputs; i++) {
-		msgpack_pack_map(&pk, 3);
-		sb_pack_kstr(&pk, "path", p->inputs[i].path);
-		sb_pack_ku64(&pk, "size", p->inputs[i].size);
-		sb_pack_ku64(&pk, "mode", p->inputs[i].mode);
-	}
-	if (p->nremoves) {
-		sb_pack_str(&pk, "remove");
-		msgpack_pack_array(&pk, p->nremoves);
-		for (size_t i = 0; i < p->nremoves; i++)
-			sb_pack_str(&pk, p->removes[i]);
-	}
-	sb_pack_ku64(&pk, "tunnel_port", tunnel_port);
-	if (net) {
-		sb_pack_str(&pk, "net");
-		sb_net_iface_pack(net, &pk);
-	}
-	if ((rc = sb_chan_end(out, start)))
+	if ((rc = sb_chan_begin(out, &pk, SB_CHAN_SPEC, 0, &start)) ||
+	    (rc = pack_spec(p, vkey, tunnel_port, net, &pk)) ||
+	    (rc = sb_chan_end(out, start)))
 		return rc;
 	/* the contents follow the SPEC in INPUT frames (vmm/chan.h) */
 	for (size_t i = 0; i < p->ninputs && rc == SB_OK; i++) {

@@ -81,12 +81,14 @@ struct sb_plan_ctx {
 int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 		    const msgpack_object *spec, struct sb_plan *p);
 
-/* Packs the payload of run.created {name, group, template, model}. */
-void sb_plan_pack_created(const struct sb_plan *p, msgpack_packer *pk);
+/* Packs the payload of run.created {name, group, template, model}. pk is
+ * as sb_mapw_begin's. Errors: as sb_mapw_end. */
+int sb_plan_pack_created(const struct sb_plan *p, msgpack_packer *pk);
 
 /* Packs the payload of run.policy.resolved: the whole plan but secret
- * values and input contents (inputs carry their blob keys). */
-void sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk);
+ * values and input contents (inputs carry their blob keys). pk is as
+ * sb_mapw_begin's. Errors: as sb_mapw_end. */
+int sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk);
 
 /* Fills blobs (room for p->ninputs) with the input contents, to be stored
  * with the run's first events (sb_log_append_blobs). Returns the count. */

@@ -902,16 +902,17 @@ static void request_op(const char *home, const char *op, const char *key, const 
 	msgpack_sbuffer req;
 	msgpack_packer pk;
 	sb_client *c;
+	sb_mapw m;
 
 	if (sb_client_open(home, NULL, &c))
 		return;
 	msgpack_sbuffer_init(&req);
 	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, key ? 2 : 1);
-	sb_pack_kstr(&pk, "op", op);
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_str(&m, "op", op);
 	if (key)
-		sb_pack_kstr(&pk, key, val);
-	if (req.data)
+		sb_mapw_str(&m, key, val);
+	if (sb_mapw_end(&m) == SB_OK)
 		sb_request(c, &req, 30000, &rep);
 	sb_reply_free(&rep);
 	msgpack_sbuffer_destroy(&req);

@@ -190,14 +190,16 @@ static void send_output(struct rig *r, const char *data)
 }
 
 /* The agent's agent.file.changed of path with content (its size and
- * XXH3-64; xxh3 overrides the hash when not NULL). */
+ * XXH3-64; xxh3 overrides the hash when not NULL), the content key given
+ * twice when twice (a hostile agent). */
 static void send_file(struct rig *r, const char *path, const char *content,
-		      const char *xxh3)
+		      const char *xxh3, int twice)
 {
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
 	size_t start, n = strlen(content);
 	char hex[17];
+	sb_mapw m;
 
 	snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(content, n));
 	msgpack_sbuffer_init(&sb);
@@ -206,13 +208,15 @@ static void send_file(struct rig *r, const char *path, const char *content,
 	msgpack_pack_map(&pk, 2);
 	sb_pack_kstr(&pk, "type", "agent.file.changed");
 	sb_pack_str(&pk, "payload");
-	msgpack_pack_map(&pk, 5);
-	sb_pack_kstr(&pk, "path", path);
-	sb_pack_kstr(&pk, "kind", "created");
-	sb_pack_ku64(&pk, "size", n);
-	sb_pack_kstr(&pk, "xxh3", xxh3 ? xxh3 : hex);
-	sb_pack_str(&pk, "content");
-	msgpack_pack_bin_with_body(&pk, content, n);
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_str(&m, "path", path);
+	sb_mapw_str(&m, "kind", "created");
+	sb_mapw_u64(&m, "size", n);
+	sb_mapw_str(&m, "xxh3", xxh3 ? xxh3 : hex);
+	sb_mapw_bin(&m, "content", content, n);
+	if (twice)
+		sb_mapw_bin(&m, "content", "other", 5);
+	assert_int_equal(sb_mapw_end(&m), SB_OK);
 	assert_int_equal(sb_chan_end(&sb, start), SB_OK);
 	assert_int_equal(write(r->peer, sb.data, sb.size), (ssize_t)sb.size);
 	msgpack_sbuffer_destroy(&sb);
@@ -481,14 +485,15 @@ static void test_file_content(void **state)
 	char key[SB_HASH_LEN * 2 + 1];
 
 	rig_open_files(&r, 1000, 1000, 1 << 20, 16, 25);
-	send_file(&r, "/workspace/a.txt", "hello", NULL);
-	send_file(&r, "/workspace/b.txt", "hello", "0000000000000000"); /* a lie */
-	send_file(&r, "/workspace/c.txt", "k=" KEY, NULL);
-	send_file(&r, "/workspace/big.txt", "0123456789abcdefg", NULL); /* 17 > 16 */
-	send_file(&r, "/workspace/d.txt", "0123456789", NULL); /* 5 + 12 + 10 > 25 */
-	send_file(&r, "/workspace/e.txt", "", NULL);	       /* empty: a blob still */
+	send_file(&r, "/workspace/a.txt", "hello", NULL, 0);
+	send_file(&r, "/workspace/b.txt", "hello", "0000000000000000", 0); /* a lie */
+	send_file(&r, "/workspace/c.txt", "k=" KEY, NULL, 0);
+	send_file(&r, "/workspace/big.txt", "0123456789abcdefg", NULL, 0); /* 17 > 16 */
+	send_file(&r, "/workspace/d.txt", "0123456789", NULL, 0); /* 5 + 12 + 10 > 25 */
+	send_file(&r, "/workspace/e.txt", "", NULL, 0);	  /* empty: a blob still */
+	send_file(&r, "/workspace/f.txt", "hello", NULL, 1); /* content twice */
 	spin(&r);
-	assert_int_equal(s->n, 5);
+	assert_int_equal(s->n, 6);
 	assert_non_null(s->blob[4]);
 	assert_int_equal(s->blob_len[4], 0);
 	assert_int_equal(strlen(field(s, 4, "content")), 64);
@@ -518,6 +523,12 @@ static void test_file_content(void **state)
 	assert_string_equal(field(s, 3, "content"), "omitted");
 	assert_string_equal(field(s, 3, "omitted"), "over the run's cap");
 	assert_null(s->blob[3]);
+	/* f.txt: both content keys dropped, the first one's blob named once */
+	sb_blob_hash("hello", 5, hash);
+	sodium_bin2hex(key, sizeof key, hash, sizeof hash);
+	assert_string_equal(field(s, 5, "path"), "/workspace/f.txt");
+	assert_string_equal(field(s, 5, "content"), key);
+	assert_int_equal(json_object_size(s->payload[5]), 6); /* and guest_seq */
 	rig_close(&r);
 }
 
@@ -720,7 +731,7 @@ static void test_paced(void **state)
 	rig_open(&r, 20, 5, 1 << 20);
 	for (int i = 0; i < 20; i++) {
 		snprintf(path, sizeof path, "/workspace/f%d", i);
-		send_file(&r, path, "x", NULL);
+		send_file(&r, path, "x", NULL, 0);
 	}
 	spin(&r); /* 50 ms: the burst, and one or two more */
 	assert_true(s->n >= 5 && s->n < 20);

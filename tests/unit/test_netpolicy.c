@@ -161,6 +161,7 @@ static void test_resolve(void **state)
 	struct sb_netpolicy p;
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
+	sb_mapw m;
 	msgpack_zone zone;
 	msgpack_object out;
 	char mode[8];
@@ -194,8 +195,10 @@ static void test_resolve(void **state)
 	assert_int_equal(resolve("{}", &p), SB_OK);
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 2);
-	sb_netpolicy_pack(&p, &pk);
+	sb_mapw_begin(&m, &pk);
+	sb_netpolicy_pack(&p, &m);
+	assert_int_equal(sb_mapw_end(&m), SB_OK);
+	assert_int_equal(m.n, 2);
 	msgpack_zone_init(&zone, 256);
 	assert_int_equal(sb_payload_parse(sb.data, sb.size, &zone, &out), SB_OK);
 	assert_int_equal(sb_map_str(&out, "network", mode, sizeof mode), 4);

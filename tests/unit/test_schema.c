@@ -103,21 +103,19 @@ static int wrong_payload(msgpack_sbuffer *sb, const struct sb_event_schema *s, c
 			 int i)
 {
 	msgpack_packer pk;
-	size_t n = 0;
+	sb_mapw m;
 	int ok = 1;
 
 	msgpack_sbuffer_init(sb);
 	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-	while (n < SB_FIELDS_MAX && s->fields[n].name)
-		n++;
-	msgpack_pack_map(&pk, n);
-	for (const struct sb_field *f = s->fields; f < s->fields + n; f++) {
-		sb_pack_str(&pk, f->name);
+	sb_mapw_begin(&m, &pk);
+	for (const struct sb_field *f = s->fields; f < s->fields + SB_FIELDS_MAX && f->name; f++) {
 		if (strcmp(f->name, which))
-			tu_pack_good(&pk, sb_field_kind(f), 0);
+			tu_pack_good(sb_mapw_key(&m, f->name), sb_field_kind(f), 0);
 		else
-			ok = pack_wrong(&pk, sb_field_kind(f), i);
+			ok = pack_wrong(sb_mapw_key(&m, f->name), sb_field_kind(f), i);
 	}
+	assert_int_equal(sb_mapw_end(&m), SB_OK);
 	if (!ok)
 		msgpack_sbuffer_destroy(sb);
 	return ok;

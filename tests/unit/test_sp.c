@@ -393,26 +393,21 @@ static void pack_request(msgpack_sbuffer *sb, size_t pad, const char *token,
 {
 	msgpack_packer pk;
 	char *p = calloc(1, pad + 1);
+	sb_mapw m;
 
 	assert_non_null(p);
 	memset(p, 'x', pad);
 	msgpack_sbuffer_init(sb);
 	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 1 + (pad > 0) + (token != NULL));
-	if (token && token_first) {
-		msgpack_pack_str_with_body(&pk, "token", 5);
-		msgpack_pack_str_with_body(&pk, token, strlen(token));
-	}
-	msgpack_pack_str_with_body(&pk, "op", 2);
-	msgpack_pack_str_with_body(&pk, "health", 6);
-	if (pad) {
-		msgpack_pack_str_with_body(&pk, "pad", 3);
-		msgpack_pack_str_with_body(&pk, p, pad);
-	}
-	if (token && !token_first) {
-		msgpack_pack_str_with_body(&pk, "token", 5);
-		msgpack_pack_str_with_body(&pk, token, strlen(token));
-	}
+	sb_mapw_begin(&m, &pk);
+	if (token && token_first)
+		sb_mapw_str(&m, "token", token);
+	sb_mapw_str(&m, "op", "health");
+	if (pad)
+		sb_mapw_strn(&m, "pad", p, pad);
+	if (token && !token_first)
+		sb_mapw_str(&m, "token", token);
+	assert_int_equal(sb_mapw_end(&m), SB_OK);
 	free(p);
 }
 

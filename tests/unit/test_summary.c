@@ -26,29 +26,24 @@ static const char *const optional[] = {"text", "model", "group", "role", "stream
 static void hostile_payload(msgpack_sbuffer *sb, const struct sb_event_schema *s)
 {
 	msgpack_packer pk;
-	size_t n = 0, nopt = 0;
 	int has[sizeof optional / sizeof optional[0]] = {0};
+	sb_mapw m;
 
 	msgpack_sbuffer_init(sb);
 	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	sb_mapw_begin(&m, &pk);
 	for (const struct sb_field *f = s->fields; f < s->fields + SB_FIELDS_MAX && f->name; f++) {
-		n++;
 		for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
 			has[i] |= !strcmp(f->name, optional[i]);
-	}
-	for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
-		nopt += !has[i];
-	msgpack_pack_map(&pk, n + nopt);
-	for (const struct sb_field *f = s->fields; f < s->fields + SB_FIELDS_MAX && f->name; f++) {
-		sb_pack_str(&pk, f->name);
 		if (sb_field_kind(f) == SB_F_STR || sb_field_kind(f) == SB_F_LABEL)
-			msgpack_pack_str_with_body(&pk, hostile, HOSTILE_LEN);
+			sb_mapw_strn(&m, f->name, hostile, HOSTILE_LEN);
 		else
-			tu_pack_good(&pk, sb_field_kind(f), 1);
+			tu_pack_good(sb_mapw_key(&m, f->name), sb_field_kind(f), 1);
 	}
 	for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
 		if (!has[i])
-			sb_pack_kstrn(&pk, optional[i], hostile, HOSTILE_LEN);
+			sb_mapw_strn(&m, optional[i], hostile, HOSTILE_LEN);
+	assert_int_equal(sb_mapw_end(&m), SB_OK);
 }
 
 /* Summarises an event of type from src with the JSON payload js (single

@@ -101,20 +101,18 @@ static inline void tu_schema_payload(msgpack_sbuffer *sb, const struct sb_event_
 				     const char *skip, unsigned salt)
 {
 	msgpack_packer pk;
-	size_t n = 0;
+	sb_mapw m;
 
 	msgpack_sbuffer_init(sb);
 	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-	for (const struct sb_field *f = s->fields; f < s->fields + SB_FIELDS_MAX && f->name; f++)
-		n += !skip || strcmp(f->name, skip);
-	msgpack_pack_map(&pk, n + 1);
+	sb_mapw_begin(&m, &pk);
 	for (const struct sb_field *f = s->fields; f < s->fields + SB_FIELDS_MAX && f->name; f++) {
 		if (skip && !strcmp(f->name, skip))
 			continue;
-		sb_pack_str(&pk, f->name);
-		tu_pack_good(&pk, sb_field_kind(f), salt);
+		tu_pack_good(sb_mapw_key(&m, f->name), sb_field_kind(f), salt);
 	}
-	sb_pack_kstr(&pk, "extra", "not required");
+	sb_mapw_str(&m, "extra", "not required");
+	assert_int_equal(sb_mapw_end(&m), SB_OK);
 }
 
 /* Returns the first source the schema entry allows. */
