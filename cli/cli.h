@@ -21,6 +21,7 @@
 #include "engine/client.h"
 #include "engine/daemon/bus.h"
 #include "engine/log/event.h"
+#include "engine/mpack.h"
 #include "vmm/fsread.h"
 
 struct cli_cmd {
@@ -183,17 +184,19 @@ int cli_daemon_silent(int pid);
  * free, 0 when it is still held. */
 int cli_daemon_wait_gone(int ms);
 
-/* A request under construction: call cli_req_begin(&r, op, nargs), pack
- * nargs key/value pairs with r.pk, then cli_call. */
+/* A request under construction: call cli_req_begin(&r, op), pack its
+ * arguments into r.m (engine/mpack.h), then cli_call. r must not move in
+ * between; a request given up is freed with msgpack_sbuffer_destroy(&r.buf). */
 struct cli_req {
 	msgpack_sbuffer buf;
-	msgpack_packer pk;
+	sb_mapw m;   /* the request map, "op" and "token" packed */
 	char op[32]; /* for the wait line of a slow call */
 };
-void cli_req_begin(struct cli_req *r, const char *op, size_t nargs);
+void cli_req_begin(struct cli_req *r, const char *op);
 
-/* Sends r (and frees it) and parses the reply into rep (freed by the
- * caller with sb_reply_free). */
+/* Ends r's map, sends r (and frees it) and parses the reply into rep
+ * (freed by the caller with sb_reply_free). Errors: those of sb_mapw_end,
+ * sb_request's. */
 int cli_call(sb_client *c, struct cli_req *r, struct sb_reply *rep);
 
 /* Resolves a run id prefix or name into run. */

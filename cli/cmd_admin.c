@@ -29,7 +29,7 @@ static int admin_reproject(char **args, int json)
 
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	cli_req_begin(&r, "admin.reproject", 0);
+	cli_req_begin(&r, "admin.reproject");
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK)
 		print_u64(&rep, "checkpoint", "projections rebuilt up to offset %llu\n", json);
 	else
@@ -77,12 +77,16 @@ static int admin_append(char **args, int json)
 		json_decref(j);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	}
-	cli_req_begin(&r, "events.append", 3);
-	sb_pack_kstr(&r.pk, "run", args[0]);
-	sb_pack_kstr(&r.pk, "type", args[1]);
-	sb_pack_str(&r.pk, "payload");
-	sb_json_to_msgpack(j, &r.pk);
+	cli_req_begin(&r, "events.append");
+	sb_mapw_str(&r.m, "run", args[0]);
+	sb_mapw_str(&r.m, "type", args[1]);
+	rc = sb_json_to_msgpack(j, sb_mapw_key(&r.m, "payload"));
 	json_decref(j);
+	if (rc) {
+		msgpack_sbuffer_destroy(&r.buf);
+		sb_client_close(c);
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	}
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK)
 		print_u64(&rep, "offset", "%llu\n", json);
 	else

@@ -129,9 +129,9 @@ static int complete_daemon(const char *what, const char *run)
 
 	if ((snaps && !run) || cli_connect(0, &c))
 		return CLI_EXIT_OK;
-	cli_req_begin(&r, snaps ? "snapshots.list" : groups ? "groups.list" : "runs.list", snaps);
+	cli_req_begin(&r, snaps ? "snapshots.list" : groups ? "groups.list" : "runs.list");
 	if (snaps)
-		sb_pack_kstr(&r.pk, "run", run);
+		sb_mapw_str(&r.m, "run", run);
 	if (cli_call(c, &r, &rep) == SB_OK)
 		list = sb_map_get(&rep.map, snaps ? "snapshots" : groups ? "groups" : "runs");
 	if (list && list->type == MSGPACK_OBJECT_ARRAY && groups)

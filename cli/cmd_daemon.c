@@ -76,7 +76,7 @@ static int status_of(sb_client *c, int json)
 	struct sb_reply rep;
 	int rc;
 
-	cli_req_begin(&r, "health", 0);
+	cli_req_begin(&r, "health");
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK)
 		print_running(&rep, json);
 	else
@@ -150,7 +150,7 @@ static int daemon_stop(char **args, int json)
 			printf("sanboxd: not running\n");
 		return CLI_EXIT_OK;
 	}
-	cli_req_begin(&r, "daemon.stop", 0);
+	cli_req_begin(&r, "daemon.stop");
 	rc = cli_call(c, &r, &rep);
 	if (rc == SB_OK)
 		live = sb_map_u64(&rep.map, "runs_stopped", 0);

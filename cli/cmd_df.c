@@ -47,7 +47,7 @@ int cmd_df(int argc, char **argv)
 		return cli_usage("df");
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	cli_req_begin(&r, "space", 0);
+	cli_req_begin(&r, "space");
 	if ((rc = cli_call(c, &r, &rep))) {
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 		goto out;

@@ -154,7 +154,7 @@ int cmd_events(int argc, char **argv)
 		/* --tail 0: from the end, which follow reads from the log's state */
 		struct sb_reply rep;
 		struct cli_req r;
-		cli_req_begin(&r, "health", 0);
+		cli_req_begin(&r, "health");
 		if ((rc = cli_call(c, &r, &rep)) == SB_OK)
 			from = sb_map_u64(&rep.map, "last_offset", 0) + 1;
 		sb_reply_free(&rep);

@@ -72,20 +72,15 @@ static int from_parse(int argc, char **argv, const char *cmd, int fork,
 static void from_pack(struct cli_req *r, const struct from_opts *o, int fork)
 {
 	if (o->snapshot)
-		sb_pack_kstr(&r->pk, "snapshot", o->snapshot);
+		sb_mapw_str(&r->m, "snapshot", o->snapshot);
 	if (o->has_at)
-		sb_pack_ku64(&r->pk, "at", o->at);
+		sb_mapw_u64(&r->m, "at", o->at);
 	if (o->prompt)
-		sb_pack_kstr(&r->pk, "prompt", o->prompt);
+		sb_mapw_str(&r->m, "prompt", o->prompt);
 	if (fork)
-		sb_pack_ku64(&r->pk, "count", o->count);
+		sb_mapw_u64(&r->m, "count", o->count);
 	if (fork && o->name)
-		sb_pack_kstr(&r->pk, "name", o->name);
-}
-
-static size_t from_nargs(const struct from_opts *o, int fork)
-{
-	return 1 + !!o->snapshot + o->has_at + !!o->prompt + (fork ? 1 + !!o->name : 0);
+		sb_mapw_str(&r->m, "name", o->name);
 }
 
 /* The offset of run's newest event, to follow a resume from after it. */
@@ -95,8 +90,8 @@ static int last_offset(sb_client *c, const char *run, uint64_t *off)
 	struct sb_reply rep = {0};
 	int rc;
 
-	cli_req_begin(&r, "run.get", 1);
-	sb_pack_kstr(&r.pk, "run", run);
+	cli_req_begin(&r, "run.get");
+	sb_mapw_str(&r.m, "run", run);
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK)
 		*off = sb_map_u64(sb_map_get(&rep.map, "run"), "last_offset", 0);
 	sb_reply_free(&rep);
@@ -124,8 +119,8 @@ static int from_run(int argc, char **argv, int fork)
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 		goto out;
 	}
-	cli_req_begin(&r, fork ? "run.fork" : "run.resume", from_nargs(&o, fork));
-	sb_pack_kstr(&r.pk, "run", run);
+	cli_req_begin(&r, fork ? "run.fork" : "run.resume");
+	sb_mapw_str(&r.m, "run", run);
 	from_pack(&r, &o, fork);
 	if ((rc = cli_call(c, &r, &rep))) {
 		rc = cli_fail_request(rc);

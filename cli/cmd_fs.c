@@ -57,13 +57,12 @@ int cli_file_changes(sb_client *c, const char *run, uint64_t from, uint64_t to,
 		const msgpack_object *evs;
 		uint32_t n;
 
-		cli_req_begin(&r, "events.read", 4);
-		sb_pack_kstr(&r.pk, "run", run);
-		sb_pack_ku64(&r.pk, "from", next);
-		sb_pack_ku64(&r.pk, "limit", 1000);
-		sb_pack_str(&r.pk, "types");
-		msgpack_pack_array(&r.pk, 1);
-		sb_pack_str(&r.pk, "agent.file.changed");
+		cli_req_begin(&r, "events.read");
+		sb_mapw_str(&r.m, "run", run);
+		sb_mapw_u64(&r.m, "from", next);
+		sb_mapw_u64(&r.m, "limit", 1000);
+		msgpack_pack_array(sb_mapw_key(&r.m, "types"), 1);
+		sb_pack_str(&r.m.pk, "agent.file.changed");
 		if ((rc = cli_call(c, &r, &rep)))
 			return rc;
 		evs = sb_map_get(&rep.map, "events");
@@ -109,8 +108,8 @@ int cli_blob_write(sb_client *c, const char *key, int fd)
 	const msgpack_object *d;
 	int rc;
 
-	cli_req_begin(&r, "blob.get", 1);
-	sb_pack_kstr(&r.pk, "blob", key);
+	cli_req_begin(&r, "blob.get");
+	sb_mapw_str(&r.m, "blob", key);
 	if ((rc = cli_call(c, &r, &rep)))
 		return rc;
 	d = sb_map_get(&rep.map, "data");
@@ -140,8 +139,8 @@ static int snapshot_layer(sb_client *c, const char *run, struct cli_fs_at *sel,
 	uint64_t off = 0, n;
 	int rc;
 
-	cli_req_begin(&r, "snapshots.list", 1);
-	sb_pack_kstr(&r.pk, "run", run);
+	cli_req_begin(&r, "snapshots.list");
+	sb_mapw_str(&r.m, "run", run);
 	if ((rc = cli_call(c, &r, &rep)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	list = sb_map_get(&rep.map, "snapshots");
@@ -199,8 +198,8 @@ static void live_sync(sb_client *c, const char *run)
 	struct sb_reply rep;
 	int rc;
 
-	cli_req_begin(&r, "run.sync", 1);
-	sb_pack_kstr(&r.pk, "run", run);
+	cli_req_begin(&r, "run.sync");
+	sb_mapw_str(&r.m, "run", run);
 	if ((rc = cli_call(c, &r, &rep)))
 		cli_note("run %s: %s; its disk is read as it is", run, sb_errmsg(rc));
 	sb_reply_free(&rep);

@@ -20,17 +20,18 @@ static int group_create(sb_client *c, const struct cli_group *g, const char *nam
 			struct sb_reply *rep)
 {
 	struct cli_req r;
+	msgpack_packer *runs;
 	int rc = SB_OK;
 
-	cli_req_begin(&r, "group.create", 4);
-	sb_pack_kstr(&r.pk, "name", name);
-	sb_pack_kstr(&r.pk, "goal", g->goal ? g->goal : "");
-	sb_pack_ku64(&r.pk, "budget_nusd", g->budget);
-	sb_pack_str(&r.pk, "runs");
-	msgpack_pack_array(&r.pk, g->nruns);
+	cli_req_begin(&r, "group.create");
+	sb_mapw_str(&r.m, "name", name);
+	sb_mapw_str(&r.m, "goal", g->goal ? g->goal : "");
+	sb_mapw_u64(&r.m, "budget_nusd", g->budget);
+	runs = sb_mapw_key(&r.m, "runs");
+	msgpack_pack_array(runs, g->nruns);
 	for (size_t i = 0; rc == SB_OK && i < g->nruns; i++) {
 		g->runs[i].spec.group = name;
-		rc = cli_group_pack_spec(g, i, &r.pk);
+		rc = cli_group_pack_spec(g, i, runs);
 	}
 	if (rc) {
 		msgpack_sbuffer_destroy(&r.buf);
@@ -168,9 +169,9 @@ static int group_fork_as(sb_client *c, const char *src, const char *name,
 {
 	struct cli_req r;
 
-	cli_req_begin(&r, "group.fork", 2);
-	sb_pack_kstr(&r.pk, "group", src);
-	sb_pack_kstr(&r.pk, "name", name);
+	cli_req_begin(&r, "group.fork");
+	sb_mapw_str(&r.m, "group", src);
+	sb_mapw_str(&r.m, "name", name);
 	return cli_call(c, &r, rep);
 }
 
@@ -292,7 +293,7 @@ static int group_ls(char **args, int json)
 
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	cli_req_begin(&r, "groups.list", 0);
+	cli_req_begin(&r, "groups.list");
 	if ((rc = cli_call(c, &r, &rep))) {
 		rc = cli_fail_request(rc);
 		goto out;
@@ -360,8 +361,8 @@ static int group_inspect(char **args, int json)
 
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	cli_req_begin(&r, "group.get", 1);
-	sb_pack_kstr(&r.pk, "group", args[0]);
+	cli_req_begin(&r, "group.get");
+	sb_mapw_str(&r.m, "group", args[0]);
 	if ((rc = cli_call(c, &r, &rep))) {
 		rc = cli_fail_request(rc);
 		goto out;
@@ -416,8 +417,8 @@ static int group_resume(char **args, int json)
 
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	cli_req_begin(&r, "group.get", 1);
-	sb_pack_kstr(&r.pk, "group", args[0]);
+	cli_req_begin(&r, "group.get");
+	sb_mapw_str(&r.m, "group", args[0]);
 	if ((rc = cli_call(c, &r, &rep))) {
 		rc = cli_fail_request(rc);
 		goto out;
@@ -433,8 +434,8 @@ static int group_resume(char **args, int json)
 		if (!strcmp(status, "created") || !strcmp(status, "queued") ||
 		    !strcmp(status, "running"))
 			continue;
-		cli_req_begin(&r, "run.resume", 1);
-		sb_pack_kstr(&r.pk, "run", id);
+		cli_req_begin(&r, "run.resume");
+		sb_mapw_str(&r.m, "run", id);
 		if ((rc = cli_call(c, &r, &one))) {
 			cli_note("run %s not resumed: %s", id, sb_errmsg(rc));
 			failed++;

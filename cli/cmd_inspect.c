@@ -173,8 +173,8 @@ int cmd_inspect(int argc, char **argv)
 		return cli_usage("inspect");
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	cli_req_begin(&r, "run.get", 1);
-	sb_pack_kstr(&r.pk, "run", argv[optind]);
+	cli_req_begin(&r, "run.get");
+	sb_mapw_str(&r.m, "run", argv[optind]);
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK &&
 	    sb_runstate_unpack(sb_map_get(&rep.map, "run"), &rs))
 		rc = sb_seterr(SB_ERR_PROTO, "malformed reply");

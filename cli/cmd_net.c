@@ -15,10 +15,10 @@ static int grant_call(sb_client *c, const char *run, const char *grant, int allo
 	char got[300];
 	int rc;
 
-	cli_req_begin(&r, "net.grant", 3);
-	sb_pack_kstr(&r.pk, "run", run);
-	sb_pack_kstr(&r.pk, "grant", grant);
-	sb_pack_kbool(&r.pk, "allow", allow);
+	cli_req_begin(&r, "net.grant");
+	sb_mapw_str(&r.m, "run", run);
+	sb_mapw_str(&r.m, "grant", grant);
+	sb_mapw_bool(&r.m, "allow", allow);
 	rc = cli_call(c, &r, &rep);
 	if (rc == SB_OK && sb_map_str(&rep.map, "grant", got, sizeof got) <= 0)
 		rc = sb_seterr(SB_ERR_PROTO, "malformed reply");

@@ -303,9 +303,9 @@ int cmd_ps(int argc, char **argv)
 		return rc;
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	cli_req_begin(&r, "runs.list", group ? 1 : 0);
+	cli_req_begin(&r, "runs.list");
 	if (group)
-		sb_pack_kstr(&r.pk, "group", group);
+		sb_mapw_str(&r.m, "group", group);
 	rc = cli_call(c, &r, &rep);
 	list = sb_map_get(&rep.map, "runs");
 	if (rc == SB_OK && (!list || list->type != MSGPACK_OBJECT_ARRAY))

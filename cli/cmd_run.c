@@ -261,9 +261,8 @@ static int spec_words(struct run_opts *o)
  * the inputs in. Errors: as cli_spec_pack. */
 static int pack_request(struct cli_req *r, const struct run_opts *o, const struct cli_input *in)
 {
-	cli_req_begin(r, "run.create", 1);
-	sb_pack_str(&r->pk, "spec");
-	return cli_spec_pack(&r->pk, &o->spec, in);
+	cli_req_begin(r, "run.create");
+	return cli_spec_pack(sb_mapw_key(&r->m, "spec"), &o->spec, in);
 }
 
 struct run_ctx {

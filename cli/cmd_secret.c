@@ -84,10 +84,9 @@ static int secret_set(char **args, int json)
 		sodium_free(buf);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	}
-	cli_req_begin(&r, "secret.set", 2);
-	sb_pack_kstr(&r.pk, "name", name);
-	sb_pack_str(&r.pk, "value");
-	msgpack_pack_bin_with_body(&r.pk, buf, len);
+	cli_req_begin(&r, "secret.set");
+	sb_mapw_str(&r.m, "name", name);
+	sb_mapw_bin(&r.m, "value", buf, len);
 	sodium_free(buf);
 	rc = cli_call(c, &r, &rep);
 	if (rc == SB_OK)
@@ -108,8 +107,8 @@ static int secret_rm(char **args, int json)
 
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	cli_req_begin(&r, "secret.rm", 1);
-	sb_pack_kstr(&r.pk, "name", args[0]);
+	cli_req_begin(&r, "secret.rm");
+	sb_mapw_str(&r.m, "name", args[0]);
 	rc = cli_call(c, &r, &rep);
 	if (rc)
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
@@ -129,7 +128,7 @@ static int secret_ls(char **args, int json)
 
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	cli_req_begin(&r, "secret.list", 0);
+	cli_req_begin(&r, "secret.list");
 	if ((rc = cli_call(c, &r, &rep))) {
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 		goto out;

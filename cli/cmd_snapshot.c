@@ -20,12 +20,12 @@ static int snapshot_call(const char *op, const char *run, const char *id, int me
 
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	cli_req_begin(&r, op, 2);
-	sb_pack_kstr(&r.pk, "run", run);
+	cli_req_begin(&r, op);
+	sb_mapw_str(&r.m, "run", run);
 	if (id)
-		sb_pack_kstr(&r.pk, "snapshot", id);
+		sb_mapw_str(&r.m, "snapshot", id);
 	else
-		sb_pack_kbool(&r.pk, "memory", memory);
+		sb_mapw_bool(&r.m, "memory", memory);
 	rc = cli_call(c, &r, &rep);
 	if (rc == SB_OK && sb_map_str(&rep.map, "snapshot", snap, sizeof snap) <= 0)
 		rc = sb_seterr(SB_ERR_PROTO, "malformed reply");

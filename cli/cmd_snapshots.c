@@ -53,8 +53,8 @@ int cmd_snapshots(int argc, char **argv)
 		return cli_usage("snapshots");
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	cli_req_begin(&r, "snapshots.list", 1);
-	sb_pack_kstr(&r.pk, "run", argv[optind]);
+	cli_req_begin(&r, "snapshots.list");
+	sb_mapw_str(&r.m, "run", argv[optind]);
 	rc = cli_call(c, &r, &rep);
 	list = sb_map_get(&rep.map, "snapshots");
 	if (rc == SB_OK && (!list || list->type != MSGPACK_OBJECT_ARRAY))

@@ -33,8 +33,8 @@ static int stop_group(sb_client *c, const char *group, struct stopped *st)
 	char cell[1024];
 	int rc;
 
-	cli_req_begin(&r, "group.stop", 1);
-	sb_pack_kstr(&r.pk, "group", group);
+	cli_req_begin(&r, "group.stop");
+	sb_mapw_str(&r.m, "group", group);
 	rc = cli_call(c, &r, &rep);
 	runs = sb_map_get(&rep.map, "runs");
 	if (rc == SB_OK && runs && runs->type == MSGPACK_OBJECT_ARRAY) {
@@ -62,8 +62,8 @@ static int stop_run(sb_client *c, const char *want, struct stopped *st)
 	char run[SB_RUN_MAX];
 	int rc;
 
-	cli_req_begin(&r, "run.stop", 1);
-	sb_pack_kstr(&r.pk, "run", want);
+	cli_req_begin(&r, "run.stop");
+	sb_mapw_str(&r.m, "run", want);
 	rc = cli_call(c, &r, &rep);
 	if (rc == SB_OK && sb_map_str(&rep.map, "run", run, sizeof run) > 0)
 		stopping(run, strlen(run), st);

@@ -100,8 +100,8 @@ static int add_group(sb_client *c, struct waiter *w, const char *group)
 	struct cli_req r;
 	int rc;
 
-	cli_req_begin(&r, "group.get", 1);
-	sb_pack_kstr(&r.pk, "group", group);
+	cli_req_begin(&r, "group.get");
+	sb_mapw_str(&r.m, "group", group);
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK) {
 		runs = sb_map_get(&rep.map, "runs");
 		if (!runs || runs->type != MSGPACK_OBJECT_ARRAY)
@@ -122,7 +122,7 @@ static int last_offset(sb_client *c, uint64_t *last)
 	const msgpack_object *v;
 	int rc;
 
-	cli_req_begin(&r, "health", 0);
+	cli_req_begin(&r, "health");
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK) {
 		v = sb_map_get(&rep.map, "last_offset");
 		if (v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)

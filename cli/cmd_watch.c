@@ -27,7 +27,7 @@ static int log_end(sb_client *c, uint64_t *end)
 	struct sb_reply rep;
 	int rc;
 
-	cli_req_begin(&r, "health", 0);
+	cli_req_begin(&r, "health");
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK)
 		*end = sb_map_u64(&rep.map, "last_offset", 0);
 	sb_reply_free(&rep);
@@ -61,8 +61,8 @@ static int load_group(sb_client *c, struct cli_watch *w, const char *name)
 	struct sb_reply rep;
 	int rc;
 
-	cli_req_begin(&r, "group.get", 1);
-	sb_pack_kstr(&r.pk, "group", name);
+	cli_req_begin(&r, "group.get");
+	sb_mapw_str(&r.m, "group", name);
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK) {
 		g = sb_map_get(sb_map_get(&rep.map, "group"), "group");
 		cli_wrows_init(&w->rows, CLI_WSCOPE_GROUP, name);
@@ -91,7 +91,7 @@ static int load_all(sb_client *c, struct cli_watch *w)
 	struct sb_reply rep;
 	int rc;
 
-	cli_req_begin(&r, "runs.list", 0);
+	cli_req_begin(&r, "runs.list");
 	cli_wrows_init(&w->rows, CLI_WSCOPE_ALL, NULL);
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK &&
 	    (rc = rows_add_list(w, sb_map_get(&rep.map, "runs"))) == SB_OK && w->rows.n)
@@ -149,9 +149,9 @@ static int load_extras(sb_client *c, struct cli_wrow *r, int tokens)
 	int rc = SB_OK;
 
 	if (tokens) {
-		cli_req_begin(&q, "costs.get", 2);
-		sb_pack_kstr(&q.pk, "scope", "run");
-		sb_pack_kstr(&q.pk, "id", r->rs.run);
+		cli_req_begin(&q, "costs.get");
+		sb_mapw_str(&q.m, "scope", "run");
+		sb_mapw_str(&q.m, "id", r->rs.run);
 		if ((rc = cli_call(c, &q, &rep)) == SB_OK) {
 			r->in_tokens = sb_map_u64(sb_map_get(&rep.map, "cost"), "input_tokens", 0);
 			r->out_tokens = sb_map_u64(sb_map_get(&rep.map, "cost"), "output_tokens", 0);
@@ -160,8 +160,8 @@ static int load_extras(sb_client *c, struct cli_wrow *r, int tokens)
 	}
 	if (rc || !r->rs.snapshots)
 		return rc;
-	cli_req_begin(&q, "snapshots.list", 1);
-	sb_pack_kstr(&q.pk, "run", r->rs.run);
+	cli_req_begin(&q, "snapshots.list");
+	sb_mapw_str(&q.m, "run", r->rs.run);
 	if ((rc = cli_call(c, &q, &rep)) == SB_OK) {
 		snaps = sb_map_get(&rep.map, "snapshots");
 		if (snaps && snaps->type == MSGPACK_OBJECT_ARRAY && snaps->via.array.size)

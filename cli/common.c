@@ -306,15 +306,17 @@ void cli_cell(const char *s, int width, char *buf, size_t cap)
 	cli_fit(esc, width, buf, cap);
 }
 
-void cli_req_begin(struct cli_req *r, const char *op, size_t nargs)
+void cli_req_begin(struct cli_req *r, const char *op)
 {
+	msgpack_packer pk;
+
 	msgpack_sbuffer_init(&r->buf);
-	msgpack_packer_init(&r->pk, &r->buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&r->pk, nargs + 1 + (cli_token ? 1 : 0));
-	sb_pack_kstr(&r->pk, "op", op);
+	msgpack_packer_init(&pk, &r->buf, msgpack_sbuffer_write);
+	sb_mapw_begin(&r->m, &pk);
+	sb_mapw_str(&r->m, "op", op);
 	snprintf(r->op, sizeof r->op, "%s", op);
 	if (cli_token)
-		sb_pack_kstr(&r->pk, "token", cli_token);
+		sb_mapw_str(&r->m, "token", cli_token);
 }
 
 void cli_follow_init(struct sb_follow_opts *fo)
@@ -381,9 +383,13 @@ int cli_call(sb_client *c, struct cli_req *r, struct sb_reply *rep)
 {
 	struct wait_line w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, r->op};
 	pthread_t th;
-	int line = isatty(2) && pthread_create(&th, NULL, wait_line_main, &w) == 0;
-	int rc = sb_request(c, &r->buf, 60000, rep);
+	int line = 0, rc = sb_mapw_end(&r->m);
 
+	memset(rep, 0, sizeof *rep);
+	if (rc == SB_OK) {
+		line = isatty(2) && pthread_create(&th, NULL, wait_line_main, &w) == 0;
+		rc = sb_request(c, &r->buf, 60000, rep);
+	}
 	if (line) {
 		pthread_mutex_lock(&w.mu);
 		w.done = 1;
@@ -401,8 +407,8 @@ int cli_resolve(sb_client *c, const char *want, char run[SB_RUN_MAX])
 	struct sb_reply rep;
 	int rc;
 
-	cli_req_begin(&r, "run.resolve", 1);
-	sb_pack_kstr(&r.pk, "run", want);
+	cli_req_begin(&r, "run.resolve");
+	sb_mapw_str(&r.m, "run", want);
 	if ((rc = cli_call(c, &r, &rep)) == SB_OK &&
 	    sb_map_str(&rep.map, "run", run, SB_RUN_MAX) <= 0)
 		rc = sb_seterr(SB_ERR_PROTO, "malformed reply");
@@ -522,8 +528,8 @@ int cli_run_get(sb_client *c, const char *run, struct sb_reply *rep, int *live)
 	char status[32] = "";
 	int rc;
 
-	cli_req_begin(&r, "run.get", 1);
-	sb_pack_kstr(&r.pk, "run", run);
+	cli_req_begin(&r, "run.get");
+	sb_mapw_str(&r.m, "run", run);
 	if ((rc = cli_call(c, &r, rep)))
 		return rc;
 	sb_map_str(sb_map_get(&rep->map, "run"), "status", status, sizeof status);

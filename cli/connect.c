@@ -35,8 +35,10 @@ static int health(sb_client *c, int timeout_ms)
 	struct sb_reply rep;
 	int rc;
 
-	cli_req_begin(&r, "health", 0);
-	rc = sb_request(c, &r.buf, timeout_ms, &rep);
+	cli_req_begin(&r, "health");
+	memset(&rep, 0, sizeof rep);
+	if ((rc = sb_mapw_end(&r.m)) == SB_OK)
+		rc = sb_request(c, &r.buf, timeout_ms, &rep);
 	msgpack_sbuffer_destroy(&r.buf);
 	sb_reply_free(&rep);
 	return rc;

@@ -125,11 +125,13 @@ static int input_read(const struct cli_input *in, char *data)
 	return SB_OK;
 }
 
-/* Packs the inputs as [{path, data, mode}]; paths are the base names.
- * Errors: SB_ERR_IO, SB_ERR_NOMEM. */
-static int pack_inputs(msgpack_packer *pk, const struct cli_input *in, int n)
+/* Packs the inputs into spec as [{path, data, mode}]; paths are the base
+ * names. Errors: SB_ERR_IO, SB_ERR_NOMEM. */
+static int pack_inputs(sb_mapw *spec, const struct cli_input *in, int n)
 {
-	sb_pack_str(pk, "inputs");
+	msgpack_packer *pk = sb_mapw_key(spec, "inputs");
+	sb_mapw m;
+
 	msgpack_pack_array(pk, (size_t)n);
 	for (int i = 0; i < n; i++) {
 		const char *base = strrchr(in[i].path, '/');
@@ -143,69 +145,71 @@ static int pack_inputs(msgpack_packer *pk, const struct cli_input *in, int n)
 			free(data);
 			return rc;
 		}
-		msgpack_pack_map(pk, 3);
-		sb_pack_kstr(pk, "path", base ? base + 1 : in[i].path);
-		sb_pack_str(pk, "data");
-		msgpack_pack_bin_with_body(pk, data, in[i].size);
-		sb_pack_ku64(pk, "mode", in[i].mode);
+		sb_mapw_begin(&m, pk);
+		sb_mapw_str(&m, "path", base ? base + 1 : in[i].path);
+		sb_mapw_bin(&m, "data", data, in[i].size);
+		sb_mapw_u64(&m, "mode", in[i].mode);
+		sb_mapw_end(&m);
 		free(data);
 	}
 	return SB_OK;
 }
 
-static void pack_strs(msgpack_packer *pk, const char *key, const char *const *v, int n)
+static void pack_strs(sb_mapw *m, const char *key, const char *const *v, int n)
 {
-	sb_pack_str(pk, key);
+	msgpack_packer *pk = sb_mapw_key(m, key);
+
 	msgpack_pack_array(pk, (size_t)n);
 	for (int i = 0; i < n; i++)
 		sb_pack_str(pk, v[i]);
 }
 
 /* Packs the fields of s that are there only when given. */
-static void pack_given(msgpack_packer *pk, const struct cli_run_spec *s)
+static void pack_given(sb_mapw *m, const struct cli_run_spec *s)
 {
 	if (s->name)
-		sb_pack_kstr(pk, "name", s->name);
+		sb_mapw_str(m, "name", s->name);
 	if (s->group)
-		sb_pack_kstr(pk, "group", s->group);
+		sb_mapw_str(m, "group", s->group);
 	if (s->models.n) {
 		/* the first is the run's model; the others it may use too */
-		sb_pack_kstr(pk, "model", s->models.v[0]);
-		pack_strs(pk, "models", s->models.v + 1, s->models.n - 1);
+		sb_mapw_str(m, "model", s->models.v[0]);
+		pack_strs(m, "models", s->models.v + 1, s->models.n - 1);
 	}
 	if (s->on_budget)
-		sb_pack_kstr(pk, "on_budget", s->on_budget);
+		sb_mapw_str(m, "on_budget", s->on_budget);
 	if (s->accel)
-		sb_pack_kstr(pk, "accel", s->accel);
+		sb_mapw_str(m, "accel", s->accel);
 	if (s->snapshots)
-		sb_pack_kstr(pk, "snapshots", s->snapshots);
+		sb_mapw_str(m, "snapshots", s->snapshots);
 	if (s->net)
-		sb_pack_kstr(pk, "network", s->net);
+		sb_mapw_str(m, "network", s->net);
 	if (s->allow.n)
-		pack_strs(pk, "allow", s->allow.v, s->allow.n);
+		pack_strs(m, "allow", s->allow.v, s->allow.n);
 }
 
 int cli_spec_pack(msgpack_packer *pk, const struct cli_run_spec *s,
 		  const struct cli_input *in)
 {
-	size_t n = 10 + !!s->name + !!s->group + !!s->models.n * 2 + !!s->accel +
-		   !!s->on_budget + !!s->net + !!s->allow.n + !!s->quota +
-		   !!s->snapshots + !!s->group_budget;
+	sb_mapw m;
+	int rc;
 
-	msgpack_pack_map(pk, n);
-	sb_pack_kstr(pk, "template", s->tmpl);
-	pack_given(pk, s);
-	pack_strs(pk, "argv", s->argv, s->argc);
-	sb_pack_kstr(pk, "prompt", s->argc || !s->prompt ? "" : s->prompt);
-	pack_strs(pk, "env", s->env.v, s->env.n);
-	pack_strs(pk, "secrets", s->secrets.v, s->secrets.n);
-	sb_pack_ku64(pk, "cpus", s->cpus);
-	sb_pack_ku64(pk, "memory_mib", s->mem);
-	sb_pack_ku64(pk, "timeout_s", s->timeout);
-	sb_pack_ku64(pk, "budget_nusd", s->budget);
+	sb_mapw_begin(&m, pk);
+	sb_mapw_str(&m, "template", s->tmpl);
+	pack_given(&m, s);
+	pack_strs(&m, "argv", s->argv, s->argc);
+	sb_mapw_str(&m, "prompt", s->argc || !s->prompt ? "" : s->prompt);
+	pack_strs(&m, "env", s->env.v, s->env.n);
+	pack_strs(&m, "secrets", s->secrets.v, s->secrets.n);
+	sb_mapw_u64(&m, "cpus", s->cpus);
+	sb_mapw_u64(&m, "memory_mib", s->mem);
+	sb_mapw_u64(&m, "timeout_s", s->timeout);
+	sb_mapw_u64(&m, "budget_nusd", s->budget);
 	if (s->quota)
-		sb_pack_ku64(pk, "record_quota", s->quota);
+		sb_mapw_u64(&m, "record_quota", s->quota);
 	if (s->group_budget)
-		sb_pack_ku64(pk, "group_budget_nusd", s->group_budget);
-	return pack_inputs(pk, in, s->inputs.n);
+		sb_mapw_u64(&m, "group_budget_nusd", s->group_budget);
+	if ((rc = pack_inputs(&m, in, s->inputs.n)))
+		return rc;
+	return sb_mapw_end(&m);
 }

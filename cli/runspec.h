@@ -79,10 +79,11 @@ int cli_inputs_open(const struct cli_strs *paths, struct cli_input *in, int *at)
 /* Closes the first n inputs of in. */
 void cli_inputs_close(struct cli_input *in, int n);
 
-/* Packs the spec map of s (the value of run.create's "spec") with pk,
- * reading the contents of its inputs from in (s->inputs.n of them, opened
- * by cli_inputs_open). Errors: SB_ERR_IO (an input shrank or failed to
- * read), SB_ERR_NOMEM; pk's buffer then holds a partial map. */
+/* Packs the spec map of s (the value of run.create's "spec") with pk (as
+ * sb_mapw_begin's, engine/mpack.h), reading the contents of its inputs from
+ * in (s->inputs.n of them, opened by cli_inputs_open). Errors: SB_ERR_IO
+ * (an input shrank or failed to read), SB_ERR_NOMEM, those of sb_mapw_end;
+ * pk's buffer then holds a partial map. */
 int cli_spec_pack(msgpack_packer *pk, const struct cli_run_spec *s,
 		  const struct cli_input *in);
 

@@ -554,10 +554,10 @@ static int pane_read(struct view *v, const char *run, uint64_t from, uint64_t la
 	int count = 0, end = 0, rc;
 
 	while (!end && from <= last) {
-		cli_req_begin(&r, "events.read", 3);
-		sb_pack_kstr(&r.pk, "run", run);
-		sb_pack_ku64(&r.pk, "from", from);
-		sb_pack_ku64(&r.pk, "limit", 10000);
+		cli_req_begin(&r, "events.read");
+		sb_mapw_str(&r.m, "run", run);
+		sb_mapw_u64(&r.m, "from", from);
+		sb_mapw_u64(&r.m, "limit", 10000);
 		if ((rc = cli_call(v->c, &r, &rep))) {
 			sb_reply_free(&rep);
 			return rc;
@@ -622,8 +622,8 @@ static int act(struct view *v, const char *op, const char *run, const char *name
 	char val[64] = "";
 	int rc;
 
-	cli_req_begin(&r, op, 1);
-	sb_pack_kstr(&r.pk, "run", run);
+	cli_req_begin(&r, op);
+	sb_mapw_str(&r.m, "run", run);
 	if ((rc = cli_call(v->c, &r, &rep)) == SB_OK) {
 		sb_map_str(&rep.map, key, val, sizeof val);
 		say(v, "%s %s: %s", what, name, val);
@@ -644,8 +644,8 @@ static void act_fork(struct view *v, const char *run, const char *name)
 	struct sb_reply rep;
 	int rc;
 
-	cli_req_begin(&r, "run.fork", 1);
-	sb_pack_kstr(&r.pk, "run", run);
+	cli_req_begin(&r, "run.fork");
+	sb_mapw_str(&r.m, "run", run);
 	if ((rc = cli_call(v->c, &r, &rep))) {
 		say(v, "fork %s: %s", name, sb_errmsg(rc));
 		sb_reply_free(&rep);
