@@ -667,14 +667,15 @@ static void send_hello(struct agent *ag, int resume)
 {
 	struct agent_frame f;
 	struct utsname u;
+	sb_mapw *m;
 
 	if (uname(&u))
 		strcpy(u.release, "?");
 	agent_frame_begin(&f, SB_CHAN_HELLO, 0);
-	msgpack_pack_map(&f.pk, 3);
-	agent_pack_kv_str(&f, "version", AGENT_VERSION);
-	agent_pack_kv_str(&f, "kernel", u.release);
-	agent_pack_kv_uint(&f, "resume", (uint64_t)resume);
+	m = agent_frame_map(&f);
+	sb_mapw_str(m, "version", AGENT_VERSION);
+	sb_mapw_str(m, "kernel", u.release);
+	sb_mapw_u64(m, "resume", (uint64_t)resume);
 	agent_frame_send(&ag->port, &f);
 }
 
@@ -785,7 +786,9 @@ static const char *run_setup(struct agent *ag)
 	struct agent_frame ev;
 	uint64_t files = 0, bytes = 0;
 	struct skipped sk = {0};
+	msgpack_packer *pk;
 	const char *err;
+	sb_mapw *m;
 	int ws = -1;
 
 	for (;;) {
@@ -829,15 +832,15 @@ static const char *run_setup(struct agent *ag)
 	    tunnel_open(ag->spec.tunnel_port, &ag->port, &ag->tunnel))
 		return "cannot listen on the tunnel port";
 	cgroup_open(ag);
-	agent_event_begin(&ev, "harness.input.ready", sk.n ? 4 : 2);
-	agent_pack_kv_uint(&ev, "files", files);
-	agent_pack_kv_uint(&ev, "bytes", bytes);
+	m = agent_event_begin(&ev, "harness.input.ready");
+	sb_mapw_u64(m, "files", files);
+	sb_mapw_u64(m, "bytes", bytes);
 	if (sk.n) {
-		agent_pack_kv_uint(&ev, "skipped", sk.n);
-		agent_pack_str(&ev, "skipped_paths");
-		msgpack_pack_array(&ev.pk, sk.n < SKIPPED_NAMED ? sk.n : SKIPPED_NAMED);
+		sb_mapw_u64(m, "skipped", sk.n);
+		pk = sb_mapw_key(m, "skipped_paths");
+		msgpack_pack_array(pk, sk.n < SKIPPED_NAMED ? sk.n : SKIPPED_NAMED);
 		for (size_t i = 0; i < sk.n && i < SKIPPED_NAMED; i++)
-			agent_pack_str(&ev, sk.paths[i]);
+			sb_pack_str(pk, sk.paths[i]);
 	}
 	agent_frame_send(&ag->port, &ev);
 	return start_harness(ag);
@@ -849,9 +852,10 @@ static void send_output(struct agent *ag, struct outpipe *o, const char *data, s
 {
 	struct agent_frame f;
 
-	agent_event_begin(&f, "agent.output", 2);
-	agent_pack_kv_str(&f, "stream", o->name);
-	agent_pack_kv_strn(&f, "data", data, len);
+	sb_mapw *m = agent_event_begin(&f, "agent.output");
+
+	sb_mapw_str(m, "stream", o->name);
+	sb_mapw_strn(m, "data", data, len);
 	agent_frame_send(&ag->port, &f);
 	ag->output.tokens -= 1; /* the pipe was read only with a token there */
 }
@@ -899,11 +903,12 @@ static void send_event_json(struct agent *ag, const char *line, size_t len)
 static void send_line_dropped(struct agent *ag, const char *head, size_t len)
 {
 	struct agent_frame f;
+	sb_mapw *m;
 
 	agent_frame_begin(&f, SB_CHAN_EVENT_JSON, 0);
-	msgpack_pack_map(&f.pk, 2);
-	agent_pack_kv_uint(&f, "too_long", LINE_MAX_BYTES);
-	agent_pack_kv_bin(&f, "head", head, len < LINE_HEAD ? len : LINE_HEAD);
+	m = agent_frame_map(&f);
+	sb_mapw_u64(m, "too_long", LINE_MAX_BYTES);
+	sb_mapw_bin(m, "head", head, len < LINE_HEAD ? len : LINE_HEAD);
 	agent_frame_send(&ag->port, &f);
 }
 
@@ -1007,6 +1012,7 @@ static void send_synced(struct agent *ag, const msgpack_object *body)
 	const msgpack_object *id = sb_map_get(body, "id");
 	struct agent_frame f;
 	int frozen = 0;
+	sb_mapw *m;
 
 	if (!id || id->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
 		agent_log(&ag->port, "SYNC without an id");
@@ -1023,9 +1029,9 @@ static void send_synced(struct agent *ag, const msgpack_object *body)
 	sync();
 	fs_checkpoint(ag);
 	agent_frame_begin(&f, SB_CHAN_SYNCED, 0);
-	msgpack_pack_map(&f.pk, 2);
-	agent_pack_kv_uint(&f, "id", id->via.u64);
-	agent_pack_kv_bool(&f, "frozen", frozen);
+	m = agent_frame_map(&f);
+	sb_mapw_u64(m, "id", id->via.u64);
+	sb_mapw_bool(m, "frozen", frozen);
 	agent_frame_send(&ag->port, &f);
 }
 
@@ -1254,6 +1260,7 @@ static void wait_acked(struct agent *ag)
 static void finish(struct agent *ag, const char *err)
 {
 	struct agent_frame f;
+	sb_mapw *m;
 
 	if (err)
 		agent_log(&ag->port, "run setup failed: %s", err);
@@ -1262,9 +1269,9 @@ static void finish(struct agent *ag, const char *err)
 	if (ag->watch)
 		watch_read(ag->watch);
 	if (ag->harness && ag->exited) {
-		agent_event_begin(&f, "run.exited", 2);
-		agent_pack_kv_int(&f, "status", ag->status);
-		agent_pack_kv_uint(&f, "signal", (uint64_t)ag->sig);
+		m = agent_event_begin(&f, "run.exited");
+		sb_mapw_i64(m, "status", ag->status);
+		sb_mapw_u64(m, "signal", (uint64_t)ag->sig);
 		agent_frame_send(&ag->port, &f);
 	}
 	tunnel_close(ag->tunnel);
@@ -1279,9 +1286,9 @@ static void finish(struct agent *ag, const char *err)
 	leave_root(ag);
 	wait_acked(ag);
 	agent_frame_begin(&f, SB_CHAN_DONE, 0);
-	msgpack_pack_map(&f.pk, err ? 1 : 0);
+	m = agent_frame_map(&f);
 	if (err)
-		agent_pack_kv_str(&f, "error", err);
+		sb_mapw_str(m, "error", err);
 	agent_frame_send(&ag->port, &f);
 	agent_poweroff();
 }

@@ -15,6 +15,7 @@
 
 #include <msgpack.h>
 
+#include "engine/mpack.h"
 #include "vmm/chan.h"
 
 #define AGENT_VERSION	SB_CHAN_VERSION /* vmm/chan.h: the host requires it */
@@ -37,10 +38,14 @@ struct agent_port {
 	struct sb_chan_ring ring; /* numbered frames the host has not acknowledged */
 };
 
-/* A frame being built: begin, pack the body with .pk, then send. */
+/* A frame being built: begin, pack the body with .pk (or, for a map, its
+ * pairs into the map agent_frame_map or agent_event_begin gives), then
+ * send. It must not move in between. */
 struct agent_frame {
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
+	sb_mapw map; /* the body's map, once begun */
+	int mapped;
 	size_t start; /* of a frame that is not numbered: its header's offset */
 	int kind;
 };
@@ -48,10 +53,16 @@ struct agent_frame {
 /* send.c */
 
 /* Starts a frame of kind on stream; the caller packs exactly one body
- * object with f->pk, then calls agent_frame_send(), which frees f. */
+ * object with f->pk (or calls agent_frame_map), then calls
+ * agent_frame_send(), which frees f. */
 void agent_frame_begin(struct agent_frame *f, int kind, uint64_t stream);
 
-/* Sends f to the host (blocking) and frees its buffer. A numbered frame
+/* Begins f's body as a map and returns it: the caller packs its pairs into
+ * it (engine/mpack.h); agent_frame_send() ends it. */
+sb_mapw *agent_frame_map(struct agent_frame *f);
+
+/* Sends f to the host (blocking) and frees its buffer; a body map that
+ * could not be packed fails it. A numbered frame
  * (EVENT, EVENT_JSON) takes the next guest seq and is kept in p->ring
  * until the host acknowledges it, also when it could not be written now.
  * Returns 0 or -1. */
@@ -65,18 +76,9 @@ void agent_ack(struct agent_port *p, const msgpack_object *body);
  * pipes, its events and the workspace wait until the host catches up. */
 int agent_port_full(const struct agent_port *p);
 
-/* Starts an EVENT frame {type, payload: map of nfields}; the caller packs
- * the nfields key/value pairs, then calls agent_frame_send(). */
-void agent_event_begin(struct agent_frame *f, const char *type, uint32_t nfields);
-
-/* Packs a string, or a key and a value, into f's body. */
-void agent_pack_str(struct agent_frame *f, const char *s);
-void agent_pack_kv_str(struct agent_frame *f, const char *k, const char *v);
-void agent_pack_kv_strn(struct agent_frame *f, const char *k, const char *v, size_t n);
-void agent_pack_kv_bin(struct agent_frame *f, const char *k, const void *v, size_t n);
-void agent_pack_kv_uint(struct agent_frame *f, const char *k, uint64_t v);
-void agent_pack_kv_int(struct agent_frame *f, const char *k, int64_t v);
-void agent_pack_kv_bool(struct agent_frame *f, const char *k, int v);
+/* Starts an EVENT frame {type, payload: map} and returns the payload map:
+ * the caller packs its pairs into it, then calls agent_frame_send(). */
+sb_mapw *agent_event_begin(struct agent_frame *f, const char *type);
 
 /* Writes len bytes of buf to fd, going on after short writes and EINTR.
  * Returns 0, or -1 with errno set. */

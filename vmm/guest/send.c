@@ -17,6 +17,7 @@ void agent_frame_begin(struct agent_frame *f, int kind, uint64_t stream)
 	msgpack_sbuffer_init(&f->sb);
 	msgpack_packer_init(&f->pk, &f->sb, msgpack_sbuffer_write);
 	f->kind = kind;
+	f->mapped = 0;
 	f->start = 0;
 	if (sb_chan_numbered(kind))
 		return; /* the body only: the ring numbers and frames it */
@@ -40,11 +41,20 @@ int agent_write_all(int fd, const char *buf, size_t len)
 	return 0;
 }
 
+sb_mapw *agent_frame_map(struct agent_frame *f)
+{
+	sb_mapw_begin(&f->map, &f->pk);
+	f->mapped = 1;
+	return &f->map;
+}
+
 int agent_frame_send(struct agent_port *p, struct agent_frame *f)
 {
 	const struct sb_chan_kept *k;
 	int ret = -1;
 
+	if (f->mapped && sb_mapw_end(&f->map))
+		goto out; /* out of memory: not logged, a LOG frame would fail too */
 	if (sb_chan_numbered(f->kind)) {
 		if (!f->sb.data || sb_chan_ring_add(&p->ring, f->kind, f->sb.data,
 						    f->sb.size, &k)) {
@@ -79,8 +89,7 @@ void agent_ack(struct agent_port *p, const msgpack_object *body)
 	if (!sb_map_bool(body, "resend", 0))
 		return;
 	agent_frame_begin(&f, SB_CHAN_RESEND, 0);
-	msgpack_pack_map(&f.pk, 1);
-	agent_pack_kv_uint(&f, "next", sb_chan_ring_next(&p->ring));
+	sb_mapw_u64(agent_frame_map(&f), "next", sb_chan_ring_next(&p->ring));
 	if (agent_frame_send(p, &f))
 		return;
 	for (size_t i = 0; (k = sb_chan_ring_at(&p->ring, i)); i++)
@@ -93,56 +102,13 @@ int agent_port_full(const struct agent_port *p)
 	return p->ring.bytes >= AGENT_KEEP_BYTES || p->ring.n >= AGENT_KEEP_FRAMES;
 }
 
-void agent_pack_str(struct agent_frame *f, const char *s)
-{
-	msgpack_pack_str_with_body(&f->pk, s, strlen(s));
-}
-
-void agent_pack_kv_strn(struct agent_frame *f, const char *k, const char *v, size_t n)
-{
-	agent_pack_str(f, k);
-	msgpack_pack_str_with_body(&f->pk, v, n);
-}
-
-void agent_pack_kv_str(struct agent_frame *f, const char *k, const char *v)
-{
-	agent_pack_kv_strn(f, k, v, strlen(v));
-}
-
-void agent_pack_kv_bin(struct agent_frame *f, const char *k, const void *v, size_t n)
-{
-	agent_pack_str(f, k);
-	msgpack_pack_bin_with_body(&f->pk, v, n);
-}
-
-void agent_pack_kv_uint(struct agent_frame *f, const char *k, uint64_t v)
-{
-	agent_pack_str(f, k);
-	msgpack_pack_uint64(&f->pk, v);
-}
-
-void agent_pack_kv_bool(struct agent_frame *f, const char *k, int v)
-{
-	agent_pack_str(f, k);
-	if (v)
-		msgpack_pack_true(&f->pk);
-	else
-		msgpack_pack_false(&f->pk);
-}
-
-void agent_pack_kv_int(struct agent_frame *f, const char *k, int64_t v)
-{
-	agent_pack_str(f, k);
-	msgpack_pack_int64(&f->pk, v);
-}
-
-void agent_event_begin(struct agent_frame *f, const char *type, uint32_t nfields)
+sb_mapw *agent_event_begin(struct agent_frame *f, const char *type)
 {
 	agent_frame_begin(f, SB_CHAN_EVENT, 0);
 	msgpack_pack_map(&f->pk, 2);
-	agent_pack_kv_str(f, "type", type);
-	agent_pack_str(f, "payload");
-	msgpack_pack_map(&f->pk, nfields);
+	sb_pack_kstr(&f->pk, "type", type);
+	sb_pack_str(&f->pk, "payload");
+	return agent_frame_map(f);
 }
 
 void agent_log(struct agent_port *p, const char *fmt, ...)
@@ -164,7 +130,6 @@ void agent_log(struct agent_port *p, const char *fmt, ...)
 	if (p->fd < 0)
 		return;
 	agent_frame_begin(&f, SB_CHAN_LOG, 0);
-	msgpack_pack_map(&f.pk, 1);
-	agent_pack_kv_strn(&f, "message", line, (size_t)n);
+	sb_mapw_strn(agent_frame_map(&f), "message", line, (size_t)n);
 	agent_frame_send(p, &f);
 }

@@ -52,8 +52,7 @@ static void send_simple(struct tunnel *t, int kind, uint64_t id, const void *dat
 		msgpack_pack_bin(&f.pk, len);
 		msgpack_pack_bin_body(&f.pk, data, len);
 	} else if (kind == SB_CHAN_OPEN) {
-		msgpack_pack_map(&f.pk, 1);
-		agent_pack_kv_uint(&f, "port", t->port);
+		sb_mapw_u64(agent_frame_map(&f), "port", t->port);
 	} else {
 		msgpack_pack_nil(&f.pk);
 	}

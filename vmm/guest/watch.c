@@ -132,16 +132,16 @@ static void send_change(struct watch *w, const char *path, const char *kind,
 			uint64_t size, const char *xxh3, const void *content, int link)
 {
 	struct agent_frame f;
+	sb_mapw *m = agent_event_begin(&f, "agent.file.changed");
 
-	agent_event_begin(&f, "agent.file.changed", 4 + !!content + !!link);
-	agent_pack_kv_str(&f, "path", path);
-	agent_pack_kv_str(&f, "kind", kind);
-	agent_pack_kv_uint(&f, "size", size);
-	agent_pack_kv_str(&f, "xxh3", xxh3);
+	sb_mapw_str(m, "path", path);
+	sb_mapw_str(m, "kind", kind);
+	sb_mapw_u64(m, "size", size);
+	sb_mapw_str(m, "xxh3", xxh3);
 	if (content)
-		agent_pack_kv_bin(&f, "content", content, (size_t)size);
+		sb_mapw_bin(m, "content", content, (size_t)size);
 	if (link)
-		agent_pack_kv_str(&f, "type", "symlink");
+		sb_mapw_str(m, "type", "symlink");
 	agent_frame_send(w->port, &f);
 }
 
