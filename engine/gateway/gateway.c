@@ -481,6 +481,7 @@ static void budget_spent(sb_gateway *gw, struct gw_run *r, int by_group)
 	msgpack_packer pk;
 	struct sb_event ev;
 	uint64_t limit, spent;
+	sb_mapw m;
 	int first;
 
 	pthread_mutex_lock(&gw->mu);
@@ -495,15 +496,15 @@ static void budget_spent(sb_gateway *gw, struct gw_run *r, int by_group)
 		return;
 	msgpack_sbuffer_init(&b);
 	msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, by_group ? 4 : 2);
-	sb_pack_ku64(&pk, "budget_nusd", limit);
-	sb_pack_ku64(&pk, "spent_nusd", spent);
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_u64(&m, "budget_nusd", limit);
+	sb_mapw_u64(&m, "spent_nusd", spent);
 	if (by_group) {
-		sb_pack_kstr(&pk, "scope", "group");
-		sb_pack_kstr(&pk, "group", group);
+		sb_mapw_str(&m, "scope", "group");
+		sb_mapw_str(&m, "group", group);
 	}
-	if (b.data && sb_event_init(&ev, "budget.exceeded", r->id, SB_SRC_GATEWAY, b.data,
-				    b.size) == SB_OK)
+	if (!sb_mapw_end(&m) &&
+	    !sb_event_init(&ev, "budget.exceeded", r->id, SB_SRC_GATEWAY, b.data, b.size))
 		append_events(gw, NULL, 0, &ev, 1);
 	msgpack_sbuffer_destroy(&b);
 	if (r->stop_on_budget && gw->on_budget)

@@ -206,29 +206,31 @@ out_free:
 /* Packs the from event: run.forked of a fork, run.resumed of a resume. */
 static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event *ev)
 {
-	msgpack_packer pk;
+	msgpack_packer pk, *v;
+	sb_mapw m;
+	int rc;
 
 	msgpack_packer_init(&pk, buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, (r->from.resume ? 9 : 8) + (r->from.roll.nnamed ? 2 : 0));
-	sb_pack_kstr(&pk, "from_run", r->from.run);
-	sb_pack_ku64(&pk, "from_offset", r->from.offset);
-	sb_pack_ku64(&pk, "at", r->from.at);
-	sb_pack_kstr(&pk, "snapshot", r->from.snap);
-	sb_pack_kbool(&pk, "exact", r->from.exact);
-	sb_pack_kbool(&pk, "memory", r->from.memory_bytes > 0);
-	sb_pack_ku64(&pk, "rolled", r->from.roll.rolled);
-	sb_pack_ku64(&pk, "removed", r->plan.nremoves);
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_str(&m, "from_run", r->from.run);
+	sb_mapw_u64(&m, "from_offset", r->from.offset);
+	sb_mapw_u64(&m, "at", r->from.at);
+	sb_mapw_str(&m, "snapshot", r->from.snap);
+	sb_mapw_bool(&m, "exact", r->from.exact);
+	sb_mapw_bool(&m, "memory", r->from.memory_bytes > 0);
+	sb_mapw_u64(&m, "rolled", r->from.roll.rolled);
+	sb_mapw_u64(&m, "removed", r->plan.nremoves);
 	if (r->from.roll.nnamed) {
-		sb_pack_ku64(&pk, "omitted_count", r->from.roll.omitted);
-		sb_pack_str(&pk, "omitted");
-		msgpack_pack_array(&pk, r->from.roll.nnamed);
+		sb_mapw_u64(&m, "omitted_count", r->from.roll.omitted);
+		v = sb_mapw_key(&m, "omitted");
+		msgpack_pack_array(v, r->from.roll.nnamed);
 		for (size_t i = 0; i < r->from.roll.nnamed; i++)
-			sb_pack_str(&pk, r->from.roll.named[i]);
+			sb_pack_str(v, r->from.roll.named[i]);
 	}
 	if (r->from.resume)
-		sb_pack_kstr(&pk, "prompt", r->from.prompt ? r->from.prompt : "");
-	if (!buf->data)
-		return SB_ERR_NOMEM;
+		sb_mapw_str(&m, "prompt", r->from.prompt ? r->from.prompt : "");
+	if ((rc = sb_mapw_end(&m)))
+		return rc;
 	return sb_event_init(ev, r->from.resume ? "run.resumed" : "run.forked", r->id,
 			     SB_SRC_HOST, buf->data, buf->size);
 }
