@@ -165,23 +165,24 @@ int sb_run_pack_queued(struct run *r, msgpack_sbuffer *buf, struct sb_event *ev)
 {
 	msgpack_packer pk;
 	size_t ahead;
-	int from = r->from.on;
+	sb_mapw m;
+	int from = r->from.on, rc;
 
 	pthread_mutex_lock(&r->rs->cap_mu);
 	ahead = r->rs->nqueued;
 	pthread_mutex_unlock(&r->rs->cap_mu);
 	msgpack_packer_init(&pk, buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 3 + (from ? 4 : 0));
-	sb_pack_ku64(&pk, "cpus", r->plan.cpus);
-	sb_pack_ku64(&pk, "memory_mib", r->plan.memory_mib);
-	sb_pack_ku64(&pk, "ahead", ahead);
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_u64(&m, "cpus", r->plan.cpus);
+	sb_mapw_u64(&m, "memory_mib", r->plan.memory_mib);
+	sb_mapw_u64(&m, "ahead", ahead);
 	if (from) {
-		sb_pack_kstr(&pk, "from_run", r->from.run);
-		sb_pack_ku64(&pk, "from_layer", r->from.layer);
-		sb_pack_ku64(&pk, "memory_bytes", r->from.memory_bytes);
-		sb_pack_kbool(&pk, "from_start", r->from.start);
+		sb_mapw_str(&m, "from_run", r->from.run);
+		sb_mapw_u64(&m, "from_layer", r->from.layer);
+		sb_mapw_u64(&m, "memory_bytes", r->from.memory_bytes);
+		sb_mapw_bool(&m, "from_start", r->from.start);
 	}
-	if (!buf->data)
-		return SB_ERR_NOMEM;
+	if ((rc = sb_mapw_end(&m)))
+		return rc;
 	return sb_event_init(ev, "run.queued", r->id, SB_SRC_HOST, buf->data, buf->size);
 }

@@ -602,6 +602,7 @@ static int g_harness_end(struct sb_machine *m, int status, int sig, const char *
 {
 	msgpack_sbuffer b;
 	msgpack_packer pk;
+	sb_mapw done;
 
 	if (!error) {
 		g_event_begin(&b, &pk, "run.exited", 2);
@@ -613,9 +614,10 @@ static int g_harness_end(struct sb_machine *m, int status, int sig, const char *
 		return 1;
 	msgpack_sbuffer_init(&b);
 	msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, error ? 1 : 0);
+	sb_mapw_begin(&done, &pk);
 	if (error)
-		sb_pack_kstr(&pk, "error", error);
+		sb_mapw_str(&done, "error", error);
+	sb_mapw_end(&done);
 	g_frame(m, SB_CHAN_DONE, &b);
 	msgpack_sbuffer_destroy(&b);
 	if (g_wait(m, until_flushed, NULL))

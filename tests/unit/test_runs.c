@@ -433,23 +433,24 @@ static void spec_make(struct spec *s, const char *tmpl, const char *name,
 		      uint64_t timeout_s, const char *path, const char *data)
 {
 	msgpack_packer pk;
+	sb_mapw m;
 
 	msgpack_sbuffer_init(&s->sb);
 	msgpack_packer_init(&pk, &s->sb, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 3 + !!timeout_s + !!path);
-	sb_pack_kstr(&pk, "template", tmpl);
-	sb_pack_kstr(&pk, "name", name);
-	sb_pack_kstr(&pk, "prompt", "do it");
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_str(&m, "template", tmpl);
+	sb_mapw_str(&m, "name", name);
+	sb_mapw_str(&m, "prompt", "do it");
 	if (timeout_s)
-		sb_pack_ku64(&pk, "timeout_s", timeout_s);
+		sb_mapw_u64(&m, "timeout_s", timeout_s);
 	if (path) {
-		sb_pack_str(&pk, "inputs");
-		msgpack_pack_array(&pk, 1);
-		msgpack_pack_map(&pk, 2);
-		sb_pack_kstr(&pk, "path", path);
-		sb_pack_str(&pk, "data");
-		msgpack_pack_bin_with_body(&pk, data, strlen(data));
+		msgpack_pack_array(sb_mapw_key(&m, "inputs"), 1);
+		msgpack_pack_map(&m.pk, 2);
+		sb_pack_kstr(&m.pk, "path", path);
+		sb_pack_str(&m.pk, "data");
+		msgpack_pack_bin_with_body(&m.pk, data, strlen(data));
 	}
+	assert_int_equal(sb_mapw_end(&m), SB_OK);
 	assert_true(msgpack_zone_init(&s->zone, 1024));
 	assert_int_equal(sb_payload_parse(s->sb.data, s->sb.size, &s->zone, &s->o),
 			 SB_OK);
