@@ -242,23 +242,21 @@ int sb_runs_host_event(struct sb_runs *rs, const char *run, const char *type, ..
 	struct sb_event ev;
 	va_list ap;
 	const char *k;
-	size_t n = 0;
+	sb_mapw m;
 	int rc;
 
-	va_start(ap, type);
-	while (va_arg(ap, const char *))
-		n++;
-	va_end(ap);
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, n / 2);
+	sb_mapw_begin(&m, &pk);
 	va_start(ap, type);
 	while ((k = va_arg(ap, const char *)))
-		sb_pack_kstr(&pk, k, va_arg(ap, const char *));
+		sb_mapw_str(&m, k, va_arg(ap, const char *));
 	va_end(ap);
+	rc = sb_mapw_end(&m);
 	batch_flush(rs);
-	rc = buf.data ? sb_event_init(&ev, type, run, SB_SRC_HOST, buf.data, buf.size)
-		      : SB_ERR_NOMEM;
+	if (rc == SB_OK)
+		rc = buf.data ? sb_event_init(&ev, type, run, SB_SRC_HOST, buf.data, buf.size)
+			      : SB_ERR_NOMEM;
 	if (rc == SB_OK)
 		rc = sb_log_append(rs->env.log, &ev, 1);
 	if (rc)
@@ -538,32 +536,36 @@ static void m_net(void *ctx, const struct sb_net_report *n)
 	struct run *r = ctx;
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
-	char addrs[sizeof n->addrs], *a, *save = NULL;
+	char addrs[sizeof n->addrs], *a, *save = NULL, *addr[sizeof n->addrs / 2 + 1];
+	msgpack_packer *v;
 	size_t count = 0;
+	sb_mapw m;
 
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	sb_mapw_begin(&m, &pk);
 	if (n->kind == SB_NET_DENIED) {
-		msgpack_pack_map(&pk, n->name[0] ? 6 : 5);
-		sb_pack_kstr(&pk, "dst", n->dst);
-		sb_pack_ku64(&pk, "port", n->port);
-		sb_pack_kstr(&pk, "proto", n->proto);
+		sb_mapw_str(&m, "dst", n->dst);
+		sb_mapw_u64(&m, "port", n->port);
+		sb_mapw_str(&m, "proto", n->proto);
 		if (n->name[0]) /* a name (escaped) is cut at 256 bytes */
-			sb_pack_kstrn(&pk, "name", n->name, strnlen(n->name, 256));
-		sb_pack_kstr(&pk, "reason", n->reason);
-		sb_pack_ku64(&pk, "count", n->count);
+			sb_mapw_strn(&m, "name", n->name, strnlen(n->name, 256));
+		sb_mapw_str(&m, "reason", n->reason);
 	} else {
-		msgpack_pack_map(&pk, 4);
-		sb_pack_kstr(&pk, "name", n->name);
-		sb_pack_kstr(&pk, "type", n->proto);
-		for (const char *c = n->addrs; *c; c++)
-			count += *c == ',';
-		sb_pack_str(&pk, "addrs");
-		msgpack_pack_array(&pk, n->addrs[0] ? count + 1 : 0);
+		sb_mapw_str(&m, "name", n->name);
+		sb_mapw_str(&m, "type", n->proto);
 		snprintf(addrs, sizeof addrs, "%s", n->addrs);
 		for (a = strtok_r(addrs, ",", &save); a; a = strtok_r(NULL, ",", &save))
-			sb_pack_str(&pk, a);
-		sb_pack_ku64(&pk, "count", n->count);
+			addr[count++] = a; /* each at least one byte and a comma */
+		v = sb_mapw_key(&m, "addrs");
+		msgpack_pack_array(v, count);
+		for (size_t i = 0; i < count; i++)
+			sb_pack_str(v, addr[i]);
+	}
+	sb_mapw_u64(&m, "count", n->count);
+	if (sb_mapw_end(&m)) {
+		msgpack_sbuffer_destroy(&buf);
+		return;
 	}
 	if (buf.data)
 		batch_add(r->rs, r->id,
@@ -1117,28 +1119,29 @@ static void started_event(struct run *r)
 	msgpack_packer pk;
 	struct sb_event ev;
 	char mac[18];
+	sb_mapw m, net;
 
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 2 + nic);
-	sb_pack_kstr(&pk, "accel", r->create.accel);
-	sb_pack_kstr(&pk, "boot",
-		     !ops->restored(r->m) ? "cold"
-		     : ops->warm(r->m)	  ? "warm"
-					  : "memory");
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_str(&m, "accel", r->create.accel);
+	sb_mapw_str(&m, "boot",
+		    !ops->restored(r->m) ? "cold"
+		    : ops->warm(r->m)	 ? "warm"
+					 : "memory");
 	if (nic) {
 		snprintf(mac, sizeof mac, "%02x:%02x:%02x:%02x:%02x:%02x", f.mac[0],
 			 f.mac[1], f.mac[2], f.mac[3], f.mac[4], f.mac[5]);
-		sb_pack_str(&pk, "net");
-		msgpack_pack_map(&pk, f.guest6[0] ? 4 : 3);
-		sb_pack_kstr(&pk, "tap", f.tap);
-		sb_pack_kstr(&pk, "mac", mac);
-		sb_pack_kstr(&pk, "addr4", f.guest4);
+		sb_mapw_begin(&net, sb_mapw_key(&m, "net"));
+		sb_mapw_str(&net, "tap", f.tap);
+		sb_mapw_str(&net, "mac", mac);
+		sb_mapw_str(&net, "addr4", f.guest4);
 		if (f.guest6[0])
-			sb_pack_kstr(&pk, "addr6", f.guest6);
+			sb_mapw_str(&net, "addr6", f.guest6);
+		sb_mapw_end(&net);
 	}
-	if (buf.data && sb_event_init(&ev, "run.started", r->id, SB_SRC_HOST, buf.data,
-				      buf.size) == SB_OK)
+	if (sb_mapw_end(&m) == SB_OK && buf.data &&
+	    sb_event_init(&ev, "run.started", r->id, SB_SRC_HOST, buf.data, buf.size) == SB_OK)
 		sb_log_append(r->rs->env.log, &ev, 1);
 	msgpack_sbuffer_destroy(&buf);
 }
