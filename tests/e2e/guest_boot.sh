@@ -149,7 +149,7 @@ head -c 70000 /dev/zero | tr "\0" a > $SANBOX_EVENTS; echo >> $SANBOX_EVENTS
 echo "{\"type\":\"agent.turn.completed\",\"payload\":{\"turn\":1}}" > $SANBOX_EVENTS
 echo "in=$(cat in/a.txt) foo=$FOO base=$OPENAI_BASE_URL"
 wget -qO- http://127.0.0.1:4000/x; echo "wget=$?"
-echo more >> in/a.txt; mkdir -p a/b/c; sleep 1; echo deep > a/b/c/f; mv a/b/c/f a/g; rm a/g'
+echo more >> in/a.txt; mkdir -p a/b/c; sleep 1; echo deep > a/b/c/f; sleep 1; mv a/b/c/f a/g; sleep 1; rm a/g'
 boot events -t 4000 -e FOO=bar -i 'in/a.txt=input-data' -a /bin/sh -a -c -a "$script"
 expect events 'EVENT harness.input.ready {"files"=>1, "bytes"=>10}' "inputs not counted"
 expect events 'EVENT_JSON {"type":"agent.turn.started","payload":{"turn":1}}' "no EVENT_JSON"
