@@ -58,10 +58,13 @@ static int group_fail(const struct cli_group *g, int rc)
 	return cli_fail_request(rc);
 }
 
-/* Prints the group created (rep: group.create's answer). */
+/* Prints the group a group.create or group.fork made (rep: its answer):
+ * its name and id, then a line per run, with its name from g (the group
+ * file it was run from) when g is not NULL. */
 static void group_print(const struct cli_group *g, const struct sb_reply *rep, int json)
 {
 	const msgpack_object *runs = sb_map_get(&rep->map, "runs");
+	uint32_t n = runs && runs->type == MSGPACK_OBJECT_ARRAY ? runs->via.array.size : 0;
 	char name[64] = "", id[SB_RUN_MAX] = "", cell[4 * 64 + 1];
 
 	if (json) {
@@ -71,14 +74,17 @@ static void group_print(const struct cli_group *g, const struct sb_reply *rep, i
 	sb_map_str(&rep->map, "group", name, sizeof name);
 	sb_map_str(&rep->map, "id", id, sizeof id);
 	cli_cell(name, 0, cell, sizeof cell);
-	printf("group %s (%s): %zu runs\n", cell, id, g->nruns);
-	for (uint32_t i = 0; runs && runs->type == MSGPACK_OBJECT_ARRAY &&
-			     i < runs->via.array.size && i < g->nruns;
-	     i++) {
+	printf("group %s (%s): %zu runs\n", cell, id, g ? g->nruns : n);
+	for (uint32_t i = 0; i < n && (!g || i < g->nruns); i++) {
 		const msgpack_object *o = &runs->via.array.ptr[i];
+		if (o->type != MSGPACK_OBJECT_STR)
+			continue;
+		if (!g) {
+			printf("  %.*s\n", (int)o->via.str.size, o->via.str.ptr);
+			continue;
+		}
 		cli_cell(g->runs[i].spec.name, 0, cell, sizeof cell);
-		printf("  %.*s  %s\n", o->type == MSGPACK_OBJECT_STR ? (int)o->via.str.size : 0,
-		       o->type == MSGPACK_OBJECT_STR ? o->via.str.ptr : "", cell);
+		printf("  %.*s  %s\n", (int)o->via.str.size, o->via.str.ptr, cell);
 	}
 }
 
@@ -175,29 +181,6 @@ static int group_fork_as(sb_client *c, const char *src, const char *name,
 	return cli_call(c, &r, rep);
 }
 
-/* Prints the fork made (rep: group.fork's answer). */
-static void fork_print(const struct sb_reply *rep, int json)
-{
-	const msgpack_object *runs = sb_map_get(&rep->map, "runs");
-	char name[64] = "", id[SB_RUN_MAX] = "", cell[4 * 64 + 1];
-
-	if (json) {
-		cli_print_reply(&rep->map);
-		return;
-	}
-	sb_map_str(&rep->map, "group", name, sizeof name);
-	sb_map_str(&rep->map, "id", id, sizeof id);
-	cli_cell(name, 0, cell, sizeof cell);
-	printf("group %s (%s): %u runs\n", cell, id,
-	       runs && runs->type == MSGPACK_OBJECT_ARRAY ? runs->via.array.size : 0);
-	for (uint32_t i = 0; runs && runs->type == MSGPACK_OBJECT_ARRAY &&
-			     i < runs->via.array.size;
-	     i++)
-		if (runs->via.array.ptr[i].type == MSGPACK_OBJECT_STR)
-			printf("  %.*s\n", (int)runs->via.array.ptr[i].via.str.size,
-			       runs->via.array.ptr[i].via.str.ptr);
-}
-
 /* group fork SRC [--name NAME] [--detach] [--json]: every run of SRC from
  * its newest snapshot, as a new group (default SRC-fork, then -fork-2...). */
 static int group_fork(int argc, char **argv)
@@ -241,7 +224,7 @@ static int group_fork(int argc, char **argv)
 		snprintf(used, sizeof used, "%.50s-fork-%u", argv[optind], k % 100u);
 	}
 	if (rc == SB_OK) {
-		fork_print(&rep, json);
+		group_print(NULL, &rep, json);
 		if (!detach && !json) {
 			char *wargv[] = {"wait", "--group", used, NULL};
 			optind = 0;
