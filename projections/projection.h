@@ -17,10 +17,13 @@
 #include "engine/log/event.h"
 #include "engine/log/log.h"
 
-/* A projection's view of one write transaction. */
+/* A projection's view of one transaction: its database in txn, and the
+ * log it folds (to read what the log keeps beside a record, such as its
+ * salt, in the same transaction). */
 struct sb_proj_txn {
 	MDB_txn *txn;
 	MDB_dbi dbi;
+	sb_log *log;
 };
 
 struct sb_projection {
@@ -35,6 +38,13 @@ struct sb_projection {
 	 * An error aborts the whole batch; nothing of it is kept. */
 	int (*apply)(struct sb_proj_txn *t, const struct sb_event *ev,
 		     const msgpack_object *payload);
+	/* Folds one event given its stored record, rec (len bytes, the format
+	 * of engine/log/record.h, checksum verified), which ev was decoded
+	 * from (ev->payload points into it); valid during the call. A
+	 * projection sets apply, apply_record or both (called in that order).
+	 * An error aborts the whole batch. */
+	int (*apply_record)(struct sb_proj_txn *t, const struct sb_event *ev, const void *rec,
+			    size_t len);
 };
 
 /* Reads key into *val (valid until the transaction ends).

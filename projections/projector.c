@@ -10,6 +10,7 @@
 #include "engine/bytes.h"
 #include "engine/error.h"
 #include "engine/payload.h"
+#include "projections/tree.h"
 #include "projections/views.h"
 
 #define BATCH 10000
@@ -19,6 +20,7 @@ static const struct sb_projection *const builtin[] = {
     &sb_proj_costs,
     &sb_proj_groups,
     &sb_proj_resume,
+    &sb_proj_tree,
 };
 #define NPROJ (sizeof builtin / sizeof builtin[0])
 
@@ -75,7 +77,7 @@ static int version_same(sb_projector *p, MDB_txn *txn, size_t i)
  * stored. */
 static int reset(sb_projector *p, MDB_txn *txn, size_t i)
 {
-	struct sb_proj_txn t = {txn, p->dbi[i]};
+	struct sb_proj_txn t = {txn, p->dbi[i], p->log};
 	MDB_val k = {strlen(builtin[i]->name), (void *)builtin[i]->name}, vk, v;
 	char buf[64];
 	uint8_t b[8];
@@ -178,6 +180,20 @@ static int ckpt_put(sb_projector *p, MDB_txn *txn, size_t i, uint64_t off)
 	return sb_log_mdb_err(mdb_put(txn, p->ckpt, &k, &v, 0), "projector: checkpoint");
 }
 
+/* Folds one event into projection i. */
+static int apply_one(sb_projector *p, MDB_txn *txn, size_t i, const struct sb_event *ev,
+		     const msgpack_object *map, const void *rec, size_t rlen)
+{
+	struct sb_proj_txn t = {txn, p->dbi[i], p->log};
+	int rc = SB_OK;
+
+	if (builtin[i]->apply)
+		rc = builtin[i]->apply(&t, ev, map);
+	if (!rc && builtin[i]->apply_record)
+		rc = builtin[i]->apply_record(&t, ev, rec, rlen);
+	return rc;
+}
+
 /* Applies up to BATCH events in one transaction. *n gets the number read. */
 static int catch_up_batch(sb_projector *p, uint64_t *n)
 {
@@ -185,6 +201,8 @@ static int catch_up_batch(sb_projector *p, uint64_t *n)
 	sb_log_iter *it = NULL;
 	uint64_t ck[NPROJ], from = UINT64_MAX, last = 0;
 	struct sb_event ev;
+	const void *rec;
+	size_t rlen;
 	int rc;
 
 	*n = 0;
@@ -197,7 +215,7 @@ static int catch_up_batch(sb_projector *p, uint64_t *n)
 	}
 	if ((rc = sb_log_iter_open_txn(p->log, txn, from + 1, &it)))
 		goto fail;
-	while (*n < BATCH && (rc = sb_log_iter_next(it, &ev)) == SB_OK) {
+	while (*n < BATCH && (rc = sb_log_iter_next_record(it, &ev, &rec, &rlen)) == SB_OK) {
 		msgpack_object map;
 		msgpack_zone_clear(&p->zone);
 		if ((rc = sb_payload_parse(ev.payload, ev.payload_len, &p->zone, &map))) {
@@ -205,13 +223,9 @@ static int catch_up_batch(sb_projector *p, uint64_t *n)
 				       (unsigned long long)ev.offset, sb_errmsg(rc));
 			goto fail;
 		}
-		for (size_t i = 0; i < NPROJ; i++) {
-			struct sb_proj_txn t = {txn, p->dbi[i]};
-			if (ev.offset <= ck[i])
-				continue;
-			if ((rc = builtin[i]->apply(&t, &ev, &map)))
+		for (size_t i = 0; i < NPROJ; i++)
+			if (ev.offset > ck[i] && (rc = apply_one(p, txn, i, &ev, &map, rec, rlen)))
 				goto fail;
-		}
 		last = ev.offset;
 		(*n)++;
 	}
@@ -313,6 +327,7 @@ int sb_projector_read(sb_projector *p, const char *name, struct sb_proj_txn *t)
 	if ((rc = mdb_txn_begin(sb_log_env(p->log), NULL, MDB_RDONLY, &t->txn)))
 		return sb_log_mdb_err(rc, "projection: read");
 	t->dbi = p->dbi[i];
+	t->log = p->log;
 	return SB_OK;
 }
 

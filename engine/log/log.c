@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <sys/statvfs.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -49,6 +50,8 @@ struct tail {
 struct sb_log {
 	MDB_env *env;
 	MDB_dbi events, runtail, runidx, meta;
+	MDB_dbi salts;  /* offset -> the record's leaf salt */
+	int has_salts;  /* salts is open (a read-only open of a log without it: not) */
 	struct sb_blob_table bt;
 	unsigned flags;
 	struct sb_log_upgrade upgrade; /* what the open did (from 0: nothing) */
@@ -149,6 +152,18 @@ static int format_put(sb_log *log, MDB_txn *txn, uint64_t fmt)
 	return sb_log_mdb_err(mdb_put(txn, log->meta, &k, &v, 0), "log: write format");
 }
 
+/* Opens the salts table (made when create is MDB_CREATE); a read-only
+ * open of a log that has none goes on without it. */
+static int salts_open(sb_log *log, MDB_txn *txn, unsigned create)
+{
+	int rc = mdb_dbi_open(txn, "salts", create, &log->salts);
+
+	if (rc == MDB_NOTFOUND && !create)
+		return SB_OK;
+	log->has_salts = !rc;
+	return sb_log_mdb_err(rc, "log: open salts");
+}
+
 /* Opens the databases and brings the log to LOG_FORMAT: a new log gets it,
  * a format-2 log opened for writing is upgraded in the same transaction
  * (its blobs re-keyed, nothing else touched), anything else is refused. */
@@ -172,7 +187,7 @@ static int open_dbs(sb_log *log)
 		rc = sb_log_mdb_err(rc, "log: open databases");
 		goto out;
 	}
-	if ((rc = format_get(log, txn, &fmt)))
+	if ((rc = salts_open(log, txn, create)) || (rc = format_get(log, txn, &fmt)))
 		goto out;
 	if (fmt > LOG_FORMAT) {
 		rc = sb_seterr(SB_ERR_CORRUPT, "log format %llu is newer than this build reads (%d)",
@@ -304,6 +319,50 @@ void sb_log_set_hook(sb_log *log, sb_log_hook hook, void *ctx)
 MDB_env *sb_log_env(sb_log *log)
 {
 	return log->env;
+}
+
+/* Looks up offset's salt in txn; with create, makes one when missing. */
+static int salt_txn(sb_log *log, MDB_txn *txn, uint64_t offset, int create,
+		    uint8_t out[SB_SALT_LEN])
+{
+	uint8_t key[8];
+	MDB_val k = {8, key}, v;
+	int rc;
+
+	sb_be64_put(key, offset);
+	if (!log->has_salts)
+		return sb_seterr(SB_ERR_NOTFOUND, "offset %llu has no salt (the log has none yet)",
+				 (unsigned long long)offset);
+	rc = mdb_get(txn, log->salts, &k, &v);
+	if (rc == 0 && v.mv_size == SB_SALT_LEN) {
+		memcpy(out, v.mv_data, SB_SALT_LEN);
+		return SB_OK;
+	}
+	if (rc == 0)
+		return sb_seterr(SB_ERR_CORRUPT, "offset %llu: salt malformed",
+				 (unsigned long long)offset);
+	if (rc != MDB_NOTFOUND)
+		return sb_log_mdb_err(rc, "log: read salt");
+	if (!create)
+		return sb_seterr(SB_ERR_NOTFOUND, "offset %llu has no salt",
+				 (unsigned long long)offset);
+	randombytes_buf(out, SB_SALT_LEN);
+	v = (MDB_val){SB_SALT_LEN, out};
+	return sb_log_mdb_err(mdb_put(txn, log->salts, &k, &v, 0), "log: write salt");
+}
+
+int sb_log_salt(sb_log *log, MDB_txn *txn, uint64_t offset, int create,
+		uint8_t out[SB_SALT_LEN])
+{
+	MDB_txn *own = NULL;
+	int rc;
+
+	if (!txn && (rc = mdb_txn_begin(log->env, NULL, MDB_RDONLY, &own)))
+		return sb_log_mdb_err(rc, "log: read salt");
+	rc = salt_txn(log, txn ? txn : own, offset, create && txn, out);
+	if (own)
+		mdb_txn_abort(own);
+	return rc;
 }
 
 static uint64_t now_ns(void)

@@ -6,6 +6,9 @@
  *   runidx   key: run id, NUL, block no. -> 64 offsets (full blocks)
  *   blobs, blobmap   the blob table (engine/log/blob.h)
  *   meta     small named values: "version", the format (3)
+ *   salts    key: 8-byte big-endian offset -> the record's 32-byte leaf
+ *            salt (projections/tree.h), made when the record first enters
+ *            the tree and kept across rebuilds
  * Projections keep their own databases in the same environment
  * (projections/projection.h), so their state and checkpoints commit with
  * the same guarantees.
@@ -150,6 +153,16 @@ MDB_env *sb_log_env(sb_log *log);
  * (their pages), *rest for the events, their indexes and the
  * projections. Errors: SB_ERR_IO. */
 int sb_log_usage(sb_log *log, unsigned long long *blobs, unsigned long long *rest);
+
+#define SB_SALT_LEN 32
+
+/* Reads the leaf salt of the record at offset into out, inside txn (NULL:
+ * in a read transaction of its own). With create and a write txn, a
+ * record that has none gets one (random, libsodium), stored in txn.
+ * Errors: SB_ERR_NOTFOUND (none, and not created), SB_ERR_CORRUPT (a salt
+ * of another length), SB_ERR_FULL, SB_ERR_IO. */
+int sb_log_salt(sb_log *log, MDB_txn *txn, uint64_t offset, int create,
+		uint8_t out[SB_SALT_LEN]);
 
 /* Maps an LMDB error code to an sb_err, recording its text as the detail. */
 int sb_log_mdb_err(int mdb_rc, const char *what);

@@ -8,7 +8,9 @@
 #include <cmocka.h>
 
 #include "engine/log/log.h"
+#include "engine/log/merkle.h"
 #include "projections/projection.h"
+#include "projections/tree.h"
 #include "projections/views.h"
 #include "tests/unit/testutil.h"
 
@@ -1031,7 +1033,8 @@ static void gen_verify(struct fix *f, struct gen *g)
 	}
 }
 
-static const char *const proj_names[] = {"runstate", "costs", "resume"};
+static const char *const proj_names[] = {"runstate", "costs", "resume", "tree"};
+#define NPROJ_NAMES (sizeof proj_names / sizeof proj_names[0])
 
 /* A history of 200 runs and ~20k events of every kind: state caught up in
  * uneven chunks is right, and equals, byte for byte, the state rebuilt
@@ -1041,7 +1044,7 @@ static void test_rebuild_equality(void **state)
 	static const int chunks[] = {1, 999, 4000, 10000, 3, 6000};
 	struct fix *f = *state;
 	struct gen *g = malloc(sizeof *g);
-	uint8_t before[3][32], after[3][32], empty[32];
+	uint8_t before[NPROJ_NAMES][32], after[NPROJ_NAMES][32], empty[32];
 	uint64_t total = 0;
 	int ended = 0, progressed = 0;
 
@@ -1066,12 +1069,12 @@ static void test_rebuild_equality(void **state)
 	assert_true(progressed >= 100); /* and reported progress, turns and tools */
 	gen_verify(f, g);
 
-	for (int i = 0; i < 3; i++)
+	for (size_t i = 0; i < NPROJ_NAMES; i++)
 		assert_int_equal(sb_projector_digest(f->p, proj_names[i], before[i]), SB_OK);
 	assert_memory_not_equal(before[0], empty, 32);
 	assert_int_equal(sb_projector_rebuild(f->p), SB_OK);
 	assert_true(sb_projector_checkpoint(f->p) == total);
-	for (int i = 0; i < 3; i++) {
+	for (size_t i = 0; i < NPROJ_NAMES; i++) {
 		assert_int_equal(sb_projector_digest(f->p, proj_names[i], after[i]), SB_OK);
 		if (memcmp(before[i], after[i], 32))
 			fail_msg("projection %s differs after rebuild", proj_names[i]);
@@ -1109,6 +1112,86 @@ static void test_corrupt_stops(void **state)
 	}
 }
 
+/* The roots of the first m leaves, folded from the log's records and
+ * salts leaf by leaf (no tiles), for each m in want[] (ascending). */
+static void tree_roots_by_fold(struct fix *f, const uint64_t *want, size_t nwant,
+			       uint8_t (*roots)[SB_MERKLE_HASH])
+{
+	struct sb_merkle_fold fold;
+	sb_log_iter *it;
+	struct sb_event ev;
+	uint8_t salt[SB_SALT_LEN], h[SB_MERKLE_HASH];
+
+	for (size_t w = 0; w < nwant; w++) {
+		sb_merkle_fold_init(&fold, want[w]);
+		assert_int_equal(sb_log_iter_open(f->log, 1, &it), SB_OK);
+		for (uint64_t i = 0; i < want[w]; i++) {
+			assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+			int rc = sb_log_salt(f->log, NULL, ev.offset, 0, salt);
+			if (rc)
+				fail_msg("salt of %llu: %s", (unsigned long long)ev.offset, sb_errmsg(rc));
+			sb_tree_leaf_hash(&ev, salt, h);
+			assert_int_equal(sb_merkle_fold_push(&fold, i, i + 1, h), SB_OK);
+		}
+		sb_log_iter_close(it);
+		assert_int_equal(sb_merkle_fold_root(&fold, roots[w]), SB_OK);
+	}
+}
+
+/* The tree projection over 66000 records (a full level-1 tile, so one
+ * level-2 hash): its roots at several sizes are those folded from the
+ * records; inclusion and consistency proofs read from its tiles check;
+ * salts are kept, so a rebuild makes the same root. */
+static void test_tree(void **state)
+{
+	static const uint64_t sizes[] = {1, 255, 256, 257, 4097, 65535, 65536, 66000};
+	enum { NS = sizeof sizes / sizeof sizes[0] };
+	struct fix *f = *state;
+	uint8_t roots[NS][SB_MERKLE_HASH], got[SB_MERKLE_HASH];
+	uint8_t proof[SB_MERKLE_PROOF_MAX][SB_MERKLE_HASH], salt[SB_SALT_LEN], h[SB_MERKLE_HASH];
+	struct sb_proj_txn t;
+	struct sb_event ev;
+	sb_log_iter *it;
+	size_t len;
+	uint64_t n;
+
+	for (int i = 0; i < 66000; i++)
+		app(f, i % 3 ? "t1" : "t2", SB_SRC_GATEWAY, "agent.usage.updated",
+		    USAGE("m", 1, 1, 1));
+	assert_int_equal(sb_projector_catch_up(f->p, NULL), SB_OK);
+	tree_roots_by_fold(f, sizes, NS, roots);
+	assert_int_equal(sb_projector_read(f->p, "tree", &t), SB_OK);
+	assert_int_equal(sb_tree_size(&t, &n), SB_OK);
+	assert_true(n == 66000);
+	for (size_t s = 0; s < NS; s++) {
+		assert_int_equal(sb_merkle_root(sb_tree_read, &t, sizes[s], got), SB_OK);
+		assert_memory_equal(got, roots[s], SB_MERKLE_HASH);
+		for (size_t r = 0; r < s; r++) {
+			assert_int_equal(sb_merkle_consistency(sb_tree_read, &t, sizes[r], sizes[s],
+							       proof, &len), SB_OK);
+			assert_true(sb_merkle_consistency_check(sizes[r], sizes[s], roots[r],
+								roots[s], proof, len));
+		}
+	}
+	assert_int_equal(sb_log_iter_open(f->log, 65000, &it), SB_OK);
+	assert_int_equal(sb_log_iter_next(it, &ev), SB_OK);
+	assert_int_equal(sb_log_salt(f->log, NULL, ev.offset, 0, salt), SB_OK);
+	sb_tree_leaf_hash(&ev, salt, h);
+	assert_int_equal(sb_merkle_inclusion(sb_tree_read, &t, 64999, n, proof, &len), SB_OK);
+	assert_true(sb_merkle_inclusion_check(64999, n, h, proof, len, roots[NS - 1]));
+	salt[0] ^= 1; /* another salt makes another leaf */
+	sb_tree_leaf_hash(&ev, salt, h);
+	assert_false(sb_merkle_inclusion_check(64999, n, h, proof, len, roots[NS - 1]));
+	sb_log_iter_close(it);
+	mdb_txn_abort(t.txn);
+
+	assert_int_equal(sb_projector_rebuild(f->p), SB_OK);
+	assert_int_equal(sb_projector_read(f->p, "tree", &t), SB_OK);
+	assert_int_equal(sb_merkle_root(sb_tree_read, &t, 66000, got), SB_OK);
+	assert_memory_equal(got, roots[NS - 1], SB_MERKLE_HASH);
+	mdb_txn_abort(t.txn);
+}
+
 /* Unknown projection names are refused. */
 static void test_unknown_projection(void **state)
 {
@@ -1138,6 +1221,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_runstate_progress, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_stops, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_projection, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tree, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
