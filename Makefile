@@ -18,7 +18,7 @@ LIBS    := -llmdb -lmsgpackc -lxxhash -lev -lnng -lmbedtls -lmbedx509 -lmbedcryp
 LIB_SRCS := $(filter-out engine/daemon/sanboxd.c, \
             $(wildcard engine/*.c engine/*/*.c projections/*.c vmm/*.c netpolicy/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-CLI_SRCS := $(wildcard cli/*.c)
+CLI_SRCS := $(wildcard cli/*.c) $(wildcard mcp/*.c)
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
@@ -74,8 +74,10 @@ $(NETHOSTILE): tests/guest/nethostile.c
 	    -static -o $@ $<
 
 # The CLI's parts that neither print nor connect (option values, run specs,
-# group files, watch's rows), which unit tests link too.
-CLI_PURE := $(addprefix $(BUILD)/obj/cli/,parse.o runspec.o groupfile.o watchrows.o)
+# group files, watch's rows; the MCP server's framing and schema checks),
+# which unit tests link too.
+CLI_PURE := $(addprefix $(BUILD)/obj/cli/,parse.o runspec.o groupfile.o watchrows.o) \
+            $(addprefix $(BUILD)/obj/mcp/,jsonrpc.o schema.o)
 $(BUILD)/libsanbox-cli.a: $(CLI_PURE)
 	@rm -f $@
 	ar rcs $@ $^

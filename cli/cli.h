@@ -286,6 +286,11 @@ struct cli_file_change {
 int cli_file_changes(sb_client *c, const char *run, uint64_t from, uint64_t to,
 		     int (*cb)(void *ctx, const struct cli_file_change *ch), void *ctx);
 
+/* The files run changed in (from, to], as `diff --json` prints them: an
+ * array of {path, status (A, M, D), offset, size, content?, omitted?} by
+ * path (*out, the caller's). Errors: those of the calls, SB_ERR_NOMEM. */
+int cli_diff_json(sb_client *c, const char *run, uint64_t from, uint64_t to, json_t **out);
+
 /* Writes the content of blob key (64 hex digits) to fd. Errors: those of
  * blob.get, SB_ERR_IO. */
 int cli_blob_write(sb_client *c, const char *key, int fd);
@@ -305,6 +310,11 @@ int cli_fs_fail(int rc);
  * "PATH is a symlink to TARGET", escaped, then why if not NULL) and
  * returns 1. */
 int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why);
+
+/* An entry as `fs ls --json` prints it: {name, type, mode, uid, gid, size,
+ * mtime, target (symlinks)}, a name or target that is not UTF-8 also as
+ * name_base64 / target_base64. A new reference, or NULL. */
+json_t *cli_fs_json(const struct sb_fs_entry *e);
 
 /* Writes the regular file at path (relative: under /workspace) of run
  * want to standard output; returns an exit code. */
@@ -355,6 +365,7 @@ int cmd_df(int argc, char **argv);
 int cmd_group(int argc, char **argv);
 int cmd_wait(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
+int cmd_mcp(int argc, char **argv);
 /* sanbox __complete WHAT [ARG]: the candidates the completion script asks
  * for (commands, options CMD, runs, templates, snapshots RUN), one a line;
  * not listed in help. */

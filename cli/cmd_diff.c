@@ -83,39 +83,75 @@ static int path_cmp(const void *a, const void *b)
 		      ((const struct path_change *)b)->path);
 }
 
-static void diff_print(const struct diff *d, int json)
+/* The changes of d as `diff --json` prints them. */
+static json_t *diff_json(const struct diff *d)
 {
-	json_t *arr = json ? json_array() : NULL;
+	json_t *arr = json_array();
 
-	for (size_t i = 0; i < d->n; i++) {
+	for (size_t i = 0; arr && i < d->n; i++) {
 		const struct path_change *p = &d->v[i];
 		char st = diff_status(p);
+		json_t *o;
 		if (!st)
 			continue;
-		if (json) {
-			json_t *o =
-			    json_pack("{s:s, s:s#, s:I, s:I}", "path", p->path, "status",
-				      &st, (size_t)1, "offset", (json_int_t)p->offset,
-				      "size", (json_int_t)p->size);
-			if (o && st != 'D' && p->content)
-				json_object_set_new(o, "content",
-						    json_string(p->content));
-			if (o && p->omitted)
-				json_object_set_new(o, "omitted",
-						    json_string(p->omitted));
-			json_array_append_new(arr, o);
-		} else {
-			char *esc = sb_text_escape_dup(p->path, strlen(p->path));
-			printf("%c %s%s%s%s\n", st, esc ? esc : "?",
-			       p->omitted ? " (content not recorded: " : "",
-			       p->omitted ? p->omitted : "", p->omitted ? ")" : "");
-			free(esc);
-		}
+		o = json_pack("{s:s, s:s#, s:I, s:I}", "path", p->path, "status", &st, (size_t)1,
+			      "offset", (json_int_t)p->offset, "size", (json_int_t)p->size);
+		if (o && st != 'D' && p->content)
+			json_object_set_new(o, "content", json_string(p->content));
+		if (o && p->omitted)
+			json_object_set_new(o, "omitted", json_string(p->omitted));
+		json_array_append_new(arr, o);
 	}
-	if (json) {
-		cli_print_json(arr);
-		json_decref(arr);
+	return arr;
+}
+
+static void diff_print(const struct diff *d)
+{
+	for (size_t i = 0; i < d->n; i++) {
+		const struct path_change *p = &d->v[i];
+		char st = diff_status(p), *esc;
+		if (!st)
+			continue;
+		esc = sb_text_escape_dup(p->path, strlen(p->path));
+		printf("%c %s%s%s%s\n", st, esc ? esc : "?",
+		       p->omitted ? " (content not recorded: " : "", p->omitted ? p->omitted : "",
+		       p->omitted ? ")" : "");
+		free(esc);
 	}
+}
+
+/* Reads run's changes in (from, to] into d, sorted by path. */
+static int diff_collect(sb_client *c, const char *run, uint64_t from, uint64_t to,
+			struct diff *d)
+{
+	int rc = cli_file_changes(c, run, from, to, diff_add, d);
+
+	if (rc == SB_OK && d->oom)
+		rc = SB_ERR_NOMEM;
+	if (rc == SB_OK)
+		qsort(d->v, d->n, sizeof *d->v, path_cmp);
+	return rc;
+}
+
+static void diff_free(struct diff *d)
+{
+	for (size_t i = 0; i < d->n; i++) {
+		free(d->v[i].path);
+		free(d->v[i].content);
+		free(d->v[i].omitted);
+	}
+	free(d->v);
+}
+
+int cli_diff_json(sb_client *c, const char *run, uint64_t from, uint64_t to, json_t **out)
+{
+	struct diff d = {0};
+	int rc = diff_collect(c, run, from, to, &d);
+
+	if (rc == SB_OK && !(*out = diff_json(&d)))
+		rc = SB_ERR_NOMEM;
+	diff_free(&d);
+	return rc;
 }
 
 int cmd_diff(int argc, char **argv)
@@ -157,19 +193,14 @@ int cmd_diff(int argc, char **argv)
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	if ((rc = cli_resolve(c, argv[optind], run)) ||
-	    (rc = cli_file_changes(c, run, from, to, diff_add, &d)) ||
-	    (d.oom && (rc = SB_ERR_NOMEM))) {
+	    (rc = diff_collect(c, run, from, to, &d))) {
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+	} else if (json) {
+		cli_print_json(diff_json(&d));
 	} else {
-		qsort(d.v, d.n, sizeof *d.v, path_cmp);
-		diff_print(&d, json);
+		diff_print(&d);
 	}
-	for (size_t i = 0; i < d.n; i++) {
-		free(d.v[i].path);
-		free(d.v[i].content);
-		free(d.v[i].omitted);
-	}
-	free(d.v);
+	diff_free(&d);
 	sb_client_close(c);
 	return rc;
 }

@@ -502,7 +502,7 @@ static int fs_json_bytes(json_t *o, const char *key, const char *s, size_t len)
 	return 0;
 }
 
-static json_t *fs_json(const struct sb_fs_entry *e)
+json_t *cli_fs_json(const struct sb_fs_entry *e)
 {
 	json_t *o = json_pack("{s:s,s:i,s:I,s:I,s:I,s:I}", "type",
 			      sb_fs_type_name(e->type), "mode", (int)e->mode, "uid",
@@ -545,7 +545,7 @@ static int fs_ls(const char *want, struct cli_fs_at *sel, const char *path, int 
 	if (json) {
 		json_t *arr = json_array();
 		for (size_t i = 0; i < l.n; i++)
-			json_array_append_new(arr, fs_json(&l.v[i].e));
+			json_array_append_new(arr, cli_fs_json(&l.v[i].e));
 		cli_print_json(arr);
 	} else {
 		for (size_t i = 0; i < l.n; i++)

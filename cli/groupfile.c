@@ -1263,25 +1263,54 @@ static struct cli_group *group_new(const char *path)
 	return g;
 }
 
+/* Parses and checks what l->buf holds, then hands the group over to *out.
+ * Frees l->buf. */
+static int group_finish(struct load *l, int rc, struct cli_group **out)
+{
+	if (rc == SB_OK && (rc = tree_build(l)) == SB_OK)
+		rc = group_check(l);
+	free(l->buf);
+	if (rc) {
+		cli_group_free(l->g);
+		return rc;
+	}
+	*out = l->g;
+	return SB_OK;
+}
+
 int cli_group_load(const char *path, struct cli_group **out)
 {
 	struct load l;
-	int rc;
 
 	memset(&l, 0, sizeof l);
 	*out = NULL;
 	if (!(l.g = group_new(path)))
 		return SB_ERR_NOMEM;
 	l.file = l.g->file;
-	if ((rc = file_read(&l)) == SB_OK && (rc = tree_build(&l)) == SB_OK)
-		rc = group_check(&l);
-	free(l.buf);
-	if (rc) {
-		cli_group_free(l.g);
-		return rc;
+	return group_finish(&l, file_read(&l), out);
+}
+
+int cli_group_parse(const char *name, const char *text, size_t len, struct cli_group **out)
+{
+	struct load l;
+	int rc = SB_OK;
+
+	memset(&l, 0, sizeof l);
+	*out = NULL;
+	if (!(l.g = group_new(name)))
+		return SB_ERR_NOMEM;
+	l.file = l.g->file;
+	if (len > CLI_GROUP_FILE_MAX)
+		rc = fail_at(&l, SB_ERR_TOOBIG, 1, 1, "",
+			     "the file is %zu bytes; a group file is at most %u (1 MiB)", len,
+			     CLI_GROUP_FILE_MAX);
+	else if (!(l.buf = malloc(len + 1)))
+		rc = SB_ERR_NOMEM;
+	if (rc == SB_OK) {
+		memcpy(l.buf, text, len);
+		l.len = len;
 	}
-	*out = l.g;
-	return SB_OK;
+	return group_finish(&l, rc, out);
 }
 
 void cli_group_free(struct cli_group *g)

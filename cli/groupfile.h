@@ -81,6 +81,12 @@ struct cli_group {
  * SB_ERR_NOMEM. */
 int cli_group_load(const char *path, struct cli_group **out);
 
+/* As cli_group_load, for a group file's len bytes at text (copied) named
+ * name in errors; relative input paths are taken from name's folder
+ * (".": the working directory). Errors: as cli_group_load's but
+ * SB_ERR_NOTFOUND only for a missing input. */
+int cli_group_parse(const char *name, const char *text, size_t len, struct cli_group **out);
+
 /* Frees g (NULL is fine). */
 void cli_group_free(struct cli_group *g);
 

@@ -134,6 +134,18 @@ static const struct cli_cmd commands[] = {
 	 "'HH:MM:SS NAME STATUS PROGRESS COST/BUDGET', and when every run watched\n"
 	 "has ended a totals line, then exits 0; Ctrl-C exits 130.\n"
 	 "  --plain   lines, also on a terminal\n"},
+	{"mcp", cmd_mcp, "serve the Model Context Protocol on stdio (for MCP clients)",
+	 "usage: sanbox mcp\n"
+	 "\n"
+	 "Serves the Model Context Protocol (JSON-RPC 2.0, one message a line) on\n"
+	 "stdin and stdout, so an MCP client (Claude Code, Codex, an SDK) starts,\n"
+	 "waits for and reads runs through tools: run_start, group_start,\n"
+	 "runs_list, groups_list, events_read, wait, fs_read, fs_list, diff, stop,\n"
+	 "snapshot, fork, resume; and resources sanbox://run/ID and\n"
+	 "sanbox://run/ID/events (subscribable). Only protocol messages go to\n"
+	 "stdout; logs go to stderr. With --remote, talks to that daemon (fs_read\n"
+	 "and fs_list then refuse: a disk is read on its host).\n"
+	 "  claude mcp add sanbox -- sanbox mcp\n"},
 	{"inspect", cmd_inspect, "show a run's resolved settings and state",
 	 "usage: sanbox inspect RUN [--json]\n"},
 	{"group", cmd_group, "run a group file; list, inspect and stop groups",

@@ -1,0 +1,106 @@
+/* mcp.h - sanbox mcp: a Model Context Protocol server on stdio, so that an
+ * MCP client (Claude Code, Codex, an SDK) dispatches and follows runs.
+ *
+ * mcp/jsonrpc.c frames and checks messages, mcp/server.c serves them (the
+ * lifecycle, one thread per tool call, progress, cancellation, output),
+ * mcp/tools.c is the tool table and its handlers, mcp/resources.c the run
+ * resources and their subscriptions. The handlers reach the daemon as the
+ * CLI does (cli/cli.h: cli_connect, cli_call), so --home and --remote
+ * apply. Only JSON-RPC goes to the output; logs go to stderr. See SPEC.md,
+ * "MCP server".
+ */
+#ifndef SB_MCP_H
+#define SB_MCP_H
+
+#include <jansson.h>
+#include <signal.h>
+#include <stddef.h>
+
+struct sb_mcp;
+
+/* One request being served on its own thread. */
+struct sb_mcp_call {
+	struct sb_mcp *srv;
+	json_t *id;		    /* the request's id (owned) */
+	json_t *token;		    /* its params._meta.progressToken (owned), or NULL */
+	json_t *params;		    /* its params (owned), or NULL */
+	char method[32];
+	volatile sig_atomic_t stop; /* set when cancelled or the server ends */
+	double progress;	    /* the last progress sent */
+	int sent;		    /* a progress notification went out */
+	struct sb_mcp_call *next;   /* in the server's list of calls in flight */
+};
+
+/* Serves MCP on in (requests) and out (responses and notifications) until
+ * in ends or out fails; then stops the calls in flight and waits for them
+ * (up to 10 s). Returns 0, or 1 when it could not start. */
+int sb_mcp_serve(int in, int out);
+
+/* Writes msg (stolen) as one line on the server's output; a failed write
+ * ends the server. */
+void sb_mcp_send(struct sb_mcp *s, json_t *msg);
+
+/* Sends notifications/progress for call when its request carried a
+ * progressToken and progress is above the last one sent (the spec wants
+ * it to grow); total 0: not known; msg may be NULL. */
+void sb_mcp_progress(struct sb_mcp_call *call, double progress, double total,
+		     const char *msg);
+
+/* ---- tools (mcp/tools.c) ---- */
+
+/* A tool: handler fills *out with its result (an object, owned by the
+ * caller) or returns an error whose sb_errmsg detail names the field at
+ * fault ("model: ...", "run: no run 'x'"), shown to the model. */
+struct sb_mcp_tool {
+	const char *name;
+	const char *description; /* one line a model can act on */
+	const char *schema;	 /* its input's JSON Schema, as JSON text */
+	int readonly;		 /* changes nothing (annotations.readOnlyHint) */
+	int (*fn)(struct sb_mcp_call *call, const json_t *args, json_t **out);
+};
+
+/* Parses every tool's schema once. Returns 0, or -1 when one does not
+ * parse (a bug: told on stderr). */
+int sb_mcp_tools_init(void);
+
+/* tools/list's result: {tools: [...]}, a new reference. */
+json_t *sb_mcp_tools_list(void);
+
+/* tools/call of name with args (NULL: none): the CallToolResult, a new
+ * reference; an unknown tool: NULL (a JSON-RPC error to answer). Arguments
+ * that do not fit the tool's schema, and a handler's error, give a result
+ * with isError true whose text names the field. */
+json_t *sb_mcp_tool_call(struct sb_mcp_call *call, const char *name, const json_t *args);
+
+/* ---- resources (mcp/resources.c) ---- */
+
+/* resources/templates/list's result, a new reference. */
+json_t *sb_mcp_resource_templates(void);
+
+/* resources/list's result (the newest runs); NULL with the JSON-RPC error
+ * in *code and err (cap bytes) when the daemon cannot answer. */
+json_t *sb_mcp_resources_list(int *code, char *err, size_t cap);
+
+/* resources/read of uri; NULL with *code (SB_RPC_NO_RESOURCE for an unknown
+ * uri or run, else SB_RPC_INTERNAL) and err set. */
+json_t *sb_mcp_resource_read(const char *uri, int *code, char *err, size_t cap);
+
+/* Checks uri names a run resource and writes its run id into run (cap
+ * bytes). Returns 0, or -1 (detail set) when it does not. */
+int sb_mcp_resource_run(const char *uri, char *run, size_t cap);
+
+/* Subscriptions: uri is told to the client (notifications/resources/
+ * updated) each time its run's status changes. The first subscription
+ * starts the thread that follows the daemon's events. Errors: SB_ERR_INVAL
+ * (not a run resource), SB_ERR_NOMEM, those of starting the follower. */
+int sb_mcp_subscribe(struct sb_mcp *s, const char *uri);
+void sb_mcp_unsubscribe(struct sb_mcp *s, const char *uri);
+
+/* Stops the follower (at the server's end); waits for it. */
+void sb_mcp_subs_stop(struct sb_mcp *s);
+
+/* The server's subscriptions (mcp/resources.c owns what it points to). */
+struct sb_mcp_subs;
+struct sb_mcp_subs **sb_mcp_subs_of(struct sb_mcp *s);
+
+#endif

@@ -1,0 +1,253 @@
+/* tools_disk.c - the MCP tools that read what a run wrote: fs_read and
+ * fs_list (its disk read offline, vmm/fsread.h, as `sanbox fs` does: this
+ * host's state directory only) and diff (its recorded file changes). */
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/error.h"
+#include "engine/runs/layers.h"
+#include "engine/text.h"
+#include "mcp/tools.h"
+#include "vmm/fsread.h"
+
+#define READ_DEFAULT (64u << 10)
+
+/* The layer of run's snapshot id (NULL: the newest at or before at). */
+static int snapshot_layer(sb_client *c, const char *run, const char *id, uint64_t at,
+			  char *layer, size_t cap)
+{
+	const msgpack_object *list, *best = NULL;
+	struct sb_reply rep = {0};
+	struct cli_req r;
+	char sid[32], rel[PATH_MAX];
+	uint64_t off = 0;
+	int rc;
+
+	cli_req_begin(&r, "snapshots.list");
+	sb_mapw_str(&r.m, "run", run);
+	if ((rc = mcp_call(c, &r, &rep)))
+		goto done;
+	list = sb_map_get(&rep.map, "snapshots");
+	for (uint32_t i = 0; list && list->type == MSGPACK_OBJECT_ARRAY && i < list->via.array.size;
+	     i++) {
+		const msgpack_object *s = &list->via.array.ptr[i];
+		uint64_t o = sb_map_u64(s, "offset", 0);
+		if (id ? sb_map_str(s, "snapshot", sid, sizeof sid) > 0 && !strcmp(sid, id)
+		       : o <= at && (!best || o >= off)) {
+			best = s;
+			off = o;
+		}
+	}
+	if (!best || sb_map_str(best, "layer", rel, sizeof rel) <= 0)
+		rc = id ? sb_seterr(SB_ERR_NOTFOUND, "snapshot: run %s has no snapshot %.15s", run, id)
+			: sb_seterr(SB_ERR_NOTFOUND, "at: run %s has no snapshot at or before offset %llu",
+				    run, (unsigned long long)at);
+	else if ((size_t)snprintf(layer, cap, "%s/%s", cli_home, rel) >= cap)
+		rc = sb_seterr(SB_ERR_TOOBIG, "snapshot: its layer's path is too long");
+done:
+	sb_reply_free(&rep);
+	return rc;
+}
+
+/* Opens the disk args names (run, snapshot or at) into *f. A live run's
+ * guest is asked to write its files out first (run.sync). */
+static int disk_open(const json_t *args, sb_fsread **f)
+{
+	const char *snap = mcp_arg_str(args, "snapshot");
+	uint64_t at = mcp_arg_u64(args, "at", 0);
+	char run[SB_RUN_MAX], layer[PATH_MAX + 64];
+	struct sb_reply rep = {0};
+	struct cli_req r;
+	sb_client *c = NULL;
+	int rc;
+
+	if (cli_remote)
+		return sb_seterr(SB_ERR_UNAVAIL, "run: a run's disk is read on the daemon's host "
+						 "only (this server uses --remote)");
+	if ((rc = mcp_connect(&c)) || (rc = mcp_resolve(c, "run", mcp_arg_str(args, "run"), run)))
+		goto done;
+	if (snap || at) {
+		rc = snapshot_layer(c, run, snap, at, layer, sizeof layer);
+	} else {
+		cli_req_begin(&r, "run.sync");
+		sb_mapw_str(&r.m, "run", run);
+		mcp_call(c, &r, &rep); /* not synced: its disk is read as it is */
+		snprintf(layer, sizeof layer, "%s/runs/%s/disk.qcow2", cli_home, run);
+	}
+	if (rc == SB_OK && (rc = sb_layers_check(cli_home, layer)) == SB_OK)
+		rc = sb_fsread_open(layer, f);
+done:
+	sb_reply_free(&rep);
+	sb_client_close(c);
+	return rc;
+}
+
+/* Where a path's error comes from: "path: ...". */
+static int path_err(int rc)
+{
+	return rc == SB_ERR_NOTFOUND || rc == SB_ERR_INVAL ? mcp_field_err(rc, "path") : rc;
+}
+
+struct span {
+	uint64_t skip, want; /* bytes still to skip, still wanted */
+	char *buf;
+	size_t len;
+};
+
+static int span_take(const void *p, size_t n, void *ctx)
+{
+	struct span *s = ctx;
+	const char *b = p;
+
+	if (s->skip >= n) {
+		s->skip -= n;
+		return 0;
+	}
+	b += s->skip;
+	n -= (size_t)s->skip;
+	s->skip = 0;
+	n = n < s->want ? n : (size_t)s->want;
+	memcpy(s->buf + s->len, b, n);
+	s->len += n;
+	s->want -= n;
+	return s->want ? 0 : SB_ERR_FULL; /* enough: stop reading */
+}
+
+/* The bytes read as {content} when they are UTF-8, else {content_base64}. */
+static void content_set(json_t *o, const char *p, size_t n)
+{
+	size_t cap;
+	char *b64;
+
+	if (sb_utf8_valid(p, n)) {
+		json_object_set_new(o, "content", json_stringn(p, n));
+		return;
+	}
+	cap = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+	if (!(b64 = malloc(cap)))
+		return;
+	sodium_bin2base64(b64, cap, (const unsigned char *)p, n, sodium_base64_VARIANT_ORIGINAL);
+	json_object_set_new(o, "content_base64", json_string(b64));
+	free(b64);
+}
+
+int mcp_tool_fs_read(struct sb_mcp_call *call, const json_t *args, json_t **out)
+{
+	uint64_t off = mcp_arg_u64(args, "offset", 0), len = mcp_arg_u64(args, "length", READ_DEFAULT);
+	char gp[SB_FS_PATH_MAX + 16];
+	struct span s = {off, len, NULL, 0};
+	struct sb_fs_entry e;
+	sb_fsread *f = NULL;
+	int rc;
+
+	cli_guest_path(mcp_arg_str(args, "path"), gp, sizeof gp);
+	if ((rc = disk_open(args, &f)))
+		return rc;
+	if ((rc = sb_fsread_stat(f, gp, &e)) == SB_OK && e.type != SB_FS_FILE)
+		rc = sb_seterr(SB_ERR_INVAL, "path: %s is a %s, not a regular file", gp,
+			       sb_fs_type_name(e.type));
+	if (rc == SB_OK && !(s.buf = malloc(len)))
+		rc = SB_ERR_NOMEM;
+	if (rc == SB_OK && off < e.size && (rc = sb_fsread_read(f, gp, span_take, &s)) == SB_ERR_FULL)
+		rc = SB_OK;
+	if (rc == SB_OK) {
+		uint64_t next = off + s.len;
+		*out = json_pack("{s:s, s:I, s:I, s:I, s:b}", "path", gp, "size", (json_int_t)e.size,
+				 "offset", (json_int_t)off, "length", (json_int_t)s.len, "eof",
+				 next >= e.size);
+		if (*out && next < e.size)
+			json_object_set_new(*out, "next_offset", json_integer((json_int_t)next));
+		if (*out)
+			content_set(*out, s.buf ? s.buf : "", s.len);
+	}
+	free(s.buf);
+	sb_fsread_close(f);
+	return rc ? path_err(rc) : SB_OK;
+}
+
+struct entries {
+	json_t **v;
+	size_t n, cap;
+};
+
+static int entry_add(const struct sb_fs_entry *e, void *ctx)
+{
+	struct entries *l = ctx;
+	json_t *j = cli_fs_json(e);
+
+	if (!j)
+		return SB_ERR_NOMEM;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		json_t **v = realloc(l->v, cap * sizeof *v);
+		if (!v) {
+			json_decref(j);
+			return SB_ERR_NOMEM;
+		}
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = j;
+	return SB_OK;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+	return strcmp(json_string_value(json_object_get(*(json_t *const *)a, "name")),
+		      json_string_value(json_object_get(*(json_t *const *)b, "name")));
+}
+
+int mcp_tool_fs_list(struct sb_mcp_call *call, const json_t *args, json_t **out)
+{
+	const char *path = mcp_arg_str(args, "path");
+	uint64_t skip = mcp_arg_u64(args, "offset", 0), limit = mcp_arg_u64(args, "limit", 1000);
+	char gp[SB_FS_PATH_MAX + 16];
+	struct entries l = {0};
+	struct sb_fs_entry e;
+	sb_fsread *f = NULL;
+	json_t *list;
+	int rc;
+
+	cli_guest_path(path ? path : "/workspace", gp, sizeof gp);
+	if ((rc = disk_open(args, &f)))
+		return rc;
+	if ((rc = sb_fsread_stat(f, gp, &e)) == SB_OK)
+		rc = e.type == SB_FS_DIR ? sb_fsread_list(f, gp, entry_add, &l) : entry_add(&e, &l);
+	sb_fsread_close(f);
+	if (rc == SB_OK) {
+		qsort(l.v, l.n, sizeof *l.v, entry_cmp);
+		list = json_array();
+		for (size_t i = skip; i < l.n && i - skip < limit; i++)
+			json_array_append(list, l.v[i]);
+		*out = json_pack("{s:s, s:o, s:I}", "path", gp, "entries", list, "total",
+				 (json_int_t)l.n);
+		if (*out && skip + limit < l.n)
+			json_object_set_new(*out, "next_offset", json_integer((json_int_t)(skip + limit)));
+	}
+	for (size_t i = 0; i < l.n; i++)
+		json_decref(l.v[i]);
+	free(l.v);
+	return rc ? path_err(rc) : SB_OK;
+}
+
+int mcp_tool_diff(struct sb_mcp_call *call, const json_t *args, json_t **out)
+{
+	uint64_t from = mcp_arg_u64(args, "from", 0), to = mcp_arg_u64(args, "to", UINT64_MAX - 1);
+	char run[SB_RUN_MAX];
+	sb_client *c = NULL;
+	json_t *changes = NULL;
+	int rc;
+
+	if (from > to)
+		return sb_seterr(SB_ERR_INVAL, "from: %llu is after to, %llu",
+				 (unsigned long long)from, (unsigned long long)to);
+	if ((rc = mcp_connect(&c)) == SB_OK &&
+	    (rc = mcp_resolve(c, "run", mcp_arg_str(args, "run"), run)) == SB_OK &&
+	    (rc = cli_diff_json(c, run, from, to, &changes)) == SB_OK)
+		*out = json_pack("{s:s, s:o}", "run", run, "changes", changes);
+	sb_client_close(c);
+	return rc;
+}
