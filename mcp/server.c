@@ -21,6 +21,8 @@
 #define SERVE_MAX	  32	/* calls served at once */
 #define READ_CHUNK	  65536 /* bytes read from the input at a time */
 #define DRAIN_WAIT_S	  10	/* how long the end waits for calls in flight */
+#define ID_BUSY "invalid request: this id is in use by a request not yet answered"
+
 
 /* The protocol revisions spoken, newest first: the TypeScript SDK's
  * client's list (LATEST_PROTOCOL_VERSION and SUPPORTED_PROTOCOL_VERSIONS). */
@@ -240,9 +242,7 @@ static void call_start(struct sb_mcp *s, const struct sb_mcp_msg *m)
 	if (call_find(s, m->id)) {
 		pthread_mutex_unlock(&s->mu);
 		call_free(c);
-		return send_error(s, m->id, SB_RPC_INVALID,
-				  "invalid request: this id is in use by a request not yet "
-				  "answered");
+		return send_error(s, m->id, SB_RPC_INVALID, ID_BUSY);
 	}
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
@@ -286,8 +286,13 @@ static void on_request(struct sb_mcp *s, const struct sb_mcp_msg *m)
 	const char *meth = m->method;
 	char err[160];
 	json_t *res;
-	int code = SB_RPC_INTERNAL, init;
+	int code = SB_RPC_INTERNAL, init, busy;
 
+	pthread_mutex_lock(&s->mu);
+	busy = call_find(s, m->id) != NULL;
+	pthread_mutex_unlock(&s->mu);
+	if (busy)
+		return send_error(s, m->id, SB_RPC_INVALID, ID_BUSY);
 	if (!strcmp(meth, "ping"))
 		return sb_mcp_send(s, sb_mcp_result_new(m->id, json_object()));
 	pthread_mutex_lock(&s->mu);

@@ -1,0 +1,182 @@
+#!/bin/sh
+# sanbox mcp against a hostile client (no microVM: runs fail at once, or
+# stay running without a guest): garbage, a 100 MB line, unterminated JSON,
+# a batch, a notification without a method, a request before initialize,
+# a reused id, 10,000 requests, a cancelled wait; tool arguments that miss
+# a field, have the wrong type, name an unknown template, run a field over
+# its length or name no run. Every stdout line must be JSON-RPC, every
+# request answered (or, cancelled, not), and the server must keep serving
+# and exit 0 at the end of its input.
+. "$(dirname "$0")/lib/bootless.sh"
+
+"$SB" daemon start >/dev/null 2>&1 || fail "daemon start"
+runs_hang
+python3 - "$SB" <<'EOF' || exit 1
+import json, subprocess, sys, threading, time
+
+sb = sys.argv[1]
+p = subprocess.Popen([sb, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                     stderr=subprocess.DEVNULL)
+got, lock = [], threading.Condition()
+
+def reader():
+    for line in p.stdout:
+        try:
+            m = json.loads(line)
+        except ValueError:
+            m = {"notjson": line[:200]}
+        with lock:
+            got.append(m)
+            lock.notify_all()
+
+threading.Thread(target=reader, daemon=True).start()
+
+def fail(msg):
+    print("FAIL mcp_hostile: " + msg)
+    p.kill()
+    sys.exit(1)
+
+def send(obj):
+    p.stdin.write((obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n")
+    p.stdin.flush()
+
+def answer(i, timeout=20):
+    end = time.time() + timeout
+    with lock:
+        while True:
+            for m in got:
+                if m.get("id") == i and ("result" in m or "error" in m):
+                    return m
+            if time.time() > end:
+                fail("no answer to id %r" % (i,))
+            lock.wait(0.2)
+
+def null_errors():
+    with lock:
+        return [m for m in got if m.get("id", 0) is None]
+
+def call(i, name, args, meta=None):
+    params = {"name": name, "arguments": args}
+    if meta:
+        params["_meta"] = meta
+    send({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params})
+    return answer(i, 60)
+
+def tool_error(i, name, args, want):
+    r = call(i, name, args)["result"]
+    text = r["content"][0]["text"]
+    if not r.get("isError") or want not in text:
+        fail("%s %s: wanted an error with %r, got %r" % (name, args, want, text))
+
+# before initialize: refused, the server goes on
+send({"jsonrpc": "2.0", "id": "early", "method": "tools/list"})
+if answer("early")["error"]["code"] != -32600:
+    fail("tools/list before initialize not refused")
+send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+      "params": {"protocolVersion": "1999-01-01", "capabilities": {},
+                 "clientInfo": {"name": "hostile", "version": "0"}}})
+if answer(1)["result"]["protocolVersion"] != "2025-11-25":
+    fail("an unknown revision did not get the newest")
+send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+send({"jsonrpc": "2.0", "id": 2, "method": "initialize",
+      "params": {"protocolVersion": "2025-03-26"}})
+if answer(2)["error"]["code"] != -32600:
+    fail("a second initialize was not refused")
+
+# garbage, unterminated JSON, a batch, a notification without a method
+n0 = len(null_errors())
+send(b"\x00\xff garbage {{{")
+send(b'{"jsonrpc":"2.0","id":5,"method":"ping"')
+send([{"jsonrpc": "2.0", "id": 6, "method": "ping"}])
+send({"jsonrpc": "2.0"})
+send({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": [1]})
+send({"jsonrpc": "1.0", "id": 8, "method": "ping"})
+send({"jsonrpc": "2.0", "id": 9, "method": "no/such"})
+send({"jsonrpc": "2.0", "id": 10, "result": {}})  # a response nobody asked for
+if answer(7)["error"]["code"] != -32602:
+    fail("params as an array not refused")
+if answer(8)["error"]["code"] != -32600:
+    fail("jsonrpc 1.0 not refused")
+if answer(9)["error"]["code"] != -32601:
+    fail("an unknown method not refused")
+codes = sorted(m["error"]["code"] for m in null_errors()[n0:])
+if codes != sorted([-32700, -32700, -32600, -32600]):
+    fail("garbage, unterminated, batch, no method: got %r" % codes)
+
+# a 100 MB line: one parse error, then the server reads on
+n0 = len(null_errors())
+chunk = b"a" * (1 << 20)
+for _ in range(100):
+    p.stdin.write(chunk)
+p.stdin.write(b"\n")
+p.stdin.flush()
+send({"jsonrpc": "2.0", "id": 11, "method": "ping"})
+answer(11, 60)
+big = null_errors()[n0:]
+if len(big) != 1 or "8 MiB" not in big[0]["error"]["message"]:
+    fail("a 100 MB line: %r" % big)
+
+# tool arguments checked against the schema, errors name the field
+tool_error(20, "events_read", {}, "run: missing")
+tool_error(21, "run_start", {"command": ["true"], "cpus": "2"}, "cpus: expected an integer")
+tool_error(22, "run_start", {"command": ["true"], "template": "nope"}, "template")
+tool_error(23, "run_start", {"command": ["true"], "name": "n" * 100}, "name: 100 characters")
+tool_error(24, "fs_read", {"run": "nope", "path": "a"}, "run: no run 'nope'")
+tool_error(25, "wait", {"runs": ["nope"], "timeout_s": 1}, "runs[0]: no run 'nope'")
+tool_error(26, "run_start", {"command": ["true"], "colour": "red"}, "colour: not a known field")
+tool_error(27, "run_start", {"prompt": "x", "command": ["true"]}, "not both")
+tool_error(28, "runs_list", {"limit": 0}, "limit: 0 is below the minimum")
+tool_error(29, "events_read", {"run": 7}, "run: expected a string, got an integer")
+send({"jsonrpc": "2.0", "id": 30, "method": "tools/call", "params": {"name": "nope"}})
+if answer(30)["error"]["code"] != -32602:
+    fail("an unknown tool not refused")
+
+# a run that stays running, a wait on it, its id reused, then cancelled
+r = call(40, "run_start", {"command": ["sleep", "600"], "name": "hang"})["result"]
+run = r["structuredContent"]["run"]
+send({"jsonrpc": "2.0", "id": "w", "method": "tools/call",
+      "params": {"name": "wait", "arguments": {"runs": [run], "timeout_s": 600},
+                 "_meta": {"progressToken": "t"}}})
+time.sleep(1)
+send({"jsonrpc": "2.0", "id": "w", "method": "ping"})
+if answer("w").get("error", {}).get("code") != -32600:
+    fail("a reused id not refused")
+send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "w"}})
+time.sleep(1.5)
+with lock:
+    late = [m for m in got if m.get("id") == "w" and "result" in m]
+if late:
+    fail("a cancelled wait answered")
+# a wait bounded by its timeout returns what it has and how to go on
+w = call(41, "wait", {"runs": [run], "timeout_s": 1})["result"]["structuredContent"]
+if w["done"] or w["still_live"] != [run] or "again" not in w["next"]:
+    fail("a bounded wait: %r" % w)
+call(42, "stop", {"run": run})
+
+# 10,000 requests, all answered, ids as given
+for i in range(10000):
+    send({"jsonrpc": "2.0", "id": 100000 + i, "method": "ping"})
+for i in range(100):
+    send({"jsonrpc": "2.0", "id": 200000 + i, "method": "tools/call",
+          "params": {"name": "groups_list", "arguments": {}}})
+answer(100000 + 9999, 60)
+answer(200000 + 99, 120)
+with lock:
+    ids = set(m.get("id") for m in got)
+missing = [i for i in list(range(100000, 110000)) + list(range(200000, 200100)) if i not in ids]
+if missing:
+    fail("%d requests unanswered, first %r" % (len(missing), missing[:3]))
+
+p.stdin.close()
+try:
+    rc = p.wait(15)
+except subprocess.TimeoutExpired:
+    fail("no exit at the end of the input")
+with lock:
+    bad = [m for m in got if "notjson" in m or m.get("jsonrpc") != "2.0"]
+if bad:
+    fail("stdout held what is not JSON-RPC: %r" % bad[:2])
+if rc != 0:
+    fail("exit %d" % rc)
+print("ok mcp_hostile: %d messages answered" % len(got))
+EOF
