@@ -152,6 +152,11 @@ $(BUILD)/fuzz/fuzz_mreq: tests/fuzz/fuzz_mreq.c engine/gateway/meter.c engine/ga
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -o $@ $^ -ljansson -lsodium -lmsgpackc -lm
 
+# the MCP server's line splitter, message parser and argument checks
+$(BUILD)/fuzz/fuzz_mcp: tests/fuzz/fuzz_mcp.c mcp/jsonrpc.c mcp/schema.c engine/error.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -o $@ $^ -ljansson -lm
+
 deps:
 	@sh tools/deps.sh
 
