@@ -98,12 +98,15 @@ int sb_template_load(const char *home, const char *name, struct sb_template *t)
 	if (copy_json_strs(j, "secrets", t->secrets[0], sizeof t->secrets[0],
 			   SB_TEMPLATE_SECRETS, &t->nsecrets) ||
 	    copy_json_strs(j, "allow", t->allow[0], sizeof t->allow[0], SB_TEMPLATE_GRANTS,
-			   &t->nallow)) {
+			   &t->nallow) ||
+	    copy_json_strs(j, "env", t->env[0], sizeof t->env[0], SB_TEMPLATE_ENV, &t->nenv)) {
 		json_decref(j);
 		return sb_seterr(SB_ERR_CORRUPT,
-				 "%s: bad secrets or allow (at most %d and %d strings)", path,
-				 SB_TEMPLATE_SECRETS, SB_TEMPLATE_GRANTS);
+				 "%s: bad secrets, allow or env (at most %d, %d and %d strings)",
+				 path, SB_TEMPLATE_SECRETS, SB_TEMPLATE_GRANTS, SB_TEMPLATE_ENV);
 	}
+	if (copy_json_str(j, "adapter", t->adapter, sizeof t->adapter) || !t->adapter[0])
+		strcpy(t->adapter, "reference"); /* a template from before adapters */
 	t->cpus = (uint64_t)json_integer_value(json_object_get(j, "cpus"));
 	t->memory_mib = (uint64_t)json_integer_value(json_object_get(j, "memory_mib"));
 	t->timeout_s = (uint64_t)json_integer_value(json_object_get(j, "timeout_s"));

@@ -14,6 +14,7 @@
 
 #define SB_TEMPLATE_SECRETS 8
 #define SB_TEMPLATE_GRANTS  16
+#define SB_TEMPLATE_ENV	    32
 
 struct sb_template {
 	char name[64];
@@ -26,6 +27,9 @@ struct sb_template {
 	char network[8];			/* its runs' default network, or "" */
 	char allow[SB_TEMPLATE_GRANTS][300];	/* grants of every run (as written) */
 	size_t nallow;
+	char adapter[32];		    /* the harness adapter's name (reference) */
+	char env[SB_TEMPLATE_ENV][512];	    /* K=V for the harness, before the run's */
+	size_t nenv;
 	uint64_t cpus, memory_mib, timeout_s;
 	char kernel[PATH_MAX], initrd[PATH_MAX], rootfs[PATH_MAX];
 };

@@ -5,13 +5,15 @@ set -eu
 PKGS="build-essential pkg-config clang libclang-rt-14-dev xz-utils
 liblmdb-dev libmsgpack-dev libev-dev libnng-dev libnftables-dev libnftnl-dev libmnl-dev libnetfilter-queue-dev libxxhash-dev
 libjansson-dev libsodium-dev libcurl4-openssl-dev libmicrohttpd-dev libcmocka-dev libyaml-dev
-libext2fs-dev libnbd-dev libc-ares-dev libncurses-dev python3 openssl gdb
+libext2fs-dev libnbd-dev libc-ares-dev libncurses-dev python3 openssl gdb mmdebstrap
 qemu-system-x86 qemu-utils busybox-static nftables e2fsprogs iproute2 kmod cpio bc curl jq tmux"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 		missing="$missing $p"
 done
+# npm installs the harness templates' packages (any nodejs that has it will do)
+command -v npm >/dev/null || missing="$missing npm"
 [ -z "$missing" ] && { echo "deps: all packages present"; exit 0; }
 if [ "$(id -u)" != 0 ]; then
 	echo "deps: missing packages:$missing (run 'make deps' as root)" >&2

@@ -12,18 +12,29 @@
 #   runs' default model), secret = NAME[:env|:model] (a secret every run of
 #   the template is granted; repeatable), network = none|acl (its runs'
 #   default network), allow = GRANT (a network grant of every run of the
-#   template; repeatable, at most 16; checked by the daemon). HOST may use $BUILD
-#   and is relative to the repository root. TEMPLATE_DIR/root/, if present,
-#   is copied into the root file system as it is.
+#   template; repeatable, at most 16; checked by the daemon), adapter = NAME
+#   (how the harness is started and read: reference, command, opencode,
+#   claude-code or codex; default reference), env = K=V (the harness's
+#   environment; repeatable, at most 32), base = busybox|debian (the root
+#   file system's userland, default busybox), and for base debian: suite
+#   (bookworm), mirror (http://deb.debian.org/debian), packages = P...
+#   (Debian packages beside tools/debian.sh's base list; repeatable),
+#   npm = PACKAGE@VERSION (installed with the host's npm under /usr/local,
+#   cached by the list; repeatable). HOST may use $BUILD and is relative to
+#   the repository root. TEMPLATE_DIR/root/, if present, is copied into the
+#   root file system as it is.
 # Writes into OUT_DIR (read-only, 0444):
 #   vmlinux     the uncompressed kernel from the cache (tools/kernel.sh)
 #   initrd.img  cpio newc: /init (the static agent), the modules it loads in
 #               the order of /etc/sanbox/modules
 #   rootfs.img  ext4 from busybox-static with its applets, /workspace, /tmp,
-#               /etc/passwd, /etc/group and the template's files
+#               /etc/passwd, /etc/group and the template's files; base
+#               debian: from tools/debian.sh's tar instead of busybox (its
+#               own /etc/passwd and /etc/group), then the npm packages
 #   template.json {name, description, kernel_version, files: {name: sha256},
 #               hash, cpus, memory_mib, timeout_s, harness, model,
-#               secrets: [NAME[:SCOPE]], network, allow: [GRANT]}; hash is the
+#               secrets: [NAME[:SCOPE]], network, allow: [GRANT], adapter,
+#               env: [K=V], base}; hash is the
 #               sha256 of the lines "vmlinux <h>", "initrd.img <h>",
 #               "rootfs.img <h>" (newline-terminated).
 # Environment: BUILD (build dir, default build), SANBOX_AGENT (default
@@ -77,6 +88,8 @@ host_path() {
 # ---- template.conf ----
 name="" description="" harness="" cpus=1 memory=256M timeout=10m disk=512M
 modules="" bins="" files="" model="" secrets="" network="" allows="" nallow=0
+adapter=reference envs="" nenv=0 base=busybox suite=bookworm mirror=http://deb.debian.org/debian
+packages="" npms=""
 nl='
 '
 while IFS= read -r line || [ -n "$line" ]; do
@@ -108,6 +121,24 @@ while IFS= read -r line || [ -n "$line" ]; do
 		nallow=$((nallow + 1))
 		[ $nallow -le 16 ] || die "$conf: at most 16 grants"
 		allows="$allows${allows:+, }$(json_str "$val")" ;;
+	adapter)
+		case $val in reference | command | opencode | claude-code | codex) adapter=$val ;;
+		*) die "$conf: adapter must be reference, command, opencode, claude-code or codex" ;;
+		esac ;;
+	env)
+		printf '%s' "$val" | grep -qE '^[A-Za-z_][A-Za-z0-9_]*=' || die "$conf: bad env '$val' (K=V)"
+		nenv=$((nenv + 1))
+		[ $nenv -le 32 ] || die "$conf: at most 32 env entries"
+		envs="$envs${envs:+, }$(json_str "$val")" ;;
+	base)
+		case $val in busybox | debian) base=$val ;; *) die "$conf: base must be busybox or debian" ;; esac ;;
+	suite) suite=$val ;;
+	mirror) mirror=$val ;;
+	packages) packages="$packages $val" ;;
+	npm)
+		printf '%s' "$val" | grep -qE '^(@[a-z0-9._-]+/)?[a-z0-9._-]+@[0-9][0-9A-Za-z.+-]*$' ||
+			die "$conf: npm needs PACKAGE@VERSION (pinned), got '$val'"
+		npms="$npms $val" ;;
 	*) die "$conf: unknown key '$key'" ;;
 	esac
 done <"$conf"
@@ -128,9 +159,17 @@ printf '%s' "$disk" | grep -qE '^[1-9][0-9]*[MG]$' || die "$conf: bad disk '$dis
 # ---- inputs ----
 [ -f "$agent" ] || die "agent $agent not found (build it: make BUILD=... sanbox-agent, or set SANBOX_AGENT)"
 file -L "$agent" | grep -q 'statically linked' || die "agent $agent is not a static executable"
-busybox=$(command -v busybox || true)
-[ -n "$busybox" ] && file -L "$busybox" | grep -q 'statically linked' ||
-	die "no static busybox (install busybox-static)"
+if [ "$base" = busybox ]; then
+	busybox=$(command -v busybox || true)
+	[ -n "$busybox" ] && file -L "$busybox" | grep -q 'statically linked' ||
+		die "no static busybox (install busybox-static)"
+else
+	[ -z "$npms" ] || command -v npm >/dev/null || die "npm not found (the template installs npm packages)"
+	[ "$(id -u)" = 0 ] || die "a debian template is built as root (its files keep their owners)"
+	debian_tar=$(sh "$repo/tools/debian.sh" "$suite" "$mirror" $packages | tail -n 1) ||
+		die "the Debian userland failed"
+fi
+[ -n "$npms" ] && [ "$base" != debian ] && die "$conf: npm needs base = debian"
 if [ -z "${SANBOX_KERNEL_DIR:-}" ]; then
 	SANBOX_KERNEL_DIR=$(sh "$repo/tools/kernel.sh" | tail -n 1) || die "kernel fetch failed"
 fi
@@ -184,6 +223,30 @@ for m in $ordered; do
 	echo "/lib/modules/$m.ko" >>"$ird/etc/sanbox/modules"
 done
 
+# The template's npm packages into $root/usr/local, from the cache (a tar
+# of usr/local keyed by the sorted list and the host's npm version) or
+# with the host's npm, whose bin links are relative.
+npm_install() {
+	local list key tar
+	[ -n "$npms" ] || return 0
+	list=$(printf '%s\n' $npms | sort -u)
+	key=$({ printf '%s\n' "$list"; npm --version; } | sha256sum | cut -d' ' -f1)
+	tar=${SANBOX_CACHE:-$HOME/.cache/sanbox}/npm/$key.tar
+	if [ ! -f "$tar" ]; then
+		echo "mkimage: npm install" $list >&2
+		mkdir -p "$work/npm/usr/local" "$(dirname "$tar")"
+		npm install -g --prefix "$work/npm/usr/local" --no-audit --no-fund \
+			--no-update-notifier --loglevel=error $list >&2 ||
+			die "npm install $(echo $list) failed"
+		tar -cf "$tar.part" -C "$work/npm" usr/local && mv "$tar.part" "$tar" ||
+			die "cannot write $tar"
+		rm -rf "$work/npm"
+	else
+		echo "mkimage: npm packages from the cache" >&2
+	fi
+	tar -xf "$tar" -C "$root" --no-same-owner || die "cannot unpack $tar"
+}
+
 # Makes a staging tree reproducible: fixed times and permissions bits kept.
 fix_times() { find "$1" -exec touch -h -d "@$epoch" {} +; }
 
@@ -195,22 +258,29 @@ fix_times "$ird"
 # ---- rootfs ----
 root=$work/root
 mkdir -p "$root"
+if [ "$base" = debian ]; then
+	echo "mkimage: unpacking the Debian userland" >&2
+	tar -xf "$debian_tar" -C "$root" --numeric-owner || die "cannot unpack $debian_tar"
+	npm_install
+fi
 for d in bin sbin usr/bin usr/sbin etc etc/sanbox proc sys dev run tmp var/tmp \
 	root workspace lib; do
-	mkdir -p "$root/$d"
+	[ -e "$root/$d" ] || mkdir -p "$root/$d"
 done
 chmod 1777 "$root/tmp" "$root/var/tmp"
 chmod 0700 "$root/root"
-cp "$busybox" "$root/bin/busybox"
-chmod 0755 "$root/bin/busybox"
-"$busybox" --list-full | while IFS= read -r applet; do
-	[ "$applet" = bin/busybox ] && continue
-	mkdir -p "$root/$(dirname "$applet")"
-	[ -e "$root/$applet" ] || ln -s /bin/busybox "$root/$applet"
-done
-printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' \
-	>"$root/etc/passwd"
-printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+if [ "$base" = busybox ]; then
+	cp "$busybox" "$root/bin/busybox"
+	chmod 0755 "$root/bin/busybox"
+	"$busybox" --list-full | while IFS= read -r applet; do
+		[ "$applet" = bin/busybox ] && continue
+		mkdir -p "$root/$(dirname "$applet")"
+		[ -e "$root/$applet" ] || ln -s /bin/busybox "$root/$applet"
+	done
+	printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' \
+		>"$root/etc/passwd"
+	printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+fi
 printf 'sanbox\n' >"$root/etc/hostname"
 printf '127.0.0.1\tlocalhost sanbox\n::1\tlocalhost\n' >"$root/etc/hosts"
 printf '%s\n' "$name" >"$root/etc/sanbox/template"
@@ -296,7 +366,10 @@ cat >"$out/template.json" <<EOF
   "model": $(json_str "$model"),
   "secrets": [$secrets],
   "network": $(json_str "$network"),
-  "allow": [$allows]
+  "allow": [$allows],
+  "adapter": $(json_str "$adapter"),
+  "env": [$envs],
+  "base": $(json_str "$base")
 }
 EOF
 chmod 0444 "$out/template.json"

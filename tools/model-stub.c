@@ -18,7 +18,7 @@
  * FILE answers every model from FILE.
  *
  * A script is {"turns": [turn...]}; a turn has the optional fields text,
- * tool_calls [{name, arguments}], usage {input_tokens, output_tokens},
+ * tool_calls [{name, arguments} or {use, arguments}], usage {input_tokens, output_tokens},
  * delay_ms, chunk_delay_ms, chunks, status, error, ignore_max_tokens. The reply to a request is
  * turns[k], k = the number of assistant messages in the request (the last
  * turn repeats), so the answer is stateless and any number of runs can share
@@ -33,6 +33,15 @@
  * the stub is the worst a gateway can meet), and one with "n": N (1 to 128)
  * gets N choices, each the whole answer, and reports N times the output
  * tokens, as OpenAI does.
+ *
+ * A call {use: "write", arguments: {path, content}} or {use: "run",
+ * arguments: {command}} is made from the tools the request offers (so one
+ * script drives any harness): the first tool named write (else whose name
+ * holds it; then create, edit), or bash (then shell, exec, command); each of its schema's
+ * properties named like path/file, content/text or command/cmd takes that
+ * value (a command property of type array gets ["bash", "-lc", command]),
+ * another required string property the words "scripted step". A use that
+ * no offered tool serves is left out of the answer.
  *
  * --log FILE (else $SANBOX_STUB_LOG) appends one JSON line per request: {path, model, auth, stream,
  * input_tokens, output_tokens, status}; auth is the Authorization header, or
@@ -246,6 +255,114 @@ static long turn_long(json_t *turn, const char *key, long dflt)
 	json_t *v = json_object_get(turn, key);
 
 	return json_is_integer(v) ? (long)json_integer_value(v) : dflt;
+}
+
+/* ---- tool calls chosen from the tools a request offers ---- */
+
+/* Name and parameter schema of offered tool t: OpenAI's {type: function,
+ * function: {name, parameters}} or Anthropic's {name, input_schema}. */
+static const char *offered_tool(json_t *t, json_t **schema)
+{
+	json_t *f = json_object_get(t, "function");
+
+	if (json_is_object(f)) {
+		*schema = json_object_get(f, "parameters");
+		return json_string_value(json_object_get(f, "name"));
+	}
+	*schema = json_object_get(t, "input_schema");
+	return json_string_value(json_object_get(t, "name"));
+}
+
+static int name_has(const char *name, const char *const *words)
+{
+	for (; *words; words++)
+		if (strcasestr(name, *words))
+			return 1;
+	return 0;
+}
+
+/* The offered tool that does use ("write": writes a file, "run": runs a
+ * command), or NULL. */
+static json_t *tool_for(json_t *req, const char *use, json_t **schema)
+{
+	static const char *const write_words[] = {"write", "create", "edit", NULL};
+	static const char *const run_words[] = {"bash", "shell", "exec", "command", NULL};
+	const char *const *words = !strcmp(use, "write") ? write_words : run_words;
+	json_t *t;
+	size_t i;
+
+	/* a tool named exactly so first, then one whose name holds it */
+	for (int pass = 0; pass < 8 && words[pass / 2]; pass++)
+		json_array_foreach(json_object_get(req, "tools"), i, t)
+		{
+			const char *name = offered_tool(t, schema);
+			const char *const one[] = {words[pass / 2], NULL};
+			if (name && (pass % 2 ? name_has(name, one)
+					      : !strcasecmp(name, words[pass / 2])))
+				return t;
+		}
+	return NULL;
+}
+
+/* The arguments for the offered tool's schema from the script's abstract
+ * ones ({path, content} or {command}): each property named like one of
+ * them takes its value; another required string property gets a word. */
+static json_t *tool_args_for(json_t *schema, json_t *abstract)
+{
+	static const char *const path_w[] = {"path", "file", NULL}, *const content_w[] = {
+	    "content", "text", NULL}, *const cmd_w[] = {"command", "cmd", NULL};
+	json_t *props = json_object_get(schema, "properties"), *out = json_object(), *v, *p;
+	const char *k;
+	size_t i;
+
+	json_object_foreach(props, k, p)
+	{
+		const char *type = json_string_value(json_object_get(p, "type"));
+		json_t *cmd = json_object_get(abstract, "command");
+		v = name_has(k, cmd_w) && cmd ? json_incref(cmd)
+		    : name_has(k, path_w)     ? json_incref(json_object_get(abstract, "path"))
+		    : name_has(k, content_w)  ? json_incref(json_object_get(abstract, "content"))
+					      : NULL;
+		if (v && type && !strcmp(type, "array") && json_is_string(v)) {
+			json_t *a = json_pack("[s, s, O]", "bash", "-lc", v);
+			json_decref(v);
+			v = a;
+		}
+		if (v)
+			json_object_set_new(out, k, v);
+	}
+	json_array_foreach(json_object_get(schema, "required"), i, v)
+	{ /* each required string property gets a word */
+		const char *name = json_string_value(v);
+		json_t *type = json_object_get(json_object_get(props, name ? name : ""), "type");
+		if (name && !json_object_get(out, name) && json_is_string(type) &&
+		    !strcmp(json_string_value(type), "string"))
+			json_object_set_new(out, name, json_string("scripted step"));
+	}
+	return out;
+}
+
+/* A copy of turn whose calls {use, arguments} are made concrete from the
+ * tools req offers; a use no offered tool serves is left out. */
+static json_t *turn_resolve(json_t *turn, json_t *req)
+{
+	json_t *out = json_deep_copy(turn), *calls = json_array(), *call, *schema, *t;
+	size_t i;
+
+	json_array_foreach(json_object_get(turn, "tool_calls"), i, call)
+	{
+		const char *use = json_string_value(json_object_get(call, "use"));
+		if (!use) {
+			json_array_append(calls, call);
+		} else if ((t = tool_for(req, use, &schema))) {
+			json_array_append_new(
+			    calls,
+			    json_pack("{s:s, s:o}", "name", offered_tool(t, &schema), "arguments",
+				      tool_args_for(schema, json_object_get(call, "arguments"))));
+		}
+	}
+	json_object_set_new(out, "tool_calls", calls);
+	return out;
 }
 
 /* Fills a from the turn: text, tools, tokens, truncation at max_tokens
@@ -747,7 +864,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, enum dialect 
 {
 	const char *auth, *msg, *model = NULL;
 	struct answer a = {.dialect = d, .n = 1};
-	json_t *req = NULL, *script = NULL, *turns, *turn, *m;
+	json_t *req = NULL, *script = NULL, *turns, *turn, *m, *resolved = NULL;
 	json_int_t max_tokens = 0;
 	json_error_t jerr;
 	enum MHD_Result ret;
@@ -804,7 +921,8 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, enum dialect 
 	a.model = model;
 	a.include_usage = json_is_true(
 	    json_object_get(json_object_get(req, "stream_options"), "include_usage"));
-	err = answer_fill(&a, turn, in_bytes, max_tokens);
+	turn = resolved = turn_resolve(turn, req);
+	err = turn ? answer_fill(&a, turn, in_bytes, max_tokens) : SB_ERR_NOMEM;
 	if (err) {
 		status = 500;
 		msg = sb_errmsg(err);
@@ -824,6 +942,7 @@ refuse:
 done:
 	free(a.text);
 	json_decref(a.tools);
+	json_decref(resolved);
 	json_decref(script);
 	json_decref(req);
 	return ret;

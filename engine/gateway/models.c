@@ -48,6 +48,9 @@ static const char builtin_json[] =
     "  \"stub/market\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, "
     "\"cached\": 0.5},"
     "  \"stub/security\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, "
+    "\"cached\": 0.5},"
+    /* any harness: a file written, a command run, with the tools it offers */
+    "  \"stub/harness\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, "
     "\"cached\": 0.5}}}";
 
 void sb_models_free(struct sb_models *ms)

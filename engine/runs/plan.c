@@ -45,6 +45,40 @@ static int strv_copy(const msgpack_object *o, char ***out, size_t *n)
 	return 0;
 }
 
+/* The harness's env: the template's entries, then the run's (o, may be
+ * NULL), into a NULL-terminated vector. Returns 0, or -1 when out of
+ * memory. */
+static int env_merge(const struct sb_template *t, const msgpack_object *o, char ***out,
+		     size_t *n)
+{
+	char **run, **v;
+	size_t nrun;
+
+	if (strv_copy(o, &run, &nrun))
+		return -1;
+	if (!(v = calloc(t->nenv + nrun + 1, sizeof *v))) {
+		while (nrun--)
+			free(run[nrun]);
+		free(run);
+		return -1;
+	}
+	for (size_t i = 0; i < t->nenv; i++)
+		if (!(v[i] = strdup(t->env[i]))) {
+			while (i--)
+				free(v[i]);
+			free(v);
+			while (nrun--)
+				free(run[nrun]);
+			free(run);
+			return -1;
+		}
+	memcpy(v + t->nenv, run, nrun * sizeof *run);
+	free(run);
+	*out = v;
+	*n = t->nenv + nrun;
+	return 0;
+}
+
 static void strv_free(char **v, size_t n, int wipe)
 {
 	for (size_t i = 0; v && i < n; i++) {
@@ -200,7 +234,11 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	    (rc = c->net ? sb_net_check(c->net)
 			 : sb_seterr(SB_ERR_UNAVAIL, "network acl is not enforced here")))
 		return rc;
-	if (strv_copy(argv, &p->argv, &p->argc) || strv_copy(env, &p->env, &p->nenv) ||
+	if (!sb_harness_find(p->t.adapter))
+		return sb_seterr(SB_ERR_CORRUPT, "template %s: unknown adapter '%s'",
+				 p->t.name, p->t.adapter);
+	snprintf(p->adapter, sizeof p->adapter, "%s", p->t.adapter);
+	if (strv_copy(argv, &p->argv, &p->argc) || env_merge(&p->t, env, &p->env, &p->nenv) ||
 	    !(p->prompt = strdup(p->argc ? "" : prompt)))
 		return SB_ERR_NOMEM;
 	p->cpus = p->cpus ? p->cpus : p->t.cpus;
@@ -275,6 +313,7 @@ int sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk)
 	sb_mapw_str(&m, "template_hash", p->t.hash);
 	sb_mapw_str(&m, "kernel", p->t.kernel_version);
 	sb_mapw_str(&m, "harness", p->t.harness);
+	sb_mapw_str(&m, "adapter", p->adapter);
 	pack_strv(&m, "argv", p->argv, p->argc);
 	sb_mapw_str(&m, "prompt", p->prompt);
 	pack_strv(&m, "env", p->env, p->nenv);
@@ -304,28 +343,50 @@ size_t sb_plan_blobs(const struct sb_plan *p, struct sb_blob *blobs)
 	return n;
 }
 
+/* The harness's argv for the run's prompt and the env its adapter adds
+ * (none with a command: it is run as given). */
+static int harness_args(const struct sb_plan *p, uint16_t tunnel_port,
+			struct sb_harness_args *argv, struct sb_harness_args *env)
+{
+	const struct sb_harness_ops *a = sb_harness_find(p->adapter);
+	char url[64];
+	struct sb_harness_ctx c = {p->t.harness, p->prompt, p->access.model, url, p->resume};
+	int rc;
+
+	if (!a)
+		return sb_seterr(SB_ERR_CORRUPT, "unknown adapter '%s'", p->adapter);
+	if (p->argc)
+		return SB_OK;
+	snprintf(url, sizeof url, "http://127.0.0.1:%u/v1", (unsigned)tunnel_port);
+	if ((rc = a->argv(&c, argv)) || (a->env && (rc = a->env(&c, env))))
+		return rc;
+	return SB_OK;
+}
+
 /* Packs the SPEC frame's body: {argv, env, cwd, inputs, remove?,
- * tunnel_port, net?}. */
+ * tunnel_port, net?}. hargv and henv are room for the adapter's. */
 static int pack_spec(const struct sb_plan *p, const char *vkey, uint16_t tunnel_port,
-		     const struct sb_net_iface *net, msgpack_packer *pk)
+		     const struct sb_net_iface *net, struct sb_harness_args *hargv,
+		     struct sb_harness_args *henv, msgpack_packer *pk)
 {
 	char kv[SB_RUN_MAX + 16];
 	msgpack_packer *v;
 	sb_mapw m, in;
+	int rc;
 
+	if ((rc = harness_args(p, tunnel_port, hargv, henv)))
+		return rc;
 	sb_mapw_begin(&m, pk);
-	if (p->argc) {
+	if (p->argc)
 		pack_strv(&m, "argv", p->argv, p->argc);
-	} else {
-		v = sb_mapw_key(&m, "argv");
-		msgpack_pack_array(v, 2);
-		sb_pack_str(v, p->t.harness);
-		sb_pack_str(v, p->prompt);
-	}
+	else
+		pack_strv(&m, "argv", (char *const *)hargv->v, hargv->n);
 	v = sb_mapw_key(&m, "env");
-	msgpack_pack_array(v, p->nenv + 2 + sb_access_env_count(&p->access));
+	msgpack_pack_array(v, p->nenv + henv->n + 2 + sb_access_env_count(&p->access));
 	for (size_t i = 0; i < p->nenv; i++)
 		sb_pack_str(v, p->env[i]);
+	for (size_t i = 0; i < henv->n; i++)
+		sb_pack_str(v, henv->v[i]);
 	snprintf(kv, sizeof kv, "SANBOX_RUN=%s", p->run);
 	sb_pack_str(v, kv);
 	sb_pack_str(v, "HOME=/root");
@@ -355,14 +416,19 @@ static int pack_spec(const struct sb_plan *p, const char *vkey, uint16_t tunnel_
 int sb_plan_pack_guest(const struct sb_plan *p, const char *vkey, uint16_t tunnel_port,
 		       const struct sb_net_iface *net, sb_log *log, msgpack_sbuffer *out)
 {
+	struct sb_harness_args *args = calloc(2, sizeof *args); /* argv, env */
 	msgpack_packer pk;
 	size_t start;
 	int rc;
 
+	if (!args)
+		return SB_ERR_NOMEM;
 	msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
-	if ((rc = sb_chan_begin(out, &pk, SB_CHAN_SPEC, 0, &start)) ||
-	    (rc = pack_spec(p, vkey, tunnel_port, net, &pk)) ||
-	    (rc = sb_chan_end(out, start)))
+	if ((rc = sb_chan_begin(out, &pk, SB_CHAN_SPEC, 0, &start)) == SB_OK &&
+	    (rc = pack_spec(p, vkey, tunnel_port, net, args, args + 1, &pk)) == SB_OK)
+		rc = sb_chan_end(out, start);
+	free(args);
+	if (rc)
 		return rc;
 	/* the contents follow the SPEC in INPUT frames (vmm/chan.h) */
 	for (size_t i = 0; i < p->ninputs && rc == SB_OK; i++) {
@@ -418,6 +484,11 @@ int sb_plan_from_record(const char *run, const msgpack_object *created,
 				 "run %s: its record has no name or template", run);
 	sb_map_str(pol, "kernel", p->t.kernel_version, sizeof p->t.kernel_version);
 	sb_map_str(pol, "harness", p->t.harness, sizeof p->t.harness);
+	if (sb_map_str(pol, "adapter", p->adapter, sizeof p->adapter) <= 0)
+		strcpy(p->adapter, "reference"); /* a record from before adapters */
+	if (!sb_harness_find(p->adapter))
+		return sb_seterr(SB_ERR_CORRUPT, "run %s: its recorded adapter '%s' is unknown",
+				 run, p->adapter);
 	sb_map_str(pol, "prompt", prompt, sizeof prompt);
 	if (sb_map_str(pol, "accel", p->accel, sizeof p->accel) <= 0 ||
 	    sb_accel_parse(p->accel, &accel))

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "engine/gateway/access.h"
+#include "engine/harness/adapter.h"
 #include "engine/log/log.h"
 #include "engine/template.h"
 #include "netpolicy/net.h"
@@ -40,10 +41,15 @@ struct sb_plan {
 	char run[SB_RUN_MAX];
 	char name[SB_PLAN_NAME_MAX], group[SB_PLAN_NAME_MAX];
 	struct sb_template t; /* name, hash, kernel, harness, files */
+	char adapter[SB_ADAPTER_NAME_MAX]; /* the harness adapter (recorded) */
+	int resume; /* 1: the harness starts again on a disk it ran on (a
+		     * resume or a fork of a disk snapshot): it continues its
+		     * own session; not recorded (run.resumed, run.forked say it) */
 	char **argv;	      /* the command given (NULL-terminated), or none */
 	size_t argc;
 	char *prompt; /* for the template's harness; "" with a command */
-	char **env;   /* "K=V" given for the harness (NULL-terminated) */
+	char **env;   /* "K=V" for the harness (NULL-terminated): the
+		       * template's, then the run's */
 	size_t nenv;
 	struct sb_plan_input *inputs;
 	size_t ninputs;
@@ -95,12 +101,13 @@ int sb_plan_pack_policy(const struct sb_plan *p, msgpack_packer *pk);
 size_t sb_plan_blobs(const struct sb_plan *p, struct sb_blob *blobs);
 
 /* Appends the SPEC frame the guest agent receives (argv, env with the
- * access's entries and the virtual key vkey, cwd, inputs, tunnel_port,
+ * access's entries and the virtual key vkey, the adapter's argv and env
+ * for a prompt, cwd, inputs, tunnel_port,
  * and the NIC net when not NULL: network acl) and the INPUT frames of the
  * inputs to out; contents p does not hold are
  * read from log's blob table. The frames hold secret values: the caller
  * wipes out once sent. Errors: SB_ERR_NOTFOUND (an input's blob),
- * SB_ERR_CORRUPT, SB_ERR_NOMEM. */
+ * SB_ERR_CORRUPT, SB_ERR_NOMEM, those of the adapter's argv and env. */
 int sb_plan_pack_guest(const struct sb_plan *p, const char *vkey, uint16_t tunnel_port,
 		       const struct sb_net_iface *net, sb_log *log, msgpack_sbuffer *out);
 
