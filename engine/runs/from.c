@@ -282,6 +282,8 @@ static void from_job(void *ctx)
 	}
 	if (!r->from.start)
 		r->plan.ninputs = 0; /* its own inputs are on the disk already */
+	/* a harness started again on its disk continues its own session */
+	r->plan.resume = !r->from.start && !r->from.memory_bytes;
 	/* its grants as they were at the point it continues from */
 	sb_history_grants_apply(&rec, rec.offset_at ? rec.offset_at : rec.from_offset,
 			    &r->plan.net);
