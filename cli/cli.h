@@ -366,6 +366,9 @@ int cmd_group(int argc, char **argv);
 int cmd_wait(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_prove(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 /* sanbox __complete WHAT [ARG]: the candidates the completion script asks
  * for (commands, options CMD, runs, templates, snapshots RUN), one a line;
  * not listed in help. */

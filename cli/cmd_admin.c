@@ -1,4 +1,5 @@
 /* cmd_admin.c - sanbox admin: reproject, token create, append. */
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -6,6 +7,8 @@
 #include "engine/daemon/token.h"
 #include "engine/error.h"
 #include "engine/home.h"
+#include "engine/log/checkpoint.h"
+#include "projections/tree.h"
 #include "engine/payload.h"
 
 /* Prints the unsigned field key of rep: {"key": N} with --json, else the
@@ -96,12 +99,69 @@ static int admin_append(char **args, int json)
 	return rc;
 }
 
+static int admin_key(char **args, int json)
+{
+	struct sb_note_key k;
+	char vk[SB_VKEY_MAX];
+	int rot = !strcmp(args[0], "rotate"), rc;
+
+	if (!rot && strcmp(args[0], "show"))
+		return cli_usage("admin");
+	if ((rc = cli_local_only("admin key")))
+		return rc;
+	if ((rc = sb_home_init(cli_home)) ||
+	    (rc = rot ? sb_key_rotate(cli_home, &k) : sb_key_load(cli_home, 1, &k)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	sb_key_verifier(&k, vk);
+	sodium_memzero(k.sk, sizeof k.sk);
+	if (json)
+		cli_print_json(json_pack("{s:s, s:s}", "key", vk, "name", k.name));
+	else
+		printf("%s\n", vk);
+	return CLI_EXIT_OK;
+}
+
+/* Prints a signed checkpoint of the tree as the log holds it now. */
+static int admin_checkpoint(char **args, int json)
+{
+	char path[4096], note[SB_CKPT_MAX];
+	struct sb_note_key k;
+	struct sb_proj_txn t;
+	struct sb_ckpt c;
+	sb_log *log = NULL;
+	MDB_txn *txn = NULL;
+	sb_client *cl;
+	int rc;
+
+	if ((rc = cli_local_only("admin checkpoint")))
+		return rc;
+	if ((rc = cli_connect(1, &cl))) /* the daemon keeps the tree */
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	sb_client_close(cl);
+	if (!(rc = sb_key_load(cli_home, 1, &k)) &&
+	    !(rc = sb_home_path(cli_home, "log", path, sizeof path)) &&
+	    !(rc = sb_log_open(path, SB_LOG_RDONLY, &log)) &&
+	    !(rc = sb_log_mdb_err(mdb_txn_begin(sb_log_env(log), NULL, MDB_RDONLY, &txn), "read")) &&
+	    !(rc = sb_tree_open(log, txn, &t)))
+		rc = sb_tree_checkpoint(&t, &k, &c, note);
+	if (txn)
+		mdb_txn_abort(txn);
+	sb_log_close(log);
+	sodium_memzero(k.sk, sizeof k.sk);
+	if (rc)
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	fputs(note, stdout);
+	return CLI_EXIT_OK;
+}
+
 int cmd_admin(int argc, char **argv)
 {
 	static const struct cli_sub subs[] = {
 		{"reproject", 0, 0, 1, admin_reproject},
 		{"token", 1, 1, 1, admin_token},
 		{"append", 3, 0, 1, admin_append},
+		{"key", 1, 0, 1, admin_key},
+		{"checkpoint", 0, 0, 0, admin_checkpoint},
 	};
 
 	return cli_sub_run(argc, argv, "admin", subs, sizeof subs / sizeof subs[0]);

@@ -278,12 +278,40 @@ static const struct cli_cmd commands[] = {
 	 "usage: sanbox admin reproject [--json]\n"
 	 "       sanbox admin token create [NAME] [--json]\n"
 	 "       sanbox admin append [--json] RUN TYPE JSON\n"
+	 "       sanbox admin key show|rotate [--json]\n"
+	 "       sanbox admin checkpoint\n"
 	 "\n"
 	 "reproject     rebuild every projection from offset 0 (prints the checkpoint)\n"
 	 "token create  make a bearer token for remote clients (printed once); NAME\n"
 	 "              (letters, digits, . _ -) is who its requests are recorded as\n"
 	 "append        append an operator event, e.g. operator.note {\"text\": \"...\"}\n"
-	 "              (prints its offset)\n"},
+	 "              (prints its offset)\n"
+	 "key show      print the signing key of checkpoints as a verifier key (made on\n"
+	 "              first use); rotate makes a new one (the old one is kept in\n"
+	 "              audit.keys.old)\n"
+	 "checkpoint    print a signed checkpoint of the log's Merkle tree\n"},
+	{"export", cmd_export, "write a run's or a group's audit bundle",
+	 "usage: sanbox export (RUN | --group G) [--redact TYPE|OFFSET]... [--prior OLDER]\n"
+	 "                     -o FILE [--dir] [--json]\n"
+	 "\n"
+	 "A bundle (a tar, or with --dir a directory) of the runs' events, the blobs\n"
+	 "they name, their plans, a signed checkpoint and one inclusion proof for all\n"
+	 "the events (SPEC.md, Audit). --redact leaves out the payload of the events\n"
+	 "of a type (or a prefix of types at a dot) or at an offset; their proofs still\n"
+	 "check. --prior OLDER (an older bundle or checkpoint) adds a proof that this\n"
+	 "checkpoint extends OLDER's. Reads this host's state directory.\n"},
+	{"prove", cmd_prove, "write the proof of one event",
+	 "usage: sanbox prove RUN OFFSET -o FILE [--dir] [--json]\n"
+	 "\n"
+	 "A bundle of one event that sanbox verify checks alone.\n"},
+	{"verify", cmd_verify, "check an audit bundle offline",
+	 "usage: sanbox verify BUNDLE [--key PUBKEY] [--prior OLDER] [--json]\n"
+	 "\n"
+	 "Checks the checkpoint's signature (by PUBKEY, as sanbox admin key show prints\n"
+	 "it; else by the bundle's own key), every event line, the blobs, the proof,\n"
+	 "that each run's events run from seq 1 without a gap, the counts and the\n"
+	 "redactions; with --prior, that the checkpoint extends OLDER's. Names the\n"
+	 "first file, line or proof that fails (exit 1).\n"},
 	{"template", cmd_template, "build and list templates",
 	 "usage: sanbox template build [--json] NAME\n"
 	 "       sanbox template ls [--json]\n"

@@ -195,3 +195,16 @@ int sb_tree_open(sb_log *log, MDB_txn *txn, struct sb_proj_txn *t)
 		return sb_seterr(SB_ERR_NOTFOUND, "the log has no tree yet (the daemon makes it)");
 	return sb_log_mdb_err(rc, "tree: open");
 }
+
+int sb_tree_checkpoint(struct sb_proj_txn *t, const struct sb_note_key *k, struct sb_ckpt *c,
+		       char note[SB_CKPT_MAX])
+{
+	int rc;
+
+	memset(c, 0, sizeof *c);
+	snprintf(c->origin, sizeof c->origin, "%s", k->name);
+	if ((rc = sb_tree_size(t, &c->size)) || (rc = sb_merkle_root(sb_tree_read, t, c->size, c->root)))
+		return rc;
+	sb_ckpt_sign(c, k, note);
+	return SB_OK;
+}

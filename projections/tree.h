@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/log/checkpoint.h"
 #include "engine/log/event.h"
 #include "engine/log/log.h"
 #include "engine/log/merkle.h"
@@ -60,5 +61,11 @@ int sb_tree_size(struct sb_proj_txn *t, uint64_t *n);
  * sb_tree_open. Errors: SB_ERR_CORRUPT (a tile missing or too short for
  * the subtree asked), SB_ERR_IO. */
 int sb_tree_read(void *ctx, unsigned level, uint64_t index, uint8_t out[SB_MERKLE_HASH]);
+
+/* Fills *c with the tree's size and root as of t's transaction (origin:
+ * k's name) and writes it, signed by k, into note. Errors: those of
+ * sb_tree_size and sb_tree_read. */
+int sb_tree_checkpoint(struct sb_proj_txn *t, const struct sb_note_key *k, struct sb_ckpt *c,
+		       char note[SB_CKPT_MAX]);
 
 #endif
