@@ -199,6 +199,10 @@ void cli_req_begin(struct cli_req *r, const char *op);
  * sb_request's. */
 int cli_call(sb_client *c, struct cli_req *r, struct sb_reply *rep);
 
+/* As cli_call, waiting up to timeout_ms for the reply, with no waiting
+ * line (a call that is slow by nature: a command that runs). */
+int cli_call_ms(sb_client *c, struct cli_req *r, int timeout_ms, struct sb_reply *rep);
+
 /* Resolves a run id prefix or name into run. */
 int cli_resolve(sb_client *c, const char *want, char run[SB_RUN_MAX]);
 
@@ -316,6 +320,12 @@ int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why
  * name_base64 / target_base64. A new reference, or NULL. */
 json_t *cli_fs_json(const struct sb_fs_entry *e);
 
+/* Copies local (a file, a symlink, or with recurse a directory and all in
+ * it, never following a link) into live run run as guest (under
+ * /workspace: the path created), through run.put; prints the reply with
+ * json. Returns an exit code (cli/cpin.c). */
+int cli_cp_in(const char *local, const char *run, const char *guest, int recurse, int json);
+
 /* Writes the regular file at path (relative: under /workspace) of run
  * want to standard output; returns an exit code. */
 int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path);
@@ -369,6 +379,7 @@ int cmd_mcp(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_prove(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_exec(int argc, char **argv);
 /* sanbox __complete WHAT [ARG]: the candidates the completion script asks
  * for (commands, options CMD, runs, templates, snapshots RUN), one a line;
  * not listed in help. */

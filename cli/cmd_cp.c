@@ -69,23 +69,42 @@ static int cp_place(const char *dest, int force, sb_fsread *f, const char *gp,
 	return rc;
 }
 
+/* The run of a RUN:PATH operand into want (cap bytes) and its PATH into
+ * *path; 0 when s is not one (no ':', or a '/' before it: a local path). */
+static int run_operand(const char *s, char *want, size_t cap, const char **path)
+{
+	const char *colon = strchr(s, ':');
+
+	if (!colon || colon == s || memchr(s, '/', (size_t)(colon - s)) ||
+	    (size_t)(colon - s) >= cap)
+		return 0;
+	memcpy(want, s, (size_t)(colon - s));
+	want[colon - s] = 0;
+	*path = colon + 1;
+	return 1;
+}
+
 int cmd_cp(int argc, char **argv)
 {
 	static const struct option opts[] = {
 	    CLI_OPT_HELP,
 	    {"force", no_argument, NULL, 'f'},
+	    {"recursive", no_argument, NULL, 'r'},
+	    {"json", no_argument, NULL, 'j'},
 	    {NULL, 0, NULL, 0},
 	};
 	char want[128], gp[SB_FS_PATH_MAX + 16];
-	const char *src, *dest, *colon;
+	const char *src, *dest, *colon, *path;
 	struct sb_fs_entry e;
-	int force = 0, ch, rc;
+	int force = 0, recurse = 0, json = 0, ch, rc;
 	sb_fsread *f;
 
-	while ((ch = getopt_long(argc, argv, ":hf", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":hfr", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'h': return cli_help("cp");
 		case 'f': force = 1; break;
+		case 'r': recurse = 1; break;
+		case 'j': json = 1; break;
 		default: return cli_badopt("cp", argv, ch);
 		}
 	}
@@ -93,6 +112,12 @@ int cmd_cp(int argc, char **argv)
 		return cli_usage("cp");
 	src = argv[optind];
 	dest = argv[optind + 1];
+	if (!run_operand(src, want, sizeof want, &path) &&
+	    run_operand(dest, want, sizeof want, &path)) /* into a live run */
+		return path[0] && src[0] && !force ? cli_cp_in(src, want, path, recurse, json)
+						   : cli_usage("cp");
+	if (recurse || json)
+		return cli_fail_code(CLI_EXIT_USAGE, "cp: -r and --json are for a copy into a run");
 	if (!(colon = strchr(src, ':')) || colon == src ||
 	    (size_t)(colon - src) >= sizeof want || !colon[1] || !dest[0])
 		return cli_usage("cp");

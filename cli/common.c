@@ -401,6 +401,17 @@ int cli_call(sb_client *c, struct cli_req *r, struct sb_reply *rep)
 	return rc;
 }
 
+int cli_call_ms(sb_client *c, struct cli_req *r, int timeout_ms, struct sb_reply *rep)
+{
+	int rc = sb_mapw_end(&r->m);
+
+	memset(rep, 0, sizeof *rep);
+	if (rc == SB_OK)
+		rc = sb_request(c, &r->buf, timeout_ms, rep);
+	msgpack_sbuffer_destroy(&r->buf);
+	return rc;
+}
+
 int cli_resolve(sb_client *c, const char *want, char run[SB_RUN_MAX])
 {
 	struct cli_req r;

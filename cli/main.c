@@ -74,6 +74,25 @@ static const struct cli_cmd commands[] = {
 	 "  --exit-status   exit as 'sanbox run' does: the harness's status, or\n"
 	 "                  123, 124, 125 or 143 for a run the harness did not end,\n"
 	 "                  130 when Ctrl-C detached\n"},
+	{"exec", cmd_exec, "run a command in a live run's guest",
+	 "usage: sanbox exec RUN [-i] [--timeout DURATION] [--output-max BYTES] [--json]\n"
+	 "                  [--] COMMAND [ARG...]\n"
+	 "\n"
+	 "Runs COMMAND in RUN's guest beside its harness, through the guest agent:\n"
+	 "in /workspace, with the harness's environment, its own session. Its\n"
+	 "output is printed when it ends (not as it comes): stdout on stdout,\n"
+	 "stderr on stderr, exact when piped, each line escaped on a terminal.\n"
+	 "Recorded as operator.exec (argv, status, the output as blobs). Exits\n"
+	 "with the command's status; 124 when --timeout ended it (its processes\n"
+	 "killed), 1 when it could not start or RUN is not running, 3 when there\n"
+	 "is no such run, 2 for bad options (also -t: no terminal is given).\n"
+	 "  -i, --interactive     pass standard input (read whole first, at most\n"
+	 "                        1 MiB); else the command's stdin is /dev/null\n"
+	 "  --timeout DURATION    kill it after DURATION (default 10m, at most 24h)\n"
+	 "  --output-max BYTES    keep at most BYTES of each stream (default 1 MiB,\n"
+	 "                        at most 16 MiB); the rest is counted, not kept\n"
+	 "  --json                the daemon's reply: status, signal, timed_out,\n"
+	 "                        stdout and stderr (base64), their *_bytes, offset\n"},
 	{"logs", cmd_logs, "print a run's output as lines",
 	 "usage: sanbox logs RUN [-f] [--since DURATION] [--tail N] [--json]\n"
 	 "\n"
@@ -339,16 +358,30 @@ static const struct cli_cmd commands[] = {
 	 "cat then gives the file as the record has it at OFFSET (its content\n"
 	 "recorded by a later change, or 'deleted'), ls says on stderr how many\n"
 	 "file changes recorded after the snapshot it does not show (sanbox diff)\n"},
-	{"cp", cmd_cp, "copy a file or a symlink out of a run's disk",
+	{"cp", cmd_cp, "copy files out of a run's disk, or into a live run",
 	 "usage: sanbox cp [--force] RUN:PATH LOCAL\n"
 	 "       sanbox cp RUN:PATH -\n"
+	 "       sanbox cp [-r] [--json] LOCAL RUN:PATH\n"
 	 "\n"
-	 "Copies the regular file PATH of the run's disk (read as by 'sanbox fs')\n"
-	 "to LOCAL, or makes LOCAL a symlink with the same target as the guest's\n"
-	 "symlink PATH (never following it). LOCAL is the path created: if it\n"
-	 "exists, cp fails unless --force, which replaces it by a rename (never\n"
-	 "writing through a symlink there). '-' writes the file to standard output.\n"
-	 "  -f, --force   replace an existing LOCAL\n"},
+	 "Out of a run: copies the regular file PATH of the run's disk (read as by\n"
+	 "'sanbox fs') to LOCAL, or makes LOCAL a symlink with the same target as\n"
+	 "the guest's symlink PATH (never following it). LOCAL is the path created:\n"
+	 "if it exists, cp fails unless --force, which replaces it by a rename\n"
+	 "(never writing through a symlink there). '-' writes the file to standard\n"
+	 "output. This host only.\n"
+	 "Into a live run: writes LOCAL (a file, a symlink as one, or with -r a\n"
+	 "directory and all in it; at most 1024 entries and 48 MiB) at PATH of\n"
+	 "the running guest through its agent, under /workspace only (PATH\n"
+	 "absolute under /workspace or relative to it; '.' and '..' parts are\n"
+	 "refused, exit 2), never through a link the guest has (such a path is\n"
+	 "skipped: exit 1). PATH is the path created. Recorded as operator.cp with\n"
+	 "each file's hash (its content as a blob); works with --remote.\n"
+	 "A RUN:PATH operand has a ':' with no '/' before it (./a:b is local).\n"
+	 "Exit: 0, 1 (not running, skipped, an error), 2 (usage), 3 (no such run\n"
+	 "or LOCAL).\n"
+	 "  -f, --force       replace an existing LOCAL\n"
+	 "  -r, --recursive   copy a directory into a run\n"
+	 "  --json            the daemon's reply (files, bytes, offset)\n"},
 	{"df", cmd_df, "show the space runs, snapshots, templates and the log take",
 	 "usage: sanbox df [--json]\n"
 	 "\n"
@@ -455,9 +488,9 @@ int cmd_help(int argc, char **argv)
 	printf("\nText output escapes control characters, bidirectional controls and\n"
 	       "invalid UTF-8 (\\x1b, \\n, \\u{202e}, ...); --json output is exact.\n"
 	       "--remote talks to a daemon started with --listen (token from 'sanbox admin\n"
-	       "token create' there; env SANBOX_REMOTE, SANBOX_TOKEN, SANBOX_CA). fs, cp,\n"
-	       "doctor, template and admin token work on this host only and refuse\n"
-	       "--remote (exit 2); the other commands work remotely.\n"
+	       "token create' there; env SANBOX_REMOTE, SANBOX_TOKEN, SANBOX_CA). fs, cp\n"
+	       "out of a run, doctor, template and admin token work on this host only and\n"
+	       "refuse --remote (exit 2); the other commands work remotely.\n"
 	       "'sanbox help COMMAND' or 'sanbox COMMAND --help' shows a command's options.\n");
 	return CLI_EXIT_OK;
 }

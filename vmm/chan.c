@@ -34,7 +34,11 @@ static const char *const kind_names[] = {"?",	       "HELLO", "SPEC", "EVENT",
 					 "EVENT_JSON", "OPEN",	"DATA", "CLOSE",
 					 "SIGNAL",     "DONE",	"LOG",	"INPUT",
 					 "SYNC",       "SYNCED", "RESTORED",
-					 "THAW",       "ACK",	"RESEND"};
+					 "THAW",       "ACK",	"RESEND",
+					 "EXEC",       "EXEC_OUT", "EXEC_EXIT",
+					 "PUT",        "PUT_DONE"};
+_Static_assert(sizeof kind_names / sizeof kind_names[0] == SB_CHAN_KIND_MAX + 1,
+	       "a name for every frame kind");
 
 const char *sb_chan_kind_name(int kind)
 {

@@ -38,7 +38,10 @@
 #define SB_CHAN_OUTPUT_MAX  4096	 /* largest agent.output data */
 #define SB_CHAN_INPUTS_MAX  (48u << 20)	 /* input bytes of a run, in all */
 #define SB_CHAN_INPUT_FILES 1024	 /* input files of a run */
-#define SB_CHAN_VERSION	    "0.8.0"	 /* the agent's, in HELLO; the host requires it */
+#define SB_CHAN_VERSION	    "0.9.0"	 /* the agent's, in HELLO; the host requires it */
+#define SB_CHAN_EXEC_STDIN_MAX (1u << 20) /* stdin bytes an EXEC carries */
+#define SB_CHAN_EXECS_MAX   8		 /* commands an agent runs at once */
+#define SB_CHAN_EXEC_OUTPUT_MAX (16u << 20) /* the largest output_max of an EXEC */
 
 enum sb_chan_kind {
 	SB_CHAN_HELLO = 1,	/* guest->host {version, kernel} */
@@ -73,7 +76,20 @@ enum sb_chan_kind {
 				 * resend: send again those after it */
 	SB_CHAN_RESEND = 17,	/* guest->host {next}: the agent's kept frames
 				 * follow, from seq next on */
-	SB_CHAN_KIND_MAX = SB_CHAN_RESEND,
+	SB_CHAN_EXEC = 18,	/* host->guest, stream = exec id, {argv, stdin?,
+				 * timeout_ms, output_max}: run a command
+				 * beside the harness */
+	SB_CHAN_EXEC_OUT = 19,	/* guest->host, stream = exec id, {stream, data}:
+				 * what it wrote (data <= SB_CHAN_DATA_MAX) */
+	SB_CHAN_EXEC_EXIT = 20, /* guest->host, stream = exec id, {status,
+				 * signal, timed_out, stdout_bytes,
+				 * stderr_bytes, error?}: it ended */
+	SB_CHAN_PUT = 21,	/* host->guest, stream = put id, {inputs}: write
+				 * files under /workspace, their contents in
+				 * INPUT frames after it (as a SPEC's) */
+	SB_CHAN_PUT_DONE = 22,	/* guest->host, stream = put id, {files, bytes,
+				 * skipped, skipped_paths, error?} */
+	SB_CHAN_KIND_MAX = SB_CHAN_PUT_DONE,
 };
 
 /* Returns the name of a frame kind ("HELLO"), or "?" when unknown. */

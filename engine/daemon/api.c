@@ -664,6 +664,68 @@ static int op_run_sync(struct req *r)
 	return rc ? rc : OP_LATER;
 }
 
+/* Answers a run.exec or run.put: the guest's answer's fields, the
+ * record's offset and, for an exec, its output. */
+static void live_done(void *ctx, const struct sb_live_result *res)
+{
+	static const char *const names[2] = {"stdout", "stderr"};
+	const msgpack_object *a = res->answer;
+	struct req *r = ctx;
+
+	if (res->rc == SB_OK) {
+		for (uint32_t i = 0; i < a->via.map.size; i++) {
+			const msgpack_object_kv *kv = &a->via.map.ptr[i];
+			if (kv->key.type != MSGPACK_OBJECT_STR)
+				continue;
+			msgpack_pack_object(sb_mapw_pair(&r->reply), kv->key);
+			msgpack_pack_object(&r->reply.pk, kv->val);
+		}
+		sb_mapw_u64(&r->reply, "offset", res->offset);
+		if (res->exec) {
+			for (int i = 0; i < 2; i++)
+				sb_mapw_bin(&r->reply, names[i], res->out[i] ? res->out[i] : "",
+					    res->out_len[i]);
+			sb_mapw_bool(&r->reply, "truncated", res->truncated);
+		}
+	}
+	req_finish(r, res->rc);
+}
+
+/* run.exec {run, argv, stdin?, timeout_ms?, output_max?}: runs a command
+ * in a live run's guest; answered once it ended and is recorded. */
+static int op_run_exec(struct req *r)
+{
+	const msgpack_object *in = sb_map_get(r->args, "stdin");
+	char run[SB_RUN_MAX];
+	struct sb_exec_req q = {.run = run, .argv = sb_map_get(r->args, "argv"), .by = r->who};
+	int rc;
+
+	if (in && in->type != MSGPACK_OBJECT_BIN)
+		return sb_seterr(SB_ERR_INVAL, "argument 'stdin' must be bytes");
+	if (in) {
+		q.stdin_data = in->via.bin.size ? in->via.bin.ptr : "";
+		q.stdin_len = in->via.bin.size;
+	}
+	q.timeout_ms = sb_map_u64(r->args, "timeout_ms", 60000);
+	q.output_max = sb_map_u64(r->args, "output_max", 1u << 20);
+	if ((rc = arg_run(r, run)) || (rc = sb_runs_exec(r->e->runs, &q, live_done, r)))
+		return rc;
+	return OP_LATER;
+}
+
+/* run.put {run, files}: writes files into a live run's guest under
+ * /workspace; answered once they are written and recorded. */
+static int op_run_put(struct req *r)
+{
+	char run[SB_RUN_MAX];
+	struct sb_put_req q = {.run = run, .files = sb_map_get(r->args, "files"), .by = r->who};
+	int rc;
+
+	if ((rc = arg_run(r, run)) || (rc = sb_runs_put(r->e->runs, &q, live_done, r)))
+		return rc;
+	return OP_LATER;
+}
+
 static void grant_changed(void *ctx, int rc, const char *grant)
 {
 	reply_one(ctx, rc, "grant", grant);
@@ -1317,6 +1379,8 @@ static const struct op {
     {"run.sync", op_run_sync, ON_LOOP | READS_PROJ},
     {"space", op_space, READ_ONLY},
     {"net.grant", op_net_grant, ON_LOOP | READS_PROJ},
+    {"run.exec", op_run_exec, ON_LOOP | READS_PROJ},
+    {"run.put", op_run_put, ON_LOOP | READS_PROJ},
     {"run.fork", op_run_fork, ON_LOOP | READS_PROJ},
     {"run.resume", op_run_resume, ON_LOOP | READS_PROJ},
     {"snapshots.list", op_snapshots_list, READ_ONLY},

@@ -84,6 +84,19 @@ static const struct sb_event_schema schema[] = {
     {"net.grant.removed", HOST, {{"grant", SB_F_STR}, {"by", SB_F_STR}}},
     {"secret.granted", HOST, {{"name", SB_F_STR}, {"scope", SB_F_STR}}},
     {"operator.note", OPERATOR, {{"text", SB_F_STR}, {"by", SB_F_STR}}},
+    {"operator.exec",
+     HOST,
+     {{"argv", SB_F_ARRAY},
+      {"by", SB_F_STR},
+      {"status", SB_F_INT},
+      {"timed_out", SB_F_BOOL},
+      {"stdout_bytes", SB_F_UINT},
+      {"stderr_bytes", SB_F_UINT},
+      {"stdout", SB_F_HASH | OPTIONAL},
+      {"stderr", SB_F_HASH | OPTIONAL}}},
+    {"operator.cp",
+     HOST,
+     {{"by", SB_F_STR}, {"files", SB_F_ARRAY}, {"written", SB_F_UINT}, {"bytes", SB_F_UINT}}},
 };
 
 const struct sb_event_schema *sb_schema_find(const char *type)

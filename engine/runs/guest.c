@@ -729,6 +729,12 @@ static void on_frame(sb_guest *g, const struct sb_chan_frame *f)
 			g->ops->synced(g->ctx, sb_map_u64(&f->body, "id", 0),
 				       sb_map_bool(&f->body, "frozen", 0));
 		break;
+	case SB_CHAN_EXEC_OUT:
+	case SB_CHAN_EXEC_EXIT:
+	case SB_CHAN_PUT_DONE:
+		if (g->ops->answer)
+			g->ops->answer(g->ctx, f->kind, f->stream, &f->body);
+		break;
 	case SB_CHAN_DONE:
 		guest_field(g, &f->body, "error", error,
 			    sizeof error); /* recorded as a reason */
@@ -878,6 +884,11 @@ int sb_guest_open(sb_loop *loop, const struct sb_guest_limits *lim,
 int sb_guest_mask(sb_guest *g, const void *value, size_t n, const char *label)
 {
 	return sb_mask_add(g->mask, value, n, label);
+}
+
+size_t sb_guest_mask_apply(const sb_guest *g, const void *in, size_t n, msgpack_sbuffer *out)
+{
+	return sb_mask_apply(g->mask, in, n, out);
 }
 
 void sb_guest_recorded(sb_guest *g, const char *type)

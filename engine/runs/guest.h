@@ -57,6 +57,9 @@ struct sb_guest_ops {
 	 * and froze its harness when asked (it may lie, or never answer:
 	 * the caller has its own deadline). */
 	void (*synced)(void *ctx, uint64_t id, int frozen);
+	/* EXEC_OUT, EXEC_EXIT or PUT_DONE (kind) for the command or put
+	 * stream: body is the frame's (unchecked), valid during the call. */
+	void (*answer)(void *ctx, int kind, uint64_t stream, const msgpack_object *body);
 	/* A tunnelled stream wants the gateway: a connection tied to the
 	 * run into *fd. Errors: those of sb_gateway_connect. */
 	int (*connect)(void *ctx, int *fd);
@@ -70,6 +73,11 @@ int sb_guest_open(sb_loop *loop, const struct sb_guest_limits *lim,
 /* Masks value (n bytes) as "[masked label]" in everything recorded from
  * now on. Errors: those of sb_mask_add. */
 int sb_guest_mask(sb_guest *g, const void *value, size_t n, const char *label);
+
+/* Appends in (n bytes) to out with the run's secret values masked, as
+ * what the guest sends is before it is recorded. Returns how many were;
+ * out->data NULL: out of memory. */
+size_t sb_guest_mask_apply(const sb_guest *g, const void *in, size_t n, msgpack_sbuffer *out);
 
 /* Tells g that the run's record holds the agent's type already (a run
  * taken up by a restarted daemon), so that another from the guest is

@@ -83,6 +83,8 @@ struct run {
 			  * plan.memory_mib) until it ends */
 	uint64_t queued_offset; /* its run.queued, or 0 */
 	struct run *qnext;	/* in the queue */
+	int ready;		/* the guest is past its set-up: its harness runs */
+	struct sb_live_op *ops; /* commands and puts waiting for the guest */
 	struct sb_run_key key;
 	struct sb_run_from from;
 	struct sb_run_create create;
@@ -121,6 +123,7 @@ struct sb_runs {
 	uint64_t used_cpus, used_memory_mib;
 	struct run *queue;
 	size_t nqueued;
+	uint64_t live_id; /* the last id given to a command or put (live.c) */
 	int pump_held; /* 1 while runs are taken up at the start: their order
 			* is known once all are in the queue */
 };
@@ -147,6 +150,22 @@ struct run *sb_runs_find(struct sb_runs *rs, const char *id);
 
 /* A line for the run's run.warning. */
 void sb_run_warn(struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Records ev (its payload ready) with the nblobs blobs in one commit,
+ * after the batch (which keeps the run's order), at once; sets
+ * ev->offset. Errors: the log's. */
+int sb_runs_append(struct sb_runs *rs, struct sb_event *ev, const struct sb_blob *blobs,
+		   size_t nblobs);
+
+/* --- live.c: commands and files for a live run's guest --- */
+
+struct sb_live_op;
+
+/* The guest answered (EXEC_OUT, EXEC_EXIT, PUT_DONE) op stream of r. */
+void sb_run_live_answer(struct run *r, int kind, uint64_t stream, const msgpack_object *body);
+
+/* Ends every op of r waiting for its guest with SB_ERR_STATE: r ends. */
+void sb_run_live_fail(struct run *r);
+
 /* Frees r and what it holds (NULL is fine); its machine keeps running. */
 void sb_run_free(struct run *r);
 /* Adds r to its manager's live runs. */

@@ -265,6 +265,17 @@ int sb_runs_host_event(struct sb_runs *rs, const char *run, const char *type, ..
 	return rc;
 }
 
+int sb_runs_append(struct sb_runs *rs, struct sb_event *ev, const struct sb_blob *blobs,
+		   size_t nblobs)
+{
+	int rc;
+
+	batch_flush(rs);
+	if ((rc = sb_log_append_blobs(rs->env.log, blobs, nblobs, ev, 1)))
+		runs_log(rs, "run %s: cannot record %s: %s", ev->run, ev->type, sb_errmsg(rc));
+	return rc;
+}
+
 /* Records a run.warning of r (with the guest's events, in order). */
 void sb_run_warn(struct run *r, const char *fmt, ...)
 {
@@ -310,6 +321,7 @@ void sb_run_free(struct run *r)
 	sb_watch_stop(r->timeout_w);
 	sb_watch_stop(r->boot_w);
 	sb_watch_stop(r->grace_w);
+	sb_run_live_fail(r); /* before the guest: what waits for it is answered */
 	sb_guest_close(r->g);
 	if (r->m)
 		r->rs->env.runner->free(r->m); /* before the snapper: no callback after */
@@ -615,8 +627,10 @@ static void g_hello(void *ctx, const char *version, int resume)
 	r->boot_w = NULL;
 	if (resume && r->stop_reason[0] && r->grace_w)
 		sb_guest_signal(r->g, SIGTERM); /* the stop that waited for it */
-	if (resume)
+	if (resume) {
+		r->ready = 1;
 		return; /* it is past its set-up: a restarted daemon met it again */
+	}
 	if (!r->spec.size && (rc = sb_run_spec_pack(r))) {
 		char reason[300];
 		snprintf(reason, sizeof reason, "cannot make the guest's SPEC again: %s",
@@ -636,6 +650,8 @@ static void g_event(void *ctx, const char *type, enum sb_source src, const void 
 	batch_add_blob(r->rs, r->id, type, src, payload, len, blob, blob_len);
 	if (src == SB_SRC_GUEST && !strcmp(type, "run.exited"))
 		r->exited = 1;
+	if (!strcmp(type, "harness.input.ready"))
+		r->ready = 1;
 	if (!strcmp(type, "agent.turn.completed")) {
 		r->turns = 1;
 		if (r->snap && !strcmp(r->plan.snapshots, "turn"))
@@ -666,7 +682,12 @@ static void g_done(void *ctx, const char *error)
 
 static void g_closed(void *ctx)
 {
-	(void)ctx; /* the machine's end follows */
+	sb_run_live_fail(ctx); /* no answer comes any more; the machine's end follows */
+}
+
+static void g_answer(void *ctx, int kind, uint64_t stream, const msgpack_object *body)
+{
+	sb_run_live_answer(ctx, kind, stream, body);
 }
 
 /* A connection to the gateway, tied to the run; a refusal (the run holds
@@ -697,6 +718,7 @@ static const struct sb_guest_ops guest_ops = {
     .closed = g_closed,
     .connect = g_connect,
     .synced = g_synced,
+    .answer = g_answer,
 };
 
 /* --- snapshots --- */

@@ -162,6 +162,68 @@ int sb_runs_snapshot(struct sb_runs *r, const char *run, int memory, sb_snap_fn 
  * running, or its guest is not connected), SB_ERR_NOMEM. */
 int sb_runs_sync(struct sb_runs *r, const char *run, sb_sync_fn cb, void *ctx);
 
+/* Commands and files for a live run's guest (engine/runs/live.c). */
+
+#define SB_EXEC_TIMEOUT_MAX_MS (24u * 3600 * 1000) /* timeout_ms's */
+
+/* A command to run in a live run's guest, beside its harness. The
+ * caller's, valid until the callback. */
+struct sb_exec_req {
+	const char *run;
+	const msgpack_object *argv; /* 1 to 1024 strings */
+	const void *stdin_data;	    /* or NULL: /dev/null */
+	size_t stdin_len;	    /* <= SB_CHAN_EXEC_STDIN_MAX */
+	uint64_t timeout_ms;	    /* 1 .. SB_EXEC_TIMEOUT_MAX_MS */
+	uint64_t output_max;	    /* bytes of each stream kept, <= SB_CHAN_EXEC_OUTPUT_MAX */
+	const char *by;		    /* who asked (the client) */
+};
+
+/* Files to write into a live run's guest under /workspace: an array of
+ * {path (relative to /workspace, no "", "." or ".." part), mode (uint:
+ * permission bits, with S_IFLNK for a link, whose data is its target, or
+ * S_IFDIR for a directory, with no data), data (bin)}. The caller's,
+ * valid until the callback. */
+struct sb_put_req {
+	const char *run;
+	const msgpack_object *files; /* 1 to SB_CHAN_INPUT_FILES, data
+				      * SB_CHAN_INPUTS_MAX bytes in all */
+	const char *by;
+};
+
+/* How a command or a put ended: rc SB_OK with answer the guest's
+ * EXEC_EXIT or PUT_DONE body (a map, valid during the call) and offset
+ * the operator.exec or operator.cp event recorded; for an exec, out[i]
+ * (out_len[i] bytes, masked as the record has them) what it wrote to
+ * stdout and stderr, kept up to output_max each (truncated: more came).
+ * Else an error (the detail during the call) and answer NULL. */
+struct sb_live_result {
+	int rc;
+	int exec; /* 1: a command's, 0: a put's */
+	const msgpack_object *answer;
+	uint64_t offset;
+	const void *out[2];
+	size_t out_len[2];
+	int truncated;
+};
+typedef void (*sb_live_fn)(void *ctx, const struct sb_live_result *res);
+
+/* Runs q's command in live run q->run's guest; cb once, later, on the
+ * loop, once it ended and operator.exec is recorded, or with an error:
+ * SB_ERR_TIMEOUT (the guest did not answer within the command's timeout
+ * and 10 s more), SB_ERR_STATE (the run ended first). Errors (cb not
+ * called): SB_ERR_STATE (the run is not running, or its harness is not
+ * started yet), SB_ERR_INVAL, SB_ERR_NOMEM. */
+int sb_runs_exec(struct sb_runs *rs, const struct sb_exec_req *q, sb_live_fn cb,
+		 void *ctx);
+
+/* Writes q's files into live run q->run's guest (never through a link,
+ * as its inputs are); cb once, later, on the loop, once the guest wrote
+ * them and operator.cp is recorded, or with an error as sb_runs_exec's
+ * (the guest has 60 s). Errors (cb not called): SB_ERR_STATE,
+ * SB_ERR_INVAL (a path, a mode or a size refused: the detail names the
+ * file), SB_ERR_TOOBIG, SB_ERR_NOMEM. */
+int sb_runs_put(struct sb_runs *rs, const struct sb_put_req *q, sb_live_fn cb, void *ctx);
+
 /* A model call of run was recorded: for a run whose harness reports no
  * turns, an automatic snapshot (as after a turn). On the loop. */
 void sb_runs_model_call(struct sb_runs *r, const char *run);

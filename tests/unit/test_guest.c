@@ -709,7 +709,7 @@ static void test_restored(void **state)
 	rig_open(&r, 1000, 1000, 1 << 20);
 	sb_guest_restored(r.g, NULL);
 	send_output_seq(&r, 41, "the original");
-	send_body(&r, SB_CHAN_HELLO, "{'version': '0.8.0', 'resume': 1}");
+	send_body(&r, SB_CHAN_HELLO, "{'version': '0.9.0', 'resume': 1}");
 	send_output_seq(&r, 1, "the copy");
 	spin(&r);
 	sb_guest_finish(r.g);

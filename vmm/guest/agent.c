@@ -94,6 +94,7 @@ struct agent {
 	int cg_procs, cg_freeze; /* the harness's cgroup (-1: no freezer) */
 	int frozen;		  /* cgroup.freeze is 1 (SYNC freeze) */
 	int64_t frozen_at;	  /* since when (agent_now_ms) */
+	struct execs execs;	  /* commands the host runs beside the harness */
 };
 
 /* Mounts made in /newroot, in order; unmounted in reverse. */
@@ -307,6 +308,12 @@ static const char *inputs_parse(const msgpack_object *list, struct spec *s)
 				return "SPEC input link target must be 1 to 4095 bytes";
 			x->mode |= S_IFLNK;
 		}
+		if (m && m->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+		    (m->via.u64 & S_IFMT) == S_IFDIR) { /* no content */
+			if (x->size)
+				return "SPEC input directory must have size 0";
+			x->mode |= S_IFDIR;
+		}
 		if (!(x->path = dup_str(p)))
 			return "out of memory";
 		s->ninputs++;
@@ -386,18 +393,26 @@ static const char *spec_parse(const msgpack_object *body, struct spec *s)
 	return NULL;
 }
 
-/* Receives the content of input file i (INPUT frames on stream i) into
- * fd (-1: drops it); returns an error message or NULL. */
-static const char *input_receive(struct agent *ag, uint32_t i, int fd)
+static void handle_frame(struct agent *ag, const struct sb_chan_frame *f);
+
+/* Receives the content of input file i, in (INPUT frames on stream i),
+ * into fd (-1: drops it); returns an error message or NULL. Once the
+ * harness runs (a PUT's files), the other frames that come meanwhile are
+ * handled as the loop does. */
+static const char *input_receive(struct agent *ag, const struct input *in, uint32_t i,
+				 int fd)
 {
-	const struct input *in = &ag->spec.inputs[i];
 	struct sb_chan_frame f;
 	uint64_t got = 0;
 
 	while (got < in->size) {
 		wait_frame(ag, &f);
-		if (f.kind == SB_CHAN_SIGNAL)
+		if (f.kind == SB_CHAN_SIGNAL && !ag->harness)
 			return "stopped by the host before the harness started";
+		if (f.kind != SB_CHAN_INPUT && ag->harness && f.kind != SB_CHAN_PUT) {
+			handle_frame(ag, &f);
+			continue;
+		}
 		if (f.kind != SB_CHAN_INPUT) {
 			agent_log(&ag->port,
 				  "ignored %s frame while receiving the inputs",
@@ -463,16 +478,16 @@ static const char *remove_paths(struct agent *ag, int ws, struct skipped *sk)
 /* Makes input i, a link, under the workspace (ws): its target from its
  * INPUT frames (through a pipe: at most 4095 bytes). Returns an error
  * message, or NULL with *made 0 when it was skipped (errno: why). */
-static const char *write_link(struct agent *ag, int ws, uint32_t i, int *made)
+static const char *write_link(struct agent *ag, int ws, const struct input *in, uint32_t i,
+			      int *made)
 {
-	const struct input *in = &ag->spec.inputs[i];
 	char target[PATH_MAX];
 	const char *why;
 	int p[2];
 
 	if (pipe2(p, O_CLOEXEC | O_NONBLOCK))
 		return strerror(errno);
-	why = input_receive(ag, i, p[1]);
+	why = input_receive(ag, in, i, p[1]);
 	close(p[1]);
 	if (!why && read(p[0], target, in->size) != (ssize_t)in->size)
 		why = "a link's target was cut short";
@@ -484,23 +499,57 @@ static const char *write_link(struct agent *ag, int ws, uint32_t i, int *made)
 	return NULL;
 }
 
-/* Writes the inputs the SPEC announced under the workspace (ws), each from
- * its INPUT frames, never through a link: a link at an input's path is
- * replaced; one on its way makes it skipped (its frames read and dropped). */
-static const char *write_inputs(struct agent *ag, int ws, struct skipped *sk,
-				uint64_t *files, uint64_t *bytes)
+/* Makes directory in under the workspace (ws), or keeps the one there;
+ * a link or a file at its path is replaced, never followed. Returns 0, or
+ * -1 with errno set. */
+static int write_dir(int ws, const struct input *in)
+{
+	const char *last;
+	struct stat st;
+	int dir, rc = -1;
+
+	if ((dir = sb_beneath_parent(ws, in->path, 1, &last)) < 0)
+		return -1;
+	if (fstatat(dir, last, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode) &&
+	    unlinkat(dir, last, 0))
+		goto out;
+	if (mkdirat(dir, last, in->mode & 07777) && errno != EEXIST)
+		goto out;
+	rc = fstatat(dir, last, &st, AT_SYMLINK_NOFOLLOW) || !S_ISDIR(st.st_mode)
+		 ? (errno = ENOTDIR, -1)
+		 : 0;
+out:
+	close(dir);
+	return rc;
+}
+
+/* Writes the n inputs announced (a SPEC's or a PUT's) under the workspace
+ * (ws), each from its INPUT frames, never through a link: a link at an
+ * input's path is replaced; one on its way makes it skipped (its frames
+ * read and dropped). */
+static const char *write_inputs(struct agent *ag, int ws, const struct input *inputs,
+				size_t n, struct skipped *sk, uint64_t *files,
+				uint64_t *bytes)
 {
 	static char err[512];
 	const char *why = NULL;
 	uint32_t i;
 	int fd;
 
-	for (i = 0; i < ag->spec.ninputs; i++) {
-		const struct input *in = &ag->spec.inputs[i];
+	for (i = 0; i < n; i++) {
+		const struct input *in = &inputs[i];
 		int made = 0;
 
+		if (S_ISDIR(in->mode)) {
+			if ((ws < 0 ? (errno = ELOOP, -1) : write_dir(ws, in)) &&
+			    skip(ag, sk, in->path, "input")) {
+				why = strerror(errno);
+				goto fail;
+			}
+			continue;
+		}
 		if (ws >= 0 && S_ISLNK(in->mode)) {
-			if ((why = write_link(ag, ws, i, &made)))
+			if ((why = write_link(ag, ws, in, i, &made)))
 				goto fail;
 			if (!made && skip(ag, sk, in->path, "input")) {
 				why = strerror(errno);
@@ -511,14 +560,14 @@ static const char *write_inputs(struct agent *ag, int ws, struct skipped *sk,
 		}
 		fd = ws < 0 ? (errno = ELOOP, -1) : sb_beneath_create(ws, in->path, in->mode);
 		if (fd < 0 && !skip(ag, sk, in->path, "input")) {
-			if ((why = input_receive(ag, i, -1))) /* its frames dropped */
+			if ((why = input_receive(ag, in, i, -1))) /* its frames dropped */
 				goto fail;
 			continue;
 		}
 		if (fd < 0) {
 			why = strerror(errno);
 		} else {
-			why = input_receive(ag, i, fd);
+			why = input_receive(ag, in, i, fd);
 			if (!why && fchmod(fd, in->mode))
 				why = strerror(errno);
 			if (close(fd) && !why)
@@ -531,8 +580,7 @@ static const char *write_inputs(struct agent *ag, int ws, struct skipped *sk,
 	}
 	return NULL;
 fail:
-	snprintf(err, sizeof err, "input " AGENT_WORKSPACE "/%.400s: %s", ag->spec.inputs[i].path,
-		 why);
+	snprintf(err, sizeof err, "input " AGENT_WORKSPACE "/%.400s: %s", inputs[i].path, why);
 	return err;
 }
 
@@ -780,13 +828,30 @@ static void restored(struct agent *ag, const msgpack_object *body, int resume)
 }
 
 /* Waits for SPEC and sets the run up; returns an error message or NULL. */
+/* Packs files, bytes and, when some were skipped, skipped and
+ * skipped_paths (the first SKIPPED_NAMED) into m. */
+static void pack_written(sb_mapw *m, uint64_t files, uint64_t bytes,
+			 const struct skipped *sk)
+{
+	msgpack_packer *pk;
+
+	sb_mapw_u64(m, "files", files);
+	sb_mapw_u64(m, "bytes", bytes);
+	if (!sk->n)
+		return;
+	sb_mapw_u64(m, "skipped", sk->n);
+	pk = sb_mapw_key(m, "skipped_paths");
+	msgpack_pack_array(pk, sk->n < SKIPPED_NAMED ? sk->n : SKIPPED_NAMED);
+	for (size_t i = 0; i < sk->n && i < SKIPPED_NAMED; i++)
+		sb_pack_str(pk, sk->paths[i]);
+}
+
 static const char *run_setup(struct agent *ag)
 {
 	struct sb_chan_frame f;
 	struct agent_frame ev;
 	uint64_t files = 0, bytes = 0;
 	struct skipped sk = {0};
-	msgpack_packer *pk;
 	const char *err;
 	sb_mapw *m;
 	int ws = -1;
@@ -818,7 +883,8 @@ static const char *run_setup(struct agent *ag)
 	if (!err)
 		err = remove_paths(ag, ws, &sk);
 	if (!err)
-		err = write_inputs(ag, ws, &sk, &files, &bytes);
+		err = write_inputs(ag, ws, ag->spec.inputs, ag->spec.ninputs, &sk, &files,
+				   &bytes);
 	if (ws >= 0)
 		close(ws);
 	if (err)
@@ -833,17 +899,42 @@ static const char *run_setup(struct agent *ag)
 		return "cannot listen on the tunnel port";
 	cgroup_open(ag);
 	m = agent_event_begin(&ev, "harness.input.ready");
-	sb_mapw_u64(m, "files", files);
-	sb_mapw_u64(m, "bytes", bytes);
-	if (sk.n) {
-		sb_mapw_u64(m, "skipped", sk.n);
-		pk = sb_mapw_key(m, "skipped_paths");
-		msgpack_pack_array(pk, sk.n < SKIPPED_NAMED ? sk.n : SKIPPED_NAMED);
-		for (size_t i = 0; i < sk.n && i < SKIPPED_NAMED; i++)
-			sb_pack_str(pk, sk.paths[i]);
-	}
+	pack_written(m, files, bytes, &sk);
 	agent_frame_send(&ag->port, &ev);
 	return start_harness(ag);
+}
+
+/* PUT {inputs} on stream id: writes the files that follow in INPUT frames
+ * under the workspace as the SPEC's inputs are (never through a link),
+ * then PUT_DONE {files, bytes, skipped?, skipped_paths?, error?}. */
+static void put_handle(struct agent *ag, uint64_t id, const msgpack_object *body)
+{
+	struct spec s = {0};
+	struct skipped sk = {0};
+	struct agent_frame f;
+	uint64_t files = 0, bytes = 0;
+	const char *err;
+	sb_mapw *m;
+	int ws = -1;
+
+	err = inputs_parse(sb_map_get(body, "inputs"), &s);
+	if (!err)
+		ws = open(AGENT_WORKSPACE, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (!err)
+		err = write_inputs(ag, ws, s.inputs, s.ninputs, &sk, &files, &bytes);
+	if (ws >= 0)
+		close(ws);
+	for (size_t i = 0; i < s.ninputs; i++)
+		free(s.inputs[i].path);
+	free(s.inputs);
+	if (err)
+		agent_log(&ag->port, "put %llu: %s", (unsigned long long)id, err);
+	agent_frame_begin(&f, SB_CHAN_PUT_DONE, id);
+	m = agent_frame_map(&f);
+	pack_written(m, files, bytes, &sk);
+	if (err)
+		sb_mapw_str(m, "error", err);
+	agent_frame_send(&ag->port, &f);
 }
 
 /* ---- the loop ---- */
@@ -956,7 +1047,7 @@ static void reap(struct agent *ag)
 	while (read(ag->sigfd, &si, sizeof si) == sizeof si)
 		;
 	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-		if (pid != ag->harness || ag->exited)
+		if (exec_reaped(&ag->execs, pid, st) || pid != ag->harness || ag->exited)
 			continue;
 		ag->exited = 1;
 		if (WIFSIGNALED(st)) {
@@ -1060,13 +1151,26 @@ static void handle_frame(struct agent *ag, const struct sb_chan_frame *f)
 	case SB_CHAN_RESTORED: restored(ag, &f->body, 1); break;
 	case SB_CHAN_THAW: harness_thaw(ag); break;
 	case SB_CHAN_ACK: agent_ack(&ag->port, &f->body); break;
+	case SB_CHAN_EXEC:
+		exec_start(&ag->port, &ag->execs, f->stream, &f->body, ag->spec.env);
+		break;
+	case SB_CHAN_PUT: put_handle(ag, f->stream, &f->body); break;
 	default:
 		agent_log(&ag->port, "ignored %s frame while running",
 			  sb_chan_kind_name(f->kind));
 	}
 }
 
-enum { P_PORT, P_OUT0, P_OUT1, P_FIFO, P_WATCH, P_SIG, P_TUNNEL };
+enum {
+	P_PORT,
+	P_OUT0,
+	P_OUT1,
+	P_FIFO,
+	P_WATCH,
+	P_SIG,
+	P_EXEC,
+	P_TUNNEL = P_EXEC + 2 * SB_CHAN_EXECS_MAX
+};
 
 /* Runs until the harness has exited and its pipes are drained. */
 static void run_loop(struct agent *ag)
@@ -1123,6 +1227,7 @@ static void run_loop(struct agent *ag)
 		pfd[P_WATCH] = (struct pollfd){
 		    .fd = ag->watch && !full ? watch_fd(ag->watch) : -1, .events = POLLIN};
 		pfd[P_SIG] = (struct pollfd){.fd = ag->sigfd, .events = POLLIN};
+		exec_poll_fill(&ag->execs, pfd + P_EXEC);
 		ntun = ag->tunnel ? tunnel_poll_fill(ag->tunnel, pfd + P_TUNNEL) : 0;
 
 		wait = -1;
@@ -1134,6 +1239,9 @@ static void run_loop(struct agent *ag)
 			wait = ag->port_retry - now;
 		if (ag->frozen && (wait < 0 || ag->frozen_at + AGENT_FREEZE_MAX_MS - now < wait))
 			wait = ag->frozen_at + AGENT_FREEZE_MAX_MS - now;
+		if (exec_wait_ms(&ag->execs, now) >= 0 &&
+		    (wait < 0 || exec_wait_ms(&ag->execs, now) < wait))
+			wait = exec_wait_ms(&ag->execs, now);
 		timeout = wait < 0 ? -1 : (int)wait;
 		if (poll(pfd, P_TUNNEL + ntun, timeout) < 0) {
 			if (errno != EINTR)
@@ -1172,8 +1280,10 @@ static void run_loop(struct agent *ag)
 		}
 		if (ag->tunnel && ntun)
 			tunnel_poll_handle(ag->tunnel, pfd + P_TUNNEL, ntun);
+		exec_poll_handle(&ag->port, &ag->execs, pfd + P_EXEC);
 		if (pfd[P_SIG].revents)
 			reap(ag);
+		exec_tick(&ag->port, &ag->execs, agent_now_ms());
 	}
 	free(pfd);
 }
@@ -1274,6 +1384,7 @@ static void finish(struct agent *ag, const char *err)
 		sb_mapw_u64(m, "signal", (uint64_t)ag->sig);
 		agent_frame_send(&ag->port, &f);
 	}
+	exec_kill_all(&ag->execs);
 	tunnel_close(ag->tunnel);
 	ag->tunnel = NULL;
 	watch_close(ag->watch);

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <msgpack.h>
 
@@ -161,6 +162,45 @@ int watch_read(struct watch *w);
 
 /* Closes w and frees it (NULL is ignored). */
 void watch_close(struct watch *w);
+
+/* exec.c: commands the host runs beside the harness (EXEC frames). */
+struct exec_proc {
+	uint64_t id; /* the EXEC's stream; 0: a free slot */
+	pid_t pid;   /* also its process group */
+	int fd[2];   /* its stdout and stderr pipes, -1 at their end */
+	uint64_t bytes[2], sent[2], max; /* written, sent (up to max each) */
+	int64_t deadline, drain_until;	 /* agent_now_ms */
+	int exited, status, sig, timed_out;
+};
+
+struct execs {
+	struct exec_proc v[SB_CHAN_EXECS_MAX];
+};
+
+/* Starts the command EXEC id's body names, with env as its environment
+ * (NULL-terminated), or sends EXEC_EXIT {error} saying why it cannot. */
+void exec_start(struct agent_port *p, struct execs *xs, uint64_t id,
+		const msgpack_object *body, char *const env[]);
+
+/* Fills pfd with 2 * SB_CHAN_EXECS_MAX entries (the commands' pipes, fd -1
+ * where none); returns how many. */
+size_t exec_poll_fill(const struct execs *xs, struct pollfd *pfd);
+
+/* Reads the pipes the pollfds exec_poll_fill filled say are ready. */
+void exec_poll_handle(struct agent_port *p, struct execs *xs, const struct pollfd *pfd);
+
+/* A child pid ended with wait status st: returns 1 when it was a command's. */
+int exec_reaped(struct execs *xs, pid_t pid, int st);
+
+/* Kills commands past their deadline, ends the drain of those that exited
+ * and sends EXEC_EXIT for each that is done. */
+void exec_tick(struct agent_port *p, struct execs *xs, int64_t now);
+
+/* Milliseconds until exec_tick has something to do, or -1: never. */
+int64_t exec_wait_ms(const struct execs *xs, int64_t now);
+
+/* Kills every command and forgets them (the run ends; no EXEC_EXIT). */
+void exec_kill_all(struct execs *xs);
 
 /* tunnel.c: 127.0.0.1:port in the guest, carried as streams to the host. */
 struct tunnel;
