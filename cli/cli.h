@@ -327,8 +327,10 @@ json_t *cli_fs_json(const struct sb_fs_entry *e);
 int cli_cp_in(const char *local, const char *run, const char *guest, int recurse, int json);
 
 /* Writes the regular file at path (relative: under /workspace) of run
- * want to standard output; returns an exit code. */
-int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path);
+ * want to fd (standard output for fs cat) as sel chooses (NULL: its
+ * current disk; at: rolled forward from the record); returns an exit
+ * code. */
+int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path, int fd);
 
 /* Prints run's events from offset from until it stops (a run.stopped
  * after offset resumed, its last run.resumed); Ctrl-C detaches. Returns,

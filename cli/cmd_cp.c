@@ -84,6 +84,35 @@ static int run_operand(const char *s, char *want, size_t cap, const char **path)
 	return 1;
 }
 
+/* cp RUN:PATH LOCAL --at OFFSET: the file as the record has it at
+ * OFFSET (fs cat --at's), into LOCAL made as cp_place makes a file (mode
+ * 0666 less the umask). */
+static int cp_at(const char *want, struct cli_fs_at *sel, const char *path, const char *dest,
+		 int force)
+{
+	char tmp[PATH_MAX];
+	const char *at = dest;
+	int fd, rc;
+
+	if (force && (size_t)snprintf(tmp, sizeof tmp, "%s.sanbox-%d", dest, (int)getpid()) >=
+			 sizeof tmp)
+		return cli_fail_code(CLI_EXIT_USAGE, "%s: name too long", dest);
+	if (force)
+		at = tmp;
+	if ((fd = open(at, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666)) < 0)
+		return errno == EEXIST && !force
+			   ? cli_fail(SB_ERR_EXISTS, "%s already exists (--force replaces it)", dest)
+			   : cli_fail(SB_ERR_IO, "%s: %s", dest, strerror(errno));
+	rc = cli_fs_cat(want, sel, path, fd);
+	if (close(fd) && !rc)
+		rc = cli_fail(SB_ERR_IO, "%s: %s", dest, strerror(errno));
+	if (!rc && force && rename(tmp, dest))
+		rc = cli_fail(SB_ERR_IO, "%s: %s", dest, strerror(errno));
+	if (rc)
+		unlink(at);
+	return rc;
+}
+
 int cmd_cp(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -91,8 +120,11 @@ int cmd_cp(int argc, char **argv)
 	    {"force", no_argument, NULL, 'f'},
 	    {"recursive", no_argument, NULL, 'r'},
 	    {"json", no_argument, NULL, 'j'},
+	    {"at", required_argument, NULL, 'a'},
 	    {NULL, 0, NULL, 0},
 	};
+	struct cli_fs_at sel = {0};
+	int at = 0;
 	char want[128], gp[SB_FS_PATH_MAX + 16];
 	const char *src, *dest, *colon, *path;
 	struct sb_fs_entry e;
@@ -105,6 +137,11 @@ int cmd_cp(int argc, char **argv)
 		case 'f': force = 1; break;
 		case 'r': recurse = 1; break;
 		case 'j': json = 1; break;
+		case 'a':
+			if ((rc = cli_parse_u64("--at", optarg, 0, UINT64_MAX, &sel.at)))
+				return rc;
+			at = 1;
+			break;
 		default: return cli_badopt("cp", argv, ch);
 		}
 	}
@@ -114,7 +151,7 @@ int cmd_cp(int argc, char **argv)
 	dest = argv[optind + 1];
 	if (!run_operand(src, want, sizeof want, &path) &&
 	    run_operand(dest, want, sizeof want, &path)) /* into a live run */
-		return path[0] && src[0] && !force ? cli_cp_in(src, want, path, recurse, json)
+		return path[0] && src[0] && !force && !at ? cli_cp_in(src, want, path, recurse, json)
 						   : cli_usage("cp");
 	if (recurse || json)
 		return cli_fail_code(CLI_EXIT_USAGE, "cp: -r and --json are for a copy into a run");
@@ -124,7 +161,9 @@ int cmd_cp(int argc, char **argv)
 	memcpy(want, src, (size_t)(colon - src));
 	want[colon - src] = 0;
 	if (!strcmp(dest, "-"))
-		return cli_fs_cat(want, NULL, colon + 1);
+		return cli_fs_cat(want, at ? &sel : NULL, colon + 1, STDOUT_FILENO);
+	if (at)
+		return cp_at(want, &sel, colon + 1, dest, force);
 	cli_guest_path(colon + 1, gp, sizeof gp);
 	if ((rc = cli_fs_open(want, NULL, &f)))
 		return rc;

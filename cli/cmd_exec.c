@@ -159,8 +159,14 @@ int cmd_exec(int argc, char **argv)
 	int ch, rc;
 
 	if (argc < 2 || argv[1][0] == '-') { /* RUN first, then the options */
-		while ((ch = getopt_long(argc, argv, "+:h", opts, NULL)) != -1)
-			return ch == 'h' ? cli_help("exec") : cli_usage("exec");
+		while ((ch = getopt_long(argc, argv, "+:hit", opts, NULL)) != -1) {
+			if (ch == 'h')
+				return cli_help("exec");
+			if (ch == '?' || ch == ':')
+				return cli_badopt("exec", argv, ch);
+			return cli_fail_code(CLI_EXIT_USAGE, "exec: RUN comes first, then "
+							     "the options");
+		}
 		return cli_usage("exec");
 	}
 	run = argv[1];

@@ -301,7 +301,7 @@ static int cat_link(sb_client *c, const char *gp, const char *key, uint64_t offs
  * CAT_SNAPSHOT when the snapshot's file is the answer, else the exit code
  * (an error's exit code 1 must not read as that). */
 #define CAT_SNAPSHOT (-1)
-static int cat_recorded(const struct cli_fs_at *sel, const char *gp)
+static int cat_recorded(const struct cli_fs_at *sel, const char *gp, int fd)
 {
 	struct last_change l = {.path = gp};
 	sb_client *c;
@@ -329,14 +329,14 @@ static int cat_recorded(const struct cli_fs_at *sel, const char *gp)
 		rc = CAT_SNAPSHOT;
 	} else {
 		fflush(stdout);
-		if ((rc = cli_blob_write(c, l.content, STDOUT_FILENO)))
+		if ((rc = cli_blob_write(c, l.content, fd)))
 			rc = cli_fail(rc, "%s", sb_errmsg(rc));
 	}
 	sb_client_close(c);
 	return rc;
 }
 
-int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path)
+int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path, int fd)
 {
 	char gp[SB_FS_PATH_MAX + 16];
 	struct sb_fs_entry e;
@@ -349,7 +349,7 @@ int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path)
 	if ((rc = cli_fs_open(want, sel, &f)))
 		return rc;
 	if (sel && sel->at && sel->run[0] && sel->at > sel->snap_offset &&
-	    (rc = cat_recorded(sel, gp)) != CAT_SNAPSHOT) {
+	    (rc = cat_recorded(sel, gp, fd)) != CAT_SNAPSHOT) {
 		sb_fsread_close(f);
 		return rc;
 	}
@@ -359,7 +359,7 @@ int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path)
 		rc = cli_fs_refuse(gp, &e, NULL);
 	} else {
 		fflush(stdout);
-		if ((rc = sb_fsread_read_fd(f, gp, STDOUT_FILENO)))
+		if ((rc = sb_fsread_read_fd(f, gp, fd)))
 			rc = cli_fs_fail(rc);
 	}
 	sb_fsread_close(f);
@@ -592,6 +592,6 @@ int cmd_fs(int argc, char **argv)
 		return fs_ls(argv[optind + 1], &sel, n == 3 ? argv[optind + 2] : "",
 			     json);
 	if (n == 3 && !strcmp(argv[optind], "cat") && !json)
-		return cli_fs_cat(argv[optind + 1], &sel, argv[optind + 2]);
+		return cli_fs_cat(argv[optind + 1], &sel, argv[optind + 2], STDOUT_FILENO);
 	return cli_usage("fs");
 }

@@ -359,8 +359,8 @@ static const struct cli_cmd commands[] = {
 	 "recorded by a later change, or 'deleted'), ls says on stderr how many\n"
 	 "file changes recorded after the snapshot it does not show (sanbox diff)\n"},
 	{"cp", cmd_cp, "copy files out of a run's disk, or into a live run",
-	 "usage: sanbox cp [--force] RUN:PATH LOCAL\n"
-	 "       sanbox cp RUN:PATH -\n"
+	 "usage: sanbox cp [--force] [--at OFFSET] RUN:PATH LOCAL\n"
+	 "       sanbox cp [--at OFFSET] RUN:PATH -\n"
 	 "       sanbox cp [-r] [--json] LOCAL RUN:PATH\n"
 	 "\n"
 	 "Out of a run: copies the regular file PATH of the run's disk (read as by\n"
@@ -381,6 +381,9 @@ static const struct cli_cmd commands[] = {
 	 "or LOCAL).\n"
 	 "  -f, --force       replace an existing LOCAL\n"
 	 "  -r, --recursive   copy a directory into a run\n"
+	 "  --at OFFSET       out of a run: its regular file PATH as the record has\n"
+	 "                    it at OFFSET (as 'fs cat --at'), made mode 0666 less\n"
+	 "                    the umask\n"
 	 "  --json            the daemon's reply (files, bytes, offset)\n"},
 	{"df", cmd_df, "show the space runs, snapshots, templates and the log take",
 	 "usage: sanbox df [--json]\n"

@@ -115,6 +115,20 @@ rc=$?
 out=$("$SB" cp "$L/f.txt" "nosuchrun:f" 2>&1)
 [ $? = 3 ] && ok "cp into no such run: 3" || bad "cp no run" "$out"
 
+# ---- cp out --at: the file as the record has it at an offset ----
+"$SB" snapshot "$R" >/dev/null
+"$SB" exec "$R" -- /bin/sh -c 'echo v2 > in/f.txt'
+wait_event "$R" "e['type']=='agent.file.changed' and e['payload']['path']=='/workspace/in/f.txt' and e['payload']['size']==3" 30
+o2=$(typed "$R" agent.file.changed | python3 -c "
+import json, sys
+print([json.loads(l) for l in sys.stdin if '\"/workspace/in/f.txt\"' in l][-1]['offset'])")
+"$SB" exec "$R" -- /bin/sh -c 'echo v3 > in/f.txt'
+"$SB" cp --at "$o2" "$R:in/f.txt" "$L/at.txt" && [ "$(cat "$L/at.txt")" = v2 ] &&
+	ok "cp RUN:PATH LOCAL --at OFFSET: the file as it was then" || bad "cp --at" "$(cat "$L/at.txt" 2>&1)"
+out=$("$SB" cp --at "$o2" "$R:in/f.txt" "$L/at.txt" 2>&1)
+[ $? = 1 ] && "$SB" cp --force --at "$o2" "$R:in/f.txt" "$L/at.txt" &&
+	ok "cp --at keeps an existing LOCAL unless --force" || bad "cp --at exists" "$out"
+
 # ---- a run that is not running ----
 D=$("$SB" run --detach --name done -- true)
 "$SB" wait "$D" >/dev/null 2>&1

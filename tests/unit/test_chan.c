@@ -214,7 +214,7 @@ static void test_garbage(void **state)
 {
 	expect_bad_frame("\x92\x01\x00", 3);			 /* array of 2 */
 	expect_bad_frame("\x93\x00\x00\xc0", 4);		 /* kind 0 */
-	expect_bad_frame("\x93\x12\x00\xc0", 4);		 /* kind 18: past RESEND */
+	expect_bad_frame("\x93\x17\x00\xc0", 4);		 /* kind 23: past PUT_DONE */
 	expect_bad_frame("\x93\xff\x00\xc0", 4);		 /* kind -1 */
 	expect_bad_frame("\x93\x01\xa1x\xc0", 5);		 /* stream is a str */
 	expect_bad_frame("\x93\x01\x00\xc0\xc0", 5);		 /* trailing byte */
