@@ -920,11 +920,18 @@ void sb_guest_committed(sb_guest *g, uint64_t seq)
 	g->seen = g->acked = g->cur_seq = seq;
 }
 
-void sb_guest_ack(sb_guest *g)
+uint64_t sb_guest_taken(const sb_guest *g)
 {
-	if (g->fd < 0 || g->seen <= g->acked)
+	return g->seen;
+}
+
+void sb_guest_ack(sb_guest *g, uint64_t seq)
+{
+	if (seq > g->seen)
+		seq = g->seen;
+	if (g->fd < 0 || seq <= g->acked)
 		return;
-	g->acked = g->seen;
+	g->acked = seq;
 	send_frame(g, SB_CHAN_ACK, g->acked, NULL, 0, 0);
 }
 

@@ -97,10 +97,15 @@ void sb_guest_attach(sb_guest *g, int fd, int resync);
  * before the first sb_guest_attach. */
 void sb_guest_committed(sb_guest *g, uint64_t seq);
 
-/* Tells the guest (ACK {seq}) that every numbered frame g has taken is
- * committed: call it after the events it handed to ops->event are durable
- * in the log, never before. Nothing to send: nothing done. */
-void sb_guest_ack(sb_guest *g);
+/* The guest's last numbered frame g has taken (its events handed to
+ * ops->event, or dropped for good). */
+uint64_t sb_guest_taken(const sb_guest *g);
+
+/* Tells the guest (ACK {seq}) that its numbered frames up to seq (at most
+ * what g has taken) are committed: call it once the events they gave
+ * ops->event are durable in the log, never before. Nothing new to tell:
+ * nothing sent. */
+void sb_guest_ack(sb_guest *g, uint64_t seq);
 
 /* 1 while a channel is connected. */
 int sb_guest_connected(const sb_guest *g);

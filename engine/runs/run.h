@@ -82,6 +82,8 @@ struct run {
 	int admitted;	 /* it holds its share of the capacity (plan.cpus and
 			  * plan.memory_mib) until it ends */
 	uint64_t queued_offset; /* its run.queued, or 0 */
+	uint64_t ack_at;	/* its guest's frames taken when the commit
+				 * being made began (batch.c) */
 	struct run *qnext;	/* in the queue */
 	int ready;		/* the guest is past its set-up: its harness runs */
 	struct sb_live_op *ops; /* commands and puts waiting for the guest */
@@ -103,18 +105,32 @@ struct sb_batch_item {
 	int has_blob;
 };
 
+/* Events gathered to be recorded in one append (batch.c). */
+struct sb_batch {
+	msgpack_sbuffer payloads, blobs; /* the items' payloads, and their blobs */
+	struct sb_batch_item *items;
+	size_t n, cap;
+};
+
 struct job;
 
 struct sb_runs {
 	struct sb_runs_env env;
 	struct run *live;
 	unsigned active;
-	sb_watch *flush_w;
-	msgpack_sbuffer batch, blobs; /* the items' payloads, and their blobs */
-	struct sb_batch_item *items;
-	size_t nitems, capitems;
+	/* recording (batch.c): under rec_mu */
+	pthread_mutex_t rec_mu;
+	pthread_cond_t rec_cv;	 /* committing ended */
+	struct sb_batch cur;	 /* gathered in this loop turn */
+	struct sb_batch commit;	 /* being appended by the recorder */
+	int committing;		 /* commit is being appended */
+	int committed;		 /* commit is appended (commit_rc), not yet ACKed */
+	int commit_rc;
+	int unrecorded;		 /* a batch failed: no ACK from this daemon */
+	sb_work *recorder;	 /* one thread: commits in order */
+	sb_watch *flush_w;	 /* the end of each loop turn */
+	sb_watch *committed_w;	 /* the recorder's commit is done */
 	struct job *jobs;	 /* sent to a worker, not back yet */
-	int unrecorded;		 /* a batch failed since the guests' last ACK */
 	pthread_mutex_t stop_mu; /* one record closed by a stop at a time */
 	/* the host's capacity for runs, and the queue of runs waiting for it
 	 * (oldest first), under cap_mu (a worker admits a run it makes) */
@@ -127,6 +143,30 @@ struct sb_runs {
 	int pump_held; /* 1 while runs are taken up at the start: their order
 			* is known once all are in the queue */
 };
+
+/* --- batch.c: recording the runs' events --- */
+
+/* Sets up rs's recording: its batches, the recorder thread and the loop's
+ * watchers. On error sb_runs_batch_close still frees what was made.
+ * Errors: SB_ERR_NOMEM, SB_ERR_IO (no thread). */
+int sb_runs_batch_open(struct sb_runs *rs);
+/* Records what is gathered (synced), waits for the recorder and frees the
+ * recording. Guests are not ACKed: they send it again to the next daemon. */
+void sb_runs_batch_close(struct sb_runs *rs);
+/* Gathers an event (payload: one msgpack map) and its blob (or NULL) to
+ * be recorded after this loop turn, off the loop. Any thread. Out of
+ * memory: the event is lost, and a line says so. */
+void sb_runs_batch_add(struct sb_runs *rs, const char *run, const char *type,
+		       enum sb_source src, const void *payload, size_t len,
+		       const void *blob, size_t blob_len);
+/* Records n events at once (synced when it returns), after every event
+ * gathered before. Any thread; it waits for a commit under way. Errors:
+ * the log's. */
+int sb_runs_record(struct sb_runs *rs, struct sb_event *evs, size_t n);
+/* sb_runs_record with the nblobs contents the events name, durable with
+ * them (sb_log_append_blobs). */
+int sb_runs_record_blobs(struct sb_runs *rs, const struct sb_blob *blobs, size_t nblobs,
+			 struct sb_event *evs, size_t n);
 
 /* --- runs.c: on the loop unless said --- */
 

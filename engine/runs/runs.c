@@ -126,111 +126,12 @@ static int job_submit(struct job *j)
 	return SB_OK;
 }
 
-/* --- recording --- */
-
-/* Records what the batch holds, in one append. */
-static void batch_flush(struct sb_runs *rs)
-{
-	struct sb_event *evs;
-	struct sb_blob *blobs;
-	size_t nblobs = 0;
-	int rc;
-
-	if (!rs->nitems)
-		return;
-	evs = calloc(rs->nitems, sizeof *evs);
-	blobs = calloc(rs->nitems, sizeof *blobs);
-	if (!evs || !blobs) {
-		rc = SB_ERR_NOMEM;
-	} else {
-		rc = SB_OK;
-		for (size_t i = 0; rc == SB_OK && i < rs->nitems; i++) {
-			const struct sb_batch_item *it = &rs->items[i];
-			rc = sb_event_init(&evs[i], it->type, it->run, it->src,
-					   rs->batch.data + it->off, it->len);
-			if (it->has_blob) {
-				blobs[nblobs].data =
-				    it->blob_len ? rs->blobs.data + it->blob_off : "";
-				blobs[nblobs++].len = it->blob_len;
-			}
-		}
-		/* the events and the contents they name: durable together */
-		if (rc == SB_OK)
-			rc = sb_log_append_blobs(rs->env.log, blobs, nblobs, evs,
-						 rs->nitems);
-	}
-	free(evs);
-	free(blobs);
-	if (rc) {
-		runs_log(rs, "cannot record %zu events of the runs: %s", rs->nitems,
-			 sb_errmsg(rc));
-		rs->unrecorded = 1; /* the guests keep theirs: no ACK */
-	}
-	rs->nitems = 0;
-	rs->batch.size = 0;
-	if (rs->blobs.data)
-		sodium_memzero(rs->blobs.data, rs->blobs.size);
-	rs->blobs.size = 0;
-}
-
-/* At the end of each loop turn: the batch is recorded, then each guest
- * hears that what it sent is committed (ACK), unless a batch failed: it
- * keeps its frames, sent again to the next daemon. */
-static void on_flush(void *ctx)
-{
-	struct sb_runs *rs = ctx;
-
-	batch_flush(rs);
-	if (!rs->unrecorded)
-		for (struct run *r = rs->live; r; r = r->next)
-			if (r->g)
-				sb_guest_ack(r->g);
-}
-
-/* Adds an event (payload: one msgpack map) and its blob (or NULL) to the
- * batch. */
-static void batch_add_blob(struct sb_runs *rs, const char *run, const char *type,
-			   enum sb_source src, const void *payload, size_t len,
-			   const void *blob, size_t blob_len)
-{
-	struct sb_batch_item *it;
-
-	if (rs->nitems == rs->capitems) {
-		size_t cap = rs->capitems ? 2 * rs->capitems : 64;
-		struct sb_batch_item *n = realloc(rs->items, cap * sizeof *n);
-		if (!n) {
-			runs_log(rs, "run %s: out of memory: an event %s is lost", run,
-				 type);
-			return;
-		}
-		rs->items = n;
-		rs->capitems = cap;
-	}
-	it = &rs->items[rs->nitems];
-	snprintf(it->run, sizeof it->run, "%s", run);
-	snprintf(it->type, sizeof it->type, "%s", type);
-	it->src = src;
-	it->off = rs->batch.size;
-	it->len = len;
-	it->has_blob = blob != NULL;
-	it->blob_off = rs->blobs.size;
-	it->blob_len = blob ? blob_len : 0;
-	if (msgpack_sbuffer_write(&rs->batch, payload, len) ||
-	    (blob_len && msgpack_sbuffer_write(&rs->blobs, blob, blob_len))) {
-		runs_log(rs, "run %s: out of memory: an event %s is lost", run, type);
-		rs->batch.size = it->off;
-		rs->blobs.size = it->blob_off;
-		return;
-	}
-	rs->nitems++;
-	if (rs->blobs.size > SB_RUNS_BATCH_BLOBS_MAX)
-		batch_flush(rs); /* a batch of big files: not all in memory */
-}
+/* --- recording (batch.c) --- */
 
 static void batch_add(struct sb_runs *rs, const char *run, const char *type,
 		      enum sb_source src, const void *payload, size_t len)
 {
-	batch_add_blob(rs, run, type, src, payload, len, NULL, 0);
+	sb_runs_batch_add(rs, run, type, src, payload, len, NULL, 0);
 }
 
 /* Records a host event of run whose payload is alternating key/value C
@@ -253,12 +154,11 @@ int sb_runs_host_event(struct sb_runs *rs, const char *run, const char *type, ..
 		sb_mapw_str(&m, k, va_arg(ap, const char *));
 	va_end(ap);
 	rc = sb_mapw_end(&m);
-	batch_flush(rs);
 	if (rc == SB_OK)
 		rc = buf.data ? sb_event_init(&ev, type, run, SB_SRC_HOST, buf.data, buf.size)
 			      : SB_ERR_NOMEM;
 	if (rc == SB_OK)
-		rc = sb_log_append(rs->env.log, &ev, 1);
+		rc = sb_runs_record(rs, &ev, 1);
 	if (rc)
 		runs_log(rs, "run %s: cannot record %s: %s", run, type, sb_errmsg(rc));
 	msgpack_sbuffer_destroy(&buf);
@@ -270,8 +170,7 @@ int sb_runs_append(struct sb_runs *rs, struct sb_event *ev, const struct sb_blob
 {
 	int rc;
 
-	batch_flush(rs);
-	if ((rc = sb_log_append_blobs(rs->env.log, blobs, nblobs, ev, 1)))
+	if ((rc = sb_runs_record_blobs(rs, blobs, nblobs, ev, 1)))
 		runs_log(rs, "run %s: cannot record %s: %s", ev->run, ev->type, sb_errmsg(rc));
 	return rc;
 }
@@ -647,7 +546,7 @@ static void g_event(void *ctx, const char *type, enum sb_source src, const void 
 {
 	struct run *r = ctx;
 
-	batch_add_blob(r->rs, r->id, type, src, payload, len, blob, blob_len);
+	sb_runs_batch_add(r->rs, r->id, type, src, payload, len, blob, blob_len);
 	if (src == SB_SRC_GUEST && !strcmp(type, "run.exited"))
 		r->exited = 1;
 	if (!strcmp(type, "harness.input.ready"))
@@ -767,12 +666,11 @@ static int snap_saved(void *ctx, const struct sb_snap_done *d)
 	msgpack_pack_double(&pk, d->sync_ms);
 	sb_pack_kbool(&pk, "synced", d->synced);
 	sb_pack_kbool(&pk, "frozen", d->frozen);
-	batch_flush(rs);
 	rc = buf.data ? sb_event_init(&ev, "snapshot.saved", r->id, SB_SRC_HOST, buf.data,
 				      buf.size)
 		      : SB_ERR_NOMEM;
 	if (rc == SB_OK)
-		rc = sb_log_append(rs->env.log, &ev, 1);
+		rc = sb_runs_record(rs, &ev, 1);
 	msgpack_sbuffer_destroy(&buf);
 	if (rc == SB_OK && !strcmp(d->trigger, "turn"))
 		retention(r);
@@ -1164,7 +1062,7 @@ static void started_event(struct run *r)
 	}
 	if (sb_mapw_end(&m) == SB_OK && buf.data &&
 	    sb_event_init(&ev, "run.started", r->id, SB_SRC_HOST, buf.data, buf.size) == SB_OK)
-		sb_log_append(r->rs->env.log, &ev, 1);
+		sb_runs_record(r->rs, &ev, 1);
 	msgpack_sbuffer_destroy(&buf);
 }
 
@@ -1229,7 +1127,6 @@ void sb_run_create_done(void *ctx)
 	    sb_loop_timer(rs->env.loop, (double)r->plan.timeout_s, 0, sb_run_on_timeout, r);
 	if (r->create.accel_warning[0])
 		sb_run_warn(r, "%s", r->create.accel_warning);
-	batch_flush(rs);
 	started_event(r);
 	cb(cb_ctx, SB_OK, id);
 }
@@ -1300,7 +1197,7 @@ static void stop_work(struct job *j)
 			j->rc = SB_ERR_NOMEM;
 		else if ((j->rc = sb_event_init(&ev, "run.stopped", j->run, SB_SRC_HOST,
 						buf.data, buf.size)) == SB_OK)
-			j->rc = sb_log_append(rs->env.log, &ev, 1);
+			j->rc = sb_runs_record(rs, &ev, 1); /* after the run's gathered events */
 	}
 	pthread_mutex_unlock(&rs->stop_mu);
 	msgpack_sbuffer_destroy(&buf);
@@ -1456,15 +1353,7 @@ int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
 	pthread_mutex_init(&rs->stop_mu, NULL);
 	pthread_mutex_init(&rs->cap_mu, NULL);
 	sb_runs_capacity_init(rs);
-	msgpack_sbuffer_init(&rs->batch);
-	msgpack_sbuffer_init(&rs->blobs);
-	if (!(rs->flush_w = sb_loop_idle_end(env->loop, on_flush, rs))) {
-		pthread_mutex_destroy(&rs->stop_mu);
-		pthread_mutex_destroy(&rs->cap_mu);
-		free(rs);
-		return SB_ERR_NOMEM;
-	}
-	if ((rc = sb_projector_catch_up(env->proj, NULL)) ||
+	if ((rc = sb_runs_batch_open(rs)) || (rc = sb_projector_catch_up(env->proj, NULL)) ||
 	    (rc = sb_runstate_live(env->proj, NULL, &runs, &n))) {
 		sb_runs_close(rs);
 		return rc;
@@ -1477,7 +1366,6 @@ int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
 	rs->pump_held = 0;
 	sb_runs_pump(rs);
 	free(runs);
-	batch_flush(rs);
 	*out = rs;
 	return SB_OK;
 }
@@ -1486,7 +1374,7 @@ void sb_runs_close(struct sb_runs *rs)
 {
 	if (!rs)
 		return;
-	batch_flush(rs);
+	sb_runs_batch_close(rs);
 	rs->env.idle = NULL;
 	while (rs->live) {
 		struct run *r = rs->live;
@@ -1500,9 +1388,5 @@ void sb_runs_close(struct sb_runs *rs)
 	}
 	pthread_mutex_destroy(&rs->stop_mu);
 	pthread_mutex_destroy(&rs->cap_mu);
-	sb_watch_stop(rs->flush_w);
-	msgpack_sbuffer_destroy(&rs->batch);
-	msgpack_sbuffer_destroy(&rs->blobs);
-	free(rs->items);
 	free(rs);
 }

@@ -622,15 +622,15 @@ static void test_ack(void **state)
 	int resend = -1;
 
 	rig_open(&r, 1000, 1000, 1 << 20);
-	sb_guest_ack(r.g);
+	sb_guest_ack(r.g, sb_guest_taken(r.g));
 	assert_int_equal(read_acks(&r, &seq, &resend), 0); /* nothing taken */
 	send_output(&r, "a");
 	send_output(&r, "b");
 	send_output(&r, "c");
 	spin(&r);
 	assert_int_equal(read_acks(&r, &seq, &resend), 0); /* not committed yet */
-	sb_guest_ack(r.g);
-	sb_guest_ack(r.g);
+	sb_guest_ack(r.g, sb_guest_taken(r.g));
+	sb_guest_ack(r.g, sb_guest_taken(r.g));
 	assert_int_equal(read_acks(&r, &seq, &resend), 1);
 	assert_int_equal(seq, 3);
 	assert_int_equal(resend, 0);
@@ -676,7 +676,7 @@ static void test_resend(void **state)
 		assert_string_equal(data_of(s, i), d);
 		assert_int_equal(seq_of(s, i), 11 + i);
 	}
-	sb_guest_ack(r.g);
+	sb_guest_ack(r.g, sb_guest_taken(r.g));
 	assert_int_equal(read_acks(&r, &seq, &resend), 1);
 	assert_int_equal(seq, 14);
 	assert_int_equal(resend, 0);
