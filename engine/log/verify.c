@@ -1,10 +1,13 @@
 /* verify.c - checking audit bundles offline (bundle.h). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/error.h"
 #include "engine/log/blob.h"
@@ -35,19 +38,42 @@ struct vctx {
 	struct sb_bundle_info info;
 };
 
+/* Opens dir/name for reading: a regular file only, never through a
+ * symbolic link (a bundle is untrusted: its names must not reach the
+ * verifier's own files, FIFOs or devices). */
+static int bundle_open(const char *dir, const char *name, FILE **out)
+{
+	char path[4096];
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0)
+		return sb_seterr(SB_ERR_CORRUPT, "%s: %s", name,
+				 errno == ELOOP ? "a symbolic link, not a file" : strerror(errno));
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return sb_seterr(SB_ERR_CORRUPT, "%s: not a regular file", name);
+	}
+	if (!(*out = fdopen(fd, "r"))) {
+		close(fd);
+		return SB_ERR_NOMEM;
+	}
+	return SB_OK;
+}
+
 /* Reads dir/name (at most SMALL_MAX bytes) into a new NUL-ended buffer. */
 static int small_read(const char *dir, const char *name, char **out, size_t *len)
 {
-	char path[4096];
 	FILE *f;
 	char *b = malloc(SMALL_MAX + 1);
+	int rc;
 
-	snprintf(path, sizeof path, "%s/%s", dir, name);
 	if (!b)
 		return SB_ERR_NOMEM;
-	if (!(f = fopen(path, "re"))) {
+	if ((rc = bundle_open(dir, name, &f))) {
 		free(b);
-		return sb_seterr(SB_ERR_CORRUPT, "%s: %s", name, strerror(errno));
+		return rc;
 	}
 	*len = fread(b, 1, SMALL_MAX, f);
 	fclose(f);
@@ -90,13 +116,17 @@ static int ckpt_check(struct vctx *c, const struct sb_note_key *key)
 /* Reads the manifest and its runs. */
 static int manifest_read(struct vctx *c)
 {
-	char path[4096];
 	json_error_t e;
 	json_t *runs, *r;
 	size_t i;
+	FILE *f;
+	int rc;
 
-	snprintf(path, sizeof path, "%s/manifest.json", c->dir);
-	if (!(c->manifest = json_load_file(path, 0, &e)))
+	if ((rc = bundle_open(c->dir, "manifest.json", &f)))
+		return rc;
+	c->manifest = json_loadf(f, 0, &e);
+	fclose(f);
+	if (!c->manifest)
 		return sb_seterr(SB_ERR_CORRUPT, "manifest.json: line %d: %s", e.line, e.text);
 	runs = json_object_get(c->manifest, "runs");
 	c->one = !strcmp(json_string_value(json_object_get(c->manifest, "kind")) ?: "", "event");
@@ -250,7 +280,7 @@ static int line_check(struct vctx *c, const char *text, uint64_t no, uint64_t *p
 /* Reads events.jsonl line by line, then the proof's tail and the root. */
 static int events_check(struct vctx *c)
 {
-	char path[4096], *line = NULL, want[2 * SB_MERKLE_HASH + 1], got[2 * SB_MERKLE_HASH + 1];
+	char *line = NULL, want[2 * SB_MERKLE_HASH + 1], got[2 * SB_MERKLE_HASH + 1];
 	uint8_t root[SB_MERKLE_HASH];
 	size_t cap = 0;
 	uint64_t no = 0, prev = 0;
@@ -258,13 +288,11 @@ static int events_check(struct vctx *c)
 	FILE *f;
 	int rc = SB_OK;
 
-	snprintf(path, sizeof path, "%s/events.jsonl", c->dir);
-	if (!(f = fopen(path, "re")))
-		return sb_seterr(SB_ERR_CORRUPT, "events.jsonl: %s", strerror(errno));
-	snprintf(path, sizeof path, "%s/proof", c->dir);
-	if (!(c->proof = fopen(path, "re"))) {
+	if ((rc = bundle_open(c->dir, "events.jsonl", &f)))
+		return rc;
+	if ((rc = bundle_open(c->dir, "proof", &c->proof))) {
 		fclose(f);
-		return sb_seterr(SB_ERR_CORRUPT, "proof: %s", strerror(errno));
+		return rc;
 	}
 	sb_merkle_fold_init(&c->fold, c->ck.size);
 	while (!rc && (n = getline(&line, &cap, f)) > 0)
@@ -295,8 +323,14 @@ static int blobs_check(struct vctx *c)
 	json_t *list = json_object_get(c->manifest, "blobs"), *b;
 	char path[4096];
 	size_t i, files = 0;
+	struct stat dst;
 	DIR *d;
 	struct dirent *de;
+	int rc;
+
+	snprintf(path, sizeof path, "%s/blobs", c->dir);
+	if (!lstat(path, &dst) && !S_ISDIR(dst.st_mode))
+		return sb_seterr(SB_ERR_CORRUPT, "blobs: not a directory");
 
 	json_array_foreach(list, i, b) {
 		const char *key = json_string_value(b);
@@ -307,9 +341,9 @@ static int blobs_check(struct vctx *c)
 		FILE *f;
 		if (!key || sb_hash_parse(key, want) || sb_hash_is_legacy(want))
 			return sb_seterr(SB_ERR_CORRUPT, "manifest.json: blob %zu is not a key", i + 1);
-		snprintf(path, sizeof path, "%s/blobs/%s", c->dir, key);
-		if (!(f = fopen(path, "re")))
-			return sb_seterr(SB_ERR_CORRUPT, "blobs/%s: %s", key, strerror(errno));
+		snprintf(path, sizeof path, "blobs/%s", key);
+		if ((rc = bundle_open(c->dir, path, &f)))
+			return rc;
 		crypto_generichash_init(&st, NULL, 0, SB_HASH_LEN);
 		while ((n = fread(buf, 1, sizeof buf, f)) > 0)
 			crypto_generichash_update(&st, buf, n);
@@ -367,7 +401,7 @@ static int prior_check(struct vctx *c, const struct sb_note_key *key, const char
 	uint8_t proof[SB_MERKLE_PROOF_MAX + 1][SB_MERKLE_HASH];
 	struct sb_note_key own;
 	struct sb_ckpt old;
-	char *k = NULL, path[4096];
+	char *k = NULL;
 	size_t len = 0, klen;
 	FILE *f;
 	int rc;
@@ -383,9 +417,8 @@ static int prior_check(struct vctx *c, const struct sb_note_key *key, const char
 	}
 	if ((rc = sb_ckpt_verify(prior, prior_len, key, &old)))
 		return sb_seterr(rc, "prior %s", sb_errmsg(rc));
-	snprintf(path, sizeof path, "%s/consistency", c->dir);
-	if (!(f = fopen(path, "re")))
-		return sb_seterr(SB_ERR_CORRUPT, "consistency: %s (export with --prior)", strerror(errno));
+	if ((rc = bundle_open(c->dir, "consistency", &f)))
+		return sb_seterr(rc, "%s (export with --prior)", sb_errmsg(rc));
 	len = fread(proof, 1, sizeof proof, f);
 	fclose(f);
 	if (len % SB_MERKLE_HASH || len > SB_MERKLE_PROOF_MAX * SB_MERKLE_HASH)

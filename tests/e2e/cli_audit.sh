@@ -52,6 +52,11 @@ tamper "head -c -1 proof >x && mv x proof" "proof"
 tamper "printf x >>proof" "proof: bytes left"
 tamper "sed -i '\$s/ [A-Za-z0-9+\/]*=*\$/ AAAA/' checkpoint" "checkpoint"
 tamper "sed -i '2s/.*/999999/' checkpoint" "checkpoint"
+# a hostile bundle's names never reach the verifier's own files
+tamper "rm events.jsonl && ln -s /etc/passwd events.jsonl" "events.jsonl: a symbolic link"
+tamper "rm manifest.json && ln -s /etc/passwd manifest.json" "manifest.json: a symbolic link"
+tamper "rm proof && mkfifo proof" "proof: not a regular file"
+tamper "rm -r blobs && ln -s /etc blobs" "blobs: not a directory"
 b=$(ls "$tmp/a/blobs" | head -1)
 [ -n "$b" ] && tamper "printf x >>blobs/$b" "blobs/$b"
 # a bundle signed by another key fails against the trusted one
