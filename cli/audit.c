@@ -27,7 +27,7 @@ static void run_add(const msgpack_object *st, char (*ids)[SB_RUN_MAX], const cha
 		return;
 	sb_map_str(st, "run", ids[x->nruns], SB_RUN_MAX);
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-		if (sb_map_str(st, keys[i], v, sizeof v) == SB_OK)
+		if (sb_map_str(st, keys[i], v, sizeof v) >= 0) /* its length, or -1 */
 			json_object_set_new(o, keys[i], json_string(v));
 	json_object_set_new(x->runinfo, ids[x->nruns], o);
 	ptrs[x->nruns] = ids[x->nruns];

@@ -8,7 +8,9 @@
 
 secret="s3cr3t-$(od -An -tx8 -N8 /dev/urandom | tr -d ' ')"
 printf '%s' "$secret" | "$SB" secret set TOKEN >/dev/null || fail "secret set"
-A=$("$SB" run --detach --name audited --secret TOKEN -- true) || fail "run A"
+printf 'input of the audited run\n' >"$tmp/notes.txt"
+A=$("$SB" run --detach --name audited --secret TOKEN --input "$tmp/notes.txt" -- true) ||
+	fail "run A"
 wait_stopped "$A" || fail "A did not stop"
 B=$("$SB" run --detach --name other -- true) || fail "run B" # leaves the proof must cover
 wait_stopped "$B" || fail "B did not stop"
@@ -31,6 +33,11 @@ n=$(wc -l <"$tmp/a/events.jsonl")
 grep -rqF "$secret" "$tmp/a" && fail "the secret's value is in the bundle"
 tar -xOf "$tmp/a.tar" | grep -qF "$secret" && fail "the secret's value is in the tar"
 grep -q TOKEN "$tmp/a/plan.json" || fail "plan.json does not name the secret"
+# the manifest names the run as run.get does; the input is a blob
+jq -e '.runs[0] | .name == "audited" and .template == "shell" and (.template_hash | length) > 0' \
+	"$tmp/a/manifest.json" >/dev/null || fail "manifest's run: $(jq -c .runs "$tmp/a/manifest.json")"
+b=$(jq -r '.blobs[0] // empty' "$tmp/a/manifest.json")
+[ -n "$b" ] && cmp -s "$tmp/a/blobs/$b" "$tmp/notes.txt" || fail "the input is not blob $b"
 
 # tamper CASE EXPECT: copy the bundle, run CASE on it, verify must fail
 # with EXPECT in its message
@@ -57,8 +64,9 @@ tamper "rm events.jsonl && ln -s /etc/passwd events.jsonl" "events.jsonl: a symb
 tamper "rm manifest.json && ln -s /etc/passwd manifest.json" "manifest.json: a symbolic link"
 tamper "rm proof && mkfifo proof" "proof: not a regular file"
 tamper "rm -r blobs && ln -s /etc blobs" "blobs: not a directory"
-b=$(ls "$tmp/a/blobs" | head -1)
-[ -n "$b" ] && tamper "printf x >>blobs/$b" "blobs/$b"
+tamper "printf x >>blobs/$b" "blobs/$b"
+tamper "rm blobs/$b" "blobs/$b"
+tamper "cp blobs/$b blobs/$zeros" "blobs: 2 files"
 # a bundle signed by another key fails against the trusted one
 other=$(SANBOX_HOME=$tmp/otherhome "$SB" admin key show)
 "$SB" verify "$tmp/a" --key "$other" >"$tmp/out" 2>&1 && fail "verified with another key"
