@@ -73,10 +73,16 @@ $(NETHOSTILE): tests/guest/nethostile.c
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE \
 	    -static -o $@ $<
 
+# The CLI tests' writer of made-up run records (tests/tools/mkrecord.c).
+MKRECORD := $(BUILD)/tests/mkrecord
+$(MKRECORD): $(BUILD)/obj/tests/tools/mkrecord.o $(BUILD)/libsanbox.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
 # The CLI's parts that neither print nor connect (option values, run specs,
 # group files, watch's rows; the MCP server's framing and schema checks),
 # which unit tests link too.
-CLI_PURE := $(addprefix $(BUILD)/obj/cli/,parse.o runspec.o groupfile.o watchrows.o) \
+CLI_PURE := $(addprefix $(BUILD)/obj/cli/,parse.o runspec.o groupfile.o watchrows.o replay.o) \
             $(addprefix $(BUILD)/obj/mcp/,jsonrpc.o schema.o)
 $(BUILD)/libsanbox-cli.a: $(CLI_PURE)
 	@rm -f $@
@@ -164,7 +170,7 @@ deps:
 images: all
 	SANBOX_TEMPLATES=$(abspath $(BUILD))/templates $(BUILD)/sanbox template build shell
 
-test: deps-check all $(UNIT_BINS) $(FUZZ_BINS) $(NETPROBE) $(NETHOSTILE)
+test: deps-check all $(UNIT_BINS) $(FUZZ_BINS) $(NETPROBE) $(NETHOSTILE) $(MKRECORD)
 	@BUILD=$(BUILD) sh tests/run.sh
 
 deps-check:

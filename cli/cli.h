@@ -299,6 +299,11 @@ int cli_diff_json(sb_client *c, const char *run, uint64_t from, uint64_t to, jso
  * blob.get, SB_ERR_IO. */
 int cli_blob_write(sb_client *c, const char *key, int fd);
 
+/* Reads the content of blob key into *data (NUL-terminated besides, the
+ * caller frees) and its length into *len. Errors: those of blob.get,
+ * SB_ERR_NOMEM. */
+int cli_blob_read(sb_client *c, const char *key, char **data, size_t *len);
+
 /* Opens the disk of run want (an id prefix or a name) chosen by sel (NULL:
  * its current one) into *out, which the caller closes with
  * sb_fsread_close; returns 0, or prints the error and returns its exit
@@ -382,6 +387,7 @@ int cmd_export(int argc, char **argv);
 int cmd_prove(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_exec(int argc, char **argv);
+int cmd_replay(int argc, char **argv);
 /* sanbox __complete WHAT [ARG]: the candidates the completion script asks
  * for (commands, options CMD, runs, templates, snapshots RUN), one a line;
  * not listed in help. */

@@ -101,22 +101,52 @@ int cli_file_changes(sb_client *c, const char *run, uint64_t from, uint64_t to,
 	return rc;
 }
 
-int cli_blob_write(sb_client *c, const char *key, int fd)
+/* Asks for blob key: its bytes in *d, valid until rep is freed (the
+ * caller frees rep also on an error). Errors: those of blob.get,
+ * SB_ERR_PROTO. */
+static int blob_call(sb_client *c, const char *key, struct sb_reply *rep,
+		     const msgpack_object **d)
 {
 	struct cli_req r;
-	struct sb_reply rep = {0};
-	const msgpack_object *d;
 	int rc;
 
 	cli_req_begin(&r, "blob.get");
 	sb_mapw_str(&r.m, "blob", key);
-	if ((rc = cli_call(c, &r, &rep)))
+	if ((rc = cli_call(c, &r, rep)))
 		return rc;
-	d = sb_map_get(&rep.map, "data");
-	if (!d || d->type != MSGPACK_OBJECT_BIN)
-		rc = sb_seterr(SB_ERR_PROTO, "blob.get: malformed reply");
-	else
+	*d = sb_map_get(&rep->map, "data");
+	if (!*d || (*d)->type != MSGPACK_OBJECT_BIN)
+		return sb_seterr(SB_ERR_PROTO, "blob.get: malformed reply");
+	return SB_OK;
+}
+
+int cli_blob_write(sb_client *c, const char *key, int fd)
+{
+	struct sb_reply rep = {0};
+	const msgpack_object *d;
+	int rc;
+
+	if ((rc = blob_call(c, key, &rep, &d)) == SB_OK)
 		rc = sb_write_full(fd, d->via.bin.ptr, d->via.bin.size);
+	sb_reply_free(&rep);
+	return rc;
+}
+
+int cli_blob_read(sb_client *c, const char *key, char **data, size_t *len)
+{
+	struct sb_reply rep = {0};
+	const msgpack_object *d;
+	int rc;
+
+	if ((rc = blob_call(c, key, &rep, &d)) == SB_OK) {
+		if ((*data = malloc(d->via.bin.size + 1))) {
+			memcpy(*data, d->via.bin.ptr, d->via.bin.size);
+			(*data)[d->via.bin.size] = 0;
+			*len = d->via.bin.size;
+		} else {
+			rc = SB_ERR_NOMEM;
+		}
+	}
 	sb_reply_free(&rep);
 	return rc;
 }

@@ -74,6 +74,26 @@ static const struct cli_cmd commands[] = {
 	 "  --exit-status   exit as 'sanbox run' does: the harness's status, or\n"
 	 "                  123, 124, 125 or 143 for a run the harness did not end,\n"
 	 "                  130 when Ctrl-C detached\n"},
+	{"replay", cmd_replay, "play a run's record again, with its timing",
+	 "usage: sanbox replay RUN [--from OFFSET] [--speed N | --instant] [--json]\n"
+	 "\n"
+	 "Plays the run's record (its events up to now) as attach showed it live,\n"
+	 "with the time between events as it was: a model call with its messages\n"
+	 "(from the request and answer the gateway recorded; > the request's new\n"
+	 "messages, < the answer), a changed file with a short unified diff of its\n"
+	 "recorded content before and after (when both are in the record). A wait\n"
+	 "longer than 2s is cut to 2s, and a line says so. On a terminal keys\n"
+	 "steer it: space pauses and plays, n shows the next event (and pauses),\n"
+	 "t jumps to the next turn, f to the next file change, q quits; the\n"
+	 "terminal is restored however it ends. Piped: plain lines at once, no\n"
+	 "keys, no waits unless --speed is given. Exits 0 at the record's end or\n"
+	 "q, 130 on Ctrl-C, 3 when there is no such run.\n"
+	 "  --from OFFSET   start at this offset (earlier file contents still\n"
+	 "                  serve the diffs)\n"
+	 "  --speed N       N times as fast (0.01 to 10000; waits also piped)\n"
+	 "  --instant       no waits\n"
+	 "  --json          a JSON line per event, as events --json, with\n"
+	 "                  \"conversation\" ([{side, role, text}]) and \"diff\"\n"},
 	{"exec", cmd_exec, "run a command in a live run's guest",
 	 "usage: sanbox exec RUN [-i] [--timeout DURATION] [--output-max BYTES] [--json]\n"
 	 "                  [--] COMMAND [ARG...]\n"
