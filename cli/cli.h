@@ -234,8 +234,13 @@ void cli_print_json(json_t *j);
 /* Prints a daemon's reply map as JSON, without its "ok" (for --json). */
 void cli_print_reply(const msgpack_object *reply);
 
-/* Parses --since's DURATION s into the time that long ago (ns since the
- * epoch). Returns an exit code: CLI_EXIT_USAGE (printed) for a bad one. */
+/* Parses option opt's value s into a time (ns since the epoch): a
+ * DURATION (90s, 2h) is that long ago, YYYY-MM-DD[THH:MM[:SS]] that local
+ * time (with Z after it: UTC). Returns an exit code: CLI_EXIT_USAGE
+ * (printed) for a bad one. */
+int cli_parse_when(const char *opt, const char *s, uint64_t *ns);
+
+/* cli_parse_when for --since. */
 int cli_parse_since(const char *s, uint64_t *since_ns);
 
 /* Reads run's state (run.get) into rep (freed by the caller with

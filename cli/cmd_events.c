@@ -11,25 +11,40 @@
 struct print_ctx {
 	int flags;	   /* cli_print_event's */
 	uint64_t since_ns; /* --since: events recorded from then on */
+	uint64_t until_ns; /* --until: and up to then (0: no end) */
+	uint64_t to;	   /* --to: offsets up to this one (0: no end) */
+	unsigned sources;  /* --source: a bit per source kept (0: every one) */
 	uint64_t *ring;	   /* --tail N: the offsets of the last N events seen */
 	uint64_t ntail, seen;
 };
 
+/* 1 when ev passes the filters the server does not apply. */
+static int event_kept(const struct print_ctx *pc, const struct sb_event *ev)
+{
+	return ev->ts_ns >= pc->since_ns && (!pc->until_ns || ev->ts_ns <= pc->until_ns) &&
+	       (!pc->sources || (pc->sources & 1u << ev->source));
+}
+
+/* Prints ev when kept; ends the read (returns 1) past --to. */
 static int print_cb(void *ctx, const struct sb_event *ev, const msgpack_object *payload)
 {
 	struct print_ctx *pc = ctx;
 
-	if (ev->ts_ns >= pc->since_ns)
+	if (pc->to && ev->offset > pc->to)
+		return 1;
+	if (event_kept(pc, ev))
 		cli_print_event(ev, payload, pc->flags);
 	return 0;
 }
 
-/* Keeps the offset of each event --since leaves in the ring. */
+/* Keeps the offset of each event the filters keep in the ring. */
 static int tail_cb(void *ctx, const struct sb_event *ev, const msgpack_object *payload)
 {
 	struct print_ctx *pc = ctx;
 
-	if (ev->ts_ns >= pc->since_ns)
+	if (pc->to && ev->offset > pc->to)
+		return 1;
+	if (event_kept(pc, ev))
 		pc->ring[pc->seen++ % pc->ntail] = ev->offset;
 	return 0;
 }
@@ -87,8 +102,11 @@ static int events_parse(int argc, char **argv, struct sb_follow_opts *fo, struct
 		{"from", required_argument, NULL, 'f'}, {"type", required_argument, NULL, 't'},
 		{"json", no_argument, NULL, 'j'},       {"all", no_argument, NULL, 'a'},
 		{"follow", no_argument, NULL, 'F'},     {"since", required_argument, NULL, 's'},
-		{"tail", required_argument, NULL, 'T'}, {NULL, 0, NULL, 0},
+		{"tail", required_argument, NULL, 'T'}, {"until", required_argument, NULL, 'u'},
+		{"to", required_argument, NULL, 'o'},   {"source", required_argument, NULL, 'S'},
+		{NULL, 0, NULL, 0},
 	};
+	enum sb_source src;
 	int ntypes = 0, ch, rc;
 
 	while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
@@ -112,6 +130,20 @@ static int events_parse(int argc, char **argv, struct sb_follow_opts *fo, struct
 			if ((rc = cli_parse_since(optarg, &pc->since_ns)))
 				return rc;
 			break;
+		case 'u':
+			if ((rc = cli_parse_when("--until", optarg, &pc->until_ns)))
+				return rc;
+			break;
+		case 'o':
+			if ((rc = cli_parse_u64("--to", optarg, 1, UINT64_MAX, &pc->to)))
+				return rc;
+			break;
+		case 'S':
+			if (sb_source_parse(optarg, &src))
+				return cli_fail_code(CLI_EXIT_USAGE, "--source: no source '%s' (host, guest, gateway, operator or harness)",
+						     optarg);
+			pc->sources |= 1u << src;
+			break;
 		case 'T':
 			if ((rc = cli_parse_u64("--tail", optarg, 0, 10000000, &pc->ntail)))
 				return rc;
@@ -122,6 +154,10 @@ static int events_parse(int argc, char **argv, struct sb_follow_opts *fo, struct
 	}
 	if (*all == (optind < argc) || argc - optind > 1)
 		return cli_usage("events");
+	if (pc->until_ns && pc->until_ns < pc->since_ns)
+		return cli_fail_code(CLI_EXIT_USAGE, "--until is before --since");
+	if (pc->to && pc->to < fo->from)
+		return cli_fail_code(CLI_EXIT_USAGE, "--to is before --from");
 	if (*all)
 		pc->flags |= CLI_EV_RUN;
 	return CLI_GO_ON;

@@ -520,17 +520,50 @@ void cli_print_event(const struct sb_event *ev, const msgpack_object *payload, i
 	fflush(stdout);
 }
 
-int cli_parse_since(const char *s, uint64_t *since_ns)
+/* Parses an absolute time, YYYY-MM-DD[THH:MM[:SS]] in local time or
+ * with Z after it in UTC, into *ns. Returns 0, or -1 when s is none. */
+static int when_parse(const char *s, uint64_t *ns)
+{
+	static const char *const forms[] = {"%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"};
+	struct tm tm;
+	const char *end = NULL;
+	time_t t;
+
+	for (size_t i = 0; i < sizeof forms / sizeof forms[0] && !end; i++) {
+		memset(&tm, 0, sizeof tm);
+		end = strptime(s, forms[i], &tm);
+		if (end && *end && strcmp(end, "Z"))
+			end = NULL;
+	}
+	if (!end)
+		return -1;
+	tm.tm_isdst = -1;
+	t = *end == 'Z' ? timegm(&tm) : mktime(&tm);
+	if (t < 0)
+		return -1;
+	*ns = (uint64_t)t * 1000000000u;
+	return 0;
+}
+
+int cli_parse_when(const char *opt, const char *s, uint64_t *ns)
 {
 	struct timespec now;
 	uint64_t secs;
 	int rc;
 
+	if (!when_parse(s, ns))
+		return CLI_EXIT_OK;
 	if ((rc = cli_parse_duration(s, &secs)))
-		return cli_fail_code(CLI_EXIT_USAGE, "--since: %s", sb_errmsg(rc));
+		return cli_fail_code(CLI_EXIT_USAGE, "%s: %s (or a time: 2026-05-01T14:30[:00][Z])",
+				     opt, sb_errmsg(rc));
 	clock_gettime(CLOCK_REALTIME, &now);
-	*since_ns = (uint64_t)now.tv_sec > secs ? ((uint64_t)now.tv_sec - secs) * 1000000000u : 0;
+	*ns = (uint64_t)now.tv_sec > secs ? ((uint64_t)now.tv_sec - secs) * 1000000000u : 0;
 	return CLI_EXIT_OK;
+}
+
+int cli_parse_since(const char *s, uint64_t *since_ns)
+{
+	return cli_parse_when("--since", s, since_ns);
 }
 
 int cli_run_get(sb_client *c, const char *run, struct sb_reply *rep, int *live)

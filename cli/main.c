@@ -124,15 +124,19 @@ static const struct cli_cmd commands[] = {
 	 "  --tail N              only its last N lines (before following)\n"
 	 "  --json                one {ts, stream, line} per line, exact, on stdout\n"},
 	{"events", cmd_events, "print events without following",
-	 "usage: sanbox events RUN [--from OFFSET] [--type TYPE]... [--since DURATION]\n"
+	 "usage: sanbox events RUN [--from OFFSET] [--to OFFSET] [--type TYPE]...\n"
+	 "                         [--source SOURCE]... [--since WHEN] [--until WHEN]\n"
 	 "                         [--tail N] [--follow] [--json]\n"
 	 "       sanbox events --all [...the same options]\n"
 	 "\n"
 	 "Prints a run's events (or the whole log with --all, with a run column)\n"
 	 "from OFFSET; an event of another day than today shows its date.\n"
 	 "--type takes a type or a prefix (agent.tool matches agent.tool.*);\n"
-	 "--since DURATION keeps those recorded in the last DURATION (90s, 2h);\n"
-	 "--tail N the last N of them.\n"
+	 "--source (host, guest, gateway, operator, harness) keeps those of the\n"
+	 "sources named; --since and --until keep those recorded from and up to\n"
+	 "WHEN: a DURATION ago (90s, 2h) or a time (2026-05-01T14:30[:00], local;\n"
+	 "Z after it: UTC); --from and --to keep offsets in that range (both\n"
+	 "included); --tail N the last N of those kept.\n"
 	 "--follow then prints new events as they are recorded, with no gap and no\n"
 	 "duplicate, until Ctrl-C (also after the run ends: see 'sanbox attach').\n"},
 	{"ps", cmd_ps, "list runs",
