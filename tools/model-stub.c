@@ -482,6 +482,7 @@ static json_t *openai_body(const struct answer *a)
 static json_t *anthropic_body(const struct answer *a)
 {
 	json_t *content = json_array(), *call;
+	char msg_id[32];
 	size_t i;
 
 	if (a->text_len || !a->tools)
@@ -501,9 +502,10 @@ static json_t *anthropic_body(const struct answer *a)
 				      args ? json_copy(args) : json_object()));
 		}
 	}
+	snprintf(msg_id, sizeof msg_id, "msg_stub_%d", a->turn);
 	return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:n, "
 			 "s:{s:I, s:I}}",
-			 "id", "msg_stub", "type", "message", "role", "assistant",
+			 "id", msg_id, "type", "message", "role", "assistant",
 			 "model", a->model, "content", content, "stop_reason",
 			 finish_reason(a), "stop_sequence", "usage", "input_tokens",
 			 a->in_tok, "output_tokens", a->out_tok);
@@ -711,16 +713,19 @@ static int anthropic_block_stop(struct sse *s, int index)
 
 static int anthropic_stream(const struct answer *a, struct sse *s)
 {
+	char msg_id[32];
 	json_t *call;
 	size_t i;
 	int err, index = 0;
 
 	/* Like the real API, message_start carries output_tokens 1; the
-	 * cumulative count is in message_delta. */
+	 * cumulative count is in message_delta. Each turn's message has its
+	 * own id: clients merge the parts of one message by its id. */
+	snprintf(msg_id, sizeof msg_id, "msg_stub_%d", a->turn);
 	err = sse_add(
 	    s, 0, "message_start",
 	    json_pack("{s:s, s:{s:s, s:s, s:s, s:s, s:[], s:n, s:n, s:{s:I, s:i}}}",
-		      "type", "message_start", "message", "id", "msg_stub", "type",
+		      "type", "message_start", "message", "id", msg_id, "type",
 		      "message", "role", "assistant", "model", a->model, "content",
 		      "stop_reason", "stop_sequence", "usage", "input_tokens", a->in_tok,
 		      "output_tokens", 1));
