@@ -1,8 +1,9 @@
 /* model-stub.c - sanbox-model-stub: a scripted model provider for tests.
  *
  * A real HTTP server (libmicrohttpd, one thread per connection) that speaks
- * the OpenAI chat completions API and the Anthropic messages API, stream and
- * non-stream, and answers from a script instead of a model:
+ * the OpenAI chat completions API, OpenAI's Responses API and the Anthropic
+ * messages API, stream and non-stream (and Anthropic's count_tokens: the
+ * input counted as below), and answers from a script instead of a model:
  *
  *   sanbox-model-stub [--listen HOST:PORT] [--script FILE]
  *                     [--script-dir DIR] [--log FILE]
@@ -18,14 +19,15 @@
  * FILE answers every model from FILE.
  *
  * A script is {"turns": [turn...]}; a turn has the optional fields text,
- * tool_calls [{name, arguments} or {use, arguments}], usage {input_tokens, output_tokens},
- * delay_ms, chunk_delay_ms, chunks, status, error, ignore_max_tokens. The reply to a request is
- * turns[k], k = the number of assistant messages in the request (the last
- * turn repeats), so the answer is stateless and any number of runs can share
- * one stub. Tokens not given by the turn are counted as ceil(bytes / 4): the
- * input from the string contents of the messages, the output from the answer
- * text plus the tool arguments as compact JSON. When the output exceeds the
- * request's max_tokens it is cut to max_tokens (text cut to 4 bytes a token,
+ * tool_calls [{name, arguments} or {use, arguments}], usage {input_tokens,
+ * output_tokens}, delay_ms, chunk_delay_ms, chunks, status, error, ignore_max_tokens. The
+ * reply to a request is turns[k], k = the number of assistant messages in the request (in
+ * a Responses input: the runs of the model's own items, assistant messages, function,
+ * custom and local shell calls and reasoning; the last turn repeats), so the answer is
+ * stateless and any number of runs can share one stub. Tokens not given by the turn are
+ * counted as ceil(bytes / 4): the input from the string contents of the messages, the
+ * output from the answer text plus the tool arguments as compact JSON. When the output
+ * exceeds the request's max_tokens it is cut to max_tokens (text cut to 4 bytes a token,
  * tool calls dropped) and the finish reason is length / max_tokens, unless
  * the turn sets ignore_max_tokens (a provider that runs past the limit).
  * An OpenAI request that gives both max_completion_tokens and max_tokens is
@@ -43,9 +45,9 @@
  * another required string property the words "scripted step". A use that
  * no offered tool serves is left out of the answer.
  *
- * --log FILE (else $SANBOX_STUB_LOG) appends one JSON line per request: {path, model, auth, stream,
- * input_tokens, output_tokens, status}; auth is the Authorization header, or
- * x-api-key when there is none, so tests can see which key arrived.
+ * --log FILE (else $SANBOX_STUB_LOG) appends one JSON line per request: {path, model,
+ * auth, stream, input_tokens, output_tokens, status}; auth is the Authorization header,
+ * or x-api-key when there is none, so tests can see which key arrived.
  */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -57,10 +59,10 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,7 +73,7 @@
 
 #define STUB_BODY_MAX (16u << 20) /* largest request body accepted */
 
-enum dialect { DIALECT_OPENAI, DIALECT_ANTHROPIC };
+enum dialect { DIALECT_OPENAI, DIALECT_ANTHROPIC, DIALECT_RESPONSES };
 
 /* Settings fixed at start-up, read by every connection thread. */
 static struct {
@@ -109,6 +111,7 @@ struct sse {
 	unsigned char *delay; /* sleep chunk_delay_ms before this piece */
 	size_t n, cap, i, off;
 	long delay_ms;
+	long seq; /* Responses: the next event's sequence_number */
 };
 
 /* ---- small helpers ---- */
@@ -152,10 +155,10 @@ static json_t *error_body(enum dialect d, int status, const char *msg)
 	    d == DIALECT_ANTHROPIC ? SB_API_ANTHROPIC : SB_API_OPENAI, (unsigned)status);
 
 	if (d == DIALECT_ANTHROPIC)
-		return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", type,
-				 "message", msg);
-	return json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type", type,
-			 "param", "code");
+		return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
+				 type, "message", msg);
+	return json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type",
+			 type, "param", "code");
 }
 
 static void log_request(const char *path, const char *model, const char *auth, int stream,
@@ -270,6 +273,8 @@ static const char *offered_tool(json_t *t, json_t **schema)
 		return json_string_value(json_object_get(f, "name"));
 	}
 	*schema = json_object_get(t, "input_schema");
+	if (!*schema) /* Responses: {type: function, name, parameters} */
+		*schema = json_object_get(t, "parameters");
 	return json_string_value(json_object_get(t, "name"));
 }
 
@@ -309,9 +314,11 @@ static json_t *tool_for(json_t *req, const char *use, json_t **schema)
  * them takes its value; another required string property gets a word. */
 static json_t *tool_args_for(json_t *schema, json_t *abstract)
 {
-	static const char *const path_w[] = {"path", "file", NULL}, *const content_w[] = {
-	    "content", "text", NULL}, *const cmd_w[] = {"command", "cmd", NULL};
-	json_t *props = json_object_get(schema, "properties"), *out = json_object(), *v, *p;
+	static const char *const path_w[] = {"path", "file", NULL},
+				 *const content_w[] = {"content", "text", NULL},
+				 *const cmd_w[] = {"command", "cmd", NULL};
+	json_t *props = json_object_get(schema, "properties"), *out = json_object(), *v,
+	       *p;
 	const char *k;
 	size_t i;
 
@@ -320,9 +327,10 @@ static json_t *tool_args_for(json_t *schema, json_t *abstract)
 		const char *type = json_string_value(json_object_get(p, "type"));
 		json_t *cmd = json_object_get(abstract, "command");
 		v = name_has(k, cmd_w) && cmd ? json_incref(cmd)
-		    : name_has(k, path_w)     ? json_incref(json_object_get(abstract, "path"))
-		    : name_has(k, content_w)  ? json_incref(json_object_get(abstract, "content"))
-					      : NULL;
+		    : name_has(k, path_w) ? json_incref(json_object_get(abstract, "path"))
+		    : name_has(k, content_w)
+			? json_incref(json_object_get(abstract, "content"))
+			: NULL;
 		if (v && type && !strcmp(type, "array") && json_is_string(v)) {
 			json_t *a = json_pack("[s, s, O]", "bash", "-lc", v);
 			json_decref(v);
@@ -334,7 +342,8 @@ static json_t *tool_args_for(json_t *schema, json_t *abstract)
 	json_array_foreach(json_object_get(schema, "required"), i, v)
 	{ /* each required string property gets a word */
 		const char *name = json_string_value(v);
-		json_t *type = json_object_get(json_object_get(props, name ? name : ""), "type");
+		json_t *type =
+		    json_object_get(json_object_get(props, name ? name : ""), "type");
 		if (name && !json_object_get(out, name) && json_is_string(type) &&
 		    !strcmp(json_string_value(type), "string"))
 			json_object_set_new(out, name, json_string("scripted step"));
@@ -357,8 +366,10 @@ static json_t *turn_resolve(json_t *turn, json_t *req)
 		} else if ((t = tool_for(req, use, &schema))) {
 			json_array_append_new(
 			    calls,
-			    json_pack("{s:s, s:o}", "name", offered_tool(t, &schema), "arguments",
-				      tool_args_for(schema, json_object_get(call, "arguments"))));
+			    json_pack("{s:s, s:o}", "name", offered_tool(t, &schema),
+				      "arguments",
+				      tool_args_for(schema,
+						    json_object_get(call, "arguments"))));
 		}
 	}
 	json_object_set_new(out, "tool_calls", calls);
@@ -419,6 +430,43 @@ static int answer_fill(struct answer *a, json_t *turn, size_t in_bytes,
 	return 0;
 }
 
+/* Whether item, of a Responses input, is the model's own output. */
+static int responses_from_model(json_t *item)
+{
+	static const char *const types[] = {"function_call", "custom_tool_call",
+					    "local_shell_call", "reasoning", NULL};
+	const char *role = json_string_value(json_object_get(item, "role"));
+	const char *type = json_string_value(json_object_get(item, "type"));
+
+	if (role)
+		return !strcmp(role, "assistant");
+	for (const char *const *t = types; type && *t; t++)
+		if (!strcmp(type, *t))
+			return 1;
+	return 0;
+}
+
+/* A Responses request's turn (the runs of the model's own items in its
+ * input) and input bytes (instructions, contents and tool outputs). */
+static void responses_input(json_t *req, struct answer *a, size_t *in_bytes)
+{
+	json_t *input = json_object_get(req, "input"), *it;
+	int prev = 0, now;
+	size_t i;
+
+	*in_bytes = content_bytes(json_object_get(req, "instructions")) +
+		    content_bytes(json_is_string(input) ? input : NULL);
+	json_array_foreach(json_is_array(input) ? input : NULL, i, it)
+	{
+		now = responses_from_model(it);
+		a->turn += now && !prev;
+		prev = now;
+		*in_bytes += content_bytes(it) +
+			     content_bytes(json_object_get(it, "output")) +
+			     content_bytes(json_object_get(it, "arguments"));
+	}
+}
+
 static const char *finish_reason(const struct answer *a)
 {
 	if (a->dialect == DIALECT_ANTHROPIC)
@@ -476,7 +524,8 @@ static json_t *openai_body(const struct answer *a)
 			 "chatcmpl-stub", "object", "chat.completion", "created",
 			 (json_int_t)time(NULL), "model", a->model, "choices", choices,
 			 "usage", "prompt_tokens", a->in_tok, "completion_tokens",
-			 a->out_tok * a->n, "total_tokens", a->in_tok + a->out_tok * a->n);
+			 a->out_tok * a->n, "total_tokens",
+			 a->in_tok + a->out_tok * a->n);
 }
 
 static json_t *anthropic_body(const struct answer *a)
@@ -509,6 +558,64 @@ static json_t *anthropic_body(const struct answer *a)
 			 "model", a->model, "content", content, "stop_reason",
 			 finish_reason(a), "stop_sequence", "usage", "input_tokens",
 			 a->in_tok, "output_tokens", a->out_tok);
+}
+
+/* The output items of a Responses answer: its message (when it has
+ * text, or nothing else), then its function calls. */
+static json_t *responses_output(const struct answer *a)
+{
+	json_t *out = json_array(), *call;
+	size_t i;
+
+	if (a->text_len || !a->tools)
+		json_array_append_new(
+		    out, json_pack("{s:s, s:s, s:s, s:s, s:[{s:s, s:s%, s:[]}]}", "type",
+				   "message", "id", "msg_stub", "status", "completed",
+				   "role", "assistant", "content", "type", "output_text",
+				   "text", a->text, a->text_len, "annotations"));
+	json_array_foreach(a->tools, i, call)
+	{
+		char id[64], cid[64], *args = tool_args(call);
+
+		snprintf(id, sizeof id, "fc_%d_%zu", a->turn, i);
+		snprintf(cid, sizeof cid, "call_%d_%zu", a->turn, i);
+		json_array_append_new(
+		    out, json_pack("{s:s, s:s, s:s, s:O, s:s, s:s}", "type",
+				   "function_call", "id", id, "call_id", cid, "name",
+				   json_object_get(call, "name"), "arguments",
+				   args ? args : "{}", "status", "completed"));
+		free(args);
+	}
+	return out;
+}
+
+/* A Responses response object, status "in_progress" (no output, no
+ * usage yet) or complete. */
+static json_t *responses_body(const struct answer *a, int done)
+{
+	json_t *r = json_pack(
+	    "{s:s, s:s, s:I, s:s, s:s, s:o, s:n, s:n}", "id", "resp_stub", "object",
+	    "response", "created_at", (json_int_t)time(NULL), "status",
+	    !done	   ? "in_progress"
+	    : a->truncated ? "incomplete"
+			   : "completed",
+	    "model", a->model, "output", done ? responses_output(a) : json_array(),
+	    "usage", "incomplete_details");
+
+	if (r && done) {
+		json_object_set_new(r, "usage",
+				    json_pack("{s:I, s:{s:i}, s:I, s:{s:i}, s:I}",
+					      "input_tokens", a->in_tok,
+					      "input_tokens_details", "cached_tokens", 0,
+					      "output_tokens", a->out_tok,
+					      "output_tokens_details", "reasoning_tokens",
+					      0, "total_tokens", a->in_tok + a->out_tok));
+		if (a->truncated)
+			json_object_set_new(
+			    r, "incomplete_details",
+			    json_pack("{s:s}", "reason", "max_output_tokens"));
+	}
+	return r;
 }
 
 /* ---- streams ---- */
@@ -599,7 +706,7 @@ static int text_pieces(const struct answer *a, struct sse *s,
 
 	for (i = 1; i <= a->chunks && start < a->text_len; i++) {
 		end = sb_utf8_cut(a->text, a->text_len,
-			       a->text_len * (size_t)i / (size_t)a->chunks);
+				  a->text_len * (size_t)i / (size_t)a->chunks);
 		if (end <= start)
 			continue;
 		err = emit(a, s, a->text + start, end - start, !first);
@@ -777,6 +884,117 @@ static int anthropic_stream(const struct answer *a, struct sse *s)
 	return err;
 }
 
+/* Appends a Responses event: data gets its type and sequence_number. */
+static int responses_add(struct sse *s, int delay, const char *type, json_t *data)
+{
+	if (data &&
+	    (json_object_set_new(data, "type", json_string(type)) ||
+	     json_object_set_new(data, "sequence_number", json_integer(s->seq++)))) {
+		json_decref(data);
+		data = NULL;
+	}
+	return sse_add(s, delay, type, data);
+}
+
+static int responses_text(const struct answer *a, struct sse *s, const char *p,
+			  size_t len, int delay)
+{
+	return responses_add(s, delay, "response.output_text.delta",
+			     json_pack("{s:s, s:i, s:i, s:s%}", "item_id", "msg_stub",
+				       "output_index", 0, "content_index", 0, "delta", p,
+				       len));
+}
+
+/* The events of the answer's message, output item 0. */
+static int responses_message(const struct answer *a, struct sse *s, json_t *item)
+{
+	json_t *part = json_array_get(json_object_get(item, "content"), 0);
+	int err;
+
+	err = responses_add(s, 0, "response.output_item.added",
+			    json_pack("{s:i, s:{s:s, s:s, s:s, s:s, s:[]}}",
+				      "output_index", 0, "item", "type", "message", "id",
+				      "msg_stub", "status", "in_progress", "role",
+				      "assistant", "content"));
+	if (!err)
+		err = responses_add(s, 0, "response.content_part.added",
+				    json_pack("{s:s, s:i, s:i, s:{s:s, s:s, s:[]}}",
+					      "item_id", "msg_stub", "output_index", 0,
+					      "content_index", 0, "part", "type",
+					      "output_text", "text", "", "annotations"));
+	if (!err)
+		err = text_pieces(a, s, responses_text);
+	if (!err)
+		err = responses_add(s, 0, "response.output_text.done",
+				    json_pack("{s:s, s:i, s:i, s:s%}", "item_id",
+					      "msg_stub", "output_index", 0,
+					      "content_index", 0, "text", a->text,
+					      a->text_len));
+	if (!err)
+		err = responses_add(s, 0, "response.content_part.done",
+				    json_pack("{s:s, s:i, s:i, s:O}", "item_id",
+					      "msg_stub", "output_index", 0,
+					      "content_index", 0, "part", part));
+	return err;
+}
+
+/* The events of function call item (output index i). */
+static int responses_call(const struct answer *a, struct sse *s, json_t *item, int i)
+{
+	json_t *added = json_copy(item);
+	const char *id = json_string_value(json_object_get(item, "id"));
+	int err;
+
+	if (added) {
+		json_object_set_new(added, "arguments", json_string(""));
+		json_object_set_new(added, "status", json_string("in_progress"));
+	}
+	err = responses_add(
+	    s, 0, "response.output_item.added",
+	    added ? json_pack("{s:i, s:o}", "output_index", i, "item", added) : NULL);
+	if (!err)
+		err = responses_add(s, 0, "response.function_call_arguments.delta",
+				    json_pack("{s:s, s:i, s:O}", "item_id", id,
+					      "output_index", i, "delta",
+					      json_object_get(item, "arguments")));
+	if (!err)
+		err = responses_add(s, 0, "response.function_call_arguments.done",
+				    json_pack("{s:s, s:i, s:O}", "item_id", id,
+					      "output_index", i, "arguments",
+					      json_object_get(item, "arguments")));
+	return err;
+}
+
+/* response.created, each output item's events, response.completed (or
+ * response.incomplete when the answer was cut at max_output_tokens). */
+static int responses_stream(const struct answer *a, struct sse *s)
+{
+	json_t *out = responses_output(a), *item;
+	size_t i;
+	int err;
+
+	err = responses_add(s, 0, "response.created",
+			    json_pack("{s:o}", "response", responses_body(a, 0)));
+	json_array_foreach(out, i, item)
+	{
+		const char *type = json_string_value(json_object_get(item, "type"));
+		if (!err)
+			err = !strcmp(type, "message")
+				  ? responses_message(a, s, item)
+				  : responses_call(a, s, item, (int)i);
+		if (!err)
+			err = responses_add(s, 0, "response.output_item.done",
+					    json_pack("{s:i, s:O}", "output_index",
+						      (int)i, "item", item));
+	}
+	json_decref(out);
+	if (!err)
+		err = responses_add(
+		    s, 0, a->truncated ? "response.incomplete" : "response.completed",
+		    json_pack("{s:o}", "response", responses_body(a, 1)));
+	return err;
+}
+
 static enum MHD_Result send_stream(struct MHD_Connection *c, const struct answer *a)
 {
 	struct sse *s = calloc(1, sizeof(*s));
@@ -787,8 +1005,9 @@ static enum MHD_Result send_stream(struct MHD_Connection *c, const struct answer
 	if (!s)
 		return MHD_NO;
 	s->delay_ms = a->chunk_delay_ms;
-	err = a->dialect == DIALECT_ANTHROPIC ? anthropic_stream(a, s)
-					      : openai_stream(a, s);
+	err = a->dialect == DIALECT_ANTHROPIC	? anthropic_stream(a, s)
+	      : a->dialect == DIALECT_RESPONSES ? responses_stream(a, s)
+						: openai_stream(a, s);
 	if (err) {
 		sse_free(s);
 		return send_error(c, a->dialect, 500, "stub: out of memory");
@@ -835,6 +1054,14 @@ static const char *check_request(enum dialect d, json_t *req, json_int_t *max_to
 		return "request body must be a JSON object";
 	if (!json_is_string(json_object_get(req, "model")))
 		return "missing field: model (a string)";
+	if (d == DIALECT_RESPONSES) {
+		m = json_object_get(req, "input");
+		if (!json_is_string(m) && !json_is_array(m))
+			return "missing field: input (a string or an array)";
+		*max_tokens = opt_tokens(req, "max_output_tokens");
+		return *max_tokens < 0 ? "max_output_tokens must be a positive integer"
+				       : NULL;
+	}
 	if (!json_is_array(msgs))
 		return "missing field: messages (an array)";
 	json_array_foreach(msgs, i, m)
@@ -903,6 +1130,8 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, enum dialect 
 		msg = sb_errmsg(err);
 		goto refuse;
 	}
+	if (d == DIALECT_RESPONSES)
+		responses_input(req, &a, &in_bytes);
 	json_array_foreach(json_object_get(req, "messages"), i, m)
 	{
 		if (strcmp(json_string_value(json_object_get(m, "role")), "assistant") ==
@@ -938,8 +1167,9 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, enum dialect 
 		ret = send_stream(c, &a);
 	else
 		ret = send_json(c, 200,
-				d == DIALECT_ANTHROPIC ? anthropic_body(&a)
-						       : openai_body(&a));
+				d == DIALECT_ANTHROPIC	 ? anthropic_body(&a)
+				: d == DIALECT_RESPONSES ? responses_body(&a, 1)
+							 : openai_body(&a));
 	goto done;
 refuse:
 	log_request(url, model, auth, stream, 0, 0, status);
@@ -949,6 +1179,30 @@ done:
 	json_decref(a.tools);
 	json_decref(resolved);
 	json_decref(script);
+	json_decref(req);
+	return ret;
+}
+
+/* POST /v1/messages/count_tokens: {"input_tokens": N}, N counted as the
+ * stub counts a call's input (its messages' and system's bytes / 4). */
+static enum MHD_Result handle_count(struct MHD_Connection *c, const char *url,
+				    const struct stub_req *rq)
+{
+	json_t *req = json_loadb(rq->body ? rq->body : "", rq->len, 0, NULL);
+	const char *model = json_string_value(json_object_get(req, "model"));
+	json_int_t n;
+	enum MHD_Result ret;
+
+	if (!json_is_array(json_object_get(req, "messages")) || !model) {
+		log_request(url, model, NULL, 0, 0, 0, 400);
+		json_decref(req);
+		return send_error(c, DIALECT_ANTHROPIC, 400,
+				  "model and messages are required");
+	}
+	n = ceil4(content_bytes(json_object_get(req, "messages")) +
+		  content_bytes(json_object_get(req, "system")));
+	log_request(url, model, NULL, 0, n, 0, 200);
+	ret = send_json(c, 200, json_pack("{s:I}", "input_tokens", n));
 	json_decref(req);
 	return ret;
 }
@@ -1030,6 +1284,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return handle_completion(c, DIALECT_OPENAI, url, rq);
 	if (strcmp(url, "/v1/messages") == 0 && post)
 		return handle_completion(c, DIALECT_ANTHROPIC, url, rq);
+	if (strcmp(url, "/v1/responses") == 0 && post)
+		return handle_completion(c, DIALECT_RESPONSES, url, rq);
+	if (strcmp(url, "/v1/messages/count_tokens") == 0 && post)
+		return handle_count(c, url, rq);
 	log_request(url, NULL, NULL, 0, 0, 0, 404);
 	return send_error(c, DIALECT_OPENAI, 404, "no such endpoint");
 }
@@ -1122,8 +1380,9 @@ static void find_script_dir(const char *opt)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: sanbox-model-stub [--listen HOST:PORT] "
-			"[--script FILE] [--script-dir DIR] [--log FILE] [--parent PID]\n");
+	fprintf(stderr,
+		"usage: sanbox-model-stub [--listen HOST:PORT] "
+		"[--script FILE] [--script-dir DIR] [--log FILE] [--parent PID]\n");
 	exit(2);
 }
 

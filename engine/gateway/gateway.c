@@ -137,7 +137,23 @@ struct sb_gateway {
 	uint64_t next_id;
 };
 
-enum route { R_NONE, R_CHAT, R_MESSAGES, R_MODELS };
+enum route { R_NONE, R_CHAT, R_MESSAGES, R_RESPONSES, R_COUNT_TOKENS, R_MODELS };
+
+/* The dialect of a model call's route. */
+static unsigned api_of(enum route r)
+{
+	return r == R_MESSAGES || r == R_COUNT_TOKENS ? SB_API_ANTHROPIC
+	       : r == R_RESPONSES		      ? SB_API_RESPONSES
+						      : SB_API_OPENAI;
+}
+
+/* The name of dialect api in the record and in messages. */
+static const char *api_name(unsigned api)
+{
+	return api == SB_API_ANTHROPIC	 ? "anthropic"
+	       : api == SB_API_RESPONSES ? "responses"
+					 : "openai";
+}
 
 /* A msgpack_sbuffer (used as a plain growing byte buffer) with a cap. */
 struct gbuf {
@@ -159,6 +175,7 @@ struct gw_call {
 	const struct gw_model *model;
 	struct gw_conn *conn;
 	unsigned api;
+	const char *path; /* upstream, after the base URL: "/messages" (static) */
 	int stream;
 	char *req; /* the body as sent upstream */
 	size_t req_len;
@@ -313,7 +330,7 @@ static enum MHD_Result send_error(struct MHD_Connection *c, enum route route,
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	if (route == R_MESSAGES)
+	if (api_of(route) == SB_API_ANTHROPIC)
 		j = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type",
 			      sb_api_error_type(SB_API_ANTHROPIC, status), "message",
 			      msg);
@@ -369,7 +386,7 @@ static int pack_call_message(msgpack_packer *pk, const struct gw_call *k,
 	sb_mapw_begin(&m, pk);
 	sb_mapw_str(&m, "role", "assistant");
 	sb_mapw_str(&m, "model", k->model->m.name);
-	sb_mapw_str(&m, "api", k->api == SB_API_ANTHROPIC ? "anthropic" : "openai");
+	sb_mapw_str(&m, "api", api_name(k->api));
 	sb_mapw_u64(&m, "status", (uint64_t)k->status);
 	sb_mapw_bool(&m, "stream", k->stream);
 	sb_mapw_str(&m, "request", rq_hex);
@@ -541,8 +558,15 @@ static void cut_notice(struct gw_call *k)
 	    "{\"type\":\"error\",\"error\":{\"type\":\"budget_exceeded\","
 	    "\"message\":\"the run's LLM budget is spent: the answer was cut\"}}\n\n";
 
+	static const char responses[] =
+	    "event: error\ndata: "
+	    "{\"type\":\"error\",\"code\":\"budget_exceeded\",\"message\":\"the "
+	    "run's LLM budget is spent: the answer was cut\",\"param\":null}\n\n";
+
 	if (k->api == SB_API_ANTHROPIC)
 		gbuf_add(&k->pend, anthropic, sizeof anthropic - 1);
+	else if (k->api == SB_API_RESPONSES)
+		gbuf_add(&k->pend, responses, sizeof responses - 1);
 	else
 		gbuf_add(&k->pend, openai, sizeof openai - 1);
 }
@@ -594,8 +618,7 @@ static int call_prepare(struct gw_call *k, struct MHD_Connection *c)
 	if ((rc = conn_handles(k->conn)))
 		return rc;
 	h = k->conn->curl;
-	snprintf(url, sizeof url, "%s%s", m->base_url,
-		 k->api == SB_API_ANTHROPIC ? "/messages" : "/chat/completions");
+	snprintf(url, sizeof url, "%s%s", m->base_url, k->path);
 	k->headers = curl_slist_append(k->headers, "Content-Type: application/json");
 	k->headers = curl_slist_append(k->headers, "Expect:");
 	if (k->api == SB_API_ANTHROPIC) {
@@ -1123,7 +1146,7 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 				   struct gw_conn *cn, struct gw_req *rq,
 				   struct gw_run *r)
 {
-	unsigned api = rq->route == R_MESSAGES ? SB_API_ANTHROPIC : SB_API_OPENAI;
+	unsigned api = api_of(rq->route);
 	struct gw_call *k = NULL;
 	const struct gw_model *m;
 	struct sb_mreq mr;
@@ -1158,9 +1181,9 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 	if (!(m->apis & api)) {
 		ret = send_error(
 		    c, rq->route, 400,
-		    "model '%s' is not served by the %s API here: use %s", mr.model,
-		    api == SB_API_ANTHROPIC ? "Anthropic" : "OpenAI",
-		    api == SB_API_ANTHROPIC ? "/v1/chat/completions" : "/v1/messages");
+		    "model '%s' is not served by the %s API here (its provider's "
+		    "api does not list it)",
+		    mr.model, api_name(api));
 		goto out_mreq;
 	}
 	if ((rc = sb_mreq_bind(api, &mr, &m->m, rq->body.b.size))) {
@@ -1176,6 +1199,9 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 	k->model = m;
 	k->conn = cn;
 	k->api = api;
+	k->path = api == SB_API_ANTHROPIC   ? "/messages"
+		  : api == SB_API_RESPONSES ? "/responses"
+					    : "/chat/completions";
 	k->stream = mr.stream;
 	k->choices = mr.choices;
 	k->answer.max = ANSWER_MAX;
@@ -1227,6 +1253,71 @@ out:
 	return ret;
 }
 
+/* A token count (Anthropic count_tokens) of run r (a reference it takes
+ * over): its allow-listed fields forwarded with the model's key, the
+ * provider's answer passed on. The provider does not bill a count, so
+ * nothing is reserved or recorded. */
+static enum MHD_Result handle_count(sb_gateway *gw, struct MHD_Connection *c,
+				    struct gw_conn *cn, struct gw_req *rq,
+				    struct gw_run *r)
+{
+	struct gw_call *k = NULL;
+	const struct gw_model *m;
+	struct sb_mreq mr;
+	enum MHD_Result ret;
+	CURLcode cc;
+	int rc;
+
+	if (rq->body.over) {
+		ret = send_too_large(c, rq->route);
+		goto out;
+	}
+	if ((rc = sb_mreq_parse(SB_API_COUNT, rq->body.b.size ? rq->body.b.data : "",
+				rq->body.b.size, &mr))) {
+		ret = send_error(c, rq->route, 400, "%s", sb_errmsg(rc));
+		goto out;
+	}
+	if (!(m = model_of(r, mr.model)) || !(m->apis & SB_API_ANTHROPIC)) {
+		ret = send_error(
+		    c, rq->route, m ? 400 : 403, "model '%s' is not %s", mr.model,
+		    m ? "served by the anthropic API here" : "allowed for this run");
+		goto out_mreq;
+	}
+	if (!(k = calloc(1, sizeof *k))) {
+		ret = MHD_NO;
+		goto out_mreq;
+	}
+	*k = (struct gw_call){.gw = gw,
+			      .run = r,
+			      .model = m,
+			      .conn = cn,
+			      .api = SB_API_ANTHROPIC,
+			      .path = "/messages/count_tokens"};
+	r = NULL; /* k holds the reference */
+	k->answer.max = ANSWER_MAX;
+	if (sb_mreq_finish(SB_API_COUNT, &mr, m->m.upstream, 0, &k->req, &k->req_len) ||
+	    call_prepare(k, c)) {
+		ret = send_error(c, rq->route, 500, "gateway: cannot start the call");
+		call_free(k);
+		goto out_mreq;
+	}
+	if ((cc = curl_easy_perform(k->conn->curl)) != CURLE_OK) {
+		ret = send_error(c, rq->route, 502, "provider for %s unreachable: %s",
+				 m->m.name,
+				 k->error[0] ? k->error : curl_easy_strerror(cc));
+		call_free(k);
+	} else {
+		curl_easy_getinfo(k->conn->curl, CURLINFO_RESPONSE_CODE, &k->status);
+		ret = send_answer(k, c);
+	}
+out_mreq:
+	sb_mreq_free(&mr);
+out:
+	if (r)
+		run_unref(gw, r);
+	return ret;
+}
+
 static enum route route_of(const char *method, const char *url)
 {
 	int post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
@@ -1235,6 +1326,10 @@ static enum route route_of(const char *method, const char *url)
 		return R_CHAT;
 	if (post && !strcmp(url, "/v1/messages"))
 		return R_MESSAGES;
+	if (post && !strcmp(url, "/v1/responses"))
+		return R_RESPONSES;
+	if (post && !strcmp(url, "/v1/messages/count_tokens"))
+		return R_COUNT_TOKENS;
 	if (get && !strcmp(url, "/v1/models"))
 		return R_MODELS;
 	return R_NONE;
@@ -1308,6 +1403,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 		run_unref(gw, r);
 		return ret;
 	}
+	if (rq->route == R_COUNT_TOKENS)
+		return handle_count(gw, c, cn, rq, r);
 	return handle_call(gw, c, cn, rq, r);
 }
 

@@ -21,6 +21,7 @@ enum field_rule {
 	FIELD_PASS,	/* forwarded as sent */
 	FIELD_MODEL,	/* a string: the run's model, replaced by the upstream name */
 	FIELD_MESSAGES, /* an array */
+	FIELD_INPUT,	/* Responses input: a string or an array of items */
 	FIELD_STREAM,	/* a boolean */
 	FIELD_BOUND,	/* the output's bound: set to the grant */
 	FIELD_CHOICES,	/* n: completions, each up to the bound */
@@ -28,6 +29,7 @@ enum field_rule {
 	FIELD_TOOLS,	/* each tool's type must be in the API's list */
 	FIELD_USAGE,	/* stream_options: replaced (include_usage on streams) */
 	FIELD_REFUSE,	/* refused (400) unless null or false */
+	FIELD_STORE,	/* store: refused unless false; false is always sent */
 };
 
 struct field {
@@ -75,6 +77,37 @@ static const struct field openai_fields[] = {
     {NULL, FIELD_PASS, NULL},
 };
 
+static const struct field responses_fields[] = {
+    {"model", FIELD_MODEL, NULL},
+    {"input", FIELD_INPUT, NULL},
+    {"instructions", FIELD_PASS, NULL},
+    {"stream", FIELD_STREAM, NULL},
+    {"max_output_tokens", FIELD_BOUND, NULL},
+    {"tools", FIELD_TOOLS, NULL},
+    {"tool_choice", FIELD_PASS, NULL},
+    {"parallel_tool_calls", FIELD_PASS, NULL},
+    {"max_tool_calls", FIELD_PASS, NULL},
+    {"reasoning", FIELD_PASS, NULL},
+    {"text", FIELD_PASS, NULL},
+    {"include", FIELD_PASS, NULL},
+    {"temperature", FIELD_PASS, NULL},
+    {"top_p", FIELD_PASS, NULL},
+    {"top_logprobs", FIELD_PASS, NULL},
+    {"truncation", FIELD_PASS, NULL},
+    {"user", FIELD_PASS, NULL},
+    {"safety_identifier", FIELD_PASS, NULL},
+    {"prompt_cache_key", FIELD_PASS, NULL},
+    {"metadata", FIELD_PASS, NULL},
+    {"store", FIELD_STORE, "it keeps the call at the provider"},
+    {"previous_response_id", FIELD_REFUSE,
+     "the provider would add stored input past the body"},
+    {"conversation", FIELD_REFUSE, "the provider would add stored input past the body"},
+    {"prompt", FIELD_REFUSE, "a stored prompt adds input past the body"},
+    {"background", FIELD_REFUSE, "it keeps the call at the provider"},
+    {"service_tier", FIELD_REFUSE, "it changes the price"},
+    {NULL, FIELD_PASS, NULL},
+};
+
 static const struct field anthropic_fields[] = {
     {"model", FIELD_MODEL, NULL},
     {"messages", FIELD_MESSAGES, NULL},
@@ -97,17 +130,27 @@ static const struct field anthropic_fields[] = {
     {NULL, FIELD_PASS, NULL},
 };
 
+static const struct field count_fields[] = {
+    {"model", FIELD_MODEL, NULL},      {"messages", FIELD_MESSAGES, NULL},
+    {"system", FIELD_PASS, NULL},      {"tools", FIELD_TOOLS, NULL},
+    {"tool_choice", FIELD_PASS, NULL}, {"thinking", FIELD_THINKING, NULL},
+    {NULL, FIELD_PASS, NULL},
+};
+
 /* Tool types a call may declare, by prefix: tools the client runs. Tools
  * the provider runs (web search, code execution, MCP) take several rounds
  * of output within one call and are priced apart. */
 static const char *const openai_tools[] = {"function", "custom", NULL};
+static const char *const responses_tools[] = {"function", "custom", "local_shell", NULL};
 static const char *const anthropic_tools[] = {"custom",	   "bash_",   "text_editor_",
 					      "computer_", "memory_", NULL};
 
 static const struct field *field_of(unsigned api, const char *name)
 {
-	const struct field *f =
-	    api == SB_API_ANTHROPIC ? anthropic_fields : openai_fields;
+	const struct field *f = api == SB_API_ANTHROPIC	  ? anthropic_fields
+				: api == SB_API_RESPONSES ? responses_fields
+				: api == SB_API_COUNT	  ? count_fields
+							  : openai_fields;
 
 	for (; f->name; f++)
 		if (!strcmp(f->name, name))
@@ -119,7 +162,10 @@ static const struct field *field_of(unsigned api, const char *name)
  * tool without a type is the client's own). */
 static int tools_check(unsigned api, json_t *v)
 {
-	const char *const *ok = api == SB_API_ANTHROPIC ? anthropic_tools : openai_tools;
+	const char *const *ok = api == SB_API_ANTHROPIC || api == SB_API_COUNT
+				    ? anthropic_tools
+				: api == SB_API_RESPONSES ? responses_tools
+							  : openai_tools;
 	const char *const *p;
 	const char *type;
 	json_t *t;
@@ -153,6 +199,7 @@ static const struct part_rule {
     {NULL, "file", "it names a file stored at the provider"},
     {"document", "base64", "a PDF is counted by the provider past its bytes"},
     {"file", NULL, "a file is counted by the provider past its bytes"},
+    {"input_file", NULL, "a file is counted by the provider past its bytes"},
     {"input_audio", NULL, "audio input is priced apart"},
     {NULL, NULL, NULL},
 };
@@ -167,6 +214,8 @@ static const char *source_of(json_t *p)
 
 	if (img)
 		return url && !strncmp(url, "data:", 5) ? "data" : "url";
+	if (json_object_get(p, "file_id"))
+		return "file";
 	return json_string_value(json_object_get(json_object_get(p, "source"), "type"));
 }
 
@@ -214,6 +263,38 @@ static int messages_check(json_t *v, struct sb_mreq *rq)
 	json_array_foreach(v, i, m)
 	{
 		if ((rc = parts_check(json_object_get(m, "content"), rq)))
+			return rc;
+	}
+	return SB_OK;
+}
+
+/* Checks a Responses input: a string, or an array of items, each of them
+ * no reference to an item stored at the provider, the content parts of
+ * its content (a message's) and output (a tool's result) checked. */
+static int input_check(json_t *v, struct sb_mreq *rq)
+{
+	const char *type;
+	json_t *it;
+	size_t i;
+	int rc;
+
+	if (json_is_string(v))
+		return SB_OK;
+	if (!json_is_array(v))
+		return sb_seterr(SB_ERR_INVAL, "input must be a string or an array");
+	json_array_foreach(v, i, it)
+	{
+		if (!json_is_object(it))
+			return sb_seterr(SB_ERR_INVAL, "input[%zu] must be an object", i);
+		type = json_string_value(json_object_get(it, "type"));
+		if (type && !strcmp(type, "item_reference"))
+			return sb_seterr(
+			    SB_ERR_INVAL,
+			    "input[%zu]: an item_reference is refused by the "
+			    "gateway: the provider would add stored input",
+			    i);
+		if ((rc = parts_check(json_object_get(it, "content"), rq)) ||
+		    (rc = parts_check(json_object_get(it, "output"), rq)))
 			return rc;
 	}
 	return SB_OK;
@@ -270,6 +351,7 @@ static int field_take(unsigned api, struct sb_mreq *rq, const char *key, json_t 
 		memcpy(rq->model, json_string_value(v), json_string_length(v) + 1);
 		break;
 	case FIELD_MESSAGES: rc = messages_check(v, rq); break;
+	case FIELD_INPUT: rc = input_check(v, rq); break;
 	case FIELD_STREAM:
 		if (!json_is_boolean(v))
 			return sb_seterr(SB_ERR_INVAL, "stream must be a boolean");
@@ -292,6 +374,7 @@ static int field_take(unsigned api, struct sb_mreq *rq, const char *key, json_t 
 			return sb_seterr(SB_ERR_INVAL, "thinking must be an object");
 		break;
 	case FIELD_TOOLS: rc = tools_check(api, v); break;
+	case FIELD_STORE:
 	case FIELD_REFUSE:
 		if (json_is_false(v))
 			return SB_OK;
@@ -332,7 +415,9 @@ int sb_mreq_parse(unsigned api, const char *body, size_t len, struct sb_mreq *rq
 	if (!rq->model[0])
 		rc = sb_seterr(SB_ERR_INVAL, "model must be a string of 1 to %zu bytes",
 			       sizeof rq->model - 1);
-	else if (!json_object_get(rq->json, "messages"))
+	else if (api == SB_API_RESPONSES && !json_object_get(rq->json, "input"))
+		rc = sb_seterr(SB_ERR_INVAL, "input must be a string or an array");
+	else if (api != SB_API_RESPONSES && !json_object_get(rq->json, "messages"))
 		rc = sb_seterr(SB_ERR_INVAL, "messages must be an array");
 	else if (api == SB_API_ANTHROPIC && !rq->bound)
 		rc = sb_seterr(SB_ERR_INVAL, "max_tokens is required");
@@ -346,12 +431,13 @@ out:
 /* Sets every bound of rq's output to max_tokens: its bound field (the one
  * the client gave, else max_tokens), and a thinking budget, which counts
  * within it, below it. */
-static int bounds_cap(struct sb_mreq *rq, uint64_t max_tokens)
+static int bounds_cap(unsigned api, struct sb_mreq *rq, uint64_t max_tokens)
 {
 	json_t *think = json_object_get(rq->json, "thinking");
 	json_t *budget = json_object_get(think, "budget_tokens");
+	const char *dflt = api == SB_API_RESPONSES ? "max_output_tokens" : "max_tokens";
 
-	if (json_object_set_new(rq->json, rq->bound ? rq->bound : "max_tokens",
+	if (json_object_set_new(rq->json, rq->bound ? rq->bound : dflt,
 				json_integer((json_int_t)max_tokens)))
 		return SB_ERR_NOMEM;
 	if (json_is_integer(budget) &&
@@ -368,8 +454,13 @@ static int mreq_rewrite(unsigned api, struct sb_mreq *rq, const char *upstream,
 {
 	json_t *j = rq->json;
 
-	if (json_object_set_new(j, "model", json_string(upstream)) ||
-	    bounds_cap(rq, max_tokens))
+	if (json_object_set_new(j, "model", json_string(upstream)))
+		return SB_ERR_NOMEM;
+	if (api == SB_API_COUNT)
+		return SB_OK; /* no output: nothing to bound */
+	if (bounds_cap(api, rq, max_tokens))
+		return SB_ERR_NOMEM;
+	if (api == SB_API_RESPONSES && json_object_set_new(j, "store", json_false()))
 		return SB_ERR_NOMEM;
 	if (api == SB_API_OPENAI && rq->stream &&
 	    json_object_set_new(j, "stream_options",
@@ -427,6 +518,11 @@ static int usage_read(unsigned api, json_t *usage, struct sb_usage *u)
 		u->cached = u64_of(usage, "cache_read_input_tokens");
 		u->input = add_sat(add_sat(u64_of(usage, "input_tokens"), u->cached),
 				   u64_of(usage, "cache_creation_input_tokens"));
+		u->output = u64_of(usage, "output_tokens");
+	} else if (api == SB_API_RESPONSES) {
+		u->input = u64_of(usage, "input_tokens");
+		u->cached = u64_of(json_object_get(usage, "input_tokens_details"),
+				   "cached_tokens");
 		u->output = u64_of(usage, "output_tokens");
 	} else {
 		u->input = u64_of(usage, "prompt_tokens");
@@ -505,6 +601,23 @@ static uint64_t openai_text(json_t *j)
 	return n;
 }
 
+/* One event of a Responses stream, of type t: the delta of any text,
+ * tool input or reasoning is output; the response's end (completed,
+ * incomplete or failed) reports its usage and finishes the stream. */
+static void responses_event(struct sb_sse_meter *m, const char *t, json_t *j)
+{
+	size_t n = strlen(t);
+
+	if (n > 6 && !strcmp(t + n - 6, ".delta"))
+		m->out_bytes += str_bytes(json_object_get(j, "delta"));
+	if (!strcmp(t, "response.completed") || !strcmp(t, "response.incomplete") ||
+	    !strcmp(t, "response.failed")) {
+		meter_report(m, json_object_get(json_object_get(j, "response"), "usage"),
+			     1);
+		m->finished = 1;
+	}
+}
+
 /* The data of one event of the stream. */
 static void meter_event(struct sb_sse_meter *m, const char *data, size_t len)
 {
@@ -522,6 +635,8 @@ static void meter_event(struct sb_sse_meter *m, const char *data, size_t len)
 	if (m->api == SB_API_OPENAI) {
 		m->out_bytes += openai_text(j);
 		meter_report(m, json_object_get(j, "usage"), 1);
+	} else if (m->api == SB_API_RESPONSES) {
+		responses_event(m, t, j);
 	} else if (!strcmp(t, "message_start")) {
 		d = json_object_get(j, "message");
 		meter_report(m, json_object_get(d, "usage"), 0);

@@ -2,12 +2,16 @@
  * reading usage from answers (whole or streamed), and the budget ledger.
  * No I/O here, so each piece is tested on its own (tests/unit/test_meter.c).
  *
- * Two dialects: SB_API_OPENAI (chat completions: usage.prompt_tokens,
- * completion_tokens, prompt_tokens_details.cached_tokens) and
+ * Three dialects: SB_API_OPENAI (chat completions: usage.prompt_tokens,
+ * completion_tokens, prompt_tokens_details.cached_tokens),
  * SB_API_ANTHROPIC (messages: usage.input_tokens, output_tokens,
- * cache_read_input_tokens, cache_creation_input_tokens). Usage is kept as
- * input tokens in all (cached ones among them), cached input tokens, and
- * output tokens.
+ * cache_read_input_tokens, cache_creation_input_tokens) and
+ * SB_API_RESPONSES (OpenAI responses: usage.input_tokens, output_tokens,
+ * input_tokens_details.cached_tokens). Usage is kept as input tokens in
+ * all (cached ones among them), cached input tokens, and output tokens.
+ * SB_API_COUNT names the requests of Anthropic's count_tokens, which
+ * sb_mreq_parse and sb_mreq_finish read and write (model and input only)
+ * and nothing meters.
  */
 #ifndef SB_METER_H
 #define SB_METER_H
@@ -18,6 +22,8 @@
 #include <stdint.h>
 
 #include "engine/gateway/models.h"
+
+#define SB_API_COUNT 8u /* Anthropic POST /messages/count_tokens: no output */
 
 struct sb_usage {
 	uint64_t input, cached, output;
@@ -158,7 +164,8 @@ enum sb_grant sb_budget_reserve(struct sb_budget *b, const struct sb_model *m,
 enum sb_grant sb_budget_reserve_pair(struct sb_budget *a, struct sb_budget *b,
 				     const struct sb_model *m, uint64_t in_bytes,
 				     uint64_t want_out, unsigned choices,
-				     uint64_t *out_tokens, uint64_t *reservation, int *by_b);
+				     uint64_t *out_tokens, uint64_t *reservation,
+				     int *by_b);
 
 /* Reserves what the call rq (bound to model m by sb_mreq_bind) may cost,
  * against a run's budget a and its group's b (NULL: none), as

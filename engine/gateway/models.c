@@ -130,6 +130,8 @@ static int api_add(json_t *one, unsigned *apis)
 		*apis |= SB_API_OPENAI;
 	else if (s && !strcmp(s, "anthropic"))
 		*apis |= SB_API_ANTHROPIC;
+	else if (s && !strcmp(s, "responses"))
+		*apis |= SB_API_RESPONSES;
 	else
 		return 0;
 	return 1;
@@ -152,8 +154,9 @@ static int parse_apis(json_t *v, unsigned *apis, const char *src, const char *wh
 	if (!ok)
 		return sb_seterr(
 		    SB_ERR_INVAL,
-		    "%s: %s.api must be \"openai\", \"anthropic\" or a list of them", src,
-		    where);
+		    "%s: %s.api must be \"openai\", \"anthropic\", \"responses\" or a "
+		    "list of them",
+		    src, where);
 	return SB_OK;
 }
 
@@ -181,7 +184,7 @@ static int parse_provider(const char *name, json_t *o, struct sb_provider *p,
 				 where);
 	p->builtin = b != NULL;
 	if (p->builtin)
-		p->apis = SB_API_OPENAI | SB_API_ANTHROPIC;
+		p->apis = SB_API_OPENAI | SB_API_ANTHROPIC | SB_API_RESPONSES;
 	if ((rc = get_str(o, "base_url", p->base_url, sizeof p->base_url, src, where)) ||
 	    (rc = get_str(o, "key_secret", p->key_secret, sizeof p->key_secret, src,
 			  where)) ||

@@ -39,6 +39,7 @@
 
 #define SB_API_OPENAI	 1u /* POST /chat/completions */
 #define SB_API_ANTHROPIC 2u /* POST /messages */
+#define SB_API_RESPONSES 4u /* POST /responses (OpenAI) */
 
 struct sb_provider {
 	char name[SB_PROVIDER_NAME_MAX];

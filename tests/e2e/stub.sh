@@ -173,6 +173,32 @@ t1=$(date +%s%N)
 [ "$(grep -l '^event: message_stop' "$tmp"/slow.* | wc -l)" = 20 ] || fail "concurrent streams incomplete"
 [ $(((t1 - t0) / 1000000)) -lt 5000 ] || fail "20 slow streams took $(((t1 - t0) / 1000000)) ms"
 
+# -- OpenAI Responses: turn k = runs of the model's own items; whole and streamed
+RU='{"role":"user","content":"abcdefghi"}'
+RC='{"type":"function_call","call_id":"c1","name":"shell","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"ok"}'
+post /v1/responses "{\"model\":\"stub/scripted\",\"input\":[$RU]}"
+expect '.object == "response" and .status == "completed" and
+	(.output | map(select(.type == "function_call")) | .[0].name == "shell" and
+	 (.[0].arguments | fromjson | .command | contains("hello.txt"))) and
+	.usage.input_tokens == 3 and (.usage.output_tokens > 0) and
+	.usage.input_tokens_details.cached_tokens == 0' "responses turn 0 function_call"
+post /v1/responses "{\"model\":\"stub/scripted\",\"input\":[$RU,$RC]}"
+expect '.output[0].type == "function_call" and .output[0].name == "write_file"' \
+	"responses turn 1: a call and its output make one turn"
+post /v1/responses "{\"model\":\"stub/scripted\",\"input\":[$RU,$RC,$RC],\"stream\":true}"
+[ "$(sed -n 's/^event: //p' "$tmp/body" | tr '\n' ' ')" = "response.created \
+response.output_item.added response.content_part.added response.output_text.delta \
+response.output_text.done response.content_part.done response.output_item.done \
+response.completed " ] || fail "responses stream event order: $(sed -n 's/^event: //p' "$tmp/body" | tr '\n' ' ')"
+sse_expect '(map(.sequence_number) == [range(0; length)]) and
+	(last.response.output[0].content[0].text == "done") and
+	(last.response.usage.output_tokens == 1)' "responses stream text and usage"
+post /v1/responses "{\"model\":\"stub/scripted\",\"input\":\"hi\",\"max_output_tokens\":2}"
+expect '.status == "incomplete" and .incomplete_details.reason == "max_output_tokens" and
+	.usage.output_tokens == 2' "responses cut at max_output_tokens"
+post /v1/messages/count_tokens "{\"model\":\"stub/scripted\",\"messages\":[$USER]}"
+expect '.input_tokens == 3' "count_tokens"
+
 # -- the log names the key each request carried
 jq -se 'map(select(.auth == "Bearer sk-openai-one" and .path == "/v1/chat/completions" and
 	.model == "stub/echo" and .input_tokens == 100 and .output_tokens == 20 and

@@ -2,7 +2,8 @@
  * answer (engine/gateway/meter.h, sb_sse_meter_feed), which reads what an
  * upstream provider streams and counts the usage the call is charged.
  *
- * The input: byte 0 bit 0 the dialect (Anthropic, else OpenAI), bit 1
+ * The input: byte 0 bits 0 and 2 the dialect (bit 2: Responses; else bit
+ * 0: Anthropic, else OpenAI chat completions), bit 1
  * whether the rest is the stream (clear) or operations that make one
  * (set: events reporting counts of the input's choosing, text, line ends
  * of every kind, blank lines, comments and other fields, a report split
@@ -17,7 +18,8 @@
  * LF; an event is dispatched at a blank line, and one the stream's end
  * cuts is not): the same text bytes and end, usage known exactly when a
  * report that settles it came (OpenAI: any usage; Anthropic: a
- * message_delta's), and then no count below any the stream reported, kind
+ * message_delta's; Responses: the usage of response.completed, .incomplete
+ * or .failed), and then no count below any the stream reported, kind
  * by kind (uncached input, cached input, output), however large.
  */
 #include <jansson.h>
@@ -72,6 +74,12 @@ static void model_report(struct model *md, json_t *usage)
 		     count(usage, "cache_creation_input_tokens");
 		cached = count(usage, "cache_read_input_tokens");
 		out = count(usage, "output_tokens");
+	} else if (md->api == SB_API_RESPONSES) {
+		cached = count(json_object_get(usage, "input_tokens_details"),
+			       "cached_tokens");
+		in = count(usage, "input_tokens");
+		in = in > cached ? in - cached : 0;
+		out = count(usage, "output_tokens");
 	} else {
 		cached = count(json_object_get(usage, "prompt_tokens_details"),
 			       "cached_tokens");
@@ -107,6 +115,24 @@ static uint64_t openai_text(json_t *j)
 	return n;
 }
 
+/* One event of a Responses stream: any delta is output; the response's
+ * end reports its usage and finishes it. */
+static void model_responses(struct model *md, const char *type, json_t *j)
+{
+	size_t n = type ? strlen(type) : 0;
+	json_t *usage = json_object_get(json_object_get(j, "response"), "usage");
+
+	if (n > 6 && !strcmp(type + n - 6, ".delta"))
+		md->out_bytes += str_len(json_object_get(j, "delta"));
+	if (type &&
+	    (!strcmp(type, "response.completed") ||
+	     !strcmp(type, "response.incomplete") || !strcmp(type, "response.failed"))) {
+		md->known |= json_is_object(usage);
+		model_report(md, usage);
+		md->finished = 1;
+	}
+}
+
 /* One event's data. */
 static void model_event(struct model *md, const char *data, size_t len)
 {
@@ -114,11 +140,13 @@ static void model_event(struct model *md, const char *data, size_t len)
 	json_t *j, *d;
 
 	if (len == 6 && !memcmp(data, "[DONE]", 6))
-		md->finished = 1; /* OpenAI's end, taken from either */
+		md->finished = 1; /* OpenAI's end, taken from any */
 	if (!(j = json_loadb(data, len, 0, NULL)))
 		return;
 	type = json_string_value(json_object_get(j, "type"));
-	if (md->api == SB_API_OPENAI) {
+	if (md->api == SB_API_RESPONSES) {
+		model_responses(md, type, j);
+	} else if (md->api == SB_API_OPENAI) {
 		md->out_bytes += openai_text(j);
 		md->known |= json_is_object(json_object_get(j, "usage"));
 		model_report(md, json_object_get(j, "usage"));
@@ -246,6 +274,14 @@ static const struct report_form {
      {"\"output_tokens\":", "\"input_tokens\":", "\"cache_read_input_tokens\":",
       "\"cache_creation_input_tokens\":"},
      "}}"},
+    {"{\"type\":\"response.completed\",\"response\":{\"usage\":{",
+     {"\"input_tokens\":", "\"output_tokens\":",
+      "\"input_tokens_details\":{\"cached_tokens\":", NULL},
+     "}}}"},
+    {"{\"type\":\"response.incomplete\",\"response\":{\"usage\":{",
+     {"\"output_tokens\":", "\"input_tokens\":",
+      "\"input_tokens_details\":{\"cached_tokens\":", NULL},
+     "}}}"},
 };
 
 /* A data line holding a usage report of counts the input chooses (split:
@@ -254,7 +290,9 @@ static void gen_report(struct gen *g, int split)
 {
 	uint8_t b = gen_byte(g);
 	const struct report_form *f =
-	    &report_forms[g->api == SB_API_OPENAI ? 0 : 1 + (b & 1)];
+	    &report_forms[g->api == SB_API_OPENAI      ? 0
+			  : g->api == SB_API_RESPONSES ? 3 + (b & 1)
+						       : 1 + (b & 1)];
 	int first = 1;
 
 	gen_str(g, b & 2 ? "data:" : "data: ");
@@ -283,11 +321,15 @@ static void gen_text(struct gen *g)
 
 	memset(text, 'x', n);
 	gen_str(g,
-		g->api == SB_API_OPENAI
-		    ? "data: {\"choices\":[{\"delta\":{\"content\":\""
+		g->api == SB_API_OPENAI ? "data: {\"choices\":[{\"delta\":{\"content\":\""
+		: g->api == SB_API_RESPONSES
+		    ? "data: "
+		      "{\"type\":\"response.function_call_arguments.delta\",\"delta\":\""
 		    : "data: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"");
 	gen_put(g, text, n);
-	gen_str(g, g->api == SB_API_OPENAI ? "\"}}]}" : "\"}}");
+	gen_str(g, g->api == SB_API_OPENAI	? "\"}}]}"
+		   : g->api == SB_API_RESPONSES ? "\"}"
+						: "\"}}");
 }
 
 static void gen_stream(struct gen *g)
@@ -378,7 +420,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 3 || size > INPUT_MAX)
 		return 0;
-	md.api = g.api = data[0] & 1 ? SB_API_ANTHROPIC : SB_API_OPENAI;
+	md.api = g.api = data[0] & 4   ? SB_API_RESPONSES
+			 : data[0] & 1 ? SB_API_ANTHROPIC
+				       : SB_API_OPENAI;
 	if (data[0] & 2) {
 		g.d = data + 3;
 		g.n = size - 3;

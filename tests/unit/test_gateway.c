@@ -596,6 +596,126 @@ static void test_stream_past_budget_is_cut(void **state)
 	sb_gateway_run_remove(gw, "run-cut");
 }
 
+/* A Responses body for model name with the given extra fields. */
+static void responses_body(char *buf, size_t cap, const char *name, const char *extra)
+{
+	snprintf(buf, cap,
+		 "{\"model\":\"%s\",\"input\":[%s],\"tools\":[{\"type\":\"function\","
+		 "\"name\":\"shell\",\"parameters\":{}}]%s}",
+		 name, USER_MSG, extra);
+}
+
+static void test_responses_metered(void **state)
+{
+	struct sb_gateway_model ms[2] = {model("budget", 100, PROVIDER_KEY),
+					 model("plain", 100, NULL)};
+	char key[SB_VKEY_MAX], body[1024], *req;
+	struct ev evs[16];
+	const struct ev *msg, *use;
+	struct resp r;
+	size_t n;
+
+	ms[0].apis |= SB_API_RESPONSES;
+	add_run("run-resp", 1000000000, 1, ms, 2, key);
+	responses_body(body, sizeof body, "stub/budget", "");
+	call("run-resp", "/v1/responses", key, 0, body, &r);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(r.body, "\"type\":\"function_call\""));
+	assert_non_null(strstr(r.body, "\"name\":\"shell\""));
+	responses_body(body, sizeof body, "stub/budget",
+		       ",\"stream\":true,\"store\":false");
+	call("run-resp", "/v1/responses", key, 0, body, &r);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(r.body, "event: response.completed"));
+	assert_non_null(strstr(r.body, "response.function_call_arguments.delta"));
+	n = run_events("run-resp", evs, 16);
+	assert_int_equal(count_type(evs, n, "agent.usage.updated"), 2);
+	for (size_t i = 0; i < 2; i++) {
+		msg = find_type(evs, n, "agent.message", i);
+		use = find_type(evs, n, "agent.usage.updated", i);
+		assert_non_null(msg);
+		assert_non_null(use);
+		assert_int_equal(sb_map_u64(&use->p, "input_tokens", 0), 100);
+		assert_int_equal(sb_map_u64(&use->p, "output_tokens", 0), 80);
+		assert_int_equal(sb_map_u64(&use->p, "cost_nusd", 0), 8100000);
+		assert_null(sb_map_get(&use->p, "estimated"));
+		/* forwarded with the upstream name, the bound and store false */
+		req = blob_of(msg, "request");
+		assert_non_null(strstr(req, "\"model\":\"budget\""));
+		assert_non_null(strstr(req, "\"max_output_tokens\":100"));
+		assert_non_null(strstr(req, "\"store\":false"));
+		free(req);
+	}
+	events_free(evs, n);
+	/* what would bring in input past the body, or keep the call */
+	for (const char *const *f =
+		 (const char *const[]){",\"previous_response_id\":\"resp_1\"",
+				       ",\"store\":true", ",\"background\":true",
+				       ",\"conversation\":\"conv_1\"", NULL};
+	     *f; f++) {
+		responses_body(body, sizeof body, "stub/budget", *f);
+		call("run-resp", "/v1/responses", key, 0, body, &r);
+		assert_int_equal(r.status, 400);
+		assert_non_null(strstr(r.body, "refused by the gateway"));
+	}
+	for (const char *const *f =
+		 (const char *const[]){
+		     "[{\"type\":\"item_reference\",\"id\":\"msg_1\"}]",
+		     "\"hi\",\"tools\":[{\"type\":\"web_search\"}]",
+		     "[{\"role\":\"user\",\"content\":[{\"type\":\"input_file\","
+		     "\"file_data\":\"x\"}]}]",
+		     "[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\","
+		     "\"image_url\":\"https://example.com/a.png\"}]}]",
+		     NULL};
+	     *f; f++) {
+		snprintf(body, sizeof body, "{\"model\":\"stub/budget\",\"input\":%s}",
+			 *f);
+		call("run-resp", "/v1/responses", key, 0, body, &r);
+		assert_int_equal(r.status, 400);
+		assert_non_null(strstr(r.body, "refused by the gateway"));
+	}
+	/* a provider that does not list the Responses API */
+	responses_body(body, sizeof body, "stub/plain", "");
+	call("run-resp", "/v1/responses", key, 0, body, &r);
+	assert_int_equal(r.status, 400);
+	assert_non_null(strstr(r.body, "not served by the responses API"));
+	/* count_tokens: passed through, neither reserved nor recorded */
+	snprintf(body, sizeof body,
+		 "{\"model\":\"stub/budget\",\"messages\":[%s],\"max_tokens\":5}",
+		 USER_MSG);
+	call("run-resp", "/v1/messages/count_tokens", key, 1, body, &r);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(r.body, "\"input_tokens\":"));
+	n = run_events("run-resp", evs, 16);
+	assert_int_equal(count_type(evs, n, "agent.usage.updated"), 2);
+	events_free(evs, n);
+	sb_gateway_run_remove(gw, "run-resp");
+}
+
+static void test_responses_stream_cut(void **state)
+{
+	struct sb_gateway_model ms[1] = {model("long", 10, NULL)};
+	char key[SB_VKEY_MAX], body[1024];
+	struct ev evs[16];
+	const struct ev *use;
+	struct resp r;
+	size_t n;
+
+	ms[0].apis = SB_API_RESPONSES;
+	add_run("run-rcut", 1000000000, 1, ms, 1, key);
+	responses_body(body, sizeof body, "stub/long", ",\"stream\":true");
+	call("run-rcut", "/v1/responses", key, 0, body, &r);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(r.body, "budget_exceeded"));
+	assert_null(strstr(r.body, "response.completed"));
+	n = run_events("run-rcut", evs, 16);
+	assert_non_null(use = find_type(evs, n, "agent.usage.updated", 0));
+	assert_non_null(sb_map_get(&use->p, "estimated"));
+	assert_int_equal(count_type(evs, n, "budget.exceeded"), 1);
+	events_free(evs, n);
+	sb_gateway_run_remove(gw, "run-rcut");
+}
+
 /* --- hostile request fields against the budget --- */
 
 #define HF_BUDGET 10000000ull /* $0.01: 100 output tokens of stub/many */
@@ -1843,6 +1963,8 @@ int main(void)
 	    cmocka_unit_test(test_budget_refuses_third_call),
 	    cmocka_unit_test(test_concurrent_calls_never_overspend),
 	    cmocka_unit_test(test_stream_past_budget_is_cut),
+	    cmocka_unit_test(test_responses_metered),
+	    cmocka_unit_test(test_responses_stream_cut),
 	    cmocka_unit_test(test_hostile_fields_never_overspend),
 	    cmocka_unit_test(test_choices_reserved),
 	    cmocka_unit_test(test_hostile_fields_concurrent),
