@@ -143,6 +143,11 @@ $(BUILD)/fuzz/fuzz_sp: tests/fuzz/fuzz_sp.c engine/daemon/spwire.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -o $@ $^
 
+# the gateway on a loopback port, for the SDK tests (tests/e2e/gateway_sdk.sh)
+$(BUILD)/tests/gwbridge: $(BUILD)/obj/tests/gwbridge.o $(BUILD)/libsanbox.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
 # the guest channel's frame decoder, a hostile guest's bytes cut in every way
 $(BUILD)/fuzz/fuzz_chan: tests/fuzz/fuzz_chan.c vmm/chan.c engine/mpack.c engine/error.c
 	@mkdir -p $(dir $@)
@@ -170,7 +175,7 @@ deps:
 images: all
 	SANBOX_TEMPLATES=$(abspath $(BUILD))/templates $(BUILD)/sanbox template build shell
 
-test: deps-check all $(UNIT_BINS) $(FUZZ_BINS) $(NETPROBE) $(NETHOSTILE) $(MKRECORD)
+test: deps-check all $(UNIT_BINS) $(FUZZ_BINS) $(NETPROBE) $(NETHOSTILE) $(BUILD)/tests/gwbridge $(MKRECORD)
 	@BUILD=$(BUILD) sh tests/run.sh
 
 deps-check:
