@@ -99,17 +99,19 @@ static void on_commit(void *ctx, const struct sb_event *evs, size_t n)
 		atomic_store(&d->proj_pending, 0);
 }
 
-/* A run whose budget is spent, sent to the loop by a gateway thread. */
+/* A run the gateway stops (its budget is spent, or a re-run departed
+ * from its record), sent to the loop by a gateway thread. */
 struct budget_stop {
 	struct sb_daemon *d;
 	char run[SB_RUN_MAX];
+	const char *reason; /* static */
 };
 
 static void on_budget_stop(void *ctx)
 {
 	struct budget_stop *b = ctx;
 
-	sb_runs_stop(b->d->runs, b->run, "budget", NULL, NULL); /* one that ended: fine */
+	sb_runs_stop(b->d->runs, b->run, b->reason, NULL, NULL); /* one that ended: fine */
 	free(b);
 }
 
@@ -136,18 +138,30 @@ static void on_call(void *ctx, const char *run)
 		free(b);
 }
 
-/* Gateway thread: a run whose policy is to stop has spent its budget. */
-static void on_budget(void *ctx, const char *run)
+/* Gateway thread: run is to stop for reason. */
+static void gateway_stop(struct sb_daemon *d, const char *run, const char *reason)
 {
-	struct sb_daemon *d = ctx;
 	struct budget_stop *b = malloc(sizeof *b);
 
 	if (!b)
 		return;
 	b->d = d;
+	b->reason = reason;
 	snprintf(b->run, sizeof b->run, "%s", run);
 	if (sb_loop_post(d->loop, on_budget_stop, b))
 		free(b);
+}
+
+/* Gateway thread: a run whose policy is to stop has spent its budget. */
+static void on_budget(void *ctx, const char *run)
+{
+	gateway_stop(ctx, run, "budget");
+}
+
+/* Gateway thread: a re-run departed from its record. */
+static void on_diverged(void *ctx, const char *run)
+{
+	gateway_stop(ctx, run, "diverged");
 }
 
 static void on_drain_timeout(void *ctx)
@@ -375,6 +389,7 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	gw.body_timeout_s = (unsigned)ceil(d->settings.gateway_body_s);
 	gw.on_budget = on_budget;
 	gw.on_call = on_call;
+	gw.on_diverged = on_diverged;
 	gw.ctx = d;
 	if ((rc = sb_gateway_open(&gw, &d->gateway)))
 		goto fail;

@@ -44,6 +44,8 @@
 #include <unistd.h>
 
 #include "engine/error.h"
+#include "engine/gateway/rerun.h"
+#include "engine/gateway/upstream.h"
 #include "engine/mpack.h"
 
 #define BODY_MAX	   (16u << 20) /* largest request body */
@@ -89,6 +91,7 @@ struct gw_run {
 	int removed;
 	unsigned conns; /* connections open */
 	unsigned trims; /* of them, being closed for being above the share */
+	sb_rerun *rerun; /* a re-run's recorded calls (owned), or NULL */
 	struct gw_run *next;
 };
 
@@ -121,6 +124,7 @@ struct sb_gateway {
 	sb_log *log;
 	void (*on_budget)(void *ctx, const char *run);
 	void (*on_call)(void *ctx, const char *run);
+	void (*on_diverged)(void *ctx, const char *run);
 	void *ctx;
 	unsigned max_conns;
 	uint64_t header_ms, body_ms;
@@ -179,16 +183,18 @@ struct gw_call {
 	int stream;
 	char *req; /* the body as sent upstream */
 	size_t req_len;
-	struct curl_slist *headers;
+	const struct sb_upstream_ops *up; /* where its answer comes from */
+	void *upcall;			  /* its handle there, or NULL */
+	struct sb_upstream_req upreq;
+	char version[72], beta[264]; /* its anthropic headers */
 	unsigned choices;	       /* completions asked for (OpenAI n) */
 	uint64_t granted, reservation; /* granted: max_tokens of each choice */
 	struct gbuf answer;	       /* the answer as received */
 	struct gbuf pend;	       /* stream bytes not yet given to the client */
 	struct sb_sse_meter meter;
 	long status;
-	int up_done, cut, settled, in_multi;
-	CURLcode result;
-	char error[CURL_ERROR_SIZE];
+	int up_done, cut, settled;
+	int replayed; /* answered from the record of the run it re-runs */
 	struct timespec t0;
 };
 
@@ -286,6 +292,7 @@ static void run_unref(sb_gateway *gw, struct gw_run *r)
 	for (size_t i = 0; i < r->nmodels; i++)
 		sodium_free(r->models[i].key);
 	free(r->models);
+	sb_rerun_free(r->rerun);
 	sodium_memzero(r->key, sizeof r->key);
 	sodium_memzero(r->alias, sizeof r->alias);
 	pthread_mutex_destroy(&r->record_mu);
@@ -401,6 +408,8 @@ static int pack_call_message(msgpack_packer *pk, const struct gw_call *k,
 		sb_mapw_bool(&m, "cut", 1);
 	if (k->answer.over)
 		sb_mapw_bool(&m, "response_truncated", 1);
+	if (k->replayed)
+		sb_mapw_bool(&m, "replayed", 1);
 	return sb_mapw_end(&m);
 }
 
@@ -528,23 +537,200 @@ static void budget_spent(sb_gateway *gw, struct gw_run *r, int by_group)
 		gw->on_budget(gw->ctx, r->id);
 }
 
-/* --- forwarding --- */
+/* --- the provider over libcurl (sb_upstream_provider) --- */
 
-static size_t on_header(char *p, size_t size, size_t n, void *ctx)
+/* A call to the provider, on its connection's handles. */
+struct prov_call {
+	struct gw_conn *cn;
+	const struct sb_upstream_req *rq;
+	struct curl_slist *headers;
+	int in_multi, wrote;
+	CURLcode result;
+	long status;
+	char error[CURL_ERROR_SIZE];
+};
+
+static size_t prov_header(char *p, size_t size, size_t n, void *ctx)
 {
 	(void)p;
 	(void)ctx;
 	return size * n;
 }
 
-/* Non-stream answers: held whole. */
-static size_t on_answer(char *p, size_t size, size_t n, void *ctx)
+static size_t prov_write(char *p, size_t size, size_t n, void *ctx)
 {
-	struct gw_call *k = ctx;
+	struct prov_call *pc = ctx;
 
-	if (gbuf_add(&k->answer, p, size * n) || k->answer.over)
+	pc->wrote = 1;
+	return pc->rq->write(pc->rq->ctx, p, size * n);
+}
+
+static int conn_handles(struct gw_conn *cn)
+{
+	if (!cn->curl && !(cn->curl = curl_easy_init()))
+		return SB_ERR_NOMEM;
+	if (!cn->multi && !(cn->multi = curl_multi_init()))
+		return SB_ERR_NOMEM;
+	curl_easy_reset(cn->curl);
+	return SB_OK;
+}
+
+/* The provider's headers for rq: its API's and its key. */
+static struct curl_slist *prov_headers(const struct sb_upstream_req *rq)
+{
+	struct curl_slist *l = NULL;
+	char hdr[SB_SECRET_VALUE_MAX + 64];
+
+	l = curl_slist_append(l, "Content-Type: application/json");
+	l = curl_slist_append(l, "Expect:");
+	if (rq->api == SB_API_ANTHROPIC) {
+		snprintf(hdr, sizeof hdr, "anthropic-version: %.64s",
+			 rq->version ? rq->version : "2023-06-01");
+		l = curl_slist_append(l, hdr);
+		if (rq->beta) {
+			snprintf(hdr, sizeof hdr, "anthropic-beta: %.256s", rq->beta);
+			l = curl_slist_append(l, hdr);
+		}
+		if (rq->key) {
+			snprintf(hdr, sizeof hdr, "x-api-key: %s", rq->key);
+			l = curl_slist_append(l, hdr);
+		}
+	} else if (rq->key) {
+		snprintf(hdr, sizeof hdr, "Authorization: Bearer %s", rq->key);
+		l = curl_slist_append(l, hdr);
+	}
+	sodium_memzero(hdr, sizeof hdr);
+	return l;
+}
+
+static void prov_end(void *call);
+
+/* src: the gw_conn whose handles carry the call. */
+static int prov_start(void *src, const struct sb_upstream_req *rq, void **call)
+{
+	struct prov_call *pc = calloc(1, sizeof *pc);
+	char url[SB_URL_MAX + 32];
+	CURL *h;
+	int rc;
+
+	if (!pc)
+		return SB_ERR_NOMEM;
+	pc->cn = src;
+	pc->rq = rq;
+	if ((rc = conn_handles(pc->cn)) || !(pc->headers = prov_headers(rq))) {
+		free(pc);
+		return rc ? rc : SB_ERR_NOMEM;
+	}
+	h = pc->cn->curl;
+	snprintf(url, sizeof url, "%s%s", rq->base_url, rq->path);
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, pc->headers);
+	curl_easy_setopt(h, CURLOPT_POSTFIELDS, rq->body);
+	curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->len);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)STALL_TIMEOUT_S);
+	curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, pc->error);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, prov_header);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, prov_write);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, pc);
+	if (rq->stream) {
+		if (curl_multi_add_handle(pc->cn->multi, h) != CURLM_OK) {
+			prov_end(pc);
+			return sb_seterr(SB_ERR_IO, "cannot start the call");
+		}
+		pc->in_multi = 1;
+	}
+	*call = pc;
+	return SB_OK;
+}
+
+/* A whole answer in one go; a stream until it has bytes or ends. */
+static void prov_pump(void *call, int *done)
+{
+	struct prov_call *pc = call;
+	CURLM *mh = pc->cn->multi;
+	CURLMsg *msg;
+	int running = 1, left;
+
+	if (!pc->in_multi) {
+		pc->result = curl_easy_perform(pc->cn->curl);
+		*done = 1;
+		return;
+	}
+	pc->wrote = 0;
+	while (!pc->wrote) {
+		curl_multi_perform(mh, &running);
+		while ((msg = curl_multi_info_read(mh, &left)))
+			if (msg->msg == CURLMSG_DONE)
+				pc->result = msg->data.result;
+		if (!running) {
+			*done = 1;
+			return;
+		}
+		if (!pc->wrote)
+			curl_multi_poll(mh, NULL, 0, 1000, NULL);
+	}
+}
+
+static long prov_status(void *call)
+{
+	struct prov_call *pc = call;
+
+	if (!pc->status)
+		curl_easy_getinfo(pc->cn->curl, CURLINFO_RESPONSE_CODE, &pc->status);
+	return pc->status;
+}
+
+static const char *prov_content_type(void *call)
+{
+	struct prov_call *pc = call;
+	char *ct = NULL;
+
+	curl_easy_getinfo(pc->cn->curl, CURLINFO_CONTENT_TYPE, &ct);
+	return ct ? ct : pc->rq->stream ? "text/event-stream" : "application/json";
+}
+
+static const char *prov_failure(void *call)
+{
+	struct prov_call *pc = call;
+
+	if (pc->result == CURLE_OK)
+		return NULL;
+	return pc->error[0] ? pc->error : curl_easy_strerror(pc->result);
+}
+
+static void prov_end(void *call)
+{
+	struct prov_call *pc = call;
+
+	if (pc->in_multi)
+		curl_multi_remove_handle(pc->cn->multi, pc->cn->curl);
+	curl_easy_reset(pc->cn->curl); /* the handle must not keep pointers into pc */
+	curl_slist_free_all(pc->headers);
+	free(pc);
+}
+
+const struct sb_upstream_ops sb_upstream_provider = {
+    .name = "provider",
+    .start = prov_start,
+    .pump = prov_pump,
+    .status = prov_status,
+    .content_type = prov_content_type,
+    .failure = prov_failure,
+    .end = prov_end,
+};
+
+/* --- forwarding --- */
+
+/* Non-stream answers: held whole. */
+static size_t on_answer(struct gw_call *k, const char *p, size_t len)
+{
+	if (gbuf_add(&k->answer, p, len) || k->answer.over)
 		return 0; /* too large: abort */
-	return size * n;
+	return len;
 }
 
 static void cut_notice(struct gw_call *k)
@@ -573,14 +759,12 @@ static void cut_notice(struct gw_call *k)
 
 /* Stream answers: passed on as they come, metered, cut when they run past
  * what was granted. */
-static size_t on_stream(char *p, size_t size, size_t n, void *ctx)
+static size_t on_stream(struct gw_call *k, const char *p, size_t len)
 {
-	struct gw_call *k = ctx;
-	size_t len = size * n;
 	uint64_t all = k->granted * k->choices; /* output granted, all choices */
 
 	if (!k->status)
-		curl_easy_getinfo(k->conn->curl, CURLINFO_RESPONSE_CODE, &k->status);
+		k->status = k->up->status(k->upcall);
 	gbuf_add(&k->answer, p, len);
 	if (gbuf_add(&k->pend, p, len))
 		return 0;
@@ -596,85 +780,95 @@ static size_t on_stream(char *p, size_t size, size_t n, void *ctx)
 	return len;
 }
 
-static int conn_handles(struct gw_conn *cn)
+/* The sink of k's answer (sb_upstream_req.write). */
+static size_t call_write(void *ctx, const char *p, size_t len)
 {
-	if (!cn->curl && !(cn->curl = curl_easy_init()))
-		return SB_ERR_NOMEM;
-	if (!cn->multi && !(cn->multi = curl_multi_init()))
-		return SB_ERR_NOMEM;
-	curl_easy_reset(cn->curl);
-	return SB_OK;
+	struct gw_call *k = ctx;
+
+	return k->stream ? on_stream(k, p, len) : on_answer(k, p, len);
 }
 
-/* Sets up the upstream request of k on its connection's handle. */
-static int call_prepare(struct gw_call *k, struct MHD_Connection *c)
+/* Records that a re-run departed from its record: rerun.diverged {call,
+ * path}. */
+static void record_diverged(struct gw_call *k, const struct sb_rerun_divergence *d)
 {
-	const struct gw_model *m = k->model;
-	CURL *h;
-	char url[SB_URL_MAX + 32], hdr[SB_SECRET_VALUE_MAX + 64];
+	msgpack_sbuffer b;
+	msgpack_packer pk;
+	struct sb_event ev;
+	sb_mapw m;
+
+	msgpack_sbuffer_init(&b);
+	msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_u64(&m, "call", d->call);
+	sb_mapw_str(&m, "path", d->path);
+	if (!sb_mapw_end(&m) && !sb_event_init(&ev, "rerun.diverged", k->run->id,
+					       SB_SRC_GATEWAY, b.data, b.size))
+		append_events(k->gw, NULL, 0, &ev, 1);
+	msgpack_sbuffer_destroy(&b);
+	if (!sb_rerun_live(k->run->rerun) && k->gw->on_diverged)
+		k->gw->on_diverged(k->gw->ctx, k->run->id);
+}
+
+/* Fills k's upstream request, for the provider by default. */
+static void call_upreq(struct gw_call *k, struct MHD_Connection *c)
+{
+	struct sb_upstream_req *q = &k->upreq;
 	const char *v;
+
+	q->api = k->api;
+	q->stream = k->stream;
+	q->path = k->path;
+	q->body = k->req;
+	q->len = k->req_len;
+	q->base_url = k->model->base_url;
+	q->key = k->model->key;
+	if ((v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version")))
+		q->version = strncpy(k->version, v, sizeof k->version - 1);
+	if ((v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-beta")))
+		q->beta = strncpy(k->beta, v, sizeof k->beta - 1);
+	q->write = call_write;
+	q->ctx = k;
+	k->up = &sb_upstream_provider;
+}
+
+/* Chooses where k's answer comes from and starts it there: the provider,
+ * or for a re-run its record's call, as long as it keeps to it. Errors:
+ * SB_ERR_STATE (a re-run departed from its record and stops), the
+ * upstream's. */
+static int call_start(struct gw_call *k, struct MHD_Connection *c)
+{
+	const struct sb_rerun_call *rec = NULL;
+	struct sb_rerun_divergence d;
+	void *src = k->conn;
 	int rc;
 
-	if ((rc = conn_handles(k->conn)))
-		return rc;
-	h = k->conn->curl;
-	snprintf(url, sizeof url, "%s%s", m->base_url, k->path);
-	k->headers = curl_slist_append(k->headers, "Content-Type: application/json");
-	k->headers = curl_slist_append(k->headers, "Expect:");
-	if (k->api == SB_API_ANTHROPIC) {
-		v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "anthropic-version");
-		snprintf(hdr, sizeof hdr, "anthropic-version: %.64s",
-			 v ? v : "2023-06-01");
-		k->headers = curl_slist_append(k->headers, hdr);
-		if ((v = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						     "anthropic-beta"))) {
-			snprintf(hdr, sizeof hdr, "anthropic-beta: %.256s", v);
-			k->headers = curl_slist_append(k->headers, hdr);
+	call_upreq(k, c);
+	if (k->run->rerun) {
+		rc = sb_rerun_take(k->run->rerun, k->api, k->req, k->req_len, &rec, &d);
+		if (rc == SB_OK) {
+			k->up = &sb_upstream_record;
+			k->replayed = 1;
+			src = (void *)rec;
+		} else if (rc != SB_ERR_STATE) {
+			return rc;
+		} else {
+			if (d.call)
+				record_diverged(k, &d);
+			if (!sb_rerun_live(k->run->rerun))
+				return sb_seterr(SB_ERR_STATE,
+						 "the re-run departed from its record");
 		}
-		if (m->key) {
-			snprintf(hdr, sizeof hdr, "x-api-key: %s", m->key);
-			k->headers = curl_slist_append(k->headers, hdr);
-		}
-	} else if (m->key) {
-		snprintf(hdr, sizeof hdr, "Authorization: Bearer %s", m->key);
-		k->headers = curl_slist_append(k->headers, hdr);
 	}
-	sodium_memzero(hdr, sizeof hdr);
-	if (!k->headers)
-		return SB_ERR_NOMEM;
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, k->headers);
-	curl_easy_setopt(h, CURLOPT_POSTFIELDS, k->req);
-	curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)k->req_len);
-	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
-	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)STALL_TIMEOUT_S);
-	curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, k->error);
-	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, k->stream ? on_stream : on_answer);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, k);
-	return SB_OK;
-}
-
-static const char *answer_type(struct gw_call *k)
-{
-	char *ct = NULL;
-
-	curl_easy_getinfo(k->conn->curl, CURLINFO_CONTENT_TYPE, &ct);
-	return ct ? ct : k->stream ? "text/event-stream" : "application/json";
+	return k->up->start(src, &k->upreq, &k->upcall);
 }
 
 static void call_free(struct gw_call *k)
 {
 	if (!k)
 		return;
-	if (k->in_multi)
-		curl_multi_remove_handle(k->conn->multi, k->conn->curl);
-	curl_slist_free_all(k->headers);
-	if (k->conn && k->conn->curl) /* the handle must not keep pointers into k */
-		curl_easy_reset(k->conn->curl);
+	if (k->upcall)
+		k->up->end(k->upcall);
 	free(k->req);
 	gbuf_free(&k->answer);
 	gbuf_free(&k->pend);
@@ -690,35 +884,35 @@ static void call_end_unmetered(struct gw_call *k)
 	struct sb_usage u = {0};
 
 	u.output = sb_sse_meter_output(&k->meter);
-	call_record(k, &u, k->reservation, 1);
+	call_record(k, &u, k->replayed ? 0 : k->reservation, 1);
 }
 
 /* A call the provider answered (200): charged from the usage it reported,
- * else its whole reservation. */
+ * else its whole reservation; an answer from the record costs nothing. */
 static void call_end_answered(struct gw_call *k, const struct sb_usage *u)
 {
 	if (u->known)
-		call_record(
-		    k, u, sb_model_cost(&k->model->m, u->input, u->cached, u->output), 0);
+		call_record(k, u,
+			    k->replayed ? 0
+					: sb_model_cost(&k->model->m, u->input, u->cached,
+							u->output),
+			    0);
 	else
 		call_end_unmetered(k);
 }
 
-/* The provider could not be reached (cc, or what the call says): 502,
+/* The provider could not be reached (why: what broke off): 502,
  * recorded, not billed. Frees k. */
 static enum MHD_Result send_unreachable(struct gw_call *k, struct MHD_Connection *c,
-					enum route route, CURLcode cc)
+					enum route route, const char *why)
 {
 	struct sb_usage u = {0};
 	enum MHD_Result ret;
 
 	k->status = 502;
 	call_record(k, &u, 0, 0);
-	ret =
-	    send_error(c, route, 502, "provider for %s unreachable: %s", k->model->m.name,
-		       k->answer.over ? "answer above 64 MiB"
-		       : k->error[0]  ? k->error
-				      : curl_easy_strerror(cc));
+	ret = send_error(c, route, 502, "provider for %s unreachable: %s",
+			 k->model->m.name, k->answer.over ? "answer above 64 MiB" : why);
 	call_free(k);
 	return ret;
 }
@@ -729,7 +923,9 @@ static enum MHD_Result send_answer(struct gw_call *k, struct MHD_Connection *c)
 	size_t len = k->answer.b.size;
 	char *body = len ? msgpack_sbuffer_release(&k->answer.b) : strdup("");
 	enum MHD_Result ret =
-	    body ? send_body(c, (unsigned)k->status, answer_type(k), body, len) : MHD_NO;
+	    body ? send_body(c, (unsigned)k->status, k->up->content_type(k->upcall),
+			     body, len)
+		 : MHD_NO;
 
 	call_free(k);
 	return ret;
@@ -740,11 +936,14 @@ static enum MHD_Result call_whole(struct gw_call *k, struct MHD_Connection *c,
 				  enum route route)
 {
 	struct sb_usage u = {0};
-	CURLcode cc = curl_easy_perform(k->conn->curl);
+	const char *why;
+	int done = 0;
 
-	curl_easy_getinfo(k->conn->curl, CURLINFO_RESPONSE_CODE, &k->status);
-	if (cc != CURLE_OK)
-		return send_unreachable(k, c, route, cc);
+	while (!done)
+		k->up->pump(k->upcall, &done);
+	k->status = k->up->status(k->upcall);
+	if ((why = k->up->failure(k->upcall)))
+		return send_unreachable(k, c, route, why);
 	if (k->status == 200) {
 		sb_usage_from_body(k->api, k->answer.b.size ? k->answer.b.data : "",
 				   k->answer.b.size, &u);
@@ -758,23 +957,8 @@ static enum MHD_Result call_whole(struct gw_call *k, struct MHD_Connection *c,
 /* Drives the streamed transfer until it has bytes for the client or ends. */
 static void stream_pump(struct gw_call *k)
 {
-	CURLM *mh = k->conn->multi;
-	CURLMsg *msg;
-	int running = 1, left;
-
-	while (!k->up_done && k->pend.b.size == 0) {
-		curl_multi_perform(mh, &running);
-		while ((msg = curl_multi_info_read(mh, &left)))
-			if (msg->msg == CURLMSG_DONE)
-				k->result = msg->data.result;
-		if (!running) {
-			k->up_done = 1;
-			break;
-		}
-		if (k->pend.b.size)
-			break;
-		curl_multi_poll(mh, NULL, 0, 1000, NULL);
-	}
+	while (!k->up_done && k->pend.b.size == 0)
+		k->up->pump(k->upcall, &k->up_done);
 }
 
 /* At the end of a stream: settle from the usage the stream reported. */
@@ -786,7 +970,8 @@ static void stream_finish(struct gw_call *k)
 		call_end_unmetered(k);
 		budget_spent(k->gw, k->run, group_spent(k->gw, k->run));
 	} else if (k->status == 200) {
-		u.known = u.known && k->result == CURLE_OK; /* broken off: not trusted */
+		/* broken off: not trusted */
+		u.known = u.known && !k->up->failure(k->upcall);
 		call_end_answered(k, &u);
 	} else {
 		call_record(k, &u, 0, 0);
@@ -830,19 +1015,16 @@ static enum MHD_Result call_stream(struct gw_call *k, struct MHD_Connection *c,
 				   enum route route)
 {
 	struct MHD_Response *resp;
+	const char *why;
 	enum MHD_Result ret;
 
 	sb_sse_meter_init(&k->meter, k->api);
-	if (curl_multi_add_handle(k->conn->multi, k->conn->curl) != CURLM_OK) {
-		call_free(k);
-		return send_error(c, route, 500, "gateway: cannot start the call");
-	}
-	k->in_multi = 1;
 	stream_pump(k);
 	if (!k->status)
-		curl_easy_getinfo(k->conn->curl, CURLINFO_RESPONSE_CODE, &k->status);
-	if (k->up_done && k->result != CURLE_OK && !k->cut && k->answer.b.size == 0)
-		return send_unreachable(k, c, route, k->result);
+		k->status = k->up->status(k->upcall);
+	why = k->up->failure(k->upcall);
+	if (k->up_done && why && !k->cut && k->answer.b.size == 0)
+		return send_unreachable(k, c, route, why);
 	if (k->status != 200) { /* an error answer: pass it on whole */
 		while (!k->up_done) {
 			k->pend.b.size = 0;
@@ -857,7 +1039,8 @@ static enum MHD_Result call_stream(struct gw_call *k, struct MHD_Connection *c,
 		stream_free(k);
 		return MHD_NO;
 	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, answer_type(k));
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+				k->up->content_type(k->upcall));
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
 	ret = MHD_queue_response(c, 200, resp);
 	MHD_destroy_response(resp);
@@ -1233,11 +1416,12 @@ static enum MHD_Result handle_call(sb_gateway *gw, struct MHD_Connection *c,
 	r = NULL;
 	if ((rc = sb_mreq_finish(api, &mr, m->m.upstream, k->granted, &k->req,
 				 &k->req_len)) ||
-	    (rc = call_prepare(k, c))) {
+	    (rc = call_start(k, c))) {
 		struct sb_usage u = {0};
-		k->status = 500;
+		k->status = rc == SB_ERR_STATE ? 409 : 500;
 		call_record(k, &u, 0, 0);
-		ret = send_error(c, rq->route, 500, "gateway: %s", sb_errmsg(rc));
+		ret = send_error(c, rq->route, (unsigned)k->status, "gateway: %s",
+				 sb_errmsg(rc));
 		call_free(k);
 		goto out_mreq;
 	}
@@ -1265,8 +1449,8 @@ static enum MHD_Result handle_count(sb_gateway *gw, struct MHD_Connection *c,
 	const struct gw_model *m;
 	struct sb_mreq mr;
 	enum MHD_Result ret;
-	CURLcode cc;
-	int rc;
+	const char *why;
+	int rc, done = 0;
 
 	if (rq->body.over) {
 		ret = send_too_large(c, rq->route);
@@ -1296,18 +1480,19 @@ static enum MHD_Result handle_count(sb_gateway *gw, struct MHD_Connection *c,
 	r = NULL; /* k holds the reference */
 	k->answer.max = ANSWER_MAX;
 	if (sb_mreq_finish(SB_API_COUNT, &mr, m->m.upstream, 0, &k->req, &k->req_len) ||
-	    call_prepare(k, c)) {
+	    (call_upreq(k, c), k->up->start(k->conn, &k->upreq, &k->upcall))) {
 		ret = send_error(c, rq->route, 500, "gateway: cannot start the call");
 		call_free(k);
 		goto out_mreq;
 	}
-	if ((cc = curl_easy_perform(k->conn->curl)) != CURLE_OK) {
+	while (!done)
+		k->up->pump(k->upcall, &done);
+	if ((why = k->up->failure(k->upcall))) {
 		ret = send_error(c, rq->route, 502, "provider for %s unreachable: %s",
-				 m->m.name,
-				 k->error[0] ? k->error : curl_easy_strerror(cc));
+				 m->m.name, why);
 		call_free(k);
 	} else {
-		curl_easy_getinfo(k->conn->curl, CURLINFO_RESPONSE_CODE, &k->status);
+		k->status = k->up->status(k->upcall);
 		ret = send_answer(k, c);
 	}
 out_mreq:
@@ -1445,6 +1630,7 @@ int sb_gateway_open(const struct sb_gateway_opts *o, sb_gateway **out)
 	gw->log = o->log;
 	gw->on_budget = o->on_budget;
 	gw->on_call = o->on_call;
+	gw->on_diverged = o->on_diverged;
 	gw->ctx = o->ctx;
 	gw->max_conns = o->max_conns ? o->max_conns : SB_GATEWAY_MAX_CONNS;
 	gw->header_ms = 1000ull * (o->header_timeout_s ? o->header_timeout_s
@@ -1659,7 +1845,8 @@ int sb_gateway_run_add(sb_gateway *gw, const struct sb_gateway_run *spec,
 		pthread_mutex_unlock(&gw->mu);
 		goto fail;
 	}
-	r->refs = 1; /* the list's reference */
+	r->rerun = spec->rerun; /* the gateway's from here on */
+	r->refs = 1;		/* the list's reference */
 	r->next = gw->runs;
 	gw->runs = r;
 	gw->nruns++;

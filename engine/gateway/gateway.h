@@ -42,6 +42,7 @@
 
 #include "engine/gateway/meter.h"
 #include "engine/gateway/models.h"
+#include "engine/gateway/rerun.h"
 #include "engine/log/event.h"
 #include "engine/log/log.h"
 
@@ -64,6 +65,10 @@ struct sb_gateway_opts {
 	/* Called on a gateway thread once a model call of run is recorded
 	 * (run valid during the call). May be NULL. */
 	void (*on_call)(void *ctx, const char *run);
+	/* Called on a gateway thread when a re-run that stops there departed
+	 * from its record (rerun.diverged is recorded); run is valid during
+	 * the call. May be NULL. */
+	void (*on_diverged)(void *ctx, const char *run);
 	void *ctx;
 };
 
@@ -94,6 +99,11 @@ struct sb_gateway_run {
 	uint64_t group_budget_nusd, group_spent_nusd;
 	const struct sb_gateway_model *models;
 	size_t nmodels;
+	/* A re-run's recorded calls (engine/gateway/rerun.h), or NULL: its
+	 * k-th call is answered with the k-th recorded answer while its
+	 * requests keep to the record. The gateway owns it once
+	 * sb_gateway_run_add succeeded (the caller still does on an error). */
+	sb_rerun *rerun;
 };
 
 /* Starts the gateway (it listens nowhere: see sb_gateway_connect). The

@@ -67,6 +67,7 @@ static const struct sb_event_schema schema[] = {
     {"run.resumed", HOST, {{"from_run", SB_F_STR}, {"from_offset", SB_F_UINT}}},
     {"run.forked", HOST, {{"from_run", SB_F_STR}, {"snapshot", SB_F_STR}}},
     {"run.warning", HOST | GATEWAY, {{"message", SB_F_STR}}},
+    {"rerun.diverged", GATEWAY, {{"call", SB_F_UINT}, {"path", SB_F_STR}}},
     {"budget.exceeded",
      HOST | GATEWAY,
      {{"budget_nusd", SB_F_UINT}, {"spent_nusd", SB_F_UINT}}},

@@ -53,6 +53,15 @@ static void on_budget(void *ctx, const char *run)
 	atomic_fetch_add(&budget_calls, 1);
 }
 
+static atomic_int diverged_calls;
+
+static void on_diverged(void *ctx, const char *run)
+{
+	(void)ctx;
+	(void)run;
+	atomic_fetch_add(&diverged_calls, 1);
+}
+
 static void write_file(const char *dir, const char *name, const char *text)
 {
 	char path[4096];
@@ -114,6 +123,7 @@ static int setup(void **state)
 	assert_int_equal(sb_log_open(path, SB_LOG_NOSYNC, &lg), SB_OK);
 	o.log = lg;
 	o.on_budget = on_budget;
+	o.on_diverged = on_diverged;
 	assert_int_equal(sb_gateway_open(&o, &gw), SB_OK);
 	o.max_conns = 128;
 	o.header_timeout_s = HDR_S;
@@ -1954,6 +1964,163 @@ static void test_errors(void **state)
 	sb_gateway_run_remove(gw, "run-err");
 }
 
+/* The calls run made, as a re-run's record (bodies owned by bodies[]). */
+static size_t recorded_calls(const char *run, struct sb_rerun_call *calls,
+			     char **bodies, size_t max)
+{
+	struct ev evs[16];
+	size_t n = run_events(run, evs, 16), k = 0;
+	const struct ev *m;
+
+	for (; k < max && (m = find_type(evs, n, "agent.message", k)); k++) {
+		char api[16];
+		bodies[2 * k] = blob_of(m, "request");
+		bodies[2 * k + 1] = blob_of(m, "response");
+		sb_map_str(&m->p, "api", api, sizeof api);
+		calls[k] = (struct sb_rerun_call){
+		    .api = strcmp(api, "anthropic") ? SB_API_OPENAI : SB_API_ANTHROPIC,
+		    .stream = sb_map_bool(&m->p, "stream", 0),
+		    .status = (long)sb_map_u64(&m->p, "status", 0),
+		    .request = bodies[2 * k],
+		    .request_len = strlen(bodies[2 * k]),
+		    .answer = bodies[2 * k + 1],
+		    .answer_len = strlen(bodies[2 * k + 1])};
+	}
+	events_free(evs, n);
+	return k;
+}
+
+/* Registers run as a re-run of the calls (live: go on to the provider
+ * after a divergence). */
+static void add_rerun(const char *run, const struct sb_gateway_model *ms,
+		      const struct sb_rerun_call *calls, size_t n, int live,
+		      char key[SB_VKEY_MAX])
+{
+	struct sb_gateway_run r = {
+	    .run = run, .budget_nusd = 1000000000, .models = ms, .nmodels = 1};
+
+	assert_int_equal(sb_rerun_new(calls, n, live, &r.rerun), SB_OK);
+	assert_int_equal(sb_gateway_run_add(gw, &r, key), SB_OK);
+}
+
+/* A re-run's calls are answered from the record, at no cost, without the
+ * provider; a call that departs from it is named by its first differing
+ * field, and then stops (409) or goes on to the provider, metered. */
+static void test_rerun_from_record(void **state)
+{
+	struct sb_gateway_model ms[1] = {model("plain", 100, PROVIDER_KEY)};
+	char key[SB_VKEY_MAX], body[512], other[512], *bodies[4] = {0};
+	char path[SB_RERUN_PATH_MAX];
+	struct sb_rerun_call calls[2];
+	struct resp r[2], again;
+	struct ev evs[16];
+	const struct ev *e;
+	size_t n;
+	long mark;
+
+	add_run("run-orig", 1000000000, 1, ms, 1, key);
+	chat_body(body, sizeof body, "stub/plain", 0);
+	call("run-orig", "/v1/chat/completions", key, 0, body, &r[0]);
+	chat_body(body, sizeof body, "stub/plain", 1);
+	call("run-orig", "/v1/chat/completions", key, 0, body, &r[1]);
+	sb_gateway_run_remove(gw, "run-orig");
+	assert_int_equal(recorded_calls("run-orig", calls, bodies, 2), 2);
+
+	/* the same calls: the record's answers, the stub never asked */
+	add_rerun("run-re", ms, calls, 2, 0, key);
+	mark = stub_mark();
+	chat_body(body, sizeof body, "stub/plain", 0);
+	call("run-re", "/v1/chat/completions", key, 0, body, &again);
+	assert_int_equal(again.status, 200);
+	assert_string_equal(again.body, r[0].body);
+	chat_body(body, sizeof body, "stub/plain", 1);
+	call("run-re", "/v1/chat/completions", key, 0, body, &again);
+	assert_int_equal(again.status, 200);
+	assert_string_equal(again.body, r[1].body);
+	assert_int_equal(stub_mark(), mark);
+	/* one more than recorded: diverged at call 3, stopped there */
+	call("run-re", "/v1/chat/completions", key, 0, body, &again);
+	assert_int_equal(again.status, 409);
+	assert_int_equal(atomic_load(&diverged_calls), 1);
+	n = run_events("run-re", evs, 16);
+	assert_int_equal(count_type(evs, n, "agent.usage.updated"), 2);
+	for (size_t i = 0; i < 2; i++) {
+		e = find_type(evs, n, "agent.usage.updated", i);
+		assert_int_equal(sb_map_u64(&e->p, "input_tokens", 0), 50);
+		assert_int_equal(sb_map_u64(&e->p, "cost_nusd", 1), 0);
+		assert_true(sb_map_bool(&find_type(evs, n, "agent.message", i)->p,
+					"replayed", 0));
+	}
+	assert_non_null(e = find_type(evs, n, "rerun.diverged", 0));
+	assert_int_equal(e->source, SB_SRC_GATEWAY);
+	assert_int_equal(sb_map_u64(&e->p, "call", 0), 3);
+	assert_int_equal(sb_map_str(&e->p, "path", path, sizeof path), 0);
+	events_free(evs, n);
+	sb_gateway_run_remove(gw, "run-re");
+
+	/* another question: named, then answered by the provider, metered */
+	add_rerun("run-live", ms, calls, 2, 1, key);
+	snprintf(other, sizeof other,
+		 "{\"model\":\"stub/plain\",\"messages\":[{\"role\":\"user\","
+		 "\"content\":\"something else\"}]}");
+	call("run-live", "/v1/chat/completions", key, 0, other, &again);
+	assert_int_equal(again.status, 200);
+	assert_true(stub_mark() > mark);
+	n = run_events("run-live", evs, 16);
+	assert_non_null(e = find_type(evs, n, "rerun.diverged", 0));
+	assert_int_equal(sb_map_u64(&e->p, "call", 0), 1);
+	assert_true(sb_map_str(&e->p, "path", path, sizeof path) > 0);
+	assert_string_equal(path, "messages[0].content");
+	assert_non_null(e = find_type(evs, n, "agent.usage.updated", 0));
+	assert_int_equal(sb_map_u64(&e->p, "cost_nusd", 0), 1050000);
+	assert_int_equal(atomic_load(&diverged_calls), 1); /* it goes on */
+	events_free(evs, n);
+	sb_gateway_run_remove(gw, "run-live");
+	for (size_t i = 0; i < 4; i++)
+		free(bodies[i]);
+}
+
+/* sb_rerun_diff of two strings. */
+static int diff(const char *a, const char *b, char path[SB_RERUN_PATH_MAX])
+{
+	return sb_rerun_diff(a, strlen(a), b, strlen(b), path);
+}
+
+/* The comparison a re-run makes, on its own. */
+static void test_rerun_diff(void **state)
+{
+	char path[SB_RERUN_PATH_MAX];
+	const char *a = "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":"
+			"\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}]}";
+
+	assert_int_equal(diff(a, a, path), 0);
+	assert_string_equal(path, "");
+	/* bounds, ids and stream options are not compared */
+	assert_int_equal(diff(a,
+			      "{\"model\":\"m\",\"max_tokens\":9,\"stream\":true,"
+			      "\"messages\":[{\"id\":\"x\",\"role\":\"user\",\"content\":"
+			      "[{\"type\":\"text\",\"text\":\"hi\"}]}]}",
+			      path),
+			 0);
+	assert_int_equal(diff(a,
+			      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+			      "[{\"type\":\"text\",\"text\":\"ho\"}]}]}",
+			      path),
+			 1);
+	assert_string_equal(path, "messages[0].content[0].text");
+	assert_int_equal(diff(a, "{\"model\":\"n\"}", path), 1);
+	assert_string_equal(path, "model");
+	assert_int_equal(diff(a, "{\"model\":\"m\",\"messages\":[]}", path), 1);
+	assert_string_equal(path, "messages[0]");
+	assert_int_equal(diff(a,
+			      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+			      "[{\"type\":\"text\",\"text\":\"hi\"}]}],\"tools\":[]}",
+			      path),
+			 1);
+	assert_string_equal(path, "tools");
+	assert_int_equal(diff(a, "not json", path), 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1979,6 +2146,8 @@ int main(void)
 	    cmocka_unit_test(test_starved_runs_still_served),
 	    cmocka_unit_test(test_shares_and_cap),
 	    cmocka_unit_test(test_still_serving),
+	    cmocka_unit_test(test_rerun_from_record),
+	    cmocka_unit_test(test_rerun_diff),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
