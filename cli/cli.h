@@ -288,6 +288,7 @@ struct cli_file_change {
 	const char *content; /* the content's blob key, "omitted" or NULL */
 	const char *omitted; /* why it was left out, or NULL */
 	int link;	     /* a symbolic link (content: its target) */
+	uint64_t ts_ns;	     /* when it was recorded */
 };
 
 /* Calls cb for each agent.file.changed of run in (from, to], in order,
@@ -329,6 +330,45 @@ int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why
  * mtime, target (symlinks)}, a name or target that is not UTF-8 also as
  * name_base64 / target_base64. A new reference, or NULL. */
 json_t *cli_fs_json(const struct sb_fs_entry *e);
+
+struct sb_roll;
+
+/* A listing fs ls prints: each entry with its name and target owned. */
+struct cli_fs_ent {
+	struct sb_fs_entry e; /* name and target: the two below */
+	char *name, *target;
+	int missing; /* the record lacks the content it had at the offset */
+};
+
+struct cli_fs_list {
+	struct cli_fs_ent *v;
+	size_t n, cap;
+};
+
+/* Puts a copy of e in l, replacing an entry of the same name. Errors:
+ * SB_ERR_NOMEM (l unchanged). */
+int cli_fs_list_put(struct cli_fs_list *l, const struct sb_fs_entry *e);
+
+/* cli_fs_list_put as an sb_fsread_entry_fn (ctx: the listing). */
+int cli_fs_list_add(const struct sb_fs_entry *e, void *ctx);
+
+/* Sorts l by the names' raw bytes. */
+void cli_fs_list_sort(struct cli_fs_list *l);
+
+/* Frees what l holds and empties it. */
+void cli_fs_list_free(struct cli_fs_list *l);
+
+/* Lists guest path gp (under /workspace: a directory's entries, else the
+ * entry itself) as it was at sel->at into l: snapshot f's (the one
+ * cli_fs_open opened for sel), with the file changes of sel->run recorded
+ * after sel->snap_offset, up to sel->at, rolled forward as a fork --at
+ * would have them (engine/runs/roll.c); a file whose content the record
+ * lacks there is listed with missing set. roll gets what the roll-forward
+ * omits. The caller frees l, also on error. Errors: SB_ERR_INVAL (gp not
+ * under /workspace), SB_ERR_NOTFOUND, those of the calls and reads,
+ * SB_ERR_NOMEM (cli/fsroll.c). */
+int cli_fs_list_at(sb_fsread *f, const struct cli_fs_at *sel, const char *gp,
+		   struct cli_fs_list *l, struct sb_roll *roll);
 
 /* Copies local (a file, a symlink, or with recurse a directory and all in
  * it, never following a link) into live run run as guest (under

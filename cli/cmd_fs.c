@@ -16,6 +16,7 @@
 #include "engine/payload.h"
 #include "engine/proc.h"
 #include "engine/runs/layers.h"
+#include "engine/runs/roll.h"
 #include "engine/text.h"
 #include "vmm/fsread.h"
 
@@ -70,8 +71,8 @@ int cli_file_changes(sb_client *c, const char *run, uint64_t from, uint64_t to,
 		for (uint32_t i = 0; i < n && !stop; i++) {
 			const msgpack_object *e = &evs->via.array.ptr[i];
 			const msgpack_object *p = sb_map_get(e, "payload");
-			struct cli_file_change ch = {.offset =
-							 sb_map_u64(e, "offset", 0)};
+			struct cli_file_change ch = {.offset = sb_map_u64(e, "offset", 0),
+						     .ts_ns = sb_map_u64(e, "ts", 0)};
 			char *path = field_dup(p, "path"), *kind = field_dup(p, "kind"),
 			     *content = field_dup(p, "content"),
 			     *omitted = field_dup(p, "omitted"), *type = field_dup(p, "type");
@@ -398,67 +399,6 @@ int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path, int fd
 
 /* -- fs ls */
 
-/* An entry kept for sorting: name and target copied. */
-struct fs_ent {
-	struct sb_fs_entry e;
-	char *name, *target;
-};
-
-struct fs_list {
-	struct fs_ent *v;
-	size_t n, cap;
-};
-
-static char *fs_dup(const char *s, size_t len)
-{
-	char *d = malloc(len + 1);
-
-	if (d) {
-		memcpy(d, s, len);
-		d[len] = 0;
-	}
-	return d;
-}
-
-static int fs_collect(const struct sb_fs_entry *e, void *ctx)
-{
-	struct fs_list *l = ctx;
-	struct fs_ent *x;
-
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		struct fs_ent *v = realloc(l->v, cap * sizeof *v);
-		if (!v)
-			return SB_ERR_NOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
-	x = &l->v[l->n];
-	x->e = *e;
-	x->name = fs_dup(e->name, e->name_len);
-	x->target = e->target ? fs_dup(e->target, e->target_len) : NULL;
-	if (!x->name || (e->target && !x->target)) {
-		free(x->name);
-		free(x->target);
-		return SB_ERR_NOMEM;
-	}
-	x->e.name = x->name;
-	x->e.target = x->target;
-	l->n++;
-	return SB_OK;
-}
-
-/* By the names' raw bytes. */
-static int fs_cmp(const void *a, const void *b)
-{
-	const struct sb_fs_entry *x = &((const struct fs_ent *)a)->e,
-				 *y = &((const struct fs_ent *)b)->e;
-	int c = memcmp(x->name, y->name,
-		       x->name_len < y->name_len ? x->name_len : y->name_len);
-
-	return c ? c : (x->name_len > y->name_len) - (x->name_len < y->name_len);
-}
-
 /* "drwxr-xr-x", as ls -l writes it. */
 static void fs_mode(const struct sb_fs_entry *e, char out[11])
 {
@@ -485,7 +425,7 @@ static void fs_mode(const struct sb_fs_entry *e, char out[11])
 	out[10] = 0;
 }
 
-static void fs_print_text(const struct sb_fs_entry *e)
+static void fs_print_text(const struct sb_fs_entry *e, int missing)
 {
 	char mode[11], when[32] = "?";
 	char *name = sb_text_escape_dup(e->name, e->name_len);
@@ -503,7 +443,7 @@ static void fs_print_text(const struct sb_fs_entry *e)
 		printf(" -> %s", to ? to : "(unreadable)");
 		free(to);
 	}
-	putchar('\n');
+	puts(missing ? " (content not in the record)" : "");
 	free(name);
 }
 
@@ -549,44 +489,65 @@ json_t *cli_fs_json(const struct sb_fs_entry *e)
 	return o;
 }
 
+/* The entries of gp as sel chooses into l; prints the error. */
+static int fs_ls_read(const char *want, struct cli_fs_at *sel, const char *gp,
+		      struct cli_fs_list *l)
+{
+	struct sb_fs_entry e;
+	struct sb_roll roll;
+	sb_fsread *f;
+	int rc, rolled;
+
+	sel->quiet = 1; /* what the listing lacks is said below */
+	if ((rc = cli_fs_open(want, sel, &f)))
+		return rc;
+	rolled = sel->at && sel->run[0] && sel->at > sel->snap_offset &&
+		 !strncmp(gp, "/workspace", 10) && (!gp[10] || gp[10] == '/');
+	if (rolled) {
+		rc = cli_fs_list_at(f, sel, gp, l, &roll);
+	} else if ((rc = sb_fsread_stat(f, gp, &e)) == SB_OK) {
+		rc = e.type == SB_FS_DIR ? sb_fsread_list(f, gp, cli_fs_list_add, l)
+					 : cli_fs_list_put(l, &e);
+	}
+	sb_fsread_close(f);
+	if (rc)
+		return cli_fs_fail(rc);
+	if (rolled && roll.omitted)
+		cli_note("%zu file change%s recorded up to offset %llu cannot be rolled "
+			 "forward (%s%s): %s as of offset %llu",
+			 roll.omitted, roll.omitted == 1 ? "" : "s",
+			 (unsigned long long)sel->at, roll.named[0],
+			 roll.omitted > 1 ? ", ..." : "",
+			 roll.omitted == 1 ? "it is listed" : "they are listed",
+			 (unsigned long long)sel->snap_offset);
+	return SB_OK;
+}
+
 static int fs_ls(const char *want, struct cli_fs_at *sel, const char *path, int json)
 {
 	char gp[SB_FS_PATH_MAX + 16];
-	struct fs_list l = {0};
-	struct sb_fs_entry e;
-	sb_fsread *f;
+	struct cli_fs_list l = {0};
 	int rc;
 
 	cli_guest_path(path, gp, sizeof gp);
-	if ((rc = cli_fs_open(want, sel, &f)))
-		return rc;
-	if ((rc = sb_fsread_stat(f, gp, &e)) == SB_OK) {
-		if (e.type == SB_FS_DIR)
-			rc = sb_fsread_list(f, gp, fs_collect, &l);
-		else
-			rc = fs_collect(&e, &l);
-	}
-	sb_fsread_close(f);
-	if (rc) {
-		rc = cli_fs_fail(rc);
+	if ((rc = fs_ls_read(want, sel, gp, &l)))
 		goto done;
-	}
-	qsort(l.v, l.n, sizeof *l.v, fs_cmp);
+	cli_fs_list_sort(&l);
 	if (json) {
 		json_t *arr = json_array();
-		for (size_t i = 0; i < l.n; i++)
-			json_array_append_new(arr, cli_fs_json(&l.v[i].e));
+		for (size_t i = 0; i < l.n; i++) {
+			json_t *o = cli_fs_json(&l.v[i].e);
+			if (o && l.v[i].missing)
+				json_object_set_new(o, "content", json_string("missing"));
+			json_array_append_new(arr, o);
+		}
 		cli_print_json(arr);
 	} else {
 		for (size_t i = 0; i < l.n; i++)
-			fs_print_text(&l.v[i].e);
+			fs_print_text(&l.v[i].e, l.v[i].missing);
 	}
 done:
-	for (size_t i = 0; i < l.n; i++) {
-		free(l.v[i].name);
-		free(l.v[i].target);
-	}
-	free(l.v);
+	cli_fs_list_free(&l);
 	return rc;
 }
 

@@ -380,8 +380,10 @@ static const struct cli_cmd commands[] = {
 	 "--snapshot ID reads the run's snapshot ID instead of its current disk;\n"
 	 "--at OFFSET its newest snapshot at or before that offset of its record;\n"
 	 "cat then gives the file as the record has it at OFFSET (its content\n"
-	 "recorded by a later change, or 'deleted'), ls says on stderr how many\n"
-	 "file changes recorded after the snapshot it does not show (sanbox diff)\n"},
+	 "recorded by a later change, or 'deleted'), ls lists /workspace as a\n"
+	 "fork --at OFFSET would have it (the changes recorded after the snapshot\n"
+	 "rolled forward); a file whose content the record lacks is marked\n"
+	 "'(content not in the record)', \"content\": \"missing\" with --json\n"},
 	{"cp", cmd_cp, "copy files out of a run's disk, or into a live run",
 	 "usage: sanbox cp [--force] [--at OFFSET] RUN:PATH LOCAL\n"
 	 "       sanbox cp [--at OFFSET] RUN:PATH -\n"
