@@ -20,20 +20,10 @@ static int group_create(sb_client *c, const struct cli_group *g, const char *nam
 			struct sb_reply *rep)
 {
 	struct cli_req r;
-	msgpack_packer *runs;
-	int rc = SB_OK;
+	int rc;
 
 	cli_req_begin(&r, "group.create");
-	sb_mapw_str(&r.m, "name", name);
-	sb_mapw_str(&r.m, "goal", g->goal ? g->goal : "");
-	sb_mapw_u64(&r.m, "budget_nusd", g->budget);
-	runs = sb_mapw_key(&r.m, "runs");
-	msgpack_pack_array(runs, g->nruns);
-	for (size_t i = 0; rc == SB_OK && i < g->nruns; i++) {
-		g->runs[i].spec.group = name;
-		rc = cli_group_pack_spec(g, i, runs);
-	}
-	if (rc) {
+	if ((rc = cli_group_pack_create(g, name, &r.m))) {
 		msgpack_sbuffer_destroy(&r.buf);
 		memset(rep, 0, sizeof *rep);
 		return rc;

@@ -1385,3 +1385,20 @@ int cli_group_pack_spec(const struct cli_group *g, size_t i, msgpack_packer *pk)
 	cli_inputs_close(in, r->spec.inputs.n);
 	return rc;
 }
+
+int cli_group_pack_create(const struct cli_group *g, const char *name, sb_mapw *m)
+{
+	msgpack_packer *runs;
+	int rc = SB_OK;
+
+	sb_mapw_str(m, "name", name);
+	sb_mapw_str(m, "goal", g->goal ? g->goal : "");
+	sb_mapw_u64(m, "budget_nusd", g->budget);
+	runs = sb_mapw_key(m, "runs");
+	msgpack_pack_array(runs, g->nruns);
+	for (size_t i = 0; rc == SB_OK && i < g->nruns; i++) {
+		g->runs[i].spec.group = name;
+		rc = cli_group_pack_spec(g, i, runs);
+	}
+	return rc;
+}

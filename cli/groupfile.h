@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "cli/runspec.h"
+#include "engine/mpack.h"
 
 #define CLI_GROUP_FILE_MAX   (1u << 20) /* bytes of a group file */
 #define CLI_GROUP_DEPTH_MAX  16		/* lists and maps inside each other */
@@ -95,6 +96,11 @@ void cli_group_free(struct cli_group *g);
  * range), those of cli_inputs_open (an input changed since the load: the
  * detail is an error line) and of cli_spec_pack. */
 int cli_group_pack_spec(const struct cli_group *g, size_t i, msgpack_packer *pk);
+
+/* Packs into m the fields of group.create for g under the group name name
+ * (name, goal, budget_nusd, runs: each run's spec with group = name; the
+ * runs' spec.group now points at name). Errors: cli_group_pack_spec's. */
+int cli_group_pack_create(const struct cli_group *g, const char *name, sb_mapw *m);
 
 /* The position of path in g, or of its nearest ancestor that has one
  * ("runs[2].env.X" falls back to "runs[2].env", then "runs[2]", then the

@@ -267,7 +267,9 @@ int mcp_tool_wait(struct sb_mcp_call *call, const json_t *args, json_t **out)
 	w.deadline = time(NULL) + (time_t)timeout;
 	if ((rc = mcp_connect(&c)) == SB_OK && (rc = wait_states(c, &w, args, &last)) == SB_OK) {
 		wait_progress(&w, NULL);
-		if ((rc = wait_follow(c, &w, last + 1)) == SB_OK && !(*out = wait_result(&w, timeout)))
+		rc = wait_follow(c, &w, last + 1);
+		wait_progress(&w, NULL); /* the last count, as the result gives it */
+		if (rc == SB_OK && !(*out = wait_result(&w, timeout)))
 			rc = SB_ERR_NOMEM;
 	}
 	sb_client_close(c);
