@@ -419,6 +419,7 @@ int cmd_snapshot(int argc, char **argv);
 int cmd_snapshots(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_fork(int argc, char **argv);
+int cmd_rerun(int argc, char **argv);
 int cmd_resume(int argc, char **argv);
 int cmd_net(int argc, char **argv);
 int cmd_logs(int argc, char **argv);

@@ -282,6 +282,17 @@ static const struct cli_cmd commands[] = {
 	 "(--snapshot ID) the guest's processes go on instead, in each fork with its\n"
 	 "own machine id and randomness. With one fork and no\n"
 	 "--detach, prints its events as 'sanbox run' does; else prints the ids.\n"},
+	{"rerun", cmd_rerun, "run a run again, its model answered from its record",
+	 "usage: sanbox rerun RUN [--live-after-divergence] [--detach] [--json]\n"
+	 "\n"
+	 "Starts a new run from RUN's start (its template, which must not have\n"
+	 "changed, its inputs, env and command or prompt) whose k-th model call is\n"
+	 "answered with RUN's k-th recorded answer, at no cost, as long as its\n"
+	 "request is RUN's k-th (model, system, messages, tools). The first call\n"
+	 "that differs is recorded as rerun.diverged with the first differing field\n"
+	 "(e.g. messages[3].content); the re-run then stops (reason diverged) or,\n"
+	 "with --live-after-divergence, goes on to the live model, metered. Prints\n"
+	 "its events as 'sanbox run' does, then where it diverged, if it did.\n"},
 	{"resume", cmd_resume, "continue a run that ended, from a snapshot",
 	 "usage: sanbox resume RUN [--snapshot ID | --at OFFSET] [--prompt TEXT]\n"
 	 "                    [--detach] [--json]\n"

@@ -861,6 +861,32 @@ out:
 	return rc;
 }
 
+/* run.rerun {run, live_after_divergence?}: a new run from run's start
+ * whose model calls are answered from run's record; answered as run.fork
+ * is, with its id. */
+static int op_run_rerun(struct req *r)
+{
+	char run[SB_RUN_MAX];
+	struct sb_runs_from f = {0};
+	struct forks *fk;
+	int live, rc;
+
+	if ((rc = arg_run(r, run)) ||
+	    (rc = arg_bool(r, "live_after_divergence", &live)))
+		return rc;
+	if (!(fk = calloc(1, sizeof *fk)))
+		return SB_ERR_NOMEM;
+	fk->r = r;
+	fk->want = 1;
+	f.run = run;
+	f.rerun = live ? 2 : 1;
+	if ((rc = sb_runs_from(r->e->runs, &f, fork_made, fk))) {
+		free(fk);
+		return rc;
+	}
+	return OP_LATER;
+}
+
 /* run.resume {run, snapshot | at, prompt}: the run goes on from a snapshot. */
 static int op_run_resume(struct req *r)
 {
@@ -1383,6 +1409,7 @@ static const struct op {
     {"run.put", op_run_put, ON_LOOP | READS_PROJ},
     {"run.fork", op_run_fork, ON_LOOP | READS_PROJ},
     {"run.resume", op_run_resume, ON_LOOP | READS_PROJ},
+    {"run.rerun", op_run_rerun, ON_LOOP | READS_PROJ},
     {"snapshots.list", op_snapshots_list, READ_ONLY},
     {"snapshot.rm", op_snapshot_rm, 0},
     {"blob.get", op_blob_get, READ_ONLY},

@@ -218,6 +218,10 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 	sb_mapw_str(&m, "snapshot", r->from.snap);
 	sb_mapw_bool(&m, "exact", r->from.exact);
 	sb_mapw_bool(&m, "memory", r->from.memory_bytes > 0);
+	if (r->from.rerun) {
+		sb_mapw_bool(&m, "rerun", 1);
+		sb_mapw_bool(&m, "live_after_divergence", r->from.rerun == 2);
+	}
 	sb_mapw_u64(&m, "rolled", r->from.roll.rolled);
 	sb_mapw_u64(&m, "removed", r->plan.nremoves);
 	if (r->from.roll.nnamed) {
@@ -236,6 +240,90 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 }
 
 static int from_point(struct run *r);
+
+/* The blob named by field key of a payload, read into *data (the caller
+ * frees it). */
+static int rerun_blob(sb_log *log, const msgpack_object *p, const char *key,
+		      void **data, size_t *len)
+{
+	char hex[SB_HASH_HEX];
+	uint8_t h[SB_HASH_LEN];
+
+	if (sb_map_str(p, key, hex, sizeof hex) != 2 * SB_HASH_LEN ||
+	    sb_hash_parse(hex, h))
+		return sb_seterr(SB_ERR_CORRUPT, "a model call's %s is not a blob key", key);
+	return sb_blob_get(log, h, data, len);
+}
+
+/* One gateway agent.message of the run re-run into c (its bodies are
+ * the caller's to free). */
+static int rerun_call(sb_log *log, const struct sb_event *e, struct sb_rerun_call *c)
+{
+	msgpack_zone zone;
+	msgpack_object p;
+	char api[16] = "";
+	void *rq = NULL, *an = NULL;
+	int rc = SB_ERR_NOMEM;
+
+	if (!msgpack_zone_init(&zone, 1024))
+		return rc;
+	if ((rc = sb_payload_parse(e->payload, e->payload_len, &zone, &p)) ||
+	    (rc = rerun_blob(log, &p, "request", &rq, &c->request_len)) ||
+	    (rc = rerun_blob(log, &p, "response", &an, &c->answer_len))) {
+		free(rq);
+		goto out;
+	}
+	sb_map_str(&p, "api", api, sizeof api);
+	c->api = !strcmp(api, "anthropic")   ? SB_API_ANTHROPIC
+		 : !strcmp(api, "responses") ? SB_API_RESPONSES
+					     : SB_API_OPENAI;
+	c->stream = sb_map_bool(&p, "stream", 0);
+	c->status = (long)sb_map_u64(&p, "status", 0);
+	c->request = rq;
+	c->answer = an;
+out:
+	msgpack_zone_destroy(&zone);
+	return rc;
+}
+
+/* On a worker: the model calls of the run r re-runs (its gateway
+ * agent.message events, in the log's order) into r->from.calls. */
+static int rerun_load(struct run *r)
+{
+	sb_log *log = r->rs->env.log;
+	struct sb_rerun_call *calls = NULL, *more;
+	size_t n = 0, cap = 0;
+	sb_log_iter *it;
+	struct sb_event e;
+	int rc;
+
+	if ((rc = sb_log_iter_open_run(log, r->from.run, 1, &it)))
+		return rc;
+	while ((rc = sb_log_iter_next(it, &e)) == SB_OK) {
+		if (e.source != SB_SRC_GATEWAY || strcmp(e.type, "agent.message"))
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			if (!(more = realloc(calls, cap * sizeof *calls))) {
+				rc = SB_ERR_NOMEM;
+				break;
+			}
+			calls = more;
+		}
+		if ((rc = rerun_call(log, &e, &calls[n])))
+			break;
+		n++;
+	}
+	sb_log_iter_close(it);
+	if (rc == SB_END) /* the end of its events */
+		rc = sb_rerun_new(calls, n, r->from.rerun == 2, &r->from.calls);
+	for (size_t i = 0; i < n; i++) {
+		free((void *)calls[i].request);
+		free((void *)calls[i].answer);
+	}
+	free(calls);
+	return rc;
+}
 
 /* On a worker: the snapshot continued, the plan from the record of the run
  * continued, its record, and a machine on a new layer over the snapshot. */
@@ -277,6 +365,10 @@ static void from_job(void *ctx)
 	    (rc = sb_run_group_spent(r)) ||
 	    (!r->from.resume && r->from.memory_bytes &&
 	     (rc = sb_run_vkey_derive(rs->env.home, r->from.run, r->key.alias)))) {
+		r->create.rc = rc;
+		goto out;
+	}
+	if (r->from.rerun && (rc = rerun_load(r))) {
 		r->create.rc = rc;
 		goto out;
 	}
@@ -480,7 +572,10 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 	snprintf(r->from.run, sizeof r->from.run, "%s", f->run);
 	/* what is asked for, until from_point finds it */
 	snprintf(r->from.snap, sizeof r->from.snap, "%s", f->snapshot ? f->snapshot : "");
-	r->from.at = f->at;
+	r->from.at = f->rerun ? 0 : f->at; /* a re-run: from the run's start */
+	r->from.rerun = f->rerun;
+	if (f->rerun)
+		r->from.snap[0] = 0;
 	if (f->prompt && !(r->from.prompt = strdup(f->prompt))) {
 		free(r);
 		return SB_ERR_NOMEM;

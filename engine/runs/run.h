@@ -12,6 +12,7 @@
 #include <msgpack.h>
 #include <pthread.h>
 
+#include "engine/gateway/rerun.h"
 #include "engine/runs/guest.h"
 #include "engine/runs/plan.h"
 #include "engine/runs/roll.h"
@@ -37,6 +38,9 @@ struct sb_run_from {
 	char *prompt;	       /* a new prompt (owned), or NULL */
 	char name[SB_PLAN_NAME_MAX];
 	char group[SB_PLAN_NAME_MAX]; /* a fork's own group, or "": the run's */
+	int rerun;	  /* a re-run: 1, going on live after a divergence: 2 */
+	sb_rerun *calls;  /* a re-run's recorded calls (owned until the
+			   * gateway takes them) */
 };
 
 /* A run's creation, handed from the loop to a worker and back. */

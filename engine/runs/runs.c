@@ -229,6 +229,7 @@ void sb_run_free(struct run *r)
 		sb_gateway_run_remove(r->rs->env.gateway, r->id);
 	sb_plan_free(&r->plan);
 	free(r->from.prompt);
+	sb_rerun_free(r->from.calls);
 	spec_wipe(r);
 	sodium_memzero(r->key.vkey, sizeof r->key.vkey);
 	sodium_memzero(r->key.alias, sizeof r->key.alias);
@@ -816,8 +817,10 @@ int sb_run_connect(struct run *r, uint64_t spent)
 	gr.group_spent_nusd = r->key.group_spent;
 	gr.models = a->models;
 	gr.nmodels = a->nmodels;
+	gr.rerun = r->from.calls;
 	if ((rc = sb_gateway_run_add(rs->env.gateway, &gr, r->key.vkey)))
 		return rc;
+	r->from.calls = NULL; /* the gateway's now */
 	r->key.registered = 1;
 	lim.rate = rs->env.settings->guest_events_rate;
 	lim.burst = rs->env.settings->guest_events_burst;

@@ -123,6 +123,10 @@ struct sb_runs_from {
 	const char *name;     /* the fork's name (NULL: the run's) */
 	const char *group;    /* the fork's group (NULL: the run's) */
 	const char *prompt;   /* a new prompt for the harness, or NULL */
+	int rerun;	      /* 1: a re-run of run from its start, its model
+			       * calls answered from its record; 2: the same,
+			       * going on to the live model after a divergence
+			       * (snapshot and at are not used) */
 };
 
 /* Creates a fork of f->run, or resumes it, from a snapshot: the snapshot
