@@ -4,8 +4,9 @@
 # re-run from its record reaches the same files and exit status with no
 # call reaching the provider, at no cost; a conversation whose tool output
 # is random departs from its record at its second call, named by the first
-# differing field, and stops (diverged); with --live-after-divergence it
-# goes on to the provider, metered.
+# differing field, and stops (diverged: its harness ends on SIGTERM); with
+# --live-after-divergence it goes on to the provider, metered. The CLI's
+# comparison of the two records says so.
 . "$(dirname "$0")/lib/vm.sh"
 
 work=$(mktemp -d /tmp/sbrerun.XXXXXX)
@@ -74,6 +75,9 @@ sr=$(summary "$R")
 	echo "$sr" | grep -q 'replayed=3 cost=0' &&
 	ok "same exit status, tool calls and files; 3 calls replayed at no cost" ||
 	bad "comparison" "original: $so / rerun: $sr"
+grep -qx '  files that differ: none' "$work/re.out" && grep -qx '  exit status: 0 (original 0)' "$work/re.out" &&
+	grep -qx '  tool calls: 2 (original 2)' "$work/re.out" && ok "the CLI's comparison: the same" ||
+	bad "CLI comparison" "$(tail -n 4 "$work/re.out")"
 "$SB" events "$R" --json | grep -q '"type":"run.forked".*"rerun":true' &&
 	ok "recorded as a fork marked rerun" || bad "run.forked" "no rerun mark"
 
@@ -86,6 +90,8 @@ R2=$(sed -n 's/^rerun \([0-9a-f]*\): .*/\1/p' "$work/re2.out" | head -n 1)
 grep -Eq "^rerun $R2: diverged from $(rid dice) at call 2: messages\[[0-9]+\]\.content" "$work/re2.out" &&
 	[ "$(calls)" = "$n0" ] && ok "diverged at call 2, named ($(grep '^rerun' "$work/re2.out"))" ||
 	bad "divergence" "exit $rc: $(tail -n 5 "$work/re2.out")"
+grep -qx '  exit status: 143 (original 0)' "$work/re2.out" && ok "the comparison: the stopped harness's exit (SIGTERM)" ||
+	bad "CLI comparison 2" "$(tail -n 4 "$work/re2.out")"
 "$SB" events "$R2" --json | grep -q '"type":"run.stopped".*"reason":"diverged"' &&
 	ok "stopped, reason diverged" || bad "stop" "$("$SB" events "$R2" | tail -n 3)"
 
