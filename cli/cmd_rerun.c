@@ -48,7 +48,7 @@ static int rerun_report(sb_client *c, const char *run, const char *orig)
 struct side {
 	struct change {
 		char path[256], state[96];
-	} *files;
+	} * files;
 	size_t n, cap;
 	int64_t exit;
 	int exited;
@@ -91,7 +91,8 @@ static int side_event(struct side *s, const msgpack_object *e)
 				  v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER);
 		s->exit = s->exited ? v->via.i64 : 0;
 	}
-	if (strcmp(type, "agent.file.changed") || sb_map_str(p, "path", path, sizeof path) <= 0)
+	if (strcmp(type, "agent.file.changed") ||
+	    sb_map_str(p, "path", path, sizeof path) <= 0)
 		return SB_OK;
 	sb_map_str(p, "kind", kind, sizeof kind);
 	sb_map_str(p, "xxh3", xxh, sizeof xxh);
@@ -168,7 +169,8 @@ static int rerun_compare(sb_client *c, const char *run, const char *orig)
 	struct side a = {0}, b = {0};
 	int rc;
 
-	if ((rc = side_read(c, orig, &a)) == SB_OK && (rc = side_read(c, run, &b)) == SB_OK) {
+	if ((rc = side_read(c, orig, &a)) == SB_OK &&
+	    (rc = side_read(c, run, &b)) == SB_OK) {
 		printf("  files that differ: ");
 		print_differ(&a, &b);
 		char ea[24] = "none", eb[24] = "none";
@@ -177,8 +179,8 @@ static int rerun_compare(sb_client *c, const char *run, const char *orig)
 		if (b.exited)
 			snprintf(eb, sizeof eb, "%lld", (long long)b.exit);
 		printf("  exit status: %s (original %s)\n", eb, ea);
-		printf("  tool calls: %llu (original %llu)\n", (unsigned long long)b.tools,
-		       (unsigned long long)a.tools);
+		printf("  tool calls: %llu (original %llu)\n",
+		       (unsigned long long)b.tools, (unsigned long long)a.tools);
 	}
 	free(a.files);
 	free(b.files);

@@ -67,7 +67,8 @@ int sb_rerun_live(const sb_rerun *rr)
 /* Keys whose values are names a client may make up anew each time. */
 static int key_ignored(const char *k)
 {
-	return !strcmp(k, "id") || !strcmp(k, "tool_call_id") || !strcmp(k, "tool_use_id");
+	return !strcmp(k, "id") || !strcmp(k, "tool_call_id") ||
+	       !strcmp(k, "tool_use_id");
 }
 
 static int diff_value(const json_t *a, const json_t *b, char *path, size_t at);
@@ -82,13 +83,15 @@ static size_t path_end(char *path, size_t at, int n)
 
 static size_t path_key(char *path, size_t at, const char *key)
 {
-	return path_end(path, at,
-			snprintf(path + at, SB_RERUN_PATH_MAX - at, at ? ".%s" : "%s", key));
+	return path_end(
+	    path, at,
+	    snprintf(path + at, SB_RERUN_PATH_MAX - at, at ? ".%s" : "%s", key));
 }
 
 static size_t path_index(char *path, size_t at, size_t i)
 {
-	return path_end(path, at, snprintf(path + at, SB_RERUN_PATH_MAX - at, "[%zu]", i));
+	return path_end(path, at,
+			snprintf(path + at, SB_RERUN_PATH_MAX - at, "[%zu]", i));
 }
 
 /* 1 when a key of a is not in b or its value differs there (path: its
@@ -98,7 +101,8 @@ static int diff_keys(const json_t *a, const json_t *b, char *path, size_t at)
 	const char *k;
 	json_t *v;
 
-	json_object_foreach((json_t *)a, k, v) {
+	json_object_foreach((json_t *)a, k, v)
+	{
 		if (key_ignored(k))
 			continue;
 		size_t n = path_key(path, at, k);
@@ -138,7 +142,7 @@ static int diff_value(const json_t *a, const json_t *b, char *path, size_t at)
 int sb_rerun_diff(const char *a, size_t alen, const char *b, size_t blen,
 		  char path[SB_RERUN_PATH_MAX])
 {
-	static const char *const fields[] = {"model",    "instructions", "system",
+	static const char *const fields[] = {"model",	 "instructions", "system",
 					     "messages", "input",	 "tools"};
 	json_t *ja = json_loadb(a, alen, 0, NULL), *jb = json_loadb(b, blen, 0, NULL);
 	int differ = 0;

@@ -42,8 +42,7 @@ struct sb_rerun_divergence {
  * to the provider after a divergence. The caller frees it with
  * sb_rerun_free (the gateway does, once it was given it). Errors:
  * SB_ERR_NOMEM. */
-int sb_rerun_new(const struct sb_rerun_call *calls, size_t n, int live,
-		 sb_rerun **out);
+int sb_rerun_new(const struct sb_rerun_call *calls, size_t n, int live, sb_rerun **out);
 
 /* Frees rr (NULL is fine). */
 void sb_rerun_free(sb_rerun *rr);
@@ -60,9 +59,9 @@ int sb_rerun_take(sb_rerun *rr, unsigned api, const char *body, size_t len,
 		  const struct sb_rerun_call **call, struct sb_rerun_divergence *d);
 
 /* Compares two request bodies on what a re-run keeps equal (model,
- * instructions, system, messages, input, tools, in that order) and writes the first differing field's
- * path into path ("" when equal; a body that is not JSON differs at "").
- * Returns 1 when they differ, 0 when not. */
+ * instructions, system, messages, input, tools, in that order) and writes the first
+ * differing field's path into path ("" when equal; a body that is not JSON differs at
+ * ""). Returns 1 when they differ, 0 when not. */
 int sb_rerun_diff(const char *a, size_t alen, const char *b, size_t blen,
 		  char path[SB_RERUN_PATH_MAX]);
 

@@ -18,10 +18,10 @@
 /* One call as an upstream gets it. Its pointers are the caller's and must
  * stay valid until the call's end. */
 struct sb_upstream_req {
-	unsigned api;	      /* SB_API_OPENAI or SB_API_ANTHROPIC */
-	int stream;	      /* 1: an SSE stream is asked for */
-	const char *path;     /* after the base URL: "/messages" */
-	const char *body;     /* the request as forwarded */
+	unsigned api;	  /* SB_API_OPENAI, SB_API_ANTHROPIC or SB_API_RESPONSES */
+	int stream;	  /* 1: an SSE stream is asked for */
+	const char *path; /* after the base URL: "/messages" */
+	const char *body; /* the request as forwarded */
 	size_t len;
 	const char *base_url; /* the provider's, ending in /v1 */
 	const char *key;      /* the provider's key, or NULL */
