@@ -145,8 +145,8 @@ int main(int argc, char **argv)
 	socklen_t len = sizeof sa;
 	struct sb_gateway_opts o = {0};
 	struct sb_gateway_model ms[2];
-	struct sb_gateway_run r = {.run = RUN, .stop_on_budget = 1, .models = ms,
-				   .nmodels = 2};
+	struct sb_gateway_run r = {
+	    .run = RUN, .stop_on_budget = 1, .models = ms, .nmodels = 2};
 	char url[SB_URL_MAX], key[SB_VKEY_MAX], path[4096], c;
 	struct sb_budget b = {0};
 	struct pair lp;

@@ -39,11 +39,14 @@
  * A call {use: "write", arguments: {path, content}} or {use: "run",
  * arguments: {command}} is made from the tools the request offers (so one
  * script drives any harness): the first tool named write (else whose name
- * holds it; then create, edit), or bash (then shell, exec, command); each of its schema's
+ * holds it; then create, edit) that has a property named like path/file,
+ * or bash (then shell, exec, command); each of its schema's
  * properties named like path/file, content/text or command/cmd takes that
  * value (a command property of type array gets ["bash", "-lc", command]),
- * another required string property the words "scripted step". A use that
- * no offered tool serves is left out of the answer.
+ * another required string property the words "scripted step". A write no
+ * offered tool serves is made with the run tool, as the command
+ * printf '%s' 'CONTENT' > 'PATH' (quoted for the shell); a use that no
+ * offered tool serves is left out of the answer.
  *
  * --log FILE (else $SANBOX_STUB_LOG) appends one JSON line per request: {path, model,
  * auth, stream, input_tokens, output_tokens, status}; auth is the Authorization header,
@@ -286,8 +289,24 @@ static int name_has(const char *name, const char *const *words)
 	return 0;
 }
 
-/* The offered tool that does use ("write": writes a file, "run": runs a
- * command), or NULL. */
+static const char *const path_w[] = {"path", "file", NULL};
+
+/* Whether schema has a property named like a path. */
+static int has_path(json_t *schema)
+{
+	const char *k;
+	json_t *p;
+
+	json_object_foreach(json_object_get(schema, "properties"), k, p)
+	{
+		if (name_has(k, path_w))
+			return 1;
+	}
+	return 0;
+}
+
+/* The offered tool that does use ("write": writes a file, one with a path
+ * property; "run": runs a command), or NULL. */
 static json_t *tool_for(json_t *req, const char *use, json_t **schema)
 {
 	static const char *const write_words[] = {"write", "create", "edit", NULL};
@@ -302,8 +321,10 @@ static json_t *tool_for(json_t *req, const char *use, json_t **schema)
 		{
 			const char *name = offered_tool(t, schema);
 			const char *const one[] = {words[pass / 2], NULL};
-			if (name && (pass % 2 ? name_has(name, one)
-					      : !strcasecmp(name, words[pass / 2])))
+			if (name &&
+			    (pass % 2 ? name_has(name, one)
+				      : !strcasecmp(name, words[pass / 2])) &&
+			    (words == run_words || has_path(*schema)))
 				return t;
 		}
 	return NULL;
@@ -314,8 +335,7 @@ static json_t *tool_for(json_t *req, const char *use, json_t **schema)
  * them takes its value; another required string property gets a word. */
 static json_t *tool_args_for(json_t *schema, json_t *abstract)
 {
-	static const char *const path_w[] = {"path", "file", NULL},
-				 *const content_w[] = {"content", "text", NULL},
+	static const char *const content_w[] = {"content", "text", NULL},
 				 *const cmd_w[] = {"command", "cmd", NULL};
 	json_t *props = json_object_get(schema, "properties"), *out = json_object(), *v,
 	       *p;
@@ -351,8 +371,38 @@ static json_t *tool_args_for(json_t *schema, json_t *abstract)
 	return out;
 }
 
+/* A write {path, content} as run arguments: {command: "printf '%s' C > P"},
+ * C and P quoted for the shell. */
+static json_t *write_as_run(json_t *args)
+{
+	const char *parts[] = {json_string_value(json_object_get(args, "content")),
+			       json_string_value(json_object_get(args, "path"))};
+	char *s = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&s, &n);
+	json_t *out;
+
+	if (!f)
+		return NULL;
+	fputs("printf '%s' ", f);
+	for (int k = 0; k < 2; k++) {
+		fputs(k ? " > '" : "'", f);
+		for (const char *q = parts[k] ? parts[k] : ""; *q; q++)
+			if (*q == '\'')
+				fputs("'\\''", f);
+			else
+				fputc(*q, f);
+		fputc('\'', f);
+	}
+	fclose(f);
+	out = json_pack("{s:s}", "command", s);
+	free(s);
+	return out;
+}
+
 /* A copy of turn whose calls {use, arguments} are made concrete from the
- * tools req offers; a use no offered tool serves is left out. */
+ * tools req offers: a write no tool serves is made with the run tool, as a
+ * shell command; a use no offered tool serves is left out. */
 static json_t *turn_resolve(json_t *turn, json_t *req)
 {
 	json_t *out = json_deep_copy(turn), *calls = json_array(), *call, *schema, *t;
@@ -370,6 +420,13 @@ static json_t *turn_resolve(json_t *turn, json_t *req)
 				      "arguments",
 				      tool_args_for(schema,
 						    json_object_get(call, "arguments"))));
+		} else if (!strcmp(use, "write") && (t = tool_for(req, "run", &schema))) {
+			json_t *run = write_as_run(json_object_get(call, "arguments"));
+			json_array_append_new(calls,
+					      json_pack("{s:s, s:o}", "name",
+							offered_tool(t, &schema), "arguments",
+							tool_args_for(schema, run)));
+			json_decref(run);
 		}
 	}
 	json_object_set_new(out, "tool_calls", calls);

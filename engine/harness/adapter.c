@@ -12,6 +12,7 @@ static const struct sb_harness_ops *const adapters[] = {
     &sb_harness_reference,
     &sb_harness_command,
     &sb_harness_opencode,
+    &sb_harness_codex,
 };
 
 const struct sb_harness_ops *sb_harness_find(const char *name)

@@ -18,7 +18,7 @@
 #include <stddef.h>
 
 #define SB_ADAPTER_NAME_MAX 32
-#define SB_ADAPTER_ARGS_MAX 16 /* entries of an argv or an env an adapter adds */
+#define SB_ADAPTER_ARGS_MAX 40 /* entries of an argv or an env an adapter adds */
 #define SB_ADAPT_PATH	    "/usr/bin/sanbox-adapt" /* the translator in the guest */
 
 /* What an adapter builds from. Strings are borrowed for the call. */
@@ -67,7 +67,7 @@ struct sb_harness_ops {
 };
 
 extern const struct sb_harness_ops sb_harness_reference, sb_harness_command,
-    sb_harness_opencode;
+    sb_harness_opencode, sb_harness_codex;
 
 /* The adapter called name, or NULL when there is none. */
 const struct sb_harness_ops *sb_harness_find(const char *name);

@@ -1,0 +1,70 @@
+#!/bin/sh
+# The codex adapter end to end: the codex template is built (its Debian
+# userland and npm package come from the cache after the first build),
+# Codex calls the built-in stub/harness model through the gateway's
+# Responses API with the run's virtual key, writes /workspace/hello.txt
+# and copies it with its shell tool; the record has its turn, the tool
+# calls, the file changes, the gateway's usage and its claim only as a
+# claim. A tiny budget stops a run with budget.exceeded.
+. "$(dirname "$0")/lib/vm.sh"
+
+work=$(mktemp -d /tmp/sbcx.XXXXXX)
+cx_cleanup() { rm -rf "$work"; }
+vm_extra_cleanup=cx_cleanup
+tpl=$SANBOX_TEMPLATES/codex/template.json
+stale=
+for f in "$BUILD/sanbox-agent" "$BUILD/sanbox-adapt" "$REPO/templates/codex/template.conf" \
+	"$REPO/tools/mkimage.sh" "$REPO/tools/debian.sh"; do
+	[ -f "$tpl" ] && [ "$f" -nt "$tpl" ] && stale=1
+done
+if [ ! -f "$tpl" ] || [ -n "$stale" ]; then
+	start=$(date +%s)
+	"$SB" template build codex >"$work/build.log" 2>&1 ||
+		{ bad "template build" "$(tail -n 3 "$work/build.log")"; exit 1; }
+	echo "codex built in $(($(date +%s) - start)) s"
+fi
+
+start=$(date +%s)
+"$SB" run -t codex -m stub/harness --name cx "write hello.txt, then run a command" \
+	>"$work/cx.out" 2>&1
+rc=$?
+echo "codex ran in $(($(date +%s) - start)) s"
+[ $rc = 0 ] && ok "codex ran to its end" || bad "run" "exit $rc: $(tail -n 5 "$work/cx.out")"
+R=$("$SB" inspect cx --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["run"])')
+events_json "$R" >"$work/cx.ev"
+python3 - "$work/cx.ev" <<'PY' && ok "its turn, tool calls, the file changes and the gateway's usage" || bad "record" "see above"
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def need(c, what):
+    if not c:
+        print("record:", what); sys.exit(1)
+t = lambda ty, src: [e for e in evs if e["type"] == ty and e["source"] == src]
+need(len(t("agent.turn.started", "harness")) == 1, "one turn")
+done = [e["payload"] for e in t("agent.tool.completed", "harness")]
+need([d["tool"] for d in done] == ["shell", "shell"], "tool calls %r" % done)
+need("hello.txt" in done[0]["args"] and done[0]["exit"] == 0 and done[1]["exit"] == 0,
+     "the calls' summaries %r" % done)
+files = {e["payload"]["path"] for e in t("agent.file.changed", "guest")}
+need({"/workspace/hello.txt", "/workspace/ran.txt"} <= files or {"hello.txt", "ran.txt"} <= files,
+     "file changes %r" % files)
+msgs = t("agent.message", "gateway")
+need(len(msgs) == 3 and all(m["payload"]["api"] == "responses" for m in msgs),
+     "three Responses calls %r" % [m["payload"].get("api") for m in msgs])
+use = t("agent.usage.updated", "gateway")
+need(len(use) == 3 and use[-1]["payload"]["total_nusd"] > 0 and
+     not any(u["payload"].get("estimated") for u in use), "gateway usage %r" % use)
+need(not any(e["type"] == "agent.usage.updated" and e["source"] != "gateway" for e in evs), "usage only from the gateway")
+claims = [e["payload"].get("claim") for e in t("agent.turn.completed", "harness")]
+need(len(claims) == 1 and claims[0].get("input_tokens", 0) > 0, "its claim %r" % claims)
+need(any(e["payload"]["role"] == "assistant" and e["payload"].get("text") == "done"
+         for e in t("agent.message", "harness")), "its last message")
+PY
+
+"$SB" run -t codex -m stub/harness --budget 0.001 --name tight "write hello.txt" \
+	>"$work/tight.out" 2>&1
+rc=$?
+[ $rc = 123 ] && has_event tight 'e["type"] == "budget.exceeded"' &&
+	has_event tight 'e["type"] == "run.stopped" and e["payload"]["reason"] == "budget"' &&
+	ok "a tiny budget stops it with budget.exceeded" || bad "budget" "exit $rc: $(tail -n 3 "$work/tight.out")"
+
+[ "$failures" = 0 ]
