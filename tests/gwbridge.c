@@ -86,13 +86,15 @@ static void *acceptor(void *arg)
 
 	while ((c = accept(lfd, NULL, NULL)) >= 0) {
 		struct pair *p = malloc(sizeof *p);
+		if (p) {
+			p->gw = gw;
+			p->client = c;
+		}
 		if (!p || pthread_create(&t, NULL, bridge, p)) {
 			free(p);
 			close(c);
 			continue;
 		}
-		p->gw = gw;
-		p->client = c;
 		pthread_detach(t);
 	}
 	return NULL;

@@ -159,8 +159,9 @@ static const struct field *field_of(unsigned api, const char *name)
 }
 
 /* Checks that each tool of the array v has a type of the API's list (a
- * tool without a type is the client's own). */
-static int tools_check(unsigned api, json_t *v)
+ * tool without a type is the client's own; a Responses namespace, at the
+ * top only, is a group of them, each checked). */
+static int tools_check_at(unsigned api, json_t *v, int depth)
 {
 	const char *const *ok = api == SB_API_ANTHROPIC || api == SB_API_COUNT
 				    ? anthropic_tools
@@ -179,6 +180,18 @@ static int tools_check(unsigned api, json_t *v)
 			return sb_seterr(SB_ERR_INVAL, "tools[%zu] must be an object", i);
 		if (!(type = json_string_value(json_object_get(t, "type"))))
 			continue;
+		if (api == SB_API_RESPONSES && !strcmp(type, "namespace")) {
+			/* a group of the client's tools: each is checked */
+			if (depth > 0 ||
+			    tools_check_at(api, json_object_get(t, "tools"), 1))
+				return sb_seterr(
+				    SB_ERR_INVAL,
+				    "tools[%zu]: a namespace is refused by the "
+				    "gateway when it holds a tool the provider "
+				    "would run, or another namespace",
+				    i);
+			continue;
+		}
 		for (p = ok; *p && strncmp(type, *p, strlen(*p)); p++)
 			;
 		if (!*p)
@@ -188,6 +201,11 @@ static int tools_check(unsigned api, json_t *v)
 					 i, type);
 	}
 	return SB_OK;
+}
+
+static int tools_check(unsigned api, json_t *v)
+{
+	return tools_check_at(api, v, 0);
 }
 
 /* Content parts whose input the body's bytes do not bound, refused:

@@ -27,7 +27,7 @@
 static const char builtin_json[] =
     "{\"default_model\": \"stub/scripted\", \"default_budget_usd\": 1.0,"
     " \"providers\": {\"stub\": {\"builtin\": \"stub\", \"api\": [\"openai\", "
-    "\"anthropic\"]}},"
+    "\"anthropic\", \"responses\"]}},"
     " \"models\": {"
     "  \"stub/scripted\": {\"provider\": \"stub\", \"input\": 1, \"output\": 2, "
     "\"cached\": 0.5},"

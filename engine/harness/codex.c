@@ -23,6 +23,7 @@ static int cx_config(const struct sb_harness_ctx *c, struct sb_harness_args *out
 	    "model_providers.sanbox.wire_api=\"responses\"",
 	    "check_for_update_on_startup=false",
 	    "analytics.enabled=false",
+	    "web_search=\"disabled\"",
 	};
 	int rc;
 

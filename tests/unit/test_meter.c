@@ -41,7 +41,7 @@ static void test_builtin_models(void **state)
 	assert_int_equal(m->max_output, 4096);
 	assert_non_null(p = sb_models_provider(ms, m->provider));
 	assert_true(p->builtin);
-	assert_int_equal(p->apis, SB_API_OPENAI | SB_API_ANTHROPIC);
+	assert_int_equal(p->apis, SB_API_OPENAI | SB_API_ANTHROPIC | SB_API_RESPONSES);
 	assert_null(sb_models_find(ms, "gpt-unknown"));
 	sb_models_free(ms);
 	tu_rmrf(home);
