@@ -13,6 +13,7 @@ static const struct sb_harness_ops *const adapters[] = {
     &sb_harness_command,
     &sb_harness_opencode,
     &sb_harness_codex,
+    &sb_harness_claude_code,
 };
 
 const struct sb_harness_ops *sb_harness_find(const char *name)

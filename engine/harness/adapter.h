@@ -67,7 +67,7 @@ struct sb_harness_ops {
 };
 
 extern const struct sb_harness_ops sb_harness_reference, sb_harness_command,
-    sb_harness_opencode, sb_harness_codex;
+    sb_harness_opencode, sb_harness_codex, sb_harness_claude_code;
 
 /* The adapter called name, or NULL when there is none. */
 const struct sb_harness_ops *sb_harness_find(const char *name);

@@ -1,6 +1,7 @@
-/* test_adapters.c - harness adapters: the codex adapter's argv and env
- * (what a run and a resume start), and its translator on lines Codex
- * 0.171 printed against stub/harness, plus garbage and a cut turn. */
+/* test_adapters.c - harness adapters: the codex and claude-code adapters'
+ * argv and env (what a run and a resume start), and their translators on
+ * lines Codex 0.171 and Claude Code 2.1.332 printed against stub/harness
+ * (Claude Code's trimmed to the fields read), plus garbage and a cut turn. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -155,12 +156,105 @@ static void test_codex_argv(void **state)
 	assert_string_equal(e.v[0], "NO_COLOR=1");
 }
 
+static const char *const claude_lines[] = {
+    "{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"f63d7386-5a6a-410b-8301-"
+    "b3f7af4be3b6\",\"model\":\"stub/harness\"}",
+    "{\"type\":\"assistant\",\"message\":{\"id\":\"msg_stub_0\",\"role\":\"assistant\","
+    "\"content\":[{\"type\":\"text\",\"text\":\"I will write the file, then run a "
+    "command.\"}]}}",
+    "{\"type\":\"assistant\",\"message\":{\"id\":\"msg_stub_0\",\"role\":\"assistant\","
+    "\"content\":[{\"type\":\"tool_use\",\"id\":\"toolu_0_0\",\"name\":\"Write\","
+    "\"input\":{\"file_path\":\"/workspace/hello.txt\",\"content\":\"hello from the "
+    "harness\\n\"}}]}}",
+    "{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":[{\"tool_use_id\":"
+    "\"toolu_0_0\",\"type\":\"tool_result\",\"content\":\"File created successfully at: "
+    "/workspace/hello.txt (file state is current in your context \\u2014 no need to Read "
+    "it back)\"}]}}",
+    "{\"type\":\"assistant\",\"message\":{\"id\":\"msg_stub_1\",\"role\":\"assistant\","
+    "\"content\":[{\"type\":\"tool_use\",\"id\":\"toolu_1_0\",\"name\":\"Bash\","
+    "\"input\":{\"command\":\"cat /workspace/hello.txt > /workspace/ran.txt\"}}]}}",
+    "{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":[{\"tool_use_id\":"
+    "\"toolu_1_0\",\"type\":\"tool_result\",\"content\":\"(Bash completed with no "
+    "output)\",\"is_error\":false}]}}",
+    "{\"type\":\"assistant\",\"message\":{\"id\":\"msg_stub_2\",\"role\":\"assistant\","
+    "\"content\":[{\"type\":\"text\",\"text\":\"done\"}]}}",
+    "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"num_turns\":3,"
+    "\"result\":\"done\",\"total_cost_usd\":0.03052,\"usage\":{\"input_tokens\":7405,"
+    "\"output_tokens\":45}}",
+    "garbage {",
+};
+
+static void test_claude_translator(void **state)
+{
+	const struct sb_harness_ops *ops = sb_harness_find("claude-code");
+	static const char *const want[] = {
+	    "agent.turn.started",   "agent.message",	    "agent.tool.started",
+	    "agent.tool.completed", "agent.turn.completed", "agent.progress",
+	    "agent.turn.started",   "agent.tool.started",   "agent.tool.completed",
+	    "agent.turn.completed", "agent.progress",	    "agent.turn.started",
+	    "agent.message",	    "agent.turn.completed", "agent.progress"};
+	struct got g = {0};
+	json_t *claim;
+	void *st;
+
+	assert_non_null(ops);
+	assert_non_null(st = ops->reader_new());
+	for (size_t i = 0; i < sizeof claude_lines / sizeof claude_lines[0]; i++)
+		ops->read_line(st, claude_lines[i], strlen(claude_lines[i]), on_emit, &g);
+	ops->read_end(st, 0, on_emit, &g);
+	ops->reader_free(st);
+	assert_int_equal(g.n, sizeof want / sizeof want[0]);
+	for (size_t i = 0; i < g.n; i++)
+		assert_string_equal(g.types[i], want[i]);
+	assert_string_equal(str(g.payloads[1], "text"),
+			    "I will write the file, then run a command.");
+	assert_string_equal(str(g.payloads[3], "tool"), "Write");
+	assert_non_null(strstr(str(g.payloads[3], "args"), "/workspace/hello.txt"));
+	assert_int_equal(json_integer_value(json_object_get(g.payloads[3], "exit")), 0);
+	assert_non_null(strstr(str(g.payloads[3], "result"), "File created"));
+	assert_null(json_object_get(g.payloads[4], "claim"));
+	assert_string_equal(str(g.payloads[8], "tool"), "Bash");
+	assert_string_equal(str(g.payloads[12], "text"), "done");
+	claim = json_object_get(g.payloads[13], "claim");
+	assert_int_equal(json_integer_value(json_object_get(claim, "input_tokens")),
+			 7405);
+	assert_int_equal(json_integer_value(json_object_get(claim, "output_tokens")), 45);
+	assert_true(json_real_value(json_object_get(claim, "cost_usd")) > 0.03);
+	got_free(&g);
+}
+
+static void test_claude_argv(void **state)
+{
+	const struct sb_harness_ops *ops = sb_harness_find("claude-code");
+	struct sb_harness_ctx c = {.harness = "/usr/local/bin/claude",
+				   .prompt = "-p sneaky",
+				   .model = "anthropic/claude-sonnet-4-5",
+				   .base_url = "http://127.0.0.1:4000/v1"};
+	struct sb_harness_args a = {0}, e = {0};
+
+	assert_int_equal(ops->argv(&c, &a), 0);
+	assert_string_equal(a.v[3], "/usr/local/bin/claude");
+	assert_string_equal(a.v[4], "-p");
+	assert_string_equal(a.v[a.n - 1], "-p sneaky");
+	assert_string_equal(a.v[a.n - 2], "--");
+	assert_string_equal(a.v[a.n - 3], "anthropic/claude-sonnet-4-5");
+	c.resume = 1;
+	memset(&a, 0, sizeof a);
+	assert_int_equal(ops->argv(&c, &a), 0);
+	assert_string_equal(a.v[a.n - 3], "--continue");
+	assert_int_equal(ops->env(&c, &e), 0);
+	assert_string_equal(e.v[0], "IS_SANDBOX=1");
+	assert_string_equal(e.v[1], "DISABLE_AUTOUPDATER=1");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_codex_translator),
 	    cmocka_unit_test(test_codex_cut_turn),
 	    cmocka_unit_test(test_codex_argv),
+	    cmocka_unit_test(test_claude_translator),
+	    cmocka_unit_test(test_claude_argv),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
