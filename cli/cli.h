@@ -274,9 +274,9 @@ void cli_guest_path(const char *p, char *buf, size_t cap);
 struct cli_fs_at {
 	const char *snapshot;
 	uint64_t at;
-	int quiet; /* no note of the changes recorded after the snapshot */
 	/* set by cli_fs_open when it opens a snapshot: */
 	char run[SB_RUN_MAX];
+	char snap_id[72];     /* the snapshot's id, "sN" */
 	uint64_t snap_offset; /* the offset the snapshot was taken at */
 };
 
@@ -310,12 +310,43 @@ int cli_blob_write(sb_client *c, const char *key, int fd);
  * SB_ERR_NOMEM. */
 int cli_blob_read(sb_client *c, const char *key, char **data, size_t *len);
 
+/* A run's disk read through the daemon (cli/disk.c): fs.stat, fs.list,
+ * fs.read, so that it reads alike with --remote. */
+typedef struct cli_disk cli_disk;
+
+/* A handle on run's disk (snapshot sN, or NULL: its current disk) over
+ * connection c, which it takes (cli_disk_close closes it). Errors:
+ * SB_ERR_NOMEM (c then still the caller's). */
+int cli_disk_open(sb_client *c, const char *run, const char *snapshot, cli_disk **out);
+
+/* Closes d and its connection (NULL is fine). */
+void cli_disk_close(cli_disk *d);
+
+/* d's connection, for other calls while d is open. */
+sb_client *cli_disk_client(cli_disk *d);
+
+/* As sb_fsread_stat: the entry at guest path path, its strings valid
+ * until the next call on d. Errors: those of fs.stat (sb_fsread_stat's),
+ * of the call, SB_ERR_PROTO. */
+int cli_disk_stat(cli_disk *d, const char *path, struct sb_fs_entry *out);
+
+/* As sb_fsread_list: fn for every entry of the directory path, in pages
+ * of fs.list. Errors: those of fs.list, SB_ERR_INVAL (not a directory),
+ * fn's. */
+int cli_disk_list(cli_disk *d, const char *path, sb_fsread_entry_fn fn, void *ctx);
+
+/* As sb_fsread_read: the regular file path's bytes to fn, in fs.read
+ * chunks. Errors: those of fs.read, fn's, SB_ERR_PROTO. */
+int cli_disk_read(cli_disk *d, const char *path, sb_fsread_chunk_fn fn, void *ctx);
+
+/* cli_disk_read into fd. Errors: those of cli_disk_read, SB_ERR_IO. */
+int cli_disk_read_fd(cli_disk *d, const char *path, int fd);
+
 /* Opens the disk of run want (an id prefix or a name) chosen by sel (NULL:
- * its current one) into *out, which the caller closes with
- * sb_fsread_close; returns 0, or prints the error and returns its exit
- * code. Reading at an offset past the snapshot's, it says on stderr how
- * many file changes recorded after the snapshot it does not hold. */
-int cli_fs_open(const char *want, struct cli_fs_at *sel, sb_fsread **out);
+ * its current one; a running run's guest syncs first) into *out, which the
+ * caller closes with cli_disk_close; returns 0, or prints the error and
+ * returns its exit code. */
+int cli_fs_open(const char *want, struct cli_fs_at *sel, cli_disk **out);
 
 /* Prints the error rc of a disk read (its detail, escaped) and returns
  * its exit code: 3 for not found, else 1. */
@@ -367,7 +398,7 @@ void cli_fs_list_free(struct cli_fs_list *l);
  * omits. The caller frees l, also on error. Errors: SB_ERR_INVAL (gp not
  * under /workspace), SB_ERR_NOTFOUND, those of the calls and reads,
  * SB_ERR_NOMEM (cli/fsroll.c). */
-int cli_fs_list_at(sb_fsread *f, const struct cli_fs_at *sel, const char *gp,
+int cli_fs_list_at(cli_disk *f, const struct cli_fs_at *sel, const char *gp,
 		   struct cli_fs_list *l, struct sb_roll *roll);
 
 /* Copies local (a file, a symlink, or with recurse a directory and all in

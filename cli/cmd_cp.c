@@ -19,8 +19,8 @@
  * (less the umask and the set-id bits). Never follows anything at at;
  * removes what it created when it fails. Local errors name name.
  * Errors: SB_ERR_EXISTS (something is at at), SB_ERR_IO, and those of
- * sb_fsread_read_fd. */
-static int cp_create(const char *at, const char *name, sb_fsread *f, const char *gp,
+ * cli_disk_read_fd. */
+static int cp_create(const char *at, const char *name, cli_disk *f, const char *gp,
 		     const struct sb_fs_entry *e)
 {
 	int fd, rc;
@@ -35,7 +35,7 @@ static int cp_create(const char *at, const char *name, sb_fsread *f, const char 
 				 name, strerror(errno));
 	if (e->type == SB_FS_SYMLINK)
 		return SB_OK;
-	rc = sb_fsread_read_fd(f, gp, fd);
+	rc = cli_disk_read_fd(f, gp, fd);
 	if (close(fd) && !rc)
 		rc = sb_seterr(SB_ERR_IO, "%s: %s", name, strerror(errno));
 	if (rc)
@@ -46,7 +46,7 @@ static int cp_create(const char *at, const char *name, sb_fsread *f, const char 
 /* Makes dest from the guest's entry: created in place, or with force
  * created under a fresh name beside dest and renamed over it (so what was
  * at dest, a symlink included, is replaced and never written through). */
-static int cp_place(const char *dest, int force, sb_fsread *f, const char *gp,
+static int cp_place(const char *dest, int force, cli_disk *f, const char *gp,
 		    const struct sb_fs_entry *e)
 {
 	char tmp[PATH_MAX];
@@ -129,7 +129,7 @@ int cmd_cp(int argc, char **argv)
 	const char *src, *dest, *colon, *path;
 	struct sb_fs_entry e;
 	int force = 0, recurse = 0, json = 0, ch, rc;
-	sb_fsread *f;
+	cli_disk *f;
 
 	while ((ch = getopt_long(argc, argv, ":hfr", opts, NULL)) != -1) {
 		switch (ch) {
@@ -167,7 +167,7 @@ int cmd_cp(int argc, char **argv)
 	cli_guest_path(colon + 1, gp, sizeof gp);
 	if ((rc = cli_fs_open(want, NULL, &f)))
 		return rc;
-	if ((rc = sb_fsread_stat(f, gp, &e))) {
+	if ((rc = cli_disk_stat(f, gp, &e))) {
 		rc = cli_fs_fail(rc);
 	} else if (e.type != SB_FS_FILE && e.type != SB_FS_SYMLINK) {
 		rc = cli_fs_refuse(gp, &e, " (cp copies a file or a symlink)");
@@ -178,6 +178,6 @@ int cmd_cp(int argc, char **argv)
 	} else if (rc) {
 		rc = cli_fs_fail(rc);
 	}
-	sb_fsread_close(f);
+	cli_disk_close(f);
 	return rc;
 }

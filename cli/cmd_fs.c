@@ -15,7 +15,6 @@
 #include "engine/log/blob.h"
 #include "engine/payload.h"
 #include "engine/proc.h"
-#include "engine/runs/layers.h"
 #include "engine/runs/roll.h"
 #include "engine/text.h"
 #include "vmm/fsread.h"
@@ -152,22 +151,15 @@ int cli_blob_read(sb_client *c, const char *key, char **data, size_t *len)
 	return rc;
 }
 
-static int count_change(void *ctx, const struct cli_file_change *ch)
-{
-	(*(uint64_t *)ctx)++;
-	return 0;
-}
-
-/* The layer of run's snapshot sel->snapshot, or of its newest one at or
- * before sel->at, into layer; says on stderr what it does not hold. */
-static int snapshot_layer(sb_client *c, const char *run, struct cli_fs_at *sel,
-			  char *layer, size_t cap)
+/* Picks run's snapshot sel->snapshot, or its newest one at or before
+ * sel->at, into sel (snap_id, snap_offset, run); prints the error. */
+static int snapshot_pick(sb_client *c, const char *run, struct cli_fs_at *sel)
 {
 	struct cli_req r;
 	struct sb_reply rep = {0};
 	const msgpack_object *list, *best = NULL;
-	char id[72], rel[PATH_MAX];
-	uint64_t off = 0, n;
+	char id[72];
+	uint64_t off = 0;
 	int rc;
 
 	cli_req_begin(&r, "snapshots.list");
@@ -187,7 +179,7 @@ static int snapshot_layer(sb_client *c, const char *run, struct cli_fs_at *sel,
 			off = o;
 		}
 	}
-	if (!best || sb_map_str(best, "layer", rel, sizeof rel) <= 0) {
+	if (!best || sb_map_str(best, "snapshot", sel->snap_id, sizeof sel->snap_id) <= 0) {
 		sb_reply_free(&rep);
 		if (sel->snapshot)
 			return cli_fail(SB_ERR_NOTFOUND, "run %s has no snapshot %s", run,
@@ -196,28 +188,9 @@ static int snapshot_layer(sb_client *c, const char *run, struct cli_fs_at *sel,
 				"run %s has no snapshot at or before offset %llu", run,
 				(unsigned long long)sel->at);
 	}
-	sb_map_str(best, "snapshot", id, sizeof id);
-	if ((size_t)snprintf(layer, cap, "%s/%.*s", cli_home, (int)(cap / 2), rel) >=
-	    cap) {
-		sb_reply_free(&rep);
-		return cli_fail(SB_ERR_TOOBIG,
-				"snapshot %s: its layer's path is too long", id);
-	}
 	sb_reply_free(&rep);
 	sel->snap_offset = off;
 	snprintf(sel->run, sizeof sel->run, "%s", run);
-	n = 0;
-	if (!sel->snapshot && sel->at > off && !sel->quiet &&
-	    cli_file_changes(c, run, off, sel->at, count_change, &n) == SB_OK && n)
-		cli_note("the files as of snapshot %s (offset %llu): %llu file change%s "
-			 "recorded "
-			 "after it, up to offset %llu, %s not in it (sanbox diff %s "
-			 "--from %llu "
-			 "--to %llu lists them)",
-			 id, (unsigned long long)off, (unsigned long long)n,
-			 n == 1 ? "" : "s", (unsigned long long)sel->at,
-			 n == 1 ? "is" : "are", run, (unsigned long long)off,
-			 (unsigned long long)sel->at);
 	return SB_OK;
 }
 
@@ -236,33 +209,28 @@ static void live_sync(sb_client *c, const char *run)
 	sb_reply_free(&rep);
 }
 
-int cli_fs_open(const char *want, struct cli_fs_at *sel, sb_fsread **out)
+int cli_fs_open(const char *want, struct cli_fs_at *sel, cli_disk **out)
 {
-	char run[SB_RUN_MAX], layer[PATH_MAX + 64];
+	char run[SB_RUN_MAX];
 	sb_client *c;
 	int rc;
 
-	if ((rc = cli_local_only("reading a run's disk (fs, cp)")))
-		return rc;
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	if ((rc = cli_resolve(c, want, run))) {
 		sb_client_close(c);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	}
-	if (sel && (sel->snapshot || sel->at)) {
-		rc = snapshot_layer(c, run, sel, layer, sizeof layer);
-		sb_client_close(c);
-		if (rc)
-			return rc;
-	} else {
+	if (sel && (sel->snapshot || sel->at))
+		rc = snapshot_pick(c, run, sel);
+	else
 		live_sync(c, run);
+	if (!rc && (rc = cli_disk_open(c, run, sel && sel->snap_id[0] ? sel->snap_id : NULL,
+				       out)))
+		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+	if (rc)
 		sb_client_close(c);
-		snprintf(layer, sizeof layer, "%s/runs/%s/disk.qcow2", cli_home, run);
-	}
-	if ((rc = sb_layers_check(cli_home, layer)))
-		return cli_fail(rc, "%s", sb_errmsg(rc)); /* qemu-nbd would follow it */
-	return (rc = sb_fsread_open(layer, out)) ? cli_fs_fail(rc) : 0;
+	return rc;
 }
 
 int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why)
@@ -371,29 +339,27 @@ int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path, int fd
 {
 	char gp[SB_FS_PATH_MAX + 16];
 	struct sb_fs_entry e;
-	sb_fsread *f;
+	cli_disk *f;
 	int rc;
 
 	cli_guest_path(path, gp, sizeof gp);
-	if (sel)
-		sel->quiet = 1; /* the recorded changes are applied below */
 	if ((rc = cli_fs_open(want, sel, &f)))
 		return rc;
 	if (sel && sel->at && sel->run[0] && sel->at > sel->snap_offset &&
 	    (rc = cat_recorded(sel, gp, fd)) != CAT_SNAPSHOT) {
-		sb_fsread_close(f);
+		cli_disk_close(f);
 		return rc;
 	}
-	if ((rc = sb_fsread_stat(f, gp, &e))) {
+	if ((rc = cli_disk_stat(f, gp, &e))) {
 		rc = cli_fs_fail(rc);
 	} else if (e.type != SB_FS_FILE) {
 		rc = cli_fs_refuse(gp, &e, NULL);
 	} else {
 		fflush(stdout);
-		if ((rc = sb_fsread_read_fd(f, gp, fd)))
+		if ((rc = cli_disk_read_fd(f, gp, fd)))
 			rc = cli_fs_fail(rc);
 	}
-	sb_fsread_close(f);
+	cli_disk_close(f);
 	return rc;
 }
 
@@ -495,21 +461,20 @@ static int fs_ls_read(const char *want, struct cli_fs_at *sel, const char *gp,
 {
 	struct sb_fs_entry e;
 	struct sb_roll roll;
-	sb_fsread *f;
+	cli_disk *f;
 	int rc, rolled;
 
-	sel->quiet = 1; /* what the listing lacks is said below */
 	if ((rc = cli_fs_open(want, sel, &f)))
 		return rc;
 	rolled = sel->at && sel->run[0] && sel->at > sel->snap_offset &&
 		 !strncmp(gp, "/workspace", 10) && (!gp[10] || gp[10] == '/');
 	if (rolled) {
 		rc = cli_fs_list_at(f, sel, gp, l, &roll);
-	} else if ((rc = sb_fsread_stat(f, gp, &e)) == SB_OK) {
-		rc = e.type == SB_FS_DIR ? sb_fsread_list(f, gp, cli_fs_list_add, l)
+	} else if ((rc = cli_disk_stat(f, gp, &e)) == SB_OK) {
+		rc = e.type == SB_FS_DIR ? cli_disk_list(f, gp, cli_fs_list_add, l)
 					 : cli_fs_list_put(l, &e);
 	}
-	sb_fsread_close(f);
+	cli_disk_close(f);
 	if (rc)
 		return cli_fs_fail(rc);
 	if (rolled && roll.omitted)

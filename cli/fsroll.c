@@ -173,7 +173,7 @@ static int change_note(void *ctx, const struct cli_file_change *ch)
 	return 0;
 }
 
-/* sb_roll_probe_fn on the snapshot's disk (ctx: its sb_fsread), as the
+/* sb_roll_probe_fn on the snapshot's disk (ctx: its cli_disk), as the
  * roll-forward of a fork reads it. */
 static int roll_probe(void *ctx, const char *prefix)
 {
@@ -181,7 +181,7 @@ static int roll_probe(void *ctx, const char *prefix)
 	struct sb_fs_entry e;
 
 	snprintf(path, sizeof path, "/workspace%s%s", prefix[0] ? "/" : "", prefix);
-	return sb_fsread_stat(ctx, path, &e) || e.type == SB_FS_DIR;
+	return cli_disk_stat(ctx, path, &e) || e.type == SB_FS_DIR;
 }
 
 /* -- the directory rolled forward */
@@ -334,7 +334,7 @@ static void view_fate(const struct view *v, const struct sb_plan *p,
 /* Lists v's directory (gp on the disk) rolled forward by p and cs into
  * v's listing; *isdir 0 (nothing listed) when it is not a directory then.
  * Errors: those of the snapshot's reads, SB_ERR_NOMEM. */
-static int view_dir_list(struct view *v, sb_fsread *f, const char *gp,
+static int view_dir_list(struct view *v, cli_disk *f, const char *gp,
 			 const struct sb_plan *p, const struct changes *cs, int *isdir)
 {
 	struct sb_fs_entry e;
@@ -346,12 +346,12 @@ static int view_dir_list(struct view *v, sb_fsread *f, const char *gp,
 		if (!strcmp(p->inputs[i].path, v->dir))
 			gone = 1; /* a file or a link where it was */
 	if (!*isdir && !gone)
-		*isdir = sb_fsread_stat(f, gp, &e) == SB_OK && e.type == SB_FS_DIR;
+		*isdir = cli_disk_stat(f, gp, &e) == SB_OK && e.type == SB_FS_DIR;
 	sb_clearerr();
 	if (!*isdir)
 		return SB_OK;
-	if (!gone && (rc = sb_fsread_stat(f, gp, &e)) == SB_OK && e.type == SB_FS_DIR &&
-	    (rc = sb_fsread_list(f, gp, cli_fs_list_add, v->l)))
+	if (!gone && (rc = cli_disk_stat(f, gp, &e)) == SB_OK && e.type == SB_FS_DIR &&
+	    (rc = cli_disk_list(f, gp, cli_fs_list_add, v->l)))
 		return rc;
 	sb_clearerr();
 	return view_apply(v, p, cs);
@@ -360,7 +360,7 @@ static int view_dir_list(struct view *v, sb_fsread *f, const char *gp,
 /* Lists gp (relative: rel) rolled forward into v's listing: a directory's
  * entries, or the entry itself, found in its directory's. Errors:
  * SB_ERR_NOTFOUND, those of view_dir_list. */
-static int view_path(struct view *v, sb_fsread *f, char *gp, char *rel,
+static int view_path(struct view *v, cli_disk *f, char *gp, char *rel,
 		     const struct sb_plan *p, const struct changes *cs)
 {
 	struct cli_fs_list up = {0};
@@ -390,7 +390,7 @@ static int view_path(struct view *v, sb_fsread *f, char *gp, char *rel,
 
 /* The path rel (under /workspace, gp on the disk) with cs rolled forward
  * into l. Errors: those of view_path, SB_ERR_NOMEM. */
-static int view_list(sb_client *c, sb_fsread *f, char *gp, char *rel,
+static int view_list(sb_client *c, cli_disk *f, char *gp, char *rel,
 		     const struct changes *cs, struct cli_fs_list *l, struct sb_roll *roll)
 {
 	struct sb_plan *p = calloc(1, sizeof *p);
@@ -409,7 +409,7 @@ static int view_list(sb_client *c, sb_fsread *f, char *gp, char *rel,
 	return rc;
 }
 
-int cli_fs_list_at(sb_fsread *f, const struct cli_fs_at *sel, const char *gp,
+int cli_fs_list_at(cli_disk *f, const struct cli_fs_at *sel, const char *gp,
 		   struct cli_fs_list *l, struct sb_roll *roll)
 {
 	char rel[SB_FS_PATH_MAX], path[SB_FS_PATH_MAX + 16];
@@ -425,14 +425,12 @@ int cli_fs_list_at(sb_fsread *f, const struct cli_fs_at *sel, const char *gp,
 	for (n = strlen(rel); n && rel[n - 1] == '/'; n--)
 		rel[n - 1] = 0;
 	snprintf(path, sizeof path, "/workspace%s%s", rel[0] ? "/" : "", rel);
-	if ((rc = cli_connect(1, &c)))
-		return rc;
+	c = cli_disk_client(f);
 	rc = cli_file_changes(c, sel->run, sel->snap_offset, sel->at, change_note, &cs);
 	if (!rc && cs.rc)
 		rc = cs.rc;
 	if (!rc)
 		rc = view_list(c, f, path, rel, &cs, l, roll);
-	sb_client_close(c);
 	free(cs.v);
 	free(cs.ts);
 	return rc;

@@ -405,7 +405,7 @@ static const struct cli_cmd commands[] = {
 	 "the guest's symlink PATH (never following it). LOCAL is the path created:\n"
 	 "if it exists, cp fails unless --force, which replaces it by a rename\n"
 	 "(never writing through a symlink there). '-' writes the file to standard\n"
-	 "output. This host only.\n"
+	 "output. Works with --remote (the daemon reads the disk).\n"
 	 "Into a live run: writes LOCAL (a file, a symlink as one, or with -r a\n"
 	 "directory and all in it; at most 1024 entries and 48 MiB) at PATH of\n"
 	 "the running guest through its agent, under /workspace only (PATH\n"
@@ -528,9 +528,9 @@ int cmd_help(int argc, char **argv)
 	printf("\nText output escapes control characters, bidirectional controls and\n"
 	       "invalid UTF-8 (\\x1b, \\n, \\u{202e}, ...); --json output is exact.\n"
 	       "--remote talks to a daemon started with --listen (token from 'sanbox admin\n"
-	       "token create' there; env SANBOX_REMOTE, SANBOX_TOKEN, SANBOX_CA). fs, cp\n"
-	       "out of a run, doctor, template and admin token work on this host only and\n"
-	       "refuse --remote (exit 2); the other commands work remotely.\n"
+	       "token create' there; env SANBOX_REMOTE, SANBOX_TOKEN, SANBOX_CA). doctor,\n"
+	       "template and admin token work on this host only and refuse --remote\n"
+	       "(exit 2); the other commands work remotely.\n"
 	       "'sanbox help COMMAND' or 'sanbox COMMAND --help' shows a command's options.\n");
 	return CLI_EXIT_OK;
 }

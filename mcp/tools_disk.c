@@ -1,6 +1,6 @@
 /* tools_disk.c - the MCP tools that read what a run wrote: fs_read and
- * fs_list (its disk read offline, vmm/fsread.h, as `sanbox fs` does: this
- * host's state directory only) and diff (its recorded file changes). */
+ * fs_list (its disk read through the daemon, cli/disk.c, as `sanbox fs`
+ * does, --remote too) and diff (its recorded file changes). */
 #include <limits.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -8,21 +8,21 @@
 #include <string.h>
 
 #include "engine/error.h"
-#include "engine/runs/layers.h"
 #include "engine/text.h"
 #include "mcp/tools.h"
 #include "vmm/fsread.h"
 
 #define READ_DEFAULT (64u << 10)
 
-/* The layer of run's snapshot id (NULL: the newest at or before at). */
-static int snapshot_layer(sb_client *c, const char *run, const char *id, uint64_t at,
-			  char *layer, size_t cap)
+/* The id of run's snapshot id (NULL: the newest at or before at) into
+ * sid (sizeof: 32). */
+static int snapshot_pick(sb_client *c, const char *run, const char *id, uint64_t at,
+			 char sid[32])
 {
 	const msgpack_object *list, *best = NULL;
 	struct sb_reply rep = {0};
 	struct cli_req r;
-	char sid[32], rel[PATH_MAX];
+	char seen[32];
 	uint64_t off = 0;
 	int rc;
 
@@ -35,18 +35,16 @@ static int snapshot_layer(sb_client *c, const char *run, const char *id, uint64_
 	     i++) {
 		const msgpack_object *s = &list->via.array.ptr[i];
 		uint64_t o = sb_map_u64(s, "offset", 0);
-		if (id ? sb_map_str(s, "snapshot", sid, sizeof sid) > 0 && !strcmp(sid, id)
+		if (id ? sb_map_str(s, "snapshot", seen, sizeof seen) > 0 && !strcmp(seen, id)
 		       : o <= at && (!best || o >= off)) {
 			best = s;
 			off = o;
 		}
 	}
-	if (!best || sb_map_str(best, "layer", rel, sizeof rel) <= 0)
+	if (!best || sb_map_str(best, "snapshot", sid, 32) <= 0)
 		rc = id ? sb_seterr(SB_ERR_NOTFOUND, "snapshot: run %s has no snapshot %.15s", run, id)
 			: sb_seterr(SB_ERR_NOTFOUND, "at: run %s has no snapshot at or before offset %llu",
 				    run, (unsigned long long)at);
-	else if ((size_t)snprintf(layer, cap, "%s/%s", cli_home, rel) >= cap)
-		rc = sb_seterr(SB_ERR_TOOBIG, "snapshot: its layer's path is too long");
 done:
 	sb_reply_free(&rep);
 	return rc;
@@ -54,31 +52,27 @@ done:
 
 /* Opens the disk args names (run, snapshot or at) into *f. A live run's
  * guest is asked to write its files out first (run.sync). */
-static int disk_open(const json_t *args, sb_fsread **f)
+static int disk_open(const json_t *args, cli_disk **f)
 {
 	const char *snap = mcp_arg_str(args, "snapshot");
 	uint64_t at = mcp_arg_u64(args, "at", 0);
-	char run[SB_RUN_MAX], layer[PATH_MAX + 64];
+	char run[SB_RUN_MAX], sid[32] = "";
 	struct sb_reply rep = {0};
 	struct cli_req r;
 	sb_client *c = NULL;
 	int rc;
 
-	if (cli_remote)
-		return sb_seterr(SB_ERR_UNAVAIL, "run: a run's disk is read on the daemon's host "
-						 "only (this server uses --remote)");
 	if ((rc = mcp_connect(&c)) || (rc = mcp_resolve(c, "run", mcp_arg_str(args, "run"), run)))
 		goto done;
 	if (snap || at) {
-		rc = snapshot_layer(c, run, snap, at, layer, sizeof layer);
+		rc = snapshot_pick(c, run, snap, at, sid);
 	} else {
 		cli_req_begin(&r, "run.sync");
 		sb_mapw_str(&r.m, "run", run);
 		mcp_call(c, &r, &rep); /* not synced: its disk is read as it is */
-		snprintf(layer, sizeof layer, "%s/runs/%s/disk.qcow2", cli_home, run);
 	}
-	if (rc == SB_OK && (rc = sb_layers_check(cli_home, layer)) == SB_OK)
-		rc = sb_fsread_open(layer, f);
+	if (rc == SB_OK && (rc = cli_disk_open(c, run, sid[0] ? sid : NULL, f)) == SB_OK)
+		c = NULL; /* the disk's */
 done:
 	sb_reply_free(&rep);
 	sb_client_close(c);
@@ -140,18 +134,18 @@ int mcp_tool_fs_read(struct sb_mcp_call *call, const json_t *args, json_t **out)
 	char gp[SB_FS_PATH_MAX + 16];
 	struct span s = {off, len, NULL, 0};
 	struct sb_fs_entry e;
-	sb_fsread *f = NULL;
+	cli_disk *f = NULL;
 	int rc;
 
 	cli_guest_path(mcp_arg_str(args, "path"), gp, sizeof gp);
 	if ((rc = disk_open(args, &f)))
 		return rc;
-	if ((rc = sb_fsread_stat(f, gp, &e)) == SB_OK && e.type != SB_FS_FILE)
+	if ((rc = cli_disk_stat(f, gp, &e)) == SB_OK && e.type != SB_FS_FILE)
 		rc = sb_seterr(SB_ERR_INVAL, "path: %s is a %s, not a regular file", gp,
 			       sb_fs_type_name(e.type));
 	if (rc == SB_OK && !(s.buf = malloc(len)))
 		rc = SB_ERR_NOMEM;
-	if (rc == SB_OK && off < e.size && (rc = sb_fsread_read(f, gp, span_take, &s)) == SB_ERR_FULL)
+	if (rc == SB_OK && off < e.size && (rc = cli_disk_read(f, gp, span_take, &s)) == SB_ERR_FULL)
 		rc = SB_OK;
 	if (rc == SB_OK) {
 		uint64_t next = off + s.len;
@@ -164,7 +158,7 @@ int mcp_tool_fs_read(struct sb_mcp_call *call, const json_t *args, json_t **out)
 			content_set(*out, s.buf ? s.buf : "", s.len);
 	}
 	free(s.buf);
-	sb_fsread_close(f);
+	cli_disk_close(f);
 	return rc ? path_err(rc) : SB_OK;
 }
 
@@ -207,16 +201,16 @@ int mcp_tool_fs_list(struct sb_mcp_call *call, const json_t *args, json_t **out)
 	char gp[SB_FS_PATH_MAX + 16];
 	struct entries l = {0};
 	struct sb_fs_entry e;
-	sb_fsread *f = NULL;
+	cli_disk *f = NULL;
 	json_t *list;
 	int rc;
 
 	cli_guest_path(path ? path : "/workspace", gp, sizeof gp);
 	if ((rc = disk_open(args, &f)))
 		return rc;
-	if ((rc = sb_fsread_stat(f, gp, &e)) == SB_OK)
-		rc = e.type == SB_FS_DIR ? sb_fsread_list(f, gp, entry_add, &l) : entry_add(&e, &l);
-	sb_fsread_close(f);
+	if ((rc = cli_disk_stat(f, gp, &e)) == SB_OK)
+		rc = e.type == SB_FS_DIR ? cli_disk_list(f, gp, entry_add, &l) : entry_add(&e, &l);
+	cli_disk_close(f);
 	if (rc == SB_OK) {
 		qsort(l.v, l.n, sizeof *l.v, entry_cmp);
 		list = json_array();

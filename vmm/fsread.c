@@ -701,6 +701,46 @@ fail:
 	return rc;
 }
 
+int sb_fsread_pread(sb_fsread *f, const char *path, uint64_t offset, void *buf,
+		    size_t cap, size_t *got, uint64_t *size)
+{
+	struct ext2_inode_large in;
+	ext2_file_t file = NULL;
+	unsigned int n;
+	ext2_ino_t ino;
+	errcode_t e;
+	int rc;
+
+	*got = 0;
+	if ((rc = fsr_resolve(f, path, &ino, &in)))
+		return rc;
+	if (fsr_type(in.i_mode) != SB_FS_FILE)
+		return sb_seterr(SB_ERR_INVAL, "%s: not a regular file", path);
+	if ((rc = fsr_inline_ok(f, ino, &in)))
+		return rc;
+	if ((e = ext2fs_file_open2(f->fs, ino, (struct ext2_inode *)&in, 0, &file)))
+		return fsr_err(f, e, path);
+	*size = EXT2_I_SIZE(&in);
+	if (offset < *size && (e = ext2fs_file_llseek(file, offset, EXT2_SEEK_SET, NULL))) {
+		rc = fsr_err(f, e, path);
+		goto fail;
+	}
+	while (offset + *got < *size && *got < cap) {
+		size_t want = cap - *got < FSR_CHUNK ? cap - *got : FSR_CHUNK;
+		if ((e = ext2fs_file_read(file, (char *)buf + *got, (unsigned)want, &n))) {
+			rc = fsr_err(f, e, path);
+			goto fail;
+		}
+		if (!n)
+			break;
+		*got += n;
+	}
+	rc = SB_OK;
+fail:
+	ext2fs_file_close(file);
+	return rc;
+}
+
 static int fsr_write_fd(const void *buf, size_t len, void *ctx)
 {
 	return sb_write_full(*(int *)ctx, buf, len);

@@ -94,6 +94,12 @@ typedef int (*sb_fsread_chunk_fn)(const void *buf, size_t len, void *ctx);
  * SB_ERR_INVAL (not a regular file), or fn's error. */
 int sb_fsread_read(sb_fsread *f, const char *path, sb_fsread_chunk_fn fn, void *ctx);
 
+/* Reads up to cap bytes of the regular file at path from byte offset on
+ * into buf (holes as zeros): *got gets how many (fewer only at its end),
+ * *size the file's size. Errors: those of sb_fsread_read. */
+int sb_fsread_pread(sb_fsread *f, const char *path, uint64_t offset, void *buf,
+		    size_t cap, size_t *got, uint64_t *size);
+
 /* Writes the contents of the regular file at path to fd. Errors: those of
  * sb_fsread_read, SB_ERR_IO when a write fails (errno kept). */
 int sb_fsread_read_fd(sb_fsread *f, const char *path, int fd);

@@ -20,6 +20,7 @@
 #include "engine/units.h"
 #include "engine/wire.h"
 #include "projections/views.h"
+#include "vmm/fsread.h"
 
 #include <time.h>
 
@@ -1377,6 +1378,180 @@ static int op_blob_get(struct req *r)
 	return SB_OK;
 }
 
+/* --- a run's disk, read-only (vmm/fsread.h confines every path) --- */
+
+#define FS_LIST_MAX  1000      /* entries in one fs.list reply */
+#define FS_READ_MAX  (1u << 20) /* bytes in one fs.read reply */
+#define FS_READ_DFLT (64u << 10)
+
+struct layer_ctx {
+	const char *snapshot;
+	char layer[160];
+};
+
+static int layer_cb(void *ctx, const struct sb_resume_point *rp)
+{
+	struct layer_ctx *c = ctx;
+
+	if (strcmp(rp->snapshot, c->snapshot))
+		return 0;
+	snprintf(c->layer, sizeof c->layer, "%s", rp->layer);
+	return 1;
+}
+
+/* Opens the disk of r's run (into run), its snapshot argument's frozen
+ * layer or its current disk, and copies its path argument (absolute in
+ * the guest) into path. Errors: of the arguments, SB_ERR_NOTFOUND,
+ * those of sb_layers_check and sb_fsread_open. */
+static int disk_open(struct req *r, char run[SB_RUN_MAX], char *path, size_t cap,
+		     sb_fsread **f)
+{
+	char snap[72], layer[PATH_MAX + 64];
+	struct layer_ctx c = {.snapshot = snap};
+	int rc;
+
+	if ((rc = arg_run(r, run)) || (rc = arg_str(r, "snapshot", snap, sizeof snap, 0)) ||
+	    (rc = arg_str(r, "path", path, cap, 1)))
+		return rc;
+	if (snap[0]) {
+		catch_up(r);
+		if ((rc = sb_resume_each(r->e->proj, run, layer_cb, &c)) < 0)
+			return rc;
+		if (rc != 1 || !c.layer[0])
+			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s", run,
+					 snap);
+		snprintf(layer, sizeof layer, "%s/%s", r->e->home, c.layer);
+	} else {
+		snprintf(layer, sizeof layer, "%s/runs/%s/disk.qcow2", r->e->home, run);
+	}
+	if ((rc = sb_layers_check(r->e->home, layer))) /* qemu-nbd would follow it */
+		return rc;
+	return sb_fsread_open(layer, f);
+}
+
+/* Packs entry e: {name (bin), type, mode, uid, gid, size, mtime, target
+ * (bin; nil when unreadable) for a symlink}. */
+static void pack_fs_entry(msgpack_packer *pk, const struct sb_fs_entry *e)
+{
+	sb_mapw m;
+
+	sb_mapw_begin(&m, pk);
+	sb_mapw_bin(&m, "name", e->name, e->name_len);
+	sb_mapw_str(&m, "type", sb_fs_type_name(e->type));
+	sb_mapw_u64(&m, "mode", e->mode);
+	sb_mapw_u64(&m, "uid", e->uid);
+	sb_mapw_u64(&m, "gid", e->gid);
+	sb_mapw_u64(&m, "size", e->size);
+	sb_mapw_i64(&m, "mtime", e->mtime);
+	if (e->type == SB_FS_SYMLINK && e->target)
+		sb_mapw_bin(&m, "target", e->target, e->target_len);
+	else if (e->type == SB_FS_SYMLINK)
+		sb_mapw_nil(&m, "target");
+	sb_mapw_end(&m);
+}
+
+/* The entries of one fs.list reply: those from skip on, at most limit. */
+struct fs_items {
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	uint64_t skip, limit, total, n;
+};
+
+static int fs_item(const struct sb_fs_entry *e, void *ctx)
+{
+	struct fs_items *c = ctx;
+
+	if (c->total++ >= c->skip && c->n < c->limit) {
+		pack_fs_entry(&c->pk, e);
+		c->n++;
+	}
+	return SB_OK;
+}
+
+/* fs.list {run, path, snapshot?, offset?, limit?}: the entries of a
+ * directory of the run's disk in its own order (the entry itself when
+ * path is not one), from offset on. */
+static int op_fs_list(struct req *r)
+{
+	char run[SB_RUN_MAX], path[SB_FS_PATH_MAX];
+	struct fs_items c = {0};
+	struct sb_fs_entry e;
+	sb_fsread *f = NULL;
+	msgpack_packer *pk;
+	int rc;
+
+	if ((rc = arg_u64(r, "offset", 0, &c.skip)) ||
+	    (rc = arg_u64(r, "limit", FS_LIST_MAX, &c.limit)))
+		return rc;
+	if (!c.limit || c.limit > FS_LIST_MAX)
+		return sb_seterr(SB_ERR_INVAL, "argument 'limit' must be 1-%d", FS_LIST_MAX);
+	msgpack_sbuffer_init(&c.buf);
+	msgpack_packer_init(&c.pk, &c.buf, msgpack_sbuffer_write);
+	if ((rc = disk_open(r, run, path, sizeof path, &f)) == SB_OK &&
+	    (rc = sb_fsread_stat(f, path, &e)) == SB_OK)
+		rc = e.type == SB_FS_DIR ? sb_fsread_list(f, path, fs_item, &c)
+					 : fs_item(&e, &c);
+	sb_fsread_close(f);
+	if (rc == SB_OK) {
+		sb_mapw_str(&r->reply, "run", run);
+		sb_mapw_bool(&r->reply, "dir", e.type == SB_FS_DIR);
+		sb_mapw_u64(&r->reply, "total", c.total);
+		if (c.skip + c.n < c.total)
+			sb_mapw_u64(&r->reply, "next", c.skip + c.n);
+		pk = sb_mapw_key(&r->reply, "entries");
+		msgpack_pack_array(pk, (uint32_t)c.n);
+		if (c.buf.size)
+			sb_pack_raw(pk, c.buf.data, c.buf.size);
+	}
+	msgpack_sbuffer_destroy(&c.buf);
+	return rc;
+}
+
+/* fs.stat {run, path, snapshot?}: the entry at path (not followed). */
+static int op_fs_stat(struct req *r)
+{
+	char run[SB_RUN_MAX], path[SB_FS_PATH_MAX];
+	struct sb_fs_entry e;
+	sb_fsread *f = NULL;
+	int rc;
+
+	if ((rc = disk_open(r, run, path, sizeof path, &f)) == SB_OK &&
+	    (rc = sb_fsread_stat(f, path, &e)) == SB_OK)
+		pack_fs_entry(sb_mapw_key(&r->reply, "entry"), &e);
+	sb_fsread_close(f);
+	return rc;
+}
+
+/* fs.read {run, path, snapshot?, offset?, length?}: bytes of a regular
+ * file from offset, at most length (FS_READ_MAX). */
+static int op_fs_read(struct req *r)
+{
+	char run[SB_RUN_MAX], path[SB_FS_PATH_MAX];
+	uint64_t off, len, size = 0;
+	sb_fsread *f = NULL;
+	size_t got = 0;
+	void *buf = NULL;
+	int rc;
+
+	if ((rc = arg_u64(r, "offset", 0, &off)) ||
+	    (rc = arg_u64(r, "length", FS_READ_DFLT, &len)))
+		return rc;
+	if (!len || len > FS_READ_MAX)
+		return sb_seterr(SB_ERR_INVAL, "argument 'length' must be 1-%u", FS_READ_MAX);
+	if (!(buf = malloc(len)))
+		return SB_ERR_NOMEM;
+	if ((rc = disk_open(r, run, path, sizeof path, &f)) == SB_OK &&
+	    (rc = sb_fsread_pread(f, path, off, buf, len, &got, &size)) == SB_OK) {
+		sb_mapw_u64(&r->reply, "size", size);
+		sb_mapw_u64(&r->reply, "offset", off);
+		sb_mapw_bool(&r->reply, "eof", off + got >= size);
+		sb_mapw_bin(&r->reply, "data", buf, got);
+	}
+	sb_fsread_close(f);
+	free(buf);
+	return rc;
+}
+
 #define LOCAL_ONLY 1 /* refused on the remote listener */
 #define ON_LOOP	   2 /* runs on the daemon's loop (the run manager's state) */
 #define READS_PROJ 4 /* ... and reads the projections: caught up before */
@@ -1413,6 +1588,9 @@ static const struct op {
     {"snapshots.list", op_snapshots_list, READ_ONLY},
     {"snapshot.rm", op_snapshot_rm, 0},
     {"blob.get", op_blob_get, READ_ONLY},
+    {"fs.list", op_fs_list, READ_ONLY},
+    {"fs.stat", op_fs_stat, READ_ONLY},
+    {"fs.read", op_fs_read, READ_ONLY},
     {"costs.get", op_costs, READ_ONLY},
     {"secret.set", op_secret_set, 0},
     {"secret.rm", op_secret_rm, 0},

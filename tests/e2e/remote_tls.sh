@@ -1,6 +1,8 @@
 #!/bin/sh
 # A remote client over TLS with a bearer token: runs, attach (polled), ps;
-# refused without the right token or CA, and local-only operations stay local.
+# refused without the right token or CA, and local-only operations stay local;
+# fs ls, fs cat, cp out of a run's disk and diff give the same bytes
+# remotely (fs.list, fs.stat, fs.read) as locally.
 . "$(dirname "$0")/lib/vm.sh"
 
 certs=$SANBOX_HOME/certs
@@ -22,7 +24,8 @@ for i in $(seq 1 50); do "$SB" daemon status >/dev/null 2>&1 && break; sleep 0.1
 token=$("$SB" admin token create ci-bot)
 remote() { "$SB" --remote "$url" --token "$token" --ca "$certs/server.pem" "$@"; }
 
-R=$(remote run --detach --timeout 120s -- /bin/sh -c 'echo remote-hi; exit 5')
+R=$(remote run --detach --timeout 120s -- /bin/sh -c 'mkdir d; echo one > d/one; ln -s d/one l
+head -c 1500000 /dev/urandom > big; printf "a\tb\n" > "x y"; echo remote-hi; exit 5')
 [ -n "$R" ] && ok "remote run" || bad "remote run" "no run id"
 out=$(timeout 120 "$SB" --remote "$url" --token "$token" --ca "$certs/server.pem" attach "$R")
 case "$out" in *remote-hi*run.stopped*) ok "remote attach follows to the end" ;;
@@ -41,6 +44,24 @@ remote daemon status | grep -q "^sanboxd: running at $url (pid" && ok "remote da
 	bad "remote status text" "$(remote daemon status)"
 [ "$(remote inspect "$R" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["exit_status"])')" = 5 ] &&
 	ok "remote inspect" || bad "remote inspect" "exit status"
+# a run's disk, read remotely as locally
+last=$(remote events "$R" --json | tail -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["offset"])')
+nsame=0
+for cmd in "fs ls $R" "fs ls $R --json" "fs ls $R d" "fs ls $R /" "fs cat $R big" "fs cat $R d/one" \
+	"fs ls $R --at $last" "fs cat $R big --at $last" "diff $R" "diff $R --json" "cp $R:big -"; do
+	want=$("$SB" $cmd 2>&1 | sha256sum)
+	got=$(remote $cmd 2>&1 | sha256sum)
+	if [ "$got" = "$want" ]; then nsame=$((nsame + 1)); else bad "remote $cmd" "differs from the local one"; fi
+done
+[ $nsame = 11 ] && ok "fs ls, fs cat, cp -, diff: the same bytes remotely ($nsame commands)"
+[ "$("$SB" fs cat "$R" big | wc -c)" = 1500000 ] && ok "... a file over one fs.read chunk whole" ||
+	bad "big" "$("$SB" fs cat "$R" big | wc -c) bytes"
+remote cp "$R:big" "$SANBOX_HOME/big.r" && "$SB" cp "$R:big" "$SANBOX_HOME/big.l" &&
+	cmp -s "$SANBOX_HOME/big.r" "$SANBOX_HOME/big.l" && remote cp "$R:l" "$SANBOX_HOME/l.r" &&
+	[ "$(readlink "$SANBOX_HOME/l.r")" = d/one ] && ok "remote cp out: a file and a link" ||
+	bad "remote cp" "$(remote cp "$R:big" "$SANBOX_HOME/big.x" 2>&1)"
+out=$(remote fs cat "$R" /etc/../nope 2>&1); rc=$?
+[ $rc = 3 ] && ok "remote fs cat of a missing path: exit 3" || bad "remote missing" "$rc $out"
 off=$(remote admin append "$R" operator.note '{"text":"looked at it","by":"root"}' 2>&1)
 remote events "$R" --json --type operator.note | python3 -c '
 import json, sys
