@@ -255,8 +255,12 @@ struct sb_runstate;
  * calls ("3 turns, 7 tools"), else "-". */
 void cli_progress(const struct sb_runstate *rs, char *buf, size_t cap);
 
-/* Writes rs's status into buf as ps shows it: "exited N" for a run whose
- * harness exited, else the status ("running", "timeout", ...). */
+/* Writes a size of b bytes into buf: "512 B", "1.5 KiB", "3.2 GiB". */
+void cli_size(unsigned long long b, char *buf, size_t cap);
+
+/* Writes rs's status into buf as ps shows it: "removed" for a run
+ * removed, "exited N" for a run whose harness exited, else the status
+ * ("running", "timeout", ...). */
 void cli_status(const struct sb_runstate *rs, char *buf, size_t cap);
 
 /* Seconds run rs has been (or was) going: its ended segments, and the one
@@ -459,6 +463,14 @@ int cmd_df(int argc, char **argv);
 int cmd_group(int argc, char **argv);
 int cmd_wait(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
+/* Removes run want (run.rm; dry: only says what it would free), adds
+ * what it freed to *total and prints it: a line, or an item of list when
+ * list is not NULL. Returns 0, or the exit code of its error (printed). */
+int cli_rm_one(sb_client *c, const char *want, int dry, json_t *list,
+	       unsigned long long *total);
+
+int cmd_rm(int argc, char **argv);
+int cmd_prune(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_prove(int argc, char **argv);

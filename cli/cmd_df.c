@@ -5,26 +5,12 @@
 #include "engine/error.h"
 #include "engine/payload.h"
 
-/* A size as "512 B", "1.5 KiB", "3.2 GiB". */
-static void size_format(unsigned long long b, char *buf, size_t cap)
-{
-	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-	double v = (double)b;
-	int u = 0;
-
-	while (v >= 1024 && u < 4) {
-		v /= 1024;
-		u++;
-	}
-	snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", v, units[u]);
-}
-
 /* Prints one row: what, its size, and a note. */
 static void df_row(const char *what, unsigned long long bytes, const char *note)
 {
 	char size[32];
 
-	size_format(bytes, size, sizeof size);
+	cli_size(bytes, size, sizeof size);
 	printf("%-18s %10s%s%s\n", what, size, *note ? "  " : "", note);
 }
 

@@ -209,6 +209,20 @@ static void live_sync(sb_client *c, const char *run)
 	sb_reply_free(&rep);
 }
 
+/* SB_ERR_STATE when run was removed (its disk is gone), else SB_OK. */
+static int refuse_removed(sb_client *c, const char *run)
+{
+	struct sb_reply rep;
+	int live, rc = cli_run_get(c, run, &rep, &live);
+
+	if (rc == SB_OK && sb_map_u64(sb_map_get(&rep.map, "run"), "removed", 0))
+		rc = sb_seterr(SB_ERR_STATE, "run %s was removed: its disk and snapshots are "
+					     "gone (its record stays: sanbox events, diff)",
+			       run);
+	sb_reply_free(&rep);
+	return rc;
+}
+
 int cli_fs_open(const char *want, struct cli_fs_at *sel, cli_disk **out)
 {
 	char run[SB_RUN_MAX];
@@ -217,7 +231,7 @@ int cli_fs_open(const char *want, struct cli_fs_at *sel, cli_disk **out)
 
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	if ((rc = cli_resolve(c, want, run))) {
+	if ((rc = cli_resolve(c, want, run)) || (rc = refuse_removed(c, run))) {
 		sb_client_close(c);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	}

@@ -98,6 +98,8 @@ static void print_state(const struct sb_runstate *rs, const msgpack_object *cost
 		row("status", "exited %lld", (long long)rs->exit_status);
 	else
 		row("status", "%s%s%s", rs->status, rs->reason[0] ? ": " : "", rs->reason);
+	if (rs->removed)
+		row("removed", "yes: its disk and snapshots are freed (sanbox rm)");
 	when(rs->created_ns, t, sizeof t);
 	row("created", "%s", t);
 	when(rs->ended_ns, t, sizeof t);

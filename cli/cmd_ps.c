@@ -59,6 +59,7 @@ struct ps_opts {
 	enum field format[NFIELDS];
 	int nformat; /* 0: the table */
 	int quiet, no_trunc, json;
+	int all; /* removed runs too */
 };
 
 static double now_s(void)
@@ -99,11 +100,14 @@ static void field_text(const struct sb_runstate *rs, enum field f, char *buf, si
 /* 1 when rs passes every filter of o (checked by ps_parse). */
 static int ps_match(const struct ps_opts *o, const struct sb_runstate *rs)
 {
+	if (rs->removed && !o->all)
+		return 0;
 	for (int i = 0; i < o->nfilter; i++) {
 		const char *f = o->filter[i], *v = strchr(f, '=') + 1;
 		size_t k = (size_t)(v - 1 - f);
 		if (!strncmp(f, "name", k) ? !strstr(rs->name, v)
-		    : !strncmp(f, "status", k) ? strcmp(rs->status, v)
+		    : !strncmp(f, "status", k) ? strcmp(rs->status, v) &&
+						     (!rs->removed || strcmp(v, "removed"))
 		    : !strncmp(f, "template", k) ? strcmp(rs->template, v)
 						  : strcmp(rs->group, v))
 			return 0;
@@ -251,13 +255,15 @@ static int ps_parse(int argc, char **argv, struct ps_opts *o, const char **group
 		{"no-trunc", no_argument, NULL, 'n'},
 		{"format", required_argument, NULL, 'F'},
 		{"json", no_argument, NULL, 'j'},
+		{"all", no_argument, NULL, 'a'},
 		{NULL, 0, NULL, 0},
 	};
 	int ch, rc = CLI_EXIT_OK;
 
-	while (rc == CLI_EXIT_OK && (ch = getopt_long(argc, argv, ":hqf:", opts, NULL)) != -1) {
+	while (rc == CLI_EXIT_OK && (ch = getopt_long(argc, argv, ":hqaf:", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'h': return cli_help("ps");
+		case 'a': o->all = 1; break;
 		case 'g':
 			if (!(rc = cli_check_name("--group", optarg)))
 				*group = optarg;

@@ -595,9 +595,24 @@ void cli_progress(const struct sb_runstate *rs, char *buf, size_t cap)
 		snprintf(buf, cap, "-");
 }
 
+void cli_size(unsigned long long b, char *buf, size_t cap)
+{
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	double v = (double)b;
+	int u = 0;
+
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
+
 void cli_status(const struct sb_runstate *rs, char *buf, size_t cap)
 {
-	if (rs->has_exit && !strcmp(rs->status, "exited"))
+	if (rs->removed)
+		snprintf(buf, cap, "removed");
+	else if (rs->has_exit && !strcmp(rs->status, "exited"))
 		snprintf(buf, cap, "exited %lld", (long long)rs->exit_status);
 	else
 		snprintf(buf, cap, "%s", rs->status);

@@ -141,13 +141,15 @@ static const struct cli_cmd commands[] = {
 	 "duplicate, until Ctrl-C (also after the run ends: see 'sanbox attach').\n"},
 	{"ps", cmd_ps, "list runs",
 	 "usage: sanbox ps [--group GROUP] [--filter KEY=VALUE]... [-q] [--no-trunc]\n"
-	 "                 [--format FIELDS] [--json]\n"
+	 "                 [--format FIELDS] [-a] [--json]\n"
 	 "\n"
 	 "Lists runs, newest first: id, name, status (exited N, running, budget,\n"
 	 "timeout, failed, stopped, ...), age, elapsed time, cost, and the last\n"
 	 "event (a failed run's reason instead); from 120 columns on also group,\n"
 	 "template and model. The table fits the terminal's width (or $COLUMNS,\n"
-	 "else 80): longer cells end in an ellipsis.\n"
+	 "else 80): longer cells end in an ellipsis. Removed runs (sanbox rm) are\n"
+	 "left out unless --all; their status reads removed.\n"
+	 "  -a, --all            also the removed runs\n"
 	 "  --filter KEY=VALUE   only runs with status=S, name=TEXT (a part of the\n"
 	 "                       name), template=T or group=G (repeatable; all hold)\n"
 	 "  -q, --quiet          print the ids only\n"
@@ -226,6 +228,28 @@ static const struct cli_cmd commands[] = {
 	 "--json: {\"runs\": [...]}, and \"group\" with --group). A run that has\n"
 	 "ended already, like a group with no live run, is told and is no error.\n"
 	 "  --wait   return once every run it stops has ended\n"},
+	{"rm", cmd_rm, "remove runs that ended: free their disks and snapshots",
+	 "usage: sanbox rm [--json] RUN...\n"
+	 "\n"
+	 "Removes each RUN (an id, a unique prefix or a name) that has ended: its\n"
+	 "disk layers, snapshots (disk and memory) and other files are freed; its\n"
+	 "record stays (events, inspect, diff and ps --all still read it), with a\n"
+	 "run.removed event. A snapshot another run's disk is layered on (a fork's,\n"
+	 "a resume's) is kept until the last such run is removed too. Prints what\n"
+	 "each run freed (--json: {\"runs\": [{run, bytes, kept}], \"bytes\"}). A live\n"
+	 "or queued run is refused (stop it first): exit 1; an unknown run exits 3.\n"
+	 "Reading a removed run's disk (fs, cp), forking or resuming it is refused.\n"},
+	{"prune", cmd_prune, "remove the runs that ended (or ended a while ago)",
+	 "usage: sanbox prune [--older-than DURATION] [--dry-run] [--json]\n"
+	 "\n"
+	 "Removes, as 'sanbox rm' does, every run that has ended (with --older-than,\n"
+	 "only those that ended more than DURATION ago: 90s, 2h, 7d), printing each\n"
+	 "and the total freed. Live and queued runs are never touched.\n"
+	 "  --older-than DURATION   only runs that ended more than DURATION ago\n"
+	 "  --dry-run               print what would be removed and freed; remove\n"
+	 "                          nothing (a snapshot kept for a fork that is\n"
+	 "                          pruned too is not counted)\n"
+	 "  --json                  {\"runs\": [{run, bytes, kept}], \"bytes\", \"dry_run\"}\n"},
 	{"wait", cmd_wait, "wait until runs have ended",
 	 "usage: sanbox wait [--timeout DURATION] [--json] RUN...\n"
 	 "       sanbox wait [--timeout DURATION] [--json] --group GROUP\n"

@@ -30,7 +30,8 @@ static size_t rp_key(uint8_t *key, const char *run, uint64_t offset)
 	return rl + 9;
 }
 
-/* Drops run's point of snapshot id (snapshot.removed). */
+/* Drops run's point of snapshot id (snapshot.removed), or every point
+ * of run when id is NULL (run.removed). */
 static int rp_remove(struct sb_proj_txn *t, const char *run, const char *id)
 {
 	struct sb_resume_point rp;
@@ -48,7 +49,10 @@ static int rp_remove(struct sb_proj_txn *t, const char *run, const char *id)
 			break;
 		if ((rc = sb_fields_load(t, k.mv_data, k.mv_size, rp_fields, NF, &rp, sizeof rp)))
 			break;
-		if (!strcmp(rp.snapshot, id)) {
+		if (!id) {
+			if ((rc = mdb_cursor_del(c, 0)))
+				break;
+		} else if (!strcmp(rp.snapshot, id)) {
 			rc = mdb_cursor_del(c, 0);
 			break;
 		}
@@ -65,6 +69,8 @@ static int rp_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 	uint8_t key[SB_RUN_MAX + 9];
 	size_t kl;
 
+	if (!strcmp(ev->type, "run.removed"))
+		return rp_remove(t, ev->run, NULL);
 	if (!strcmp(ev->type, "snapshot.removed")) {
 		char id[sizeof rp.snapshot];
 		if (sb_map_str(map, "snapshot", id, sizeof id) <= 0)
@@ -94,6 +100,8 @@ static int rp_apply(struct sb_proj_txn *t, const struct sb_event *ev, const msgp
 
 const struct sb_projection sb_proj_resume = {
 	.name = "resume",
+	/* 1: a run.removed drops the run's points */
+	.version = 1,
 	.init = NULL,
 	.apply = rp_apply,
 };

@@ -22,6 +22,7 @@ static const struct sb_fdesc rs_fields[] = {
 	SB_FU64(RS, net_lookups), SB_FU64(RS, net_denied), SB_FU64(RS, net_changes),
 	SB_FU64(RS, active_ns),   SB_FSTR(RS, progress_label), SB_FU64(RS, progress_count),
 	SB_FU64(RS, progress_total), SB_FU64(RS, turns),    SB_FU64(RS, tool_calls),
+	SB_FU64(RS, removed),
 };
 #define NF (sizeof rs_fields / sizeof rs_fields[0])
 
@@ -144,6 +145,9 @@ static void fold_run(struct sb_runstate *rs, const struct sb_event *ev, const ms
 			rs->ended_ns = ev->ts_ns;
 	} else if (!strcmp(ty, "run.resumed") || !strcmp(ty, "run.forked")) {
 		fold_from(rs, ev, map);
+	} else if (!strcmp(ty, "run.removed")) {
+		rs->removed = 1; /* its files are freed; its snapshots with them */
+		rs->snapshots = 0;
 	}
 }
 
@@ -224,8 +228,9 @@ const struct sb_projection sb_proj_runstate = {
 	 *    lineage as it was;
 	 * 4: status queued;
 	 * 5: progress_label, progress_count, progress_total (agent.progress),
-	 *    turns and tool_calls (completed) */
-	.version = 5,
+	 *    turns and tool_calls (completed);
+	 * 6: removed (run.removed) */
+	.version = 6,
 	.init = NULL,
 	.apply = rs_apply,
 };

@@ -2,7 +2,8 @@
  *
  *   runstate  one record per run: status, settings, times, exit, last event
  *   costs     token and cost totals per run, per group and per model
- *   resume    per run, the snapshots it saved (and did not remove), by offset:
+ *   resume    per run, the snapshots it saved (and did not remove, nor
+ *             the run), by offset:
  *             its resume points
  *   groups    per group: its name, goal and budget, and its runs in order
  *
@@ -54,6 +55,7 @@ struct sb_runstate {
 	uint64_t progress_count, progress_total; /* ... total 0: none given */
 	uint64_t turns;		  /* agent.turn.completed events */
 	uint64_t tool_calls;	  /* agent.tool.completed events */
+	uint64_t removed;	  /* 1: run.removed (its disk and snapshots freed) */
 };
 
 /* Applies event ev, whose payload map is map, to rs, the state of ev's

@@ -1019,6 +1019,91 @@ static int op_snapshot_rm(struct req *r)
 	return SB_OK;
 }
 
+/* Records run.removed {by, bytes, kept} of run. */
+static int removed_record(struct req *r, const char *run, const struct sb_layers_freed *f)
+{
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	struct sb_event ev;
+	int rc;
+
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 3);
+	sb_pack_kstr(&pk, "by", r->who);
+	sb_pack_str(&pk, "bytes");
+	msgpack_pack_uint64(&pk, f->bytes);
+	sb_pack_str(&pk, "kept");
+	msgpack_pack_uint64(&pk, f->kept);
+	rc = buf.data ? sb_event_init(&ev, "run.removed", run, SB_SRC_HOST, buf.data, buf.size)
+		      : SB_ERR_NOMEM;
+	if (rc == SB_OK)
+		rc = sb_log_append(r->e->log, &ev, 1);
+	msgpack_sbuffer_destroy(&buf);
+	return rc;
+}
+
+/* Releases the layers the removed runs run continues from kept only for
+ * their readers (its parent, that one's, ... from the record), now that
+ * run's own are gone; adds what it freed to *bytes. */
+static void removed_parents(struct req *r, const char *run, unsigned long long *bytes)
+{
+	struct sb_runstate st;
+	struct sb_layers_freed f;
+	char cur[SB_RUN_MAX];
+
+	snprintf(cur, sizeof cur, "%s", run);
+	for (int depth = 0; depth < 64; depth++) {
+		if (sb_runstate_get(r->e->proj, cur, &st) || !st.parent[0] ||
+		    !strcmp(st.parent, cur))
+			return;
+		snprintf(cur, sizeof cur, "%s", st.parent);
+		if (sb_runstate_get(r->e->proj, cur, &st) == SB_OK && st.removed &&
+		    sb_layers_release(r->e->home, cur, 0, &f) == SB_OK)
+			*bytes += f.bytes;
+	}
+}
+
+/* run.rm {run, dry_run?}: removes a run that ended: records run.removed,
+ * then frees its disk layers, snapshots and files but the layers other
+ * runs read (freed with the last of them). Answers run, bytes (freed),
+ * kept, dry_run. */
+static int op_run_rm(struct req *r)
+{
+	const msgpack_object *dry = sb_map_get(r->args, "dry_run");
+	char run[SB_RUN_MAX];
+	struct sb_runstate st;
+	struct sb_layers_freed f;
+	int rc;
+
+	if (dry && dry->type != MSGPACK_OBJECT_BOOLEAN)
+		return sb_seterr(SB_ERR_INVAL, "argument 'dry_run' must be a boolean");
+	if ((rc = arg_run(r, run)) || (rc = sb_runstate_get(r->e->proj, run, &st)))
+		return rc;
+	if (sb_runstate_is_live(&st))
+		return sb_seterr(SB_ERR_STATE, "run %s is %s: stop it before removing it", run,
+				 st.status);
+	if (st.removed)
+		return sb_seterr(SB_ERR_STATE, "run %s was removed already", run);
+	/* what it frees is counted first: the record says it before the
+	 * files go, so a daemon killed half-way finishes the job (sweep) */
+	if ((rc = sb_layers_release(r->e->home, run, 1, &f)))
+		return rc;
+	if (!(dry && dry->via.boolean)) {
+		if ((rc = removed_record(r, run, &f)))
+			return rc;
+		if ((rc = sb_layers_release(r->e->home, run, 0, &f)))
+			return sb_seterr(rc, "run %s is removed, but not all of its files could "
+					     "be deleted: %s", run, sb_errmsg(rc));
+		removed_parents(r, run, &f.bytes);
+	}
+	sb_mapw_str(&r->reply, "run", run);
+	sb_mapw_u64(&r->reply, "bytes", f.bytes);
+	sb_mapw_u64(&r->reply, "kept", f.kept);
+	sb_mapw_bool(&r->reply, "dry_run", dry && dry->via.boolean);
+	return SB_OK;
+}
+
 /* The stops of one group.stop, answered when the last is done. */
 struct group_stop {
 	struct req *r;
@@ -1402,17 +1487,23 @@ static int layer_cb(void *ctx, const struct sb_resume_point *rp)
 /* Opens the disk of r's run (into run), its snapshot argument's frozen
  * layer or its current disk, and copies its path argument (absolute in
  * the guest) into path. Errors: of the arguments, SB_ERR_NOTFOUND,
- * those of sb_layers_check and sb_fsread_open. */
+ * SB_ERR_STATE (the run was removed), those of sb_layers_check and
+ * sb_fsread_open. */
 static int disk_open(struct req *r, char run[SB_RUN_MAX], char *path, size_t cap,
 		     sb_fsread **f)
 {
 	char snap[72], layer[PATH_MAX + 64];
 	struct layer_ctx c = {.snapshot = snap};
+	struct sb_runstate st;
 	int rc;
 
 	if ((rc = arg_run(r, run)) || (rc = arg_str(r, "snapshot", snap, sizeof snap, 0)) ||
-	    (rc = arg_str(r, "path", path, cap, 1)))
+	    (rc = arg_str(r, "path", path, cap, 1)) ||
+	    (rc = sb_runstate_get(r->e->proj, run, &st)))
 		return rc;
+	if (st.removed)
+		return sb_seterr(SB_ERR_STATE,
+				 "run %s was removed: its disk and snapshots are gone", run);
 	if (snap[0]) {
 		catch_up(r);
 		if ((rc = sb_resume_each(r->e->proj, run, layer_cb, &c)) < 0)
@@ -1587,6 +1678,7 @@ static const struct op {
     {"run.rerun", op_run_rerun, ON_LOOP | READS_PROJ},
     {"snapshots.list", op_snapshots_list, READ_ONLY},
     {"snapshot.rm", op_snapshot_rm, 0},
+    {"run.rm", op_run_rm, 0},
     {"blob.get", op_blob_get, READ_ONLY},
     {"fs.list", op_fs_list, READ_ONLY},
     {"fs.stat", op_fs_stat, READ_ONLY},

@@ -438,6 +438,16 @@ static void sum_forked(struct sum *s, const struct sb_event *ev, const msgpack_o
 	put_roll(s, p);
 }
 
+static void sum_removed(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	put(s, "by ");
+	field(s, p, "by");
+	putf(s, ", %llu bytes freed", (unsigned long long)u64(p, "bytes"));
+	if (u64(p, "kept"))
+		putf(s, ", %llu layers kept for the runs that read them",
+		     (unsigned long long)u64(p, "kept"));
+}
+
 static void sum_warning(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
 	field(s, p, "message");
@@ -537,7 +547,7 @@ static const struct summary {
     {"budget.exceeded", sum_budget},	{"net.denied", sum_denied},
     {"net.resolved", sum_resolved},	{"net.grant.added", sum_grant},
     {"net.grant.removed", sum_grant},	{"secret.granted", sum_secret},
-    {"operator.note", sum_note},
+    {"operator.note", sum_note},	{"run.removed", sum_removed},
 };
 
 static const struct summary *find(const char *type)

@@ -486,7 +486,8 @@ static int snapshot_layer(const char *id, unsigned *n)
  * before r->from.at; then r->from.snap, from_layer, from_offset, at,
  * memory_bytes and (a resume) spent are the snapshot's. Errors:
  * SB_ERR_NOTFOUND (no such run or snapshot), SB_ERR_STATE (a resume of a
- * run its record says is live), SB_ERR_CORRUPT, the projections'. */
+ * run its record says is live, or a run removed), SB_ERR_CORRUPT, the
+ * projections'. */
 /* Sets r's point from rp, the snapshot found (snapshot: the id asked
  * for, or NULL; at: the offset asked for, UINT64_MAX: none; last: the
  * run's last offset). */
@@ -526,6 +527,10 @@ static int from_point(struct run *r)
 	sb_projector_catch_up(rs->env.proj, NULL);
 	if ((rc = sb_runstate_get(rs->env.proj, r->from.run, &st)))
 		return rc;
+	if (st.removed)
+		return sb_seterr(SB_ERR_STATE,
+				 "run %s was removed: its disk and snapshots are gone",
+				 r->from.run);
 	if (r->from.resume && sb_runstate_is_live(&st))
 		return sb_seterr(SB_ERR_STATE, "run %s is still running: fork it instead",
 				 r->from.run);

@@ -2,6 +2,7 @@
 #include "engine/runs/layers.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -668,4 +669,146 @@ int sb_layers_usage(const char *home, struct sb_layers_usage *u)
 	}
 	closedir(d);
 	return SB_OK;
+}
+
+/* --- releasing a removed run's files --- */
+
+/* Deletes (dry: only counts) name in directory fd and, for a directory,
+ * all in it, never following a link; adds the allocated bytes of the
+ * regular files to *bytes. Errors: SB_ERR_IO. */
+static int release_tree(int fd, const char *name, int dry, unsigned long long *bytes)
+{
+	struct stat st;
+	struct dirent *e;
+	DIR *d;
+	int sub, rc = SB_OK;
+
+	if (fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW))
+		return errno == ENOENT ? SB_OK : sb_seterr(SB_ERR_IO, "%s: %s", name, strerror(errno));
+	if (S_ISREG(st.st_mode))
+		*bytes += (unsigned long long)st.st_blocks * 512;
+	if (!S_ISDIR(st.st_mode))
+		return dry || !unlinkat(fd, name, 0) || errno == ENOENT
+			   ? SB_OK
+			   : sb_seterr(SB_ERR_IO, "%s: %s", name, strerror(errno));
+	if ((sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+	    !(d = fdopendir(sub))) {
+		if (sub >= 0)
+			close(sub);
+		return sb_seterr(SB_ERR_IO, "%s: %s", name, strerror(errno));
+	}
+	while (rc == SB_OK && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			rc = release_tree(dirfd(d), e->d_name, dry, bytes);
+	closedir(d);
+	if (rc == SB_OK && !dry && unlinkat(fd, name, AT_REMOVEDIR) && errno != ENOENT)
+		rc = sb_seterr(SB_ERR_IO, "%s: %s", name, strerror(errno));
+	return rc;
+}
+
+/* Sets kept[i] for each layer ns[i] of run another run reads. */
+static int release_kept(const char *home, const char *run, const unsigned *ns, size_t k,
+			unsigned char *kept, struct sb_layers_freed *out)
+{
+	size_t count;
+	int rc;
+
+	for (size_t i = 0; i < k; i++) {
+		if ((rc = sb_layers_users(home, run, ns[i], NULL, 0, &count)))
+			return rc;
+		kept[i] = count > 0;
+		out->kept += kept[i];
+		out->layers += !kept[i];
+	}
+	return SB_OK;
+}
+
+/* Releases the entries of run's layers directory (fd) but the kept
+ * layers' files (N.qcow2, N.mem). */
+static int release_layers(int fd, const unsigned *ns, size_t k, const unsigned char *kept,
+			  int dry, unsigned long long *bytes)
+{
+	DIR *d = fdopendir(fd);
+	struct dirent *e;
+	unsigned n;
+	char ext[8];
+	int rc = SB_OK, keep;
+
+	if (!d) {
+		close(fd);
+		return sb_seterr(SB_ERR_IO, "layers: %s", strerror(errno));
+	}
+	while (rc == SB_OK && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		keep = 0;
+		if (sscanf(e->d_name, "%u.%7s", &n, ext) == 2 &&
+		    (!strcmp(ext, "qcow2") || !strcmp(ext, "mem")))
+			for (size_t i = 0; i < k && !keep; i++)
+				keep = kept[i] && ns[i] == n;
+		if (!keep)
+			rc = release_tree(dirfd(d), e->d_name, dry, bytes);
+	}
+	closedir(d);
+	return rc;
+}
+
+/* Releases everything in run directory fd but layers/. */
+static int release_others(int fd, int dry, unsigned long long *bytes)
+{
+	DIR *d = fdopendir(fd);
+	struct dirent *e;
+	int rc = SB_OK;
+
+	if (!d) {
+		close(fd);
+		return sb_seterr(SB_ERR_IO, "run directory: %s", strerror(errno));
+	}
+	while (rc == SB_OK && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+		    strcmp(e->d_name, "layers"))
+			rc = release_tree(dirfd(d), e->d_name, dry, bytes);
+	closedir(d);
+	return rc;
+}
+
+int sb_layers_release(const char *home, const char *run, int dry,
+		      struct sb_layers_freed *out)
+{
+	char dir[SB_LAYER_PATH_MAX], ldir[SB_LAYER_PATH_MAX];
+	unsigned *ns = NULL;
+	unsigned char *kept = NULL;
+	size_t k = 0;
+	int fd, rc;
+
+	memset(out, 0, sizeof *out);
+	if (pathf(dir, sizeof dir, "%s/runs/%s", home, run) ||
+	    (rc = layers_dir(home, run, ldir, sizeof ldir)))
+		return sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
+	if (access(dir, F_OK))
+		return SB_OK; /* nothing left */
+	rc = layers_list(ldir, &ns, &k);
+	if (rc && rc != SB_ERR_NOTFOUND)
+		return rc;
+	if (!(kept = calloc(k + 1, 1))) {
+		rc = SB_ERR_NOMEM;
+		goto out;
+	}
+	if ((rc = release_kept(home, run, ns, k, kept, out)))
+		goto out;
+	if (k && (fd = open(ldir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) >= 0 &&
+	    (rc = release_layers(fd, ns, k, kept, dry, &out->bytes)))
+		goto out;
+	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		rc = sb_seterr(SB_ERR_IO, "%s: %s", dir, strerror(errno));
+		goto out;
+	}
+	if ((rc = release_others(fd, dry, &out->bytes)) || out->kept || dry)
+		goto out;
+	if ((rmdir(ldir) && errno != ENOENT) || rmdir(dir))
+		rc = sb_seterr(SB_ERR_IO, "%s: %s", dir, strerror(errno));
+out:
+	free(ns);
+	free(kept);
+	return rc;
 }

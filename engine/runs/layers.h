@@ -116,6 +116,25 @@ int sb_layers_remove(const char *home, const char *run, unsigned n);
  * removes it and the layers directory when none is). Errors: SB_ERR_IO. */
 int sb_layers_drop(const char *home, const char *run, unsigned n);
 
+/* What sb_layers_release freed (or, dry, would free), in allocated
+ * bytes, and the layers it kept for other runs. */
+struct sb_layers_freed {
+	unsigned long long bytes;
+	unsigned layers, kept;
+};
+
+/* Deletes what run's directory holds that no other run reads, for a run
+ * that is removed (its machine ended): each layer no layer of another run
+ * reads (directly, or through run's later layers; those read are kept,
+ * and so is what they read below them), its memory file, and every file
+ * that is not a layer (the disk link, logs, sockets); the directory goes
+ * when no layer is kept. With dry, deletes nothing and says what it
+ * would. A missing directory frees nothing. Errors: SB_ERR_IO (the
+ * detail names the file; what was freed before stays freed),
+ * SB_ERR_TOOBIG, SB_ERR_NOMEM. */
+int sb_layers_release(const char *home, const char *run, int dry,
+		      struct sb_layers_freed *out);
+
 /* The space the runs of home take, by kind (allocated blocks). */
 struct sb_layers_usage {
 	unsigned long long runs;      /* their current disk layers, logs, ... */

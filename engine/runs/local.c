@@ -1677,6 +1677,31 @@ static void sweep_qemu(void *ctx, pid_t pid, const char *qmp)
 		sb_proc_kill(pid, SIGKILL);
 }
 
+/* Releases the files of the removed runs of home (known 3) no other run
+ * reads; again while a pass frees a layer, since a removed fork freed
+ * lets its removed parent's layers go. */
+static void sweep_removed(const char *home, int (*known)(void *ctx, const char *run),
+			  void *ctx)
+{
+	char dir[PATH_CAP];
+	struct sb_layers_freed f;
+	struct dirent *e;
+	unsigned freed = 1;
+	DIR *d;
+
+	snprintf(dir, sizeof dir, "%s/runs", home);
+	for (int pass = 0; freed && pass < 16; pass++) {
+		if (!(d = opendir(dir)))
+			return;
+		freed = 0;
+		while ((e = readdir(d)))
+			if (strlen(e->d_name) == SB_RUN_ID_LEN && known(ctx, e->d_name) == 3 &&
+			    sb_layers_release(home, e->d_name, 0, &f) == SB_OK)
+				freed += f.layers;
+		closedir(d);
+	}
+}
+
 static void local_sweep(void *runner, int (*known)(void *ctx, const char *run), void *ctx)
 {
 	struct sb_local_runner *lr = runner;
@@ -1699,6 +1724,7 @@ static void local_sweep(void *runner, int (*known)(void *ctx, const char *run), 
 		nftw(path, sweep_rm, 8, FTW_DEPTH | FTW_PHYS);
 	}
 	closedir(d);
+	sweep_removed(lr->home, known, ctx);
 	snprintf(dir, sizeof dir, "%s/runs/", lr->home);
 	sb_vm_each(dir, sweep_qemu, &nl);
 	if (lr->net)

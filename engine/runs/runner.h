@@ -148,7 +148,9 @@ struct sb_runner_ops {
 	 * forever), and ends every machine of this runner whose run is not
 	 * live (one a daemon died starting, whose run was then recorded
 	 * failed). known returns 0 (no record has run), 1 (its record says
-	 * it ended) or 2 (it is live: to be reattached). */
+	 * it ended), 2 (it is live: to be reattached) or 3 (it was removed:
+	 * what of its files no other run reads is deleted, as a removal
+	 * killed half-way, or a reader removed since, leaves them). */
 	void (*sweep)(void *runner, int (*known)(void *ctx, const char *run), void *ctx);
 	/* Frees m (NULL is fine). A machine still running keeps running. */
 	void (*free)(sb_machine *m);

@@ -1332,7 +1332,8 @@ int sb_runs_grant(struct sb_runs *rs, const char *run, const char *grant, int al
 }
 
 /* What the record knows of run, as the runner's sweep asks: 0 nothing,
- * 1 it ended, 2 it is live (an error reading it counts as live). */
+ * 1 it ended, 2 it is live (an error reading it counts as live), 3 it
+ * was removed. */
 static int run_known(void *ctx, const char *run)
 {
 	struct sb_runstate st;
@@ -1340,7 +1341,9 @@ static int run_known(void *ctx, const char *run)
 
 	if (rc == SB_ERR_NOTFOUND)
 		return 0;
-	return rc || sb_runstate_is_live(&st) ? 2 : 1;
+	if (rc || sb_runstate_is_live(&st))
+		return 2;
+	return st.removed ? 3 : 1;
 }
 
 int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)

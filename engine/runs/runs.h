@@ -134,7 +134,7 @@ struct sb_runs_from {
  * (on a worker), the disk is a new layer over the snapshot's, and the
  * machine starts as for sb_runs_create (cb the same way, also with
  * SB_ERR_NOTFOUND: no such run or snapshot, and SB_ERR_STATE: a resume of a
- * run whose record says it is live; for a resume the id is f->run's). f is
+ * run whose record says it is live, or a run removed; for a resume the id is f->run's). f is
  * copied. Errors (cb not called): SB_ERR_STATE (a resume of a run that has
  * a machine here), SB_ERR_NOMEM, SB_ERR_UNAVAIL. */
 int sb_runs_from(struct sb_runs *r, const struct sb_runs_from *f, sb_runs_created_fn cb,
