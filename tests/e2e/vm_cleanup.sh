@@ -96,7 +96,7 @@ events_json "$F" | grep -q run.removed && ok "events of the removed fork" || bad
 # ---- prune ----
 du0=$(du -s --block-size=1 "$SANBOX_HOME/runs" | cut -f1)
 out=$("$SB" prune --dry-run)
-[ "$(echo "$out" | grep -c 'would be removed')" = 3 ] && [ "$(echo "$out" | tail -n 1 | cut -d' ' -f1-5)" = "3 runs would be removed," ] &&
+[ "$(echo "$out" | grep -c ' would be removed: ')" = 3 ] && [ "$(echo "$out" | tail -n 1 | cut -d' ' -f1-5)" = "3 runs would be removed," ] &&
 	[ "$(du -s --block-size=1 "$SANBOX_HOME/runs" | cut -f1)" = "$du0" ] && [ "$(field "$B" removed)" = 0 ] &&
 	ok "prune --dry-run lists the 3 ended runs and changes nothing" || bad "prune dry" "$out"
 out=$("$SB" prune --older-than 1h --json)

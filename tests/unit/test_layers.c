@@ -447,6 +447,52 @@ static void make_fork(void)
 	assert_backing(lpath("bbbb", 0), lpath("aaaa", 1));
 }
 
+/* 1 when home/rel exists (a link counts, dangling or not). */
+static int there(const char *rel)
+{
+	char path[PATH_MAX + 64];
+	struct stat st;
+
+	snprintf(path, sizeof path, "%s/%s", home, rel);
+	return lstat(path, &st) == 0;
+}
+
+/* Releasing a removed run: A's 2 (nobody reads it) and its files go, its
+ * 1 and 0 (B reads them) stay; a dry run deletes nothing and counts the
+ * same; once B is released too, A's layers go and its directory with
+ * them. */
+static void test_release(void **state)
+{
+	struct sb_layers_freed dry, f;
+
+	make_fork();
+	sh("echo console > home/runs/aaaa/console.log && mkdir home/runs/aaaa/sub && "
+	   "echo x > home/runs/aaaa/sub/f && echo m > home/runs/aaaa/layers/2.mem");
+	assert_int_equal(sb_layers_release(home, "aaaa", 1, &dry), SB_OK);
+	assert_int_equal(dry.kept, 2);
+	assert_int_equal(dry.layers, 1);
+	assert_true(there("runs/aaaa/layers/2.qcow2") && there("runs/aaaa/console.log"));
+	assert_int_equal(sb_layers_release(home, "aaaa", 0, &f), SB_OK);
+	assert_int_equal(f.kept, 2);
+	assert_true(f.bytes == dry.bytes && f.bytes > 0);
+	assert_false(there("runs/aaaa/layers/2.qcow2") || there("runs/aaaa/layers/2.mem") ||
+		     there("runs/aaaa/disk.qcow2") || there("runs/aaaa/console.log") ||
+		     there("runs/aaaa/sub"));
+	assert_true(there("runs/aaaa/layers/0.qcow2") && there("runs/aaaa/layers/1.qcow2"));
+	/* B's disk still reads through A's kept layers */
+	assert_int_equal(sb_layers_check(home, lpath("bbbb", 0)), SB_OK);
+	assert_int_equal(sb_layers_release(home, "bbbb", 0, &f), SB_OK);
+	assert_int_equal(f.kept, 0);
+	assert_false(there("runs/bbbb"));
+	assert_int_equal(sb_layers_release(home, "aaaa", 0, &f), SB_OK);
+	assert_int_equal(f.kept, 0);
+	assert_int_equal(f.layers, 2);
+	assert_false(there("runs/aaaa"));
+	/* a run with nothing left frees nothing */
+	assert_int_equal(sb_layers_release(home, "aaaa", 0, &f), SB_OK);
+	assert_int_equal(f.bytes + f.layers + f.kept, 0);
+}
+
 /* Who reads a layer: B reads A's 1 and, through it, A's 0; nobody A's 2;
  * A reads none of B's; a run with a run's own resumes; room for fewer. */
 static void test_users(void **state)
@@ -876,6 +922,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_trailing_slash_home, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_too_long, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_fork_flattens, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_release, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
