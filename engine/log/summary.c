@@ -448,6 +448,43 @@ static void sum_removed(struct sum *s, const struct sb_event *ev, const msgpack_
 		     (unsigned long long)u64(p, "kept"));
 }
 
+/* operator.exec: who ran what, how it ended, what it printed. */
+static void sum_exec(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	const msgpack_object *argv = sb_map_get(p, "argv"), *to = sb_map_get(p, "timed_out");
+
+	field(s, p, "by");
+	put(s, " ran ");
+	if (argv)
+		put_value(s, argv, 0);
+	putf(s, ": exit %lld", (long long)sb_map_i64(p, "status", 0));
+	if (to && to->type == MSGPACK_OBJECT_BOOLEAN && to->via.boolean)
+		put(s, " (timed out)");
+	put(s, ", ");
+	put_count(s, u64(p, "stdout_bytes"));
+	put(s, " bytes out, ");
+	put_count(s, u64(p, "stderr_bytes"));
+	put(s, " bytes err");
+}
+
+/* operator.cp: who copied how many files into the run. */
+static void sum_cp(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	field(s, p, "by");
+	put(s, " copied in ");
+	put_count(s, u64(p, "written"));
+	put(s, " files, ");
+	put_count(s, u64(p, "bytes"));
+	put(s, " bytes");
+}
+
+/* rerun.diverged: the call whose request left the record, and where. */
+static void sum_diverged(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	putf(s, "call %llu differs from the record at ", (unsigned long long)u64(p, "call"));
+	field(s, p, "path");
+}
+
 static void sum_warning(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
 	field(s, p, "message");
@@ -548,6 +585,8 @@ static const struct summary {
     {"net.resolved", sum_resolved},	{"net.grant.added", sum_grant},
     {"net.grant.removed", sum_grant},	{"secret.granted", sum_secret},
     {"operator.note", sum_note},	{"run.removed", sum_removed},
+    {"operator.exec", sum_exec},	{"operator.cp", sum_cp},
+    {"rerun.diverged", sum_diverged},
 };
 
 static const struct summary *find(const char *type)
