@@ -1,5 +1,5 @@
 /* cmd_cp.c - sanbox cp [--force] RUN:PATH LOCAL: copy a file or a symlink
- * out of a run's disk. */
+ * out of a run's disk; cp -r RUN:DIR LOCAL: a directory with all in it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -66,6 +66,120 @@ static int cp_place(const char *dest, int force, cli_disk *f, const char *gp,
 		rc = sb_seterr(SB_ERR_IO, "%s: %s", dest, strerror(errno));
 		unlink(tmp);
 	}
+	return rc;
+}
+
+#define CP_DEPTH_MAX 64 /* directories in directories cp -r follows */
+
+/* The names of a guest directory's entries, as listed. */
+struct cp_names {
+	char **v;
+	size_t n, cap;
+	size_t refused; /* names no local file can have ('/', NUL, "..") */
+};
+
+static int cp_name(const struct sb_fs_entry *e, void *ctx)
+{
+	struct cp_names *l = ctx;
+	char **v;
+
+	if (e->name_len != strlen(e->name) || strchr(e->name, '/') || !strcmp(e->name, ".") ||
+	    !strcmp(e->name, "..") || !e->name_len) {
+		l->refused++;
+		return SB_OK;
+	}
+	if (l->n == l->cap) {
+		if (!(v = realloc(l->v, (l->cap ? 2 * l->cap : 32) * sizeof *v)))
+			return SB_ERR_NOMEM;
+		l->v = v;
+		l->cap = l->cap ? 2 * l->cap : 32;
+	}
+	return (l->v[l->n] = strdup(e->name)) ? (l->n++, SB_OK) : SB_ERR_NOMEM;
+}
+
+static int cp_tree(cli_disk *f, const char *gp, const char *dest, unsigned depth,
+		   size_t *skipped);
+
+/* Copies the guest's entry gp to dest (which must not exist): a file or
+ * a symlink as cp copies one, a directory with all in it; anything else
+ * (a device, a FIFO, a socket) is counted in *skipped. */
+static int cp_entry(cli_disk *f, const char *gp, const char *dest, unsigned depth,
+		    size_t *skipped)
+{
+	struct sb_fs_entry e;
+	mode_t mode;
+	int rc;
+
+	if ((rc = cli_disk_stat(f, gp, &e)))
+		return rc;
+	if (e.type == SB_FS_FILE || (e.type == SB_FS_SYMLINK && e.target &&
+				     !memchr(e.target, 0, e.target_len)))
+		return cp_create(dest, dest, f, gp, &e);
+	if (e.type != SB_FS_DIR) {
+		++*skipped;
+		return SB_OK;
+	}
+	if (depth >= CP_DEPTH_MAX)
+		return sb_seterr(SB_ERR_TOOBIG, "%s: more than %d directories deep", gp,
+				 CP_DEPTH_MAX);
+	mode = (mode_t)(e.mode & 0777);
+	if (mkdir(dest, 0700))
+		return sb_seterr(errno == EEXIST ? SB_ERR_EXISTS : SB_ERR_IO, "%s: %s", dest,
+				 strerror(errno));
+	if ((rc = cp_tree(f, gp, dest, depth + 1, skipped)) == SB_OK && chmod(dest, mode))
+		rc = sb_seterr(SB_ERR_IO, "%s: %s", dest, strerror(errno));
+	return rc;
+}
+
+/* Copies the entries of the guest's directory gp into dest, made. */
+static int cp_tree(cli_disk *f, const char *gp, const char *dest, unsigned depth,
+		   size_t *skipped)
+{
+	struct cp_names l = {0};
+	char g[SB_FS_PATH_MAX + 16], d[PATH_MAX];
+	int rc = cli_disk_list(f, gp, cp_name, &l);
+
+	*skipped += l.refused;
+	for (size_t i = 0; rc == SB_OK && i < l.n; i++) {
+		if ((size_t)snprintf(g, sizeof g, "%s/%s", strcmp(gp, "/") ? gp : "", l.v[i]) >=
+			sizeof g ||
+		    (size_t)snprintf(d, sizeof d, "%s/%s", dest, l.v[i]) >= sizeof d) {
+			++*skipped; /* too long a path to name */
+			continue;
+		}
+		rc = cp_entry(f, g, d, depth, skipped);
+	}
+	for (size_t i = 0; i < l.n; i++)
+		free(l.v[i]);
+	free(l.v);
+	return rc;
+}
+
+/* cp -r RUN:DIR LOCAL: the directory gp of the run's disk into LOCAL,
+ * which must not exist. */
+static int cp_out_tree(const char *want, const char *gp, const char *dest)
+{
+	struct sb_fs_entry e;
+	size_t skipped = 0;
+	cli_disk *f;
+	int rc;
+
+	if ((rc = cli_fs_open(want, NULL, &f)))
+		return rc;
+	if ((rc = cli_disk_stat(f, gp, &e))) {
+		rc = cli_fs_fail(rc);
+	} else if (e.type != SB_FS_DIR) {
+		rc = cli_fs_refuse(gp, &e, " (cp -r copies a directory)");
+	} else if ((rc = cp_entry(f, gp, dest, 0, &skipped)) == SB_ERR_EXISTS) {
+		rc = cli_fail(rc, "%s", sb_errmsg(rc));
+	} else if (rc) {
+		rc = cli_fs_fail(rc);
+	} else if (skipped) {
+		cli_note("%zu entr%s not copied (a device, a FIFO, a socket, or a name no "
+			 "local file can have)",
+			 skipped, skipped == 1 ? "y" : "ies");
+	}
+	cli_disk_close(f);
 	return rc;
 }
 
@@ -153,8 +267,10 @@ int cmd_cp(int argc, char **argv)
 	    run_operand(dest, want, sizeof want, &path)) /* into a live run */
 		return path[0] && src[0] && !force && !at ? cli_cp_in(src, want, path, recurse, json)
 						   : cli_usage("cp");
-	if (recurse || json)
-		return cli_fail_code(CLI_EXIT_USAGE, "cp: -r and --json are for a copy into a run");
+	if (json || (recurse && (at || force)))
+		return cli_fail_code(CLI_EXIT_USAGE,
+				     "cp: --json is for a copy into a run; -r out of a run "
+				     "takes neither --at nor --force");
 	if (!(colon = strchr(src, ':')) || colon == src ||
 	    (size_t)(colon - src) >= sizeof want || !colon[1] || !dest[0])
 		return cli_usage("cp");
@@ -165,6 +281,8 @@ int cmd_cp(int argc, char **argv)
 	if (at)
 		return cp_at(want, &sel, colon + 1, dest, force);
 	cli_guest_path(colon + 1, gp, sizeof gp);
+	if (recurse)
+		return cp_out_tree(want, gp, dest);
 	if ((rc = cli_fs_open(want, NULL, &f)))
 		return rc;
 	if ((rc = cli_disk_stat(f, gp, &e))) {

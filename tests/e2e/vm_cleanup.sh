@@ -6,7 +6,8 @@
 # resumes; rm of the fork frees the parent's kept snapshot with it. The
 # removed runs' records stay (events, inspect, ps --all); their disks are
 # refused in one line (fs, fork, resume). rm of a live run is refused, of
-# an unknown run exits 3. prune --dry-run changes nothing, prune
+# an unknown run exits 3. cp -r copies a directory out of a run's disk.
+# prune --dry-run changes nothing, prune
 # --older-than 1h keeps runs that just ended, prune removes the rest. A
 # daemon restart and a reproject keep the same state, and the restart
 # frees what a removal left behind.
@@ -32,12 +33,25 @@ wait_event "$A" "e['type']=='agent.file.changed' and e['payload']['path']=='/wor
 	bad "setup" "the parent never wrote a.txt"
 [ "$("$SB" snapshot "$A")" = s0 ] || bad "setup" "no s0"
 "$SB" stop --wait "$A" >/dev/null
-B=$("$SB" run --detach --accel tcg --name b --snapshots stop -- /bin/sh -c 'echo b > b.txt')
+B=$("$SB" run --detach --accel tcg --name b --snapshots stop -- /bin/sh -c 'echo b > b.txt
+mkdir -p d/e && echo deep > d/e/f.txt && chmod 750 d/e && ln -s ../b.txt d/link && mkfifo d/fifo')
 C=$("$SB" run --detach --accel tcg --name c --snapshots stop -- /bin/sh -c 'echo c > c.txt')
 F=$("$SB" fork "$A" --snapshot s0 --detach)
 "$SB" wait "$B" "$C" "$F" >/dev/null
 [ "$(field "$F" status)" = exited ] && [ "$("$SB" fs cat "$F" seen.txt)" = a.txt ] ||
 	bad "setup" "the fork: $(field "$F" status) $("$SB" fs cat "$F" seen.txt 2>&1)"
+
+# ---- cp -r out of a run's disk ----
+out=$("$SB" cp -r "$B:d" "$SANBOX_HOME/d" 2>&1)
+[ $? = 0 ] && [ "$(cat "$SANBOX_HOME/d/e/f.txt")" = deep ] && [ "$(readlink "$SANBOX_HOME/d/link")" = ../b.txt ] &&
+	[ "$(stat -c %a "$SANBOX_HOME/d/e")" = 750 ] && [ ! -e "$SANBOX_HOME/d/fifo" ] && case $out in *"1 entry not copied"*) true ;; *) false ;; esac &&
+	ok "cp -r copies a directory out of a run (files, links, modes; a FIFO left out, counted)" ||
+	bad "cp -r" "$out: $(ls -lR "$SANBOX_HOME/d" 2>&1)"
+out=$("$SB" cp -r "$B:d" "$SANBOX_HOME/d" 2>&1)
+[ $? = 1 ] && ok "cp -r into an existing LOCAL: refused" || bad "cp -r exists" "$out"
+out=$("$SB" cp -r "$B:b.txt" "$SANBOX_HOME/x" 2>&1)
+[ $? = 1 ] && case $out in *"cp -r copies a directory"*) true ;; *) false ;; esac && ok "cp -r of a file: refused" || bad "cp -r file" "$out"
+rm -rf "$SANBOX_HOME/d"
 
 # ---- refusals ----
 L=$("$SB" run --detach --accel tcg --name live -- sleep 600)
@@ -112,7 +126,8 @@ s2=$(state)
 [ "$s1" = "$s2" ] && [ ! -e "$SANBOX_HOME/runs/$C" ] &&
 	ok "a daemon restart keeps the state and frees what a removal left" || bad "restart" "$s1 / $s2"
 "$SB" admin reproject >/dev/null
-[ "$(state)" = "$s1" ] && ok "reproject gives the same state" || bad "reproject" "$(state)"
+s3=$(state)
+[ "$s3" = "$s1" ] && ok "reproject gives the same state" || bad "reproject" "$s1 / $s3"
 
 out=$("$SB" prune)
 [ "$(echo "$out" | tail -n 1 | cut -d' ' -f1-3)" = "2 runs removed," ] && [ -z "$(ls "$SANBOX_HOME/runs")" ] &&
