@@ -2,7 +2,8 @@
 # A remote client over TLS with a bearer token: runs, attach (polled), ps;
 # refused without the right token or CA, and local-only operations stay local;
 # fs ls, fs cat, cp out of a run's disk and diff give the same bytes
-# remotely (fs.list, fs.stat, fs.read) as locally.
+# remotely (fs.list, fs.stat, fs.read) as locally; exec, cp -r into a live
+# run and rm of it once it ended work remotely.
 . "$(dirname "$0")/lib/vm.sh"
 
 certs=$SANBOX_HOME/certs
@@ -79,4 +80,25 @@ grep -q "token" "$SANBOX_HOME/e1" && ok "wrong token refused" || bad "wrong toke
 remote admin reproject >/dev/null 2>"$SANBOX_HOME/e2"
 grep -q "local socket" "$SANBOX_HOME/e2" && ok "local-only operation refused remotely" ||
 	bad "local-only" "$(cat "$SANBOX_HOME/e2")"
+
+# exec and cp into a live run, and rm of it once ended, through the remote
+# daemon: recorded with the token's name
+X=$(remote run --detach --timeout 300s -- /bin/sh -c 'echo live > x.txt; sleep 300')
+wait_event "$X" "e['type']=='agent.file.changed' and e['payload']['path']=='/workspace/x.txt'" 120 ||
+	bad "remote live run" "it never wrote x.txt"
+[ "$(remote exec "$X" -- cat x.txt 2>&1)" = live ] && ok "remote exec reads the live guest's file" ||
+	bad "remote exec" "$(remote exec "$X" -- cat x.txt 2>&1)"
+remote exec "$X" -- /bin/sh -c 'exit 7' >/dev/null 2>&1
+[ $? = 7 ] && ok "remote exec exits with the command's status" || bad "remote exec status" "not 7"
+mkdir -p "$SANBOX_HOME/in/sub" && echo from-afar >"$SANBOX_HOME/in/sub/f.txt"
+remote cp -r "$SANBOX_HOME/in" "$X:in" >/dev/null 2>"$SANBOX_HOME/e3" &&
+	[ "$(remote exec "$X" -- cat in/sub/f.txt 2>&1)" = from-afar ] &&
+	ok "remote cp -r writes a directory into the live run" || bad "remote cp" "$(cat "$SANBOX_HOME/e3")"
+has_event "$X" "e['type']=='operator.cp' and e['payload']['by']=='ci-bot'" &&
+	has_event "$X" "e['type']=='operator.exec' and e['payload']['by']=='ci-bot'" &&
+	ok "remote exec and cp are recorded with the token's name" || bad "remote records" "no operator.cp/exec by ci-bot"
+out=$(remote rm "$X" 2>&1)
+[ $? = 1 ] && ok "remote rm of the live run: refused" || bad "remote rm live" "$out"
+remote stop --wait "$X" >/dev/null
+case $(remote rm "$X" 2>&1) in "$X removed: "*) ok "remote rm of the ended run" ;; *) bad "remote rm" "$(remote rm "$X" 2>&1)" ;; esac
 exit $((failures > 0))
