@@ -1064,6 +1064,34 @@ static void removed_parents(struct req *r, const char *run, unsigned long long *
 	}
 }
 
+/* SB_ERR_STATE when a live run (created, queued or running) continues run,
+ * itself or through its parents: a fork or resume still queued has no disk
+ * yet, so no layer file says that it will read run's snapshots. */
+static int rm_check_readers(struct req *r, const char *run)
+{
+	char(*live)[SB_RUN_MAX] = NULL, cur[SB_RUN_MAX];
+	struct sb_runstate st;
+	size_t n = 0;
+	int rc = sb_runstate_live(r->e->proj, NULL, &live, &n);
+
+	for (size_t i = 0; rc == SB_OK && i < n; i++) {
+		snprintf(cur, sizeof cur, "%s", live[i]);
+		for (int depth = 0; rc == SB_OK && depth < 64; depth++) {
+			if (sb_runstate_get(r->e->proj, cur, &st) || !st.parent[0] ||
+			    !strcmp(st.parent, cur))
+				break;
+			if (!strcmp(st.parent, run))
+				rc = sb_seterr(SB_ERR_STATE,
+					       "run %s is continued by %s, which has not ended: "
+					       "remove it once that run ends",
+					       run, live[i]);
+			snprintf(cur, sizeof cur, "%s", st.parent);
+		}
+	}
+	free(live);
+	return rc;
+}
+
 /* run.rm {run, dry_run?}: removes a run that ended: records run.removed,
  * then frees its disk layers, snapshots and files but the layers other
  * runs read (freed with the last of them). Answers run, bytes (freed),
@@ -1085,6 +1113,8 @@ static int op_run_rm(struct req *r)
 				 st.status);
 	if (st.removed)
 		return sb_seterr(SB_ERR_STATE, "run %s was removed already", run);
+	if ((rc = rm_check_readers(r, run)))
+		return rc;
 	/* what it frees is counted first: the record says it before the
 	 * files go, so a daemon killed half-way finishes the job (sweep) */
 	if ((rc = sb_layers_release(r->e->home, run, 1, &f)))

@@ -62,6 +62,13 @@ out=$("$SB" rm "$L" 2>&1)
 out=$("$SB" rm nosuchrun 2>&1)
 [ $? = 3 ] && ok "rm of an unknown run exits 3" || bad "rm unknown" "$out"
 "$SB" stop --wait "$L" >/dev/null
+# a run that a live fork continues is refused (a queued fork has no disk
+# yet to say so), then removed once the fork has ended and is removed
+L2=$("$SB" fork "$A" --snapshot s0 --detach)
+out=$("$SB" rm "$A" 2>&1)
+[ $? = 1 ] && case $out in *"continued by $L2"*) true ;; *) false ;; esac &&
+	ok "rm of a run a live fork continues: refused, naming the fork" || bad "rm continued" "$out"
+"$SB" stop --wait "$L2" >/dev/null && "$SB" rm "$L2" >/dev/null || bad "rm continued" "cannot stop or rm $L2"
 
 # ---- rm the parent: its own files go, the fork's snapshot stays ----
 before=$(space)
@@ -133,6 +140,6 @@ out=$("$SB" prune)
 [ "$(echo "$out" | tail -n 1 | cut -d' ' -f1-3)" = "2 runs removed," ] && [ -z "$(ls "$SANBOX_HOME/runs")" ] &&
 	[ "$("$SB" df --json | jget "['runs']")" = 0 ] && [ "$(space)" = 0 ] &&
 	ok "prune removes the rest; df: no runs left" || bad "prune" "$out: $(ls "$SANBOX_HOME/runs")"
-[ -z "$("$SB" ps -q)" ] && [ "$("$SB" ps --all -q | wc -l)" = 5 ] || bad "ps" "$("$SB" ps --all)"
+[ -z "$("$SB" ps -q)" ] && [ "$("$SB" ps --all -q | wc -l)" = 6 ] || bad "ps" "$("$SB" ps --all)"
 
 [ "$failures" = 0 ]
