@@ -465,8 +465,10 @@ int cmd_wait(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 /* Removes run want (run.rm; dry: only says what it would free), adds
  * what it freed to *total and prints it: a line, or an item of list when
- * list is not NULL. Returns 0, or the exit code of its error (printed). */
-int cli_rm_one(sb_client *c, const char *want, int dry, json_t *list,
+ * list is not NULL. With keep_busy, a run the daemon may not remove now
+ * (STATE: it is live again, or a live run continues it) is kept with a
+ * note, not an error. Returns 0, or the exit code of its error (printed). */
+int cli_rm_one(sb_client *c, const char *want, int dry, int keep_busy, json_t *list,
 	       unsigned long long *total);
 
 int cmd_rm(int argc, char **argv);

@@ -92,7 +92,7 @@ int cmd_prune(int argc, char **argv)
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++)
-		if ((rc = cli_rm_one(c, ids[i], dry, list, &total)))
+		if ((rc = cli_rm_one(c, ids[i], dry, 1, list, &total)))
 			status = rc; /* the others are still removed */
 	if (list) {
 		cli_print_json(json_pack("{s:o, s:I, s:b}", "runs", list, "bytes",

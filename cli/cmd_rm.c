@@ -28,7 +28,7 @@ static void rm_said(const char *run, const msgpack_object *m, int dry, json_t *l
 	printf("\n");
 }
 
-int cli_rm_one(sb_client *c, const char *want, int dry, json_t *list,
+int cli_rm_one(sb_client *c, const char *want, int dry, int keep_busy, json_t *list,
 	       unsigned long long *total)
 {
 	struct cli_req r;
@@ -46,6 +46,9 @@ int cli_rm_one(sb_client *c, const char *want, int dry, json_t *list,
 	if (rc == SB_OK) {
 		*total += sb_map_u64(&rep.map, "bytes", 0);
 		rm_said(run, &rep.map, dry, list);
+	} else if (rc == SB_ERR_STATE && keep_busy) {
+		cli_note("%s kept: %s", want, sb_errmsg(rc));
+		rc = CLI_EXIT_OK;
 	} else {
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
 	}
@@ -71,7 +74,7 @@ int cmd_rm(int argc, char **argv)
 		return cli_fail(SB_ERR_NOMEM, "out of memory");
 	}
 	for (int i = optind; i < argc; i++)
-		if ((rc = cli_rm_one(c, argv[i], 0, list, &total)))
+		if ((rc = cli_rm_one(c, argv[i], 0, 0, list, &total)))
 			status = rc; /* the others are still removed */
 	sb_client_close(c);
 	if (list)

@@ -68,6 +68,9 @@ L2=$("$SB" fork "$A" --snapshot s0 --detach)
 out=$("$SB" rm "$A" 2>&1)
 [ $? = 1 ] && case $out in *"continued by $L2"*) true ;; *) false ;; esac &&
 	ok "rm of a run a live fork continues: refused, naming the fork" || bad "rm continued" "$out"
+out=$("$SB" prune --dry-run 2>&1)
+[ $? = 0 ] && case $out in *"$A kept: run $A is continued by $L2"*) true ;; *) false ;; esac &&
+	ok "prune keeps it with a note, exit 0" || bad "prune continued" "$out"
 "$SB" stop --wait "$L2" >/dev/null && "$SB" rm "$L2" >/dev/null || bad "rm continued" "cannot stop or rm $L2"
 
 # ---- rm the parent: its own files go, the fork's snapshot stays ----
