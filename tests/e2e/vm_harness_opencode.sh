@@ -49,10 +49,17 @@ def need(c, what):
         print("record:", what); sys.exit(1)
 t = lambda ty, src: [e for e in evs if e["type"] == ty and e["source"] == src]
 need(len(t("agent.turn.started", "harness")) >= 1, "a turn")
+# The write's own report (OpenCode's JSON line, translated) can be cut off
+# by the budget's stop, which ends the harness right after its second call
+# is refused: when it is there it is the write; the file change below is
+# the guest's own record that the write happened.
 tools = [e["payload"]["tool"] for e in t("agent.tool.completed", "harness")]
-need(tools == ["write"], "tool calls %r" % tools)
-w = t("agent.tool.completed", "harness")[0]["payload"]
-need("hello.txt" in w["args"] and w["exit"] == 0, "the write's summary %r" % w)
+need(tools in (["write"], []), "tool calls %r" % tools)
+if tools:
+    w = t("agent.tool.completed", "harness")[0]["payload"]
+    need("hello.txt" in w["args"] and w["exit"] == 0, "the write's summary %r" % w)
+else:
+    print("note: OpenCode's report of its write was cut off by the budget's stop")
 files = {e["payload"]["path"] for e in t("agent.file.changed", "guest")}
 need("/workspace/hello.txt" in files or "hello.txt" in files, "file changes %r" % files)
 msgs = t("agent.message", "gateway")
@@ -64,7 +71,7 @@ need(len(use) == 1 and use[0]["payload"]["total_nusd"] > 0 and
      "gateway usage %r" % use)
 need(not any(e["type"] == "agent.usage.updated" and e["source"] != "gateway" for e in evs), "usage only from the gateway")
 claims = [e["payload"].get("claim") for e in t("agent.turn.completed", "harness")]
-need(claims and all(isinstance(c, dict) for c in claims), "claims %r" % claims)
+need(all(isinstance(c, dict) for c in claims) and (claims or not tools), "claims %r" % claims)
 need(any(e["type"] == "budget.exceeded" for e in evs), "budget.exceeded")
 need(any(e["type"] == "run.stopped" and e["payload"]["reason"] == "budget" for e in evs), "stopped for its budget")
 EOF2
