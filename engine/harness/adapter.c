@@ -185,3 +185,11 @@ const struct sb_harness_ops sb_harness_command = {
     .argv = cmd_argv,
     .env = cmd_env,
 };
+
+void sb_harness_turn_cut(int *open, int turn, sb_harness_emit_fn emit, void *ctx)
+{
+	if (!*open)
+		return;
+	*open = 0;
+	emit(ctx, "agent.turn.completed", json_pack("{s:i, s:b}", "turn", turn, "cut", 1));
+}

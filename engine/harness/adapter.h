@@ -89,4 +89,8 @@ json_t *sb_harness_text(const char *s, size_t n, size_t max);
  * fields as k=v, strings cut), at most max bytes, as a new JSON string. */
 json_t *sb_harness_summary(json_t *input, size_t max);
 
+/* For translators, at the harness's end: when *open (it ended inside a
+ * turn), clears it and emits agent.turn.completed {turn, cut: true}. */
+void sb_harness_turn_cut(int *open, int turn, sb_harness_emit_fn emit, void *ctx);
+
 #endif

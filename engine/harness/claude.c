@@ -261,11 +261,7 @@ static void cc_end(void *st, int status, sb_harness_emit_fn emit, void *ctx)
 	struct cc_reader *r = st;
 
 	(void)status;
-	if (r->open) { /* it ended inside a turn */
-		r->open = 0;
-		emit(ctx, "agent.turn.completed",
-		     json_pack("{s:i, s:b}", "turn", r->turn, "cut", 1));
-	}
+	sb_harness_turn_cut(&r->open, r->turn, emit, ctx);
 }
 
 const struct sb_harness_ops sb_harness_claude_code = {

@@ -194,11 +194,7 @@ static void oc_end(void *st, int status, sb_harness_emit_fn emit, void *ctx)
 {
 	struct oc_reader *r = st;
 
-	if (r->open) { /* it ended inside a step */
-		r->open = 0;
-		emit(ctx, "agent.turn.completed",
-		     json_pack("{s:i, s:b}", "turn", r->turn, "cut", 1));
-	}
+	sb_harness_turn_cut(&r->open, r->turn, emit, ctx);
 }
 
 const struct sb_harness_ops sb_harness_opencode = {
