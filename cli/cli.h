@@ -461,6 +461,12 @@ int cmd_logs(int argc, char **argv);
 int cmd_completion(int argc, char **argv);
 int cmd_df(int argc, char **argv);
 int cmd_group(int argc, char **argv);
+struct cli_group;
+/* Sends group.create for group file g under the name name (cmd_group.c;
+ * also the MCP server's group_start); *rep holds the answer, to free with
+ * sb_reply_free. Errors: those of cli_group_pack_create and cli_call. */
+int cli_group_create(sb_client *c, const struct cli_group *g, const char *name,
+		     struct sb_reply *rep);
 int cmd_wait(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 /* Removes run want (run.rm; dry: only says what it would free), adds

@@ -15,9 +15,8 @@
 
 #define GROUP_NAME_TRIES 99 /* name-2 ... name-99 when a file's name is taken */
 
-/* Sends group.create for g under the name name; *rep holds the answer. */
-static int group_create(sb_client *c, const struct cli_group *g, const char *name,
-			struct sb_reply *rep)
+int cli_group_create(sb_client *c, const struct cli_group *g, const char *name,
+		     struct sb_reply *rep)
 {
 	struct cli_req r;
 	int rc;
@@ -35,16 +34,10 @@ static int group_create(sb_client *c, const struct cli_group *g, const char *nam
  * place in the file; any other as it is. */
 static int group_fail(const struct cli_group *g, int rc)
 {
-	const char *msg = sb_errmsg(rc);
-	char path[32], line[1200];
-	unsigned i;
-	int n = 0;
+	char line[1200];
 
-	if (sscanf(msg, "runs[%u]: %n", &i, &n) == 1 && n > 0 && i < g->nruns) {
-		snprintf(path, sizeof path, "runs[%u]", i);
-		cli_group_error(g, path, msg + n, line, sizeof line);
+	if (cli_group_run_error(g, sb_errmsg(rc), line, sizeof line))
 		return cli_fail_code(cli_exit_for_request(rc), "%s", line);
-	}
 	return cli_fail_request(rc);
 }
 
@@ -86,7 +79,7 @@ static int group_create_named(sb_client *c, struct cli_group *g, const char *nam
 	int rc;
 
 	snprintf(used, cap, "%s", name);
-	for (int k = 2; (rc = group_create(c, g, used, rep)) == SB_ERR_EXISTS &&
+	for (int k = 2; (rc = cli_group_create(c, g, used, rep)) == SB_ERR_EXISTS &&
 			!chosen && k <= GROUP_NAME_TRIES &&
 			!strncmp(sb_errmsg(rc), "group ", 6);
 	     k++) {

@@ -1402,3 +1402,16 @@ int cli_group_pack_create(const struct cli_group *g, const char *name, sb_mapw *
 	}
 	return rc;
 }
+
+int cli_group_run_error(const struct cli_group *g, const char *msg, char *buf, size_t cap)
+{
+	char path[32];
+	unsigned i;
+	int n = 0;
+
+	if (sscanf(msg, "runs[%u]: %n", &i, &n) != 1 || n <= 0 || i >= g->nruns)
+		return 0;
+	snprintf(path, sizeof path, "runs[%u]", i);
+	cli_group_error(g, path, msg + n, buf, cap);
+	return 1;
+}

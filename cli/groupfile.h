@@ -113,4 +113,9 @@ const struct cli_group_pos *cli_group_find(const struct cli_group *g, const char
 void cli_group_error(const struct cli_group *g, const char *path, const char *msg,
 		     char *buf, size_t cap);
 
+/* When msg is the daemon's error about one of g's runs ("runs[2]: ..."),
+ * writes it as cli_group_error does, at that run's place in the file, and
+ * returns 1; else 0 (buf untouched). */
+int cli_group_run_error(const struct cli_group *g, const char *msg, char *buf, size_t cap);
+
 #endif

@@ -133,34 +133,13 @@ done:
 	return rc;
 }
 
-/* Sends group.create of g as name; *rep holds the answer. */
-static int group_create(sb_client *c, struct cli_group *g, const char *name,
-			struct sb_reply *rep)
-{
-	struct cli_req r;
-	int rc;
-
-	cli_req_begin(&r, "group.create");
-	if ((rc = cli_group_pack_create(g, name, &r.m))) {
-		msgpack_sbuffer_destroy(&r.buf);
-		return rc;
-	}
-	return mcp_call(c, &r, rep);
-}
-
 /* The daemon's error about run N ("runs[2]: ...") at its line in the yaml. */
 static int group_err(const struct cli_group *g, int rc)
 {
-	const char *msg = sb_errmsg(rc);
-	char path[32], line[1200];
-	unsigned i;
-	int n = 0;
+	char line[1200];
 
-	if (sscanf(msg, "runs[%u]: %n", &i, &n) == 1 && n > 0 && i < g->nruns) {
-		snprintf(path, sizeof path, "runs[%u]", i);
-		cli_group_error(g, path, msg + n, line, sizeof line);
+	if (cli_group_run_error(g, sb_errmsg(rc), line, sizeof line))
 		return sb_seterr(rc, "yaml: %s", line);
-	}
 	return rc;
 }
 
@@ -194,7 +173,7 @@ int mcp_tool_group_start(struct sb_mcp_call *call, const json_t *args, json_t **
 	if ((rc = cli_group_parse("group.yaml", json_string_value(y), json_string_length(y), &g)))
 		return mcp_field_err(rc, "yaml");
 	if ((rc = mcp_connect(&c)) == SB_OK) {
-		if ((rc = group_create(c, g, name ? name : g->name, &rep)))
+		if ((rc = cli_group_create(c, g, name ? name : g->name, &rep)))
 			rc = group_err(g, rc);
 		else if (!(*out = group_json(g, &rep)))
 			rc = SB_ERR_NOMEM;
