@@ -668,23 +668,35 @@ int sb_fsread_list(sb_fsread *f, const char *path, sb_fsread_entry_fn fn, void *
 	return e ? fsr_err(f, e, path) : SB_OK;
 }
 
+/* Opens the regular file at path (its inode into *in) for reading. */
+static int fsr_file_open(sb_fsread *f, const char *path, struct ext2_inode_large *in,
+			 ext2_file_t *file)
+{
+	ext2_ino_t ino;
+	errcode_t e;
+	int rc;
+
+	if ((rc = fsr_resolve(f, path, &ino, in)))
+		return rc;
+	if (fsr_type(in->i_mode) != SB_FS_FILE)
+		return sb_seterr(SB_ERR_INVAL, "%s: not a regular file", path);
+	if ((rc = fsr_inline_ok(f, ino, in)))
+		return rc;
+	if ((e = ext2fs_file_open2(f->fs, ino, (struct ext2_inode *)in, 0, file)))
+		return fsr_err(f, e, path);
+	return SB_OK;
+}
+
 int sb_fsread_read(sb_fsread *f, const char *path, sb_fsread_chunk_fn fn, void *ctx)
 {
 	struct ext2_inode_large in;
 	ext2_file_t file = NULL;
 	unsigned int got;
-	ext2_ino_t ino;
 	errcode_t e;
 	int rc;
 
-	if ((rc = fsr_resolve(f, path, &ino, &in)))
+	if ((rc = fsr_file_open(f, path, &in, &file)))
 		return rc;
-	if (fsr_type(in.i_mode) != SB_FS_FILE)
-		return sb_seterr(SB_ERR_INVAL, "%s: not a regular file", path);
-	if ((rc = fsr_inline_ok(f, ino, &in)))
-		return rc;
-	if ((e = ext2fs_file_open2(f->fs, ino, (struct ext2_inode *)&in, 0, &file)))
-		return fsr_err(f, e, path);
 	for (;;) {
 		if ((e = ext2fs_file_read(file, f->chunk, FSR_CHUNK, &got))) {
 			rc = fsr_err(f, e, path);
@@ -707,19 +719,12 @@ int sb_fsread_pread(sb_fsread *f, const char *path, uint64_t offset, void *buf,
 	struct ext2_inode_large in;
 	ext2_file_t file = NULL;
 	unsigned int n;
-	ext2_ino_t ino;
 	errcode_t e;
 	int rc;
 
 	*got = 0;
-	if ((rc = fsr_resolve(f, path, &ino, &in)))
+	if ((rc = fsr_file_open(f, path, &in, &file)))
 		return rc;
-	if (fsr_type(in.i_mode) != SB_FS_FILE)
-		return sb_seterr(SB_ERR_INVAL, "%s: not a regular file", path);
-	if ((rc = fsr_inline_ok(f, ino, &in)))
-		return rc;
-	if ((e = ext2fs_file_open2(f->fs, ino, (struct ext2_inode *)&in, 0, &file)))
-		return fsr_err(f, e, path);
 	*size = EXT2_I_SIZE(&in);
 	if (offset < *size && (e = ext2fs_file_llseek(file, offset, EXT2_SEEK_SET, NULL))) {
 		rc = fsr_err(f, e, path);
