@@ -13,18 +13,7 @@
 work=$(mktemp -d /tmp/sbcc.XXXXXX)
 cc_cleanup() { rm -rf "$work"; }
 vm_extra_cleanup=cc_cleanup
-tpl=$SANBOX_TEMPLATES/claude-code/template.json
-stale=
-for f in "$BUILD/sanbox-agent" "$BUILD/sanbox-adapt" "$REPO/templates/claude-code/template.conf" \
-	"$REPO/tools/mkimage.sh" "$REPO/tools/debian.sh"; do
-	[ -f "$tpl" ] && [ "$f" -nt "$tpl" ] && stale=1
-done
-if [ ! -f "$tpl" ] || [ -n "$stale" ]; then
-	start=$(date +%s)
-	"$SB" template build claude-code >"$work/build.log" 2>&1 ||
-		{ bad "template build" "$(tail -n 3 "$work/build.log")"; exit 1; }
-	echo "claude-code built in $(($(date +%s) - start)) s"
-fi
+vm_template claude-code "$BUILD/sanbox-agent" "$BUILD/sanbox-adapt" "$REPO/tools/debian.sh"
 
 start=$(date +%s)
 "$SB" run -t claude-code -m stub/harness --name cc "write hello.txt, then run a command" \

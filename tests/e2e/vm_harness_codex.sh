@@ -11,18 +11,7 @@
 work=$(mktemp -d /tmp/sbcx.XXXXXX)
 cx_cleanup() { rm -rf "$work"; }
 vm_extra_cleanup=cx_cleanup
-tpl=$SANBOX_TEMPLATES/codex/template.json
-stale=
-for f in "$BUILD/sanbox-agent" "$BUILD/sanbox-adapt" "$REPO/templates/codex/template.conf" \
-	"$REPO/tools/mkimage.sh" "$REPO/tools/debian.sh"; do
-	[ -f "$tpl" ] && [ "$f" -nt "$tpl" ] && stale=1
-done
-if [ ! -f "$tpl" ] || [ -n "$stale" ]; then
-	start=$(date +%s)
-	"$SB" template build codex >"$work/build.log" 2>&1 ||
-		{ bad "template build" "$(tail -n 3 "$work/build.log")"; exit 1; }
-	echo "codex built in $(($(date +%s) - start)) s"
-fi
+vm_template codex "$BUILD/sanbox-agent" "$BUILD/sanbox-adapt" "$REPO/tools/debian.sh"
 
 start=$(date +%s)
 "$SB" run -t codex -m stub/harness --name cx "write hello.txt, then run a command" \

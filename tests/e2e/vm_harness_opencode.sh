@@ -12,18 +12,7 @@
 work=$(mktemp -d /tmp/sboc.XXXXXX)
 oc_cleanup() { rm -rf "$work"; }
 vm_extra_cleanup=oc_cleanup
-tpl=$SANBOX_TEMPLATES/opencode-runner/template.json
-stale=
-for f in "$BUILD/sanbox-agent" "$BUILD/sanbox-adapt" "$REPO/templates/opencode-runner/template.conf" \
-	"$REPO/tools/mkimage.sh" "$REPO/tools/debian.sh"; do
-	[ -f "$tpl" ] && [ "$f" -nt "$tpl" ] && stale=1
-done
-if [ ! -f "$tpl" ] || [ -n "$stale" ]; then
-	start=$(date +%s)
-	"$SB" template build opencode-runner >"$work/build.log" 2>&1 ||
-		{ bad "template build" "$(tail -n 3 "$work/build.log")"; exit 1; }
-	echo "opencode-runner built in $(($(date +%s) - start)) s"
-fi
+vm_template opencode-runner "$BUILD/sanbox-agent" "$BUILD/sanbox-adapt" "$REPO/tools/debian.sh"
 
 # One run, its budget the first call's and not the second's: the stub/harness
 # model costs $1 a million input tokens and $2 a million output tokens; the

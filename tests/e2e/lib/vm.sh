@@ -44,16 +44,23 @@ vm_cleanup() {
 trap vm_cleanup EXIT
 trap 'exit 130' INT TERM
 
-vm_tpl=$SANBOX_TEMPLATES/shell/template.json
-vm_stale=
-for f in "$BUILD/sanbox-agent" "$BUILD/sanbox-harness" "$REPO/templates/shell/template.conf" \
-	"$REPO/tools/mkimage.sh"; do
-	[ -f "$vm_tpl" ] && [ "$f" -nt "$vm_tpl" ] && vm_stale=1
-done
-if [ ! -f "$vm_tpl" ] || [ -n "$vm_stale" ]; then
-	"$SB" template build shell >"$SANBOX_HOME/template-build.log" 2>&1 ||
-		{ echo "FAIL setup: template build: $(tail -n 3 "$SANBOX_HOME/template-build.log")"; exit 1; }
-fi
+# vm_template NAME INPUT...: builds template NAME into $BUILD/templates
+# when it is missing or older than an input (its template.conf and
+# mkimage.sh always count), saying how long it took; a failed build fails
+# the test.
+vm_template() {
+	vm_tpl=$SANBOX_TEMPLATES/$1/template.json
+	vm_stale=
+	for f in "$REPO/templates/$1/template.conf" "$REPO/tools/mkimage.sh" "$@"; do
+		[ -f "$vm_tpl" ] && [ "$f" -nt "$vm_tpl" ] && vm_stale=1
+	done
+	[ -f "$vm_tpl" ] && [ -z "$vm_stale" ] && return 0
+	vm_start=$(date +%s)
+	"$SB" template build "$1" >"$SANBOX_HOME/template-build.log" 2>&1 ||
+		{ echo "FAIL setup: template build $1: $(tail -n 3 "$SANBOX_HOME/template-build.log")"; exit 1; }
+	echo "$1 built in $(($(date +%s) - vm_start)) s"
+}
+vm_template shell "$BUILD/sanbox-agent" "$BUILD/sanbox-harness"
 
 ok() { echo "PASS $1"; }
 bad() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
