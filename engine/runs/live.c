@@ -260,6 +260,29 @@ static void exec_payload(const struct sb_live_op *op, const msgpack_object *body
 		sb_mapw_str(m, "error", err);
 }
 
+/* The end of an exec or a put: unless res->rc already says it failed, the
+ * payload m packs into payload is recorded as an event of type with its
+ * nblobs blobs; then the caller hears res (with the event's offset) and op
+ * is freed. */
+static void op_finish(struct sb_live_op *op, const char *type, sb_mapw *m,
+		      msgpack_sbuffer *payload, const struct sb_blob *blobs, size_t nblobs,
+		      struct sb_live_result *res)
+{
+	struct sb_event ev;
+
+	if (res->rc == SB_OK)
+		res->rc = sb_mapw_end(m);
+	if (res->rc == SB_OK)
+		res->rc = sb_event_init(&ev, type, op->r->id, SB_SRC_HOST, payload->data,
+					payload->size);
+	if (res->rc == SB_OK)
+		res->rc = sb_runs_append(op->r->rs, &ev, blobs, nblobs);
+	res->offset = res->rc == SB_OK ? ev.offset : 0;
+	op_unlink(op);
+	op->cb(op->ctx, res);
+	op_free(op);
+}
+
 /* EXEC_EXIT: the output masked, operator.exec recorded, the caller told. */
 static void exec_exit(struct sb_live_op *op, const msgpack_object *body)
 {
@@ -268,7 +291,6 @@ static void exec_exit(struct sb_live_op *op, const msgpack_object *body)
 	char keys[2][SB_HASH_HEX] = {"", ""};
 	struct sb_blob blobs[2];
 	msgpack_packer pk;
-	struct sb_event ev;
 	uint8_t hash[SB_HASH_LEN];
 	size_t nblobs = 0;
 	sb_mapw m;
@@ -295,17 +317,7 @@ static void exec_exit(struct sb_live_op *op, const msgpack_object *body)
 	msgpack_packer_init(&pk, &payload, msgpack_sbuffer_write);
 	sb_mapw_begin(&m, &pk);
 	exec_payload(op, body, out, keys, &m);
-	if (res.rc == SB_OK)
-		res.rc = sb_mapw_end(&m);
-	if (res.rc == SB_OK)
-		res.rc = sb_event_init(&ev, "operator.exec", op->r->id, SB_SRC_HOST,
-				       payload.data, payload.size);
-	if (res.rc == SB_OK)
-		res.rc = sb_runs_append(op->r->rs, &ev, blobs, nblobs);
-	res.offset = res.rc == SB_OK ? ev.offset : 0;
-	op_unlink(op);
-	op->cb(op->ctx, &res);
-	op_free(op);
+	op_finish(op, "operator.exec", &m, &payload, blobs, nblobs, &res);
 	for (int i = 0; i < 2; i++)
 		msgpack_sbuffer_destroy(&out[i]);
 	msgpack_sbuffer_destroy(&payload);
@@ -461,7 +473,6 @@ static void put_done(struct sb_live_op *op, const msgpack_object *body)
 	struct sb_blob *blobs = calloc(op->files->via.array.size, sizeof *blobs);
 	msgpack_sbuffer payload;
 	msgpack_packer pk;
-	struct sb_event ev;
 	size_t nblobs = 0;
 	sb_mapw m;
 
@@ -469,17 +480,7 @@ static void put_done(struct sb_live_op *op, const msgpack_object *body)
 	msgpack_packer_init(&pk, &payload, msgpack_sbuffer_write);
 	sb_mapw_begin(&m, &pk);
 	res.rc = blobs ? put_payload(op, body, &m, blobs, &nblobs) : SB_ERR_NOMEM;
-	if (res.rc == SB_OK)
-		res.rc = sb_mapw_end(&m);
-	if (res.rc == SB_OK)
-		res.rc = sb_event_init(&ev, "operator.cp", op->r->id, SB_SRC_HOST, payload.data,
-				       payload.size);
-	if (res.rc == SB_OK)
-		res.rc = sb_runs_append(op->r->rs, &ev, blobs, nblobs);
-	res.offset = res.rc == SB_OK ? ev.offset : 0;
-	op_unlink(op);
-	op->cb(op->ctx, &res);
-	op_free(op);
+	op_finish(op, "operator.cp", &m, &payload, blobs, nblobs, &res);
 	free(blobs);
 	msgpack_sbuffer_destroy(&payload);
 }
