@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/error.h"
+#include "engine/proc.h"
 #include "engine/wire.h"
 #include "mcp/jsonrpc.h"
 #include "mcp/mcp.h"
@@ -47,21 +48,6 @@ struct sb_mcp_subs **sb_mcp_subs_of(struct sb_mcp *s)
 	return &s->subs;
 }
 
-/* Writes all n bytes to fd. Returns 0, or -1. */
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 void sb_mcp_send(struct sb_mcp *s, json_t *msg)
 {
 	char *line;
@@ -78,7 +64,7 @@ void sb_mcp_send(struct sb_mcp *s, json_t *msg)
 	n = strlen(line);
 	line[n] = '\n'; /* json_dumps's NUL: the line's end instead */
 	pthread_mutex_lock(&s->out_mu);
-	if (!s->dead && write_all(s->out, line, n + 1))
+	if (!s->dead && sb_write_full(s->out, line, n + 1))
 		s->dead = 1;
 	pthread_mutex_unlock(&s->out_mu);
 	free(line);
