@@ -89,23 +89,35 @@ static int hex_exact(const char *s, uint8_t *out, size_t n)
 	return !s || strlen(s) != 2 * n || sodium_hex2bin(out, n, s, 2 * n, NULL, &got, NULL) || got != n;
 }
 
-/* Checks the checkpoint against key (else the bundle's key file). */
-static int ckpt_check(struct vctx *c, const struct sb_note_key *key)
+/* The key to check the bundle against: key, else the bundle's own key
+ * file, parsed into *own. */
+static int bundle_key(struct vctx *c, const struct sb_note_key *key, struct sb_note_key *own,
+		      const struct sb_note_key **use)
 {
-	struct sb_note_key own;
-	char *note = NULL, *k = NULL;
-	size_t len, klen;
+	char *k = NULL;
+	size_t klen;
 	int rc;
 
-	if (!key) {
-		if ((rc = small_read(c->dir, "key", &k, &klen)))
-			return rc;
-		rc = sb_key_parse(k, &own);
-		free(k);
-		if (rc)
-			return sb_seterr(SB_ERR_CORRUPT, "key: %s", sb_errmsg(rc));
-		key = &own;
-	}
+	*use = key;
+	if (key)
+		return SB_OK;
+	if ((rc = small_read(c->dir, "key", &k, &klen)))
+		return rc;
+	rc = sb_key_parse(k, own);
+	free(k);
+	if (rc)
+		return sb_seterr(SB_ERR_CORRUPT, "key: %s", sb_errmsg(rc));
+	*use = own;
+	return SB_OK;
+}
+
+/* Checks the checkpoint against key. */
+static int ckpt_check(struct vctx *c, const struct sb_note_key *key)
+{
+	char *note = NULL;
+	size_t len;
+	int rc;
+
 	if ((rc = small_read(c->dir, "checkpoint", &note, &len)))
 		return rc;
 	rc = sb_ckpt_verify(note, len, key, &c->ck);
@@ -399,22 +411,11 @@ static int prior_check(struct vctx *c, const struct sb_note_key *key, const char
 		       size_t prior_len)
 {
 	uint8_t proof[SB_MERKLE_PROOF_MAX + 1][SB_MERKLE_HASH];
-	struct sb_note_key own;
 	struct sb_ckpt old;
-	char *k = NULL;
-	size_t len = 0, klen;
+	size_t len = 0;
 	FILE *f;
 	int rc;
 
-	if (!key) {
-		if ((rc = small_read(c->dir, "key", &k, &klen)))
-			return rc;
-		rc = sb_key_parse(k, &own);
-		free(k);
-		if (rc)
-			return rc;
-		key = &own;
-	}
 	if ((rc = sb_ckpt_verify(prior, prior_len, key, &old)))
 		return sb_seterr(rc, "prior %s", sb_errmsg(rc));
 	if ((rc = bundle_open(c->dir, "consistency", &f)))
@@ -435,6 +436,8 @@ int sb_bundle_verify(const char *dir, const struct sb_note_key *key, const char 
 		     size_t prior_len, struct sb_bundle_info *info)
 {
 	struct vctx c = {.dir = dir};
+	const struct sb_note_key *use;
+	struct sb_note_key own;
 	int rc;
 
 	msgpack_zone_init(&c.zone, 4096);
@@ -442,9 +445,10 @@ int sb_bundle_verify(const char *dir, const struct sb_note_key *key, const char 
 		rc = SB_ERR_NOMEM;
 		goto out;
 	}
-	if (!(rc = ckpt_check(&c, key)) && !(rc = manifest_read(&c)) && !(rc = events_check(&c)) &&
-	    !(rc = blobs_check(&c)) && !(rc = counts_check(&c)) && prior)
-		rc = prior_check(&c, key, prior, prior_len);
+	if (!(rc = bundle_key(&c, key, &own, &use)) && !(rc = ckpt_check(&c, use)) &&
+	    !(rc = manifest_read(&c)) && !(rc = events_check(&c)) && !(rc = blobs_check(&c)) &&
+	    !(rc = counts_check(&c)) && prior)
+		rc = prior_check(&c, use, prior, prior_len);
 	c.info.tree_size = c.ck.size;
 	memcpy(c.info.root, c.ck.root, SB_MERKLE_HASH);
 	if (info)
