@@ -468,6 +468,12 @@ struct cli_group;
 int cli_group_create(sb_client *c, const struct cli_group *g, const char *name,
 		     struct sb_reply *rep);
 int cmd_wait(int argc, char **argv);
+/* For waiters (cmd_wait.c; the MCP server's wait): folds ev (p: its
+ * payload) into the state among runs[0..n) of the run it belongs to, when
+ * it is past that state's last_offset, keeping *live (how many are live)
+ * true. Returns that state when ev ended the run, else NULL. */
+struct sb_runstate *cli_wait_fold(struct sb_runstate *runs, size_t n, size_t *live,
+				  const struct sb_event *ev, const msgpack_object *p);
 int cmd_watch(int argc, char **argv);
 /* Removes run want (run.rm; dry: only says what it would free), adds
  * what it freed to *total and prints it: a line, or an item of list when

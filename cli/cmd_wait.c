@@ -134,27 +134,37 @@ static int last_offset(sb_client *c, uint64_t *last)
 	return rc;
 }
 
+struct sb_runstate *cli_wait_fold(struct sb_runstate *runs, size_t n, size_t *live,
+				  const struct sb_event *ev, const msgpack_object *p)
+{
+	struct sb_runstate *rs = NULL;
+	int was;
+
+	for (size_t i = 0; i < n && !rs; i++)
+		if (!strcmp(runs[i].run, ev->run))
+			rs = &runs[i];
+	if (!rs || ev->offset <= rs->last_offset)
+		return NULL; /* another run's, or in its state already */
+	was = sb_runstate_is_live(rs);
+	sb_runstate_fold(rs, ev, p);
+	if (was && !sb_runstate_is_live(rs)) {
+		--*live;
+		return rs;
+	}
+	if (!was && sb_runstate_is_live(rs))
+		++*live; /* resumed: it has to end again */
+	return NULL;
+}
+
 /* An end, a failure or a resume of a run waited for: folded into its
  * state; returns 1 once no run is live. */
 static int on_event(void *ctx, const struct sb_event *ev, const msgpack_object *p)
 {
 	struct waiter *w = ctx;
-	struct sb_runstate *rs = NULL;
-	int was;
+	struct sb_runstate *rs = cli_wait_fold(w->runs, w->n, &w->live, ev, p);
 
-	for (size_t i = 0; i < w->n && !rs; i++)
-		if (!strcmp(w->runs[i].run, ev->run))
-			rs = &w->runs[i];
-	if (!rs || ev->offset <= rs->last_offset)
-		return 0; /* another run's, or in its state already */
-	was = sb_runstate_is_live(rs);
-	sb_runstate_fold(rs, ev, p);
-	if (was && !sb_runstate_is_live(rs)) {
-		w->live--;
+	if (rs)
 		print_line(w, rs);
-	} else if (!was && sb_runstate_is_live(rs)) {
-		w->live++; /* resumed: it has to end again */
-	}
 	return w->live == 0;
 }
 

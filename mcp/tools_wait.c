@@ -167,22 +167,10 @@ static void wait_progress(struct waiter *w, const struct sb_runstate *rs)
 static int on_event(void *ctx, const struct sb_event *ev, const msgpack_object *p)
 {
 	struct waiter *w = ctx;
-	struct sb_runstate *rs = NULL;
-	int was;
+	struct sb_runstate *rs = cli_wait_fold(w->runs, w->n, &w->live, ev, p);
 
-	for (size_t i = 0; i < w->n && !rs; i++)
-		if (!strcmp(w->runs[i].run, ev->run))
-			rs = &w->runs[i];
-	if (!rs || ev->offset <= rs->last_offset)
-		return 0;
-	was = sb_runstate_is_live(rs);
-	sb_runstate_fold(rs, ev, p);
-	if (was && !sb_runstate_is_live(rs)) {
-		w->live--;
+	if (rs)
 		wait_progress(w, rs);
-	} else if (!was && sb_runstate_is_live(rs)) {
-		w->live++;
-	}
 	return w->live == 0;
 }
 
