@@ -119,6 +119,23 @@ char *sb_vm_shquote(const char *s)
 	return q;
 }
 
+char *sb_vm_save_uri(const char *path)
+{
+	char *part = NULL, *qf = sb_vm_shquote(path), *qp = NULL, *uri = NULL;
+
+	if (qf && asprintf(&part, "%s" SB_VM_SAVE_PART, path) >= 0)
+		qp = sb_vm_shquote(part);
+	/* fd 3 carries the pipe into the background: an asynchronous list's
+	 * own stdin is /dev/null */
+	if (qp && asprintf(&uri, "exec:exec 3<&0; (cat <&3 >%s && mv -f %s %s) &", qp,
+			   qp, qf) < 0)
+		uri = NULL;
+	free(qf);
+	free(part);
+	free(qp);
+	return uri;
+}
+
 /* Adds opt and the value pre + val (commas doubled) + post. */
 static void av_addesc(struct qemu_av *a, const char *opt, const char *pre,
 		      const char *val, const char *post)

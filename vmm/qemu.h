@@ -93,6 +93,16 @@ int sb_vm_argv(const struct sb_vm_config *c, char ***out);
  * URI). The caller frees it; NULL when out of memory. */
 char *sb_vm_shquote(const char *s);
 
+/* The QMP migrate URI that saves a migration stream into the file path.
+ * The stream is written to path + SB_VM_SAVE_PART and renamed to path once
+ * whole, by a writer that outlives the command QEMU spawns: QEMU signals
+ * its "exec:" command the moment the stream is sent, which would cut off
+ * what the pipe still held. So path exists only with every byte in it,
+ * and a migration that "completed" is saved once path appears. The caller
+ * frees the URI; NULL when out of memory. */
+#define SB_VM_SAVE_PART ".part"
+char *sb_vm_save_uri(const char *path);
+
 /* Frees an argv from sb_vm_argv(); NULL is allowed. */
 void sb_argv_free(char **argv);
 

@@ -41,6 +41,7 @@
 #define SNAP_CMD_MS	30000  /* one monitor command of a snapshot */
 #define SNAP_MIGRATE_MS 120000 /* saving the memory, in all */
 #define SNAP_POLL_S	0.02   /* how often the migration's state is asked */
+#define SNAP_SAVE_MS	30000  /* the memory file's writer finishing, once sent */
 
 struct snap_op;
 
@@ -691,6 +692,11 @@ static void on_settle_status(void *ctx, int rc, json_t *ret)
 
 	if (rc == SB_ERR_IO)
 		return; /* the monitor went away: asked again on its return */
+	if (st && !strcmp(st, "finish-migrate")) { /* completed, not yet settled */
+		m->incoming_w =
+		    sb_loop_timer(m->lr->loop, SNAP_POLL_S, 0, on_settle_timer, m);
+		return;
+	}
 	if (st && (!strcmp(st, "paused") || !strcmp(st, "postmigrate")))
 		cont_send(m);
 	if (m->pending >= 0)
@@ -934,7 +940,19 @@ static void local_stop(struct sb_machine *m, double grace_s)
 
 /* --- snapshots --- */
 
-enum snap_stage { S_QUERY, S_STOP, S_SPEED, S_FREEZE, S_MIGRATE, S_POLL, S_CONT, S_DONE };
+/* S_SETTLE waits out QEMU's finish-migrate: query-migrate says completed
+ * before the run state leaves it, and cont is refused until it has. */
+enum snap_stage {
+	S_QUERY,
+	S_STOP,
+	S_SPEED,
+	S_FREEZE,
+	S_MIGRATE,
+	S_POLL,
+	S_SETTLE,
+	S_CONT,
+	S_DONE
+};
 
 /* The guest is paused while its memory is saved: as fast as the disk
  * takes it, not at QEMU's default 128 MiB/s. */
@@ -950,6 +968,7 @@ struct snap_op {
 	struct sb_snapshot_info info;
 	char next[SB_LAYER_PATH_MAX]; /* the new top layer QEMU makes */
 	double t_pause;
+	double t_sent; /* when QEMU said the stream was sent */
 	int rc;	       /* the first failure, kept while the guest is resumed */
 	char why[512]; /* and its detail */
 	sb_watch *w;   /* the migration poll's timer, or the done callback's */
@@ -991,9 +1010,13 @@ static void snap_finish(struct snap_op *op)
 	m->snap = NULL;
 	if (info.memory_path[0])
 		pending_path(m->dir, pending, sizeof pending);
+	if (rc && info.memory_path[0]) { /* half made, and nothing names it */
+		char part[sizeof info.memory_path + sizeof SB_VM_SAVE_PART];
+		snprintf(part, sizeof part, "%s" SB_VM_SAVE_PART, info.memory_path);
+		unlink(part); /* first: then no writer renames it after */
+		unlink(info.memory_path);
+	}
 	if (rc) {
-		if (info.memory_path[0])
-			unlink(info.memory_path); /* half made, and nothing names it */
 		sb_seterr(rc, "%s", why);
 	}
 	if (rc == SB_OK) {
@@ -1059,6 +1082,14 @@ static int snap_next(struct snap_op *op)
 	return SB_OK;
 }
 
+/* Asks op's stage again after SNAP_POLL_S. */
+static void snap_poll_later(struct snap_op *op)
+{
+	op->w = sb_loop_timer(op->m->lr->loop, SNAP_POLL_S, 0, on_snap_poll, op);
+	if (!op->w)
+		snap_fail(op, SB_ERR_NOMEM);
+}
+
 static void on_snap_reply(void *ctx, int rc, json_t *ret)
 {
 	struct snap_op *op = ctx;
@@ -1121,8 +1152,8 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 	case S_POLL:
 		st = json_string_value(json_object_get(ret, "status"));
 		if (st && !strcmp(st, "completed")) {
-			chmod(op->info.memory_path, 0444); /* frozen, as its layer */
-			op->stage = S_CONT;
+			op->t_sent = now_ms(m);
+			op->stage = S_SETTLE;
 			break;
 		}
 		if (st && (!strcmp(st, "failed") || !strcmp(st, "cancelled"))) {
@@ -1132,10 +1163,25 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 						why ? why : st));
 			return;
 		}
-		op->w = sb_loop_timer(m->lr->loop, SNAP_POLL_S, 0, on_snap_poll, op);
-		if (!op->w)
-			snap_fail(op, SB_ERR_NOMEM);
+		snap_poll_later(op);
 		return;
+	case S_SETTLE:
+		st = json_string_value(json_object_get(ret, "status"));
+		if ((st && !strcmp(st, "finish-migrate")) ||
+		    access(op->info.memory_path, F_OK)) {
+			if (now_ms(m) - op->t_sent > SNAP_SAVE_MS)
+				snap_fail(op, sb_seterr(SB_ERR_IO,
+							"saving the memory failed: %s was "
+							"not written in %d s",
+							op->info.memory_path,
+							SNAP_SAVE_MS / 1000));
+			else
+				snap_poll_later(op);
+			return;
+		}
+		chmod(op->info.memory_path, 0444); /* frozen, as its layer */
+		op->stage = S_CONT;
+		break;
 	case S_CONT:
 		op->info.paused_ms = now_ms(m) - op->t_pause;
 		op->stage = S_DONE;
@@ -1161,7 +1207,7 @@ static void snap_step(struct snap_op *op)
 	struct sb_machine *m = op->m;
 	json_t *args = NULL;
 	const char *cmd = NULL;
-	char node[24], uri[PATH_CAP + 32];
+	char node[24];
 	int rc, ms = SNAP_CMD_MS;
 
 	switch (op->stage) {
@@ -1184,16 +1230,15 @@ static void snap_step(struct snap_op *op)
 				 "format", "qcow2", "mode", "absolute-paths");
 		break;
 	case S_MIGRATE: {
-		char *q = sb_vm_shquote(op->info.memory_path);
+		char *uri = sb_vm_save_uri(op->info.memory_path);
 		cmd = "migrate";
-		if (q)
-			snprintf(uri, sizeof uri, "exec:cat > %s", q);
-		free(q);
-		args = q ? json_pack("{s:s}", "uri", uri) : NULL;
+		args = uri ? json_pack("{s:s}", "uri", uri) : NULL;
+		free(uri);
 		ms = SNAP_MIGRATE_MS;
 		break;
 	}
 	case S_POLL: cmd = "query-migrate"; break;
+	case S_SETTLE: cmd = "query-status"; break;
 	case S_CONT: cmd = "cont"; break;
 	case S_DONE: return;
 	}
@@ -1601,6 +1646,11 @@ static int local_interrupted(struct sb_machine *m, long saved)
 	if (m->pending < 0)
 		return 0;
 	if (m->pending > saved) {
+		/* the part first: a writer still at it then has nothing to
+		 * rename afterwards */
+		if (snprintf(path, sizeof path, "%s/layers/%ld.mem" SB_VM_SAVE_PART,
+			     m->dir, m->pending) < (int)sizeof path)
+			unlink(path);
 		snprintf(path, sizeof path, "%s/layers/%ld.mem", m->dir, m->pending);
 		unlink(path);
 	}

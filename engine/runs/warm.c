@@ -121,6 +121,9 @@ static void build_clean(struct build *b)
 	unlink(b->pidfile);
 	unlink(b->ram);
 	unlink(b->state);
+	if (snprintf(b->console, sizeof b->console, "%s" SB_VM_SAVE_PART, b->state) <
+	    (int)sizeof b->console)
+		unlink(b->console); /* a writer that never finished */
 	snprintf(b->console, sizeof b->console, "%s/qemu.log", b->dir);
 	unlink(b->console);
 	rmdir(b->dir);
@@ -207,14 +210,9 @@ out:
  * its RAM (the shared file) left out. */
 static int save_state(sb_qmp *q, const char *file, int64_t deadline)
 {
-	char *quoted = sb_vm_shquote(file), uri[WARM_PATH_MAX * 4 + 32];
 	json_t *ret = NULL;
 	int rc;
 
-	if (!quoted)
-		return SB_ERR_NOMEM;
-	snprintf(uri, sizeof uri, "exec:cat > %s", quoted);
-	free(quoted);
 	if ((rc = sb_qmp_command(q, "stop", NULL, 10000, NULL)))
 		return rc;
 	{
@@ -238,19 +236,21 @@ static int save_state(sb_qmp *q, const char *file, int64_t deadline)
 			return rc;
 	}
 	{
-		json_t *args = json_pack("{s:s}", "uri", uri);
+		char *uri = sb_vm_save_uri(file);
+		json_t *args = uri ? json_pack("{s:s}", "uri", uri) : NULL;
 		rc =
 		    args ? sb_qmp_command(q, "migrate", args, 10000, NULL) : SB_ERR_NOMEM;
 		json_decref(args);
+		free(uri);
 	}
 	while (rc == SB_OK) {
 		const char *st;
 		if ((rc = sb_qmp_command(q, "query-migrate", NULL, 10000, &ret)))
 			break;
 		st = json_string_value(json_object_get(ret, "status"));
-		if (st && !strcmp(st, "completed")) {
+		if (st && !strcmp(st, "completed") && access(file, F_OK) == 0) {
 			json_decref(ret);
-			return SB_OK;
+			return SB_OK; /* sent, and its writer done */
 		}
 		if (st && (!strcmp(st, "failed") || !strcmp(st, "cancelled")))
 			rc =

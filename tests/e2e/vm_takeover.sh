@@ -15,7 +15,7 @@
 # naming it; one damaged inside fails its fork's run, naming it.
 #
 # The kill's point is made deterministic by a `cat` first in PATH: QEMU
-# saves memory through `exec:cat > layers/N.mem`; this cat writes the
+# saves memory through a `cat > layers/N.mem.part`; this cat writes the
 # first MiB of a memory file and waits while the file $GATE exists.
 . "$(dirname "$0")/lib/vm.sh"
 
@@ -26,7 +26,7 @@ mkdir -p "$wrap"
 cat >"$wrap/cat" <<EOF
 #!/bin/sh
 case \$(readlink /proc/\$\$/fd/1) in
-*/layers/*.mem)
+*/layers/*.mem.part)
 	if [ -e "\$GATE" ]; then
 		dd bs=1048576 count=1 iflag=fullblock 2>/dev/null
 		: >"\$GATE.reached"
