@@ -218,6 +218,7 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 	sb_mapw_str(&m, "snapshot", r->from.snap);
 	sb_mapw_bool(&m, "exact", r->from.exact);
 	sb_mapw_bool(&m, "memory", r->from.memory_bytes > 0);
+	sb_mapw_bool(&m, "session", r->from.session);
 	if (r->from.rerun) {
 		sb_mapw_bool(&m, "rerun", 1);
 		sb_mapw_bool(&m, "live_after_divergence", r->from.rerun == 2);
@@ -374,8 +375,11 @@ static void from_job(void *ctx)
 	}
 	if (!r->from.start)
 		r->plan.ninputs = 0; /* its own inputs are on the disk already */
-	/* a harness started again on its disk continues its own session */
-	r->plan.resume = !r->from.start && !r->from.memory_bytes;
+	/* a harness started again on a disk that holds its own session
+	 * continues it (one forked before its first turn starts afresh) */
+	r->from.session = !r->from.start && rec.session_at &&
+			  rec.session_at <= (r->from.at ? r->from.at : r->from.offset);
+	r->plan.resume = r->from.session && !r->from.memory_bytes;
 	/* its grants as they were at the point it continues from */
 	sb_history_grants_apply(&rec, rec.offset_at ? rec.offset_at : rec.from_offset,
 			    &r->plan.net);

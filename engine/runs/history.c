@@ -71,19 +71,34 @@ void sb_history_grants_apply(const struct sb_history *rec, uint64_t upto,
 }
 
 /* Notes the parent of a memory fork (run.forked ev, memory true). */
+/* The harness's session was begun by ev's offset (the first such is kept). */
+static void session_note(struct sb_history *rec, const struct sb_event *ev)
+{
+	if (!rec->session_at)
+		rec->session_at = ev->offset;
+}
+
+/* A fork's start: a memory fork's parent; the session its disk holds. */
 static void fold_forked(struct sb_history *rec, const struct sb_event *ev)
 {
 	msgpack_zone zone;
 	msgpack_object p;
-	const msgpack_object *mem;
 
 	if (!msgpack_zone_init(&zone, 512))
 		return;
-	if (!sb_payload_parse(ev->payload, ev->payload_len, &zone, &p) &&
-	    (mem = sb_map_get(&p, "memory")) && mem->type == MSGPACK_OBJECT_BOOLEAN &&
-	    mem->via.boolean)
-		sb_map_str(&p, "from_run", rec->forked_from, sizeof rec->forked_from);
+	if (!sb_payload_parse(ev->payload, ev->payload_len, &zone, &p)) {
+		if (sb_map_bool(&p, "memory", 0) == 1)
+			sb_map_str(&p, "from_run", rec->forked_from,
+				   sizeof rec->forked_from);
+		if (sb_map_bool(&p, "session", 0) == 1)
+			session_note(rec, ev);
+	}
 	msgpack_zone_destroy(&zone);
+}
+
+static void fold_turn(struct sb_history *rec, const struct sb_event *ev)
+{
+	session_note(rec, ev);
 }
 
 /* Notes the change ev (agent.file.changed) in rec's files. */
@@ -191,6 +206,15 @@ static void fold_ready(struct sb_history *rec, const struct sb_event *ev)
 /* A resume: a new start. */
 static void fold_resumed(struct sb_history *rec, const struct sb_event *ev)
 {
+	msgpack_zone zone;
+	msgpack_object p;
+
+	if (msgpack_zone_init(&zone, 512)) {
+		if (!sb_payload_parse(ev->payload, ev->payload_len, &zone, &p) &&
+		    sb_map_bool(&p, "session", 0) == 1)
+			session_note(rec, ev);
+		msgpack_zone_destroy(&zone);
+	}
 	rec->started_ns = 0;
 	rec->queued.size = 0;
 	rec->exited = rec->ready = 0;
@@ -218,6 +242,7 @@ static const struct fold {
     {"run.forked", fold_forked},     {"snapshot.saved", fold_saved},
     {"net.grant.added", fold_grant}, {"net.grant.removed", fold_grant},
     {"agent.file.changed", fold_changed},
+    {"agent.turn.started", fold_turn},   {"agent.usage.updated", fold_turn},
 };
 
 static void history_fold(struct sb_history *rec, const struct sb_event *ev)

@@ -38,6 +38,11 @@ struct sb_history {
 	int exited, ready;   /* the current start's run.exited, harness.input.ready */
 	char forked_from[SB_RUN_MAX]; /* run.forked of a memory snapshot: its parent */
 	int resumed;		      /* a run.resumed is in it */
+	/* the offset of the first event that shows its harness had begun a
+	 * session of its own on the disk (agent.turn.started,
+	 * agent.usage.updated, or a run.forked or run.resumed with session
+	 * true), or 0: none */
+	uint64_t session_at;
 	uint64_t guest_seq;	      /* the largest guest_seq of its current start */
 	long saved; /* the newest layer a snapshot.saved names, or -1 */
 	/* asked for (set before sb_history_read): the files changed in

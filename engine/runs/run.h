@@ -32,6 +32,7 @@ struct sb_run_from {
 	char run[SB_RUN_MAX], snap[72];
 	unsigned layer;
 	int start; /* no snapshot at or before at: from the run's start */
+	int session; /* its harness had begun its own session by then */
 	uint64_t offset, at;
 	uint64_t spent;	       /* a resume: what its budget had spent */
 	uint64_t memory_bytes; /* > 0: the machine continues a memory snapshot */

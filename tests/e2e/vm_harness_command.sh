@@ -4,7 +4,8 @@
 # the prompt as its last argument and $SANBOX_PROMPT, the template's env,
 # and writes events to $SANBOX_EVENTS; the events it may send are recorded
 # as source harness, and garbage, a huge line, forged run.exited and usage,
-# and nothing at all are recorded safely. A resume tells it SANBOX_RESUME.
+# and nothing at all are recorded safely. A resume tells it SANBOX_RESUME,
+# unless it never began a turn (no session of its own to continue).
 . "$(dirname "$0")/lib/vm.sh"
 
 work=$(mktemp -d /tmp/sbcmd.XXXXXX)
@@ -60,7 +61,7 @@ need(pol["adapter"] == "command" and pol["env"] == ["GREETING=hi there"], "the p
 EOF
 
 # a program that prints nothing and writes no event
-printf 'exit 0\n' >"$work/quiet.sh"
+printf 'echo "resume=${SANBOX_RESUME:-0}" >>/workspace/q.txt\nexit 0\n' >"$work/quiet.sh"
 cp "$work/quiet.sh" "$work/agent.sh"
 "$SB" run -t cmd --name c2 --input "$work/agent.sh" "nothing" >"$work/c2.out" 2>&1
 rc=$?
@@ -73,5 +74,16 @@ rc=$?
 "$SB" fs cat "$R" out.txt >"$work/out2.txt" 2>&1
 grep -qx 'arg=again env=again greeting=hi there resume=1' "$work/out2.txt" &&
 	ok "a resume continues with SANBOX_RESUME=1" || bad "resume" "$(cat "$work/out2.txt"; tail -n 3 "$work/c3.out")"
+has_event c1 'e["type"] == "run.resumed" and e["payload"]["session"] is True' &&
+	ok "run.resumed: the session it continues" || bad "session" "$("$SB" events c1 --type run.resumed --json)"
+
+# a program that never began a turn has no session to continue: it starts
+# afresh on a resume
+"$SB" resume c2 --prompt afresh >"$work/c4.out" 2>&1
+R2=$("$SB" inspect c2 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["run"])')
+[ "$("$SB" fs cat "$R2" q.txt 2>&1 | tr '\n' ' ')" = "resume=0 resume=0 " ] &&
+	has_event c2 'e["type"] == "run.resumed" and e["payload"]["session"] is False' &&
+	ok "no turn before: a resume starts afresh (session false)" ||
+	bad "afresh" "$("$SB" fs cat "$R2" q.txt 2>&1; tail -n 3 "$work/c4.out")"
 
 [ "$failures" = 0 ]
