@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "engine/harness/adapter.h"
+#include "engine/proc.h"
 
 #define LINE_MAX_BYTES (1u << 20)
 
@@ -33,20 +34,6 @@ struct adapt {
 	int over; /* the line passed LINE_MAX_BYTES: skipped to its end */
 };
 
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 static void emit(void *ctx, const char *type, json_t *payload)
 {
 	struct adapt *a = ctx;
@@ -56,7 +43,7 @@ static void emit(void *ctx, const char *type, json_t *payload)
 	if (s && a->events >= 0) {
 		size_t n = strlen(s);
 		s[n] = '\n'; /* json_dumps's NUL becomes the line's end */
-		write_all(a->events, s, n + 1);
+		sb_write_full(a->events, s, n + 1);
 	}
 	free(s);
 	json_decref(ev);
@@ -150,7 +137,7 @@ int main(int argc, char **argv)
 			continue;
 		if (n < 0)
 			break;
-		write_all(1, buf, (size_t)n);
+		sb_write_full(1, buf, (size_t)n);
 		feed(&a, buf, (size_t)n);
 	}
 	if (a.len && !a.over) /* a last line without its newline */
