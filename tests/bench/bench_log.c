@@ -3,8 +3,10 @@
  * On 1,000,000 events of realistic size (agent.tool.completed with a
  * 150-character args string, about 190 bytes of payload, over 100 runs):
  * durable batched appends against raw LMDB puts of the same record bytes,
- * durable single-event appends from 1, 4 and 16 threads, replay (iterate and
- * decode) against a raw LMDB cursor walk, and a projection rebuild; then
+ * durable single-event appends from 1, 4 and 16 threads, replay (iterate,
+ * check and decode) against a raw LMDB cursor walk (reading one byte of
+ * each record; and, to show where replay's time goes, reading every byte
+ * and checking every record's checksum), and a projection rebuild; then
  * the blob key's speed (BLAKE2b-256 over 1 MiB) and durable appends of an
  * event with two 64 KiB bodies (a model call's record). Works in
  * a temporary directory under /tmp and removes it. Prints only lines
@@ -22,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "engine/error.h"
 #include "engine/log/log.h"
@@ -326,8 +329,33 @@ static double bench_replay(sb_log *log)
 	return EVENTS / t;
 }
 
-/* bench lmdb.replay: a raw cursor walk over the same records. */
-static double bench_lmdb_replay(MDB_env *env)
+/* What a raw cursor walk does with each record: reads its first byte (the
+ * baseline: what LMDB's walk costs), reads every byte (the least a reader
+ * that hands out the payload, or checks it, must do), or computes the
+ * record's checksum as the log's reader does (XXH3 over all but its last 8
+ * bytes). */
+enum walk { WALK_FIRST, WALK_ALL, WALK_CHECKSUM };
+
+static uint64_t walk_record(enum walk how, const MDB_val *v)
+{
+	const uint8_t *p = v->mv_data;
+	uint64_t sum = 0, w;
+
+	switch (how) {
+	case WALK_FIRST: return v->mv_size + p[0];
+	case WALK_ALL:
+		for (size_t i = 0; i + 8 <= v->mv_size; i += 8) {
+			memcpy(&w, p + i, 8);
+			sum += w;
+		}
+		return sum + 1;
+	case WALK_CHECKSUM: return XXH3_64bits(p, v->mv_size - 8) | 1;
+	}
+	return 0;
+}
+
+/* bench lmdb.replay*: a raw cursor walk over the same records. */
+static double bench_lmdb_replay(MDB_env *env, enum walk how)
 {
 	MDB_txn *txn;
 	MDB_cursor *c;
@@ -342,7 +370,7 @@ static double bench_lmdb_replay(MDB_env *env)
 	    (rc = mdb_dbi_open(txn, "events", 0, &dbi)) || (rc = mdb_cursor_open(txn, dbi, &c)))
 		die_mdb("raw replay", rc);
 	while (!mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-		bytes += v.mv_size + ((const uint8_t *)v.mv_data)[0];
+		bytes += walk_record(how, &v);
 		n++;
 	}
 	mdb_cursor_close(c);
@@ -408,7 +436,7 @@ int main(void)
 	sb_log *log, *clog;
 	sb_projector *p;
 	struct commit_total w[3] = {{.threads = 1}, {.threads = 4}, {.threads = 16}};
-	double append, put, rate[3], replay, raw_replay, t0, rebuild;
+	double append, put, rate[3], replay, raw_replay, read_all, checksum, t0, rebuild;
 	char *logdir, *rawdir, *commitdir, *blobdir;
 	int rc;
 
@@ -442,12 +470,19 @@ int main(void)
 	sb_log_close(clog);
 
 	/* Reads run on a warm page cache: walk once untimed. */
-	bench_lmdb_replay(sb_log_env(log));
-	raw_replay = bench_lmdb_replay(sb_log_env(log));
+	bench_lmdb_replay(sb_log_env(log), WALK_FIRST);
+	raw_replay = bench_lmdb_replay(sb_log_env(log), WALK_FIRST);
 	replay = bench_replay(log);
+	read_all = bench_lmdb_replay(sb_log_env(log), WALK_ALL);
+	checksum = bench_lmdb_replay(sb_log_env(log), WALK_CHECKSUM);
 	report("log.replay", replay, "events/s");
 	report("lmdb.replay", raw_replay, "events/s");
 	report("log.replay_vs_lmdb", replay / raw_replay, "ratio");
+	/* where the rest goes: reading every byte, then checking them */
+	report("lmdb.replay_read_all", read_all, "events/s");
+	report("lmdb.replay_checksum", checksum, "events/s");
+	report("lmdb.replay_read_all_vs_lmdb", read_all / raw_replay, "ratio");
+	report("log.replay_vs_checksum_walk", replay / checksum, "ratio");
 
 	if ((rc = sb_projector_open(log, &p)))
 		die("projector", rc);
