@@ -152,6 +152,7 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 		{"allow", required_argument, NULL, 'A'},    {"record-quota", required_argument, NULL, 'Q'},
 		{"detach", no_argument, NULL, 'd'},         {"json", no_argument, NULL, 'j'},
 		{"snapshots", required_argument, NULL, 'S'},
+		{"runner", required_argument, NULL, 'R'},
 		{"policy", required_argument, NULL, 'P'},
 		{NULL, 0, NULL, 0},
 	};
@@ -203,6 +204,10 @@ static int parse_opts(int argc, char **argv, struct run_opts *o)
 		case 'S':
 			rc = opt_value("--snapshots", cli_spec_check_snapshots(optarg));
 			sp->snapshots = optarg;
+			break;
+		case 'R':
+			if (!(rc = cli_check_name("--runner", optarg)))
+				sp->runner = optarg;
 			break;
 		case 'N': sp->net = optarg; break;
 		case 'A': rc = list_add(&sp->allow, optarg, "--allow"); break;

@@ -182,6 +182,8 @@ static void pack_given(sb_mapw *m, const struct cli_run_spec *s)
 		sb_mapw_str(m, "accel", s->accel);
 	if (s->snapshots)
 		sb_mapw_str(m, "snapshots", s->snapshots);
+	if (s->runner)
+		sb_mapw_str(m, "runner", s->runner);
 	if (s->net)
 		sb_mapw_str(m, "network", s->net);
 	if (s->allow.n)

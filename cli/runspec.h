@@ -30,6 +30,7 @@ struct cli_strs {
 struct cli_run_spec {
 	const char *tmpl; /* never NULL: "shell" unless given */
 	const char *name, *group, *accel, *on_budget, *net, *snapshots;
+	const char *runner; /* the daemon's runner to run on (NULL: local) */
 	uint64_t cpus, quota;	/* quota: record_quota's bytes */
 	uint64_t mem, timeout;	/* MiB, seconds */
 	uint64_t budget;	/* nano-USD of the run's own budget */

@@ -788,9 +788,10 @@ static void fork_made(void *ctx, int rc, const char *run)
 	free(f);
 }
 
-/* The arguments a fork and a resume share: {run, snapshot, at, prompt}. */
+/* The arguments a fork and a resume share: {run, snapshot, at, prompt,
+ * runner}. */
 static int arg_from(struct req *r, struct sb_runs_from *f, char run[SB_RUN_MAX],
-		    char snap[72], char **prompt)
+		    char snap[72], char runner[SB_PLAN_RUNNER_MAX], char **prompt)
 {
 	const msgpack_object *p = sb_map_get(r->args, "prompt");
 	int rc;
@@ -798,6 +799,7 @@ static int arg_from(struct req *r, struct sb_runs_from *f, char run[SB_RUN_MAX],
 	memset(f, 0, sizeof *f);
 	*prompt = NULL;
 	if ((rc = arg_run(r, run)) || (rc = arg_str(r, "snapshot", snap, 72, 0)) ||
+	    (rc = arg_str(r, "runner", runner, SB_PLAN_RUNNER_MAX, 0)) ||
 	    (rc = arg_u64(r, "at", UINT64_MAX, &f->at)))
 		return rc;
 	if (snap[0] && sb_map_get(r->args, "at"))
@@ -811,22 +813,23 @@ static int arg_from(struct req *r, struct sb_runs_from *f, char run[SB_RUN_MAX],
 		return SB_ERR_NOMEM;
 	f->run = run;
 	f->snapshot = snap[0] ? snap : NULL;
+	f->runner = runner[0] ? runner : NULL;
 	f->prompt = *prompt;
 	return SB_OK;
 }
 
-/* run.fork {run, snapshot | at, count, name, prompt}: new runs from a
+/* run.fork {run, snapshot | at, count, name, prompt, runner}: new runs from a
  * snapshot; answered with their ids once all are made. */
 static int op_run_fork(struct req *r)
 {
-	char run[SB_RUN_MAX], snap[72], name[SB_PLAN_NAME_MAX];
+	char run[SB_RUN_MAX], snap[72], name[SB_PLAN_NAME_MAX], runner[SB_PLAN_RUNNER_MAX];
 	struct sb_runs_from f;
 	struct forks *fk;
 	uint64_t count;
 	char *prompt;
 	int rc;
 
-	if ((rc = arg_from(r, &f, run, snap, &prompt)))
+	if ((rc = arg_from(r, &f, run, snap, runner, &prompt)))
 		return rc;
 	name[0] = 0;
 	if ((rc = arg_u64(r, "count", 1, &count)) ||
@@ -888,15 +891,15 @@ static int op_run_rerun(struct req *r)
 	return OP_LATER;
 }
 
-/* run.resume {run, snapshot | at, prompt}: the run goes on from a snapshot. */
+/* run.resume {run, snapshot | at, prompt, runner}: the run goes on from a snapshot. */
 static int op_run_resume(struct req *r)
 {
-	char run[SB_RUN_MAX], snap[72];
+	char run[SB_RUN_MAX], snap[72], runner[SB_PLAN_RUNNER_MAX];
 	struct sb_runs_from f;
 	char *prompt;
 	int rc;
 
-	if ((rc = arg_from(r, &f, run, snap, &prompt)))
+	if ((rc = arg_from(r, &f, run, snap, runner, &prompt)))
 		return rc;
 	f.resume = 1;
 	rc = sb_runs_from(r->e->runs, &f, run_created, r); /* answered as a run.create */

@@ -51,6 +51,7 @@ struct sb_daemon {
 	sb_api *api;
 	struct sb_runs *runs;
 	struct sb_local_runner local_runner;
+	struct sb_runner runners[1]; /* the runners a run's plan may name */
 	sb_net *net;   /* network acl */
 	sb_work *netw; /* its blocking calls */
 	sb_gateway *gateway;
@@ -411,8 +412,9 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	re.gateway = d->gateway;
 	re.jobs = d->jobs;
 	re.stubs = d->stubs;
-	re.runner = &sb_local_runner_ops;
-	re.runner_ctx = &d->local_runner;
+	d->runners[0] = (struct sb_runner){"local", &sb_local_runner_ops, &d->local_runner};
+	re.runners = d->runners;
+	re.nrunners = sizeof d->runners / sizeof d->runners[0];
 	re.net = d->net;
 	re.idle = runs_idle;
 	re.log_line = runs_log;

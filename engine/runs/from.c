@@ -42,13 +42,13 @@ static int roll_probe(void *ctx, const char *prefix)
  * way the record does not know of. */
 static int roll_forward(struct run *r, const struct sb_history *rec)
 {
-	const struct sb_runner_ops *ops = r->rs->env.runner;
+	const struct sb_runner_ops *ops = r->runner->ops;
 	char layer[PATH_MAX + 64];
 	sb_fsread *fs = NULL;
 	int rc;
 
 	if (rec->nfiles && !r->from.start && ops->layer_file &&
-	    (ops->layer_file(r->rs->env.runner_ctx, r->from.run, r->from.layer, layer,
+	    (ops->layer_file(r->runner->ctx, r->from.run, r->from.layer, layer,
 			     sizeof layer) ||
 	     sb_fsread_open(layer, &fs)))
 		fs = NULL; /* unread: the agent finds out */
@@ -100,6 +100,14 @@ static int requeue(struct run *r, const struct sb_history *rec, msgpack_zone *zo
 	return SB_OK;
 }
 
+/* Ends what a previous daemon left of run on any runner: its record, which
+ * would name the runner, cannot be read. */
+static void reap_all(struct sb_runs *rs, const char *run)
+{
+	for (size_t i = 0; i < rs->env.nrunners; i++)
+		rs->env.runners[i].ops->reap(rs->env.runners[i].ctx, run);
+}
+
 /* Takes up run, which its record says is live. */
 void sb_runs_reattach(struct sb_runs *rs, const char *run)
 {
@@ -115,7 +123,7 @@ void sb_runs_reattach(struct sb_runs *rs, const char *run)
 
 	if (!r || !msgpack_zone_init(&zone, 4096)) {
 		free(r);
-		rs->env.runner->reap(rs->env.runner_ctx, run);
+		reap_all(rs, run);
 		sb_runs_record_failed(rs, run, "daemon-restart");
 		return;
 	}
@@ -131,8 +139,14 @@ void sb_runs_reattach(struct sb_runs *rs, const char *run)
 	    sb_payload_parse(rec.policy.data, rec.policy.size, &zone, &policy) ||
 	    (rc = sb_plan_from_record(run, &created, &policy, &r->plan))) {
 		/* it never started, or its record cannot be read back */
-		rs->env.runner->reap(rs->env.runner_ctx, run);
+		reap_all(rs, run);
 		sb_runs_record_failed(rs, run, "daemon-restart");
+		goto out_free;
+	}
+	if ((rc = sb_runs_runner(rs, r->plan.runner, &r->runner))) {
+		snprintf(reason, sizeof reason, "cannot take the run up again: %s",
+			 sb_errmsg(rc));
+		sb_runs_record_failed(rs, run, reason);
 		goto out_free;
 	}
 	if (rec.resumed)
@@ -149,9 +163,9 @@ void sb_runs_reattach(struct sb_runs *rs, const char *run)
 		r = NULL; /* the queue's */
 		goto out_free;
 	}
-	if ((rc = rs->env.runner->reattach(rs->env.runner_ctx, &r->plan, &sb_run_machine_events,
+	if ((rc = r->runner->ops->reattach(r->runner->ctx, &r->plan, &sb_run_machine_events,
 					   r, &r->m))) {
-		rs->env.runner->reap(rs->env.runner_ctx, run); /* what it left */
+		r->runner->ops->reap(r->runner->ctx, run); /* what it left */
 		if (rec.exited)
 			sb_runs_host_event(rs, run, "run.stopped", "reason", "exited", NULL);
 		else
@@ -159,8 +173,8 @@ void sb_runs_reattach(struct sb_runs *rs, const char *run)
 				      "its VM ended while sanboxd was not running");
 		goto out_free;
 	}
-	if (rs->env.runner->interrupted)
-		r->thaw_due = rs->env.runner->interrupted(r->m, rec.saved);
+	if (r->runner->ops->interrupted)
+		r->thaw_due = r->runner->ops->interrupted(r->m, rec.saved);
 	sb_costs_get(rs->env.proj, "run", run, &cost);
 	if (sb_run_group_spent(r)) /* unread: counted as spent, so that no */
 		r->key.group_spent = r->plan.access.group_budget_nusd; /* call passes it */
@@ -171,7 +185,7 @@ void sb_runs_reattach(struct sb_runs *rs, const char *run)
 	    (rc = sb_run_connect(r, cost.cost_nusd))) {
 		snprintf(reason, sizeof reason, "cannot take the run up again: %s",
 			 sb_errmsg(rc));
-		rs->env.runner->signal(r->m, SIGKILL);
+		r->runner->ops->signal(r->m, SIGKILL);
 		sb_runs_record_failed(rs, run, reason);
 		goto out_free;
 	}
@@ -241,6 +255,19 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 }
 
 static int from_point(struct run *r);
+
+/* Sets r's runner: the one holding the snapshots of the run it continues
+ * (its plan read back names it). Errors: SB_ERR_INVAL (another runner was
+ * asked for; the daemon has no such runner). */
+static int from_runner(struct run *r)
+{
+	if (r->from.runner[0] && strcmp(r->from.runner, r->plan.runner))
+		return sb_seterr(SB_ERR_INVAL,
+				 "run %s's snapshots are on runner %s: a fork or resume of "
+				 "it runs there, not on %s",
+				 r->from.run, r->plan.runner, r->from.runner);
+	return sb_runs_runner(r->rs, r->plan.runner, &r->runner);
+}
 
 /* The blob named by field key of a payload, read into *data (the caller
  * frees it). */
@@ -360,6 +387,7 @@ static void from_job(void *ctx)
 			       "run %s: its plan cannot be read back from its record",
 			       r->from.run);
 	if (rc || (rc = sb_plan_from_record(r->id, &created, &policy, &r->plan)) ||
+	    (rc = from_runner(r)) ||
 	    (rc = sb_plan_load_template(rs->env.home, &r->plan)) ||
 	    (rc = sb_access_arm(rs->env.home, rs->env.stubs, &r->plan.access)) ||
 	    (rc = sb_run_vkey_derive(rs->env.home, r->id, r->key.vkey)) ||
@@ -434,7 +462,7 @@ static void from_job(void *ctx)
 	if (rc) {
 		r->create.rc = rc;
 		snprintf(r->create.err, sizeof r->create.err, "%s", sb_errmsg(rc));
-		rs->env.runner->discard(r->m); /* its own errors are not this one */
+		r->runner->ops->discard(r->m); /* its own errors are not this one */
 		r->m = NULL;
 		goto out;
 	}
@@ -591,6 +619,7 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 	}
 	snprintf(r->from.name, sizeof r->from.name, "%s", f->name ? f->name : "");
 	snprintf(r->from.group, sizeof r->from.group, "%s", f->group ? f->group : "");
+	snprintf(r->from.runner, sizeof r->from.runner, "%s", f->runner ? f->runner : "");
 	if (f->resume) {
 		snprintf(r->id, sizeof r->id, "%s", f->run);
 	} else {

@@ -48,7 +48,8 @@ static void gjob_fail(struct gjob *g, int rc, const char *prefix)
 }
 
 /* Checks a spec of g on a worker: its group and budget are the group's,
- * its plan resolves, and it fits the capacity. */
+ * its plan resolves, its runner is one the daemon has, and it fits the
+ * capacity. */
 static int spec_check(struct gjob *g, const msgpack_object *spec)
 {
 	struct sb_runs *rs = g->rs;
@@ -56,6 +57,7 @@ static int spec_check(struct gjob *g, const msgpack_object *spec)
 				 rs->env.settings->run_record_quota, rs->env.net};
 	char group[SB_PLAN_NAME_MAX] = "";
 	uint64_t budget = 0;
+	const struct sb_runner *runner;
 	struct sb_plan p;
 	int rc;
 
@@ -67,6 +69,8 @@ static int spec_check(struct gjob *g, const msgpack_object *spec)
 				 "its group and group budget must be the group's");
 	memset(&p, 0, sizeof p);
 	rc = sb_plan_resolve(&pc, "000000000000", spec, &p);
+	if (rc == SB_OK)
+		rc = sb_runs_runner(rs, p.runner, &runner);
 	if (rc == SB_OK)
 		rc = sb_runs_fits_ever(rs, &p);
 	sb_plan_free(&p);

@@ -182,12 +182,14 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	snprintf(p->run, sizeof p->run, "%s", run);
 	strcpy(p->accel, "auto");
 	strcpy(p->snapshots, "turn");
+	strcpy(p->runner, SB_PLAN_RUNNER_DEFAULT);
 	prompt[0] = 0;
 	if ((rc = sb_spec_name(spec, "name", p->name, sizeof p->name)) ||
 	    (rc = sb_spec_name(spec, "group", p->group, sizeof p->group)) ||
 	    (rc = sb_spec_str(spec, "template", tmpl, sizeof tmpl)) ||
 	    (rc = sb_spec_str(spec, "accel", p->accel, sizeof p->accel)) ||
 	    (rc = sb_spec_str(spec, "snapshots", p->snapshots, sizeof p->snapshots)) ||
+	    (rc = sb_spec_name(spec, "runner", p->runner, sizeof p->runner)) ||
 	    (rc = sb_spec_str(spec, "prompt", prompt, sizeof prompt)) ||
 	    (rc = sb_spec_strs(spec, "argv", ARGV_MAX, &argv)) ||
 	    (rc = sb_spec_strs(spec, "env", ENV_MAX, &env)) ||
@@ -206,6 +208,8 @@ int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 	    strcmp(p->snapshots, "off"))
 		return sb_seterr(SB_ERR_INVAL,
 				 "snapshots must be turn, stop or off");
+	if (!p->runner[0])
+		return sb_seterr(SB_ERR_INVAL, "runner must not be empty");
 	if ((!argv || argv->via.array.size == 0) && !prompt[0])
 		return sb_seterr(SB_ERR_INVAL, "give a command (argv) or a prompt");
 	if (p->memory_mib && p->memory_mib < MEMORY_MIN)
@@ -273,6 +277,7 @@ int sb_plan_pack_created(const struct sb_plan *p, msgpack_packer *pk)
 	sb_mapw_str(&m, "group", p->group);
 	sb_mapw_str(&m, "template", p->t.name);
 	sb_mapw_str(&m, "model", p->access.model);
+	sb_mapw_str(&m, "runner", p->runner);
 	return sb_mapw_end(&m);
 }
 
@@ -482,6 +487,8 @@ int sb_plan_from_record(const char *run, const msgpack_object *created,
 	    sb_map_str(pol, "template_hash", p->t.hash, sizeof p->t.hash) <= 0)
 		return sb_seterr(SB_ERR_CORRUPT,
 				 "run %s: its record has no name or template", run);
+	if (sb_map_str(created, "runner", p->runner, sizeof p->runner) <= 0)
+		strcpy(p->runner, SB_PLAN_RUNNER_DEFAULT); /* a record from before runners */
 	sb_map_str(pol, "kernel", p->t.kernel_version, sizeof p->t.kernel_version);
 	sb_map_str(pol, "harness", p->t.harness, sizeof p->t.harness);
 	if (sb_map_str(pol, "adapter", p->adapter, sizeof p->adapter) <= 0)

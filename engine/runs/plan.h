@@ -23,6 +23,8 @@
 
 #define SB_PLAN_VERSION	 1 /* the "plan" field of run.policy.resolved */
 #define SB_PLAN_NAME_MAX 64
+#define SB_PLAN_RUNNER_MAX     32      /* a runner's name, with its NUL */
+#define SB_PLAN_RUNNER_DEFAULT "local" /* a spec's, and an older record's */
 
 /* An input's mode bits of a symbolic link (S_IFLNK): its content is the
  * link's target, at most SB_PLAN_LINK_MAX bytes (a roll-forward's). */
@@ -40,6 +42,8 @@ struct sb_plan_input {
 struct sb_plan {
 	char run[SB_RUN_MAX];
 	char name[SB_PLAN_NAME_MAX], group[SB_PLAN_NAME_MAX];
+	char runner[SB_PLAN_RUNNER_MAX]; /* the runner its machine runs on
+					  * (engine/runs/runner.h), by name */
 	struct sb_template t; /* name, hash, kernel, harness, files */
 	char adapter[SB_ADAPTER_NAME_MAX]; /* the harness adapter (recorded) */
 	int resume; /* 1: the harness starts again on a disk it ran on (a
@@ -78,7 +82,9 @@ struct sb_plan_ctx {
 /* Resolves spec (the run.create spec, SPEC.md "Control API") for run id
  * into p (free it with sb_plan_free, also on error): template, limits,
  * command or prompt, env, inputs (their contents borrowed from spec, which
- * must outlive p's use of them), network, model access (armed). Blocks
+ * must outlive p's use of them), network, model access (armed), the
+ * runner's name (its syntax only: which runners there are is the run
+ * manager's to check). Blocks
  * (files, secrets, a stub starting): call it off the loop.
  * Errors: SB_ERR_INVAL (a bad field: the detail names it), SB_ERR_TOOBIG
  * (inputs over the limits), SB_ERR_NOTFOUND (template, secret),
@@ -87,8 +93,8 @@ struct sb_plan_ctx {
 int sb_plan_resolve(const struct sb_plan_ctx *c, const char *run,
 		    const msgpack_object *spec, struct sb_plan *p);
 
-/* Packs the payload of run.created {name, group, template, model}. pk is
- * as sb_mapw_begin's. Errors: as sb_mapw_end. */
+/* Packs the payload of run.created {name, group, template, model,
+ * runner}. pk is as sb_mapw_begin's. Errors: as sb_mapw_end. */
 int sb_plan_pack_created(const struct sb_plan *p, msgpack_packer *pk);
 
 /* Packs the payload of run.policy.resolved: the whole plan but secret

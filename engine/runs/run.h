@@ -39,6 +39,7 @@ struct sb_run_from {
 	char *prompt;	       /* a new prompt (owned), or NULL */
 	char name[SB_PLAN_NAME_MAX];
 	char group[SB_PLAN_NAME_MAX]; /* a fork's own group, or "": the run's */
+	char runner[SB_PLAN_RUNNER_MAX]; /* the runner asked for, or "": run's */
 	int rerun;	  /* a re-run: 1, going on live after a divergence: 2 */
 	sb_rerun *calls;  /* a re-run's recorded calls (owned until the
 			   * gateway takes them) */
@@ -70,6 +71,8 @@ struct run {
 	char id[SB_RUN_MAX];
 	enum sb_run_state st;
 	struct sb_plan plan;
+	const struct sb_runner *runner; /* the one plan.runner names, once the
+					 * plan is known (always with m) */
 	sb_machine *m;
 	sb_guest *g;
 	sb_snapper *snap;

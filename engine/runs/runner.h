@@ -2,7 +2,10 @@
  *
  * The run manager (engine/runs/runs.h) talks to machines only through a
  * runner. The local runner (engine/runs/local.c) runs QEMU microVMs on this
- * host; runners on other hosts are further tables with the same ops.
+ * host; runners on other hosts are further tables with the same ops. A
+ * daemon has several, each under a name (struct sb_runner); a run's plan
+ * names the one its machine runs on, and a fork or a resume runs on the
+ * runner that holds the snapshot it continues.
  *
  * Lifetime and threads: create and create_from run on a worker thread
  * (they may block: a disk layer, an accelerator probe, a network); reattach,
@@ -172,6 +175,15 @@ struct sb_runner_ops {
 	 * network, or ended), those of sb_net_run_grant. */
 	int (*grant)(sb_machine *m, const struct sb_net_grant *g, int allow,
 		     void (*cb)(void *ctx, int rc), void *ctx);
+};
+
+/* A runner a daemon has: the name a run's plan gives (its "runner"), the
+ * ops and their runner argument. The daemon's, for as long as its run
+ * manager is open. */
+struct sb_runner {
+	const char *name;
+	const struct sb_runner_ops *ops;
+	void *ctx;
 };
 
 /* The local runner: QEMU microVMs on this host, under home/runs/RUN/. */

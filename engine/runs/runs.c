@@ -67,6 +67,7 @@ struct job {
 	sb_runs_stopped_fn cb;
 	void *ctx;
 	/* retention */
+	const struct sb_runner *runner; /* the run's */
 	uint64_t keep;
 	unsigned layer; /* the snapshot to merge away, when found */
 	int found;
@@ -223,7 +224,7 @@ void sb_run_free(struct run *r)
 	sb_run_live_fail(r); /* before the guest: what waits for it is answered */
 	sb_guest_close(r->g);
 	if (r->m)
-		r->rs->env.runner->free(r->m); /* before the snapper: no callback after */
+		r->runner->ops->free(r->m); /* before the snapper: no callback after */
 	sb_snapper_close(r->snap);
 	if (r->key.registered)
 		sb_gateway_run_remove(r->rs->env.gateway, r->id);
@@ -305,7 +306,7 @@ static void on_kill_grace(void *ctx)
 		if (r->grace_w)
 			return;
 	}
-	r->rs->env.runner->stop(r->m, KILL_GRACE_S);
+	r->runner->ops->stop(r->m, KILL_GRACE_S);
 }
 
 static void run_stop(struct run *r, const char *reason)
@@ -330,7 +331,7 @@ static void run_stop(struct run *r, const char *reason)
 		r->grace_w =
 		    sb_loop_timer(r->rs->env.loop, STOP_GRACE_S, 0, on_kill_grace, r);
 	} else {
-		r->rs->env.runner->stop(r->m, KILL_GRACE_S);
+		r->runner->ops->stop(r->m, KILL_GRACE_S);
 	}
 }
 
@@ -351,7 +352,7 @@ static void run_fail(struct run *r, const char *reason)
 		return;
 	sb_runs_host_event(r->rs, r->id, "run.failed", "reason", reason, NULL);
 	snprintf(r->stop_reason, sizeof r->stop_reason, "failed");
-	r->rs->env.runner->stop(r->m, KILL_GRACE_S);
+	r->runner->ops->stop(r->m, KILL_GRACE_S);
 }
 
 void sb_run_on_boot_deadline(void *ctx)
@@ -422,9 +423,9 @@ static void m_channel(void *ctx, int fd, int again)
 	struct run *r = ctx;
 
 	sb_guest_attach(r->g, fd, again);
-	if (r->rs->env.runner->restored(r->m) && !r->restored_sent) {
+	if (r->runner->ops->restored(r->m) && !r->restored_sent) {
 		/* a copy of a snapshot's guest: its clock, randomness and NIC */
-		const struct sb_runner_ops *ops = r->rs->env.runner;
+		const struct sb_runner_ops *ops = r->runner->ops;
 		struct sb_net_iface f;
 		int nic = ops->iface && ops->iface(r->m, &f) == SB_OK;
 		sb_guest_restored(r->g, nic ? &f : NULL);
@@ -499,7 +500,7 @@ const struct sb_machine_events sb_run_machine_events = {
  * its machine's NIC (network acl). */
 int sb_run_spec_pack(struct run *r)
 {
-	const struct sb_runner_ops *ops = r->rs->env.runner;
+	const struct sb_runner_ops *ops = r->runner->ops;
 	struct sb_net_iface f;
 	int nic = r->m && ops->iface && ops->iface(r->m, &f) == SB_OK;
 
@@ -723,7 +724,7 @@ static void retire_work(struct job *j)
 	    sb_resume_each(rs->env.proj, j->run, turn_cb, &t) < 0 || t.total <= j->keep)
 		return;
 	for (size_t i = 0; i < t.n && i < t.total - j->keep; i++) {
-		if (rs->env.runner->readers(rs->env.runner_ctx, j->run, t.layers[i],
+		if (j->runner->ops->readers(j->runner->ctx, j->run, t.layers[i],
 					    &readers) ||
 		    readers)
 			continue;
@@ -755,6 +756,7 @@ static void retention(struct run *r)
 	if (!keep || !(j = job_new(rs, r->id)))
 		return;
 	j->keep = keep;
+	j->runner = r->runner;
 	j->work = retire_work;
 	j->done = retire_done;
 	job_submit(j); /* a pool that is closing: none this time */
@@ -769,7 +771,7 @@ static int run_snapper(struct run *r)
 {
 	struct sb_snapper_env se = {
 	    .loop = r->rs->env.loop,
-	    .runner = r->rs->env.runner,
+	    .runner = r->runner->ops,
 	    .min_interval_s = r->rs->env.settings->snapshot_interval_s,
 	    .saved = snap_saved,
 	    .warn = snap_warn,
@@ -939,18 +941,18 @@ static void start_failed(struct run *r, int why)
 
 int sb_run_machine_make(struct run *r)
 {
-	struct sb_runs *rs = r->rs;
+	const struct sb_runner_ops *ops = r->runner->ops;
 	int rc = r->from.on && !r->from.start
-		     ? rs->env.runner->create_from(
-			   rs->env.runner_ctx, &r->plan, r->from.run, r->from.layer,
-			   r->from.memory_bytes, &r->m, r->create.accel,
-			   r->create.accel_warning, sizeof r->create.accel_warning)
-		     : rs->env.runner->create(rs->env.runner_ctx, &r->plan, &r->m,
-					      r->create.accel, r->create.accel_warning,
-					      sizeof r->create.accel_warning);
+		     ? ops->create_from(r->runner->ctx, &r->plan, r->from.run,
+					r->from.layer, r->from.memory_bytes, &r->m,
+					r->create.accel, r->create.accel_warning,
+					sizeof r->create.accel_warning)
+		     : ops->create(r->runner->ctx, &r->plan, &r->m, r->create.accel,
+				   r->create.accel_warning,
+				   sizeof r->create.accel_warning);
 
 	if (rc == SB_OK && (rc = sb_run_spec_pack(r))) {
-		rs->env.runner->discard(r->m);
+		ops->discard(r->m);
 		r->m = NULL;
 	}
 	return rc;
@@ -981,6 +983,7 @@ static void create_job(void *ctx)
 
 	sb_clearerr();
 	if ((rc = sb_plan_resolve(&pc, r->id, r->create.spec, &r->plan)) ||
+	    (rc = sb_runs_runner(rs, r->plan.runner, &r->runner)) ||
 	    (rc = sb_runs_fits_ever(rs, &r->plan)) ||
 	    (rc = sb_run_vkey_derive(rs->env.home, r->id, r->key.vkey)) ||
 	    (rc = sb_run_group_spent(r))) {
@@ -1035,7 +1038,7 @@ void sb_run_queued_done(void *ctx)
 /* Records run.started of r: its accelerator, how it boots and its NIC. */
 static void started_event(struct run *r)
 {
-	const struct sb_runner_ops *ops = r->rs->env.runner;
+	const struct sb_runner_ops *ops = r->runner->ops;
 	struct sb_net_iface f;
 	int nic = ops->iface && ops->iface(r->m, &f) == SB_OK;
 	msgpack_sbuffer buf;
@@ -1107,7 +1110,7 @@ void sb_run_create_done(void *ctx)
 		return;
 	}
 	if (r->stop_reason[0]) { /* stopped while it was being made */
-		rs->env.runner->discard(r->m); /* never started: its layer goes */
+		r->runner->ops->discard(r->m); /* never started: its layer goes */
 		r->m = NULL;
 		sb_runs_host_event(rs, id, "run.stopped", "reason", r->stop_reason, NULL);
 		run_end(r);
@@ -1116,9 +1119,9 @@ void sb_run_create_done(void *ctx)
 	}
 	r->st = SB_RUN_RUNNING;
 	if ((rc = sb_run_connect(r, r->from.spent)) ||
-	    (rc = rs->env.runner->start(r->m, &sb_run_machine_events, r))) {
+	    (rc = r->runner->ops->start(r->m, &sb_run_machine_events, r))) {
 		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
-		rs->env.runner->signal(r->m, SIGKILL);
+		r->runner->ops->signal(r->m, SIGKILL);
 		sb_runs_record_failed(rs, id, reason);
 		run_end(r);
 		cb(cb_ctx, SB_OK, id);
@@ -1248,6 +1251,23 @@ unsigned sb_runs_active(struct sb_runs *rs)
 	return rs->active;
 }
 
+int sb_runs_runner(struct sb_runs *rs, const char *name, const struct sb_runner **out)
+{
+	char names[256] = "";
+	size_t at = 0;
+
+	for (size_t i = 0; i < rs->env.nrunners; i++) {
+		if (!strcmp(rs->env.runners[i].name, name)) {
+			*out = &rs->env.runners[i];
+			return SB_OK;
+		}
+		at += (size_t)snprintf(names + at, at < sizeof names ? sizeof names - at : 0,
+				       "%s%s", i ? ", " : "", rs->env.runners[i].name);
+	}
+	return sb_seterr(SB_ERR_INVAL, "no runner '%s' here: this daemon has %s", name,
+			 names);
+}
+
 void sb_runs_model_call(struct sb_runs *rs, const char *run)
 {
 	struct run *r = sb_runs_find(rs, run);
@@ -1312,9 +1332,9 @@ int sb_runs_grant(struct sb_runs *rs, const char *run, const char *grant, int al
 
 	if (!r || r->st != SB_RUN_RUNNING || !r->m)
 		return sb_seterr(SB_ERR_STATE, "run %s is not running", run);
-	if (!rs->env.runner->grant)
+	if (!r->runner->ops->grant)
 		return sb_seterr(SB_ERR_STATE, "runner %s changes no grants",
-				 rs->env.runner->name);
+				 r->runner->name);
 	if (!(q = calloc(1, sizeof *q)))
 		return SB_ERR_NOMEM;
 	if ((rc = sb_net_grant_parse(grant, strlen(grant), &q->g))) {
@@ -1326,7 +1346,7 @@ int sb_runs_grant(struct sb_runs *rs, const char *run, const char *grant, int al
 	snprintf(q->by, sizeof q->by, "%s", by);
 	q->cb = cb;
 	q->ctx = ctx;
-	if ((rc = rs->env.runner->grant(r->m, &q->g, allow, grant_done, q)))
+	if ((rc = r->runner->ops->grant(r->m, &q->g, allow, grant_done, q)))
 		free(q);
 	return rc;
 }
@@ -1364,8 +1384,9 @@ int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
 		sb_runs_close(rs);
 		return rc;
 	}
-	if (env->runner->sweep)
-		env->runner->sweep(env->runner_ctx, run_known, env->proj);
+	for (size_t i = 0; i < env->nrunners; i++) /* each its own machines */
+		if (env->runners[i].ops->sweep)
+			env->runners[i].ops->sweep(env->runners[i].ctx, run_known, env->proj);
 	rs->pump_held = 1; /* the queued are started in their order, once all are in */
 	for (size_t i = 0; i < n; i++)
 		sb_runs_reattach(rs, runs[i]);

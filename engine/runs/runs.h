@@ -38,8 +38,10 @@ struct sb_runs_env {
 	sb_gateway *gateway;
 	sb_work *jobs;
 	sb_stubs *stubs;
-	const struct sb_runner_ops *runner;
-	void *runner_ctx;
+	/* The runners (nrunners, at least one, distinct names), for a run's
+	 * plan to name one; a spec that names none gets "local". */
+	const struct sb_runner *runners;
+	size_t nrunners;
 	sb_net *net; /* network acl on this host (what plans check), or NULL */
 	/* On the loop: no run has a machine any more (sb_runs_active is 0). */
 	void (*idle)(void *ctx);
@@ -67,8 +69,10 @@ void sb_runs_close(struct sb_runs *r);
 typedef void (*sb_runs_created_fn)(void *ctx, int rc, const char *run);
 
 /* Creates and starts a run from spec (which must stay valid until cb is
- * called); cb is called once, later, on the loop. Errors (then cb is not
- * called): SB_ERR_NOMEM, SB_ERR_UNAVAIL (the daemon is stopping),
+ * called) on the runner its plan names; cb is called once, later, on the
+ * loop (with SB_ERR_INVAL and nothing recorded when the daemon has no
+ * runner of that name: the detail lists those it has). Errors (then cb is
+ * not called): SB_ERR_NOMEM, SB_ERR_UNAVAIL (the daemon is stopping),
  * SB_ERR_EXISTS (a live run has the spec's name; the detail names it). */
 int sb_runs_create(struct sb_runs *r, const msgpack_object *spec, sb_runs_created_fn cb,
 		   void *ctx);
@@ -127,14 +131,19 @@ struct sb_runs_from {
 			       * calls answered from its record; 2: the same,
 			       * going on to the live model after a divergence
 			       * (snapshot and at are not used) */
+	const char *runner;   /* the runner asked for, or NULL: it runs on
+			       * run's runner, which holds its snapshots (another
+			       * is refused) */
 };
 
 /* Creates a fork of f->run, or resumes it, from a snapshot: the snapshot
  * is looked up in the projections and the plan read back from the record
  * (on a worker), the disk is a new layer over the snapshot's, and the
- * machine starts as for sb_runs_create (cb the same way, also with
- * SB_ERR_NOTFOUND: no such run or snapshot, and SB_ERR_STATE: a resume of a
- * run whose record says it is live, or a run removed; for a resume the id is f->run's). f is
+ * machine starts on f->run's runner as for sb_runs_create (cb the same
+ * way, also with SB_ERR_NOTFOUND: no such run or snapshot, SB_ERR_STATE: a
+ * resume of a run whose record says it is live, or a run removed, and
+ * SB_ERR_INVAL: f->runner is not f->run's runner; for a resume the id is
+ * f->run's). f is
  * copied. Errors (cb not called): SB_ERR_STATE (a resume of a run that has
  * a machine here), SB_ERR_NOMEM, SB_ERR_UNAVAIL. */
 int sb_runs_from(struct sb_runs *r, const struct sb_runs_from *f, sb_runs_created_fn cb,
@@ -252,5 +261,9 @@ void sb_runs_stop_all(struct sb_runs *r, const char *reason);
 
 /* Runs with a machine, or being created. */
 unsigned sb_runs_active(struct sb_runs *r);
+
+/* Points *out at r's runner named name. Any thread. Errors: SB_ERR_INVAL
+ * (no such runner: the detail names those r has). */
+int sb_runs_runner(struct sb_runs *r, const char *name, const struct sb_runner **out);
 
 #endif

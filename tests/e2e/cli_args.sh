@@ -87,6 +87,17 @@ line_has "'a b' is not a secret name"
 one_line 2 run -m nosuch/model -- true
 line_has "unknown model 'nosuch/model'"
 line_lacks "STATE_DIR"
+# a runner the daemon has not: refused in one line naming its runners,
+# nothing recorded; the one it has is every run's by default
+before=$("$SB" ps --all -q | wc -l)
+one_line 2 run --runner elsewhere -- true
+line_has "no runner 'elsewhere' here: this daemon has local"
+after=$("$SB" ps --all -q | wc -l)
+[ "$before" = "$after" ] || fail "a run on no runner was recorded: $before runs, then $after"
+"$SB" events "$R" --json --type run.created | python3 -c '
+import json, sys
+sys.exit(0 if json.loads(sys.stdin.readline())["payload"].get("runner") == "local" else 1)' ||
+	fail "run.created of $R does not name runner local"
 # accel kvm where /dev/kvm does not open: exit 4, before any run is made
 # (the open is tried as the daemon tries it: O_RDWR, never creating it)
 if ! python3 -c 'import os; os.open("/dev/kvm", os.O_RDWR)' 2>/dev/null; then

@@ -168,6 +168,35 @@ static void record_of(const struct sb_plan *p, msgpack_sbuffer *created,
 	sb_plan_pack_policy(p, &pk);
 }
 
+/* The runner a plan names is read back from run.created; a record from
+ * before runners (no runner in run.created) reads as "local". */
+static void runner_check(struct sb_plan *p, const msgpack_object *po)
+{
+	msgpack_sbuffer c, c2, p2;
+	msgpack_zone zone;
+	msgpack_object co;
+	struct sb_plan q;
+
+	assert_true(msgpack_zone_init(&zone, 1024));
+	tu_json(&c, "{'name':'n','group':'','template':'box','model':'acme/m1'}");
+	assert_int_equal(sb_payload_parse(c.data, c.size, &zone, &co), SB_OK);
+	assert_int_equal(sb_plan_from_record(RUN, &co, po, &q), SB_OK);
+	assert_string_equal(q.runner, "local");
+	sb_plan_free(&q);
+	snprintf(p->runner, sizeof p->runner, "far-away");
+	record_of(p, &c2, &p2);
+	assert_non_null(memmem(c2.data, c2.size, "far-away", 8));
+	assert_int_equal(sb_payload_parse(c2.data, c2.size, &zone, &co), SB_OK);
+	assert_int_equal(sb_plan_from_record(RUN, &co, po, &q), SB_OK);
+	assert_string_equal(q.runner, "far-away");
+	sb_plan_free(&q);
+	snprintf(p->runner, sizeof p->runner, "local");
+	msgpack_zone_destroy(&zone);
+	msgpack_sbuffer_destroy(&c);
+	msgpack_sbuffer_destroy(&c2);
+	msgpack_sbuffer_destroy(&p2);
+}
+
 static void test_round_trip(void **state)
 {
 	struct fix *f = *state;
@@ -201,6 +230,7 @@ static void test_round_trip(void **state)
 	assert_int_equal(p.access.nmodels, 2);
 	assert_int_equal(p.access.ngrants, 2); /* TEAM (env) and the provider's key */
 	assert_int_equal(p.ninputs, 2);
+	assert_string_equal(p.runner, "local"); /* the spec names none */
 
 	/* a roll-forward's link is an input with the link's mode bits */
 	p.inputs[0].mode = SB_PLAN_LINK | 0777;
@@ -227,6 +257,8 @@ static void test_round_trip(void **state)
 	assert_memory_equal(c1.data, c2.data, c1.size);
 	assert_int_equal(p1.size, p2.size);
 	assert_memory_equal(p1.data, p2.data, p1.size);
+	assert_string_equal(q.runner, "local");
+	runner_check(&p, &po);
 	assert_null(q.access.grants[0].value); /* no secret value in the record */
 	assert_null(strstr(p1.data, "team-value"));
 	assert_null(memmem(p1.data, p1.size, "provider-key", 12));
@@ -304,6 +336,11 @@ static void test_refused_specs(void **state)
 	    {"{'template':'box'}", "command"},
 	    {"{'template':'box','argv':['ls'],'name':'a\\nb'}", "name"},
 	    {"{'template':'box','argv':['ls'],'accel':'xen'}", "accel"},
+	    {"{'template':'box','argv':['ls'],'runner':''}", "runner"},
+	    {"{'template':'box','argv':['ls'],'runner':'a\\u001bb'}", "runner"},
+	    {"{'template':'box','argv':['ls'],'runner':'0123456789012345678901234567890123'}",
+	     "runner"},
+	    {"{'template':'box','argv':['ls'],'runner':7}", "runner"},
 	    {"{'template':'box','argv':['ls'],'env':['NOEQUALS']}", "env"},
 	    {"{'template':'box','argv':['ls'],'memory_mib':8}", "memory"},
 	    {"{'template':'box','argv':['ls'],'inputs':[{'path':'../x','data':'a'}]}",

@@ -58,7 +58,9 @@ struct fix {
 	sb_gateway *gw;
 	sb_work *jobs;
 	sb_stubs *stubs;
-	struct fakerunner *fr;
+	struct fakerunner *fr;	  /* the runner "local" */
+	struct fakerunner *other; /* the runner "fake" */
+	struct sb_runner runners[2];
 	struct sb_runs_env env;
 	struct sb_runs *rs;
 	/* the last answer of a create, from, stop or snapshot */
@@ -155,6 +157,9 @@ static int setup(void **state)
 	assert_int_equal(sb_gateway_open(&go, &f->gw), SB_OK);
 	assert_int_equal(sb_stubs_open(&f->stubs), SB_OK);
 	assert_int_equal(fakerunner_open(f->loop, &f->fr), SB_OK);
+	assert_int_equal(fakerunner_open(f->loop, &f->other), SB_OK);
+	f->runners[0] = (struct sb_runner){"local", &fakerunner_ops, f->fr};
+	f->runners[1] = (struct sb_runner){"fake", &fakerunner_ops, f->other};
 	f->env.home = f->home;
 	f->env.settings = &f->st;
 	f->env.loop = f->loop;
@@ -162,8 +167,8 @@ static int setup(void **state)
 	f->env.proj = f->proj;
 	f->env.gateway = f->gw;
 	f->env.stubs = f->stubs;
-	f->env.runner = &fakerunner_ops;
-	f->env.runner_ctx = f->fr;
+	f->env.runners = f->runners;
+	f->env.nrunners = sizeof f->runners / sizeof f->runners[0];
 	f->env.idle = on_idle;
 	f->env.log_line = on_log_line;
 	f->env.ctx = f;
@@ -179,6 +184,7 @@ static int teardown(void **state)
 	sb_work_close(f->jobs);
 	sb_runs_close(f->rs);
 	fakerunner_close(f->fr);
+	fakerunner_close(f->other);
 	sb_gateway_close(f->gw);
 	sb_stubs_close(f->stubs);
 	sb_loop_close(f->loop);
@@ -428,9 +434,11 @@ struct spec {
 };
 
 /* A run.create spec of template tmpl, named name, with a prompt, a
- * timeout (0: the template's) and one input (path NULL: none). */
-static void spec_make(struct spec *s, const char *tmpl, const char *name,
-		      uint64_t timeout_s, const char *path, const char *data)
+ * timeout (0: the template's), one input (path NULL: none) and a runner
+ * (NULL: none named). */
+static void spec_make_on(struct spec *s, const char *tmpl, const char *name,
+			 uint64_t timeout_s, const char *path, const char *data,
+			 const char *runner)
 {
 	msgpack_packer pk;
 	sb_mapw m;
@@ -443,6 +451,8 @@ static void spec_make(struct spec *s, const char *tmpl, const char *name,
 	sb_mapw_str(&m, "prompt", "do it");
 	if (timeout_s)
 		sb_mapw_u64(&m, "timeout_s", timeout_s);
+	if (runner)
+		sb_mapw_str(&m, "runner", runner);
 	if (path) {
 		msgpack_pack_array(sb_mapw_key(&m, "inputs"), 1);
 		msgpack_pack_map(&m.pk, 2);
@@ -454,6 +464,12 @@ static void spec_make(struct spec *s, const char *tmpl, const char *name,
 	assert_true(msgpack_zone_init(&s->zone, 1024));
 	assert_int_equal(sb_payload_parse(s->sb.data, s->sb.size, &s->zone, &s->o),
 			 SB_OK);
+}
+
+static void spec_make(struct spec *s, const char *tmpl, const char *name,
+		      uint64_t timeout_s, const char *path, const char *data)
+{
+	spec_make_on(s, tmpl, name, timeout_s, path, data, NULL);
 }
 
 static void spec_free(struct spec *s)
@@ -1354,6 +1370,85 @@ static void test_create_fails(void **state)
 	await_end(f, id, 1);
 }
 
+/* A run on each runner: its machine is the one its plan names, its
+ * run.created says which ("local" unless asked); its fork goes to the
+ * same runner, and one asked for elsewhere is refused; a runner the
+ * daemon has not is refused with nothing recorded. */
+static void test_runners(void **state)
+{
+	struct fix *f = *state;
+	struct fr_script sc = {.steps = child_steps};
+	struct sb_runs_from fr = {.snapshot = "s0", .at = UINT64_MAX};
+	char here[SB_RUN_MAX], there[SB_RUN_MAX];
+	struct fr_machine_info m;
+	struct spec s;
+	struct evs e;
+	uint64_t last;
+
+	assert_int_equal(fakerunner_script(f->fr, NULL, &sc), SB_OK);
+	assert_int_equal(fakerunner_script(f->other, NULL, &sc), SB_OK);
+	spec_make(&s, "box", "here", 0, NULL, NULL);
+	if (create(f, &s))
+		fail_msg("create here: %s", f->err);
+	spec_free(&s);
+	snprintf(here, sizeof here, "%s", f->id);
+	spec_make_on(&s, "box", "there", 0, NULL, NULL, "fake");
+	if (create(f, &s))
+		fail_msg("create there: %s", f->err);
+	spec_free(&s);
+	snprintf(there, sizeof there, "%s", f->id);
+	await_end(f, here, 1);
+	await_end(f, there, 1);
+	assert_int_equal(fakerunner_made(f->fr), 1);
+	assert_int_equal(fakerunner_made(f->other), 1);
+	assert_int_equal(fakerunner_machine(f->fr, there, 0, &m), SB_ERR_NOTFOUND);
+	machine(f, here, 0, &m);
+	assert_int_equal(fakerunner_machine(f->other, there, 0, &m), SB_OK);
+	evs_read(f, here, &e);
+	assert_string_equal(jstr(evs_get(&e, "run.created", 0), "runner"), "local");
+	evs_free(&e);
+	evs_read(f, there, &e);
+	assert_string_equal(jstr(evs_get(&e, "run.created", 0), "runner"), "fake");
+	evs_free(&e);
+
+	/* a fork runs where its source's snapshot is */
+	fr.run = there;
+	if (from(f, &fr))
+		fail_msg("fork: %s", f->err);
+	await_end(f, f->id, 1);
+	assert_int_equal(fakerunner_made(f->other), 2);
+	assert_int_equal(fakerunner_made(f->fr), 1);
+	assert_int_equal(fakerunner_machine(f->other, f->id, 0, &m), SB_OK);
+	assert_true(m.from);
+	assert_string_equal(m.from_run, there);
+	evs_read(f, f->id, &e);
+	assert_string_equal(jstr(evs_get(&e, "run.created", 0), "runner"), "fake");
+	evs_free(&e);
+	last = last_offset(f);
+	fr.runner = "local";
+	assert_int_equal(from(f, &fr), SB_ERR_INVAL);
+	assert_non_null(strstr(f->err, "on runner fake"));
+	assert_int_equal(last_offset(f), last);
+	fr.run = here; /* the same runner named: as not naming it */
+	if (from(f, &fr))
+		fail_msg("fork here: %s", f->err);
+	await_end(f, f->id, 1);
+	assert_int_equal(fakerunner_made(f->fr), 2);
+	assert_int_equal(fakerunner_made(f->other), 2);
+
+	/* a runner the daemon has not: refused, nothing recorded */
+	last = last_offset(f);
+	spec_make_on(&s, "box", "nowhere", 0, NULL, NULL, "elsewhere");
+	assert_int_equal(create(f, &s), SB_ERR_INVAL);
+	spec_free(&s);
+	assert_string_equal(f->id, "");
+	assert_string_equal(f->err, "no runner 'elsewhere' here: this daemon has local, fake");
+	assert_int_equal(last_offset(f), last);
+	assert_int_equal(sb_runs_active(f->rs), 0);
+	assert_int_equal(fakerunner_made(f->fr), 2);
+	assert_int_equal(fakerunner_made(f->other), 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1373,6 +1468,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_stop_creating, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_queue, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_create_fails, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_runners, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
