@@ -965,8 +965,10 @@ struct snap_op {
 	enum snap_stage stage;
 	sb_snapshot_fn cb;
 	void *ctx;
-	struct sb_snapshot_info info;
-	char next[SB_LAYER_PATH_MAX]; /* the new top layer QEMU makes */
+	struct sb_snapshot_info info;	     /* its names made at the end */
+	char layer_path[SB_LAYER_PATH_MAX];  /* the frozen layer's file */
+	char memory_path[SB_LAYER_PATH_MAX]; /* the memory state file, or "" */
+	char next[SB_LAYER_PATH_MAX];	     /* the new top layer QEMU makes */
 	double t_pause;
 	double t_sent; /* when QEMU said the stream was sent */
 	int rc;	       /* the first failure, kept while the guest is resumed */
@@ -988,6 +990,19 @@ static uint64_t file_size(const char *path)
 	return path[0] && stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
+/* Writes into buf (cap bytes) the local runner's name of path, a file
+ * under home: path relative to home ("" for ""). Errors: SB_ERR_TOOBIG. */
+static int home_name(const char *home, const char *path, char *buf, size_t cap)
+{
+	size_t n = strlen(home);
+
+	if (!strncmp(path, home, n) && path[n] == '/')
+		path += n + 1;
+	if ((size_t)snprintf(buf, cap, "%s", path) >= cap)
+		return sb_seterr(SB_ERR_TOOBIG, "the snapshot's name %s is too long", path);
+	return SB_OK;
+}
+
 /* Reports op's end (from a timer or a monitor callback: never inside the
  * snapshot op's call) and frees it. */
 static void snap_finish(struct snap_op *op)
@@ -997,31 +1012,36 @@ static void snap_finish(struct snap_op *op)
 	void *ctx = op->ctx;
 	int rc = op->rc;
 	struct sb_snapshot_info info = op->info;
-
-	char why[sizeof op->why];
-
-	char pending[PATH_CAP] = "";
+	char why[sizeof op->why], layer[sizeof op->layer_path];
+	char memory[sizeof op->memory_path], pending[PATH_CAP] = "";
 
 	snprintf(why, sizeof why, "%s", op->why);
+	memcpy(layer, op->layer_path, sizeof layer);
+	memcpy(memory, op->memory_path, sizeof memory);
 	sb_watch_stop(op->w);
 	free(op);
 	if (!m)
 		return; /* the machine was freed: the next daemon ends it */
 	m->snap = NULL;
-	if (info.memory_path[0])
+	if (memory[0])
 		pending_path(m->dir, pending, sizeof pending);
-	if (rc && info.memory_path[0]) { /* half made, and nothing names it */
-		char part[sizeof info.memory_path + sizeof SB_VM_SAVE_PART];
-		snprintf(part, sizeof part, "%s" SB_VM_SAVE_PART, info.memory_path);
+	if (rc == SB_OK && ((rc = home_name(m->lr->home, layer, info.layer_name,
+					    sizeof info.layer_name)) ||
+			    (rc = home_name(m->lr->home, memory, info.memory_name,
+					    sizeof info.memory_name))))
+		snprintf(why, sizeof why, "%s", sb_errmsg(rc));
+	if (rc && memory[0]) { /* half made, and nothing names it */
+		char part[sizeof memory + sizeof SB_VM_SAVE_PART];
+		snprintf(part, sizeof part, "%s" SB_VM_SAVE_PART, memory);
 		unlink(part); /* first: then no writer renames it after */
-		unlink(info.memory_path);
+		unlink(memory);
 	}
 	if (rc) {
 		sb_seterr(rc, "%s", why);
 	}
 	if (rc == SB_OK) {
-		info.memory_bytes = file_size(info.memory_path);
-		info.bytes = file_size(info.layer_path) + info.memory_bytes;
+		info.memory_bytes = memory[0] ? file_size(memory) : 0;
+		info.bytes = file_size(layer) + info.memory_bytes;
 		info.duration_ms = now_ms(m) - info.duration_ms;
 	}
 	cb(ctx, rc, rc == SB_OK ? &info : NULL); /* records it; may free m */
@@ -1072,12 +1092,12 @@ static int snap_next(struct snap_op *op)
 	int rc;
 
 	if ((rc = sb_layers_next(m->lr->home, m->run, &n, op->next, sizeof op->next)) ||
-	    (rc = sb_layers_path(m->lr->home, m->run, n - 1, op->info.layer_path,
-				 sizeof op->info.layer_path)))
+	    (rc = sb_layers_path(m->lr->home, m->run, n - 1, op->layer_path,
+				 sizeof op->layer_path)))
 		return rc;
 	op->info.layer = n - 1;
 	if (op->memory)
-		snprintf(op->info.memory_path, sizeof op->info.memory_path,
+		snprintf(op->memory_path, sizeof op->memory_path,
 			 "%s/layers/%u.mem", m->dir, n - 1);
 	return SB_OK;
 }
@@ -1168,18 +1188,18 @@ static void on_snap_reply(void *ctx, int rc, json_t *ret)
 	case S_SETTLE:
 		st = json_string_value(json_object_get(ret, "status"));
 		if ((st && !strcmp(st, "finish-migrate")) ||
-		    access(op->info.memory_path, F_OK)) {
+		    access(op->memory_path, F_OK)) {
 			if (now_ms(m) - op->t_sent > SNAP_SAVE_MS)
 				snap_fail(op, sb_seterr(SB_ERR_IO,
 							"saving the memory failed: %s was "
 							"not written in %d s",
-							op->info.memory_path,
+							op->memory_path,
 							SNAP_SAVE_MS / 1000));
 			else
 				snap_poll_later(op);
 			return;
 		}
-		chmod(op->info.memory_path, 0444); /* frozen, as its layer */
+		chmod(op->memory_path, 0444); /* frozen, as its layer */
 		op->stage = S_CONT;
 		break;
 	case S_CONT:
@@ -1230,7 +1250,7 @@ static void snap_step(struct snap_op *op)
 				 "format", "qcow2", "mode", "absolute-paths");
 		break;
 	case S_MIGRATE: {
-		char *uri = sb_vm_save_uri(op->info.memory_path);
+		char *uri = sb_vm_save_uri(op->memory_path);
 		cmd = "migrate";
 		args = uri ? json_pack("{s:s}", "uri", uri) : NULL;
 		free(uri);
@@ -1538,8 +1558,8 @@ static int local_snapshot(struct sb_machine *m, const struct sb_snapshot_req *re
 		/* the disk as the machine left it: its top, frozen */
 		if ((rc = sb_layers_top(m->lr->home, m->run, &top)) ||
 		    (rc = sb_layers_freeze(m->lr->home, m->run, top)) ||
-		    (rc = sb_layers_path(m->lr->home, m->run, top, op->info.layer_path,
-					 sizeof op->info.layer_path)))
+		    (rc = sb_layers_path(m->lr->home, m->run, top, op->layer_path,
+					 sizeof op->layer_path)))
 			goto fail;
 		op->info.layer = top;
 		if (!(op->w = sb_loop_timer(m->lr->loop, 0, 0, on_snap_ended, op))) {

@@ -56,14 +56,22 @@ struct sb_snapshot_req {
 		     * machine only) */
 };
 
+#define SB_SNAPSHOT_NAME_MAX 256 /* a runner's name of a snapshot's file */
+
 /* A snapshot taken: the machine's disk layer frozen (and its memory
- * saved), and the machine going on in a new layer. */
+ * saved), and the machine going on in a new layer. Its names are the
+ * runner's own, which it makes itself: meaningful only to it, never a
+ * path of the daemon's host (the local runner's are its files' paths
+ * relative to its home, "runs/RUN/layers/N.qcow2"). The record keeps them
+ * (snapshot.saved's layer and memory). */
 struct sb_snapshot_info {
 	unsigned layer; /* the frozen layer's number: the snapshot is "s<layer>" */
-	char layer_path[PATH_MAX + 64];	 /* its file */
-	char memory_path[PATH_MAX + 64]; /* the memory state file, or "" */
+	char layer_name[SB_SNAPSHOT_NAME_MAX];	/* the frozen layer's name */
+	char memory_name[SB_SNAPSHOT_NAME_MAX]; /* the memory state's name, or
+						 * "" (memory_bytes 0) */
 	uint64_t bytes;			 /* the frozen layer's and memory file's sizes */
-	uint64_t memory_bytes;		 /* the memory file's size (0: a disk snapshot) */
+	uint64_t memory_bytes;		 /* the memory state's size (0: a disk
+					  * snapshot; > 0: a memory one) */
 	double paused_ms;   /* the guest stood still (or its disk did) this long */
 	double duration_ms; /* from the request to done */
 };
@@ -110,10 +118,14 @@ struct sb_runner_ops {
 	 * it on a worker (it is safe from any thread). Errors:
 	 * SB_ERR_NOTFOUND, SB_ERR_IO. */
 	int (*readers)(void *runner, const char *run, unsigned layer, size_t *count);
-	/* Writes into buf (cap bytes) the file of run's frozen layer layer,
-	 * its chain checked for a reader (sb_layers_check), to be read with
-	 * sb_fsread_open. Header reads: call it on a worker. Errors: those of
-	 * sb_layers_check, SB_ERR_TOOBIG. */
+	/* The local runner's op (a runner whose disks are files of this
+	 * host); NULL in a runner on another host, which will serve reads
+	 * of its disks itself. Writes into buf (cap bytes) the path of this
+	 * host of run's frozen layer layer, its chain checked for a reader
+	 * (sb_layers_check), to be read with sb_fsread_open (a fork's
+	 * roll-forward looks at links there; without the op it does not,
+	 * and the agent finds them). Header reads: call it on a worker.
+	 * Errors: those of sb_layers_check, SB_ERR_TOOBIG. */
 	int (*layer_file)(void *runner, const char *run, unsigned layer, char *buf,
 			  size_t cap);
 	/* Prepares a machine for plan (a fork or a resume) whose disk

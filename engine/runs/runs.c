@@ -626,15 +626,6 @@ static const struct sb_guest_ops guest_ops = {
 
 static void retention(struct run *r);
 
-/* path relative to the state directory home when it is under it, else
- * path itself (a runner's name for a file of another host). */
-static const char *home_rel(const char *home, const char *path)
-{
-	size_t n = strlen(home);
-
-	return !strncmp(path, home, n) && path[n] == '/' ? path + n + 1 : path;
-}
-
 /* Records snapshot.saved (after the events before it, in order). */
 static int snap_saved(void *ctx, const struct sb_snap_done *d)
 {
@@ -654,9 +645,9 @@ static int snap_saved(void *ctx, const struct sb_snap_done *d)
 	sb_pack_kstr(&pk, "snapshot", id);
 	sb_pack_kstr(&pk, "kind", d->kind);
 	sb_pack_kstr(&pk, "trigger", d->trigger);
-	/* paths relative to the state directory */
-	sb_pack_kstr(&pk, "layer", home_rel(rs->env.home, in->layer_path));
-	sb_pack_kstr(&pk, "memory", home_rel(rs->env.home, in->memory_path));
+	/* the runner's names (the local runner's: relative to its home) */
+	sb_pack_kstr(&pk, "layer", in->layer_name);
+	sb_pack_kstr(&pk, "memory", in->memory_name);
 	sb_pack_ku64(&pk, "layer_no", in->layer);
 	sb_pack_ku64(&pk, "bytes", in->bytes);
 	sb_pack_ku64(&pk, "memory_bytes", in->memory_bytes);

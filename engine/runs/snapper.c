@@ -132,7 +132,7 @@ static void on_taken(void *ctx, int rc, const struct sb_snapshot_info *info)
 
 	if (rc == SB_OK) {
 		d.info = info;
-		d.kind = info->memory_path[0] ? "memory" : "disk";
+		d.kind = info->memory_bytes ? "memory" : "disk";
 		d.trigger = s->cur->kind == K_DEMAND ? "demand"
 			    : s->cur->kind == K_TURN ? "turn"
 						     : "end";

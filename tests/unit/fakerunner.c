@@ -996,11 +996,11 @@ static int snap_take(sb_machine *m, int memory)
 	l->frozen = 1;
 	l->memory_bytes = memory ? FR_MEMORY_BYTES : 0;
 	m->fr->frozen++;
-	snprintf(in->layer_path, sizeof in->layer_path, "fakerunner/%s/layers/%u",
+	snprintf(in->layer_name, sizeof in->layer_name, "fakerunner/%s/layers/%u",
 		 m->info.run, in->layer);
-	in->memory_path[0] = 0;
+	in->memory_name[0] = 0;
 	if (memory)
-		snprintf(in->memory_path, sizeof in->memory_path,
+		snprintf(in->memory_name, sizeof in->memory_name,
 			 "fakerunner/%s/layers/%u.mem", m->info.run, in->layer);
 	in->memory_bytes = l->memory_bytes;
 	in->bytes = 4096 + in->memory_bytes;

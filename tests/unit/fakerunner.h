@@ -25,8 +25,8 @@
  * layer; snapshot freezes the machine's layer (and, with memory, notes a
  * memory file of FR_MEMORY_BYTES) and, on a live machine, goes on in the
  * next one; create_from makes a new layer over a frozen one. What a
- * snapshot returns names no file of this host: its layer_path is
- * "fakerunner/RUN/layers/N", its memory_path that with ".mem".
+ * snapshot returns names no file of this host: its layer_name is
+ * "fakerunner/RUN/layers/N", its memory_name that with ".mem".
  *
  * Threads: create, create_from, readers and the fakerunner_* functions
  * are safe from any thread; every other op runs on the loop, as runner.h
