@@ -5,186 +5,143 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/exit.h"
 #include "engine/error.h"
 #include "engine/payload.h"
 #include "engine/text.h"
 
-/* Prints where run departed from its record (rerun.diverged), or that it
- * kept to it. */
-static int rerun_report(sb_client *c, const char *run, const char *orig)
+/* The first event of type of run, read into *rep; *ev points at it, or
+ * is NULL when there is none. */
+static int first_event(sb_client *c, const char *run, const char *type,
+		       struct sb_reply *rep, const msgpack_object **ev)
 {
 	struct cli_req r;
-	struct sb_reply rep = {0};
-	const msgpack_object *evs, *p;
-	char path[160] = "", esc[4 * sizeof path];
+	const msgpack_object *evs;
 	int rc;
 
+	*ev = NULL;
 	cli_req_begin(&r, "events.read");
 	sb_mapw_str(&r.m, "run", run);
 	sb_mapw_u64(&r.m, "from", 1);
 	sb_mapw_u64(&r.m, "limit", 1);
 	msgpack_pack_array(sb_mapw_key(&r.m, "types"), 1);
-	sb_pack_str(&r.m.pk, "rerun.diverged");
-	if ((rc = cli_call(c, &r, &rep)))
+	sb_pack_str(&r.m.pk, type);
+	if ((rc = cli_call(c, &r, rep)))
 		return rc;
-	evs = sb_map_get(&rep.map, "events");
-	if (evs && evs->type == MSGPACK_OBJECT_ARRAY && evs->via.array.size) {
-		p = sb_map_get(&evs->via.array.ptr[0], "payload");
-		sb_map_str(p, "path", path, sizeof path);
-		sb_text_escape(path, strlen(path), esc, sizeof esc);
-		printf("rerun %s: diverged from %s at call %llu: %s\n", run, orig,
-		       (unsigned long long)sb_map_u64(p, "call", 0),
-		       path[0] ? esc : "a call past the record");
-	} else {
+	evs = sb_map_get(&rep->map, "events");
+	if (evs && evs->type == MSGPACK_OBJECT_ARRAY && evs->via.array.size)
+		*ev = sb_map_get(&evs->via.array.ptr[0], "payload");
+	return SB_OK;
+}
+
+/* Prints where run departed from its record (d: its rerun.diverged, or
+ * NULL), or that it kept to it. */
+static void print_diverged(const char *run, const char *orig, const msgpack_object *d)
+{
+	char path[160] = "", esc[4 * sizeof path];
+
+	if (!d) {
 		printf("rerun %s: kept to the record of %s\n", run, orig);
+		return;
 	}
-	sb_reply_free(&rep);
-	return SB_OK;
+	sb_map_str(d, "path", path, sizeof path);
+	sb_text_escape(path, strlen(path), esc, sizeof esc);
+	printf("rerun %s: diverged from %s at call %llu: %s\n", run, orig,
+	       (unsigned long long)sb_map_u64(d, "call", 0),
+	       path[0] ? esc : "a call past the record");
 }
 
-/* What a run did, as the comparison of a re-run reads it from its record:
- * each path's last change (its kind and xxh3), its exit status, its tool
- * calls. */
-struct side {
-	struct change {
-		char path[256], state[96];
-	} * files;
-	size_t n, cap;
-	int64_t exit;
-	int exited;
-	uint64_t tools;
-};
-
-/* Notes path's latest state in s. */
-static int side_file(struct side *s, const char *path, const char *state)
+/* An exit status as rerun.compared has it: "none" for -1. */
+static const char *status_text(int64_t st, char buf[24])
 {
-	struct change *more;
-	size_t i;
-
-	for (i = 0; i < s->n && strcmp(s->files[i].path, path); i++)
-		;
-	if (i == s->n) {
-		if (s->n == s->cap) {
-			s->cap = s->cap ? 2 * s->cap : 64;
-			if (!(more = realloc(s->files, s->cap * sizeof *more)))
-				return SB_ERR_NOMEM;
-			s->files = more;
-		}
-		snprintf(s->files[s->n++].path, sizeof more->path, "%s", path);
-	}
-	snprintf(s->files[i].state, sizeof s->files[i].state, "%s", state);
-	return SB_OK;
+	if (st < 0)
+		return "none";
+	snprintf(buf, 24, "%lld", (long long)st);
+	return buf;
 }
 
-/* One event of the record into s. */
-static int side_event(struct side *s, const msgpack_object *e)
+/* Prints rerun.compared's files: each one named on a line of at most 80
+ * columns, then how many more differ. */
+static void print_files(const msgpack_object *cmp)
 {
-	const msgpack_object *p = sb_map_get(e, "payload");
-	char type[32] = "", path[256] = "", kind[16] = "", xxh[64] = "", state[96];
+	const msgpack_object *fs = sb_map_get(cmp, "files");
+	uint64_t total = sb_map_u64(cmp, "files_differ", 0), shown = 0;
+	char path[4096], what[16], esc[4 * 64 + 4];
 
-	sb_map_str(e, "type", type, sizeof type);
-	if (!strcmp(type, "agent.tool.completed"))
-		s->tools++;
-	if (!strcmp(type, "run.exited")) {
-		const msgpack_object *v = sb_map_get(p, "status");
-		s->exited = v && (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
-				  v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER);
-		s->exit = s->exited ? v->via.i64 : 0;
+	printf("  files that differ: ");
+	if (!total) {
+		printf("none\n");
+		return;
 	}
-	if (strcmp(type, "agent.file.changed") ||
-	    sb_map_str(p, "path", path, sizeof path) <= 0)
-		return SB_OK;
-	sb_map_str(p, "kind", kind, sizeof kind);
-	sb_map_str(p, "xxh3", xxh, sizeof xxh);
-	snprintf(state, sizeof state, "%s %s", kind, xxh);
-	return side_file(s, path, state);
+	printf("%llu\n", (unsigned long long)total);
+	for (uint32_t i = 0; fs && fs->type == MSGPACK_OBJECT_ARRAY && i < fs->via.array.size;
+	     i++, shown++) {
+		size_t n = sb_map_str(&fs->via.array.ptr[i], "path", path, sizeof path) > 0
+			       ? strlen(path)
+			       : 0;
+		size_t cut = sb_utf8_cut(path, n, 60);
+		sb_map_str(&fs->via.array.ptr[i], "change", what, sizeof what);
+		sb_text_escape(path, cut, esc, sizeof esc);
+		printf("    %-9s %s%s\n", what, esc, cut < n ? "..." : "");
+	}
+	if (total > shown)
+		printf("    and %llu more\n", (unsigned long long)(total - shown));
 }
 
-/* Reads run's record into s. */
-static int side_read(sb_client *c, const char *run, struct side *s)
+/* Prints the comparison cmp (rerun.compared) of run with orig. */
+static void print_compared(const char *run, const char *orig, const msgpack_object *cmp)
 {
-	static const char *const types[] = {"agent.file.changed", "run.exited",
-					    "agent.tool.completed"};
-	uint64_t next = 1;
-	uint32_t n;
+	uint64_t at = sb_map_u64(cmp, "tools_differ_at", 0);
+	char a[24], b[24];
+
+	if (sb_map_bool(cmp, "same", 0))
+		printf("rerun %s: the same outcome as %s\n", run, orig);
+	else
+		printf("rerun %s: its outcome differs from %s's\n", run, orig);
+	printf("  exit status: %s (original %s)\n",
+	       status_text(sb_map_i64(cmp, "status", -1), b),
+	       status_text(sb_map_i64(cmp, "original_status", -1), a));
+	printf("  tool calls: %llu (original %llu)",
+	       (unsigned long long)sb_map_u64(cmp, "tools", 0),
+	       (unsigned long long)sb_map_u64(cmp, "original_tools", 0));
+	if (at)
+		printf(", differing from call %llu", (unsigned long long)at);
+	printf("\n");
+	print_files(cmp);
+}
+
+/* Prints, once the re-run run of orig ended, where it diverged and its
+ * comparison (a line of JSON with json); returns the exit code: 0 the
+ * same outcome, CLI_EXIT_DIFFERS another, else code (no comparison
+ * recorded: the run's). */
+static int rerun_report(sb_client *c, const char *run, const char *orig, int json, int code)
+{
+	struct sb_reply dr = {0}, cr = {0};
+	const msgpack_object *d = NULL, *cmp = NULL;
 	int rc;
 
-	do {
-		struct cli_req r;
-		struct sb_reply rep = {0};
-		const msgpack_object *evs;
-
-		cli_req_begin(&r, "events.read");
-		sb_mapw_str(&r.m, "run", run);
-		sb_mapw_u64(&r.m, "from", next);
-		sb_mapw_u64(&r.m, "limit", 1000);
-		msgpack_pack_array(sb_mapw_key(&r.m, "types"), 3);
-		for (size_t i = 0; i < 3; i++)
-			sb_pack_str(&r.m.pk, types[i]);
-		if ((rc = cli_call(c, &r, &rep)))
-			return rc;
-		evs = sb_map_get(&rep.map, "events");
-		n = evs && evs->type == MSGPACK_OBJECT_ARRAY ? evs->via.array.size : 0;
-		for (uint32_t i = 0; i < n && rc == SB_OK; i++) {
-			rc = side_event(s, &evs->via.array.ptr[i]);
-			next = sb_map_u64(&evs->via.array.ptr[i], "offset", next) + 1;
-		}
-		sb_reply_free(&rep);
-	} while (rc == SB_OK && n);
-	return rc;
-}
-
-/* The state s gives path, or "" when s never changed it. */
-static const char *side_state(const struct side *s, const char *path)
-{
-	for (size_t i = 0; i < s->n; i++)
-		if (!strcmp(s->files[i].path, path))
-			return s->files[i].state;
-	return "";
-}
-
-/* Prints the files whose last state differs between a and b. */
-static void print_differ(const struct side *a, const struct side *b)
-{
-	char esc[4 * 256];
-	int any = 0;
-
-	for (int pass = 0; pass < 2; pass++) {
-		const struct side *x = pass ? b : a, *y = pass ? a : b;
-		for (size_t i = 0; i < x->n; i++) {
-			const char *p = x->files[i].path;
-			if (!strcmp(x->files[i].state, side_state(y, p)) ||
-			    (pass && side_state(y, p)[0]))
-				continue; /* the same, or named in the first pass */
-			sb_text_escape(p, strlen(p), esc, sizeof esc);
-			printf("%s%s", any++ ? ", " : "", esc);
-		}
+	if ((rc = first_event(c, run, "rerun.diverged", &dr, &d)) ||
+	    (rc = first_event(c, run, "rerun.compared", &cr, &cmp))) {
+		cli_note("rerun %s: its comparison cannot be read: %s", run, sb_errmsg(rc));
+		goto out;
 	}
-	printf("%s\n", any ? "" : "none");
-}
-
-/* Prints the comparison of the re-run run with orig, from their records. */
-static int rerun_compare(sb_client *c, const char *run, const char *orig)
-{
-	struct side a = {0}, b = {0};
-	int rc;
-
-	if ((rc = side_read(c, orig, &a)) == SB_OK &&
-	    (rc = side_read(c, run, &b)) == SB_OK) {
-		printf("  files that differ: ");
-		print_differ(&a, &b);
-		char ea[24] = "none", eb[24] = "none";
-		if (a.exited)
-			snprintf(ea, sizeof ea, "%lld", (long long)a.exit);
-		if (b.exited)
-			snprintf(eb, sizeof eb, "%lld", (long long)b.exit);
-		printf("  exit status: %s (original %s)\n", eb, ea);
-		printf("  tool calls: %llu (original %llu)\n",
-		       (unsigned long long)b.tools, (unsigned long long)a.tools);
+	if (json) {
+		cli_print_json(json_pack("{s:s, s:s, s:o, s:o}", "rerun", run, "original", orig,
+					 "diverged", d ? sb_msgpack_to_json(d) : json_null(),
+					 "compared", cmp ? sb_msgpack_to_json(cmp) : json_null()));
+	} else {
+		print_diverged(run, orig, d);
+		if (cmp)
+			print_compared(run, orig, cmp);
+		else
+			printf("rerun %s: no comparison with %s was recorded\n", run, orig);
 	}
-	free(a.files);
-	free(b.files);
-	return rc;
+	if (cmp)
+		code = sb_map_bool(cmp, "same", 0) ? CLI_EXIT_OK : CLI_EXIT_DIFFERS;
+out:
+	sb_reply_free(&dr);
+	sb_reply_free(&cr);
+	return code;
 }
 
 int cmd_rerun(int argc, char **argv)
@@ -244,8 +201,8 @@ int cmd_rerun(int argc, char **argv)
 		goto out;
 	}
 	rc = cli_run_follow(c, one, 0, 0, json, 1);
-	if (!json && (rerun_report(c, one, run) || rerun_compare(c, one, run)))
-		cli_note("rerun %s: its record cannot be compared", one);
+	if (rc != CLI_EXIT_DETACHED && !cli_detached)
+		rc = rerun_report(c, one, run, json, rc);
 out:
 	sb_reply_free(&rep);
 	sb_client_close(c);

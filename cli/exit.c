@@ -11,6 +11,8 @@ const struct cli_exit_info cli_exits[] = {
 	{CLI_EXIT_UNAVAIL, "unavailable",
 	 "the daemon is not running or does not answer, or its host lacks what the "
 	 "request needs"},
+	{CLI_EXIT_DIFFERS, "differs",
+	 "rerun: the re-run's outcome differs from its original's (rerun.compared)"},
 	{CLI_EXIT_WAIT_TIMEOUT, "wait-timeout", "wait: its --timeout passed with runs still live"},
 	{CLI_EXIT_BUDGET, "budget", "run: its LLM budget stopped the run"},
 	{CLI_EXIT_TIMEOUT, "timeout", "run: its timeout stopped the run"},

@@ -17,6 +17,7 @@ enum cli_exit {
 	/* sanbox run (without --detach) exits with the harness's status,
 	 * 0-255, or with one of these when the harness did not end it (wait
 	 * too, for the first run that did not exit 0): */
+	CLI_EXIT_DIFFERS = 120, /* rerun: its outcome differs from the original's */
 	CLI_EXIT_WAIT_TIMEOUT = 122, /* wait: its --timeout passed, runs still live */
 	CLI_EXIT_BUDGET = 123,  /* the run's LLM budget stopped it */
 	CLI_EXIT_TIMEOUT = 124, /* its timeout stopped it */

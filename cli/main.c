@@ -319,7 +319,11 @@ static const struct cli_cmd commands[] = {
 	 "that differs is recorded as rerun.diverged with the first differing field\n"
 	 "(e.g. messages[3].content); the re-run then stops (reason diverged) or,\n"
 	 "with --live-after-divergence, goes on to the live model, metered. Prints\n"
-	 "its events as 'sanbox run' does, then where it diverged, if it did.\n"},
+	 "its events as 'sanbox run' does, then where it diverged, if it did, and\n"
+	 "its outcome against RUN's (rerun.compared): exit statuses, the files\n"
+	 "whose last recorded state differs, the tool calls. With --json, a last\n"
+	 "line {\"rerun\", \"original\", \"diverged\", \"compared\"}. Exits 0 when\n"
+	 "the outcome is the same, 120 when it differs (else as 'sanbox run').\n"},
 	{"resume", cmd_resume, "continue a run that ended, from a snapshot",
 	 "usage: sanbox resume RUN [--snapshot ID | --at OFFSET] [--prompt TEXT]\n"
 	 "                    [--detach] [--json]\n"

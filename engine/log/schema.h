@@ -40,7 +40,7 @@ static inline enum sb_ftype sb_field_kind(const struct sb_field *f)
 	return (enum sb_ftype)(f->type & ~SB_F_OPTIONAL);
 }
 
-#define SB_FIELDS_MAX 8
+#define SB_FIELDS_MAX 9
 
 /* Source bits for sb_event_schema.sources. */
 #define SB_FROM_HOST    (1u << SB_SRC_HOST)

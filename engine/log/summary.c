@@ -485,6 +485,24 @@ static void sum_diverged(struct sum *s, const struct sb_event *ev, const msgpack
 	field(s, p, "path");
 }
 
+/* rerun.compared: the same outcome as the original, or where it differs. */
+static void sum_compared(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
+{
+	int64_t st = sb_map_i64(p, "status", -1), ost = sb_map_i64(p, "original_status", -1);
+	uint64_t nf = u64(p, "files_differ"), at = u64(p, "tools_differ_at");
+
+	put(s, sb_map_bool(p, "same", 0) ? "the same outcome as " : "differs from ");
+	field(s, p, "original");
+	if (st != ost)
+		putf(s, ": exit %lld (original %lld)", (long long)st, (long long)ost);
+	if (nf)
+		putf(s, "%s%llu file%s", st != ost ? ", " : ": ", (unsigned long long)nf,
+		     nf == 1 ? "" : "s");
+	if (at)
+		putf(s, "%stool call %llu", st != ost || nf ? ", " : ": ",
+		     (unsigned long long)at);
+}
+
 static void sum_warning(struct sum *s, const struct sb_event *ev, const msgpack_object *p)
 {
 	field(s, p, "message");
@@ -587,6 +605,7 @@ static const struct summary {
     {"operator.note", sum_note},	{"run.removed", sum_removed},
     {"operator.exec", sum_exec},	{"operator.cp", sum_cp},
     {"rerun.diverged", sum_diverged},
+    {"rerun.compared", sum_compared},
 };
 
 static const struct summary *find(const char *type)

@@ -218,6 +218,13 @@ int sb_runs_record_blobs(struct sb_runs *rs, const struct sb_blob *blobs, size_t
 	return rc;
 }
 
+void sb_runs_settle(struct sb_runs *rs)
+{
+	pthread_mutex_lock(&rs->rec_mu);
+	batch_settle(rs);
+	pthread_mutex_unlock(&rs->rec_mu);
+}
+
 int sb_runs_record(struct sb_runs *rs, struct sb_event *evs, size_t n)
 {
 	return sb_runs_record_blobs(rs, NULL, 0, evs, n);

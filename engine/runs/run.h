@@ -41,6 +41,7 @@ struct sb_run_from {
 	char group[SB_PLAN_NAME_MAX]; /* a fork's own group, or "": the run's */
 	char runner[SB_PLAN_RUNNER_MAX]; /* the runner asked for, or "": run's */
 	int rerun;	  /* a re-run: 1, going on live after a divergence: 2 */
+	int compared;	  /* a re-run's rerun.compared is asked for (at its end) */
 	sb_rerun *calls;  /* a re-run's recorded calls (owned until the
 			   * gateway takes them) */
 };
@@ -167,6 +168,9 @@ void sb_runs_batch_close(struct sb_runs *rs);
 void sb_runs_batch_add(struct sb_runs *rs, const char *run, const char *type,
 		       enum sb_source src, const void *payload, size_t len,
 		       const void *blob, size_t blob_len);
+/* Records every event gathered so far (synced when it returns). Any
+ * thread; it waits for a commit under way. A failed append is logged. */
+void sb_runs_settle(struct sb_runs *rs);
 /* Records n events at once (synced when it returns), after every event
  * gathered before. Any thread; it waits for a commit under way. Errors:
  * the log's. */

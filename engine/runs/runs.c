@@ -21,6 +21,7 @@
 
 #include "engine/error.h"
 #include "engine/mpack.h"
+#include "engine/runs/compare.h"
 #include "engine/runs/guest.h"
 #include "engine/runs/plan.h"
 #include "engine/runs/run.h"
@@ -66,6 +67,8 @@ struct job {
 	char reason[32];
 	sb_runs_stopped_fn cb;
 	void *ctx;
+	/* a re-run's comparison */
+	char orig[SB_RUN_MAX];
 	/* retention */
 	const struct sb_runner *runner; /* the run's */
 	uint64_t keep;
@@ -371,12 +374,67 @@ void sb_run_on_boot_deadline(void *ctx)
 	run_fail(r, reason);
 }
 
-/* The run's last events, and the run ends. */
+/* On a worker: the re-run's record (all it gathered settled first) and
+ * its original's compared, as rerun.compared. */
+static void compare_work(struct job *j)
+{
+	struct sb_compare_side a = {0}, b = {0};
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+	struct sb_event ev;
+	int same;
+
+	msgpack_sbuffer_init(&buf);
+	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
+	sb_runs_settle(j->rs);
+	if (!(j->rc = sb_compare_side_read(j->rs->env.log, j->orig, &a)) &&
+	    !(j->rc = sb_compare_side_read(j->rs->env.log, j->run, &b)) &&
+	    !(j->rc = sb_compare_pack(&a, &b, j->orig, &pk, &same)) &&
+	    !(j->rc = sb_event_init(&ev, "rerun.compared", j->run, SB_SRC_HOST, buf.data,
+				    buf.size)))
+		j->rc = sb_runs_record(j->rs, &ev, 1);
+	sb_compare_side_free(&a);
+	sb_compare_side_free(&b);
+	msgpack_sbuffer_destroy(&buf);
+}
+
+static void run_finish(struct run *r);
+
+/* On the loop: the re-run's end goes on, its comparison recorded. */
+static void compare_done(struct job *j)
+{
+	struct run *r = sb_runs_find(j->rs, j->run);
+
+	if (!r)
+		return;
+	if (j->rc)
+		sb_run_warn(r, "no comparison with run %s: %s", j->orig, j->err);
+	run_finish(r);
+}
+
+/* Has a re-run's comparison made on a worker, its end then finished by
+ * compare_done. Returns 0 when it is, else nothing is asked. */
+static int compare_submit(struct run *r)
+{
+	struct job *j;
+
+	r->from.compared = 1;
+	if (!(j = job_new(r->rs, r->id)))
+		return SB_ERR_NOMEM;
+	snprintf(j->orig, sizeof j->orig, "%s", r->from.run);
+	j->work = compare_work;
+	j->done = compare_done;
+	return job_submit(j);
+}
+
+/* The run's last events, and the run ends: a re-run's comparison first. */
 static void run_finish(struct run *r)
 {
 	struct sb_runs *rs = r->rs;
 	char reason[700];
 
+	if (r->from.rerun && !r->from.compared && compare_submit(r) == SB_OK)
+		return;
 	if (r->stop_reason[0]) {
 		sb_runs_host_event(rs, r->id, "run.stopped", "reason", r->stop_reason, NULL);
 	} else if (r->exited) {

@@ -5,8 +5,10 @@
 # call reaching the provider, at no cost; a conversation whose tool output
 # is random departs from its record at its second call, named by the first
 # differing field, and stops (diverged: its harness ends on SIGTERM); with
-# --live-after-divergence it goes on to the provider, metered. The CLI's
-# comparison of the two records says so.
+# --live-after-divergence it goes on to the provider, metered. Each re-run
+# ends with rerun.compared (before its run.stopped), which the CLI prints
+# and exits by: 0 the same outcome, 120 another (a command that writes a
+# file named by its run id is reported with both paths).
 . "$(dirname "$0")/lib/vm.sh"
 
 work=$(mktemp -d /tmp/sbrerun.XXXXXX)
@@ -75,9 +77,21 @@ sr=$(summary "$R")
 	echo "$sr" | grep -q 'replayed=3 cost=0' &&
 	ok "same exit status, tool calls and files; 3 calls replayed at no cost" ||
 	bad "comparison" "original: $so / rerun: $sr"
-grep -qx '  files that differ: none' "$work/re.out" && grep -qx '  exit status: 0 (original 0)' "$work/re.out" &&
+grep -qx "rerun $R: the same outcome as $O" "$work/re.out" &&
+	grep -qx '  files that differ: none' "$work/re.out" && grep -qx '  exit status: 0 (original 0)' "$work/re.out" &&
 	grep -qx '  tool calls: 2 (original 2)' "$work/re.out" && ok "the CLI's comparison: the same" ||
-	bad "CLI comparison" "$(tail -n 4 "$work/re.out")"
+	bad "CLI comparison" "$(tail -n 5 "$work/re.out")"
+"$SB" events "$R" --json | python3 -c '
+import json, sys
+evs = [json.loads(l) for l in sys.stdin if l.strip()]
+t = [e["type"] for e in evs]
+c = [e["payload"] for e in evs if e["type"] == "rerun.compared"]
+assert len(c) == 1 and t.index("rerun.compared") == t.index("run.stopped") - 1, t[-3:]
+c = c[0]
+assert c["same"] is True and c["files"] == [] and c["files_differ"] == 0, c
+assert (c["status"], c["original_status"], c["tools"], c["original_tools"], c["tools_differ_at"]) == (0, 0, 2, 2, 0), c
+assert c["original"] == sys.argv[1], c' "$O" 2>"$work/cmp.err" &&
+	ok "rerun.compared recorded just before run.stopped: the same" || bad "rerun.compared" "$(tail -n 2 "$work/cmp.err")"
 "$SB" events "$R" --json | grep -q '"type":"run.forked".*"rerun":true' &&
 	ok "recorded as a fork marked rerun" || bad "run.forked" "no rerun mark"
 
@@ -90,8 +104,10 @@ R2=$(sed -n 's/^rerun \([0-9a-f]*\): .*/\1/p' "$work/re2.out" | head -n 1)
 grep -Eq "^rerun $R2: diverged from $(rid dice) at call 2: messages\[[0-9]+\]\.content" "$work/re2.out" &&
 	[ "$(calls)" = "$n0" ] && ok "diverged at call 2, named ($(grep '^rerun' "$work/re2.out"))" ||
 	bad "divergence" "exit $rc: $(tail -n 5 "$work/re2.out")"
-grep -qx '  exit status: 143 (original 0)' "$work/re2.out" && ok "the comparison: the stopped harness's exit (SIGTERM)" ||
-	bad "CLI comparison 2" "$(tail -n 4 "$work/re2.out")"
+[ $rc = 120 ] && grep -qx "rerun $R2: its outcome differs from $(rid dice)'s" "$work/re2.out" &&
+	grep -qx '  exit status: 143 (original 0)' "$work/re2.out" &&
+	ok "the comparison: the stopped harness's exit (SIGTERM), exit 120" ||
+	bad "CLI comparison 2" "exit $rc: $(tail -n 5 "$work/re2.out")"
 "$SB" events "$R2" --json | grep -q '"type":"run.stopped".*"reason":"diverged"' &&
 	ok "stopped, reason diverged" || bad "stop" "$("$SB" events "$R2" | tail -n 3)"
 
@@ -104,4 +120,32 @@ s3=$(summary "$R3")
 	grep -q "^rerun $R3: diverged .* at call 2" "$work/re3.out" &&
 	ok "live after divergence: call 2 to the provider, metered ($s3)" ||
 	bad "live" "exit $rc, calls $(calls) (was $n0): $s3 $(tail -n 3 "$work/re3.out")"
+
+# --- 4. a command that writes a file named by its run: the paths differ
+"$SB" run --name writer -- sh -c 'echo same >/workspace/same.txt; echo "$SANBOX_RUN" >"/workspace/out-$SANBOX_RUN.txt"' \
+	>"$work/w.out" 2>&1 || bad "writer" "$(tail -n 5 "$work/w.out")"
+W=$(rid writer)
+"$SB" rerun writer >"$work/re4.out" 2>&1
+rc=$?
+R4=$(sed -n 's/^rerun \([0-9a-f]*\): .*/\1/p' "$work/re4.out" | head -n 1)
+[ $rc = 120 ] && grep -qx "rerun $R4: its outcome differs from $W's" "$work/re4.out" &&
+	grep -qx '  files that differ: 2' "$work/re4.out" &&
+	grep -Eqx "    added +/workspace/out-$R4.txt" "$work/re4.out" &&
+	grep -Eqx "    removed +/workspace/out-$W.txt" "$work/re4.out" &&
+	grep -qx '  exit status: 0 (original 0)' "$work/re4.out" &&
+	ok "a file written under another name: exit 120, both paths named" ||
+	bad "files differ" "exit $rc: $(tail -n 6 "$work/re4.out")"
+"$SB" rerun writer --json >"$work/re4.json" 2>&1
+rc=$?
+tail -n 1 "$work/re4.json" | python3 -c '
+import json, sys
+o = json.loads(sys.stdin.read())
+c = o["compared"]
+assert o["original"] == sys.argv[1] and o["diverged"] is None, o
+assert c["same"] is False and c["files_differ"] == 2, c
+ch = {f["path"]: f["change"] for f in c["files"]}
+assert ch == {"/workspace/out-%s.txt" % o["rerun"]: "added", "/workspace/out-%s.txt" % sys.argv[1]: "removed"}, ch
+added = [f for f in c["files"] if f["change"] == "added"][0]
+assert len(added["xxh3"]) == 16 and added["original_xxh3"] == "", added' "$W" 2>"$work/j.err" && [ $rc = 120 ] &&
+	ok "rerun --json: its last line holds the comparison" || bad "rerun --json" "exit $rc: $(tail -n 2 "$work/j.err")"
 exit $((failures > 0))
