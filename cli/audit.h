@@ -3,7 +3,7 @@
 #ifndef SB_CLI_AUDIT_H
 #define SB_CLI_AUDIT_H
 
-#include "engine/client.h"
+#include "engine/daemon/client.h"
 #include "engine/log/bundle.h"
 
 /* Fills x's runs (ids) and runinfo from the daemon for run want (an id

@@ -18,7 +18,7 @@
 
 #include "cli/exit.h"
 #include "cli/parse.h"
-#include "engine/client.h"
+#include "engine/daemon/client.h"
 #include "engine/daemon/bus.h"
 #include "engine/log/event.h"
 #include "engine/mpack.h"

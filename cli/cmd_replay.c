@@ -24,7 +24,7 @@
 #include "engine/log/blob.h"
 #include "engine/payload.h"
 #include "engine/text.h"
-#include "engine/wire.h"
+#include "engine/daemon/wire.h"
 
 #define GAP_MAX_MS 2000 /* a longer wait between two events is cut to this */
 

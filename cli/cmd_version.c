@@ -2,7 +2,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
-#include "engine/wire.h"
+#include "engine/daemon/wire.h"
 
 int cmd_version(int argc, char **argv)
 {

@@ -24,7 +24,7 @@
 #include "engine/payload.h"
 #include "engine/text.h"
 #include "engine/units.h"
-#include "engine/wire.h"
+#include "engine/daemon/wire.h"
 #include "projections/views.h"
 
 /* Prints "sanbox: <msg>" on stderr, the message escaped. */

@@ -28,7 +28,7 @@
 #include "engine/log/summary.h"
 #include "engine/payload.h"
 #include "engine/proc.h"
-#include "engine/wire.h"
+#include "engine/daemon/wire.h"
 
 #define DRAW_MS	   50	/* at most one draw per this while events come */
 #define TICK_MS	   1000 /* a draw at least this often (elapsed times) */

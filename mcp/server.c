@@ -15,7 +15,7 @@
 
 #include "engine/error.h"
 #include "engine/proc.h"
-#include "engine/wire.h"
+#include "engine/daemon/wire.h"
 #include "mcp/jsonrpc.h"
 #include "mcp/mcp.h"
 

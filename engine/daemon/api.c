@@ -18,7 +18,7 @@
 #include "engine/template.h"
 #include "engine/text.h"
 #include "engine/units.h"
-#include "engine/wire.h"
+#include "engine/daemon/wire.h"
 #include "projections/views.h"
 #include "vmm/fsread.h"
 

@@ -34,7 +34,7 @@
 #include "engine/runs/runner.h"
 #include "engine/runs/runs.h"
 #include "engine/units.h"
-#include "engine/wire.h"
+#include "engine/daemon/wire.h"
 #include "projections/projection.h"
 
 #define API_THREADS 4

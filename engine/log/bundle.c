@@ -12,7 +12,8 @@
 
 #include "engine/error.h"
 #include "engine/payload.h"
-#include "engine/wire.h"
+#include "engine/version.h"
+#include "engine/log/event.h"
 #include "projections/tree.h"
 
 /* One run's events, read in order while the runs are merged by offset. */

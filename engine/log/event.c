@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine/error.h"
+#include "engine/payload.h"
 
 static const char *const source_names[] = {"host", "guest", "gateway", "operator",
 						   "harness"};
@@ -40,4 +41,15 @@ int sb_event_init(struct sb_event *ev, const char *type, const char *run,
 	ev->payload = payload;
 	ev->payload_len = len;
 	return SB_OK;
+}
+
+json_t *sb_event_json(const struct sb_event *ev, const msgpack_object *payload)
+{
+	json_t *p = sb_msgpack_to_json(payload);
+
+	if (!p)
+		return NULL;
+	return json_pack("{s:I, s:I, s:I, s:s, s:s, s:s, s:o}", "offset", (json_int_t)ev->offset,
+			 "seq", (json_int_t)ev->seq, "ts", (json_int_t)ev->ts_ns, "type", ev->type,
+			 "run", ev->run, "source", sb_source_name(ev->source), "payload", p);
 }

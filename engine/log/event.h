@@ -8,6 +8,8 @@
 #ifndef SB_EVENT_H
 #define SB_EVENT_H
 
+#include <jansson.h>
+#include <msgpack.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,5 +48,10 @@ int sb_source_parse(const char *name, enum sb_source *out);
 /* Fills type and run of ev, checking their lengths. Errors: SB_ERR_INVAL. */
 int sb_event_init(struct sb_event *ev, const char *type, const char *run,
 		  enum sb_source src, const void *payload, size_t len);
+
+/* Returns ev with its payload (a map) as a JSON object {offset, seq, ts,
+ * type, run, source, payload} (the caller decrefs), or NULL when out of
+ * memory. */
+json_t *sb_event_json(const struct sb_event *ev, const msgpack_object *payload);
 
 #endif

@@ -7,7 +7,9 @@
  * a guest's vCPU is a thread that mostly waits, and memory keeps a reserve
  * for the host. A run that does not fit waits in the queue (run.queued)
  * and starts, oldest first, as runs end; none passes another, so a big
- * run is not starved by small ones.
+ * run is not starved by small ones. The queue keeps the accounts only: a
+ * run admitted from it is started by the lifecycle (rs->start_admitted),
+ * which this file does not call otherwise.
  */
 #include <stdio.h>
 #include <string.h>
@@ -98,12 +100,7 @@ void sb_runs_pump(struct sb_runs *rs)
 		pthread_mutex_unlock(&rs->cap_mu);
 		if (!r)
 			return;
-		r->st = SB_RUN_CREATING;
-		if (sb_work_submit(rs->env.jobs, sb_run_make_machine, r)) {
-			r->create.start_failed = 1;
-			r->create.rc = SB_ERR_NOMEM;
-			sb_run_create_done(r); /* records nothing: it says why */
-		}
+		rs->start_admitted(r);
 	}
 }
 

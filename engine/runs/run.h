@@ -2,6 +2,13 @@
  * shares with from.c (reattach, forks and resumes). Private to
  * engine/runs/: nothing outside includes it.
  *
+ * Calls go one way but for two: from.c calls into runs.c and queue.c,
+ * runs.c into queue.c, live.c into runs.c; queue.c calls nothing of the
+ * others (it starts an admitted run through rs->start_admitted). The two:
+ * runs.c calls from.c once (sb_runs_reattach, as it opens) and live.c to
+ * hand it the guest's answers and a run's end (sb_run_live_answer,
+ * sb_run_live_fail).
+ *
  * Threads: a struct run is the loop's, except during its creation, when
  * the worker doing the create (or from) job has it alone until it posts
  * sb_run_create_done to the loop.
@@ -151,6 +158,9 @@ struct sb_runs {
 	uint64_t live_id; /* the last id given to a command or put (live.c) */
 	int pump_held; /* 1 while runs are taken up at the start: their order
 			* is known once all are in the queue */
+	/* runs.c's: a queued run, admitted now, is made and started; the
+	 * queue (queue.c) calls nothing else of the lifecycle */
+	void (*start_admitted)(struct run *r);
 };
 
 /* --- batch.c: recording the runs' events --- */
@@ -247,10 +257,6 @@ void sb_run_create_done(void *ctx);
  * the machine's); on error nothing of it is left. Errors: the runner's,
  * the plan's. */
 int sb_run_machine_make(struct run *r);
-/* On a worker: makes r's machine (create, or create_from for a fork or
- * resume that continues a snapshot) and its SPEC; on failure records its
- * end (run.failed). Then posts sb_run_create_done. */
-void sb_run_make_machine(void *ctx);
 /* On a worker: records r's plan (first: a fork's run.forked, recorded
  * with it; a resume's run.resumed, recorded instead of it; or NULL) and
  * its run.queued, in one append, and sets r->queued_offset. Errors: the

@@ -1007,7 +1007,9 @@ int sb_run_machine_make(struct run *r)
 	return rc;
 }
 
-void sb_run_make_machine(void *ctx)
+/* On a worker: makes r's machine and its SPEC; on failure records its
+ * end (run.failed). Then posts sb_run_create_done. */
+static void make_machine(void *ctx)
 {
 	struct run *r = ctx;
 	int rc;
@@ -1400,6 +1402,18 @@ int sb_runs_grant(struct sb_runs *rs, const char *run, const char *grant, int al
 	return rc;
 }
 
+/* A queued run admitted: its machine is made on a worker, then it starts
+ * (or, the pool closing, its creation is answered with why). */
+static void start_admitted(struct run *r)
+{
+	r->st = SB_RUN_CREATING;
+	if (sb_work_submit(r->rs->env.jobs, make_machine, r)) {
+		r->create.start_failed = 1;
+		r->create.rc = SB_ERR_NOMEM;
+		sb_run_create_done(r); /* records nothing: it says why */
+	}
+}
+
 /* What the record knows of run, as the runner's sweep asks: 0 nothing,
  * 1 it ended, 2 it is live (an error reading it counts as live), 3 it
  * was removed. */
@@ -1427,6 +1441,7 @@ int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
 	rs->env = *env;
 	pthread_mutex_init(&rs->stop_mu, NULL);
 	pthread_mutex_init(&rs->cap_mu, NULL);
+	rs->start_admitted = start_admitted;
 	sb_runs_capacity_init(rs);
 	if ((rc = sb_runs_batch_open(rs)) || (rc = sb_projector_catch_up(env->proj, NULL)) ||
 	    (rc = sb_runstate_live(env->proj, NULL, &runs, &n))) {

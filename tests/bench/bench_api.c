@@ -53,7 +53,7 @@
 #include <unistd.h>
 
 #include "engine/daemon/bus.h"
-#include "engine/client.h"
+#include "engine/daemon/client.h"
 #include "engine/error.h"
 #include "engine/proc.h"
 #include "engine/home.h"

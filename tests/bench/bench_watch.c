@@ -44,13 +44,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/client.h"
+#include "engine/daemon/client.h"
 #include "engine/daemon/bus.h"
 #include "engine/error.h"
 #include "engine/payload.h"
 #include "engine/proc.h"
 #include "engine/runs/runner.h"
-#include "engine/wire.h"
+#include "engine/daemon/wire.h"
 #include "tests/bench/benchutil.h"
 
 #define RUNS	    100

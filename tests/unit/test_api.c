@@ -26,10 +26,10 @@
 #include <time.h>
 
 #include "engine/daemon/bus.h"
-#include "engine/client.h"
+#include "engine/daemon/client.h"
 #include "engine/home.h"
 #include "engine/log/log.h"
-#include "engine/wire.h"
+#include "engine/daemon/wire.h"
 #include "tests/unit/testutil.h"
 
 #define RUN_A "a0a0a0a0a0a0"

@@ -1,5 +1,5 @@
 /* wire.c - packing and unpacking what crosses the control API. */
-#include "engine/wire.h"
+#include "engine/daemon/wire.h"
 
 #include <string.h>
 
@@ -57,17 +57,6 @@ int sb_wire_unpack_record(const msgpack_object *o, struct sb_event *ev, msgpack_
 	    (rc = sb_payload_parse(ev->payload, ev->payload_len, zone, payload)))
 		return sb_seterr(SB_ERR_PROTO, "record from the daemon: %s", sb_errmsg(rc));
 	return SB_OK;
-}
-
-json_t *sb_event_json(const struct sb_event *ev, const msgpack_object *payload)
-{
-	json_t *p = sb_msgpack_to_json(payload);
-
-	if (!p)
-		return NULL;
-	return json_pack("{s:I, s:I, s:I, s:s, s:s, s:s, s:o}", "offset", (json_int_t)ev->offset,
-			 "seq", (json_int_t)ev->seq, "ts", (json_int_t)ev->ts_ns, "type", ev->type,
-			 "run", ev->run, "source", sb_source_name(ev->source), "payload", p);
 }
 
 void sb_wire_error(msgpack_sbuffer *buf, int code, const char *msg)

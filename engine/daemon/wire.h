@@ -12,9 +12,8 @@
 #include <jansson.h>
 #include <msgpack.h>
 
+#include "engine/version.h"
 #include "engine/log/event.h"
-
-#define SB_VERSION "0.1.0" /* the release, as health and sanbox version give it */
 
 /* Packs ev as a wire event map through pk (as sb_mapw_begin's, engine/mpack.h).
  * Errors: as sb_mapw_end. */
@@ -35,10 +34,6 @@ int sb_wire_pack_record(msgpack_packer *pk, const void *rec, size_t len);
  * detail says why). */
 int sb_wire_unpack_record(const msgpack_object *o, struct sb_event *ev, msgpack_zone *zone,
 			  msgpack_object *payload);
-
-/* Returns the event as a JSON object {offset, seq, ts, type, run, source,
- * payload} (the caller decrefs), or NULL when out of memory. */
-json_t *sb_event_json(const struct sb_event *ev, const msgpack_object *payload);
 
 /* Packs an error reply {ok: false, error, code} into buf. */
 void sb_wire_error(msgpack_sbuffer *buf, int code, const char *msg);

@@ -1,12 +1,12 @@
 /* client.c - requests with typed replies; following events. */
-#include "engine/client.h"
+#include "engine/daemon/client.h"
 
 #include <string.h>
 #include <time.h>
 
 #include "engine/error.h"
 #include "engine/payload.h"
-#include "engine/wire.h"
+#include "engine/daemon/wire.h"
 
 /* Parses the reply bytes raw (taken over by rep) into rep. */
 static int reply_parse(void *raw, size_t len, struct sb_reply *rep)
