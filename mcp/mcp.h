@@ -89,10 +89,13 @@ json_t *sb_mcp_resource_read(const char *uri, int *code, char *err, size_t cap);
  * bytes). Returns 0, or -1 (detail set) when it does not. */
 int sb_mcp_resource_run(const char *uri, char *run, size_t cap);
 
-/* Subscriptions: uri is told to the client (notifications/resources/
- * updated) each time its run's status changes. The first subscription
- * starts the thread that follows the daemon's events. Errors: SB_ERR_INVAL
- * (not a run resource), SB_ERR_NOMEM, those of starting the follower. */
+/* Subscriptions: uri's run (an id, a unique prefix or a name) is resolved
+ * once to its whole id, and that uri is told to the client (notifications/
+ * resources/updated) each time the run's status changes. The first
+ * subscription starts the thread that follows the daemon's events. Errors:
+ * SB_ERR_INVAL (not a run resource), SB_ERR_NOTFOUND and SB_ERR_AMBIGUOUS
+ * (the run), SB_ERR_NOMEM, those of reaching the daemon or of starting the
+ * follower. Unsubscribing resolves uri the same way. */
 int sb_mcp_subscribe(struct sb_mcp *s, const char *uri);
 void sb_mcp_unsubscribe(struct sb_mcp *s, const char *uri);
 

@@ -130,7 +130,7 @@ static int subs_event(void *ctx, const struct sb_event *ev, const msgpack_object
 	pthread_mutex_lock(&s->mu);
 	for (size_t i = 0; i < s->n; i++)
 		if (sb_mcp_resource_run(s->uri[i], run, sizeof run) == SB_OK &&
-		    !strncmp(ev->run, run, strlen(run)))
+		    !strcmp(ev->run, run))
 			sb_mcp_send(s->srv, sb_mcp_notification_new(
 						"notifications/resources/updated",
 						json_pack("{s:s}", "uri", s->uri[i])));
@@ -188,23 +188,43 @@ static struct sb_mcp_subs *subs_get(struct sb_mcp *srv)
 	return *sp;
 }
 
+/* The uri with its run resolved (an id, a unique prefix or a name, as the
+ * CLI takes them) to the run's whole id, into full (cap bytes). Errors:
+ * SB_ERR_INVAL (not a run resource), those of mcp_resolve. */
+static int uri_resolve(const char *uri, char *full, size_t cap)
+{
+	char want[SB_RUN_MAX + 8], run[SB_RUN_MAX];
+	sb_client *c = NULL;
+	int rc;
+
+	if ((rc = sb_mcp_resource_run(uri, want, sizeof want)) ||
+	    (rc = mcp_connect(&c)) || (rc = mcp_resolve(c, "uri", want, run)))
+		goto out;
+	snprintf(full, cap, URI_PREFIX "%s%s", run, strstr(uri + strlen(URI_PREFIX), "/events")
+							  ? "/events"
+							  : "");
+out:
+	sb_client_close(c);
+	return rc;
+}
+
 int sb_mcp_subscribe(struct sb_mcp *srv, const char *uri)
 {
 	struct sb_mcp_subs *s = subs_get(srv);
-	char run[SB_RUN_MAX + 8];
+	char full[sizeof URI_PREFIX + SB_RUN_MAX + 8];
 	int rc = SB_OK;
 
 	if (!s)
 		return SB_ERR_NOMEM;
-	if ((rc = sb_mcp_resource_run(uri, run, sizeof run)))
+	if ((rc = uri_resolve(uri, full, sizeof full)))
 		return rc;
 	pthread_mutex_lock(&s->mu);
 	for (size_t i = 0; i < s->n; i++)
-		if (!strcmp(s->uri[i], uri))
+		if (!strcmp(s->uri[i], full))
 			goto out;
 	if (s->n == SUBS_MAX)
 		rc = sb_seterr(SB_ERR_FULL, "over %d subscriptions", SUBS_MAX);
-	else if (!(s->uri[s->n] = strdup(uri)))
+	else if (!(s->uri[s->n] = strdup(full)))
 		rc = SB_ERR_NOMEM;
 	else
 		s->n++;
@@ -222,12 +242,15 @@ out:
 void sb_mcp_unsubscribe(struct sb_mcp *srv, const char *uri)
 {
 	struct sb_mcp_subs *s = subs_get(srv);
+	char full[sizeof URI_PREFIX + SB_RUN_MAX + 8];
 
 	if (!s)
 		return;
+	if (uri_resolve(uri, full, sizeof full)) /* a run since removed: as given */
+		snprintf(full, sizeof full, "%s", uri);
 	pthread_mutex_lock(&s->mu);
 	for (size_t i = 0; i < s->n; i++)
-		if (!strcmp(s->uri[i], uri)) {
+		if (!strcmp(s->uri[i], full)) {
 			free(s->uri[i]);
 			s->uri[i] = s->uri[--s->n];
 			break;

@@ -311,7 +311,10 @@ static void on_request(struct sb_mcp *s, const struct sb_mcp_msg *m)
 			sb_mcp_unsubscribe(s, uri);
 		if (rc)
 			return send_error(s, m->id,
-					  rc == SB_ERR_INVAL ? SB_RPC_NO_RESOURCE : SB_RPC_INTERNAL,
+					  rc == SB_ERR_INVAL || rc == SB_ERR_NOTFOUND ||
+						  rc == SB_ERR_AMBIGUOUS
+					      ? SB_RPC_NO_RESOURCE
+					      : SB_RPC_INTERNAL,
 					  sb_errmsg(rc));
 		return sb_mcp_send(s, sb_mcp_result_new(m->id, json_object()));
 	}

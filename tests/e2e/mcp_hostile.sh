@@ -134,6 +134,15 @@ if answer(30)["error"]["code"] != -32602:
 # a run that stays running, a wait on it, its id reused, then cancelled
 r = call(40, "run_start", {"command": ["sleep", "600"], "name": "hang"})["result"]
 run = r["structuredContent"]["run"]
+# a subscription names its run as the CLI does (a prefix here), once resolved
+send({"jsonrpc": "2.0", "id": 141, "method": "resources/subscribe",
+      "params": {"uri": "sanbox://run/zzzzzz"}})
+if answer(141)["error"]["code"] != -32002:
+    fail("a subscription to no run not refused")
+send({"jsonrpc": "2.0", "id": 142, "method": "resources/subscribe",
+      "params": {"uri": "sanbox://run/" + run[:5]}})
+if answer(142).get("result") != {}:
+    fail("a subscription by a prefix of the run's id refused")
 send({"jsonrpc": "2.0", "id": "w", "method": "tools/call",
       "params": {"name": "wait", "arguments": {"runs": [run], "timeout_s": 600},
                  "_meta": {"progressToken": "t"}}})
