@@ -182,8 +182,8 @@ static const struct cli_cmd commands[] = {
 	 "'HH:MM:SS NAME STATUS PROGRESS COST/BUDGET', and when every run watched\n"
 	 "has ended a totals line, then exits 0; Ctrl-C exits 130.\n"
 	 "  --plain   lines, also on a terminal\n"},
-	{"mcp", cmd_mcp, "serve the Model Context Protocol on stdio (for MCP clients)",
-	 "usage: sanbox mcp\n"
+	{"mcp", cmd_mcp, "serve the Model Context Protocol on stdio or HTTP (for MCP clients)",
+	 "usage: sanbox mcp [--http HOST:PORT [--cert PEM --key PEM]]\n"
 	 "\n"
 	 "Serves the Model Context Protocol (JSON-RPC 2.0, one message a line) on\n"
 	 "stdin and stdout, so an MCP client (Claude Code, Codex, an SDK) starts,\n"
@@ -193,7 +193,15 @@ static const struct cli_cmd commands[] = {
 	 "sanbox://run/ID/events (subscribable). Only protocol messages go to\n"
 	 "stdout; logs go to stderr. With --remote, talks to that daemon (fs_read\n"
 	 "and fs_list then refuse: a disk is read on its host).\n"
-	 "  claude mcp add sanbox -- sanbox mcp\n"},
+	 "  --http HOST:PORT  serve MCP's Streamable HTTP transport at /mcp\n"
+	 "                    instead, until SIGINT or SIGTERM; each request\n"
+	 "                    needs a daemon token (Authorization: Bearer T,\n"
+	 "                    from 'sanbox admin token create'); plain HTTP on a\n"
+	 "                    loopback address only\n"
+	 "  --cert PEM --key PEM  TLS for --http (any address)\n"
+	 "  claude mcp add sanbox -- sanbox mcp\n"
+	 "  claude mcp add --transport http sanbox http://127.0.0.1:8080/mcp \\\n"
+	 "      --header 'Authorization: Bearer T'\n"},
 	{"inspect", cmd_inspect, "show a run's resolved settings and state",
 	 "usage: sanbox inspect RUN [--json]\n"},
 	{"group", cmd_group, "run a group file; list, inspect and stop groups",

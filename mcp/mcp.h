@@ -1,13 +1,15 @@
-/* mcp.h - sanbox mcp: a Model Context Protocol server on stdio, so that an
- * MCP client (Claude Code, Codex, an SDK) dispatches and follows runs.
+/* mcp.h - sanbox mcp: a Model Context Protocol server on stdio or over
+ * Streamable HTTP, so that an MCP client (Claude Code, Codex, an SDK)
+ * dispatches and follows runs.
  *
  * mcp/jsonrpc.c frames and checks messages, mcp/server.c serves them (the
- * lifecycle, one thread per tool call, progress, cancellation, output),
- * mcp/tools.c is the tool table and its handlers, mcp/resources.c the run
- * resources and their subscriptions. The handlers reach the daemon as the
- * CLI does (cli/cli.h: cli_connect, cli_call), so --home and --remote
- * apply. Only JSON-RPC goes to the output; logs go to stderr. See SPEC.md,
- * "MCP server".
+ * lifecycle, one thread per tool call, progress, cancellation) and is the
+ * stdio transport, mcp/http.c the HTTP one, mcp/tools.c the tool table and
+ * its handlers, mcp/resources.c the run resources and their
+ * subscriptions. The handlers reach the daemon as the CLI does
+ * (cli/cli.h: cli_connect, cli_call), so --home and --remote apply. Only
+ * JSON-RPC goes to the output; logs go to stderr. See SPEC.md, "MCP
+ * server".
  */
 #ifndef SB_MCP_H
 #define SB_MCP_H
@@ -18,9 +20,21 @@
 
 struct sb_mcp;
 
+/* Where messages go. stdio: one line each on the output; HTTP: the body
+ * of the POST that carried the request, or the session's GET stream.
+ * send takes msg (stolen; NULL: nothing sent). hold and release count the
+ * users of a sink (a call served on its own thread holds its request's
+ * until its response is sent); NULL when the sink outlives its server. */
+struct sb_mcp_sink {
+	void (*send)(struct sb_mcp_sink *k, json_t *msg);
+	void (*hold)(struct sb_mcp_sink *k);
+	void (*release)(struct sb_mcp_sink *k);
+};
+
 /* One request being served on its own thread. */
 struct sb_mcp_call {
 	struct sb_mcp *srv;
+	struct sb_mcp_sink *sink;   /* where its progress and response go (held) */
 	json_t *id;		    /* the request's id (owned) */
 	json_t *token;		    /* its params._meta.progressToken (owned), or NULL */
 	json_t *params;		    /* its params (owned), or NULL */
@@ -36,8 +50,43 @@ struct sb_mcp_call {
  * (up to 10 s). Returns 0, or 1 when it could not start. */
 int sb_mcp_serve(int in, int out);
 
-/* Writes msg (stolen) as one line on the server's output; a failed write
- * ends the server. */
+/* Serves MCP's Streamable HTTP transport on addr (HOST:PORT; mcp/http.c)
+ * until SIGINT or SIGTERM: with TLS when cert and key (PEM files) are
+ * given, else plain HTTP on a loopback address only. Every request needs
+ * a bearer token of home's daemon (engine/daemon/token.h). Returns 0, or
+ * 1 when it could not start (the reason on stderr, one line). */
+int sb_mcp_serve_http(const char *addr, const char *cert, const char *key);
+
+/* A server: the state of one client (its lifecycle, calls in flight,
+ * subscriptions), for one stdio stream or one HTTP session. notify (NULL:
+ * none) gets the messages that answer no request (resource updates);
+ * sb_mcp_set_notify changes it. The caller ends it with sb_mcp_end.
+ * Returns NULL without memory (or when the tools' schemas do not parse). */
+struct sb_mcp *sb_mcp_new(struct sb_mcp_sink *notify);
+
+/* Points s's notifications at notify (held until replaced; NULL: dropped). */
+void sb_mcp_set_notify(struct sb_mcp *s, struct sb_mcp_sink *notify);
+
+/* Serves one message (len bytes of JSON text): its answers, and the
+ * progress of a call it starts, go to reply. Returns what the message was
+ * (enum sb_mcp_msg_kind of mcp/jsonrpc.h); for a request, *quick (when not
+ * NULL) says whether it was answered before the return. */
+int sb_mcp_message(struct sb_mcp *s, const char *text, size_t len,
+		   struct sb_mcp_sink *reply, int *quick);
+
+/* Whether initialize was answered; its revision into version (when not
+ * NULL, 16 bytes). */
+int sb_mcp_initialized(struct sb_mcp *s, char *version);
+
+/* Whether s has calls in flight. */
+int sb_mcp_busy(struct sb_mcp *s);
+
+/* Ends s: stops its subscriptions and its calls in flight (their
+ * responses dropped), waits up to wait_s seconds for them, and frees s
+ * once the last has ended. */
+void sb_mcp_end(struct sb_mcp *s, int wait_s);
+
+/* Writes msg (stolen) to the server's notify sink. */
 void sb_mcp_send(struct sb_mcp *s, json_t *msg);
 
 /* Sends notifications/progress for call when its request carried a
@@ -45,6 +94,9 @@ void sb_mcp_send(struct sb_mcp *s, json_t *msg);
  * it to grow); total 0: not known; msg may be NULL. */
 void sb_mcp_progress(struct sb_mcp_call *call, double progress, double total,
 		     const char *msg);
+
+/* The protocol revisions spoken, newest first; NULL-terminated. */
+extern const char *const sb_mcp_versions[];
 
 /* ---- tools (mcp/tools.c) ---- */
 
@@ -99,7 +151,8 @@ int sb_mcp_resource_run(const char *uri, char *run, size_t cap);
 int sb_mcp_subscribe(struct sb_mcp *s, const char *uri);
 void sb_mcp_unsubscribe(struct sb_mcp *s, const char *uri);
 
-/* Stops the follower (at the server's end); waits for it. */
+/* Stops the follower (at the server's end), waits for it and frees the
+ * subscriptions. */
 void sb_mcp_subs_stop(struct sb_mcp *s);
 
 /* The server's subscriptions (mcp/resources.c owns what it points to). */

@@ -260,10 +260,17 @@ void sb_mcp_unsubscribe(struct sb_mcp *srv, const char *uri)
 
 void sb_mcp_subs_stop(struct sb_mcp *srv)
 {
-	struct sb_mcp_subs *s = *sb_mcp_subs_of(srv);
+	struct sb_mcp_subs **sp = sb_mcp_subs_of(srv), *s = *sp;
 
-	if (!s || !s->started)
+	if (!s)
 		return;
-	s->stop = 1;
-	pthread_join(s->th, NULL);
+	if (s->started) {
+		s->stop = 1;
+		pthread_join(s->th, NULL);
+	}
+	for (size_t i = 0; i < s->n; i++)
+		free(s->uri[i]);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+	*sp = NULL;
 }

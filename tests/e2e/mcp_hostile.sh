@@ -1,12 +1,16 @@
 #!/bin/sh
 # sanbox mcp against a hostile client (no microVM: runs fail at once, or
-# stay running without a guest): garbage, a 100 MB line, unterminated JSON,
+# stay running without a guest), on stdio then over HTTP (--http).
+# stdio: garbage, a 100 MB line, unterminated JSON,
 # a batch, a notification without a method, a request before initialize,
 # a reused id, 10,000 requests, a cancelled wait; tool arguments that miss
 # a field, have the wrong type, name an unknown template, run a field over
 # its length or name no run. Every stdout line must be JSON-RPC, every
 # request answered (or, cancelled, not), and the server must keep serving
-# and exit 0 at the end of its input.
+# and exit 0 at the end of its input. HTTP: garbage bodies, a batch, an
+# empty body, a 9 MiB body, a huge token, 40 sessions over a limit of 16,
+# 40 idle connections from one peer; it must keep serving and exit 0 at
+# SIGTERM.
 . "$(dirname "$0")/lib/bootless.sh"
 
 "$SB" daemon start >/dev/null 2>&1 || fail "daemon start"
@@ -192,3 +196,84 @@ if rc != 0:
     fail("exit %d" % rc)
 print("ok mcp_hostile: %d messages answered" % len(got))
 EOF
+
+# ---- the Streamable HTTP transport ----
+printf '{"remote": {"max_conns": 16}}\n' >"$SANBOX_HOME/sanboxd.json"
+token=$("$SB" admin token create hostile) || fail "token create"
+"$SB" mcp --http 127.0.0.1:0 2>"$tmp/http.err" &
+mcp_pid=$!
+bg="$bg $mcp_pid"
+for i in $(seq 1 50); do
+	port=$(sed -n 's/.*on port \([0-9]*\).*/\1/p' "$tmp/http.err")
+	[ -n "$port" ] && break
+	sleep 0.1
+done
+[ -n "$port" ] || fail "mcp --http did not start: $(cat "$tmp/http.err")"
+python3 - "$port" "$token" <<'EOF' || exit 1
+import http.client, json, socket, sys, time
+
+port, token = int(sys.argv[1]), sys.argv[2]
+auth = {"Authorization": "Bearer " + token, "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream"}
+
+def fail(msg):
+    print("FAIL mcp_hostile http: " + msg)
+    sys.exit(1)
+
+def post(body, headers=None, chunked=False):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    h = dict(auth, **(headers or {}))
+    if chunked:
+        c.request("POST", "/mcp", body=iter(body), headers=h, encode_chunked=True)
+    else:
+        c.request("POST", "/mcp", body=body if isinstance(body, bytes) else
+                  json.dumps(body).encode(), headers=h)
+    r = c.getresponse()
+    out = (r.status, r.getheader("Mcp-Session-Id"), r.read())
+    c.close()
+    return out
+
+def initialize():
+    st, sid, body = post({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                          "params": {"protocolVersion": "2025-06-18"}})
+    if st != 200 or not sid:
+        fail("initialize: %d %r" % (st, body[:200]))
+    return sid
+
+def ping(sid):
+    return post({"jsonrpc": "2.0", "id": 2, "method": "ping"}, {"Mcp-Session-Id": sid})[0]
+
+sid = initialize()
+for body, code in ((b"\x00\xff garbage {{{", -32700), (b'{"jsonrpc":"2.0","id":5', -32700),
+                   (b'[{"jsonrpc":"2.0","id":6,"method":"ping"}]', -32600), (b"", -32600)):
+    st, _, out = post(body, {"Mcp-Session-Id": sid})
+    if st != 400 or json.loads(out)["error"]["code"] != code:
+        fail("body %r: %d %r" % (body[:20], st, out[:200]))
+st, _, out = post([b"a" * (1 << 20)] * 9, {"Mcp-Session-Id": sid}, chunked=True)
+if st != 413:
+    fail("a 9 MiB body: %d" % st)
+st, _, out = post({"jsonrpc": "2.0", "id": 3, "method": "ping"},
+                  {"Authorization": "Bearer " + "a" * 20000, "Mcp-Session-Id": sid})
+if st not in (401, 413, 431):
+    fail("a 20000-byte token: %d" % st)
+if ping(sid) != 200:
+    fail("the session stopped serving after garbage")
+# sessions over the limit: the one idle longest makes room
+sids = [initialize() for _ in range(40)]
+if ping(sids[-1]) != 200 or ping(sid) != 404:
+    fail("40 sessions over a limit of 16: newest %d, first %d" % (ping(sids[-1]), ping(sid)))
+# idle connections from one peer: at most max_conns_per_peer (16) held
+socks = []
+for _ in range(40):
+    s = socket.create_connection(("127.0.0.1", port))
+    socks.append(s)
+time.sleep(0.5)
+for s in socks:
+    s.close()
+time.sleep(0.5)
+if ping(sids[-1]) != 200:
+    fail("no longer serving after 40 idle connections")
+print("ok mcp_hostile http: still serving")
+EOF
+kill "$mcp_pid"
+wait "$mcp_pid" || fail "mcp --http: exit $? at SIGTERM"
