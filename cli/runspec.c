@@ -71,6 +71,8 @@ int cli_input_open(const char *path, struct cli_input *in)
 				 file_kind(st.st_mode));
 	}
 	in->path = path;
+	in->dest = NULL;
+	in->data = NULL;
 	in->fd = fd;
 	in->size = (size_t)st.st_size;
 	in->mode = st.st_mode & 0777;
@@ -103,7 +105,8 @@ int cli_inputs_open(const struct cli_strs *paths, struct cli_input *in, int *at)
 void cli_inputs_close(struct cli_input *in, int n)
 {
 	while (n-- > 0)
-		close(in[n].fd);
+		if (!in[n].data)
+			close(in[n].fd);
 }
 
 /* Reads in whole (its size as opened) into data. Errors: SB_ERR_IO. */
@@ -125,8 +128,8 @@ static int input_read(const struct cli_input *in, char *data)
 	return SB_OK;
 }
 
-/* Packs the inputs into spec as [{path, data, mode}]; paths are the base
- * names. Errors: SB_ERR_IO, SB_ERR_NOMEM. */
+/* Packs the inputs into spec as [{path, data, mode}]; paths are their
+ * dest, else their base names. Errors: SB_ERR_IO, SB_ERR_NOMEM. */
 static int pack_inputs(sb_mapw *spec, const struct cli_input *in, int n)
 {
 	msgpack_packer *pk = sb_mapw_key(spec, "inputs");
@@ -135,19 +138,20 @@ static int pack_inputs(sb_mapw *spec, const struct cli_input *in, int n)
 	msgpack_pack_array(pk, (size_t)n);
 	for (int i = 0; i < n; i++) {
 		const char *base = strrchr(in[i].path, '/');
-		char *data = malloc(in[i].size + 1);
+		char *data = NULL;
 		int rc;
 
-		if (!data)
+		if (!in[i].data && !(data = malloc(in[i].size + 1)))
 			return sb_seterr(SB_ERR_NOMEM, "input %s: out of memory",
 					 in[i].path);
-		if ((rc = input_read(&in[i], data))) {
+		if (data && (rc = input_read(&in[i], data))) {
 			free(data);
 			return rc;
 		}
 		sb_mapw_begin(&m, pk);
-		sb_mapw_str(&m, "path", base ? base + 1 : in[i].path);
-		sb_mapw_bin(&m, "data", data, in[i].size);
+		sb_mapw_str(&m, "path",
+			    in[i].dest ? in[i].dest : base ? base + 1 : in[i].path);
+		sb_mapw_bin(&m, "data", data ? data : in[i].data, in[i].size);
 		sb_mapw_u64(&m, "mode", in[i].mode);
 		sb_mapw_end(&m);
 		free(data);

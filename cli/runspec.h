@@ -51,9 +51,13 @@ int cli_spec_check_on_budget(const char *s);
 int cli_spec_check_snapshots(const char *s);
 int cli_spec_check_env(const char *kv);
 
-/* An input file, opened and checked (cli_input_open). */
+/* An input file, opened and checked (cli_input_open), or content held in
+ * memory (data set, fd -1: an MCP client's). */
 struct cli_input {
 	const char *path; /* borrowed */
+	const char *dest; /* its path in the run, under /workspace (borrowed);
+			   * NULL: path's base name */
+	const char *data; /* its content (borrowed), or NULL: read from fd */
 	int fd;
 	size_t size;
 	unsigned mode;
@@ -77,7 +81,7 @@ int cli_input_open(const char *path, struct cli_input *in);
  * SB_ERR_TOOBIG (more than CLI_SPEC_INPUTS_MAX bytes in all). */
 int cli_inputs_open(const struct cli_strs *paths, struct cli_input *in, int *at);
 
-/* Closes the first n inputs of in. */
+/* Closes the first n inputs of in (those read from a file). */
 void cli_inputs_close(struct cli_input *in, int n);
 
 /* Packs the spec map of s (the value of run.create's "spec") with pk (as

@@ -52,7 +52,17 @@ static const struct sb_mcp_tool tools[] = {
      "\"network\": {\"type\": \"string\", \"enum\": [\"none\", \"acl\"]}, "
      "\"allow\": " S_STRS(64, 300) ", "
      "\"accel\": {\"type\": \"string\", \"enum\": [\"auto\", \"kvm\", \"tcg\"]}, "
-     "\"snapshots\": {\"type\": \"string\", \"enum\": [\"turn\", \"stop\", \"off\"]}}}",
+     "\"snapshots\": {\"type\": \"string\", \"enum\": [\"turn\", \"stop\", \"off\"]}, "
+     "\"inputs\": {\"type\": \"array\", \"maxItems\": 64, \"description\": \"files put in "
+     "/workspace before the run starts (48 MiB in all)\", \"items\": {\"type\": \"object\", "
+     "\"additionalProperties\": false, \"required\": [\"path\"], \"properties\": {"
+     "\"path\": {\"type\": \"string\", \"minLength\": 1, \"maxLength\": 1024, "
+     "\"description\": \"relative to /workspace (or /workspace/...), no ..\"}, "
+     "\"content\": {\"type\": \"string\", \"description\": \"the file's text\"}, "
+     "\"content_base64\": {\"type\": \"string\", \"description\": \"the file's bytes, "
+     "base64; instead of content\"}, "
+     "\"mode\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 511, "
+     "\"description\": \"permission bits (default 0644)\"}}}}}}",
      0, mcp_tool_run_start},
     {"group_start",
      "Start a group of runs from a group file's YAML (name, goal, budget, defaults, "

@@ -1,6 +1,7 @@
 /* tools_runs.c - the MCP tools that start, list, stop, snapshot, fork and
  * resume runs and groups, through the daemon ops the CLI uses. */
 #include <math.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "cli/groupfile.h"
 #include "cli/runspec.h"
 #include "engine/error.h"
+#include "engine/runs/plan.h"
 #include "mcp/tools.h"
 
 /* Adds the strings of args' array key to l. */
@@ -80,6 +82,82 @@ static int spec_fill(const json_t *args, struct cli_run_spec *s, const char **ar
 	return env_add(args, s, kv);
 }
 
+/* The run's path of an input's path: relative to /workspace, or under
+ * it written whole; no empty, "." or ".." component. Errors:
+ * SB_ERR_INVAL naming field. */
+static int input_dest(const char *path, const char *field, const char **dest)
+{
+	static const char ws[] = "/workspace/";
+
+	if (!strncmp(path, ws, sizeof ws - 1))
+		path += sizeof ws - 1;
+	else if (path[0] == '/')
+		return sb_seterr(SB_ERR_INVAL, "%s: %.200s is not under /workspace", field, path);
+	if (!sb_plan_path_ok(path, strlen(path)))
+		return sb_seterr(SB_ERR_INVAL,
+				 "%s: %.200s has an empty, . or .. component (or ends in /)",
+				 field, path);
+	*dest = path;
+	return SB_OK;
+}
+
+/* One input of run_start's inputs, item e, into in; base64 content is
+ * decoded into *buf (freed by the caller). */
+static int input_fill(const json_t *e, size_t i, struct cli_input *in, char **buf)
+{
+	const char *text = mcp_arg_str(e, "content"), *b64 = mcp_arg_str(e, "content_base64");
+	char field[48];
+	size_t n;
+	int rc;
+
+	snprintf(field, sizeof field, "inputs[%zu].path", i);
+	memset(in, 0, sizeof *in);
+	in->fd = -1;
+	in->path = mcp_arg_str(e, "path");
+	in->mode = (unsigned)mcp_arg_u64(e, "mode", 0644);
+	if ((rc = input_dest(in->path, field, &in->dest)))
+		return rc;
+	snprintf(field, sizeof field, "inputs[%zu].content", i);
+	if (!text == !b64)
+		return sb_seterr(SB_ERR_INVAL, "%s: give content or content_base64, one of them",
+				 field);
+	if (text) {
+		in->data = text;
+		in->size = strlen(text);
+		return SB_OK;
+	}
+	n = strlen(b64);
+	if (!(*buf = malloc(n / 4 * 3 + 3)))
+		return SB_ERR_NOMEM;
+	if (sodium_base642bin((unsigned char *)*buf, n / 4 * 3 + 3, b64, n, " \n", &in->size,
+			      NULL, sodium_base64_VARIANT_ORIGINAL))
+		return sb_seterr(SB_ERR_INVAL, "%s_base64: not base64", field);
+	in->data = *buf;
+	return SB_OK;
+}
+
+/* run_start's inputs into in (room for CLI_SPEC_LIST_MAX), listed in
+ * s->inputs; decoded contents in bufs (freed by the caller). As sanbox
+ * run --input bounds them: CLI_SPEC_INPUTS_MAX bytes in all. */
+static int inputs_fill(const json_t *args, struct cli_run_spec *s, struct cli_input *in,
+		       char **bufs)
+{
+	const json_t *e;
+	size_t i, total = 0;
+	int rc;
+
+	json_array_foreach(json_object_get(args, "inputs"), i, e) {
+		if ((rc = input_fill(e, i, &in[i], &bufs[i])))
+			return rc;
+		if ((rc = cli_strs_add(&s->inputs, in[i].dest)))
+			return sb_seterr(rc, "inputs: over %d files", CLI_SPEC_LIST_MAX);
+		if ((total += in[i].size) > CLI_SPEC_INPUTS_MAX)
+			return sb_seterr(SB_ERR_TOOBIG, "inputs: over %u MiB in all",
+					 CLI_SPEC_INPUTS_MAX >> 20);
+	}
+	return SB_OK;
+}
+
 /* The daemon's error about a run.create spec, named by the field it is
  * about when its text shows it. */
 static int spec_err(int rc)
@@ -102,17 +180,19 @@ static int spec_err(int rc)
 int mcp_tool_run_start(struct sb_mcp_call *call, const json_t *args, json_t **out)
 {
 	struct cli_run_spec spec = {0};
+	struct cli_input in[CLI_SPEC_LIST_MAX];
 	const char *argv[CLI_SPEC_LIST_MAX];
-	char *kv[CLI_SPEC_LIST_MAX] = {0}, run[SB_RUN_MAX];
+	char *kv[CLI_SPEC_LIST_MAX] = {0}, *bufs[CLI_SPEC_LIST_MAX] = {0}, run[SB_RUN_MAX];
 	struct sb_reply rep = {0};
 	struct cli_req r;
 	sb_client *c = NULL;
 	int rc;
 
-	if ((rc = spec_fill(args, &spec, argv, kv)) || (rc = mcp_connect(&c)))
+	if ((rc = spec_fill(args, &spec, argv, kv)) || (rc = inputs_fill(args, &spec, in, bufs)) ||
+	    (rc = mcp_connect(&c)))
 		goto done;
 	cli_req_begin(&r, "run.create");
-	if ((rc = cli_spec_pack(sb_mapw_key(&r.m, "spec"), &spec, NULL))) {
+	if ((rc = cli_spec_pack(sb_mapw_key(&r.m, "spec"), &spec, in))) {
 		msgpack_sbuffer_destroy(&r.buf);
 		goto done;
 	}
@@ -126,8 +206,10 @@ int mcp_tool_run_start(struct sb_mcp_call *call, const json_t *args, json_t **ou
 		*out = json_pack("{s:s, s:s, s:s}", "run", run, "name", spec.name ? spec.name : "",
 				 "next", "wait {runs: [run]} until it ends; events_read for what it did");
 done:
-	for (int i = 0; i < CLI_SPEC_LIST_MAX; i++)
+	for (int i = 0; i < CLI_SPEC_LIST_MAX; i++) {
 		free(kv[i]);
+		free(bufs[i]);
+	}
 	sb_reply_free(&rep);
 	sb_client_close(c);
 	return rc;

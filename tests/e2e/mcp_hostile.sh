@@ -131,6 +131,16 @@ tool_error(26, "run_start", {"command": ["true"], "colour": "red"}, "colour: not
 tool_error(27, "run_start", {"prompt": "x", "command": ["true"]}, "not both")
 tool_error(28, "runs_list", {"limit": 0}, "limit: 0 is below the minimum")
 tool_error(29, "events_read", {"run": 7}, "run: expected a string, got an integer")
+tool_error(31, "run_start", {"command": ["true"], "inputs": [{"path": "a/../../x", "content": ""}]},
+           "inputs[0].path: a/../../x has an empty, . or .. component")
+tool_error(32, "run_start", {"command": ["true"], "inputs": [{"path": "/etc/passwd", "content": ""}]},
+           "inputs[0].path: /etc/passwd is not under /workspace")
+tool_error(33, "run_start", {"command": ["true"], "inputs": [{"path": "a", "content_base64": "!!"}]},
+           "inputs[0].content_base64: not base64")
+tool_error(34, "run_start", {"command": ["true"], "inputs": [{"path": "a"}]},
+           "inputs[0].content: give content or content_base64")
+tool_error(35, "run_start", {"command": ["true"], "inputs": [{"path": "a", "content": "x"}] * 65},
+           "inputs: 65 items, over the limit of 64")
 send({"jsonrpc": "2.0", "id": 30, "method": "tools/call", "params": {"name": "nope"}})
 if answer(30)["error"]["code"] != -32602:
     fail("an unknown tool not refused")

@@ -1,7 +1,7 @@
 // mcp_sdk.mjs - drives `sanbox mcp` with the official MCP TypeScript SDK's
 // client (tests/e2e/vm_mcp.sh installs it, pinned): initialize (the client
 // refuses a revision it does not list), tools/list,
-// a run started and waited for with progress notifications, its events, a
+// a run started with input files and waited for with progress notifications, its events, a
 // file and a directory of its disk, a resource and a subscription, a
 // 4-run group from examples/acquisition.yaml, a fork, and tool errors.
 // Prints "PASS name" / "FAIL name: why" lines; exits 1 on a failure.
@@ -40,10 +40,13 @@ check("tools/list", JSON.stringify(tools) === JSON.stringify(want), tools.join("
 const call = async (name, args, opts) => client.callTool({ name, arguments: args }, undefined, opts);
 const data = (r) => r.structuredContent;
 
-// a run, waited for with progress
+// a run with input files (text and base64), waited for with progress
 let r = await call("run_start", { command: ["sh", "-c",
-	"mkdir -p /workspace/d; printf 'hello mcp\\n' > /workspace/out.txt; echo done-marker"],
-	name: "mcp-one", memory_mib: 128, timeout_s: 300 });
+	"mkdir -p /workspace/d; printf 'hello mcp\\n' > /workspace/out.txt; echo done-marker; " +
+	"cat /workspace/in/hello.txt; od -An -tx1 /workspace/bin.dat; stat -c %a /workspace/in/hello.txt"],
+	name: "mcp-one", memory_mib: 128, timeout_s: 300,
+	inputs: [{ path: "in/hello.txt", content: "from-mcp-input\n", mode: 0o600 },
+		{ path: "/workspace/bin.dat", content_base64: Buffer.from([0, 255, 16]).toString("base64") }] });
 const run = data(r)?.run;
 check("run_start", !r.isError && /^[0-9a-f]{12}$/.test(run ?? ""), JSON.stringify(r));
 await client.subscribeResource({ uri: `sanbox://run/${run}` });
@@ -61,6 +64,9 @@ check("resource subscription", updated.includes(`sanbox://run/${run}`), JSON.str
 r = await call("events_read", { run, types: ["agent.output"] });
 check("events_read", JSON.stringify(data(r)?.events ?? []).includes("done-marker") &&
 	data(r)?.next > 0, JSON.stringify(r).slice(0, 400));
+const outs = JSON.stringify(data(r)?.events ?? []);
+check("run_start inputs", outs.includes("from-mcp-input") && outs.includes("00 ff 10") &&
+	outs.includes("600"), outs.slice(0, 600));
 r = await call("events_read", { run, from: 1, limit: 2 });
 check("events_read pages", data(r)?.events?.length === 2 && data(r)?.next === 3 &&
 	data(r)?.end === false, JSON.stringify(data(r)).slice(0, 300));
