@@ -185,7 +185,7 @@ deps-check:
 soak: all
 	@for t in tests/soak/*.sh; do echo "== $$t"; BUILD=$(BUILD) sh $$t || exit 1; done
 
-bench: all $(BENCH_BINS)
+bench: all $(BENCH_BINS) $(MKRECORD)
 	@BUILD=$(BUILD) BENCH="$(BENCH)" sh tests/bench/run.sh
 
 asan:
