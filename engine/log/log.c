@@ -321,6 +321,24 @@ MDB_env *sb_log_env(sb_log *log)
 	return log->env;
 }
 
+/* Fills out with a new salt: random bytes drawn from a pool refilled
+ * SALT_POOL bytes at a time, so that folding a batch makes one call into
+ * the system's random source, not one a record. */
+#define SALT_POOL 4096
+static void salt_new(uint8_t out[SB_SALT_LEN])
+{
+	static __thread uint8_t pool[SALT_POOL];
+	static __thread size_t left;
+
+	if (left < SB_SALT_LEN) {
+		randombytes_buf(pool, sizeof pool);
+		left = sizeof pool;
+	}
+	left -= SB_SALT_LEN;
+	memcpy(out, pool + left, SB_SALT_LEN);
+	sodium_memzero(pool + left, SB_SALT_LEN); /* used once */
+}
+
 /* Looks up offset's salt in txn; with create, makes one when missing. */
 static int salt_txn(sb_log *log, MDB_txn *txn, uint64_t offset, int create,
 		    uint8_t out[SB_SALT_LEN])
@@ -346,7 +364,7 @@ static int salt_txn(sb_log *log, MDB_txn *txn, uint64_t offset, int create,
 	if (!create)
 		return sb_seterr(SB_ERR_NOTFOUND, "offset %llu has no salt",
 				 (unsigned long long)offset);
-	randombytes_buf(out, SB_SALT_LEN);
+	salt_new(out);
 	v = (MDB_val){SB_SALT_LEN, out};
 	return sb_log_mdb_err(mdb_put(txn, log->salts, &k, &v, 0), "log: write salt");
 }
