@@ -29,11 +29,12 @@
 #include "engine/error.h"
 #include "engine/log/log.h"
 #include "engine/payload.h"
+#include "tests/bench/benchraw.h"
 #include "tests/bench/benchutil.h"
 #include "projections/projection.h"
 
 #define EVENTS 1000000
-#define BATCH 1000
+#define BATCH BENCHRAW_BATCH
 #define RUNS 100
 #define ARGS_LEN 150
 #define COMMIT_SECONDS 2.0 /* per writer count, in all */
@@ -113,83 +114,6 @@ static void event_fill(struct sb_event *ev, uint64_t i)
 		die("event", rc);
 }
 
-static MDB_env *raw_env(const char *dir, unsigned flags)
-{
-	MDB_env *env;
-	int rc;
-
-	if ((rc = mdb_env_create(&env)))
-		die_mdb("raw env", rc);
-	mdb_env_set_maxdbs(env, 4);
-	mdb_env_set_mapsize(env, (size_t)16 << 30);
-	if ((rc = mdb_env_open(env, dir, MDB_NOTLS | MDB_NORDAHEAD | flags, 0600)))
-		die_mdb("raw env open", rc);
-	return env;
-}
-
-/* The stored records of one batch, copied out of the log for the raw LMDB
- * baseline. */
-struct records {
-	uint8_t key[BATCH][8];
-	size_t off[BATCH], len[BATCH];
-	uint8_t *data;
-	size_t cap;
-};
-
-/* Copies the n records from offset `first` of the log's events into r. */
-static void copy_records(MDB_env *env, uint64_t first, struct records *r)
-{
-	MDB_txn *txn;
-	MDB_cursor *c;
-	MDB_dbi dbi;
-	MDB_val k, v;
-	size_t used = 0, n = 0;
-	uint8_t key[8];
-	int rc;
-
-	for (int i = 7; i >= 0; i--, first >>= 8)
-		key[i] = (uint8_t)first;
-	k.mv_size = 8;
-	k.mv_data = key;
-	if ((rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) ||
-	    (rc = mdb_dbi_open(txn, "events", 0, &dbi)) || (rc = mdb_cursor_open(txn, dbi, &c)))
-		die_mdb("copy records", rc);
-	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_KEY); !rc && n < BATCH;
-	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-		if (used + v.mv_size > r->cap)
-			die("records larger than expected", 0);
-		memcpy(r->key[n], k.mv_data, 8);
-		memcpy(r->data + used, v.mv_data, v.mv_size);
-		r->off[n] = used;
-		r->len[n] = v.mv_size;
-		used += v.mv_size;
-		n++;
-	}
-	mdb_cursor_close(c);
-	mdb_txn_abort(txn);
-	if (n != BATCH)
-		die("copy records: wrong count", 0);
-}
-
-/* Puts the batch r in one synced transaction (MDB_APPEND, no run index). */
-static void raw_put(MDB_env *env, MDB_dbi dbi, const struct records *r)
-{
-	MDB_txn *txn;
-	MDB_cursor *c;
-	int rc;
-
-	if ((rc = mdb_txn_begin(env, NULL, 0, &txn)) || (rc = mdb_cursor_open(txn, dbi, &c)))
-		die_mdb("raw put", rc);
-	for (size_t i = 0; i < BATCH; i++) {
-		MDB_val k = {8, (void *)r->key[i]}, v = {r->len[i], r->data + r->off[i]};
-		if ((rc = mdb_cursor_put(c, &k, &v, MDB_APPEND)))
-			die_mdb("raw put", rc);
-	}
-	mdb_cursor_close(c);
-	if ((rc = mdb_txn_commit(txn)))
-		die_mdb("raw commit", rc);
-}
-
 /* bench log.append_batched and lmdb.put_batched: 1000 batches of 1000
  * durable events, each batch appended to the log and then its stored record
  * bytes put into a raw LMDB environment (one synced transaction of
@@ -199,19 +123,17 @@ static void raw_put(MDB_env *env, MDB_dbi dbi, const struct records *r)
 static void bench_append_vs_put(sb_log *log, const char *rawdir, double *append, double *put)
 {
 	struct sb_event *evs = calloc(BATCH, sizeof *evs);
-	struct records *r = malloc(sizeof *r);
-	MDB_env *env = raw_env(rawdir, 0);
+	struct bench_records *r = malloc(sizeof *r);
 	double t_log = 0, t_raw = 0, t0;
+	MDB_env *env;
 	MDB_dbi dbi;
-	MDB_txn *txn;
 	uint64_t last;
 	int rc;
 
 	if (!evs || !r || !(r->data = malloc(r->cap = (size_t)BATCH * 512)))
 		die("memory", SB_ERR_NOMEM);
-	if ((rc = mdb_txn_begin(env, NULL, 0, &txn)) ||
-	    (rc = mdb_dbi_open(txn, "events", MDB_CREATE, &dbi)) || (rc = mdb_txn_commit(txn)))
-		die_mdb("raw put", rc);
+	if ((rc = bench_raw_open(rawdir, 0, &env, &dbi)))
+		die_mdb("raw env", rc);
 	for (uint64_t b = 0; b < EVENTS / BATCH; b++) {
 		for (uint64_t i = 0; i < BATCH; i++)
 			event_fill(&evs[i], b * BATCH + i);
@@ -219,9 +141,11 @@ static void bench_append_vs_put(sb_log *log, const char *rawdir, double *append,
 		if ((rc = sb_log_append(log, evs, BATCH)))
 			die("append", rc);
 		t_log += bench_now() - t0;
-		copy_records(sb_log_env(log), evs[0].offset, r);
+		if ((rc = bench_raw_copy(sb_log_env(log), evs[0].offset, r)))
+			die_mdb("copy records", rc);
 		t0 = bench_now();
-		raw_put(env, dbi, r);
+		if ((rc = bench_raw_put(env, dbi, r)))
+			die_mdb("raw put", rc);
 		t_raw += bench_now() - t0;
 	}
 	mdb_env_close(env);
