@@ -15,18 +15,8 @@ bpid=
 trap '[ -n "$bpid" ] && kill "$bpid" 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "FAIL gateway_sdk: $*"; exit 1; }
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-	echo "SKIP gateway_sdk: no node or npm"
-	exit 0
-fi
-if [ ! -f "$sdk/node_modules/openai/package.json" ]; then
-	mkdir -p "$sdk" && printf '{"private": true}\n' >"$sdk/package.json"
-	if ! npm install --prefix "$sdk" --no-audit --no-fund --silent \
-		"openai@$SDK_VERSION" >"$tmp/npm.log" 2>&1; then
-		echo "SKIP gateway_sdk: cannot install the SDK: $(tail -n 1 "$tmp/npm.log")"
-		exit 0
-	fi
-fi
+. "$(dirname "$0")/lib/npm_pin.sh"
+npm_pin gateway_sdk "$sdk" "openai@$SDK_VERSION" node_modules/openai/package.json
 
 mkdir -p "$tmp/scripts" "$tmp/home/log"
 cp "$REPO/tools/stub/harness.json" "$tmp/scripts/"

@@ -10,18 +10,8 @@
 
 CC_VERSION=2.1.332
 cc=$BUILD/npm/claude-code-$CC_VERSION
-if ! command -v npm >/dev/null; then
-	echo "SKIP vm_mcp_claude: no npm"
-	exit 0
-fi
-if [ ! -x "$cc/node_modules/.bin/claude" ]; then
-	mkdir -p "$cc" && printf '{"private": true}\n' >"$cc/package.json"
-	if ! npm install --prefix "$cc" --no-audit --no-fund --silent \
-		"@anthropic-ai/claude-code@$CC_VERSION" >"$SANBOX_HOME/npm.log" 2>&1; then
-		echo "SKIP vm_mcp_claude: cannot install Claude Code: $(tail -n 1 "$SANBOX_HOME/npm.log")"
-		exit 0
-	fi
-fi
+. "$(dirname "$0")/lib/npm_pin.sh"
+npm_pin vm_mcp_claude "$cc" "@anthropic-ai/claude-code@$CC_VERSION" node_modules/.bin/claude
 
 work=$SANBOX_HOME/cc
 mkdir -p "$work/home"
