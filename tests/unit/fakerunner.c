@@ -669,6 +669,33 @@ static void g_file(struct sb_machine *m, const char *path, const char *data)
 	g_event_send(m, &b);
 }
 
+/* A frame of kind on stream, its body the JSON text js (single quotes for
+ * double) or, for NULL, a msgpack string. */
+static void g_answer(struct sb_machine *m, int kind, uint64_t stream, const char *js)
+{
+	char *t = js ? strdup(js) : NULL;
+	msgpack_sbuffer b, f;
+	msgpack_packer pk;
+	json_t *j = NULL;
+
+	for (char *c = t; c && *c; c++)
+		if (*c == '\'')
+			*c = '"';
+	if (t)
+		j = json_loads(t, 0, NULL);
+	msgpack_sbuffer_init(&b);
+	msgpack_sbuffer_init(&f);
+	msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
+	if (!j || sb_json_to_msgpack(j, &pk))
+		sb_pack_str(&pk, "garbage");
+	if (sb_chan_encode(kind, stream, b.data, b.size, &f) == SB_OK)
+		g_raw(m, f.data, f.size);
+	msgpack_sbuffer_destroy(&f);
+	msgpack_sbuffer_destroy(&b);
+	json_decref(j);
+	free(t);
+}
+
 /* Sends what step s says. */
 static void g_emit(struct sb_machine *m, const struct fr_step *s)
 {
@@ -684,6 +711,7 @@ static void g_emit(struct sb_machine *m, const struct fr_step *s)
 		g_event_send(m, &b);
 		break;
 	case FR_FILE: g_file(m, s->text, s->data); break;
+	case FR_ANSWER: g_answer(m, s->n, s->stream, s->text); break;
 	case FR_LINE:
 		msgpack_sbuffer_init(&b);
 		msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);

@@ -70,6 +70,11 @@ enum fr_op {
 			* is still answered) until the next connection: the
 			* ACKs a dying daemon sent were lost */
 	FR_SLEEP,      /* n milliseconds */
+	FR_ANSWER,     /* a frame of kind n (an answer to an operator's command:
+			* EXEC_OUT, EXEC_EXIT, PUT_DONE) on stream `stream`,
+			* whether or not the host asked: its body the JSON text
+			* text (single quotes for double; NULL: the msgpack
+			* string "garbage", not a map) */
 };
 
 struct fr_step {
@@ -79,7 +84,9 @@ struct fr_step {
 			   * FR_FILE: the path; FR_LINE: the line; FR_DIE,
 			   * FR_SETUP_FAIL: the reason */
 	const char *data; /* FR_FILE: the content */
-	int n;		  /* FR_EXIT: status; FR_DIE: wait status; FR_SLEEP: ms */
+	int n;		  /* FR_EXIT: status; FR_DIE: wait status; FR_SLEEP: ms;
+			   * FR_ANSWER: the frame's kind */
+	uint64_t stream;  /* FR_ANSWER: its stream */
 };
 
 /* How the machines of runs of one name behave. */

@@ -42,6 +42,7 @@
 #include "engine/work.h"
 #include "projections/views.h"
 #include "tests/unit/fakerunner.h"
+#include "vmm/chan.h"
 #include "tests/unit/testutil.h"
 
 #define WAIT_S	20.0 /* how long anything may take on a loaded machine */
@@ -626,6 +627,51 @@ static void test_lifecycle(void **state)
 	assert_int_equal(m.kept, 0);
 	assert_true(m.ended);
 	assert_int_equal(fakerunner_made(f->fr), 1);
+}
+
+/* A hostile guest answers commands nobody sent: EXEC_OUT, EXEC_EXIT and
+ * PUT_DONE on streams no exec or put of the run has (0, 1, the largest),
+ * well formed and not (a body that is no map, fields of the wrong types). */
+static const struct fr_step unasked_steps[] = {
+    {.op = FR_ANSWER, .n = SB_CHAN_EXEC_OUT, .stream = 1,
+     .text = "{'stream': 'stdout', 'data': 'forged'}"},
+    {.op = FR_ANSWER, .n = SB_CHAN_EXEC_EXIT, .stream = 1,
+     .text = "{'status': 0, 'stdout_bytes': 99999999999}"},
+    {.op = FR_ANSWER, .n = SB_CHAN_PUT_DONE, .stream = 0, .text = "{'files': 1, 'bytes': 1}"},
+    {.op = FR_ANSWER, .n = SB_CHAN_EXEC_EXIT, .stream = UINT64_MAX, .text = NULL},
+    {.op = FR_ANSWER, .n = SB_CHAN_PUT_DONE, .stream = 7, .text = "{'files': 'x', 'error': 5}"},
+    {.op = FR_ANSWER, .n = SB_CHAN_EXEC_OUT, .stream = 2, .text = NULL},
+    {.op = FR_OUTPUT, .text = "after\n"},
+    {.op = FR_EXIT, .n = 0},
+    {.op = FR_END},
+};
+
+/* Answers to commands that were never sent are dropped: nothing is
+ * recorded of them, and the run goes on and ends as its guest says. */
+static void test_unasked_answers(void **state)
+{
+	struct fix *f = *state;
+	struct fr_script sc = {.steps = unasked_steps};
+	struct sb_runstate st;
+	struct spec s;
+	struct evs e;
+
+	assert_int_equal(fakerunner_script(f->fr, "unasked", &sc), SB_OK);
+	spec_make(&s, "box", "unasked", 0, "notes.txt", "hello");
+	if (create(f, &s))
+		fail_msg("create: %s", f->err);
+	spec_free(&s);
+	await_end(f, f->id, 1);
+	evs_read(f, f->id, &e);
+	evs_expect(&e, "run.created", "run.policy.resolved", "secret.granted",
+		   "run.started", "harness.input.ready", "agent.output", "run.exited",
+		   "snapshot.saved", "run.stopped");
+	assert_string_equal(jstr(e.p[5], "data"), "after\n");
+	assert_int_equal(jint(e.p[6], "status"), 0);
+	evs_free(&e);
+	runstate(f, f->id, &st);
+	assert_string_equal(st.status, "exited");
+	assert_int_equal(st.exit_status, 0);
 }
 
 static const struct fr_step waits_steps[] = {
@@ -1453,6 +1499,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_lifecycle, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_unasked_answers, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_stop, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_budget, setup, teardown),
