@@ -280,8 +280,10 @@ struct cli_fs_at {
 	uint64_t at;
 	/* set by cli_fs_open when it opens a snapshot: */
 	char run[SB_RUN_MAX];
-	char snap_id[72];     /* the snapshot's id, "sN" */
-	uint64_t snap_offset; /* the offset the snapshot was taken at */
+	char snap_id[72];     /* the snapshot's id, "sN" ("start": see start) */
+	uint64_t snap_offset; /* the offset the snapshot was taken at (0: start) */
+	int start; /* no snapshot at or before at: the run's start is read, its
+		    * template's root file system with its own inputs */
 };
 
 /* One recorded agent.file.changed (borrowed during the callback). */
@@ -392,6 +394,14 @@ void cli_fs_list_sort(struct cli_fs_list *l);
 
 /* Frees what l holds and empties it. */
 void cli_fs_list_free(struct cli_fs_list *l);
+
+/* Puts the inputs run was started with (its run.policy.resolved) in p's
+ * inputs (p->ninputs of them; the caller frees p->inputs), and when they
+ * were recorded (seconds since the epoch) in *ts. Errors: those of the
+ * call, SB_ERR_CORRUPT (no such event, or a malformed input),
+ * SB_ERR_NOMEM. */
+struct sb_plan;
+int cli_run_inputs(sb_client *c, const char *run, struct sb_plan *p, int64_t *ts);
 
 /* Lists guest path gp (under /workspace: a directory's entries, else the
  * entry itself) as it was at sel->at into l: snapshot f's (the one

@@ -152,7 +152,8 @@ int cli_blob_read(sb_client *c, const char *key, char **data, size_t *len)
 }
 
 /* Picks run's snapshot sel->snapshot, or its newest one at or before
- * sel->at, into sel (snap_id, snap_offset, run); prints the error. */
+ * sel->at (none: its start, sel->start), into sel (snap_id, snap_offset,
+ * run); prints the error. */
 static int snapshot_pick(sb_client *c, const char *run, struct cli_fs_at *sel)
 {
 	struct cli_req r;
@@ -179,14 +180,15 @@ static int snapshot_pick(sb_client *c, const char *run, struct cli_fs_at *sel)
 			off = o;
 		}
 	}
-	if (!best || sb_map_str(best, "snapshot", sel->snap_id, sizeof sel->snap_id) <= 0) {
+	if (!best && !sel->snapshot) { /* the run's start, as a fork --at has it */
+		snprintf(sel->snap_id, sizeof sel->snap_id, "start");
+		sel->start = 1;
+		off = 0;
+	} else if (!best ||
+		   sb_map_str(best, "snapshot", sel->snap_id, sizeof sel->snap_id) <= 0) {
 		sb_reply_free(&rep);
-		if (sel->snapshot)
-			return cli_fail(SB_ERR_NOTFOUND, "run %s has no snapshot %s", run,
-					sel->snapshot);
-		return cli_fail(SB_ERR_NOTFOUND,
-				"run %s has no snapshot at or before offset %llu", run,
-				(unsigned long long)sel->at);
+		return cli_fail(SB_ERR_NOTFOUND, "run %s has no snapshot %s", run,
+				sel->snapshot);
 	}
 	sb_reply_free(&rep);
 	sel->snap_offset = off;
@@ -349,6 +351,41 @@ static int cat_recorded(const struct cli_fs_at *sel, const char *gp, int fd)
 	return rc;
 }
 
+/* fs cat --at OFFSET before the run's first snapshot, of a path the
+ * record did not change: one of the run's own inputs, as written at its
+ * start. Returns CAT_SNAPSHOT when gp is none (the template's file is the
+ * answer), else the exit code. */
+static int cat_input(const struct cli_fs_at *sel, const char *gp, int fd)
+{
+	struct sb_plan p = {0};
+	char key[SB_HASH_HEX];
+	int64_t ts;
+	sb_client *c;
+	int rc;
+
+	if (strncmp(gp, "/workspace/", 11))
+		return CAT_SNAPSHOT;
+	if ((rc = cli_connect(1, &c)))
+		return cli_fail(rc, "%s", sb_errmsg(rc));
+	rc = cli_run_inputs(c, sel->run, &p, &ts);
+	rc = rc ? cli_fail(rc, "%s", sb_errmsg(rc)) : CAT_SNAPSHOT;
+	for (size_t i = 0; rc == CAT_SNAPSHOT && i < p.ninputs; i++) {
+		if (strcmp(p.inputs[i].path, gp + 11))
+			continue;
+		sb_hash_hex(p.inputs[i].blob, key);
+		if ((p.inputs[i].mode & SB_PLAN_LINK) == SB_PLAN_LINK) {
+			rc = cat_link(c, gp, key, 0);
+		} else {
+			fflush(stdout);
+			if ((rc = cli_blob_write(c, key, fd)))
+				rc = cli_fail(rc, "%s", sb_errmsg(rc));
+		}
+	}
+	free(p.inputs);
+	sb_client_close(c);
+	return rc;
+}
+
 int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path, int fd)
 {
 	char gp[SB_FS_PATH_MAX + 16];
@@ -360,7 +397,8 @@ int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path, int fd
 	if ((rc = cli_fs_open(want, sel, &f)))
 		return rc;
 	if (sel && sel->at && sel->run[0] && sel->at > sel->snap_offset &&
-	    (rc = cat_recorded(sel, gp, fd)) != CAT_SNAPSHOT) {
+	    ((rc = cat_recorded(sel, gp, fd)) != CAT_SNAPSHOT ||
+	     (sel->start && (rc = cat_input(sel, gp, fd)) != CAT_SNAPSHOT))) {
 		cli_disk_close(f);
 		return rc;
 	}

@@ -184,6 +184,55 @@ static int roll_probe(void *ctx, const char *prefix)
 	return cli_disk_stat(ctx, path, &e) || e.type == SB_FS_DIR;
 }
 
+/* -- the run's own inputs, for its start */
+
+/* One input {path, size, mode, blob} of the record into in. */
+static int input_parse(const msgpack_object *o, struct sb_plan_input *in)
+{
+	char key[SB_HASH_HEX];
+
+	memset(in, 0, sizeof *in);
+	if (sb_map_str(o, "path", in->path, sizeof in->path) <= 0 ||
+	    sb_map_str(o, "blob", key, sizeof key) != 2 * SB_HASH_LEN ||
+	    sb_hash_parse(key, in->blob))
+		return sb_seterr(SB_ERR_CORRUPT, "a recorded input is malformed");
+	in->size = sb_map_u64(o, "size", 0);
+	in->mode = (uint32_t)sb_map_u64(o, "mode", 0644);
+	return SB_OK;
+}
+
+int cli_run_inputs(sb_client *c, const char *run, struct sb_plan *p, int64_t *ts)
+{
+	struct cli_req r;
+	struct sb_reply rep = {0};
+	const msgpack_object *evs, *ins = NULL;
+	int rc;
+
+	cli_req_begin(&r, "events.read");
+	sb_mapw_str(&r.m, "run", run);
+	sb_mapw_u64(&r.m, "from", 1);
+	sb_mapw_u64(&r.m, "limit", 1);
+	msgpack_pack_array(sb_mapw_key(&r.m, "types"), 1);
+	sb_pack_str(&r.m.pk, "run.policy.resolved");
+	if ((rc = cli_call(c, &r, &rep)))
+		return rc;
+	evs = sb_map_get(&rep.map, "events");
+	if (evs && evs->type == MSGPACK_OBJECT_ARRAY && evs->via.array.size) {
+		ins = sb_map_get(sb_map_get(&evs->via.array.ptr[0], "payload"), "inputs");
+		*ts = (int64_t)(sb_map_u64(&evs->via.array.ptr[0], "ts", 0) / 1000000000u);
+	}
+	if (!ins || ins->type != MSGPACK_OBJECT_ARRAY)
+		rc = sb_seterr(SB_ERR_CORRUPT, "run %s: its inputs are not in its record", run);
+	else if (ins->via.array.size &&
+		 !(p->inputs = calloc(ins->via.array.size, sizeof *p->inputs)))
+		rc = SB_ERR_NOMEM;
+	for (uint32_t i = 0; rc == SB_OK && i < ins->via.array.size; i++)
+		if ((rc = input_parse(&ins->via.array.ptr[i], &p->inputs[p->ninputs])) == SB_OK)
+			p->ninputs++;
+	sb_reply_free(&rep);
+	return rc;
+}
+
 /* -- the directory rolled forward */
 
 /* Whether directory dir ("" for /workspace) holds path p, somewhere below. */
@@ -205,7 +254,8 @@ struct view {
 	sb_client *c;
 	const char *dir; /* relative to /workspace, "" for it */
 	struct cli_fs_list *l;
-	int64_t now; /* a made entry's mtime */
+	int64_t now;   /* a made entry's mtime */
+	int64_t start; /* a kept input's mtime: when the run started */
 };
 
 /* Puts entry name (its first len bytes) as a directory the agent makes,
@@ -287,13 +337,13 @@ static int view_missing(struct view *v, const struct changes *cs)
 	return SB_OK;
 }
 
-/* The change time of input path in cs. */
-static int64_t change_ts(const struct changes *cs, const char *path)
+/* The change time of input path in cs (dflt: none). */
+static int64_t change_ts(const struct changes *cs, const char *path, int64_t dflt)
 {
 	for (size_t i = 0; i < cs->n; i++)
 		if (!strcmp(cs->v[i].path, path))
 			return cs->ts[i];
-	return 0;
+	return dflt;
 }
 
 /* Applies plan p's removes and inputs, and the files the record lacks, to
@@ -308,7 +358,7 @@ static int view_apply(struct view *v, const struct sb_plan *p, const struct chan
 			list_drop(v->l, below(v->dir, p->removes[i]));
 	for (size_t i = 0; i < p->ninputs; i++)
 		if (dir_holds(v->dir, p->inputs[i].path) &&
-		    (rc = view_input(v, &p->inputs[i], change_ts(cs, p->inputs[i].path))))
+		    (rc = view_input(v, &p->inputs[i], change_ts(cs, p->inputs[i].path, v->start))))
 			return rc;
 	return view_missing(v, cs);
 }
@@ -390,18 +440,21 @@ static int view_path(struct view *v, cli_disk *f, char *gp, char *rel,
 
 /* The path rel (under /workspace, gp on the disk) with cs rolled forward
  * into l. Errors: those of view_path, SB_ERR_NOMEM. */
-static int view_list(sb_client *c, cli_disk *f, char *gp, char *rel,
+static int view_list(sb_client *c, cli_disk *f, char *gp, char *rel, const struct cli_fs_at *sel,
 		     const struct changes *cs, struct cli_fs_list *l, struct sb_roll *roll)
 {
 	struct sb_plan *p = calloc(1, sizeof *p);
 	struct view v = {.c = c, .dir = rel, .l = l};
-	int rc;
+	int rc = SB_OK;
 
 	if (!p)
 		return SB_ERR_NOMEM;
 	for (size_t i = 0; i < cs->n; i++)
 		v.now = cs->ts[i] > v.now ? cs->ts[i] : v.now;
-	if (!(rc = sb_roll_plan(cs->v, cs->n, 0, roll_probe, f, p, roll)))
+	/* from the start: the run's own inputs too, as a fork from it keeps them */
+	if (sel->start)
+		rc = cli_run_inputs(c, sel->run, p, &v.start);
+	if (!rc && !(rc = sb_roll_plan(cs->v, cs->n, sel->start, roll_probe, f, p, roll)))
 		rc = view_path(&v, f, gp, rel, p, cs);
 	free(p->inputs);
 	free(p->removes);
@@ -430,7 +483,7 @@ int cli_fs_list_at(cli_disk *f, const struct cli_fs_at *sel, const char *gp,
 	if (!rc && cs.rc)
 		rc = cs.rc;
 	if (!rc)
-		rc = view_list(c, f, path, rel, &cs, l, roll);
+		rc = view_list(c, f, path, rel, sel, &cs, l, roll);
 	free(cs.v);
 	free(cs.ts);
 	return rc;

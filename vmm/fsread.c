@@ -189,20 +189,21 @@ static errcode_t fsr_io_open(const char *name, int flags, io_channel *out)
 
 /* -- the NBD export */
 
-/* The --image-opts value for layer: a qcow2 node over a file node, with
- * force-share so that the lock of a running VM does not stop the read.
- * Commas in the path are doubled (QEMU's option quoting); the caller frees. */
-static char *fsr_image_opts(const char *layer)
+/* The --image-opts value for layer: a qcow2 (or, with raw, a raw) node
+ * over a file node, with force-share so that the lock of a running VM
+ * does not stop the read. Commas in the path are doubled (QEMU's option
+ * quoting); the caller frees. */
+static char *fsr_image_opts(const char *layer, int raw)
 {
-	static const char pre[] = "driver=qcow2,file.driver=file,file.filename=",
-			  post[] = ",force-share=on";
-	size_t n = strlen(layer), o = 0;
-	char *s = malloc(sizeof pre + 2 * n + sizeof post);
+	const char *pre = raw ? "driver=raw,file.driver=file,file.filename="
+			      : "driver=qcow2,file.driver=file,file.filename=";
+	static const char post[] = ",force-share=on";
+	size_t n = strlen(layer), o = strlen(pre);
+	char *s = malloc(o + 2 * n + sizeof post);
 
 	if (!s)
 		return NULL;
-	memcpy(s, pre, sizeof pre - 1);
-	o = sizeof pre - 1;
+	memcpy(s, pre, o);
 	for (size_t i = 0; i < n; i++)
 		if ((s[o++] = layer[i]) == ',')
 			s[o++] = ',';
@@ -239,10 +240,10 @@ static void fsr_child_error(int errfd, char *buf, size_t cap)
  * nothing it says reaches the terminal and its complaint becomes the
  * detail: descriptors 0-2 of this process are swapped for the duration of
  * the call (the CLI is single-threaded). */
-static int fsr_dev_connect(struct fsr_dev *d, const char *layer)
+static int fsr_dev_connect(struct fsr_dev *d, const char *layer, int raw)
 {
 	int saved[3] = {-1, -1, -1}, null = -1, errfd = -1, rc = SB_OK, r;
-	char *opts = fsr_image_opts(layer), msg[512];
+	char *opts = fsr_image_opts(layer, raw), msg[512];
 	char *argv[] = {"qemu-nbd", "-r", "--image-opts", opts, NULL};
 	int64_t size;
 
@@ -310,7 +311,8 @@ fail:
 
 /* -- open and close */
 
-int sb_fsread_open(const char *layer, sb_fsread **out)
+/* sb_fsread_open, or of a raw image with raw. */
+static int fsr_open(const char *layer, int raw, sb_fsread **out)
 {
 	char name[64];
 	sb_fsread *f;
@@ -325,7 +327,7 @@ int sb_fsread_open(const char *layer, sb_fsread **out)
 		rc = SB_ERR_NOMEM;
 		goto fail;
 	}
-	if ((rc = fsr_dev_connect(&f->dev, layer)))
+	if ((rc = fsr_dev_connect(&f->dev, layer, raw)))
 		goto fail;
 	snprintf(name, sizeof name, "sanbox-nbd:%p", (void *)&f->dev);
 	if ((e = ext2fs_open2(name, NULL, EXT2_FLAG_64BITS, 0, 0, &fsr_io_manager,
@@ -339,6 +341,16 @@ int sb_fsread_open(const char *layer, sb_fsread **out)
 fail:
 	sb_fsread_close(f);
 	return rc;
+}
+
+int sb_fsread_open(const char *layer, sb_fsread **out)
+{
+	return fsr_open(layer, 0, out);
+}
+
+int sb_fsread_open_raw(const char *image, sb_fsread **out)
+{
+	return fsr_open(image, 1, out);
 }
 
 void sb_fsread_close(sb_fsread *f)

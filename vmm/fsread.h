@@ -65,6 +65,9 @@ const char *sb_fs_type_name(enum sb_fs_type type);
  * SB_ERR_NOMEM. The detail names the cause. */
 int sb_fsread_open(const char *layer, sb_fsread **out);
 
+/* As sb_fsread_open, for a raw image (a template's root file system). */
+int sb_fsread_open_raw(const char *image, sb_fsread **out);
+
 /* Closes f and ends its qemu-nbd (NULL is fine). */
 void sb_fsread_close(sb_fsread *f);
 

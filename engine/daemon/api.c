@@ -1517,10 +1517,35 @@ static int layer_cb(void *ctx, const struct sb_resume_point *rp)
 	return 1;
 }
 
+/* Opens the root file system run (state st) started on: its template's,
+ * as recorded. Errors: SB_ERR_STATE (a fork of a snapshot; the template
+ * rebuilt since), those of sb_template_load and sb_fsread_open_raw. */
+static int start_open(struct req *r, const char *run, const struct sb_runstate *st,
+		      sb_fsread **f)
+{
+	struct sb_template t;
+	int rc;
+
+	if (st->parent_snapshot[0] && strcmp(st->parent, run))
+		return sb_seterr(SB_ERR_STATE,
+				 "run %s began from run %s's snapshot %s, not from its "
+				 "template: read that snapshot",
+				 run, st->parent, st->parent_snapshot);
+	if ((rc = sb_template_load(r->e->home, st->template, &t)))
+		return rc;
+	if (strcmp(t.hash, st->template_hash))
+		return sb_seterr(SB_ERR_STATE,
+				 "template %s was built again since run %s started: the "
+				 "disk it started on is gone",
+				 st->template, run);
+	return sb_fsread_open_raw(t.rootfs, f);
+}
+
 /* Opens the disk of r's run (into run), its snapshot argument's frozen
- * layer or its current disk, and copies its path argument (absolute in
- * the guest) into path. Errors: of the arguments, SB_ERR_NOTFOUND,
- * SB_ERR_STATE (the run was removed), those of sb_layers_check and
+ * layer ("start": the template's root file system it started on) or its
+ * current disk, and copies its path argument (absolute in the guest) into
+ * path. Errors: of the arguments, SB_ERR_NOTFOUND, SB_ERR_STATE (the run
+ * was removed), those of start_open, sb_layers_check and
  * sb_fsread_open. */
 static int disk_open(struct req *r, char run[SB_RUN_MAX], char *path, size_t cap,
 		     sb_fsread **f)
@@ -1537,6 +1562,8 @@ static int disk_open(struct req *r, char run[SB_RUN_MAX], char *path, size_t cap
 	if (st.removed)
 		return sb_seterr(SB_ERR_STATE,
 				 "run %s was removed: its disk and snapshots are gone", run);
+	if (!strcmp(snap, "start"))
+		return start_open(r, run, &st, f);
 	if (snap[0]) {
 		catch_up(r);
 		if ((rc = sb_resume_each(r->e->proj, run, layer_cb, &c)) < 0)

@@ -267,6 +267,7 @@ static void test_big_disk(void **state)
 static void test_streams_and_errors(void **state)
 {
 	struct stat before[3], now;
+	struct sb_fs_entry e;
 	char layer[512], *path;
 	sb_fsread *f = NULL;
 
@@ -278,6 +279,12 @@ static void test_streams_and_errors(void **state)
 	snprintf(layer, sizeof layer, "%s/base.img", tmp);
 	assert_int_equal(sb_fsread_open(layer, &f), SB_ERR_IO); /* raw, not qcow2 */
 	assert_non_null(strstr(sb_errmsg(SB_ERR_IO), "qcow2"));
+	/* as a raw image it opens: the base's files, none of the layer's */
+	assert_int_equal(sb_fsread_open_raw(layer, &f), SB_OK);
+	assert_int_equal(sb_fsread_stat(f, "/", &e), SB_OK);
+	assert_int_equal(e.type, SB_FS_DIR);
+	sb_fsread_close(f);
+	f = NULL;
 	snprintf(layer, sizeof layer, "%s/none.qcow2", tmp);
 	assert_int_equal(sb_fsread_open(layer, &f), SB_ERR_NOTFOUND);
 	for (int i = 0; i < 3; i++) {
