@@ -32,7 +32,7 @@ static const char bash_script[] =
 	"\t\tallow|deny|rm|ls|cat) ;;\n"
 	"\t\t--from|--to|--at|--cpu|--memory|--timeout|--budget|--name|--input|\\\n"
 	"\t\t--env|--allow|--tail|--since|-n|--prompt|--format|--filter|\\\n"
-	"\t\t--output-max|--older-than|--speed) return ;;\n"
+	"\t\t--output-max|--older-than|--speed|--runner) return ;;\n"
 	"\t\tesac\n"
 	"\t\t[ \"$cmd\" = snapshot ] && [ \"${COMP_WORDS[2]}\" = rm ] && [ \"$COMP_CWORD\" -eq 4 ] &&\n"
 	"\t\t\twhat=\"snapshots ${COMP_WORDS[3]}\"\n"

@@ -10,6 +10,7 @@
 
 struct from_opts {
 	const char *snapshot, *name, *prompt;
+	const char *runner; /* NULL: the run's own, as not naming one */
 	uint64_t at, count;
 	int has_at, detach, json;
 };
@@ -24,6 +25,7 @@ static int from_parse(int argc, char **argv, const char *cmd, int fork,
 	    {"count", required_argument, NULL, 'n'},
 	    {"name", required_argument, NULL, 'N'},
 	    {"prompt", required_argument, NULL, 'p'},
+	    {"runner", required_argument, NULL, 'R'},
 	    {"detach", no_argument, NULL, 'd'},
 	    {"json", no_argument, NULL, 'j'},
 	    {NULL, 0, NULL, 0},
@@ -56,6 +58,11 @@ static int from_parse(int argc, char **argv, const char *cmd, int fork,
 			o->name = optarg;
 			break;
 		case 'p': o->prompt = optarg; break;
+		case 'R':
+			if ((rc = cli_check_name("--runner", optarg)))
+				return rc;
+			o->runner = optarg;
+			break;
 		case 'd': o->detach = 1; break;
 		case 'j': o->json = 1; break;
 		default: return cli_badopt(cmd, argv, ch);
@@ -77,6 +84,8 @@ static void from_pack(struct cli_req *r, const struct from_opts *o, int fork)
 		sb_mapw_u64(&r->m, "at", o->at);
 	if (o->prompt)
 		sb_mapw_str(&r->m, "prompt", o->prompt);
+	if (o->runner)
+		sb_mapw_str(&r->m, "runner", o->runner);
 	if (fork)
 		sb_mapw_u64(&r->m, "count", o->count);
 	if (fork && o->name)

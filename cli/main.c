@@ -305,7 +305,7 @@ static const struct cli_cmd commands[] = {
 	 "taken at, its time and size, and the runs that read it.\n"},
 	{"fork", cmd_fork, "start new runs from a run's snapshot",
 	 "usage: sanbox fork RUN [--snapshot ID | --at OFFSET] [-n COUNT] [--name NAME]\n"
-	 "                  [--prompt TEXT] [--detach] [--json]\n"
+	 "                  [--prompt TEXT] [--runner NAME] [--detach] [--json]\n"
 	 "\n"
 	 "Starts COUNT (default 1, at most 64) new runs with RUN's settings, each on\n"
 	 "a new disk layer over the snapshot (constant time and space; over a copy\n"
@@ -316,7 +316,9 @@ static const struct cli_cmd commands[] = {
 	 "files, with RUN's command or prompt (or --prompt); from a memory snapshot\n"
 	 "(--snapshot ID) the guest's processes go on instead, in each fork with its\n"
 	 "own machine id and randomness. With one fork and no\n"
-	 "--detach, prints its events as 'sanbox run' does; else prints the ids.\n"},
+	 "--detach, prints its events as 'sanbox run' does; else prints the ids.\n"
+	 "The forks run on RUN's runner, which holds its snapshots; --runner NAME\n"
+	 "naming another (or one the daemon has not) is refused.\n"},
 	{"rerun", cmd_rerun, "run a run again, its model answered from its record",
 	 "usage: sanbox rerun RUN [--live-after-divergence] [--detach] [--json]\n"
 	 "\n"
@@ -334,7 +336,7 @@ static const struct cli_cmd commands[] = {
 	 "the outcome is the same, 120 when it differs (else as 'sanbox run').\n"},
 	{"resume", cmd_resume, "continue a run that ended, from a snapshot",
 	 "usage: sanbox resume RUN [--snapshot ID | --at OFFSET] [--prompt TEXT]\n"
-	 "                    [--detach] [--json]\n"
+	 "                    [--runner NAME] [--detach] [--json]\n"
 	 "\n"
 	 "Continues RUN (it keeps its id, its record and its budget) on a new disk\n"
 	 "layer over the snapshot ID or the newest one at or before OFFSET (none:\n"
@@ -345,7 +347,8 @@ static const struct cli_cmd commands[] = {
 	 "(fork it instead). With --at, the files changed after the snapshot and\n"
 	 "up to OFFSET are rolled forward from the record first, never through a\n"
 	 "link; what it lacks (a content over a cap) is named in run.resumed\n"
-	 "(exact false).\n"},
+	 "(exact false). It runs on RUN's runner again; --runner NAME naming\n"
+	 "another is refused.\n"},
 	{"diff", cmd_diff, "list the files a run changed between two offsets",
 	 "usage: sanbox diff RUN [--from OFFSET] [--to OFFSET] [--json]\n"
 	 "\n"

@@ -175,6 +175,27 @@ rc=$?
 [ $rc = 125 ] || fail "attach --exit-status of a failed run: exit $rc, want 125"
 grep -q "run $X failed: " "$tmp/err" || fail "attach --exit-status of a failed run: $(cat "$tmp/err")"
 timeout 20 "$SB" attach "$X" >/dev/null || fail "attach of a failed run without --exit-status: exit $?"
+# a fork or resume of X (from its start: it has no snapshot) on a runner
+# the daemon has not: refused in one line (X's snapshots are on local),
+# nothing recorded, X's record as it was
+before=$("$SB" ps --all -q | wc -l)
+xlast=$("$SB" events "$X" --json | wc -l)
+xoff=$("$SB" events "$X" --json | tail -1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["offset"])')
+for c in fork resume; do
+	one_line 2 $c "$X" --at "$xoff" --runner nosuch --detach
+	line_has "run $X's snapshots are on runner local: a fork or resume of it runs there, not on nosuch"
+done
+one_line 2 fork "$X" --runner "$(printf 'a\033b')"
+line_has "--runner"
+[ "$("$SB" ps --all -q | wc -l)" = "$before" ] || fail "a fork on no runner was recorded: $("$SB" ps --all)"
+[ "$("$SB" events "$X" --json | wc -l)" = "$xlast" ] || fail "a resume on no runner was recorded in $X"
+# its own runner named: as not naming one
+K=$("$SB" fork "$X" --at "$xoff" --runner local --detach) || fail "fork --runner local: exit $?"
+"$SB" events "$K" --json --type run.created | python3 -c '
+import json, sys
+sys.exit(0 if json.loads(sys.stdin.readline())["payload"].get("runner") == "local" else 1)' ||
+	fail "run.created of the fork $K does not name runner local"
+wait_stopped "$K" || fail "$K did not stop"
 N=$("$SB" run --detach --name late -- true) || fail "the name of a run that ended was not free again"
 wait_stopped "$N" || fail "$N did not stop"
 
