@@ -24,6 +24,8 @@ struct sb_proj_txn {
 	MDB_txn *txn;
 	MDB_dbi dbi;
 	sb_log *log;
+	void *state; /* the projection's own, for this transaction: NULL at its
+		      * start; what it holds is written and freed by end */
 };
 
 struct sb_projection {
@@ -45,6 +47,11 @@ struct sb_projection {
 	 * An error aborts the whole batch. */
 	int (*apply_record)(struct sb_proj_txn *t, const struct sb_event *ev, const void *rec,
 			    size_t len);
+	/* May be NULL. Called once at a transaction's end, after its last
+	 * apply: keep 1, before the commit: writes what t->state holds
+	 * (an error aborts the whole batch); keep 0, the batch is given up:
+	 * frees it only. Either way t->state is freed and NULL after. */
+	int (*end)(struct sb_proj_txn *t, int keep);
 };
 
 /* Reads key into *val (valid until the transaction ends).

@@ -77,7 +77,7 @@ static int version_same(sb_projector *p, MDB_txn *txn, size_t i)
  * stored. */
 static int reset(sb_projector *p, MDB_txn *txn, size_t i)
 {
-	struct sb_proj_txn t = {txn, p->dbi[i], p->log};
+	struct sb_proj_txn t = {txn, p->dbi[i], p->log, NULL};
 	MDB_val k = {strlen(builtin[i]->name), (void *)builtin[i]->name}, vk, v;
 	char buf[64];
 	uint8_t b[8];
@@ -180,17 +180,28 @@ static int ckpt_put(sb_projector *p, MDB_txn *txn, size_t i, uint64_t off)
 	return sb_log_mdb_err(mdb_put(txn, p->ckpt, &k, &v, 0), "projector: checkpoint");
 }
 
-/* Folds one event into projection i. */
-static int apply_one(sb_projector *p, MDB_txn *txn, size_t i, const struct sb_event *ev,
+/* Folds one event into projection i, whose view of the batch is t. */
+static int apply_one(size_t i, struct sb_proj_txn *t, const struct sb_event *ev,
 		     const msgpack_object *map, const void *rec, size_t rlen)
 {
-	struct sb_proj_txn t = {txn, p->dbi[i], p->log};
 	int rc = SB_OK;
 
 	if (builtin[i]->apply)
-		rc = builtin[i]->apply(&t, ev, map);
+		rc = builtin[i]->apply(t, ev, map);
 	if (!rc && builtin[i]->apply_record)
-		rc = builtin[i]->apply_record(&t, ev, rec, rlen);
+		rc = builtin[i]->apply_record(t, ev, rec, rlen);
+	return rc;
+}
+
+/* Ends every projection's view of the batch: keep 1 writes what they
+ * hold (the first error is returned), keep 0 frees it. */
+static int end_all(struct sb_proj_txn t[NPROJ], int keep)
+{
+	int rc = SB_OK, r;
+
+	for (size_t i = 0; i < NPROJ; i++)
+		if (builtin[i]->end && (r = builtin[i]->end(&t[i], keep && !rc)) && !rc)
+			rc = r;
 	return rc;
 }
 
@@ -200,6 +211,7 @@ static int catch_up_batch(sb_projector *p, uint64_t *n)
 	MDB_txn *txn;
 	sb_log_iter *it = NULL;
 	uint64_t ck[NPROJ], from = UINT64_MAX, last = 0;
+	struct sb_proj_txn t[NPROJ];
 	struct sb_event ev;
 	const void *rec;
 	size_t rlen;
@@ -212,6 +224,7 @@ static int catch_up_batch(sb_projector *p, uint64_t *n)
 		ck[i] = ckpt_get(p, txn, i);
 		if (ck[i] < from)
 			from = ck[i];
+		t[i] = (struct sb_proj_txn){txn, p->dbi[i], p->log, NULL};
 	}
 	if ((rc = sb_log_iter_open_txn(p->log, txn, from + 1, &it)))
 		goto fail;
@@ -224,7 +237,7 @@ static int catch_up_batch(sb_projector *p, uint64_t *n)
 			goto fail;
 		}
 		for (size_t i = 0; i < NPROJ; i++)
-			if (ev.offset > ck[i] && (rc = apply_one(p, txn, i, &ev, &map, rec, rlen)))
+			if (ev.offset > ck[i] && (rc = apply_one(i, &t[i], &ev, &map, rec, rlen)))
 				goto fail;
 		last = ev.offset;
 		(*n)++;
@@ -233,11 +246,14 @@ static int catch_up_batch(sb_projector *p, uint64_t *n)
 		goto fail;
 	sb_log_iter_close(it);
 	it = NULL;
+	if ((rc = end_all(t, 1)))
+		goto fail;
 	for (size_t i = 0; i < NPROJ && *n; i++)
 		if (last > ck[i] && (rc = ckpt_put(p, txn, i, last)))
 			goto fail;
 	return sb_log_mdb_err(mdb_txn_commit(txn), "projector: commit");
 fail:
+	end_all(t, 0);
 	sb_log_iter_close(it);
 	mdb_txn_abort(txn);
 	*n = 0;

@@ -4,6 +4,7 @@
 
 #include <sodium.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/bytes.h"
@@ -124,14 +125,14 @@ int sb_tree_read(void *ctx, unsigned level, uint64_t index, uint8_t out[SB_MERKL
 	return SB_OK;
 }
 
-/* Appends hash h as entry i of the tree's level-0 tiles, and each tile it
- * fills as an entry of the tiles a level up. */
-static int tiles_append(struct sb_proj_txn *t, uint64_t i, const uint8_t h[SB_MERKLE_HASH])
+/* Appends hash h as entry i of the tree's tiles of level `level`, and each
+ * tile it fills as an entry of the tiles a level up. */
+static int tiles_append(struct sb_proj_txn *t, unsigned level, uint64_t i,
+			const uint8_t h[SB_MERKLE_HASH])
 {
 	static __thread uint8_t tile[SB_TREE_TILE][SB_MERKLE_HASH];
 	uint8_t up[SB_MERKLE_HASH];
 	char kb[KEY_MAX];
-	unsigned level = 0;
 	int rc;
 
 	memcpy(up, h, SB_MERKLE_HASH);
@@ -158,31 +159,106 @@ static int tiles_append(struct sb_proj_txn *t, uint64_t i, const uint8_t h[SB_ME
 	}
 }
 
+/* A transaction's fold: the tree's size and its open level-0 tile, kept
+ * here and written once at the transaction's end (tree_end), instead of
+ * read and rewritten for every leaf. */
+struct tree_state {
+	uint64_t n;    /* leaves, this batch's included */
+	size_t fill;   /* hashes in tile: leaves n - fill to n - 1 */
+	uint8_t tile[SB_TREE_TILE][SB_MERKLE_HASH];
+};
+
+/* Reads the size and the open tile into a new state. */
+static int tree_load(struct sb_proj_txn *t, struct tree_state **out)
+{
+	struct tree_state *st = malloc(sizeof *st);
+	char kb[KEY_MAX];
+	MDB_val k, v;
+	int rc;
+
+	if (!st)
+		return SB_ERR_NOMEM;
+	if ((rc = sb_tree_size(t, &st->n))) {
+		free(st);
+		return rc;
+	}
+	st->fill = st->n % SB_TREE_TILE;
+	k = tile_key(0, st->n / SB_TREE_TILE, kb);
+	rc = st->fill ? sb_proj_get(t, k.mv_data, k.mv_size, &v) : SB_OK;
+	if (!rc && st->fill && v.mv_size != st->fill * SB_MERKLE_HASH)
+		rc = sb_seterr(SB_ERR_CORRUPT, "tree: %s holds %zu bytes, not %zu", kb,
+			       v.mv_size, st->fill * SB_MERKLE_HASH);
+	if (rc) {
+		free(st);
+		return rc == SB_ERR_NOTFOUND ? sb_seterr(SB_ERR_CORRUPT, "tree: %s is missing", kb)
+					     : rc;
+	}
+	if (st->fill)
+		memcpy(st->tile, v.mv_data, v.mv_size);
+	*out = st;
+	return SB_OK;
+}
+
 static int tree_apply(struct sb_proj_txn *t, const struct sb_event *ev, const void *rec,
 		      size_t len)
 {
-	uint8_t salt[SB_SALT_LEN], h[SB_MERKLE_HASH], b[8];
-	uint64_t n;
+	struct tree_state *st = t->state;
+	uint8_t salt[SB_SALT_LEN], up[SB_MERKLE_HASH];
+	char kb[KEY_MAX];
+	MDB_val k;
 	int rc;
 
-	if ((rc = sb_tree_size(t, &n)))
+	if (!st && (rc = tree_load(t, (struct tree_state **)&t->state)))
 		return rc;
-	if (ev->offset != n + 1)
+	st = t->state;
+	if (ev->offset != st->n + 1)
 		return sb_seterr(SB_ERR_CORRUPT, "tree: offset %llu follows leaf %llu",
-				 (unsigned long long)ev->offset, (unsigned long long)n);
+				 (unsigned long long)ev->offset, (unsigned long long)st->n);
 	if ((rc = sb_log_salt(t->log, t->txn, ev->offset, 1, salt)))
 		return rc;
-	sb_tree_leaf_hash(ev, salt, h);
-	if ((rc = tiles_append(t, n, h)))
+	sb_tree_leaf_hash(ev, salt, st->tile[st->fill++]);
+	st->n++;
+	if (st->fill < SB_TREE_TILE)
+		return SB_OK;
+	/* a full tile: written, and its hash an entry of the level above */
+	k = tile_key(0, (st->n - 1) / SB_TREE_TILE, kb);
+	if ((rc = sb_proj_put(t, k.mv_data, k.mv_size, st->tile, sizeof st->tile)))
 		return rc;
-	sb_be64_put(b, n + 1);
-	return sb_proj_put(t, "size", 4, b, 8);
+	hash_up(st->tile, SB_TREE_TILE);
+	memcpy(up, st->tile[0], SB_MERKLE_HASH);
+	st->fill = 0;
+	return tiles_append(t, 1, (st->n - 1) / SB_TREE_TILE, up);
+}
+
+/* Writes the open tile and the size the batch reached. */
+static int tree_end(struct sb_proj_txn *t, int keep)
+{
+	struct tree_state *st = t->state;
+	uint8_t b[8];
+	char kb[KEY_MAX];
+	MDB_val k;
+	int rc = SB_OK;
+
+	if (!st)
+		return SB_OK;
+	t->state = NULL;
+	if (keep && st->fill) {
+		k = tile_key(0, st->n / SB_TREE_TILE, kb);
+		rc = sb_proj_put(t, k.mv_data, k.mv_size, st->tile, st->fill * SB_MERKLE_HASH);
+	}
+	if (keep && !rc) {
+		sb_be64_put(b, st->n);
+		rc = sb_proj_put(t, "size", 4, b, 8);
+	}
+	free(st);
+	return rc;
 }
 
 const struct sb_projection sb_proj_tree = {
 	.name = "tree",
 	.version = 1,
 	.apply_record = tree_apply,
+	.end = tree_end,
 };
 
 int sb_tree_open(sb_log *log, MDB_txn *txn, struct sb_proj_txn *t)

@@ -92,6 +92,8 @@ static void tree_fold(sb_log *log, uint64_t from)
 	sb_log_iter_close(it);
 	if (rc != SB_END)
 		die("iter", rc);
+	if ((rc = sb_proj_tree.end(&t, 1)))
+		die("tree: end", rc);
 	if (mdb_txn_commit(t.txn))
 		die("tree: commit", SB_ERR_IO);
 }
