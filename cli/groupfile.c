@@ -22,7 +22,7 @@
 
 #include "cli/parse.h"
 #include "engine/error.h"
-#include "engine/runs/plan.h" /* SB_PLAN_NAME_MAX: a run's name and group */
+#include "engine/runs/plan.h" /* SB_PLAN_NAME_MAX, SB_PLAN_RUNNER_MAX: the daemon's limits */
 #include "engine/text.h"
 #include "netpolicy/netpolicy.h"
 #include "vmm/accel.h"
@@ -726,6 +726,22 @@ static int set_snapshots(struct load *l, const struct val *v, struct cli_group_r
 			   cli_spec_check_snapshots(r->spec.snapshots));
 }
 
+static int set_runner(struct load *l, const struct val *v, struct cli_group_run *r)
+{
+	const char *s = NULL;
+	int rc = want_str(l, v->node, v->path, "a runner's name", &s);
+
+	if (rc)
+		return rc;
+	if (sb_text_check(s, strlen(s), "the runner"))
+		return fail(l, v->node, v->path, "%s", sb_errmsg(SB_ERR_INVAL));
+	if (!*s || strlen(s) >= SB_PLAN_RUNNER_MAX)
+		return fail(l, v->node, v->path, "a runner's name has 1 to %d bytes, not %zu",
+			    SB_PLAN_RUNNER_MAX - 1, strlen(s));
+	r->spec.runner = s;
+	return SB_OK;
+}
+
 static int set_secrets(struct load *l, const struct val *v, struct cli_group_run *r)
 {
 	return want_strs(l, v->node, v->path, "secrets", &r->spec.secrets);
@@ -889,6 +905,7 @@ enum {
 	S_QUOTA,
 	S_ACCEL,
 	S_SNAPSHOTS,
+	S_RUNNER,
 	S_ENV,
 	S_SECRETS,
 	S_INPUTS,
@@ -913,6 +930,7 @@ static const struct field run_fields[] = {
     {"record_quota", S_QUOTA, set_quota},
     {"accel", S_ACCEL, set_accel},
     {"snapshots", S_SNAPSHOTS, set_snapshots},
+    {"runner", S_RUNNER, set_runner},
     {"env", S_ENV, set_env},
     {"secrets", S_SECRETS, set_secrets},
     {"inputs", S_INPUTS, set_inputs},
@@ -1145,16 +1163,36 @@ static int defaults_load(struct load *l, const struct node *d, struct val *dflt)
 	return run_apply(l, dflt, NULL, NULL, &scratch);
 }
 
-/* Reads the runs, list rs of the document root, over the defaults d
- * (NULL: none). */
+/* The group's runner, node n of the document's "runner": every run's
+ * default runner, as defaults.runner would be (not both). */
+static int group_runner(struct load *l, const struct node *n, struct val *dflt)
+{
+	struct cli_group_run scratch;
+	struct val *v = &dflt[S_RUNNER];
+
+	if (v->f)
+		return fail(l, v->key, v->path,
+			    "give runner or defaults.runner, not both");
+	v->f = run_fields;
+	while (v->f->slot != S_RUNNER)
+		v->f++;
+	v->node = n;
+	snprintf(v->path, sizeof v->path, "runner");
+	memset(&scratch, 0, sizeof scratch);
+	return v->f->set(l, v, &scratch);
+}
+
+/* Reads the runs, list rs of the document root, over the defaults d and
+ * the group's runner rn (NULL: none). */
 static int runs_load(struct load *l, const struct node *root, const struct node *d,
-		     const struct node *rs)
+		     const struct node *rn, const struct node *rs)
 {
 	struct val dflt[S_N];
 	int rc;
 
 	memset(dflt, 0, sizeof dflt);
-	if (d && (rc = defaults_load(l, d, dflt)))
+	if ((d && (rc = defaults_load(l, d, dflt))) ||
+	    (rn && (rc = group_runner(l, rn, dflt))))
 		return rc;
 	if (!rs)
 		return fail(l, root, "runs", "missing: a group file lists its runs");
@@ -1177,8 +1215,9 @@ static int runs_load(struct load *l, const struct node *root, const struct node 
 	return SB_OK;
 }
 
-enum { G_NAME, G_GOAL, G_BUDGET, G_DEFAULTS, G_RUNS, G_N };
-static const char *const group_fields[] = {"name", "goal", "budget", "defaults", "runs"};
+enum { G_NAME, G_GOAL, G_BUDGET, G_RUNNER, G_DEFAULTS, G_RUNS, G_N };
+static const char *const group_fields[] = {"name",   "goal",     "budget",
+					   "runner", "defaults", "runs"};
 
 /* Sorts the document's fields into top by G_*. */
 static int group_collect(struct load *l, const struct node *root, const struct node **top)
@@ -1238,7 +1277,7 @@ static int group_check(struct load *l)
 	int rc;
 
 	if ((rc = group_collect(l, root, top)) || (rc = group_head(l, root, top)) ||
-	    (rc = runs_load(l, root, top[G_DEFAULTS], top[G_RUNS])))
+	    (rc = runs_load(l, root, top[G_DEFAULTS], top[G_RUNNER], top[G_RUNS])))
 		return rc;
 	return pos_tree(l, root, "", NULL);
 }
@@ -1411,7 +1450,9 @@ int cli_group_run_error(const struct cli_group *g, const char *msg, char *buf, s
 
 	if (sscanf(msg, "runs[%u]: %n", &i, &n) != 1 || n <= 0 || i >= g->nruns)
 		return 0;
-	snprintf(path, sizeof path, "runs[%u]", i);
+	/* the daemon's refusal of a run's runner points at its runner field */
+	snprintf(path, sizeof path, "runs[%u]%s", i,
+		 strncmp(msg + n, "no runner '", 11) ? "" : ".runner");
 	cli_group_error(g, path, msg + n, buf, cap);
 	return 1;
 }

@@ -114,8 +114,10 @@ void cli_group_error(const struct cli_group *g, const char *path, const char *ms
 		     char *buf, size_t cap);
 
 /* When msg is the daemon's error about one of g's runs ("runs[2]: ..."),
- * writes it as cli_group_error does, at that run's place in the file, and
- * returns 1; else 0 (buf untouched). */
+ * writes it as cli_group_error does, at that run's place in the file (at
+ * its runner field for "no runner '...": "runs[2].runner", written where
+ * the run, its defaults or the group gave it), and returns 1; else 0 (buf
+ * untouched). */
 int cli_group_run_error(const struct cli_group *g, const char *msg, char *buf, size_t cap);
 
 #endif

@@ -98,6 +98,13 @@ after=$("$SB" ps --all -q | wc -l)
 import json, sys
 sys.exit(0 if json.loads(sys.stdin.readline())["payload"].get("runner") == "local" else 1)' ||
 	fail "run.created of $R does not name runner local"
+# a group file naming a runner the daemon has not: the whole group is
+# refused in one line at the runner's place, nothing recorded
+printf 'name: far\nrunner: far\nruns:\n  - name: a\n    harness: "true"\n  - name: b\n    harness: "true"\n    runner: local\n' >"$tmp/far.yaml"
+one_line 2 group run "$tmp/far.yaml" --detach
+line_has "$tmp/far.yaml:2:9: runs[0].runner: no runner 'far' here: this daemon has local"
+[ "$("$SB" ps --all -q | wc -l)" = "$after" ] || fail "a run of a group on no runner was recorded: $("$SB" ps --all)"
+"$SB" group ls 2>/dev/null | grep -q far && fail "a group on no runner was recorded: $("$SB" group ls)"
 # accel kvm where /dev/kvm does not open: exit 4, before any run is made
 # (the open is tried as the daemon tries it: O_RDWR, never creating it)
 if ! python3 -c 'import os; os.open("/dev/kvm", os.O_RDWR)' 2>/dev/null; then

@@ -289,6 +289,61 @@ static void test_defaults(void **state)
 	cli_group_free(g);
 }
 
+/* A run that is fine, to put beside a broken one. */
+#define RUN_OK "  - name: ok\n    prompt: fine\n"
+
+/* runner: the group's (top level) is every run's default, as
+ * defaults.runner would be (not both); a run's own wins; each is checked
+ * as a name; the daemon's refusal of one points at where it was given. */
+static void test_runner(void **state)
+{
+	struct cli_group *g;
+	char line[512], want[512];
+	const char *path = put(state, "r.yaml",
+			       "name: r\n"
+			       "runner: far\n"
+			       "runs:\n"
+			       "  - name: one\n"
+			       "    prompt: x\n"
+			       "  - name: two\n"
+			       "    prompt: y\n"
+			       "    runner: local\n");
+
+	assert_int_equal(cli_group_load(path, &g), SB_OK);
+	spec_is(g, 0,
+		"{\"template\": \"shell\", \"name\": \"one\", \"group\": \"r\", "
+		"\"runner\": \"far\", \"argv\": [], "
+		"\"prompt\": \"x\", \"env\": [], \"secrets\": [], \"cpus\": 0, "
+		"\"memory_mib\": 0, \"timeout_s\": 0, \"budget_nusd\": 0, \"inputs\": []}");
+	spec_is(g, 1,
+		"{\"template\": \"shell\", \"name\": \"two\", \"group\": \"r\", "
+		"\"runner\": \"local\", \"argv\": [], "
+		"\"prompt\": \"y\", \"env\": [], \"secrets\": [], \"cpus\": 0, "
+		"\"memory_mib\": 0, \"timeout_s\": 0, \"budget_nusd\": 0, \"inputs\": []}");
+	at(g, "runs[0].runner", 2, 9, "runner");
+	at(g, "runs[1].runner", 8, 13, "runs[1].runner");
+	assert_int_equal(cli_group_run_error(g, "runs[0]: no runner 'far' here: this daemon "
+						"has local", line, sizeof line), 1);
+	snprintf(want, sizeof want,
+		 "%s:2:9: runs[0].runner: no runner 'far' here: this daemon has local", path);
+	assert_string_equal(line, want);
+	assert_int_equal(cli_group_run_error(g, "runs[1]: it does not fit", line, sizeof line),
+			 1);
+	snprintf(want, sizeof want, "%s:6:5: runs[1]: it does not fit", path);
+	assert_string_equal(line, want);
+	cli_group_free(g);
+
+	bad(state, "name: g\nrunner: a\ndefaults:\n  runner: b\nruns:\n" RUN_OK,
+	    "F:4:3: defaults.runner: give runner or defaults.runner, not both");
+	bad(state, "name: g\nrunner: ''\nruns:\n" RUN_OK,
+	    "F:2:9: runner: a runner's name has 1 to 31 bytes, not 0");
+	bad(state, "name: g\nruns:\n  - name: a\n    prompt: x\n    runner: "
+		   "abcdefghijklmnopqrstuvwxyz012345\n",
+	    "F:5:13: runs[0].runner: a runner's name has 1 to 31 bytes, not 32");
+	bad(state, "name: g\ndefaults:\n  runner: [a]\nruns:\n" RUN_OK,
+	    "F:3:11: defaults.runner: must be a runner's name, not a list");
+}
+
 /* Inputs: relative paths from the file's folder, checked when the file is
  * read and read when a spec is packed. */
 static void test_inputs(void **state)
@@ -340,9 +395,6 @@ static void test_inputs(void **state)
 	snprintf(sub, sizeof sub, "F%s", want + strlen(path));
 	refused(path, SB_ERR_NOTFOUND, sub);
 }
-
-/* A run that is fine, to put beside a broken one. */
-#define RUN_OK "  - name: ok\n    prompt: fine\n"
 
 /* YAML that libyaml refuses: the line and column it says, and the path
  * the parser was in. */
@@ -584,6 +636,7 @@ int main(void)
 	    cmocka_unit_test(test_example),
 	    cmocka_unit_test(test_positions),
 	    cmocka_unit_test_setup_teardown(test_defaults, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_runner, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_inputs, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_bad_yaml, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_unknown_fields, setup, teardown),
