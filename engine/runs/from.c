@@ -314,8 +314,32 @@ out:
 	return rc;
 }
 
+/* The seed and clock the re-run's original started its harness with
+ * (its guest's first harness.input.ready: seed, 64 hex digits, and
+ * clock_s) into p->start; a record without them leaves it unset. */
+static void rerun_start(const struct sb_event *e, struct sb_plan *p)
+{
+	msgpack_zone zone;
+	msgpack_object o;
+	char hex[2 * sizeof p->start.seed + 1];
+	size_t n = 0;
+
+	if (p->start.given || !msgpack_zone_init(&zone, 512))
+		return;
+	if (sb_payload_parse(e->payload, e->payload_len, &zone, &o) == SB_OK &&
+	    sb_map_str(&o, "seed", hex, sizeof hex) == 2 * sizeof p->start.seed &&
+	    sodium_hex2bin(p->start.seed, sizeof p->start.seed, hex, sizeof hex - 1, NULL, &n,
+			   NULL) == 0 &&
+	    n == sizeof p->start.seed && sb_map_get(&o, "clock_s")) {
+		p->start.clock_s = sb_map_u64(&o, "clock_s", 0);
+		p->start.given = p->start.clock_s > 0;
+	}
+	msgpack_zone_destroy(&zone);
+}
+
 /* On a worker: the model calls of the run r re-runs (its gateway
- * agent.message events, in the log's order) into r->from.calls. */
+ * agent.message events, in the log's order) into r->from.calls, and the
+ * seed and clock its harness started with into r->plan.start. */
 static int rerun_load(struct run *r)
 {
 	sb_log *log = r->rs->env.log;
@@ -328,6 +352,8 @@ static int rerun_load(struct run *r)
 	if ((rc = sb_log_iter_open_run(log, r->from.run, 1, &it)))
 		return rc;
 	while ((rc = sb_log_iter_next(it, &e)) == SB_OK) {
+		if (e.source == SB_SRC_GUEST && !strcmp(e.type, "harness.input.ready"))
+			rerun_start(&e, &r->plan);
 		if (e.source != SB_SRC_GATEWAY || strcmp(e.type, "agent.message"))
 			continue;
 		if (n == cap) {

@@ -413,6 +413,10 @@ static int pack_spec(const struct sb_plan *p, const char *vkey, uint16_t tunnel_
 			sb_pack_str(v, p->removes[i]);
 	}
 	sb_mapw_u64(&m, "tunnel_port", tunnel_port);
+	if (p->start.given) { /* a re-run: its original's start */
+		sb_mapw_bin(&m, "seed", p->start.seed, sizeof p->start.seed);
+		sb_mapw_u64(&m, "clock_s", p->start.clock_s);
+	}
 	if (net)
 		sb_net_iface_pack(net, sb_mapw_key(&m, "net"));
 	return sb_mapw_end(&m);

@@ -69,6 +69,13 @@ struct sb_plan {
 	struct sb_netpolicy net;
 	struct sb_access access;
 	void **loaded; /* input contents read from blobs (owned) */
+	/* a re-run's: the seed and clock its original's guest started its
+	 * harness with (its harness.input.ready), given in the SPEC */
+	struct {
+		int given;
+		uint8_t seed[32];
+		uint64_t clock_s;
+	} start;
 };
 
 /* What resolving a plan reads from. */

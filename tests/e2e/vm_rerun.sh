@@ -8,7 +8,8 @@
 # --live-after-divergence it goes on to the provider, metered. Each re-run
 # ends with rerun.compared (before its run.stopped), which the CLI prints
 # and exits by: 0 the same outcome, 120 another (a command that writes a
-# file named by its run id is reported with both paths).
+# file named by its run id is reported with both paths). A command's
+# re-run starts with its original's clock and seed (SANBOX_SEED).
 . "$(dirname "$0")/lib/vm.sh"
 
 work=$(mktemp -d /tmp/sbrerun.XXXXXX)
@@ -148,4 +149,31 @@ assert ch == {"/workspace/out-%s.txt" % o["rerun"]: "added", "/workspace/out-%s.
 added = [f for f in c["files"] if f["change"] == "added"][0]
 assert len(added["xxh3"]) == 16 and added["original_xxh3"] == "", added' "$W" 2>"$work/j.err" && [ $rc = 120 ] &&
 	ok "rerun --json: its last line holds the comparison" || bad "rerun --json" "exit $rc: $(tail -n 2 "$work/j.err")"
+# --- 5. a cold re-run's harness starts with its original's clock and seed
+# out RUN: the run's standard output
+out() { "$SB" events "$1" --json | python3 -c '
+import json, sys
+print("".join(e["payload"]["data"] for e in map(json.loads, sys.stdin) if e["type"] == "agent.output" and e["payload"]["stream"] == "stdout"), end="")'; }
+# ready RUN: the seed and clock its harness.input.ready says
+ready() { "$SB" events "$1" --json | python3 -c '
+import json, sys
+p = [e["payload"] for e in map(json.loads, sys.stdin) if e["type"] == "harness.input.ready"][0]
+print(p["seed"], p["clock_s"])'; }
+"$SB" run --name clock -- sh -c 'date +%s; echo "seed $SANBOX_SEED"; head -c 16 /dev/urandom | od -An -tx1 | tr -d " \n"; echo' \
+	>"$work/c.out" 2>&1 || bad "clock" "$(tail -n 5 "$work/c.out")"
+C=$(rid clock)
+"$SB" rerun clock >"$work/re5.out" 2>&1
+rc=$?
+R5=$(sed -n 's/^rerun \([0-9a-f]*\): .*/\1/p' "$work/re5.out" | head -n 1)
+oc=$(out "$C")
+orr=$(out "$R5")
+set -- $(ready "$C")
+seed=$1 clock=$2
+[ $rc = 0 ] && [ "$(echo "$oc" | sed -n 1p)" = "$clock" ] && [ "$(echo "$orr" | sed -n 1p)" = "$clock" ] &&
+	ok "the re-run's date +%s at its start is the original's ($clock)" ||
+	bad "clock" "exit $rc; original '$(echo "$oc" | sed -n 1p)', re-run '$(echo "$orr" | sed -n 1p)', recorded $clock"
+[ ${#seed} = 64 ] && [ "$(ready "$R5")" = "$seed $clock" ] && [ "$(echo "$oc" | sed -n 2p)" = "seed $seed" ] &&
+	[ "$(echo "$orr" | sed -n 2p)" = "seed $seed" ] &&
+	ok "SANBOX_SEED and the seed the kernel got are the original's (/dev/urandom: $(echo "$oc" | sed -n 3p) then $(echo "$orr" | sed -n 3p))" ||
+	bad "seed" "recorded $seed / $(ready "$R5"); outputs: $oc / $orr"
 exit $((failures > 0))

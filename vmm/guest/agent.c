@@ -60,6 +60,9 @@ struct spec {
 	char **removes; /* workspace paths deleted before the inputs are written */
 	size_t nremoves;
 	struct agent_net net; /* its NIC (network acl) */
+	unsigned char seed[32]; /* the seed given (a re-run's: its original's) */
+	int seeded;
+	uint64_t clock_s; /* the clock given at the harness's start, or 0 */
 };
 
 struct outpipe {
@@ -217,7 +220,7 @@ static char **dup_strv(const msgpack_object *o, size_t extra, size_t *count)
 }
 
 /* The variables spec_parse sets (env_set) beside the SPEC's own. */
-#define ENV_SET 6
+#define ENV_SET 7
 
 /* Sets key=value in the environment unless key is there (or always when
  * force is set). */
@@ -341,6 +344,22 @@ static const char *removes_parse(const msgpack_object *list, struct spec *s)
 }
 
 /* Fills s from the SPEC body; returns an error message or NULL. */
+/* The SPEC's seed? (bin, 32 bytes) and clock_s? (uint) into s. */
+static const char *start_parse(const msgpack_object *body, struct spec *s)
+{
+	const msgpack_object *seed = sb_map_get(body, "seed"), *t = sb_map_get(body, "clock_s");
+
+	if (seed && (seed->type != MSGPACK_OBJECT_BIN || seed->via.bin.size != sizeof s->seed))
+		return "SPEC seed must be 32 bytes";
+	if (t && (t->type != MSGPACK_OBJECT_POSITIVE_INTEGER || t->via.u64 > INT32_MAX * 4ull))
+		return "SPEC clock_s must be seconds since the epoch";
+	if (seed)
+		memcpy(s->seed, seed->via.bin.ptr, sizeof s->seed);
+	s->seeded = seed != NULL;
+	s->clock_s = t ? t->via.u64 : 0;
+	return NULL;
+}
+
 static const char *spec_parse(const msgpack_object *body, struct spec *s)
 {
 	const msgpack_object *argv = sb_map_get(body, "argv");
@@ -378,6 +397,8 @@ static const char *spec_parse(const msgpack_object *body, struct spec *s)
 	if ((err = removes_parse(sb_map_get(body, "remove"), s)))
 		return err;
 	if ((err = agent_net_parse(sb_map_get(body, "net"), &s->net)))
+		return err;
+	if ((err = start_parse(body, s)))
 		return err;
 
 	env_set(s, "PATH", DEFAULT_PATH, 0);
@@ -765,6 +786,58 @@ static void machine_id_fresh(struct agent *ag)
 		close(fd);
 }
 
+/* Mixes the n bytes of seed (16 to 64) into the kernel's pool, then has
+ * the generator reseeded now (not at its next periodic reseed: a copy's
+ * first bytes must differ already). */
+static void entropy_add(struct agent *ag, const void *seed, size_t n)
+{
+	struct {
+		int entropy_count, buf_size;
+		unsigned char buf[64];
+	} ent;
+	int fd;
+
+	ent.entropy_count = (int)n * 8;
+	ent.buf_size = (int)n;
+	memcpy(ent.buf, seed, n);
+	if ((fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC)) < 0 ||
+	    ioctl(fd, RNDADDENTROPY, &ent) || ioctl(fd, RNDRESEEDCRNG))
+		agent_log(&ag->port, "cannot reseed the kernel's randomness: %s",
+			  strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+/* The harness's start: its seed (the SPEC's, else 32 fresh bytes) mixed
+ * into the kernel's pool and given as SANBOX_SEED (64 hex digits), and the
+ * clock set to a whole second (the SPEC's clock_s, else now's); both told
+ * to the host in m (harness.input.ready's seed and clock_s), so a re-run
+ * can be given them. */
+static void start_seed(struct agent *ag, sb_mapw *m)
+{
+	struct spec *s = &ag->spec;
+	struct timespec ts = {0};
+	char hex[2 * sizeof s->seed + 1];
+	int fd = -1;
+
+	if (!s->seeded && ((fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC)) < 0 ||
+			   read(fd, s->seed, sizeof s->seed) != (ssize_t)sizeof s->seed))
+		agent_log(&ag->port, "cannot read /dev/urandom: %s", strerror(errno));
+	if (!s->seeded && fd >= 0)
+		close(fd);
+	entropy_add(ag, s->seed, sizeof s->seed);
+	for (size_t i = 0; i < sizeof s->seed; i++)
+		snprintf(hex + 2 * i, 3, "%02x", s->seed[i]);
+	env_set(s, "SANBOX_SEED", hex, 1);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec = s->clock_s ? (time_t)s->clock_s : ts.tv_sec;
+	ts.tv_nsec = 0;
+	if (clock_settime(CLOCK_REALTIME, &ts))
+		agent_log(&ag->port, "cannot set the clock: %s", strerror(errno));
+	sb_mapw_str(m, "seed", hex);
+	sb_mapw_u64(m, "clock_s", (uint64_t)ts.tv_sec);
+}
+
 /* RESTORED {time_ns, seed, machine_id, net?}: this guest is a copy of a memory snapshot.
  * Its clock is the snapshot's and its randomness the snapshot's (a fork
  * would share both with its siblings): the host's time and fresh bytes
@@ -775,12 +848,6 @@ static void restored(struct agent *ag, const msgpack_object *body, int resume)
 			     *seed = sb_map_get(body, "seed"),
 			     *id = sb_map_get(body, "machine_id"),
 			     *net = sb_map_get(body, "net");
-	struct {
-		int entropy_count, buf_size;
-		unsigned char buf[64];
-	} ent;
-	int fd;
-
 	if (t && t->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
 		struct timespec ts = {(time_t)(t->via.u64 / 1000000000u),
 				      (long)(t->via.u64 % 1000000000u)};
@@ -788,19 +855,8 @@ static void restored(struct agent *ag, const msgpack_object *body, int resume)
 			agent_log(&ag->port, "cannot set the clock: %s", strerror(errno));
 	}
 	if (seed && seed->type == MSGPACK_OBJECT_BIN && seed->via.bin.size >= 16 &&
-	    seed->via.bin.size <= sizeof ent.buf) {
-		ent.entropy_count = (int)seed->via.bin.size * 8;
-		ent.buf_size = (int)seed->via.bin.size;
-		memcpy(ent.buf, seed->via.bin.ptr, seed->via.bin.size);
-		/* mixed in, then the generator reseeded now (not at its next
-		 * periodic reseed: a copy's first bytes must differ already) */
-		if ((fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC)) < 0 ||
-		    ioctl(fd, RNDADDENTROPY, &ent) || ioctl(fd, RNDRESEEDCRNG))
-			agent_log(&ag->port, "cannot reseed the kernel's randomness: %s",
-				  strerror(errno));
-		if (fd >= 0)
-			close(fd);
-	}
+	    seed->via.bin.size <= 64)
+		entropy_add(ag, seed->via.bin.ptr, seed->via.bin.size);
 	/* a copy of a run with a NIC: its new addresses */
 	if (net) {
 		struct agent_net n;
@@ -900,6 +956,7 @@ static const char *run_setup(struct agent *ag)
 	cgroup_open(ag);
 	m = agent_event_begin(&ev, "harness.input.ready");
 	pack_written(m, files, bytes, &sk);
+	start_seed(ag, m);
 	agent_frame_send(&ag->port, &ev);
 	return start_harness(ag);
 }
