@@ -94,6 +94,7 @@ static void print_state(const struct sb_runstate *rs, const msgpack_object *cost
 
 	row("run", "%s  %s%s%s", rs->run, rs->name, rs->group[0] ? "  group " : "", rs->group);
 	row("template", "%s  %.12s", rs->template, rs->template_hash);
+	row("runner", "%s", rs->runner);
 	if (rs->has_exit && !strcmp(rs->status, "exited"))
 		row("status", "exited %lld", (long long)rs->exit_status);
 	else

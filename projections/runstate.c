@@ -22,7 +22,7 @@ static const struct sb_fdesc rs_fields[] = {
 	SB_FU64(RS, net_lookups), SB_FU64(RS, net_denied), SB_FU64(RS, net_changes),
 	SB_FU64(RS, active_ns),   SB_FSTR(RS, progress_label), SB_FU64(RS, progress_count),
 	SB_FU64(RS, progress_total), SB_FU64(RS, turns),    SB_FU64(RS, tool_calls),
-	SB_FU64(RS, removed),
+	SB_FU64(RS, removed),     SB_FSTR(RS, runner),
 };
 #define NF (sizeof rs_fields / sizeof rs_fields[0])
 
@@ -112,6 +112,9 @@ static void fold_run(struct sb_runstate *rs, const struct sb_event *ev, const ms
 		SET(group, "group");
 		SET(template, "template");
 		SET(model, "model");
+		SET(runner, "runner");
+		if (!rs->runner[0]) /* recorded before runners: the local one */
+			strcpy(rs->runner, "local");
 	} else if (!strcmp(ty, "run.policy.resolved")) {
 		fold_policy(rs, map);
 	} else if (!strcmp(ty, "run.queued")) {
@@ -230,7 +233,7 @@ const struct sb_projection sb_proj_runstate = {
 	 * 5: progress_label, progress_count, progress_total (agent.progress),
 	 *    turns and tool_calls (completed);
 	 * 6: removed (run.removed) */
-	.version = 6,
+	.version = 7,
 	.init = NULL,
 	.apply = rs_apply,
 };

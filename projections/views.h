@@ -56,6 +56,8 @@ struct sb_runstate {
 	uint64_t turns;		  /* agent.turn.completed events */
 	uint64_t tool_calls;	  /* agent.tool.completed events */
 	uint64_t removed;	  /* 1: run.removed (its disk and snapshots freed) */
+	char runner[32];	  /* the runner its machine runs on (run.created's;
+				   * "local" in records from before runners) */
 };
 
 /* Applies event ev, whose payload map is map, to rs, the state of ev's

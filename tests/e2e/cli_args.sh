@@ -98,6 +98,11 @@ after=$("$SB" ps --all -q | wc -l)
 import json, sys
 sys.exit(0 if json.loads(sys.stdin.readline())["payload"].get("runner") == "local" else 1)' ||
 	fail "run.created of $R does not name runner local"
+"$SB" inspect "$R" --json | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["run"]["runner"] == "local" else 1)' ||
+	fail "inspect --json of $R does not name runner local"
+"$SB" ps --all --json | python3 -c 'import json,sys; sys.exit(0 if {r["runner"] for r in json.load(sys.stdin)} == {"local"} else 1)' ||
+	fail "ps --json does not name runner local: $("$SB" ps --all --json)"
+"$SB" inspect "$R" | grep -q '^runner *local$' || fail "inspect of $R has no runner line: $("$SB" inspect "$R")"
 # a group file naming a runner the daemon has not: the whole group is
 # refused in one line at the runner's place, nothing recorded
 printf 'name: far\nrunner: far\nruns:\n  - name: a\n    harness: "true"\n  - name: b\n    harness: "true"\n    runner: local\n' >"$tmp/far.yaml"

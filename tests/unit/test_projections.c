@@ -108,6 +108,7 @@ static void test_runstate_lifecycle(void **state)
 	assert_string_equal(rs.group, "g1");
 	assert_string_equal(rs.template, "debian");
 	assert_string_equal(rs.model, "gpt-x");
+	assert_string_equal(rs.runner, "local"); /* a record from before runners */
 	assert_true(rs.created_ns == 1000 && rs.started_ns == 0 && rs.ended_ns == 0);
 	assert_true(rs.events == 1 && rs.last_seq == 1 && rs.last_offset == 1);
 	assert_string_equal(rs.last_type, "run.created");
@@ -275,10 +276,12 @@ static void test_runstate_parent_each(void **state)
 	char list[256] = "";
 	int n = 0;
 
-	app(f, "bb", SB_SRC_HOST, "run.created", "{'name':'n','template':'t','group':'g'}");
+	app(f, "bb", SB_SRC_HOST, "run.created",
+	    "{'name':'n','template':'t','group':'g','runner':'far'}");
 	app(f, "cc", SB_SRC_HOST, "run.resumed", "{'from_run':'bb','from_offset':1}");
 	app(f, "aa", SB_SRC_HOST, "run.forked", "{'from_run':'cc','snapshot':'s1'}");
 	catch_up(f, 3);
+	assert_string_equal(rs_get(f, "bb").runner, "far");
 	rs = rs_get(f, "cc");
 	assert_string_equal(rs.parent, "bb");
 	assert_true(rs.parent_offset == 1);
