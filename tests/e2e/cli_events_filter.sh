@@ -55,6 +55,7 @@ same "$tmp/want" "$A" --from "$off4" --to "$off4"
 
 pick 'select((.payload.text // "") | startswith("late"))'
 same "$tmp/want" "$A" --since "$mid"
+sleep 1.1 # --until 1s: up to a second ago, which the late notes must be past
 same "$tmp/want" "$A" --since "$mid" --until 1s --source operator
 pick 'select((.payload.text // "") | startswith("late") | not)'
 same "$tmp/want" "$A" --until "$mid"

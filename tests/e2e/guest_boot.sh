@@ -129,7 +129,10 @@ boot run -a /bin/sh -a -c -a 'echo hello; mkdir -p d; echo x > d/f.txt; exit 3'
 printf 'x\n' >"$tmp/f.txt"
 xxh=$("$tmp/driver" --xxh3 "$tmp/f.txt")
 expect run 'HELLO ms=' "no HELLO"
-expect run 'EVENT harness.input.ready {"files"=>0, "bytes"=>0}' "no harness.input.ready"
+expect run 'EVENT harness.input.ready {"files"=>0, "bytes"=>0, "seed"=>"' "no harness.input.ready"
+# the harness's seed (none in the SPEC: 32 fresh bytes) and its clock
+grep -qE '^EVENT harness.input.ready .*"seed"=>"[0-9a-f]{64}", "clock_s"=>[0-9]+\}' "$tmp/run.out" ||
+	fail "run: harness.input.ready without its seed and clock_s"
 expect run '"stream"=>"stdout", "data"=>"hello' "no agent.output hello"
 expect run "{\"path\"=>\"/workspace/d/f.txt\", \"kind\"=>\"created\", \"size\"=>2, \"xxh3\"=>\"$xxh\", \"content\"=>" \
 	"no agent.file.changed for d/f.txt with xxh3 $xxh and its content"
@@ -151,7 +154,7 @@ echo "in=$(cat in/a.txt) foo=$FOO base=$OPENAI_BASE_URL"
 wget -qO- http://127.0.0.1:4000/x; echo "wget=$?"
 echo more >> in/a.txt; mkdir -p a/b/c; sleep 1; echo deep > a/b/c/f; sleep 1; mv a/b/c/f a/g; sleep 1; rm a/g'
 boot events -t 4000 -e FOO=bar -i 'in/a.txt=input-data' -a /bin/sh -a -c -a "$script"
-expect events 'EVENT harness.input.ready {"files"=>1, "bytes"=>10}' "inputs not counted"
+expect events 'EVENT harness.input.ready {"files"=>1, "bytes"=>10, ' "inputs not counted"
 expect events 'EVENT_JSON {"type":"agent.turn.started","payload":{"turn":1}}' "no EVENT_JSON"
 expect events 'DROPPED_LINE {"too_long"=>65536, "head"=>' "long line not reported as dropped"
 expect events 'EVENT_JSON {"type":"agent.turn.completed","payload":{"turn":1}}' \
