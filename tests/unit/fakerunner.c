@@ -221,14 +221,21 @@ static void g_raw(struct sb_machine *m, const void *buf, size_t len)
 }
 
 /* Sends a frame of kind (not numbered) whose body is body's bytes. */
-static void g_frame(struct sb_machine *m, int kind, const msgpack_sbuffer *body)
+/* Sends a frame of kind on stream with body. */
+static void g_frame_on(struct sb_machine *m, int kind, uint64_t stream,
+		       const msgpack_sbuffer *body)
 {
 	msgpack_sbuffer f;
 
 	msgpack_sbuffer_init(&f);
-	if (body->data && sb_chan_encode(kind, 0, body->data, body->size, &f) == SB_OK)
+	if (body->data && sb_chan_encode(kind, stream, body->data, body->size, &f) == SB_OK)
 		g_raw(m, f.data, f.size);
 	msgpack_sbuffer_destroy(&f);
+}
+
+static void g_frame(struct sb_machine *m, int kind, const msgpack_sbuffer *body)
+{
+	g_frame_on(m, kind, 0, body);
 }
 
 /* Numbers, keeps and sends a frame of kind (EVENT or EVENT_JSON). */
@@ -626,12 +633,11 @@ static int g_harness_end(struct sb_machine *m, int status, int sig, const char *
 	return 1;
 }
 
-/* EVENT {type, payload: the JSON text js, single quotes for double}. */
-static void g_event_json(struct sb_machine *m, const char *type, const char *js)
+/* The JSON text js, single quotes standing for double ones, parsed; NULL
+ * for NULL, for a text that is no JSON, or when out of memory. */
+static json_t *quoted_json(const char *js)
 {
-	char *t = strdup(js ? js : "{}");
-	msgpack_sbuffer b;
-	msgpack_packer pk;
+	char *t = js ? strdup(js) : NULL;
 	json_t *j = NULL;
 
 	for (char *c = t; c && *c; c++)
@@ -639,6 +645,17 @@ static void g_event_json(struct sb_machine *m, const char *type, const char *js)
 			*c = '"';
 	if (t)
 		j = json_loads(t, 0, NULL);
+	free(t);
+	return j;
+}
+
+/* EVENT {type, payload: the JSON text js, single quotes for double}. */
+static void g_event_json(struct sb_machine *m, const char *type, const char *js)
+{
+	json_t *j = quoted_json(js ? js : "{}");
+	msgpack_sbuffer b;
+	msgpack_packer pk;
+
 	msgpack_sbuffer_init(&b);
 	msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
 	msgpack_pack_map(&pk, 2);
@@ -648,7 +665,6 @@ static void g_event_json(struct sb_machine *m, const char *type, const char *js)
 		msgpack_pack_map(&pk, 0); /* a test's typo: the schema refuses it */
 	g_event_send(m, &b);
 	json_decref(j);
-	free(t);
 }
 
 static void g_file(struct sb_machine *m, const char *path, const char *data)
@@ -673,27 +689,17 @@ static void g_file(struct sb_machine *m, const char *path, const char *data)
  * double) or, for NULL, a msgpack string. */
 static void g_answer(struct sb_machine *m, int kind, uint64_t stream, const char *js)
 {
-	char *t = js ? strdup(js) : NULL;
-	msgpack_sbuffer b, f;
+	json_t *j = quoted_json(js);
+	msgpack_sbuffer b;
 	msgpack_packer pk;
-	json_t *j = NULL;
 
-	for (char *c = t; c && *c; c++)
-		if (*c == '\'')
-			*c = '"';
-	if (t)
-		j = json_loads(t, 0, NULL);
 	msgpack_sbuffer_init(&b);
-	msgpack_sbuffer_init(&f);
 	msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
 	if (!j || sb_json_to_msgpack(j, &pk))
 		sb_pack_str(&pk, "garbage");
-	if (sb_chan_encode(kind, stream, b.data, b.size, &f) == SB_OK)
-		g_raw(m, f.data, f.size);
-	msgpack_sbuffer_destroy(&f);
+	g_frame_on(m, kind, stream, &b);
 	msgpack_sbuffer_destroy(&b);
 	json_decref(j);
-	free(t);
 }
 
 /* Sends what step s says. */
