@@ -208,9 +208,11 @@ static int tree_apply(struct sb_proj_txn *t, const struct sb_event *ev, const vo
 	MDB_val k;
 	int rc;
 
-	if (!st && (rc = tree_load(t, (struct tree_state **)&t->state)))
-		return rc;
-	st = t->state;
+	if (!st) {
+		if ((rc = tree_load(t, &st)))
+			return rc;
+		t->state = st;
+	}
 	if (ev->offset != st->n + 1)
 		return sb_seterr(SB_ERR_CORRUPT, "tree: offset %llu follows leaf %llu",
 				 (unsigned long long)ev->offset, (unsigned long long)st->n);
