@@ -203,6 +203,12 @@ int cli_call(sb_client *c, struct cli_req *r, struct sb_reply *rep);
  * line (a call that is slow by nature: a command that runs). */
 int cli_call_ms(sb_client *c, struct cli_req *r, int timeout_ms, struct sb_reply *rep);
 
+/* Reads run's first event of type into *rep (freed by the caller with
+ * sb_reply_free, on error too); *ev points at it (its map: offset, ts,
+ * payload, ...), or is NULL when run has none. Errors: those of cli_call. */
+int cli_first_event(sb_client *c, const char *run, const char *type, struct sb_reply *rep,
+		    const msgpack_object **ev);
+
 /* Resolves a run id prefix or name into run. */
 int cli_resolve(sb_client *c, const char *want, char run[SB_RUN_MAX]);
 

@@ -10,30 +10,6 @@
 #include "engine/payload.h"
 #include "engine/text.h"
 
-/* The first event of type of run, read into *rep; *ev points at it, or
- * is NULL when there is none. */
-static int first_event(sb_client *c, const char *run, const char *type,
-		       struct sb_reply *rep, const msgpack_object **ev)
-{
-	struct cli_req r;
-	const msgpack_object *evs;
-	int rc;
-
-	*ev = NULL;
-	cli_req_begin(&r, "events.read");
-	sb_mapw_str(&r.m, "run", run);
-	sb_mapw_u64(&r.m, "from", 1);
-	sb_mapw_u64(&r.m, "limit", 1);
-	msgpack_pack_array(sb_mapw_key(&r.m, "types"), 1);
-	sb_pack_str(&r.m.pk, type);
-	if ((rc = cli_call(c, &r, rep)))
-		return rc;
-	evs = sb_map_get(&rep->map, "events");
-	if (evs && evs->type == MSGPACK_OBJECT_ARRAY && evs->via.array.size)
-		*ev = sb_map_get(&evs->via.array.ptr[0], "payload");
-	return SB_OK;
-}
-
 /* Prints where run departed from its record (d: its rerun.diverged, or
  * NULL), or that it kept to it. */
 static void print_diverged(const char *run, const char *orig, const msgpack_object *d)
@@ -120,11 +96,13 @@ static int rerun_report(sb_client *c, const char *run, const char *orig, int jso
 	const msgpack_object *d = NULL, *cmp = NULL;
 	int rc;
 
-	if ((rc = first_event(c, run, "rerun.diverged", &dr, &d)) ||
-	    (rc = first_event(c, run, "rerun.compared", &cr, &cmp))) {
+	if ((rc = cli_first_event(c, run, "rerun.diverged", &dr, &d)) ||
+	    (rc = cli_first_event(c, run, "rerun.compared", &cr, &cmp))) {
 		cli_note("rerun %s: its comparison cannot be read: %s", run, sb_errmsg(rc));
 		goto out;
 	}
+	d = d ? sb_map_get(d, "payload") : NULL;
+	cmp = cmp ? sb_map_get(cmp, "payload") : NULL;
 	if (json) {
 		cli_print_json(json_pack("{s:s, s:s, s:o, s:o}", "rerun", run, "original", orig,
 					 "diverged", d ? sb_msgpack_to_json(d) : json_null(),

@@ -401,6 +401,28 @@ int cli_call(sb_client *c, struct cli_req *r, struct sb_reply *rep)
 	return rc;
 }
 
+int cli_first_event(sb_client *c, const char *run, const char *type, struct sb_reply *rep,
+		    const msgpack_object **ev)
+{
+	struct cli_req r;
+	const msgpack_object *evs;
+	int rc;
+
+	*ev = NULL;
+	cli_req_begin(&r, "events.read");
+	sb_mapw_str(&r.m, "run", run);
+	sb_mapw_u64(&r.m, "from", 1);
+	sb_mapw_u64(&r.m, "limit", 1);
+	msgpack_pack_array(sb_mapw_key(&r.m, "types"), 1);
+	sb_pack_str(&r.m.pk, type);
+	if ((rc = cli_call(c, &r, rep)))
+		return rc;
+	evs = sb_map_get(&rep->map, "events");
+	if (evs && evs->type == MSGPACK_OBJECT_ARRAY && evs->via.array.size)
+		*ev = &evs->via.array.ptr[0];
+	return SB_OK;
+}
+
 int cli_call_ms(sb_client *c, struct cli_req *r, int timeout_ms, struct sb_reply *rep)
 {
 	int rc = sb_mapw_end(&r->m);

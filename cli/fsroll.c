@@ -203,23 +203,17 @@ static int input_parse(const msgpack_object *o, struct sb_plan_input *in)
 
 int cli_run_inputs(sb_client *c, const char *run, struct sb_plan *p, int64_t *ts)
 {
-	struct cli_req r;
 	struct sb_reply rep = {0};
-	const msgpack_object *evs, *ins = NULL;
+	const msgpack_object *ev, *ins = NULL;
 	int rc;
 
-	cli_req_begin(&r, "events.read");
-	sb_mapw_str(&r.m, "run", run);
-	sb_mapw_u64(&r.m, "from", 1);
-	sb_mapw_u64(&r.m, "limit", 1);
-	msgpack_pack_array(sb_mapw_key(&r.m, "types"), 1);
-	sb_pack_str(&r.m.pk, "run.policy.resolved");
-	if ((rc = cli_call(c, &r, &rep)))
+	if ((rc = cli_first_event(c, run, "run.policy.resolved", &rep, &ev))) {
+		sb_reply_free(&rep);
 		return rc;
-	evs = sb_map_get(&rep.map, "events");
-	if (evs && evs->type == MSGPACK_OBJECT_ARRAY && evs->via.array.size) {
-		ins = sb_map_get(sb_map_get(&evs->via.array.ptr[0], "payload"), "inputs");
-		*ts = (int64_t)(sb_map_u64(&evs->via.array.ptr[0], "ts", 0) / 1000000000u);
+	}
+	if (ev) {
+		ins = sb_map_get(sb_map_get(ev, "payload"), "inputs");
+		*ts = (int64_t)(sb_map_u64(ev, "ts", 0) / 1000000000u);
 	}
 	if (!ins || ins->type != MSGPACK_OBJECT_ARRAY)
 		rc = sb_seterr(SB_ERR_CORRUPT, "run %s: its inputs are not in its record", run);
