@@ -77,7 +77,8 @@ static void on_deadline(void *ctx)
 	op_fail(op, SB_ERR_TIMEOUT);
 }
 
-void sb_run_live_fail(struct run *r)
+/* Ends every op of r waiting for its guest with SB_ERR_STATE: r ends. */
+static void live_fail(struct run *r)
 {
 	while (r && r->ops) {
 		sb_seterr(SB_ERR_STATE, "run %s ended before its guest answered", r->id);
@@ -485,7 +486,8 @@ static void put_done(struct sb_live_op *op, const msgpack_object *body)
 	msgpack_sbuffer_destroy(&payload);
 }
 
-void sb_run_live_answer(struct run *r, int kind, uint64_t stream, const msgpack_object *body)
+/* The guest answered (EXEC_OUT, EXEC_EXIT, PUT_DONE) op stream of r. */
+static void live_answer(struct run *r, int kind, uint64_t stream, const msgpack_object *body)
 {
 	struct sb_live_op *op = r->ops;
 
@@ -500,3 +502,8 @@ void sb_run_live_answer(struct run *r, int kind, uint64_t stream, const msgpack_
 	else if (kind == SB_CHAN_PUT_DONE && op->kind == SB_CHAN_PUT)
 		put_done(op, body);
 }
+
+const struct sb_run_live_ops sb_run_live_ops = {
+	.answer = live_answer,
+	.fail = live_fail,
+};

@@ -2,12 +2,14 @@
  * shares with from.c (reattach, forks and resumes). Private to
  * engine/runs/: nothing outside includes it.
  *
- * Calls go one way but for two: from.c calls into runs.c and queue.c,
- * runs.c into queue.c, live.c into runs.c; queue.c calls nothing of the
- * others (it starts an admitted run through rs->start_admitted). The two:
- * runs.c calls from.c once (sb_runs_reattach, as it opens) and live.c to
- * hand it the guest's answers and a run's end (sb_run_live_answer,
- * sb_run_live_fail).
+ * Calls go one way: from.c, live.c and queue.c call into runs.c (and
+ * from.c into queue.c), runs.c into queue.c and none of the others back.
+ * runs.c reaches what it hands on only through hooks in struct sb_runs:
+ * queue.c starts an admitted run through rs->start_admitted, and runs.c
+ * hands the guest's answers and a run's end to live.c through
+ * rs->live_ops. manager.c puts the manager together (sb_runs_open: it
+ * installs the hooks and takes up the runs a previous daemon left through
+ * from.c) and calls into all of them; nothing calls into it.
  *
  * Threads: a struct run is the loop's, except during its creation, when
  * the worker doing the create (or from) job has it alone until it posts
@@ -130,6 +132,20 @@ struct sb_batch {
 
 struct job;
 
+/* live.c's part of a run's guest channel, which runs.c calls through
+ * rs->live_ops (live.c installs nothing; manager.c points rs->live_ops at
+ * sb_run_live_ops). Both on the loop, with r valid during the call. */
+struct sb_run_live_ops {
+	/* The guest answered (EXEC_OUT, EXEC_EXIT, PUT_DONE) op stream of r;
+	 * body is the guest's, valid during the call. An answer nobody
+	 * waits for is dropped. */
+	void (*answer)(struct run *r, int kind, uint64_t stream, const msgpack_object *body);
+	/* r ends (or its guest channel closed): every op of r waiting for
+	 * its guest is answered with SB_ERR_STATE and freed. Called before
+	 * r's guest is closed and r freed. */
+	void (*fail)(struct run *r);
+};
+
 struct sb_runs {
 	struct sb_runs_env env;
 	struct run *live;
@@ -159,8 +175,12 @@ struct sb_runs {
 	int pump_held; /* 1 while runs are taken up at the start: their order
 			* is known once all are in the queue */
 	/* runs.c's: a queued run, admitted now, is made and started; the
-	 * queue (queue.c) calls nothing else of the lifecycle */
+	 * queue (queue.c) calls nothing else of the lifecycle. On the loop;
+	 * r is the lifecycle's from then on. */
 	void (*start_admitted)(struct run *r);
+	/* live.c's, for runs.c: set as the manager opens, static data that
+	 * outlives it */
+	const struct sb_run_live_ops *live_ops;
 };
 
 /* --- batch.c: recording the runs' events --- */
@@ -222,11 +242,19 @@ int sb_runs_append(struct sb_runs *rs, struct sb_event *ev, const struct sb_blob
 
 struct sb_live_op;
 
-/* The guest answered (EXEC_OUT, EXEC_EXIT, PUT_DONE) op stream of r. */
-void sb_run_live_answer(struct run *r, int kind, uint64_t stream, const msgpack_object *body);
+/* What live.c gives runs.c (through rs->live_ops). */
+extern const struct sb_run_live_ops sb_run_live_ops;
 
-/* Ends every op of r waiting for its guest with SB_ERR_STATE: r ends. */
-void sb_run_live_fail(struct run *r);
+/* --- runs.c, again --- */
+
+/* Starts queued run r, admitted now (rs->start_admitted): its machine is
+ * made on a worker, then it starts (or, the pool closing, its creation is
+ * answered with why). On the loop. */
+void sb_run_start_admitted(struct run *r);
+/* Frees rs's live runs (their machines keep running, for the next daemon
+ * to take up) and the jobs not back from a worker; rs->env.idle is not
+ * called any more. On the loop, its recording closed first. */
+void sb_runs_lifecycle_close(struct sb_runs *rs);
 
 /* Frees r and what it holds (NULL is fine); its machine keeps running. */
 void sb_run_free(struct run *r);
@@ -298,7 +326,8 @@ int sb_run_pack_queued(struct run *r, msgpack_sbuffer *buf, struct sb_event *ev)
 
 /* --- from.c --- */
 
-/* Takes up run, which its record says is live (at sb_runs_open). */
+/* Takes up run, which its record says is live (manager.c, as the manager
+ * opens). */
 void sb_runs_reattach(struct sb_runs *rs, const char *run);
 
 #endif

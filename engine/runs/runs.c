@@ -224,7 +224,7 @@ void sb_run_free(struct run *r)
 	sb_watch_stop(r->timeout_w);
 	sb_watch_stop(r->boot_w);
 	sb_watch_stop(r->grace_w);
-	sb_run_live_fail(r); /* before the guest: what waits for it is answered */
+	r->rs->live_ops->fail(r); /* before the guest: what waits for it is answered */
 	sb_guest_close(r->g);
 	if (r->m)
 		r->runner->ops->free(r->m); /* before the snapper: no callback after */
@@ -641,12 +641,16 @@ static void g_done(void *ctx, const char *error)
 
 static void g_closed(void *ctx)
 {
-	sb_run_live_fail(ctx); /* no answer comes any more; the machine's end follows */
+	struct run *r = ctx;
+
+	r->rs->live_ops->fail(r); /* no answer comes any more; the machine's end follows */
 }
 
 static void g_answer(void *ctx, int kind, uint64_t stream, const msgpack_object *body)
 {
-	sb_run_live_answer(ctx, kind, stream, body);
+	struct run *r = ctx;
+
+	r->rs->live_ops->answer(r, kind, stream, body);
 }
 
 /* A connection to the gateway, tied to the run; a refusal (the run holds
@@ -1402,9 +1406,7 @@ int sb_runs_grant(struct sb_runs *rs, const char *run, const char *grant, int al
 	return rc;
 }
 
-/* A queued run admitted: its machine is made on a worker, then it starts
- * (or, the pool closing, its creation is answered with why). */
-static void start_admitted(struct run *r)
+void sb_run_start_admitted(struct run *r)
 {
 	r->st = SB_RUN_CREATING;
 	if (sb_work_submit(r->rs->env.jobs, make_machine, r)) {
@@ -1414,58 +1416,8 @@ static void start_admitted(struct run *r)
 	}
 }
 
-/* What the record knows of run, as the runner's sweep asks: 0 nothing,
- * 1 it ended, 2 it is live (an error reading it counts as live), 3 it
- * was removed. */
-static int run_known(void *ctx, const char *run)
+void sb_runs_lifecycle_close(struct sb_runs *rs)
 {
-	struct sb_runstate st;
-	int rc = sb_runstate_get(ctx, run, &st);
-
-	if (rc == SB_ERR_NOTFOUND)
-		return 0;
-	if (rc || sb_runstate_is_live(&st))
-		return 2;
-	return st.removed ? 3 : 1;
-}
-
-int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
-{
-	struct sb_runs *rs = calloc(1, sizeof *rs);
-	char(*runs)[SB_RUN_MAX] = NULL;
-	size_t n = 0;
-	int rc;
-
-	if (!rs)
-		return SB_ERR_NOMEM;
-	rs->env = *env;
-	pthread_mutex_init(&rs->stop_mu, NULL);
-	pthread_mutex_init(&rs->cap_mu, NULL);
-	rs->start_admitted = start_admitted;
-	sb_runs_capacity_init(rs);
-	if ((rc = sb_runs_batch_open(rs)) || (rc = sb_projector_catch_up(env->proj, NULL)) ||
-	    (rc = sb_runstate_live(env->proj, NULL, &runs, &n))) {
-		sb_runs_close(rs);
-		return rc;
-	}
-	for (size_t i = 0; i < env->nrunners; i++) /* each its own machines */
-		if (env->runners[i].ops->sweep)
-			env->runners[i].ops->sweep(env->runners[i].ctx, run_known, env->proj);
-	rs->pump_held = 1; /* the queued are started in their order, once all are in */
-	for (size_t i = 0; i < n; i++)
-		sb_runs_reattach(rs, runs[i]);
-	rs->pump_held = 0;
-	sb_runs_pump(rs);
-	free(runs);
-	*out = rs;
-	return SB_OK;
-}
-
-void sb_runs_close(struct sb_runs *rs)
-{
-	if (!rs)
-		return;
-	sb_runs_batch_close(rs);
 	rs->env.idle = NULL;
 	while (rs->live) {
 		struct run *r = rs->live;
@@ -1477,7 +1429,4 @@ void sb_runs_close(struct sb_runs *rs)
 		rs->jobs = j->next;
 		free(j);
 	}
-	pthread_mutex_destroy(&rs->stop_mu);
-	pthread_mutex_destroy(&rs->cap_mu);
-	free(rs);
 }
