@@ -16,7 +16,7 @@ LIBS    := -llmdb -lmsgpackc -lxxhash -lev -lnng -lmbedtls -lmbedx509 -lmbedcryp
 
 # Library code: every .c under these folders except program entry points.
 LIB_SRCS := $(filter-out engine/daemon/sanboxd.c, \
-            $(wildcard engine/*.c engine/*/*.c projections/*.c vmm/*.c netpolicy/*.c))
+            $(wildcard engine/*.c engine/*/*.c projections/*.c vmm/*.c netpolicy/*.c audit/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.c) $(wildcard mcp/*.c)
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)

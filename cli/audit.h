@@ -3,8 +3,8 @@
 #ifndef SB_CLI_AUDIT_H
 #define SB_CLI_AUDIT_H
 
+#include "audit/bundle.h"
 #include "engine/daemon/client.h"
-#include "engine/log/bundle.h"
 
 /* Fills x's runs (ids) and runinfo from the daemon for run want (an id
  * prefix or a name) or, with group set, every run of group; ids is room

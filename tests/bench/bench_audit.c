@@ -24,8 +24,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "audit/bundle.h"
 #include "engine/error.h"
-#include "engine/log/bundle.h"
 #include "engine/log/log.h"
 #include "engine/payload.h"
 #include "projections/projection.h"

@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "audit/bundle.h"
 #include "engine/error.h"
 #include "engine/log/blob.h"
-#include "engine/log/bundle.h"
 #include "engine/payload.h"
 #include "projections/tree.h"
 

@@ -1,5 +1,5 @@
 /* bundle.c - writing audit bundles (verify.c checks them). */
-#include "engine/log/bundle.h"
+#include "audit/bundle.h"
 
 #include <errno.h>
 #include <sodium.h>

@@ -7,6 +7,10 @@
  * proof and, with a prior checkpoint, prior-checkpoint and consistency.
  * Both export and verify stream the events: memory does not grow with
  * them (the manifest's lists grow with runs, blobs and redactions).
+ *
+ * Bundles sit above the log and the projections: an export reads the log
+ * and the tree projection's tiles (projections/tree.h), and neither
+ * includes anything of audit/.
  */
 #ifndef SB_BUNDLE_H
 #define SB_BUNDLE_H
