@@ -216,7 +216,7 @@ static const struct cli_cmd commands[] = {
 	 "budget, defaults, and its runs with the options of 'sanbox run'; see\n"
 	 "examples/acquisition.yaml). The whole file is checked first: an error\n"
 	 "names its FILE:LINE:COL and field, and nothing starts. Runs that do not\n"
-	 "fit the host's capacity wait, queued, and start in the file's order. The\n"
+	 "fit their runner's capacity wait, queued, and start in the file's order. The\n"
 	 "group's budget is shared: no call of its runs takes the group past it.\n"
 	 "When the file's name is taken, the group is NAME-2 (NAME-3, ...); --name\n"
 	 "gives it one (taken: an error). Then it waits for every run to end, a\n"

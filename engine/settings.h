@@ -40,10 +40,11 @@ struct sb_settings {
 	double snapshots_keep;	    /* automatic snapshots kept per run (0: all) */
 	double boot_timeout_s;
 	double warm_start; /* 1: runs restore their template's warm image */
-	uint64_t capacity_cpus;	      /* vCPUs runs may hold at once (0: the host's
-				       * CPUs times 4) */
-	uint64_t capacity_memory_mib; /* MiB runs may hold at once (0: the host's
-				       * memory less 1 GiB or a tenth) */
+	uint64_t capacity_cpus;	      /* vCPUs the local runner's runs may hold at
+				       * once (0: the host's CPUs times 4) */
+	uint64_t capacity_memory_mib; /* MiB the local runner's runs may hold at
+				       * once (0: the host's memory less 1 GiB or
+				       * a tenth) */
 	/* network mode acl */
 	char net_resolver[64]; /* "IP[:PORT]", or "": /etc/resolv.conf */
 	char net_subnet4[20], net_subnet6[48];

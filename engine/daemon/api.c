@@ -118,6 +118,36 @@ static void pack_sp_stats(sb_mapw *reply, const char *key, sb_sp *s)
 	sb_mapw_end(&m);
 }
 
+/* health's runners: each runner's capacity, what its runs hold and how
+ * many wait (none without a run manager). Errors: SB_ERR_NOMEM. */
+static int pack_runners(sb_mapw *reply, struct sb_runs *rs)
+{
+	size_t n = rs ? sb_runs_capacity_read(rs, NULL, 0) : 0;
+	struct sb_runs_capacity *c = n ? calloc(n, sizeof *c) : NULL;
+	msgpack_packer *pk;
+
+	if (n && !c)
+		return SB_ERR_NOMEM;
+	if (n)
+		sb_runs_capacity_read(rs, c, n);
+	pk = sb_mapw_key(reply, "runners");
+	msgpack_pack_array(pk, n);
+	for (size_t i = 0; i < n; i++) {
+		sb_mapw m;
+
+		sb_mapw_begin(&m, pk);
+		sb_mapw_str(&m, "name", c[i].name);
+		sb_mapw_u64(&m, "cpus", c[i].cpus);
+		sb_mapw_u64(&m, "memory_mib", c[i].memory_mib);
+		sb_mapw_u64(&m, "used_cpus", c[i].used_cpus);
+		sb_mapw_u64(&m, "used_memory_mib", c[i].used_memory_mib);
+		sb_mapw_u64(&m, "queued", c[i].queued);
+		sb_mapw_end(&m);
+	}
+	free(c);
+	return SB_OK;
+}
+
 static int op_health(struct req *r)
 {
 	uint64_t last;
@@ -138,7 +168,7 @@ static int op_health(struct req *r)
 		     (uint64_t)((double)sb_now_ms() / 1000 - r->e->started));
 	pack_sp_stats(&r->reply, "local", r->e->local);
 	pack_sp_stats(&r->reply, "remote", r->e->remote);
-	return SB_OK;
+	return pack_runners(&r->reply, r->e->runs);
 }
 
 struct resolve_ctx {

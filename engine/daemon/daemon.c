@@ -404,6 +404,8 @@ int sb_daemon_open(const struct sb_daemon_opts *o, struct sb_daemon **out)
 	d->local_runner.loop = d->loop;
 	d->local_runner.warm = d->settings.warm_start >= 1;
 	d->local_runner.net = d->net;
+	d->local_runner.capacity_cpus = d->settings.capacity_cpus;
+	d->local_runner.capacity_memory_mib = d->settings.capacity_memory_mib;
 	re.home = d->home;
 	re.settings = &d->settings;
 	re.loop = d->loop;

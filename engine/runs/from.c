@@ -59,7 +59,7 @@ static int roll_forward(struct run *r, const struct sb_history *rec)
 	return rc;
 }
 
-/* Takes up r, which waited for the host's capacity when a daemon ended
+/* Takes up r, which waited for its runner's capacity when a daemon ended
  * (rec: its record, its plan read into r): it waits again, in its place.
  * Errors: SB_ERR_CORRUPT (its run.queued), the secret store's, access's. */
 static int requeue(struct run *r, const struct sb_history *rec, msgpack_zone *zone)

@@ -2,7 +2,7 @@
  *
  * The whole group is checked before anything is recorded: its name is no
  * other group's, its runs' names are distinct and no live run's, and each
- * run's plan resolves and fits the host's capacity. Then group.created is
+ * run's plan resolves and fits its runner's capacity. Then group.created is
  * recorded on the group's own stream, and its runs are created one after
  * the other, in the file's order, so they queue in that order.
  */
@@ -48,8 +48,8 @@ static void gjob_fail(struct gjob *g, int rc, const char *prefix)
 }
 
 /* Checks a spec of g on a worker: its group and budget are the group's,
- * its plan resolves, its runner is one the daemon has, and it fits the
- * capacity. */
+ * its plan resolves, its runner is one the daemon has, and it fits that
+ * runner's capacity. */
 static int spec_check(struct gjob *g, const msgpack_object *spec)
 {
 	struct sb_runs *rs = g->rs;

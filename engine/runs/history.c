@@ -185,7 +185,7 @@ static void fold_started(struct sb_history *rec, const struct sb_event *ev)
 	rec->queued.size = 0;
 }
 
-/* It waits for the host's capacity: what it continues is in the payload. */
+/* It waits for its runner's capacity: what it continues is in the payload. */
 static void fold_queued(struct sb_history *rec, const struct sb_event *ev)
 {
 	rec->queued.size = 0;

@@ -1801,6 +1801,23 @@ static void local_sweep(void *runner, int (*known)(void *ctx, const char *run), 
 		sb_net_sweep(lr->net, net_live, &nl);
 }
 
+/* The settings' capacity, else the host's (runner.h, sb_local_runner). */
+static void local_capacity(void *runner, uint64_t *cpus, uint64_t *memory_mib)
+{
+	const struct sb_local_runner *lr = runner;
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint64_t mib = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page >> 20 : 0;
+	uint64_t reserve = mib / 10 > SB_LOCAL_MEMORY_RESERVE_MIB ? mib / 10
+								   : SB_LOCAL_MEMORY_RESERVE_MIB;
+
+	*cpus = lr->capacity_cpus ? lr->capacity_cpus
+				  : (uint64_t)(n > 0 ? n : 1) * SB_LOCAL_CPU_OVERCOMMIT;
+	*memory_mib = lr->capacity_memory_mib ? lr->capacity_memory_mib
+		      : mib > reserve	      ? mib - reserve
+					      : mib;
+}
+
 const struct sb_runner_ops sb_local_runner_ops = {
     .name = "local",
     .create = local_create,
@@ -1816,6 +1833,7 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .interrupted = local_interrupted,
     .reap = local_reap,
     .sweep = local_sweep,
+    .capacity = local_capacity,
     .free = local_free,
     .discard = local_discard,
     .restored = local_restored,

@@ -62,8 +62,8 @@ int sb_runs_open(const struct sb_runs_env *env, struct sb_runs **out)
 	pthread_mutex_init(&rs->cap_mu, NULL);
 	rs->start_admitted = sb_run_start_admitted;
 	rs->live_ops = &sb_run_live_ops;
-	sb_runs_capacity_init(rs);
-	if ((rc = sb_runs_batch_open(rs)) || (rc = runs_take_up(rs))) {
+	if ((rc = sb_runs_capacity_init(rs)) || (rc = sb_runs_batch_open(rs)) ||
+	    (rc = runs_take_up(rs))) {
 		sb_runs_close(rs);
 		return rc;
 	}
@@ -77,6 +77,7 @@ void sb_runs_close(struct sb_runs *rs)
 		return;
 	sb_runs_batch_close(rs);
 	sb_runs_lifecycle_close(rs);
+	sb_runs_capacity_free(rs);
 	pthread_mutex_destroy(&rs->stop_mu);
 	pthread_mutex_destroy(&rs->cap_mu);
 	free(rs);

@@ -28,7 +28,7 @@
 #include "engine/runs/runs.h"
 
 /* A run is CREATING while a worker makes it (its plan, its record, its
- * machine), QUEUED while it waits for the host's capacity (it holds none;
+ * machine), QUEUED while it waits for its runner's capacity (it holds none;
  * a worker makes its machine once it gets its share), RUNNING once its
  * machine started. */
 enum sb_run_state { SB_RUN_CREATING, SB_RUN_QUEUED, SB_RUN_RUNNING };
@@ -97,12 +97,12 @@ struct run {
 	int thaw_due;	 /* a snapshot was under way when a daemon died: THAW */
 	int turns;	 /* the harness reports its turns (else its model calls count) */
 	int asked_twice; /* a stop's grace passed: SIGTERM again, and SYNC */
-	int admitted;	 /* it holds its share of the capacity (plan.cpus and
-			  * plan.memory_mib) until it ends */
+	int admitted;	 /* it holds its share of its runner's capacity
+			  * (plan.cpus and plan.memory_mib) until it ends */
 	uint64_t queued_offset; /* its run.queued, or 0 */
 	uint64_t ack_at;	/* its guest's frames taken when the commit
 				 * being made began (batch.c) */
-	struct run *qnext;	/* in the queue */
+	struct run *qnext;	/* in its runner's queue */
 	int ready;		/* the guest is past its set-up: its harness runs */
 	struct sb_live_op *ops; /* commands and puts waiting for the guest */
 	struct sb_run_key key;
@@ -131,6 +131,15 @@ struct sb_batch {
 };
 
 struct job;
+
+/* One runner's capacity for runs, what its runs hold, and the queue of
+ * its runs waiting for it, oldest first (queue.c). */
+struct sb_runs_cap {
+	uint64_t cpus, memory_mib;	     /* what its runs may hold at once */
+	uint64_t used_cpus, used_memory_mib; /* what its admitted runs hold */
+	struct run *queue;
+	size_t nqueued;
+};
 
 /* live.c's part of a run's guest channel, which runs.c calls through
  * rs->live_ops (live.c installs nothing; manager.c points rs->live_ops at
@@ -164,13 +173,10 @@ struct sb_runs {
 	sb_watch *committed_w;	 /* the recorder's commit is done */
 	struct job *jobs;	 /* sent to a worker, not back yet */
 	pthread_mutex_t stop_mu; /* one record closed by a stop at a time */
-	/* the host's capacity for runs, and the queue of runs waiting for it
-	 * (oldest first), under cap_mu (a worker admits a run it makes) */
+	/* each runner's capacity and queue: caps[i] is env.runners[i]'s,
+	 * under cap_mu (a worker admits a run it makes) */
 	pthread_mutex_t cap_mu;
-	uint64_t cap_cpus, cap_memory_mib;
-	uint64_t used_cpus, used_memory_mib;
-	struct run *queue;
-	size_t nqueued;
+	struct sb_runs_cap *caps;
 	uint64_t live_id; /* the last id given to a command or put (live.c) */
 	int pump_held; /* 1 while runs are taken up at the start: their order
 			* is known once all are in the queue */
@@ -294,33 +300,43 @@ int sb_run_record_queued(struct run *r, const struct sb_event *first);
  * request is answered, and r starts in its turn. */
 void sb_run_queued_done(void *ctx);
 
-/* --- queue.c: capacity and the queue --- */
+/* --- queue.c: each runner's capacity and queue ---
+ *
+ * A run's runner is r->runner (set before any of these is called with r,
+ * but for sb_runs_dequeue); what it holds and waits for is its runner's. */
 
-/* Sets rs's capacity from its settings (0: the host's: its CPUs times
- * SB_RUNS_CPU_OVERCOMMIT, its memory less SB_RUNS_MEMORY_RESERVE_MIB or a
- * tenth, whichever is larger). */
-void sb_runs_capacity_init(struct sb_runs *rs);
-/* Errors: SB_ERR_INVAL when plan p can never fit rs's capacity (the
- * detail says what it asks and what the host gives). Any thread. */
+/* Sets rs->caps, one per runner of rs->env, from each runner's capacity
+ * op (a runner without one: no limit). As the manager opens (the ops may
+ * block). Errors: SB_ERR_NOMEM. */
+int sb_runs_capacity_init(struct sb_runs *rs);
+/* Frees rs->caps (the queues' runs are the live list's). */
+void sb_runs_capacity_free(struct sb_runs *rs);
+/* Errors: SB_ERR_INVAL when plan p can never fit the capacity of the
+ * runner p->runner names, or rs has no such runner (the detail says what
+ * it asks and what the runner, by name, gives). Any thread. */
 int sb_runs_fits_ever(struct sb_runs *rs, const struct sb_plan *p);
-/* Admits r if it fits now and no run waits before it: it then holds its
- * share (r->admitted). Returns 1 when admitted, else 0. Any thread. */
+/* Admits r if it fits its runner now and no run waits before it there: it
+ * then holds its share (r->admitted). Returns 1 when admitted, else 0.
+ * Any thread. */
 int sb_run_admit(struct run *r);
 /* r takes its share whether it fits or not (a run taken up again: its
  * machine runs). Any thread. */
 void sb_run_hold(struct run *r);
 /* Gives r's share back (nothing when it holds none) and starts the
- * queued runs that fit now, in order. On the loop. */
+ * queued runs that fit now, each runner's in order. On the loop. */
 void sb_run_release(struct run *r);
-/* Adds r to the queue, in the order of its queued_offset, and starts
- * what fits. On the loop. */
+/* Adds r to its runner's queue, in the order of its queued_offset, and
+ * starts what fits. On the loop. */
 void sb_runs_enqueue(struct run *r);
-/* Starts the queued runs that fit now, oldest first. On the loop. */
+/* Starts the queued runs that fit their runner now, each runner's oldest
+ * first. On the loop. */
 void sb_runs_pump(struct sb_runs *rs);
-/* Takes r out of the queue (nothing when it is not in it). On the loop. */
+/* Takes r out of its runner's queue (nothing when it is not in it, or
+ * has no runner yet). On the loop. */
 void sb_runs_dequeue(struct run *r);
 /* Packs the payload of run.queued of r into buf and points ev at it:
- * {cpus, memory_mib, ahead} and, for a fork or resume, what it continues
+ * {cpus, memory_mib, ahead: the runs waiting in its runner's queue} and,
+ * for a fork or resume, what it continues
  * {from_run, from_layer, memory_bytes, from_start}. Errors: SB_ERR_NOMEM. */
 int sb_run_pack_queued(struct run *r, msgpack_sbuffer *buf, struct sb_event *ev);
 

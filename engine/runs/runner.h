@@ -9,9 +9,9 @@
  *
  * Lifetime and threads: create and create_from run on a worker thread
  * (they may block: a disk layer, an accelerator probe, a network); reattach,
- * reap and sweep at the daemon's start, before it serves anything (they
- * may block too); every other op runs on the daemon's loop and never
- * blocks. A machine reports to its run through the events
+ * reap, sweep and capacity at the daemon's start, before it serves
+ * anything (they may block too); every other op runs on the daemon's loop
+ * and never blocks. A machine reports to its run through the events
  * it was started (or reattached) with, on the loop, until free; after
  * ended it reports nothing more. The run frees its machine once ended has
  * come (or when the daemon closes: the machine then keeps running, for
@@ -167,6 +167,11 @@ struct sb_runner_ops {
 	 * what of its files no other run reads is deleted, as a removal
 	 * killed half-way, or a reader removed since, leaves them). */
 	void (*sweep)(void *runner, int (*known)(void *ctx, const char *run), void *ctx);
+	/* Sets *cpus and *memory_mib (MiB) to what the runs on this runner
+	 * may hold at once, their plans' cpus and memory_mib added up. Asked
+	 * once, as the daemon starts (it may block, as sweep). NULL: no
+	 * limit of its own (its runs never wait). */
+	void (*capacity)(void *runner, uint64_t *cpus, uint64_t *memory_mib);
 	/* Frees m (NULL is fine). A machine still running keeps running. */
 	void (*free)(sb_machine *m);
 	/* Frees m, made by create or create_from and never started, and
@@ -204,7 +209,15 @@ struct sb_local_runner {
 	sb_loop *loop; /* the daemon's */
 	int warm;      /* 1: runs start from their template's warm image */
 	sb_net *net;   /* network mode acl on this host, or NULL: none */
+	/* what its runs may hold at once (runs.capacity_cpus and
+	 * runs.capacity_memory_mib); 0: the host's: its online CPUs times
+	 * SB_LOCAL_CPU_OVERCOMMIT, its memory less a tenth or
+	 * SB_LOCAL_MEMORY_RESERVE_MIB, whichever is larger */
+	uint64_t capacity_cpus, capacity_memory_mib;
 };
+
+#define SB_LOCAL_CPU_OVERCOMMIT	    4 /* a guest's vCPU mostly waits */
+#define SB_LOCAL_MEMORY_RESERVE_MIB 1024
 
 extern const struct sb_runner_ops sb_local_runner_ops;
 

@@ -95,7 +95,7 @@ typedef void (*sb_runs_group_fn)(void *ctx, int rc, const char *group_id,
 
 /* Creates a group: checks it whole (no other group has its name; its
  * runs' names are distinct and no live run's; every plan resolves and can
- * fit the host), records group.created, then creates its runs in order
+ * fit its runner), records group.created, then creates its runs in order
  * (each queues when it does not fit). cb is called once, later, on the
  * loop; an error found before group.created is recorded leaves nothing
  * recorded, and its detail names the run ("runs[2]: ..."). Errors (then
@@ -261,6 +261,22 @@ void sb_runs_stop_all(struct sb_runs *r, const char *reason);
 
 /* Runs with a machine, or being created. */
 unsigned sb_runs_active(struct sb_runs *r);
+
+/* One runner's capacity for runs and what its runs hold and wait for. */
+struct sb_runs_capacity {
+	const char *name;		     /* the runner's (valid while the
+					      * manager is open) */
+	uint64_t cpus, memory_mib;	     /* what its runs may hold at once
+					      * (UINT64_MAX: no limit) */
+	uint64_t used_cpus, used_memory_mib; /* what its admitted runs hold */
+	size_t queued;			     /* its runs waiting for it */
+};
+
+/* Fills out[0 .. cap) with r's runners' capacities, in the order of its
+ * env's runners (the first the one a spec that names none gets), and
+ * returns how many runners r has (call with cap 0 to learn it). Any
+ * thread. */
+size_t sb_runs_capacity_read(struct sb_runs *r, struct sb_runs_capacity *out, size_t cap);
 
 /* Points *out at r's runner named name. Any thread. Errors: SB_ERR_INVAL
  * (no such runner: the detail names those r has). */

@@ -2,7 +2,8 @@
 # Capacity and the queue: with a capacity of two vCPUs, five one-vCPU runs
 # start two and queue three, which start in order as others end; a queued
 # run that is stopped never starts; a run that can never fit is refused at
-# once; the queue survives a daemon killed with SIGKILL.
+# once; daemon status --json shows the runner's capacity, use and queue;
+# the queue survives a daemon killed with SIGKILL.
 . "$(dirname "$0")/lib/vm.sh"
 
 printf '{"runs": {"capacity_cpus": 2}}\n' >"$SANBOX_HOME/sanboxd.json"
@@ -35,6 +36,14 @@ done
 s="$(status "$R1") $(status "$R2") $(status "$R3") $(status "$R4") $(status "$R5")"
 case "$s" in *" queued queued queued") ok "two start, three queue ($s)" ;; *) bad "queue" "$s" ;; esac
 "$SB" ps | grep -q "queued" && ok "ps shows queued" || bad "ps" "$("$SB" ps)"
+"$SB" daemon status --json | python3 -c '
+import json, sys
+r = json.load(sys.stdin)["runners"]
+assert [x["name"] for x in r] == ["local"], r
+l = r[0]
+assert (l["cpus"], l["used_cpus"], l["used_memory_mib"], l["queued"]) == (2, 2, 256, 3), l' &&
+	ok "daemon status --json shows the local runner's capacity, what it holds and its queue" ||
+	bad "daemon status runners" "$("$SB" daemon status --json)"
 "$SB" events "$R3" | grep -q "run.queued.*waits for 1 vCPUs" && ok "run.queued says what it waits for" ||
 	bad "run.queued" "$("$SB" events "$R3")"
 

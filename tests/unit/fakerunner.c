@@ -52,6 +52,7 @@ struct fakerunner {
 	struct layer layers[LAYERS_MAX];
 	size_t nlayers;
 	unsigned made, frozen;
+	uint64_t cpus, memory_mib; /* its capacity */
 };
 
 /* The guest's side: its thread's alone. */
@@ -1222,6 +1223,16 @@ static int fr_iface(sb_machine *m, struct sb_net_iface *out)
 	return sb_seterr(SB_ERR_NOTFOUND, "run %s has no network device", m->info.run);
 }
 
+static void fr_capacity(void *runner, uint64_t *cpus, uint64_t *memory_mib)
+{
+	struct fakerunner *fr = runner;
+
+	lock(fr);
+	*cpus = fr->cpus;
+	*memory_mib = fr->memory_mib;
+	unlock(fr);
+}
+
 const struct sb_runner_ops fakerunner_ops = {
     .name = "fake",
     .create = fr_create,
@@ -1235,6 +1246,7 @@ const struct sb_runner_ops fakerunner_ops = {
     .reattach = fr_reattach,
     .reap = fr_reap,
     .sweep = fr_sweep,
+    .capacity = fr_capacity,
     .free = fr_free,
     .discard = fr_discard,
     .restored = fr_restored,
@@ -1252,6 +1264,8 @@ int fakerunner_open(sb_loop *loop, struct fakerunner **out)
 		return SB_ERR_NOMEM;
 	fr->loop = loop;
 	fr->tail = &fr->machines;
+	fr->cpus = FR_CPUS;
+	fr->memory_mib = FR_MEMORY_MIB;
 	pthread_mutex_init(&fr->mu, NULL);
 	*out = fr;
 	return SB_OK;
@@ -1316,6 +1330,14 @@ int fakerunner_machine(struct fakerunner *fr, const char *run, unsigned nth,
 	}
 	unlock(fr);
 	return rc;
+}
+
+void fakerunner_capacity(struct fakerunner *fr, uint64_t cpus, uint64_t memory_mib)
+{
+	lock(fr);
+	fr->cpus = cpus;
+	fr->memory_mib = memory_mib;
+	unlock(fr);
 }
 
 unsigned fakerunner_made(struct fakerunner *fr)

@@ -44,6 +44,8 @@
 
 #define FR_MEMORY_BYTES (1u << 20) /* a memory snapshot's size */
 #define FR_SIGNALS_MAX	8	   /* SIGNAL frames a machine keeps for the test */
+#define FR_CPUS		1024	   /* the capacity op's answer, unless set */
+#define FR_MEMORY_MIB	(1u << 20)
 
 /* What a guest does, in order, once it is set up. */
 enum fr_op {
@@ -118,6 +120,11 @@ void fakerunner_close(struct fakerunner *fr);
  * no script names. s must outlive the runner. Without one a guest is set
  * up and then runs as FR_END says. Errors: SB_ERR_FULL (too many names). */
 int fakerunner_script(struct fakerunner *fr, const char *name, const struct fr_script *s);
+
+/* What the runner's capacity op answers from now on (a run manager asks
+ * it as it opens): cpus vCPUs and memory_mib MiB; FR_CPUS and
+ * FR_MEMORY_MIB until this is called. */
+void fakerunner_capacity(struct fakerunner *fr, uint64_t cpus, uint64_t memory_mib);
 
 /* What a test sees of a machine. */
 struct fr_machine_info {

@@ -11,7 +11,8 @@
  * recorded once each, also while the guest boots (its SPEC made again)
  * and for a memory fork; a machine that died meanwhile; a machine that
  * dies, one that never boots, a guest whose set-up fails; a run stopped
- * while it is made; runs queued for capacity; a create the runner fails
+ * while it is made; runs queued for their runner's capacity (each
+ * runner's own); a create the runner fails
  * (recorded as failed) and one refused (nothing recorded). Assertions
  * read the record.
  */
@@ -435,11 +436,11 @@ struct spec {
 };
 
 /* A run.create spec of template tmpl, named name, with a prompt, a
- * timeout (0: the template's), one input (path NULL: none) and a runner
- * (NULL: none named). */
+ * timeout (0: the template's), one input (path NULL: none), a runner
+ * (NULL: none named) and vCPUs (0: the template's). */
 static void spec_make_on(struct spec *s, const char *tmpl, const char *name,
 			 uint64_t timeout_s, const char *path, const char *data,
-			 const char *runner)
+			 const char *runner, uint64_t cpus)
 {
 	msgpack_packer pk;
 	sb_mapw m;
@@ -454,6 +455,8 @@ static void spec_make_on(struct spec *s, const char *tmpl, const char *name,
 		sb_mapw_u64(&m, "timeout_s", timeout_s);
 	if (runner)
 		sb_mapw_str(&m, "runner", runner);
+	if (cpus)
+		sb_mapw_u64(&m, "cpus", cpus);
 	if (path) {
 		msgpack_pack_array(sb_mapw_key(&m, "inputs"), 1);
 		msgpack_pack_map(&m.pk, 2);
@@ -470,7 +473,7 @@ static void spec_make_on(struct spec *s, const char *tmpl, const char *name,
 static void spec_make(struct spec *s, const char *tmpl, const char *name,
 		      uint64_t timeout_s, const char *path, const char *data)
 {
-	spec_make_on(s, tmpl, name, timeout_s, path, data, NULL);
+	spec_make_on(s, tmpl, name, timeout_s, path, data, NULL, 0);
 }
 
 static void spec_free(struct spec *s)
@@ -1325,7 +1328,7 @@ static void test_queue(void **state)
 	struct evs e;
 
 	daemon_down(f);
-	f->st.capacity_cpus = 1;
+	fakerunner_capacity(f->fr, 1, FR_MEMORY_MIB);
 	daemon_up(f);
 	assert_int_equal(fakerunner_script(f->fr, NULL, &sc), SB_OK);
 	assert_int_equal(fakerunner_script(f->fr, "second", &next), SB_OK);
@@ -1363,6 +1366,86 @@ static void test_queue(void **state)
 	assert_int_equal(fakerunner_made(f->fr), 2);
 	runstate(f, second, &st);
 	assert_string_equal(st.status, "exited");
+}
+
+/* The capacity of runner (by name) as the manager reports it. */
+static void capacity_of(struct fix *f, const char *runner, struct sb_runs_capacity *out)
+{
+	struct sb_runs_capacity c[4];
+	size_t n = sb_runs_capacity_read(f->rs, c, sizeof c / sizeof c[0]);
+
+	assert_int_equal(n, sizeof f->runners / sizeof f->runners[0]);
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(c[i].name, runner)) {
+			*out = c[i];
+			return;
+		}
+	fail_msg("no runner %s", runner);
+}
+
+/* Capacity is each runner's: with runner local full (one vCPU, held), a
+ * second run on it waits queued while a run on runner fake starts at
+ * once; a run that asks for more than local gives is refused naming the
+ * runner; the queued one starts once local's run ends. */
+static void test_queue_runners(void **state)
+{
+	struct fix *f = *state;
+	struct fr_script sc = {.steps = waits_steps};
+	char first[SB_RUN_MAX], second[SB_RUN_MAX], there[SB_RUN_MAX];
+	struct sb_runs_capacity c;
+	struct sb_runstate st;
+	struct spec s;
+	uint64_t last;
+
+	daemon_down(f);
+	fakerunner_capacity(f->fr, 1, FR_MEMORY_MIB);
+	fakerunner_capacity(f->other, 2, 512);
+	daemon_up(f);
+	assert_int_equal(fakerunner_script(f->fr, NULL, &sc), SB_OK);
+	assert_int_equal(fakerunner_script(f->other, NULL, &sc), SB_OK);
+	start_run(f, "first", 0, first);
+	spec_make(&s, "box", "second", 0, NULL, NULL);
+	assert_int_equal(create(f, &s), SB_OK);
+	spec_free(&s);
+	snprintf(second, sizeof second, "%s", f->id);
+	spec_make_on(&s, "box", "there", 0, NULL, NULL, "fake", 0);
+	assert_int_equal(create(f, &s), SB_OK);
+	spec_free(&s);
+	snprintf(there, sizeof there, "%s", f->id);
+	await_recorded(f, there, "harness.input.ready", 1);
+	runstate(f, second, &st);
+	assert_string_equal(st.status, "queued");
+	assert_int_equal(fakerunner_made(f->fr), 1);
+	assert_int_equal(fakerunner_made(f->other), 1);
+	capacity_of(f, "local", &c);
+	assert_int_equal(c.cpus, 1);
+	assert_int_equal(c.used_cpus, 1);
+	assert_int_equal(c.used_memory_mib, 256);
+	assert_int_equal(c.queued, 1);
+	capacity_of(f, "fake", &c);
+	assert_int_equal(c.cpus, 2);
+	assert_int_equal(c.memory_mib, 512);
+	assert_int_equal(c.used_cpus, 1);
+	assert_int_equal(c.queued, 0);
+
+	last = last_offset(f);
+	spec_make_on(&s, "box", "big", 0, NULL, NULL, "local", 2);
+	assert_int_equal(create(f, &s), SB_ERR_INVAL);
+	spec_free(&s);
+	assert_non_null(strstr(f->err, "asks for 2 vCPUs; runner local gives runs 1"));
+	assert_int_equal(last_offset(f), last);
+
+	assert_int_equal(stop(f, first, "stopped"), SB_OK);
+	await_recorded(f, second, "harness.input.ready", 1);
+	assert_int_equal(fakerunner_made(f->fr), 2);
+	capacity_of(f, "local", &c);
+	assert_int_equal(c.used_cpus, 1);
+	assert_int_equal(c.queued, 0);
+	assert_int_equal(stop(f, second, "stopped"), SB_OK);
+	assert_int_equal(stop(f, there, "stopped"), SB_OK);
+	await_end(f, there, 1);
+	capacity_of(f, "fake", &c);
+	assert_int_equal(c.used_cpus, 0);
 }
 
 /* The runner cannot make the machine: the run is recorded as failed
@@ -1438,7 +1521,7 @@ static void test_runners(void **state)
 		fail_msg("create here: %s", f->err);
 	spec_free(&s);
 	snprintf(here, sizeof here, "%s", f->id);
-	spec_make_on(&s, "box", "there", 0, NULL, NULL, "fake");
+	spec_make_on(&s, "box", "there", 0, NULL, NULL, "fake", 0);
 	if (create(f, &s))
 		fail_msg("create there: %s", f->err);
 	spec_free(&s);
@@ -1484,7 +1567,7 @@ static void test_runners(void **state)
 
 	/* a runner the daemon has not: refused, nothing recorded */
 	last = last_offset(f);
-	spec_make_on(&s, "box", "nowhere", 0, NULL, NULL, "elsewhere");
+	spec_make_on(&s, "box", "nowhere", 0, NULL, NULL, "elsewhere", 0);
 	assert_int_equal(create(f, &s), SB_ERR_INVAL);
 	spec_free(&s);
 	assert_string_equal(f->id, "");
@@ -1514,6 +1597,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_guest_fails, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_stop_creating, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_queue, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_queue_runners, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_create_fails, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_runners, setup, teardown),
 	};
