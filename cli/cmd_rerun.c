@@ -1,5 +1,6 @@
-/* cmd_rerun.c - sanbox rerun: a new run from a run's start whose model
- * calls are answered from the run's record (SPEC.md, "Re-runs"). */
+/* cmd_rerun.c - sanbox rerun: a new run from a run's start (or its state
+ * at an offset) whose model calls are answered from the run's record
+ * (SPEC.md, "Re-runs"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,11 +128,13 @@ int cmd_rerun(int argc, char **argv)
 	static const struct option opts[] = {
 	    CLI_OPT_HELP,
 	    {"live-after-divergence", no_argument, NULL, 'l'},
+	    {"at", required_argument, NULL, 'a'},
 	    {"detach", no_argument, NULL, 'd'},
 	    {"json", no_argument, NULL, 'j'},
 	    {NULL, 0, NULL, 0},
 	};
 	int ch, rc, live = 0, detach = 0, json = 0;
+	uint64_t at = 0; /* 0: from the run's start */
 	char run[SB_RUN_MAX], one[SB_RUN_MAX];
 	struct sb_reply rep = {0};
 	const msgpack_object *runs;
@@ -142,6 +145,10 @@ int cmd_rerun(int argc, char **argv)
 		switch (ch) {
 		case 'h': return cli_help("rerun");
 		case 'l': live = 1; break;
+		case 'a':
+			if ((rc = cli_parse_u64("--at", optarg, 1, UINT64_MAX - 1, &at)))
+				return rc;
+			break;
 		case 'd': detach = 1; break;
 		case 'j': json = 1; break;
 		default: return cli_badopt("rerun", argv, ch);
@@ -159,6 +166,8 @@ int cmd_rerun(int argc, char **argv)
 	sb_mapw_str(&r.m, "run", run);
 	if (live)
 		sb_mapw_bool(&r.m, "live_after_divergence", 1);
+	if (at)
+		sb_mapw_u64(&r.m, "at", at);
 	if ((rc = cli_call(c, &r, &rep))) {
 		rc = cli_fail_request(rc);
 		goto out;

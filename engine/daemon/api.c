@@ -895,9 +895,9 @@ out:
 	return rc;
 }
 
-/* run.rerun {run, live_after_divergence?}: a new run from run's start
- * whose model calls are answered from run's record; answered as run.fork
- * is, with its id. */
+/* run.rerun {run, live_after_divergence?, at?}: a new run from run's
+ * start (or its state at offset at) whose model calls are answered from
+ * run's record; answered as run.fork is, with its id. */
 static int op_run_rerun(struct req *r)
 {
 	char run[SB_RUN_MAX];
@@ -906,8 +906,11 @@ static int op_run_rerun(struct req *r)
 	int live, rc;
 
 	if ((rc = arg_run(r, run)) ||
-	    (rc = arg_bool(r, "live_after_divergence", &live)))
+	    (rc = arg_bool(r, "live_after_divergence", &live)) ||
+	    (rc = arg_u64(r, "at", 0, &f.at)))
 		return rc;
+	if (sb_map_get(r->args, "at") && f.at == 0)
+		return sb_seterr(SB_ERR_INVAL, "argument 'at' must be an offset, from 1");
 	if (!(fk = calloc(1, sizeof *fk)))
 		return SB_ERR_NOMEM;
 	fk->r = r;

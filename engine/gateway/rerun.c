@@ -13,10 +13,12 @@ struct sb_rerun {
 	pthread_mutex_t mu;
 	struct sb_rerun_call *calls; /* their bodies owned */
 	size_t n, next;		     /* next: the turn of the next call */
+	uint64_t skipped;	     /* the record's calls before calls[0] */
 	int live, diverged;
 };
 
-int sb_rerun_new(const struct sb_rerun_call *calls, size_t n, int live, sb_rerun **out)
+int sb_rerun_new(const struct sb_rerun_call *calls, size_t n, uint64_t skipped, int live,
+		 sb_rerun **out)
 {
 	sb_rerun *rr = calloc(1, sizeof *rr);
 
@@ -24,6 +26,7 @@ int sb_rerun_new(const struct sb_rerun_call *calls, size_t n, int live, sb_rerun
 		goto fail;
 	pthread_mutex_init(&rr->mu, NULL);
 	rr->live = live;
+	rr->skipped = skipped;
 	for (; rr->n < n; rr->n++) {
 		struct sb_rerun_call *c = &rr->calls[rr->n];
 		*c = calls[rr->n];
@@ -178,7 +181,7 @@ int sb_rerun_take(sb_rerun *rr, unsigned api, const char *body, size_t len,
 		rc = SB_ERR_STATE;
 		goto out;
 	}
-	d->call = ++rr->next;
+	d->call = rr->skipped + ++rr->next;
 	if (rr->next > rr->n) { /* more calls than recorded */
 		rc = SB_ERR_STATE;
 		goto out;

@@ -30,19 +30,23 @@ struct sb_rerun_call {
 	size_t request_len, answer_len;
 };
 
-/* Where a re-run left its record: the call (from 1) and the first field
- * that differs, a JSON path such as "messages[3].content" ("" for a call
- * past the recorded ones). */
+/* Where a re-run left its record: the call (from 1, numbered in the
+ * whole record) and the first field that differs, a JSON path such as
+ * "messages[3].content" ("" for a call past the recorded ones). */
 struct sb_rerun_divergence {
 	uint64_t call;
 	char path[SB_RERUN_PATH_MAX];
 };
 
-/* Makes a set of n recorded calls (copied), in their order; live: go on
- * to the provider after a divergence. The caller frees it with
+/* Makes a set of n recorded calls (copied), in their order; skipped: the
+ * recorded calls before calls[0] (a re-run from an offset past them, or
+ * taken up after making them), so that a divergence names its call by its
+ * place in the whole record (skipped + 1 for calls[0]); live: go on to the
+ * provider after a divergence. The caller frees it with
  * sb_rerun_free (the gateway does, once it was given it). Errors:
  * SB_ERR_NOMEM. */
-int sb_rerun_new(const struct sb_rerun_call *calls, size_t n, int live, sb_rerun **out);
+int sb_rerun_new(const struct sb_rerun_call *calls, size_t n, uint64_t skipped, int live,
+		 sb_rerun **out);
 
 /* Frees rr (NULL is fine). */
 void sb_rerun_free(sb_rerun *rr);

@@ -118,7 +118,8 @@ int sb_compare_side_add(struct sb_compare_side *s, const struct sb_event *ev)
 	return rc;
 }
 
-int sb_compare_side_read(sb_log *log, const char *run, struct sb_compare_side *s)
+int sb_compare_side_read(sb_log *log, const char *run, uint64_t after,
+			 struct sb_compare_side *s)
 {
 	sb_log_iter *it;
 	struct sb_event e;
@@ -127,7 +128,7 @@ int sb_compare_side_read(sb_log *log, const char *run, struct sb_compare_side *s
 	if ((rc = sb_log_iter_open_run(log, run, 1, &it)))
 		return rc;
 	while ((rc = sb_log_iter_next(it, &e)) == SB_OK || rc == SB_ERR_CORRUPT)
-		if (rc == SB_OK && (rc = sb_compare_side_add(s, &e)))
+		if (rc == SB_OK && e.offset > after && (rc = sb_compare_side_add(s, &e)))
 			break;
 	sb_log_iter_close(it);
 	return rc == SB_END ? SB_OK : rc;
@@ -239,7 +240,8 @@ static uint64_t tools_differ_at(const struct sb_compare_side *a, const struct sb
 }
 
 int sb_compare_pack(struct sb_compare_side *orig, struct sb_compare_side *re,
-		    const char *orig_run, msgpack_packer *pk, int *same)
+		    const char *orig_run, const char *never_ran, msgpack_packer *pk,
+		    int *same)
 {
 	uint64_t ndiff, at;
 	msgpack_packer *v;
@@ -251,7 +253,7 @@ int sb_compare_pack(struct sb_compare_side *orig, struct sb_compare_side *re,
 		qsort(re->changes, re->n, sizeof *re->changes, change_cmp);
 	ndiff = files_pack(orig, re, NULL);
 	at = tools_differ_at(orig, re);
-	*same = !ndiff && !at && orig->exited == re->exited &&
+	*same = !never_ran && !ndiff && !at && orig->exited == re->exited &&
 		(!orig->exited || orig->status == re->status);
 	sb_mapw_begin(&m, pk);
 	sb_mapw_str(&m, "original", orig_run);
@@ -265,5 +267,7 @@ int sb_compare_pack(struct sb_compare_side *orig, struct sb_compare_side *re,
 	sb_mapw_u64(&m, "tools", re->ntools);
 	sb_mapw_u64(&m, "original_tools", orig->ntools);
 	sb_mapw_u64(&m, "tools_differ_at", at);
+	if (never_ran)
+		sb_mapw_str(&m, "reason", never_ran);
 	return sb_mapw_end(&m);
 }

@@ -33,17 +33,21 @@ struct sb_compare_side {
  * ignored, as is a malformed one). Errors: SB_ERR_NOMEM. */
 int sb_compare_side_add(struct sb_compare_side *s, const struct sb_event *ev);
 
-/* Reads run's record from the log into s. Errors: the log's,
- * SB_ERR_NOMEM. */
-int sb_compare_side_read(sb_log *log, const char *run, struct sb_compare_side *s);
+/* Reads run's record after offset after (0: all of it) from the log into
+ * s. Errors: the log's, SB_ERR_NOMEM. */
+int sb_compare_side_read(sb_log *log, const char *run, uint64_t after,
+			 struct sb_compare_side *s);
 
 /* Frees what s holds and zeroes it. */
 void sb_compare_side_free(struct sb_compare_side *s);
 
 /* Packs rerun.compared's payload into pk: the re-run re against its
  * original orig, whose run id is orig_run; *same is set to 1 when they
- * do not differ. Sorts the sides' changes. Errors: SB_ERR_NOMEM. */
+ * do not differ. never_ran: NULL, or why the re-run never ran (re is then
+ * empty, it differs, and the payload's reason says so). Sorts the sides'
+ * changes. Errors: SB_ERR_NOMEM. */
 int sb_compare_pack(struct sb_compare_side *orig, struct sb_compare_side *re,
-		    const char *orig_run, msgpack_packer *pk, int *same);
+		    const char *orig_run, const char *never_ran, msgpack_packer *pk,
+		    int *same);
 
 #endif

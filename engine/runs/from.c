@@ -100,6 +100,26 @@ static int requeue(struct run *r, const struct sb_history *rec, msgpack_zone *zo
 	return SB_OK;
 }
 
+static int rerun_load(struct run *r, uint64_t made);
+
+/* Takes up what makes r (taken up by a restarted daemon) a re-run, as its
+ * record says (rec): its original, the offset it started from and its
+ * comparison at its end; and the recorded calls after the ones it made,
+ * read on the loop as the record is (a re-run that departed from its
+ * record gets none: calls go live, or, not going on live, past the
+ * record). Errors: the log's, SB_ERR_NOMEM. */
+static int rerun_takeup(struct run *r, const struct sb_history *rec)
+{
+	if (!rec->rerun.mode)
+		return SB_OK;
+	r->from.rerun = rec->rerun.mode;
+	r->from.at = rec->rerun.at;
+	snprintf(r->from.run, sizeof r->from.run, "%s", rec->rerun.of);
+	if (rec->rerun.diverged && rec->rerun.mode == 2)
+		return SB_OK;
+	return rerun_load(r, rec->rerun.diverged ? UINT64_MAX : rec->rerun.calls);
+}
+
 /* Ends what a previous daemon left of run on any runner: its record, which
  * would name the runner, cannot be read. */
 static void reap_all(struct sb_runs *rs, const char *run)
@@ -153,6 +173,13 @@ void sb_runs_reattach(struct sb_runs *rs, const char *run)
 		r->plan.ninputs = 0; /* its disk has them: a SPEC made again must not
 				      * write the first start's inputs over it */
 	sb_history_grants_apply(&rec, 0, &r->plan.net); /* its grants as they are now */
+	if ((rc = rerun_takeup(r, &rec))) {
+		snprintf(reason, sizeof reason, "cannot take the re-run up again: %s",
+			 sb_errmsg(rc));
+		reap_all(rs, run);
+		sb_runs_record_failed(rs, run, reason);
+		goto out_free;
+	}
 	if (rec.queued.size) {
 		if ((rc = requeue(r, &rec, &zone))) {
 			snprintf(reason, sizeof reason,
@@ -337,14 +364,17 @@ static void rerun_start(const struct sb_event *e, struct sb_plan *p)
 	msgpack_zone_destroy(&zone);
 }
 
-/* On a worker: the model calls of the run r re-runs (its gateway
- * agent.message events, in the log's order) into r->from.calls, and the
- * seed and clock its harness started with into r->plan.start. */
-static int rerun_load(struct run *r)
+/* On a worker: the model calls of the run r re-runs recorded after
+ * r->from.at (its gateway agent.message events, in the log's order; the
+ * first made ones of them left out too) into r->from.calls, and the seed
+ * and clock of its first harness start after r->from.at into
+ * r->plan.start. */
+static int rerun_load(struct run *r, uint64_t made)
 {
 	sb_log *log = r->rs->env.log;
 	struct sb_rerun_call *calls = NULL, *more;
 	size_t n = 0, cap = 0;
+	uint64_t skipped = 0;
 	sb_log_iter *it;
 	struct sb_event e;
 	int rc;
@@ -352,9 +382,14 @@ static int rerun_load(struct run *r)
 	if ((rc = sb_log_iter_open_run(log, r->from.run, 1, &it)))
 		return rc;
 	while ((rc = sb_log_iter_next(it, &e)) == SB_OK) {
+		int call = e.source == SB_SRC_GATEWAY && !strcmp(e.type, "agent.message");
+		if (e.offset <= r->from.at || (call && skipped < made)) {
+			skipped += call; /* part of the state continued, or made */
+			continue;
+		}
 		if (e.source == SB_SRC_GUEST && !strcmp(e.type, "harness.input.ready"))
 			rerun_start(&e, &r->plan);
-		if (e.source != SB_SRC_GATEWAY || strcmp(e.type, "agent.message"))
+		if (!call)
 			continue;
 		if (n == cap) {
 			cap = cap ? 2 * cap : 16;
@@ -370,7 +405,7 @@ static int rerun_load(struct run *r)
 	}
 	sb_log_iter_close(it);
 	if (rc == SB_END) /* the end of its events */
-		rc = sb_rerun_new(calls, n, r->from.rerun == 2, &r->from.calls);
+		rc = sb_rerun_new(calls, n, skipped, r->from.rerun == 2, &r->from.calls);
 	for (size_t i = 0; i < n; i++) {
 		free((void *)calls[i].request);
 		free((void *)calls[i].answer);
@@ -423,7 +458,7 @@ static void from_job(void *ctx)
 		r->create.rc = rc;
 		goto out;
 	}
-	if (r->from.rerun && (rc = rerun_load(r))) {
+	if (r->from.rerun && (rc = rerun_load(r, 0))) {
 		r->create.rc = rc;
 		goto out;
 	}
@@ -589,6 +624,11 @@ static int from_point(struct run *r)
 		return sb_seterr(SB_ERR_STATE,
 				 "run %s was removed: its disk and snapshots are gone",
 				 r->from.run);
+	if (r->from.rerun && at > st.last_offset)
+		return sb_seterr(SB_ERR_INVAL,
+				 "offset %llu is past run %s's last event (at %llu)",
+				 (unsigned long long)at, r->from.run,
+				 (unsigned long long)st.last_offset);
 	if (r->from.resume && sb_runstate_is_live(&st))
 		return sb_seterr(SB_ERR_STATE, "run %s is still running: fork it instead",
 				 r->from.run);
@@ -635,7 +675,7 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 	snprintf(r->from.run, sizeof r->from.run, "%s", f->run);
 	/* what is asked for, until from_point finds it */
 	snprintf(r->from.snap, sizeof r->from.snap, "%s", f->snapshot ? f->snapshot : "");
-	r->from.at = f->rerun ? 0 : f->at; /* a re-run: from the run's start */
+	r->from.at = f->at; /* a re-run's 0: from the run's start */
 	r->from.rerun = f->rerun;
 	if (f->rerun)
 		r->from.snap[0] = 0;

@@ -78,7 +78,8 @@ static void session_note(struct sb_history *rec, const struct sb_event *ev)
 		rec->session_at = ev->offset;
 }
 
-/* A fork's start: a memory fork's parent; the session its disk holds. */
+/* A fork's start: a memory fork's parent; the session its disk holds; a
+ * re-run's original and offset. */
 static void fold_forked(struct sb_history *rec, const struct sb_event *ev)
 {
 	msgpack_zone zone;
@@ -92,8 +93,24 @@ static void fold_forked(struct sb_history *rec, const struct sb_event *ev)
 				   sizeof rec->forked_from);
 		if (sb_map_bool(&p, "session", 0) == 1)
 			session_note(rec, ev);
+		if (sb_map_bool(&p, "rerun", 0) == 1) {
+			rec->rerun.mode = sb_map_bool(&p, "live_after_divergence", 0) == 1 ? 2 : 1;
+			rec->rerun.at = sb_map_u64(&p, "at", 0);
+			sb_map_str(&p, "from_run", rec->rerun.of, sizeof rec->rerun.of);
+		}
 	}
 	msgpack_zone_destroy(&zone);
+}
+
+/* A re-run's model calls (gateway agent.message) and departure. */
+static void fold_rerun(struct sb_history *rec, const struct sb_event *ev)
+{
+	if (ev->source != SB_SRC_GATEWAY)
+		return;
+	if (!strcmp(ev->type, "rerun.diverged"))
+		rec->rerun.diverged = 1;
+	else
+		rec->rerun.calls++;
 }
 
 static void fold_turn(struct sb_history *rec, const struct sb_event *ev)
@@ -243,6 +260,7 @@ static const struct fold {
     {"net.grant.added", fold_grant}, {"net.grant.removed", fold_grant},
     {"agent.file.changed", fold_changed},
     {"agent.turn.started", fold_turn},   {"agent.usage.updated", fold_turn},
+    {"agent.message", fold_rerun},       {"rerun.diverged", fold_rerun},
 };
 
 static void history_fold(struct sb_history *rec, const struct sb_event *ev)

@@ -53,6 +53,15 @@ struct sb_history {
 	struct sb_roll_file *files;
 	size_t nfiles;
 	int files_over; /* more paths than SB_HISTORY_FILES_MAX, or one unreadable */
+	/* a re-run (its run.forked with rerun true): the run it re-runs, the
+	 * offset it started from, 1 or 2 as sb_runs_from.rerun (0: not a
+	 * re-run); the model calls its gateway recorded, and whether it
+	 * departed from its record (a rerun.diverged) */
+	struct {
+		char of[SB_RUN_MAX];
+		uint64_t at, calls;
+		int mode, diverged;
+	} rerun;
 	struct sb_grant_change *grants; /* in the record's order */
 	size_t ngrants;
 };

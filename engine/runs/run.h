@@ -51,6 +51,7 @@ struct sb_run_from {
 	char runner[SB_PLAN_RUNNER_MAX]; /* the runner asked for, or "": run's */
 	int rerun;	  /* a re-run: 1, going on live after a divergence: 2 */
 	int compared;	  /* a re-run's rerun.compared is asked for (at its end) */
+	int never_ran;	  /* stopped while queued: its machine never started */
 	sb_rerun *calls;  /* a re-run's recorded calls (owned until the
 			   * gateway takes them) */
 };

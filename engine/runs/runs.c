@@ -69,6 +69,8 @@ struct job {
 	void *ctx;
 	/* a re-run's comparison */
 	char orig[SB_RUN_MAX];
+	uint64_t at;   /* the original's offset the re-run started from */
+	int never_ran; /* the re-run was stopped while queued */
 	/* retention */
 	const struct sb_runner *runner; /* the run's */
 	uint64_t keep;
@@ -312,6 +314,8 @@ static void on_kill_grace(void *ctx)
 	r->runner->ops->stop(r->m, KILL_GRACE_S);
 }
 
+static void run_finish(struct run *r);
+
 static void run_stop(struct run *r, const char *reason)
 {
 	if (r->stop_reason[0])
@@ -321,8 +325,8 @@ static void run_stop(struct run *r, const char *reason)
 		return; /* the creation sees it when it is done */
 	if (r->st == SB_RUN_QUEUED) { /* it never starts */
 		sb_runs_dequeue(r);
-		sb_runs_host_event(r->rs, r->id, "run.stopped", "reason", reason, NULL);
-		run_end(r);
+		r->from.never_ran = 1; /* a re-run's comparison says so */
+		run_finish(r);
 		return;
 	}
 	if (r->hello) {
@@ -387,9 +391,11 @@ static void compare_work(struct job *j)
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
 	sb_runs_settle(j->rs);
-	if (!(j->rc = sb_compare_side_read(j->rs->env.log, j->orig, &a)) &&
-	    !(j->rc = sb_compare_side_read(j->rs->env.log, j->run, &b)) &&
-	    !(j->rc = sb_compare_pack(&a, &b, j->orig, &pk, &same)) &&
+	if (!(j->rc = sb_compare_side_read(j->rs->env.log, j->orig, j->at, &a)) &&
+	    (j->never_ran || !(j->rc = sb_compare_side_read(j->rs->env.log, j->run, 0, &b))) &&
+	    !(j->rc = sb_compare_pack(&a, &b, j->orig,
+				      j->never_ran ? "it never ran: stopped while queued" : NULL,
+				      &pk, &same)) &&
 	    !(j->rc = sb_event_init(&ev, "rerun.compared", j->run, SB_SRC_HOST, buf.data,
 				    buf.size)))
 		j->rc = sb_runs_record(j->rs, &ev, 1);
@@ -397,8 +403,6 @@ static void compare_work(struct job *j)
 	sb_compare_side_free(&b);
 	msgpack_sbuffer_destroy(&buf);
 }
-
-static void run_finish(struct run *r);
 
 /* On the loop: the re-run's end goes on, its comparison recorded. */
 static void compare_done(struct job *j)
@@ -422,6 +426,8 @@ static int compare_submit(struct run *r)
 	if (!(j = job_new(r->rs, r->id)))
 		return SB_ERR_NOMEM;
 	snprintf(j->orig, sizeof j->orig, "%s", r->from.run);
+	j->at = r->from.at;
+	j->never_ran = r->from.never_ran;
 	j->work = compare_work;
 	j->done = compare_done;
 	return job_submit(j);

@@ -127,10 +127,12 @@ struct sb_runs_from {
 	const char *name;     /* the fork's name (NULL: the run's) */
 	const char *group;    /* the fork's group (NULL: the run's) */
 	const char *prompt;   /* a new prompt for the harness, or NULL */
-	int rerun;	      /* 1: a re-run of run from its start, its model
-			       * calls answered from its record; 2: the same,
-			       * going on to the live model after a divergence
-			       * (snapshot and at are not used) */
+	int rerun;	      /* 1: a re-run of run from its state at at (0: its
+			       * start), its model calls recorded after at
+			       * answered from its record; 2: the same, going on
+			       * to the live model after a divergence (snapshot
+			       * is not used; an at past run's last event is
+			       * SB_ERR_INVAL) */
 	const char *runner;   /* the runner asked for, or NULL: it runs on
 			       * run's runner, which holds its snapshots (another
 			       * is refused) */

@@ -199,7 +199,12 @@ for c in fork resume; do
 done
 one_line 2 fork "$X" --runner "$(printf 'a\033b')"
 line_has "--runner"
-[ "$("$SB" ps --all -q | wc -l)" = "$before" ] || fail "a fork on no runner was recorded: $("$SB" ps --all)"
+# a re-run from an offset before 1 or past the run's last event: refused
+one_line 2 rerun "$X" --at 0
+line_has "--at"
+one_line 2 rerun "$X" --at $((xoff + 1000)) --detach
+line_has "offset $((xoff + 1000)) is past run $X's last event (at $xoff)"
+[ "$("$SB" ps --all -q | wc -l)" = "$before" ] || fail "a fork on no runner or a refused re-run was recorded: $("$SB" ps --all)"
 [ "$("$SB" events "$X" --json | wc -l)" = "$xlast" ] || fail "a resume on no runner was recorded in $X"
 # its own runner named: as not naming one
 K=$("$SB" fork "$X" --at "$xoff" --runner local --detach) || fail "fork --runner local: exit $?"

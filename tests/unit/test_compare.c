@@ -62,20 +62,29 @@ static void typical(struct sb_compare_side *s, int status)
 	add(s, "run.exited", js);
 }
 
-/* Compares a with b into *out (the payload as a map in zone). */
-static int compare(struct sb_compare_side *a, struct sb_compare_side *b, msgpack_sbuffer *sb,
-		   msgpack_zone *zone, msgpack_object *out)
+/* Compares a with b into *out (the payload as a map in zone), b a re-run
+ * that never_ran (NULL: it ran). */
+static int compare_why(struct sb_compare_side *a, struct sb_compare_side *b,
+		       const char *never_ran, msgpack_sbuffer *sb, msgpack_zone *zone,
+		       msgpack_object *out)
 {
 	msgpack_packer pk;
 	int same;
 
 	msgpack_sbuffer_init(sb);
 	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
-	assert_int_equal(sb_compare_pack(a, b, "aaaaaaaaaaaa", &pk, &same), SB_OK);
+	assert_int_equal(sb_compare_pack(a, b, "aaaaaaaaaaaa", never_ran, &pk, &same), SB_OK);
 	assert_true(msgpack_zone_init(zone, 4096));
 	assert_int_equal(sb_payload_parse(sb->data, sb->size, zone, out), SB_OK);
 	assert_int_equal(sb_map_bool(out, "same", -1), same);
+	assert_true(!never_ran == !sb_map_get(out, "reason"));
 	return same;
+}
+
+static int compare(struct sb_compare_side *a, struct sb_compare_side *b, msgpack_sbuffer *sb,
+		   msgpack_zone *zone, msgpack_object *out)
+{
+	return compare_why(a, b, NULL, sb, zone, out);
 }
 
 /* The i-th named file's field key, into buf. */
@@ -217,6 +226,36 @@ static void test_bounded_and_malformed(void **st)
 	sb_compare_side_free(&b);
 }
 
+/* A re-run stopped while queued: it differs, even from an original
+ * that did nothing, no exit status, with its reason; the original's side
+ * as it was. */
+static void test_never_ran(void **st)
+{
+	struct sb_compare_side a = {0}, b = {0}, none = {0};
+	msgpack_sbuffer sb;
+	msgpack_zone zone;
+	msgpack_object p;
+	char buf[64];
+
+	(void)st;
+	assert_false(compare_why(&none, &b, "it never ran", &sb, &zone, &p));
+	assert_string_equal((sb_map_str(&p, "reason", buf, sizeof buf), buf), "it never ran");
+	msgpack_zone_destroy(&zone);
+	msgpack_sbuffer_destroy(&sb);
+	typical(&a, 3);
+	assert_false(compare_why(&a, &b, "it never ran", &sb, &zone, &p));
+	assert_int_equal(sb_map_i64(&p, "status", 9), -1);
+	assert_int_equal(sb_map_i64(&p, "original_status", 9), 3);
+	assert_int_equal(sb_map_u64(&p, "tools", 9), 0);
+	assert_int_equal(sb_map_u64(&p, "original_tools", 0), 2);
+	assert_int_equal(sb_map_u64(&p, "tools_differ_at", 0), 1);
+	assert_int_equal(sb_map_u64(&p, "files_differ", 0), 1); /* a.txt: removed */
+	assert_string_equal(named(&p, 0, "change", buf, sizeof buf), "removed");
+	msgpack_zone_destroy(&zone);
+	msgpack_sbuffer_destroy(&sb);
+	sb_compare_side_free(&a);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -224,6 +263,7 @@ int main(void)
 	    cmocka_unit_test(test_files_added_removed_different),
 	    cmocka_unit_test(test_exit_and_tools),
 	    cmocka_unit_test(test_bounded_and_malformed),
+	    cmocka_unit_test(test_never_ran),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1993,13 +1993,13 @@ static size_t recorded_calls(const char *run, struct sb_rerun_call *calls,
 /* Registers run as a re-run of the calls (live: go on to the provider
  * after a divergence). */
 static void add_rerun(const char *run, const struct sb_gateway_model *ms,
-		      const struct sb_rerun_call *calls, size_t n, int live,
+		      const struct sb_rerun_call *calls, size_t n, uint64_t skipped, int live,
 		      char key[SB_VKEY_MAX])
 {
 	struct sb_gateway_run r = {
 	    .run = run, .budget_nusd = 1000000000, .models = ms, .nmodels = 1};
 
-	assert_int_equal(sb_rerun_new(calls, n, live, &r.rerun), SB_OK);
+	assert_int_equal(sb_rerun_new(calls, n, skipped, live, &r.rerun), SB_OK);
 	assert_int_equal(sb_gateway_run_add(gw, &r, key), SB_OK);
 }
 
@@ -2027,7 +2027,7 @@ static void test_rerun_from_record(void **state)
 	assert_int_equal(recorded_calls("run-orig", calls, bodies, 2), 2);
 
 	/* the same calls: the record's answers, the stub never asked */
-	add_rerun("run-re", ms, calls, 2, 0, key);
+	add_rerun("run-re", ms, calls, 2, 0, 0, key);
 	mark = stub_mark();
 	chat_body(body, sizeof body, "stub/plain", 0);
 	call("run-re", "/v1/chat/completions", key, 0, body, &again);
@@ -2058,8 +2058,27 @@ static void test_rerun_from_record(void **state)
 	events_free(evs, n);
 	sb_gateway_run_remove(gw, "run-re");
 
+	/* from an offset past the first call: its first call is answered
+	 * with the second recorded answer, and calls are numbered in the
+	 * whole record (one more: call 3) */
+	add_rerun("run-at", ms, calls + 1, 1, 1, 0, key);
+	chat_body(body, sizeof body, "stub/plain", 1);
+	call("run-at", "/v1/chat/completions", key, 0, body, &again);
+	assert_int_equal(again.status, 200);
+	assert_string_equal(again.body, r[1].body);
+	call("run-at", "/v1/chat/completions", key, 0, body, &again);
+	assert_int_equal(again.status, 409);
+	assert_int_equal(atomic_load(&diverged_calls), 2);
+	n = run_events("run-at", evs, 16);
+	assert_int_equal(count_type(evs, n, "agent.usage.updated"), 1);
+	assert_non_null(e = find_type(evs, n, "rerun.diverged", 0));
+	assert_int_equal(sb_map_u64(&e->p, "call", 0), 3);
+	events_free(evs, n);
+	sb_gateway_run_remove(gw, "run-at");
+	assert_int_equal(stub_mark(), mark);
+
 	/* another question: named, then answered by the provider, metered */
-	add_rerun("run-live", ms, calls, 2, 1, key);
+	add_rerun("run-live", ms, calls, 2, 0, 1, key);
 	snprintf(other, sizeof other,
 		 "{\"model\":\"stub/plain\",\"messages\":[{\"role\":\"user\","
 		 "\"content\":\"something else\"}]}");
@@ -2073,7 +2092,7 @@ static void test_rerun_from_record(void **state)
 	assert_string_equal(path, "messages[0].content");
 	assert_non_null(e = find_type(evs, n, "agent.usage.updated", 0));
 	assert_int_equal(sb_map_u64(&e->p, "cost_nusd", 0), 1050000);
-	assert_int_equal(atomic_load(&diverged_calls), 1); /* it goes on */
+	assert_int_equal(atomic_load(&diverged_calls), 2); /* it goes on */
 	events_free(evs, n);
 	sb_gateway_run_remove(gw, "run-live");
 	for (size_t i = 0; i < 4; i++)
