@@ -354,6 +354,12 @@ int cli_disk_read(cli_disk *d, const char *path, sb_fsread_chunk_fn fn, void *ct
 /* cli_disk_read into fd. Errors: those of cli_disk_read, SB_ERR_IO. */
 int cli_disk_read_fd(cli_disk *d, const char *path, int fd);
 
+/* Picks run's snapshot sel->snapshot, or its newest one at or before
+ * sel->at (none: its start, sel->start set), into sel (snap_id,
+ * snap_offset, run), through snapshots.list on c. Errors: the call's,
+ * SB_ERR_NOTFOUND (no snapshot sel->snapshot). */
+int cli_fs_pick(sb_client *c, const char *run, struct cli_fs_at *sel);
+
 /* Opens the disk of run want (an id prefix or a name) chosen by sel (NULL:
  * its current one; a running run's guest syncs first) into *out, which the
  * caller closes with cli_disk_close; returns 0, or prints the error and

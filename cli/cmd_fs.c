@@ -151,10 +151,7 @@ int cli_blob_read(sb_client *c, const char *key, char **data, size_t *len)
 	return rc;
 }
 
-/* Picks run's snapshot sel->snapshot, or its newest one at or before
- * sel->at (none: its start, sel->start), into sel (snap_id, snap_offset,
- * run); prints the error. */
-static int snapshot_pick(sb_client *c, const char *run, struct cli_fs_at *sel)
+int cli_fs_pick(sb_client *c, const char *run, struct cli_fs_at *sel)
 {
 	struct cli_req r;
 	struct sb_reply rep = {0};
@@ -166,7 +163,7 @@ static int snapshot_pick(sb_client *c, const char *run, struct cli_fs_at *sel)
 	cli_req_begin(&r, "snapshots.list");
 	sb_mapw_str(&r.m, "run", run);
 	if ((rc = cli_call(c, &r, &rep)))
-		return cli_fail(rc, "%s", sb_errmsg(rc));
+		return rc;
 	list = sb_map_get(&rep.map, "snapshots");
 	for (uint32_t i = 0;
 	     list && list->type == MSGPACK_OBJECT_ARRAY && i < list->via.array.size;
@@ -187,8 +184,8 @@ static int snapshot_pick(sb_client *c, const char *run, struct cli_fs_at *sel)
 	} else if (!best ||
 		   sb_map_str(best, "snapshot", sel->snap_id, sizeof sel->snap_id) <= 0) {
 		sb_reply_free(&rep);
-		return cli_fail(SB_ERR_NOTFOUND, "run %s has no snapshot %s", run,
-				sel->snapshot);
+		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s", run,
+				 sel->snapshot);
 	}
 	sb_reply_free(&rep);
 	sel->snap_offset = off;
@@ -237,9 +234,10 @@ int cli_fs_open(const char *want, struct cli_fs_at *sel, cli_disk **out)
 		sb_client_close(c);
 		return cli_fail(rc, "%s", sb_errmsg(rc));
 	}
-	if (sel && (sel->snapshot || sel->at))
-		rc = snapshot_pick(c, run, sel);
-	else
+	if (sel && (sel->snapshot || sel->at)) {
+		if ((rc = cli_fs_pick(c, run, sel)))
+			rc = cli_fail(rc, "%s", sb_errmsg(rc));
+	} else
 		live_sync(c, run);
 	if (!rc && (rc = cli_disk_open(c, run, sel && sel->snap_id[0] ? sel->snap_id : NULL,
 				       out)))

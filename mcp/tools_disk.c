@@ -1,6 +1,7 @@
 /* tools_disk.c - the MCP tools that read what a run wrote: fs_read and
  * fs_list (its disk read through the daemon, cli/disk.c, as `sanbox fs`
- * does, --remote too) and diff (its recorded file changes). */
+ * does, --remote too; fs_list at an offset rolled forward as `fs ls --at`,
+ * cli/fsroll.c) and diff (its recorded file changes). */
 #include <limits.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -9,69 +10,39 @@
 
 #include "engine/error.h"
 #include "engine/text.h"
+#include "engine/runs/roll.h"
 #include "mcp/tools.h"
 #include "vmm/fsread.h"
 
 #define READ_DEFAULT (64u << 10)
 
-/* The id of run's snapshot id (NULL: the newest at or before at) into
- * sid (sizeof: 32). */
-static int snapshot_pick(sb_client *c, const char *run, const char *id, uint64_t at,
-			 char sid[32])
+/* Opens the disk args names (run, snapshot or at) into *f, sel set as
+ * `sanbox fs` sets it (cli_fs_pick: at before the first snapshot is the
+ * run's start). A live run's guest is asked to write its files out first
+ * (run.sync). */
+static int disk_open(const json_t *args, struct cli_fs_at *sel, cli_disk **f)
 {
-	const msgpack_object *list, *best = NULL;
-	struct sb_reply rep = {0};
-	struct cli_req r;
-	char seen[32];
-	uint64_t off = 0;
-	int rc;
-
-	cli_req_begin(&r, "snapshots.list");
-	sb_mapw_str(&r.m, "run", run);
-	if ((rc = mcp_call(c, &r, &rep)))
-		goto done;
-	list = sb_map_get(&rep.map, "snapshots");
-	for (uint32_t i = 0; list && list->type == MSGPACK_OBJECT_ARRAY && i < list->via.array.size;
-	     i++) {
-		const msgpack_object *s = &list->via.array.ptr[i];
-		uint64_t o = sb_map_u64(s, "offset", 0);
-		if (id ? sb_map_str(s, "snapshot", seen, sizeof seen) > 0 && !strcmp(seen, id)
-		       : o <= at && (!best || o >= off)) {
-			best = s;
-			off = o;
-		}
-	}
-	if (!best || sb_map_str(best, "snapshot", sid, 32) <= 0)
-		rc = id ? sb_seterr(SB_ERR_NOTFOUND, "snapshot: run %s has no snapshot %.15s", run, id)
-			: sb_seterr(SB_ERR_NOTFOUND, "at: run %s has no snapshot at or before offset %llu",
-				    run, (unsigned long long)at);
-done:
-	sb_reply_free(&rep);
-	return rc;
-}
-
-/* Opens the disk args names (run, snapshot or at) into *f. A live run's
- * guest is asked to write its files out first (run.sync). */
-static int disk_open(const json_t *args, cli_disk **f)
-{
-	const char *snap = mcp_arg_str(args, "snapshot");
-	uint64_t at = mcp_arg_u64(args, "at", 0);
-	char run[SB_RUN_MAX], sid[32] = "";
+	char run[SB_RUN_MAX];
 	struct sb_reply rep = {0};
 	struct cli_req r;
 	sb_client *c = NULL;
 	int rc;
 
+	memset(sel, 0, sizeof *sel);
+	sel->snapshot = mcp_arg_str(args, "snapshot");
+	sel->at = mcp_arg_u64(args, "at", 0);
 	if ((rc = mcp_connect(&c)) || (rc = mcp_resolve(c, "run", mcp_arg_str(args, "run"), run)))
 		goto done;
-	if (snap || at) {
-		rc = snapshot_pick(c, run, snap, at, sid);
+	if (sel->snapshot || sel->at) {
+		if ((rc = cli_fs_pick(c, run, sel)) == SB_ERR_NOTFOUND)
+			rc = mcp_field_err(rc, "snapshot");
 	} else {
 		cli_req_begin(&r, "run.sync");
 		sb_mapw_str(&r.m, "run", run);
 		mcp_call(c, &r, &rep); /* not synced: its disk is read as it is */
 	}
-	if (rc == SB_OK && (rc = cli_disk_open(c, run, sid[0] ? sid : NULL, f)) == SB_OK)
+	if (rc == SB_OK &&
+	    (rc = cli_disk_open(c, run, sel->snap_id[0] ? sel->snap_id : NULL, f)) == SB_OK)
 		c = NULL; /* the disk's */
 done:
 	sb_reply_free(&rep);
@@ -134,11 +105,12 @@ int mcp_tool_fs_read(struct sb_mcp_call *call, const json_t *args, json_t **out)
 	char gp[SB_FS_PATH_MAX + 16];
 	struct span s = {off, len, NULL, 0};
 	struct sb_fs_entry e;
+	struct cli_fs_at sel;
 	cli_disk *f = NULL;
 	int rc;
 
 	cli_guest_path(mcp_arg_str(args, "path"), gp, sizeof gp);
-	if ((rc = disk_open(args, &f)))
+	if ((rc = disk_open(args, &sel, &f)))
 		return rc;
 	if ((rc = cli_disk_stat(f, gp, &e)) == SB_OK && e.type != SB_FS_FILE)
 		rc = sb_seterr(SB_ERR_INVAL, "path: %s is a %s, not a regular file", gp,
@@ -162,36 +134,23 @@ int mcp_tool_fs_read(struct sb_mcp_call *call, const json_t *args, json_t **out)
 	return rc ? path_err(rc) : SB_OK;
 }
 
-struct entries {
-	json_t **v;
-	size_t n, cap;
-};
-
-static int entry_add(const struct sb_fs_entry *e, void *ctx)
+/* The entries of gp as sel chooses, from f, into l: at an offset past
+ * sel's snapshot and under /workspace, rolled forward from the record as
+ * `sanbox fs ls --at` has them (cli_fs_list_at), else as on the disk. */
+static int list_read(cli_disk *f, const struct cli_fs_at *sel, const char *gp,
+		     struct cli_fs_list *l)
 {
-	struct entries *l = ctx;
-	json_t *j = cli_fs_json(e);
+	struct sb_fs_entry e;
+	struct sb_roll roll;
+	int rc;
 
-	if (!j)
-		return SB_ERR_NOMEM;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		json_t **v = realloc(l->v, cap * sizeof *v);
-		if (!v) {
-			json_decref(j);
-			return SB_ERR_NOMEM;
-		}
-		l->v = v;
-		l->cap = cap;
-	}
-	l->v[l->n++] = j;
-	return SB_OK;
-}
-
-static int entry_cmp(const void *a, const void *b)
-{
-	return strcmp(json_string_value(json_object_get(*(json_t *const *)a, "name")),
-		      json_string_value(json_object_get(*(json_t *const *)b, "name")));
+	if (sel->at && sel->at > sel->snap_offset && !strncmp(gp, "/workspace", 10) &&
+	    (!gp[10] || gp[10] == '/'))
+		return cli_fs_list_at(f, sel, gp, l, &roll);
+	if ((rc = cli_disk_stat(f, gp, &e)))
+		return rc;
+	return e.type == SB_FS_DIR ? cli_disk_list(f, gp, cli_fs_list_add, l)
+				   : cli_fs_list_put(l, &e);
 }
 
 int mcp_tool_fs_list(struct sb_mcp_call *call, const json_t *args, json_t **out)
@@ -199,31 +158,31 @@ int mcp_tool_fs_list(struct sb_mcp_call *call, const json_t *args, json_t **out)
 	const char *path = mcp_arg_str(args, "path");
 	uint64_t skip = mcp_arg_u64(args, "offset", 0), limit = mcp_arg_u64(args, "limit", 1000);
 	char gp[SB_FS_PATH_MAX + 16];
-	struct entries l = {0};
-	struct sb_fs_entry e;
+	struct cli_fs_list l = {0};
+	struct cli_fs_at sel;
 	cli_disk *f = NULL;
-	json_t *list;
+	json_t *list, *o;
 	int rc;
 
 	cli_guest_path(path ? path : "/workspace", gp, sizeof gp);
-	if ((rc = disk_open(args, &f)))
+	if ((rc = disk_open(args, &sel, &f)))
 		return rc;
-	if ((rc = cli_disk_stat(f, gp, &e)) == SB_OK)
-		rc = e.type == SB_FS_DIR ? cli_disk_list(f, gp, entry_add, &l) : entry_add(&e, &l);
+	rc = list_read(f, &sel, gp, &l);
 	cli_disk_close(f);
 	if (rc == SB_OK) {
-		qsort(l.v, l.n, sizeof *l.v, entry_cmp);
+		cli_fs_list_sort(&l);
 		list = json_array();
-		for (size_t i = skip; i < l.n && i - skip < limit; i++)
-			json_array_append(list, l.v[i]);
+		for (size_t i = skip; i < l.n && i - skip < limit; i++) {
+			if ((o = cli_fs_json(&l.v[i].e)) && l.v[i].missing) /* as fs ls --json */
+				json_object_set_new(o, "content", json_string("missing"));
+			json_array_append_new(list, o);
+		}
 		*out = json_pack("{s:s, s:o, s:I}", "path", gp, "entries", list, "total",
 				 (json_int_t)l.n);
 		if (*out && skip + limit < l.n)
 			json_object_set_new(*out, "next_offset", json_integer((json_int_t)(skip + limit)));
 	}
-	for (size_t i = 0; i < l.n; i++)
-		json_decref(l.v[i]);
-	free(l.v);
+	cli_fs_list_free(&l);
 	return rc ? path_err(rc) : SB_OK;
 }
 

@@ -9,7 +9,10 @@
 # ends with rerun.compared (before its run.stopped), which the CLI prints
 # and exits by: 0 the same outcome, 120 another (a command that writes a
 # file named by its run id is reported with both paths). A command's
-# re-run starts with its original's clock and seed (SANBOX_SEED).
+# re-run starts with its original's clock and seed (SANBOX_SEED). A
+# re-run --at an offset between a command's two model calls makes only
+# the second, answered with the second recorded answer, and compares the
+# same as what the original did after the offset.
 . "$(dirname "$0")/lib/vm.sh"
 
 work=$(mktemp -d /tmp/sbrerun.XXXXXX)
@@ -26,6 +29,7 @@ cat >"$work/scripts/rand.json" <<'EOF'
 {"turns": [{"text": "a roll of the dice", "tool_calls": [{"name": "shell", "arguments": {"command": "head -c 8 /dev/urandom | od -An -tx1"}}]},
            {"text": "done"}]}
 EOF
+echo '{"turns": [{"text": "done"}]}' >"$work/scripts/once.json"
 "$BUILD/sanbox-model-stub" --script-dir "$work/scripts" --log "$work/stub.log" >"$work/stub.out" 2>&1 &
 stub_pid=$!
 i=0
@@ -39,7 +43,8 @@ cat >"$SANBOX_HOME/models.json" <<EOF
 {"providers": {"acme": {"base_url": "$URL", "api": ["openai", "anthropic"]}},
  "models": {
   "acme/scripted": {"provider": "acme", "upstream": "scripted", "input": 1, "output": 2},
-  "acme/rand": {"provider": "acme", "upstream": "rand", "input": 1, "output": 2}}}
+  "acme/rand": {"provider": "acme", "upstream": "rand", "input": 1, "output": 2},
+  "acme/once": {"provider": "acme", "upstream": "once", "input": 1, "output": 2}}}
 EOF
 calls() { wc -l <"$work/stub.log" | tr -d ' '; }
 rid() { "$SB" inspect "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["run"])'; }
@@ -176,4 +181,39 @@ seed=$1 clock=$2
 	[ "$(echo "$orr" | sed -n 2p)" = "seed $seed" ] &&
 	ok "SANBOX_SEED and the seed the kernel got are the original's (/dev/urandom: $(echo "$oc" | sed -n 3p) then $(echo "$orr" | sed -n 3p))" ||
 	bad "seed" "recorded $seed / $(ready "$R5"); outputs: $oc / $orr"
+# --- 6. --at an offset between two model calls: the second answers
+# the re-run's first; the outcome after the offset is the same
+Q='SANBOX_CONVERSATION= sanbox-harness --model acme/once'
+"$SB" run --name two -m acme/once -- sh -c "if [ ! -e one ]; then $Q 'a first question'; echo 1 >one; sleep 2; fi
+$Q 'the second question, a good deal longer than the first one was'" >"$work/two.out" 2>&1 ||
+	bad "two calls" "$(tail -n 5 "$work/two.out")"
+T=$(rid two)
+X=$("$SB" events "$T" --json | python3 -c '
+import json, sys
+print([e["offset"] for e in map(json.loads, sys.stdin) if e["type"] == "agent.file.changed" and e["payload"]["path"] == "/workspace/one"][0])')
+"$SB" rerun two --at "$X" --json >"$work/re6.json" 2>&1
+rc=$?
+R6=$(tail -n 1 "$work/re6.json" | python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["rerun"])')
+# responses RUN: its gateway calls' response blobs, whether replayed, offsets
+responses() { "$SB" events "$1" --json | python3 -c '
+import json, sys
+for e in map(json.loads, sys.stdin):
+    if e["type"] == "agent.message" and e["source"] == "gateway":
+        print(e["payload"]["response"], e["payload"].get("replayed", False), e["offset"])'; }
+responses "$T" >"$work/t.resp"
+responses "$R6" >"$work/r6.resp"
+tail -n 1 "$work/re6.json" | python3 -c '
+import json, sys
+c = json.loads(sys.stdin.read())["compared"]
+assert c["same"] is True and c["tools"] == 0 and c["files_differ"] == 0, c
+assert (c["status"], c["original_status"]) == (0, 0), c' 2>"$work/c6.err" && [ $rc = 0 ] &&
+	ok "rerun --at $X: the same outcome as after the offset" ||
+	bad "rerun --at" "exit $rc: $(tail -n 2 "$work/c6.err") $(tail -n 3 "$work/re6.json")"
+[ "$(wc -l <"$work/t.resp")" = 2 ] && [ "$(wc -l <"$work/r6.resp")" = 1 ] &&
+	[ "$(sed -n 2p "$work/t.resp" | cut -d' ' -f1)" = "$(cut -d' ' -f1 "$work/r6.resp")" ] &&
+	[ "$(cut -d' ' -f2 "$work/r6.resp")" = True ] &&
+	[ "$(sed -n 1p "$work/t.resp" | cut -d' ' -f3)" -lt "$X" ] &&
+	[ "$(sed -n 2p "$work/t.resp" | cut -d' ' -f3)" -gt "$X" ] &&
+	ok "its one call ($R6) was answered with the second recorded answer" ||
+	bad "rerun --at calls" "original: $(cat "$work/t.resp") / re-run: $(cat "$work/r6.resp"); at $X"
 exit $((failures > 0))

@@ -2,10 +2,11 @@
 // client (tests/e2e/vm_mcp.sh installs it, pinned): initialize (the client
 // refuses a revision it does not list), tools/list,
 // a run started with input files and waited for with progress notifications, its events, a
-// file and a directory of its disk, a resource and a subscription, a
+// file and a directory of its disk (and one at an offset, as `sanbox fs ls --at`), a resource and a subscription, a
 // 4-run group from examples/acquisition.yaml, a fork, and tool errors.
 // Prints "PASS name" / "FAIL name: why" lines; exits 1 on a failure.
 // Usage: node mcp_sdk.mjs SDK_DIR SANBOX REPO
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 
@@ -77,6 +78,18 @@ check("fs_read offset", data(r)?.content === "mcp" && data(r)?.next_offset === 9
 r = await call("fs_list", { run });
 const names = (data(r)?.entries ?? []).map((e) => e.name);
 check("fs_list", names.includes("out.txt") && names.includes("d"), JSON.stringify(r).slice(0, 300));
+// at an offset before its only snapshot (its end's): its start with the
+// record rolled forward, as `sanbox fs ls --at` lists it
+const changed = execFileSync(sanbox, ["events", run, "--json", "--type", "agent.file.changed"],
+	{ encoding: "utf8" }).split("\n").filter((l) => l).map((l) => JSON.parse(l));
+const at = changed.find((e) => e.payload.path === "/workspace/out.txt")?.offset;
+r = await call("fs_list", { run, at });
+const cliLs = JSON.parse(execFileSync(sanbox, ["fs", "ls", run, "--at", String(at), "--json"],
+	{ encoding: "utf8" }));
+check("fs_list at an offset: as fs ls --at", !r.isError && at > 0 &&
+	JSON.stringify(data(r)?.entries) === JSON.stringify(cliLs) &&
+	cliLs.some((e) => e.name === "out.txt"),
+	`at ${at}: ${JSON.stringify(r).slice(0, 300)} / ${JSON.stringify(cliLs).slice(0, 300)}`);
 const res = await client.readResource({ uri: `sanbox://run/${run}` });
 check("resources/read", JSON.parse(res.contents[0].text)?.run?.status === "exited",
 	res.contents[0].text.slice(0, 200));
