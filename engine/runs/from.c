@@ -103,14 +103,15 @@ static int requeue(struct run *r, const struct sb_history *rec, msgpack_zone *zo
 static int rerun_load(struct run *r, uint64_t made);
 
 /* Takes up what makes r (taken up by a restarted daemon) a re-run, as its
- * record says (rec): its original, the offset it started from and its
- * comparison at its end; and the recorded calls after the ones it made,
- * read on the loop as the record is (a re-run that departed from its
- * record gets none: calls go live, or, not going on live, past the
- * record). Errors: the log's, SB_ERR_NOMEM. */
+ * record says (rec; not once resumed, as a resume of it is not one): its
+ * original, the offset it started from and its comparison at its end;
+ * and the recorded calls after the ones it made, read on the loop as the
+ * record is (a re-run that departed from its record gets none: calls go
+ * live, or, not going on live, past the record). Errors: the log's,
+ * SB_ERR_NOMEM. */
 static int rerun_takeup(struct run *r, const struct sb_history *rec)
 {
-	if (!rec->rerun.mode)
+	if (!rec->rerun.mode || rec->resumed) /* a resumed one goes on live */
 		return SB_OK;
 	r->from.rerun = rec->rerun.mode;
 	r->from.at = rec->rerun.at;
