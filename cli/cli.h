@@ -24,23 +24,33 @@
 #include "engine/mpack.h"
 #include "vmm/fsread.h"
 
+/* A command as help, usage errors and completion describe it (cli/commands.c;
+ * which function runs it is cli/main.c's). */
 struct cli_cmd {
 	const char *name;
-	int (*fn)(int argc, char **argv);
 	const char *summary;
 	const char *usage; /* full help text */
 };
 
-/* The command table (cli/main.c). */
+/* The command named name, or NULL; static, valid as long as the program. */
 const struct cli_cmd *cli_find(const char *name);
 
-/* The whole command table, its length in *n. */
+/* The whole command table (static), its length in *n. */
 const struct cli_cmd *cli_commands(size_t *n);
 
-/* Global options, set by main before a command runs: the state directory,
- * and for a remote daemon its tls+tcp:// url, token and CA file (else NULL). */
+/* The usage of the global options, before any command (static). */
+extern const char cli_global_usage[];
+
+/* Global options, set by main before a command runs (cli/globals.c): the
+ * state directory, and for a remote daemon its tls+tcp:// url, token and
+ * CA file (else NULL); the strings are main's argv's or the environment's. */
 extern char cli_home[4096];
 extern const char *cli_remote, *cli_token, *cli_ca;
+
+/* Sets each of cli_remote, cli_token and cli_ca still NULL from
+ * SANBOX_REMOTE, SANBOX_TOKEN and SANBOX_CA when those are set and not
+ * empty. */
+void cli_globals_from_env(void);
 
 /* Points fo at the daemon in use (local or remote) with its token. */
 void cli_follow_init(struct sb_follow_opts *fo);
@@ -80,6 +90,10 @@ int cli_usage(const char *cmd);
 
 /* Prints the usage of cmd on stdout (its --help) and returns CLI_EXIT_OK. */
 int cli_help(const char *cmd);
+
+/* Prints that there is no command name, with the nearest one ("did you
+ * mean"), and returns CLI_EXIT_USAGE. */
+int cli_no_command(const char *name);
 
 /* After getopt_long returned ch ('?' or ':') for argv of cmd: prints one line
  * naming the option ("sanbox: run: option '--cpu' needs a value"), then

@@ -105,6 +105,21 @@ int cli_help(const char *cmd)
 	return CLI_EXIT_OK;
 }
 
+int cli_no_command(const char *name)
+{
+	const struct cli_cmd *cmds;
+	struct cli_suggest s;
+	char hint[96];
+	size_t n;
+
+	cmds = cli_commands(&n);
+	cli_suggest_init(&s, name);
+	for (size_t i = 0; i < n; i++)
+		cli_suggest_add(&s, cmds[i].name, strlen(cmds[i].name));
+	return cli_fail_code(CLI_EXIT_USAGE, "no command '%s'%s (see 'sanbox help')", name,
+			     cli_suggest_hint(&s, hint, sizeof hint));
+}
+
 /* The long option of cmd's usage text nearest to name ("--jsno"), as a
  * hint ("; did you mean '--json'?") in buf, or "". */
 static const char *option_hint(const char *cmd, const char *name, char *buf, size_t cap)

@@ -102,6 +102,12 @@ rc=$?
 grep -q '^usage: sanbox attach RUN' "$tmp/help" || fail "help attach: $(cat "$tmp/help")"
 "$SB" attach --help | grep -q '^usage: sanbox attach' || fail "attach --help"
 "$SB" help >"$tmp/help" && grep -q 'attach' "$tmp/help" || fail "help lists no commands"
+# every command help lists is one main runs: its --help prints its usage
+for c in $("$SB" __complete commands); do
+	"$SB" "$c" --help >"$tmp/help" || fail "$c --help: exit $?"
+	grep -q "^usage: sanbox $c\b" "$tmp/help" || fail "$c --help: $(head -1 "$tmp/help")"
+	"$SB" help | grep -q "^  $c " || fail "help does not list $c"
+done
 "$SB" version --json >"$tmp/ver" && json_lines "$tmp/ver" "evs[0]['version'] == '$("$SB" version | sed 's/^sanbox //')'" ||
 	fail "version --json: $(cat "$tmp/ver")"
 "$SB" daemon status --json >"$tmp/st" && json_lines "$tmp/st" "evs[0]['version'] == '$("$SB" version | sed 's/^sanbox //')'" ||
