@@ -306,6 +306,9 @@ struct cli_fs_at {
 		    * template's root file system with its own inputs */
 };
 
+/* A run's recorded file changes and blobs, read through the daemon
+ * (cli/record.c). */
+
 /* One recorded agent.file.changed (borrowed during the callback). */
 struct cli_file_change {
 	uint64_t offset;
@@ -322,11 +325,6 @@ struct cli_file_change {
 int cli_file_changes(sb_client *c, const char *run, uint64_t from, uint64_t to,
 		     int (*cb)(void *ctx, const struct cli_file_change *ch), void *ctx);
 
-/* The files run changed in (from, to], as `diff --json` prints them: an
- * array of {path, status (A, M, D), offset, size, content?, omitted?} by
- * path (*out, the caller's). Errors: those of the calls, SB_ERR_NOMEM. */
-int cli_diff_json(sb_client *c, const char *run, uint64_t from, uint64_t to, json_t **out);
-
 /* Writes the content of blob key (64 hex digits) to fd. Errors: those of
  * blob.get, SB_ERR_IO. */
 int cli_blob_write(sb_client *c, const char *key, int fd);
@@ -335,6 +333,12 @@ int cli_blob_write(sb_client *c, const char *key, int fd);
  * caller frees) and its length into *len. Errors: those of blob.get,
  * SB_ERR_NOMEM. */
 int cli_blob_read(sb_client *c, const char *key, char **data, size_t *len);
+
+/* The files run changed in (from, to], as `diff --json` prints them: an
+ * array of {path, status (A, M, D), offset, size, content?, omitted?} by
+ * path (*out, the caller's; cli/cmd_diff.c). Errors: those of the calls,
+ * SB_ERR_NOMEM. */
+int cli_diff_json(sb_client *c, const char *run, uint64_t from, uint64_t to, json_t **out);
 
 /* A run's disk read through the daemon (cli/disk.c): fs.stat, fs.list,
  * fs.read, so that it reads alike with --remote. */
