@@ -1,6 +1,7 @@
 /* watch.h - what sanbox watch's command (cli/cmd_watch.c: loading the rows,
- * following the log, plain lines) and its terminal view (cli/watchview.c)
- * share. The rows are cli/watchrows.h's.
+ * plain lines), its feed (cli/watchfeed.c: adding a run's row, following
+ * the log) and its terminal view (cli/watchview.c) share. The rows are
+ * cli/watchrows.h's.
  */
 #ifndef SB_CLI_WATCH_H
 #define SB_CLI_WATCH_H
