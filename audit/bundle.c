@@ -14,6 +14,7 @@
 #include "engine/payload.h"
 #include "engine/version.h"
 #include "engine/log/event.h"
+#include "engine/log/mdb.h"
 #include "projections/tree.h"
 
 /* One run's events, read in order while the runs are merged by offset. */

@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "engine/daemon/token.h"
 #include "engine/error.h"
+#include "engine/log/mdb.h"
 #include "engine/home.h"
 #include "engine/log/checkpoint.h"
 #include "projections/tree.h"

@@ -9,6 +9,7 @@
 
 #include "engine/bytes.h"
 #include "engine/error.h"
+#include "engine/log/mdb.h"
 #include "engine/payload.h"
 #include "projections/tree.h"
 #include "projections/views.h"

@@ -7,6 +7,7 @@
 
 #include "engine/bytes.h"
 #include "engine/error.h"
+#include "engine/log/mdb.h"
 #include "engine/payload.h"
 #include "projections/fields.h"
 #include "projections/views.h"

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "engine/error.h"
+#include "engine/log/mdb.h"
 #include "engine/payload.h"
 #include "projections/fields.h"
 #include "projections/views.h"

@@ -9,6 +9,7 @@
 
 #include "engine/bytes.h"
 #include "engine/error.h"
+#include "engine/log/mdb.h"
 
 #define LEAF_VERSION 1
 #define TILE_BYTES (SB_TREE_TILE * SB_MERKLE_HASH)

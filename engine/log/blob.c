@@ -9,7 +9,7 @@
 #include <xxhash.h>
 
 #include "engine/error.h"
-#include "engine/log/log.h"
+#include "engine/log/mdb.h"
 
 static pthread_once_t sodium_once = PTHREAD_ONCE_INIT;
 

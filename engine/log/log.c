@@ -11,6 +11,7 @@
 
 #include "engine/bytes.h"
 #include "engine/error.h"
+#include "engine/log/mdb.h"
 #include "engine/log/record.h"
 #include "engine/log/schema.h"
 
@@ -98,24 +99,6 @@ static int disk_full(sb_log *log)
 	if (mdb_env_get_path(log->env, &dir) || !dir || statvfs(dir, &st))
 		return 0;
 	return (uint64_t)st.f_bavail * st.f_frsize < (1u << 20);
-}
-
-int sb_log_mdb_err(int rc, const char *what)
-{
-	switch (rc) {
-	case 0: return SB_OK;
-	case MDB_MAP_FULL:
-	case ENOSPC: return sb_seterr(SB_ERR_FULL, "%s: %s", what, mdb_strerror(rc));
-	case MDB_NOTFOUND: return sb_seterr(SB_ERR_NOTFOUND, "%s: not found", what);
-	case ENOMEM: return SB_ERR_NOMEM;
-	case EACCES:
-	case EROFS: return sb_seterr(SB_ERR_DENIED, "%s: %s", what, mdb_strerror(rc));
-	case MDB_CORRUPTED:
-	case MDB_PAGE_NOTFOUND:
-	case MDB_INVALID:
-	case MDB_VERSION_MISMATCH: return sb_seterr(SB_ERR_CORRUPT, "%s: %s", what, mdb_strerror(rc));
-	}
-	return sb_seterr(SB_ERR_IO, "%s: %s", what, mdb_strerror(rc));
 }
 
 static size_t map_size(void)

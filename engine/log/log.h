@@ -164,7 +164,4 @@ int sb_log_usage(sb_log *log, unsigned long long *blobs, unsigned long long *res
 int sb_log_salt(sb_log *log, MDB_txn *txn, uint64_t offset, int create,
 		uint8_t out[SB_SALT_LEN]);
 
-/* Maps an LMDB error code to an sb_err, recording its text as the detail. */
-int sb_log_mdb_err(int mdb_rc, const char *what);
-
 #endif
