@@ -12,6 +12,7 @@ struct from_opts {
 	const char *snapshot, *name, *prompt;
 	const char *runner; /* NULL: the run's own, as not naming one */
 	uint64_t at, count;
+	uint64_t budget; /* nano-USD, or 0: the run's */
 	int has_at, detach, json;
 };
 
@@ -26,6 +27,7 @@ static int from_parse(int argc, char **argv, const char *cmd, int fork,
 	    {"name", required_argument, NULL, 'N'},
 	    {"prompt", required_argument, NULL, 'p'},
 	    {"runner", required_argument, NULL, 'R'},
+	    {"budget", required_argument, NULL, 'b'},
 	    {"detach", no_argument, NULL, 'd'},
 	    {"json", no_argument, NULL, 'j'},
 	    {NULL, 0, NULL, 0},
@@ -63,6 +65,11 @@ static int from_parse(int argc, char **argv, const char *cmd, int fork,
 				return rc;
 			o->runner = optarg;
 			break;
+		case 'b':
+			if ((rc = cli_parse_usd(optarg, &o->budget)))
+				return cli_fail_code(CLI_EXIT_USAGE, "--budget: %s",
+						     sb_errmsg(rc));
+			break;
 		case 'd': o->detach = 1; break;
 		case 'j': o->json = 1; break;
 		default: return cli_badopt(cmd, argv, ch);
@@ -86,6 +93,8 @@ static void from_pack(struct cli_req *r, const struct from_opts *o, int fork)
 		sb_mapw_str(&r->m, "prompt", o->prompt);
 	if (o->runner)
 		sb_mapw_str(&r->m, "runner", o->runner);
+	if (o->budget)
+		sb_mapw_u64(&r->m, "budget_nusd", o->budget);
 	if (fork)
 		sb_mapw_u64(&r->m, "count", o->count);
 	if (fork && o->name)

@@ -297,7 +297,8 @@ static const struct cli_cmd commands[] = {
 	 "taken at, its time and size, and the runs that read it.\n"},
 	{"fork", "start new runs from a run's snapshot",
 	 "usage: sanbox fork RUN [--snapshot ID | --at OFFSET] [-n COUNT] [--name NAME]\n"
-	 "                  [--prompt TEXT] [--runner NAME] [--detach] [--json]\n"
+	 "                  [--prompt TEXT] [--budget USD] [--runner NAME] [--detach]\n"
+	 "                  [--json]\n"
 	 "\n"
 	 "Starts COUNT (default 1, at most 64) new runs with RUN's settings, each on\n"
 	 "a new disk layer over the snapshot (constant time and space; over a copy\n"
@@ -310,7 +311,8 @@ static const struct cli_cmd commands[] = {
 	 "own machine id and randomness. With one fork and no\n"
 	 "--detach, prints its events as 'sanbox run' does; else prints the ids.\n"
 	 "The forks run on RUN's runner, which holds its snapshots; --runner NAME\n"
-	 "naming another (or one the daemon has not) is refused.\n"},
+	 "naming another (or one the daemon has not) is refused. Each fork has\n"
+	 "RUN's budget (or --budget USD) to spend afresh.\n"},
 	{"rerun", "run a run again, its model answered from its record",
 	 "usage: sanbox rerun RUN [--at OFFSET] [--live-after-divergence] [--detach]\n"
 	 "                    [--json]\n"
@@ -333,7 +335,7 @@ static const struct cli_cmd commands[] = {
 	 "run').\n"},
 	{"resume", "continue a run that ended, from a snapshot",
 	 "usage: sanbox resume RUN [--snapshot ID | --at OFFSET] [--prompt TEXT]\n"
-	 "                    [--runner NAME] [--detach] [--json]\n"
+	 "                    [--budget USD] [--runner NAME] [--detach] [--json]\n"
 	 "\n"
 	 "Continues RUN (it keeps its id, its record and its budget) on a new disk\n"
 	 "layer over the snapshot ID or the newest one at or before OFFSET (none:\n"
@@ -345,7 +347,9 @@ static const struct cli_cmd commands[] = {
 	 "up to OFFSET are rolled forward from the record first, never through a\n"
 	 "link; what it lacks (a content over a cap) is named in run.resumed\n"
 	 "(exact false). It runs on RUN's runner again; --runner NAME naming\n"
-	 "another is refused.\n"},
+	 "another is refused. Its budget goes on with what it spent; --budget USD\n"
+	 "gives it a larger one from now on (recorded in run.resumed). A run its\n"
+	 "budget stopped is refused without one.\n"},
 	{"diff", "list the files a run changed between two offsets",
 	 "usage: sanbox diff RUN [--from OFFSET] [--to OFFSET] [--json]\n"
 	 "\n"

@@ -94,6 +94,7 @@ static void fold_from(struct sb_runstate *rs, const struct sb_event *ev, const m
 		rs->parent_offset = sb_map_u64(map, "from_offset", 0);
 	}
 	rs->resumed_offset = ev->offset;
+	rs->budget_nusd = sb_map_u64(map, "budget_nusd", rs->budget_nusd); /* raised */
 	rs->started_ns = 0;
 	strcpy(rs->status, "created");
 	rs->reason[0] = 0;
@@ -234,7 +235,7 @@ const struct sb_projection sb_proj_runstate = {
 	 * 5: progress_label, progress_count, progress_total (agent.progress),
 	 *    turns and tool_calls (completed);
 	 * 6: removed (run.removed) */
-	.version = 7,
+	.version = 8,
 	.init = NULL,
 	.apply = rs_apply,
 };

@@ -819,7 +819,7 @@ static void fork_made(void *ctx, int rc, const char *run)
 }
 
 /* The arguments a fork and a resume share: {run, snapshot, at, prompt,
- * runner}. */
+ * runner, budget_nusd}. */
 static int arg_from(struct req *r, struct sb_runs_from *f, char run[SB_RUN_MAX],
 		    char snap[72], char runner[SB_PLAN_RUNNER_MAX], char **prompt)
 {
@@ -830,7 +830,8 @@ static int arg_from(struct req *r, struct sb_runs_from *f, char run[SB_RUN_MAX],
 	*prompt = NULL;
 	if ((rc = arg_run(r, run)) || (rc = arg_str(r, "snapshot", snap, 72, 0)) ||
 	    (rc = arg_str(r, "runner", runner, SB_PLAN_RUNNER_MAX, 0)) ||
-	    (rc = arg_u64(r, "at", UINT64_MAX, &f->at)))
+	    (rc = arg_u64(r, "at", UINT64_MAX, &f->at)) ||
+	    (rc = sb_spec_u64(r->args, "budget_nusd", UINT64_MAX / 4, &f->budget_nusd)))
 		return rc;
 	if (snap[0] && sb_map_get(r->args, "at"))
 		return sb_seterr(SB_ERR_INVAL, "give 'snapshot' or 'at', not both");
@@ -848,7 +849,7 @@ static int arg_from(struct req *r, struct sb_runs_from *f, char run[SB_RUN_MAX],
 	return SB_OK;
 }
 
-/* run.fork {run, snapshot | at, count, name, prompt, runner}: new runs from a
+/* run.fork {run, snapshot | at, count, name, prompt, runner, budget_nusd}: new runs from a
  * snapshot; answered with their ids once all are made. */
 static int op_run_fork(struct req *r)
 {
@@ -924,7 +925,8 @@ static int op_run_rerun(struct req *r)
 	return OP_LATER;
 }
 
-/* run.resume {run, snapshot | at, prompt, runner}: the run goes on from a snapshot. */
+/* run.resume {run, snapshot | at, prompt, runner, budget_nusd}: the run goes
+ * on from a snapshot. */
 static int op_run_resume(struct req *r)
 {
 	char run[SB_RUN_MAX], snap[72], runner[SB_PLAN_RUNNER_MAX];

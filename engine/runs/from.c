@@ -14,6 +14,7 @@
 #include "engine/error.h"
 #include "engine/mpack.h"
 #include "engine/payload.h"
+#include "engine/log/summary.h"
 #include "engine/runs/history.h"
 #include "engine/runs/run.h"
 #include "projections/views.h"
@@ -181,6 +182,8 @@ void sb_runs_reattach(struct sb_runs *rs, const char *run)
 		sb_runs_record_failed(rs, run, reason);
 		goto out_free;
 	}
+	if (rec.budget_nusd) /* a resume raised it */
+		r->plan.access.budget_nusd = rec.budget_nusd;
 	if (rec.queued.size) {
 		if ((rc = requeue(r, &rec, &zone))) {
 			snprintf(reason, sizeof reason,
@@ -276,6 +279,8 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 	}
 	if (r->from.resume)
 		sb_mapw_str(&m, "prompt", r->from.prompt ? r->from.prompt : "");
+	if (r->from.resume && r->from.budget_nusd)
+		sb_mapw_u64(&m, "budget_nusd", r->from.budget_nusd);
 	if ((rc = sb_mapw_end(&m)))
 		return rc;
 	return sb_event_init(ev, r->from.resume ? "run.resumed" : "run.forked", r->id,
@@ -283,6 +288,37 @@ static int pack_from(const struct run *r, msgpack_sbuffer *buf, struct sb_event 
 }
 
 static int from_point(struct run *r);
+
+/* Sets r's budget: the one a resume of the run it continues gave it last
+ * (rec), else its plan's; then the one asked for, which a resume's must
+ * exceed what the run has spent. Errors: SB_ERR_INVAL (that, or a resume
+ * of a run its budget stopped with no budget asked for). */
+static int from_budget(struct run *r, const struct sb_history *rec)
+{
+	char want[32], spent[32];
+
+	if (rec->budget_nusd)
+		r->plan.access.budget_nusd = rec->budget_nusd;
+	if (r->from.resume && !r->from.budget_nusd && r->from.budget_stopped) {
+		sb_usd_format(r->plan.access.budget_nusd, want, sizeof want);
+		sb_usd_format(r->from.spent, spent, sizeof spent);
+		return sb_seterr(SB_ERR_INVAL,
+				 "run %s was stopped by its budget (%s of %s spent): resume "
+				 "it with a larger one",
+				 r->from.run, spent, want);
+	}
+	if (!r->from.budget_nusd)
+		return SB_OK;
+	if (r->from.resume && r->from.budget_nusd <= r->from.spent) {
+		sb_usd_format(r->from.budget_nusd, want, sizeof want);
+		sb_usd_format(r->from.spent, spent, sizeof spent);
+		return sb_seterr(SB_ERR_INVAL,
+				 "a budget of %s does not exceed the %s run %s has spent",
+				 want, spent, r->from.run);
+	}
+	r->plan.access.budget_nusd = r->from.budget_nusd;
+	return SB_OK;
+}
 
 /* Sets r's runner: the one holding the snapshots of the run it continues
  * (its plan read back names it). Errors: SB_ERR_INVAL (another runner was
@@ -459,7 +495,7 @@ static void from_job(void *ctx)
 		r->create.rc = rc;
 		goto out;
 	}
-	if (r->from.rerun && (rc = rerun_load(r, 0))) {
+	if ((rc = from_budget(r, &rec)) || (r->from.rerun && (rc = rerun_load(r, 0)))) {
 		r->create.rc = rc;
 		goto out;
 	}
@@ -653,6 +689,7 @@ static int from_point(struct run *r)
 	if (r->from.resume) {
 		sb_costs_get(rs->env.proj, "run", r->from.run, &cost);
 		r->from.spent = cost.cost_nusd; /* the budget goes on */
+		r->from.budget_stopped = !strcmp(st.status, "budget");
 	}
 	return SB_OK;
 }
@@ -678,6 +715,7 @@ int sb_runs_from(struct sb_runs *rs, const struct sb_runs_from *f, sb_runs_creat
 	snprintf(r->from.snap, sizeof r->from.snap, "%s", f->snapshot ? f->snapshot : "");
 	r->from.at = f->at; /* a re-run's 0: from the run's start */
 	r->from.rerun = f->rerun;
+	r->from.budget_nusd = f->budget_nusd;
 	if (f->rerun)
 		r->from.snap[0] = 0;
 	if (f->prompt && !(r->from.prompt = strdup(f->prompt))) {

@@ -227,9 +227,11 @@ static void fold_resumed(struct sb_history *rec, const struct sb_event *ev)
 	msgpack_object p;
 
 	if (msgpack_zone_init(&zone, 512)) {
-		if (!sb_payload_parse(ev->payload, ev->payload_len, &zone, &p) &&
-		    sb_map_bool(&p, "session", 0) == 1)
-			session_note(rec, ev);
+		if (!sb_payload_parse(ev->payload, ev->payload_len, &zone, &p)) {
+			if (sb_map_bool(&p, "session", 0) == 1)
+				session_note(rec, ev);
+			rec->budget_nusd = sb_map_u64(&p, "budget_nusd", rec->budget_nusd);
+		}
 		msgpack_zone_destroy(&zone);
 	}
 	rec->started_ns = 0;

@@ -38,6 +38,8 @@ struct sb_history {
 	int exited, ready;   /* the current start's run.exited, harness.input.ready */
 	char forked_from[SB_RUN_MAX]; /* run.forked of a memory snapshot: its parent */
 	int resumed;		      /* a run.resumed is in it */
+	uint64_t budget_nusd;	      /* the budget the last run.resumed that set
+				       * one gave it, or 0: run.policy.resolved's */
 	/* the offset of the first event that shows its harness had begun a
 	 * session of its own on the disk (agent.turn.started,
 	 * agent.usage.updated, or a run.forked or run.resumed with session

@@ -44,6 +44,8 @@ struct sb_run_from {
 	int session; /* its harness had begun its own session by then */
 	uint64_t offset, at;
 	uint64_t spent;	       /* a resume: what its budget had spent */
+	uint64_t budget_nusd;  /* its budget from now on (run.resumed's), or 0 */
+	int budget_stopped;    /* a resume: its budget stopped the run */
 	uint64_t memory_bytes; /* > 0: the machine continues a memory snapshot */
 	char *prompt;	       /* a new prompt (owned), or NULL */
 	char name[SB_PLAN_NAME_MAX];

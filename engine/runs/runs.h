@@ -136,6 +136,8 @@ struct sb_runs_from {
 	const char *runner;   /* the runner asked for, or NULL: it runs on
 			       * run's runner, which holds its snapshots (another
 			       * is refused) */
+	uint64_t budget_nusd; /* its LLM budget from now on, or 0: run's; a
+			       * resume's must exceed what run has spent */
 };
 
 /* Creates a fork of f->run, or resumes it, from a snapshot: the snapshot

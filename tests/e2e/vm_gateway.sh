@@ -125,6 +125,38 @@ if not ok:
 sys.exit(0 if ok else 1)
 EOF
 
+# --- 2b. a resume of the run its budget stopped: refused without a larger
+# budget, in one line and with nothing recorded; with one (--budget) it
+# goes on, spends up to it and is stopped by it again
+n_before=$("$SB" events bud --json | wc -l)
+"$SB" resume bud >"$work/bud2.out" 2>&1
+rc=$?
+"$SB" resume bud --budget 0.01 >"$work/bud3.out" 2>&1
+rc3=$?
+[ $rc != 0 ] && grep -q "was stopped by its budget (\$0.016002 of \$0.0170 spent)" "$work/bud2.out" && [ "$(wc -l <"$work/bud2.out")" = 1 ] &&
+	[ $rc3 != 0 ] && grep -q 'a budget of \$0.0100 does not exceed the \$0.016002 run' "$work/bud3.out" &&
+	[ "$("$SB" events bud --json | wc -l)" = "$n_before" ] &&
+	ok "a resume of a spent run needs a larger budget (refused, nothing recorded)" ||
+	bad "resume refused" "$rc/$rc3: $(cat "$work/bud2.out" "$work/bud3.out")"
+"$SB" resume bud --budget 0.033 >"$work/bud4.out" 2>&1
+rc=$?
+evjson "$B"
+bud_inspect=$("$SB" inspect bud --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["run"]["budget_nusd"])')
+[ $rc = 123 ] && [ "$bud_inspect" = 33000000 ] && python3 - "$work/$B.ev" <<'EOF' &&
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+use = [e["payload"]["total_nusd"] for e in evs if e["type"] == "agent.usage.updated"]
+ex = [e["payload"]["budget_nusd"] for e in evs if e["type"] == "budget.exceeded"]
+res = [e["payload"] for e in evs if e["type"] == "run.resumed"]
+ok = use == [8001000 * k for k in (1, 2, 3, 4)] and ex == [17000000, 33000000] and \
+    len(res) == 1 and res[0]["budget_nusd"] == 33000000
+if not ok:
+    print("resumed budget: usage %r, exceeded %r, resumed %r" % (use, ex, res))
+sys.exit(0 if ok else 1)
+EOF
+	ok "resume --budget: it spends up to the larger budget, recorded in run.resumed" ||
+	bad "resume --budget" "exit $rc, budget $bud_inspect: $(tail -n 3 "$work/bud4.out")"
+
 # --- 3. secrets: the model key never enters the guest, an env secret does,
 # and the env secret and the virtual key are masked in the record, also
 # when the guest prints one in two pieces (two output chunks)

@@ -6,9 +6,10 @@
 # /workspace/hello.txt with its Write tool and copies it with its Bash
 # tool; the record has its turns, the tool calls, the file changes, the
 # gateway's usage and its claim only as a claim. A tiny budget stops a run
-# with budget.exceeded. (Its native binary reaches its first model call in
+# with budget.exceeded. A resume with a new prompt continues its session. (Its native binary reaches its first model call in
 # well under a minute under TCG.)
 . "$(dirname "$0")/lib/vm.sh"
+. "$(dirname "$0")/lib/resume.sh"
 
 work=$(mktemp -d /tmp/sbcc.XXXXXX)
 cc_cleanup() { rm -rf "$work"; }
@@ -49,6 +50,9 @@ need(claims and isinstance(claims[-1], dict) and claims[-1].get("input_tokens", 
 need(any(e["payload"]["role"] == "assistant" and e["payload"].get("text") == "done"
          for e in t("agent.message", "harness")), "its last message")
 PY
+
+# a resume with a new prompt continues its session (`--continue`)
+resume_continues cc "write hello.txt, then run a command"
 
 "$SB" run -t claude-code -m stub/harness --budget 0.001 --name tight "write hello.txt" \
 	>"$work/tight.out" 2>&1

@@ -5,8 +5,10 @@
 # Responses API with the run's virtual key, writes /workspace/hello.txt
 # and copies it with its shell tool; the record has its turn, the tool
 # calls, the file changes, the gateway's usage and its claim only as a
-# claim. A tiny budget stops a run with budget.exceeded.
+# claim. A resume with a new prompt continues its session. A tiny budget
+# stops a run with budget.exceeded.
 . "$(dirname "$0")/lib/vm.sh"
+. "$(dirname "$0")/lib/resume.sh"
 
 work=$(mktemp -d /tmp/sbcx.XXXXXX)
 cx_cleanup() { rm -rf "$work"; }
@@ -48,6 +50,9 @@ need(len(claims) == 1 and claims[0].get("input_tokens", 0) > 0, "its claim %r" %
 need(any(e["payload"]["role"] == "assistant" and e["payload"].get("text") == "done"
          for e in t("agent.message", "harness")), "its last message")
 PY
+
+# a resume with a new prompt continues its session (`codex exec resume --last`)
+resume_continues cx "write hello.txt, then run a command"
 
 "$SB" run -t codex -m stub/harness --budget 0.001 --name tight "write hello.txt" \
 	>"$work/tight.out" 2>&1

@@ -6,8 +6,10 @@
 # key and writes /workspace/hello.txt with its write tool; the record has
 # its turn, the tool call, the file change and the gateway's usage, and its
 # claims only as claims; its budget, enough for that first call only,
-# refuses the second and stops the run with budget.exceeded.
+# refuses the second and stops the run with budget.exceeded. A resume with
+# a larger budget and a new prompt continues OpenCode's own session.
 . "$(dirname "$0")/lib/vm.sh"
+. "$(dirname "$0")/lib/resume.sh"
 
 work=$(mktemp -d /tmp/sboc.XXXXXX)
 oc_cleanup() { rm -rf "$work"; }
@@ -65,5 +67,10 @@ need(not tools or (claims and all(isinstance(c, dict) for c in claims)), "claims
 need(any(e["type"] == "budget.exceeded" for e in evs), "budget.exceeded")
 need(any(e["type"] == "run.stopped" and e["payload"]["reason"] == "budget" for e in evs), "stopped for its budget")
 EOF2
+
+# its budget spent, a resume with a larger one and a new prompt continues
+# OpenCode's own session (--continue): its first request holds the
+# conversation so far
+resume_continues oc "write hello.txt, then run a command" --budget 1
 
 [ "$failures" = 0 ]
