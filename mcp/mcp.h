@@ -6,7 +6,8 @@
  * lifecycle, one thread per tool call, progress, cancellation) and is the
  * stdio transport, mcp/http.c the HTTP one, mcp/tools.c the tool table and
  * its handlers, mcp/resources.c the run resources and their
- * subscriptions. The handlers reach the daemon as the CLI does
+ * subscriptions, mcp/sink.c where notifications and progress go (which the
+ * others use and which uses none of them). The handlers reach the daemon as the CLI does
  * (cli/cli.h: cli_connect, cli_call), so --home and --remote apply. Only
  * JSON-RPC goes to the output; logs go to stderr. See SPEC.md, "MCP
  * server".
@@ -15,6 +16,7 @@
 #define SB_MCP_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 
@@ -86,17 +88,39 @@ int sb_mcp_busy(struct sb_mcp *s);
  * once the last has ended. */
 void sb_mcp_end(struct sb_mcp *s, int wait_s);
 
-/* Writes msg (stolen) to the server's notify sink. */
-void sb_mcp_send(struct sb_mcp *s, json_t *msg);
+/* The protocol revisions spoken, newest first; NULL-terminated. */
+extern const char *const sb_mcp_versions[];
+
+/* ---- sinks (mcp/sink.c) ---- */
+
+/* Counts a user of k, or drops one (k->hold, k->release; nothing when k or
+ * that function is NULL). */
+void sb_mcp_sink_hold(struct sb_mcp_sink *k);
+void sb_mcp_sink_release(struct sb_mcp_sink *k);
+
+/* Where a server's notifications go: a sink (held while it is set; NULL:
+ * they are dropped) that may be replaced while they are sent. */
+struct sb_mcp_notify {
+	pthread_mutex_t mu; /* sink */
+	struct sb_mcp_sink *sink;
+};
+
+/* Sets n up with sink (held); sb_mcp_notify_free releases it. */
+void sb_mcp_notify_init(struct sb_mcp_notify *n, struct sb_mcp_sink *sink);
+void sb_mcp_notify_free(struct sb_mcp_notify *n);
+
+/* Points n at sink (held until replaced; NULL: dropped), releasing the
+ * one it replaces. */
+void sb_mcp_notify_set(struct sb_mcp_notify *n, struct sb_mcp_sink *sink);
+
+/* Writes msg (stolen) to n's sink, or drops it when there is none. */
+void sb_mcp_notify_send(struct sb_mcp_notify *n, json_t *msg);
 
 /* Sends notifications/progress for call when its request carried a
  * progressToken and progress is above the last one sent (the spec wants
  * it to grow); total 0: not known; msg may be NULL. */
 void sb_mcp_progress(struct sb_mcp_call *call, double progress, double total,
 		     const char *msg);
-
-/* The protocol revisions spoken, newest first; NULL-terminated. */
-extern const char *const sb_mcp_versions[];
 
 /* ---- tools (mcp/tools.c) ---- */
 
@@ -141,22 +165,27 @@ json_t *sb_mcp_resource_read(const char *uri, int *code, char *err, size_t cap);
  * bytes). Returns 0, or -1 (detail set) when it does not. */
 int sb_mcp_resource_run(const char *uri, char *run, size_t cap);
 
-/* Subscriptions: uri's run (an id, a unique prefix or a name) is resolved
- * once to its whole id, and that uri is told to the client (notifications/
- * resources/updated) each time the run's status changes. The first
- * subscription starts the thread that follows the daemon's events. Errors:
- * SB_ERR_INVAL (not a run resource), SB_ERR_NOTFOUND and SB_ERR_AMBIGUOUS
- * (the run), SB_ERR_NOMEM, those of reaching the daemon or of starting the
- * follower. Unsubscribing resolves uri the same way. */
-int sb_mcp_subscribe(struct sb_mcp *s, const char *uri);
-void sb_mcp_unsubscribe(struct sb_mcp *s, const char *uri);
-
-/* Stops the follower (at the server's end), waits for it and frees the
- * subscriptions. */
-void sb_mcp_subs_stop(struct sb_mcp *s);
-
-/* The server's subscriptions (mcp/resources.c owns what it points to). */
+/* A client's subscriptions (NULL: none yet), one at a time (the caller
+ * serializes subscribe, unsubscribe and stop). */
 struct sb_mcp_subs;
-struct sb_mcp_subs **sb_mcp_subs_of(struct sb_mcp *s);
+
+/* Subscribes to uri: its run (an id, a unique prefix or a name) is
+ * resolved once to its whole id, and that uri is told to notify
+ * (notifications/resources/updated) each time the run's status changes.
+ * The first subscription makes *subs (notify must outlive it) and starts
+ * the thread that follows the daemon's events. Errors: SB_ERR_INVAL (not
+ * a run resource), SB_ERR_NOTFOUND and SB_ERR_AMBIGUOUS (the run),
+ * SB_ERR_FULL (too many), SB_ERR_NOMEM, those of reaching the daemon or of
+ * starting the follower. */
+int sb_mcp_subscribe(struct sb_mcp_subs **subs, struct sb_mcp_notify *notify,
+		     const char *uri);
+
+/* Unsubscribes from uri, resolved the same way (as given when its run is
+ * gone); nothing when subs is NULL or holds no such uri. */
+void sb_mcp_unsubscribe(struct sb_mcp_subs *subs, const char *uri);
+
+/* Stops the follower (at the server's end), waits for it, frees *subs and
+ * sets it NULL. */
+void sb_mcp_subs_stop(struct sb_mcp_subs **subs);
 
 #endif

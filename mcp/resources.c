@@ -19,7 +19,7 @@
 #define EVENTS_MAX    200  /* events a read of the events resource holds */
 
 struct sb_mcp_subs {
-	struct sb_mcp *srv;
+	struct sb_mcp_notify *notify; /* the server's */
 	pthread_mutex_t mu;
 	char *uri[SUBS_MAX];
 	size_t n;
@@ -131,9 +131,9 @@ static int subs_event(void *ctx, const struct sb_event *ev, const msgpack_object
 	for (size_t i = 0; i < s->n; i++)
 		if (sb_mcp_resource_run(s->uri[i], run, sizeof run) == SB_OK &&
 		    !strcmp(ev->run, run))
-			sb_mcp_send(s->srv, sb_mcp_notification_new(
-						"notifications/resources/updated",
-						json_pack("{s:s}", "uri", s->uri[i])));
+			sb_mcp_notify_send(s->notify, sb_mcp_notification_new(
+							      "notifications/resources/updated",
+							      json_pack("{s:s}", "uri", s->uri[i])));
 	pthread_mutex_unlock(&s->mu);
 	return 0;
 }
@@ -177,12 +177,11 @@ static void *subs_main(void *arg)
 	return NULL;
 }
 
-static struct sb_mcp_subs *subs_get(struct sb_mcp *srv)
+/* *sp, made (telling notify) when it is NULL; NULL without memory. */
+static struct sb_mcp_subs *subs_get(struct sb_mcp_subs **sp, struct sb_mcp_notify *notify)
 {
-	struct sb_mcp_subs **sp = sb_mcp_subs_of(srv);
-
 	if (!*sp && (*sp = calloc(1, sizeof **sp))) {
-		(*sp)->srv = srv;
+		(*sp)->notify = notify;
 		pthread_mutex_init(&(*sp)->mu, NULL);
 	}
 	return *sp;
@@ -208,9 +207,10 @@ out:
 	return rc;
 }
 
-int sb_mcp_subscribe(struct sb_mcp *srv, const char *uri)
+int sb_mcp_subscribe(struct sb_mcp_subs **subs, struct sb_mcp_notify *notify,
+		     const char *uri)
 {
-	struct sb_mcp_subs *s = subs_get(srv);
+	struct sb_mcp_subs *s = subs_get(subs, notify);
 	char full[sizeof URI_PREFIX + SB_RUN_MAX + 8];
 	int rc = SB_OK;
 
@@ -239,9 +239,8 @@ out:
 	return rc;
 }
 
-void sb_mcp_unsubscribe(struct sb_mcp *srv, const char *uri)
+void sb_mcp_unsubscribe(struct sb_mcp_subs *s, const char *uri)
 {
-	struct sb_mcp_subs *s = subs_get(srv);
 	char full[sizeof URI_PREFIX + SB_RUN_MAX + 8];
 
 	if (!s)
@@ -258,9 +257,9 @@ void sb_mcp_unsubscribe(struct sb_mcp *srv, const char *uri)
 	pthread_mutex_unlock(&s->mu);
 }
 
-void sb_mcp_subs_stop(struct sb_mcp *srv)
+void sb_mcp_subs_stop(struct sb_mcp_subs **sp)
 {
-	struct sb_mcp_subs **sp = sb_mcp_subs_of(srv), *s = *sp;
+	struct sb_mcp_subs *s = *sp;
 
 	if (!s)
 		return;

@@ -35,79 +35,25 @@ const char *const sb_mcp_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
 struct sb_mcp {
 	pthread_mutex_t mu;	/* the fields below */
 	pthread_cond_t cv;	/* a call ended */
-	struct sb_mcp_sink *notify; /* held */
 	struct sb_mcp_call *calls; /* in flight */
 	int ncalls;
 	int refs; /* the owner's and one per call in flight */
 	int ended;
 	int initialized;
 	char version[16]; /* the revision agreed */
+	struct sb_mcp_notify notify; /* where notifications go */
 	pthread_mutex_t sub_mu; /* one subscribe or unsubscribe at a time */
 	struct sb_mcp_subs *subs;
 };
 
-struct sb_mcp_subs **sb_mcp_subs_of(struct sb_mcp *s)
-{
-	return &s->subs;
-}
-
-static void sink_hold(struct sb_mcp_sink *k)
-{
-	if (k && k->hold)
-		k->hold(k);
-}
-
-static void sink_release(struct sb_mcp_sink *k)
-{
-	if (k && k->release)
-		k->release(k);
-}
-
-void sb_mcp_send(struct sb_mcp *s, json_t *msg)
-{
-	struct sb_mcp_sink *k;
-
-	pthread_mutex_lock(&s->mu);
-	if ((k = s->notify))
-		sink_hold(k);
-	pthread_mutex_unlock(&s->mu);
-	if (!k)
-		return json_decref(msg);
-	k->send(k, msg);
-	sink_release(k);
-}
-
 void sb_mcp_set_notify(struct sb_mcp *s, struct sb_mcp_sink *notify)
 {
-	struct sb_mcp_sink *old;
-
-	sink_hold(notify);
-	pthread_mutex_lock(&s->mu);
-	old = s->notify;
-	s->notify = notify;
-	pthread_mutex_unlock(&s->mu);
-	sink_release(old);
+	sb_mcp_notify_set(&s->notify, notify);
 }
 
 static void send_error(struct sb_mcp_sink *k, const json_t *id, int code, const char *msg)
 {
 	k->send(k, sb_mcp_error_new(id, code, msg));
-}
-
-void sb_mcp_progress(struct sb_mcp_call *call, double progress, double total, const char *msg)
-{
-	json_t *p;
-
-	if (!call->token || (call->sent && progress <= call->progress))
-		return;
-	call->progress = progress;
-	call->sent = 1;
-	p = json_pack("{s:O, s:f}", "progressToken", call->token, "progress", progress);
-	if (p && total > 0)
-		json_object_set_new(p, "total", json_real(total));
-	if (p && msg)
-		json_object_set_new(p, "message", json_string(msg));
-	call->sink->send(call->sink, sb_mcp_notification_new("notifications/progress", p));
 }
 
 /* ---- the lifecycle ---- */
@@ -156,7 +102,7 @@ static void srv_unref(struct sb_mcp *s)
 	pthread_mutex_unlock(&s->mu);
 	if (!last)
 		return;
-	sink_release(s->notify);
+	sb_mcp_notify_free(&s->notify);
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->sub_mu);
 	pthread_mutex_destroy(&s->mu);
@@ -165,7 +111,7 @@ static void srv_unref(struct sb_mcp *s)
 
 static void call_free(struct sb_mcp_call *c)
 {
-	sink_release(c->sink);
+	sb_mcp_sink_release(c->sink);
 	json_decref(c->id);
 	json_decref(c->token);
 	json_decref(c->params);
@@ -278,7 +224,7 @@ static void call_start(struct sb_mcp *s, const struct sb_mcp_msg *m, struct sb_m
 		return send_error(k, m->id, SB_RPC_INTERNAL, "out of memory");
 	c->srv = s;
 	c->sink = k;
-	sink_hold(k);
+	sb_mcp_sink_hold(k);
 	c->id = json_incref(m->id);
 	c->params = json_incref(m->params);
 	c->token = json_incref(json_object_get(json_object_get(m->params, "_meta"),
@@ -328,9 +274,9 @@ static void on_subscribe(struct sb_mcp *s, const struct sb_mcp_msg *m, struct sb
 		return send_error(k, m->id, SB_RPC_PARAMS, "invalid params: uri must be a string");
 	pthread_mutex_lock(&s->sub_mu);
 	if (m->method[10] == 's')
-		rc = sb_mcp_subscribe(s, uri);
+		rc = sb_mcp_subscribe(&s->subs, &s->notify, uri);
 	else
-		sb_mcp_unsubscribe(s, uri);
+		sb_mcp_unsubscribe(s->subs, uri);
 	pthread_mutex_unlock(&s->sub_mu);
 	if (rc)
 		return send_error(k, m->id,
@@ -422,8 +368,7 @@ struct sb_mcp *sb_mcp_new(struct sb_mcp_sink *notify)
 	pthread_mutex_init(&s->sub_mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	s->refs = 1;
-	s->notify = notify;
-	sink_hold(notify);
+	sb_mcp_notify_init(&s->notify, notify);
 	return s;
 }
 
@@ -454,7 +399,7 @@ void sb_mcp_end(struct sb_mcp *s, int wait_s)
 	struct timespec dl;
 
 	pthread_mutex_lock(&s->sub_mu);
-	sb_mcp_subs_stop(s);
+	sb_mcp_subs_stop(&s->subs);
 	pthread_mutex_unlock(&s->sub_mu);
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += wait_s;
