@@ -3,7 +3,6 @@
 
 #include <endian.h>
 #include <pthread.h>
-#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +10,7 @@
 #include "engine/error.h"
 #include "engine/log/mdb.h"
 #include "engine/payload.h"
+#include "engine/sha256.h"
 #include "projections/tree.h"
 #include "projections/views.h"
 
@@ -351,7 +351,7 @@ int sb_projector_read(sb_projector *p, const char *name, struct sb_proj_txn *t)
 int sb_projector_digest(sb_projector *p, const char *name, uint8_t out[32])
 {
 	struct sb_proj_txn t;
-	crypto_hash_sha256_state st;
+	sb_sha256_state st;
 	MDB_cursor *c;
 	MDB_val k, v;
 	uint8_t len[8];
@@ -363,16 +363,16 @@ int sb_projector_digest(sb_projector *p, const char *name, uint8_t out[32])
 		mdb_txn_abort(t.txn);
 		return sb_log_mdb_err(rc, "projection: digest");
 	}
-	crypto_hash_sha256_init(&st);
+	sb_sha256_init(&st);
 	while (!(rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))) {
 		sb_be64_put(len, k.mv_size);
-		crypto_hash_sha256_update(&st, len, 8);
-		crypto_hash_sha256_update(&st, k.mv_data, k.mv_size);
+		sb_sha256_update(&st, len, 8);
+		sb_sha256_update(&st, k.mv_data, k.mv_size);
 		sb_be64_put(len, v.mv_size);
-		crypto_hash_sha256_update(&st, len, 8);
-		crypto_hash_sha256_update(&st, v.mv_data, v.mv_size);
+		sb_sha256_update(&st, len, 8);
+		sb_sha256_update(&st, v.mv_data, v.mv_size);
 	}
-	crypto_hash_sha256_final(&st, out);
+	sb_sha256_final(&st, out);
 	mdb_cursor_close(c);
 	mdb_txn_abort(t.txn);
 	return rc == MDB_NOTFOUND ? SB_OK : sb_log_mdb_err(rc, "projection: digest");

@@ -2,7 +2,6 @@
  * tiles. */
 #include "projections/tree.h"
 
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include "engine/bytes.h"
 #include "engine/error.h"
 #include "engine/log/mdb.h"
+#include "engine/sha256.h"
 
 #define LEAF_VERSION 1
 #define TILE_BYTES (SB_TREE_TILE * SB_MERKLE_HASH)
@@ -18,12 +18,12 @@
 void sb_tree_commit(const uint8_t salt[SB_SALT_LEN], const void *payload, size_t len,
 		    uint8_t out[SB_MERKLE_HASH])
 {
-	crypto_hash_sha256_state st;
+	sb_sha256_state st;
 
-	crypto_hash_sha256_init(&st);
-	crypto_hash_sha256_update(&st, salt, SB_SALT_LEN);
-	crypto_hash_sha256_update(&st, payload, len);
-	crypto_hash_sha256_final(&st, out);
+	sb_sha256_init(&st);
+	sb_sha256_update(&st, salt, SB_SALT_LEN);
+	sb_sha256_update(&st, payload, len);
+	sb_sha256_final(&st, out);
 }
 
 size_t sb_tree_leaf(const struct sb_event *ev, const uint8_t commit[SB_MERKLE_HASH],

@@ -12,14 +12,15 @@
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/mpack.h"
+#include "engine/sha256.h"
 
-#define HASH_HEX (2 * crypto_hash_sha256_BYTES + 1)
+#define HASH_HEX (2 * SB_SHA256_BYTES + 1)
 
 static void token_hash(const char *token, size_t len, char hex[HASH_HEX])
 {
-	unsigned char h[crypto_hash_sha256_BYTES];
+	unsigned char h[SB_SHA256_BYTES];
 
-	crypto_hash_sha256(h, (const unsigned char *)token, len);
+	sb_sha256(h, (const unsigned char *)token, len);
 	sodium_bin2hex(hex, HASH_HEX, h, sizeof h);
 }
 

@@ -14,6 +14,7 @@
 #include "engine/error.h"
 #include "engine/home.h"
 #include "engine/proc.h"
+#include "engine/sha256.h"
 
 #define KEY_FILE "audit.key"
 #define OLD_KEYS "audit.keys.old"
@@ -23,14 +24,14 @@ static const char em_dash[] = "\xe2\x80\x94 ";
 
 static uint32_t key_hash(const char *name, const uint8_t pk[32])
 {
-	crypto_hash_sha256_state st;
+	sb_sha256_state st;
 	uint8_t sep[2] = {'\n', ALG_ED25519}, h[32];
 
-	crypto_hash_sha256_init(&st);
-	crypto_hash_sha256_update(&st, (const uint8_t *)name, strlen(name));
-	crypto_hash_sha256_update(&st, sep, 2);
-	crypto_hash_sha256_update(&st, pk, 32);
-	crypto_hash_sha256_final(&st, h);
+	sb_sha256_init(&st);
+	sb_sha256_update(&st, (const uint8_t *)name, strlen(name));
+	sb_sha256_update(&st, sep, 2);
+	sb_sha256_update(&st, pk, 32);
+	sb_sha256_final(&st, h);
 	return (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
 }
 

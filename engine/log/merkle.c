@@ -1,22 +1,22 @@
 /* merkle.c - RFC 9162 Merkle tree hashing and proofs. */
 #include "engine/log/merkle.h"
 
-#include <sodium.h>
 #include <string.h>
 
 #include "engine/error.h"
+#include "engine/sha256.h"
 
 typedef uint8_t hash_t[SB_MERKLE_HASH];
 
 void sb_merkle_leaf(const void *data, size_t len, uint8_t out[SB_MERKLE_HASH])
 {
-	crypto_hash_sha256_state st;
+	sb_sha256_state st;
 	uint8_t z = 0;
 
-	crypto_hash_sha256_init(&st);
-	crypto_hash_sha256_update(&st, &z, 1);
-	crypto_hash_sha256_update(&st, data, len);
-	crypto_hash_sha256_final(&st, out);
+	sb_sha256_init(&st);
+	sb_sha256_update(&st, &z, 1);
+	sb_sha256_update(&st, data, len);
+	sb_sha256_final(&st, out);
 }
 
 void sb_merkle_node(const uint8_t left[SB_MERKLE_HASH], const uint8_t right[SB_MERKLE_HASH],
@@ -27,7 +27,7 @@ void sb_merkle_node(const uint8_t left[SB_MERKLE_HASH], const uint8_t right[SB_M
 	buf[0] = 1;
 	memcpy(buf + 1, left, SB_MERKLE_HASH);
 	memcpy(buf + 1 + SB_MERKLE_HASH, right, SB_MERKLE_HASH);
-	crypto_hash_sha256(out, buf, sizeof buf);
+	sb_sha256(out, buf, sizeof buf);
 }
 
 /* The largest power of two below x (x > 1). */
@@ -61,7 +61,7 @@ int sb_merkle_range(sb_merkle_reader rd, void *ctx, uint64_t lo, uint64_t hi,
 int sb_merkle_root(sb_merkle_reader rd, void *ctx, uint64_t n, uint8_t out[SB_MERKLE_HASH])
 {
 	if (!n) {
-		crypto_hash_sha256(out, NULL, 0);
+		sb_sha256(out, NULL, 0);
 		return SB_OK;
 	}
 	return sb_merkle_range(rd, ctx, 0, n, out);
@@ -306,7 +306,7 @@ int sb_merkle_fold_root(struct sb_merkle_fold *f, uint8_t out[SB_MERKLE_HASH])
 		return sb_seterr(SB_ERR_INVAL, "the ranges end at leaf %llu of %llu",
 				 (unsigned long long)f->next, (unsigned long long)f->n);
 	if (!f->n) {
-		crypto_hash_sha256(out, NULL, 0);
+		sb_sha256(out, NULL, 0);
 		return SB_OK;
 	}
 	memcpy(r, f->h[f->depth - 1], SB_MERKLE_HASH);

@@ -1,7 +1,9 @@
-/* test_merkle.c - RFC 9162 hashing against the Certificate Transparency
+/* test_merkle.c - SHA-256 against the FIPS 180-4 known answers and
+ * libsodium's; RFC 9162 hashing against the Certificate Transparency
  * vectors; roots, inclusion and consistency proofs for every tree of 1..70
  * leaves against a from-scratch recursion; multi-leaf proofs. */
 #include <setjmp.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,6 +15,7 @@
 
 #include "engine/error.h"
 #include "engine/log/merkle.h"
+#include "engine/sha256.h"
 
 #define N 70
 
@@ -250,9 +253,68 @@ static void test_multi(void **state)
 	free(m);
 }
 
+/* FIPS 180-4 (and its examples): "abc", the empty string, the two-block
+ * message, a million 'a' one shot and in uneven pieces. */
+static void test_sha256_vectors(void **state)
+{
+	static const char two_block[] =
+	    "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+	static const size_t pieces[] = {1, 63, 64, 65, 0, 127, 4096, 3};
+	const size_t mb = 1000000;
+	uint8_t want[SB_SHA256_BYTES], got[SB_SHA256_BYTES];
+	uint8_t *a = malloc(mb);
+	sb_sha256_state st;
+	size_t off = 0, i = 0;
+
+	(void)state;
+	assert_non_null(a);
+	from_hex("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", want, 32);
+	sb_sha256(got, "abc", 3);
+	assert_memory_equal(got, want, 32);
+	from_hex("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", want, 32);
+	sb_sha256(got, NULL, 0);
+	assert_memory_equal(got, want, 32);
+	from_hex("248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1", want, 32);
+	sb_sha256(got, two_block, sizeof two_block - 1);
+	assert_memory_equal(got, want, 32);
+	memset(a, 'a', mb);
+	from_hex("cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0", want, 32);
+	sb_sha256(got, a, mb);
+	assert_memory_equal(got, want, 32);
+	sb_sha256_init(&st);
+	while (off < mb) {
+		size_t n = pieces[i++ % (sizeof pieces / sizeof pieces[0])];
+
+		n = n < mb - off ? n : mb - off;
+		sb_sha256_update(&st, a + off, n);
+		off += n;
+	}
+	sb_sha256_final(&st, got);
+	assert_memory_equal(got, want, 32);
+	free(a);
+}
+
+/* Every length from 0 to 300 bytes (each block boundary and padding case)
+ * gives libsodium's digest. */
+static void test_sha256_lengths(void **state)
+{
+	uint8_t in[300], want[SB_SHA256_BYTES], got[SB_SHA256_BYTES];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof in; i++)
+		in[i] = (uint8_t)(i * 131 + 7);
+	for (size_t len = 0; len <= sizeof in; len++) {
+		crypto_hash_sha256(want, in, len);
+		sb_sha256(got, in, len);
+		assert_memory_equal(got, want, 32);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_sha256_vectors),
+	    cmocka_unit_test(test_sha256_lengths),
 	    cmocka_unit_test(test_vectors),
 	    cmocka_unit_test(test_all_sizes),
 	    cmocka_unit_test(test_multi),
