@@ -23,6 +23,7 @@
 #define TAILS_MAX 256              /* runs a commit keeps in memory at once */
 #define SLOTS (2 * TAILS_MAX)      /* their hash table */
 #define GATHER_MAX_NS 2000000ull   /* the longest a leader waits for writers */
+#define PREFETCH_MAX 1024          /* bytes a read hints ahead of the cursor */
 
 /* One caller's batch waiting for a group commit. Its state moves from
  * WAITING to DONE (committed, or failed with rc) or LEAD (commit the next
@@ -1014,6 +1015,24 @@ static int iter_next_run(sb_log_iter *it, struct sb_event *ev, MDB_val *evv)
 	return SB_OK;
 }
 
+/* Hints the CPU to fetch the records the cursor reaches after v's. LMDB
+ * keeps a leaf page's nodes from the page's end downward, so in a walk in
+ * key order the next records lie just below this one in memory: a stream
+ * the hardware prefetcher does not follow well. Reading each record whole
+ * (its checksum) then waits on memory once per record instead of once per
+ * cache line. Fetching too much or the wrong lines only costs bandwidth:
+ * prefetches never fault. */
+static void prefetch_next(const MDB_val *v)
+{
+	uintptr_t p = (uintptr_t)v->mv_data;
+	size_t span = 2 * (v->mv_size + 64); /* two records like this one, with their nodes */
+
+	if (span > PREFETCH_MAX)
+		span = PREFETCH_MAX;
+	for (size_t o = 64; o <= span && o <= p; o += 64)
+		__builtin_prefetch((const void *)(p - o));
+}
+
 /* Reads the next event into ev and its stored record into *v. */
 static int iter_step(sb_log_iter *it, struct sb_event *ev, MDB_val *v)
 {
@@ -1036,6 +1055,7 @@ static int iter_step(sb_log_iter *it, struct sb_event *ev, MDB_val *v)
 		return SB_END;
 	if (rc)
 		return sb_log_mdb_err(rc, "log: read");
+	prefetch_next(v);
 	return iter_decode(&k, v, ev);
 }
 
