@@ -14,13 +14,18 @@
 
 #define HEADER_FIELDS 7
 
+/* Reads a w-byte (1, 2, 4 or 8) big-endian number at p. */
 static uint64_t get_be(const uint8_t *p, unsigned w)
 {
-	uint64_t v = 0;
+	uint16_t v2;
+	uint32_t v4;
 
-	for (unsigned i = 0; i < w; i++)
-		v = v << 8 | p[i];
-	return v;
+	switch (w) {
+	case 1: return p[0];
+	case 2: memcpy(&v2, p, 2); return be16toh(v2);
+	case 4: memcpy(&v4, p, 4); return be32toh(v4);
+	default: return sb_be64_get(p);
+	}
 }
 
 /* --- writing: the encodings msgpack-c's packer chooses --- */
