@@ -13,8 +13,11 @@
  * dies, one that never boots, a guest whose set-up fails; a run stopped
  * while it is made; runs queued for their runner's capacity (each
  * runner's own); a create the runner fails
- * (recorded as failed) and one refused (nothing recorded). Assertions
- * read the record.
+ * (recorded as failed) and one refused (nothing recorded); re-runs: one
+ * stopped while queued (compared as never ran) and one a restarted daemon
+ * takes up (its model calls answered from its original's record after
+ * those it made, through the gateway as its tunnel reaches it; compared at
+ * its end). Assertions read the record.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,10 +41,12 @@
 #include "engine/log/log.h"
 #include "engine/mpack.h"
 #include "engine/payload.h"
+#include "engine/runs/run.h"
 #include "engine/runs/runs.h"
 #include "engine/settings.h"
 #include "engine/work.h"
 #include "projections/views.h"
+#include "tests/gwclient.h"
 #include "tests/unit/fakerunner.h"
 #include "vmm/chan.h"
 #include "tests/unit/testutil.h"
@@ -1578,6 +1583,301 @@ static void test_runners(void **state)
 	assert_int_equal(fakerunner_made(f->other), 2);
 }
 
+/* --- re-runs --- */
+
+/* A model call a test makes on run's gateway connection, as a harness
+ * does through its tunnel: the answer's status and body. */
+struct answer {
+	long status;
+	char body[2048];
+	size_t len;
+};
+
+static size_t on_answer_data(char *p, size_t size, size_t n, void *ctx)
+{
+	struct answer *a = ctx;
+	size_t len = size * n, room = sizeof a->body - 1 - a->len;
+
+	memcpy(a->body + a->len, p, len < room ? len : room);
+	a->len += len < room ? len : room;
+	a->body[a->len] = 0;
+	return len;
+}
+
+/* Asks run's gateway (its virtual key, as its guest holds it) the OpenAI
+ * chat question text of model acme/m1. */
+static void model_call(struct fix *f, const char *run, const char *text, struct answer *a)
+{
+	char key[SB_VKEY_MAX], hdr[128], body[256];
+	struct gw_via v = {.gw = f->gw, .run = run};
+	struct curl_slist *h = NULL;
+	CURL *c = curl_easy_init();
+
+	assert_non_null(c);
+	memset(a, 0, sizeof *a);
+	assert_int_equal(sb_run_vkey_derive(f->home, run, key), SB_OK);
+	snprintf(hdr, sizeof hdr, "Authorization: Bearer %s", key);
+	h = curl_slist_append(h, hdr);
+	h = curl_slist_append(h, "Content-Type: application/json");
+	snprintf(body, sizeof body,
+		 "{\"model\":\"acme/m1\",\"messages\":"
+		 "[{\"role\":\"user\",\"content\":\"%s\"}]}",
+		 text);
+	curl_easy_setopt(c, CURLOPT_URL, "http://sanbox-gateway/v1/chat/completions");
+	gw_via_setup(c, &v);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_answer_data);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, a);
+	assert_int_equal(curl_easy_perform(c), CURLE_OK);
+	assert_int_equal(v.rc, SB_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a->status);
+	curl_slist_free_all(h);
+	curl_easy_cleanup(c);
+}
+
+/* The request of question text as the gateway forwards it (model acme/m1
+ * named upstream m1), and the answer to it. */
+static void call_bodies(const char *text, char *rq, size_t rqcap, char *an, size_t ancap)
+{
+	snprintf(
+	    rq, rqcap,
+	    "{\"model\":\"m1\",\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}",
+	    text);
+	snprintf(
+	    an, ancap,
+	    "{\"id\":\"c\",\"object\":\"chat.completion\",\"model\":\"m1\",\"choices\":"
+	    "[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"answer to "
+	    "%s\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,"
+	    "\"completion_tokens\":2,\"total_tokens\":5}}",
+	    text);
+}
+
+/* Packs the agent.message (b[0]) and agent.usage.updated (b[1]) a gateway
+ * records of a call whose bodies are the blobs rq_hex and an_hex. */
+static void call_payloads(msgpack_sbuffer b[2], const char *rq_hex, const char *an_hex)
+{
+	msgpack_packer pk;
+	sb_mapw m;
+
+	msgpack_packer_init(&pk, &b[0], msgpack_sbuffer_write);
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_str(&m, "role", "assistant");
+	sb_mapw_str(&m, "model", "acme/m1");
+	sb_mapw_str(&m, "api", "openai");
+	sb_mapw_u64(&m, "status", 200);
+	sb_mapw_bool(&m, "stream", 0);
+	sb_mapw_str(&m, "request", rq_hex);
+	sb_mapw_str(&m, "response", an_hex);
+	sb_mapw_u64(&m, "input_tokens", 3);
+	sb_mapw_u64(&m, "output_tokens", 2);
+	assert_int_equal(sb_mapw_end(&m), SB_OK);
+	msgpack_packer_init(&pk, &b[1], msgpack_sbuffer_write);
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_str(&m, "model", "acme/m1");
+	sb_mapw_u64(&m, "input_tokens", 3);
+	sb_mapw_u64(&m, "output_tokens", 2);
+	sb_mapw_u64(&m, "cached_tokens", 0);
+	sb_mapw_u64(&m, "cost_nusd", 7);
+	sb_mapw_u64(&m, "total_nusd", 7);
+	assert_int_equal(sb_mapw_end(&m), SB_OK);
+}
+
+/* Records in run's record, as its gateway does, a model call of question
+ * text: the bodies as blobs, agent.message and agent.usage.updated. */
+static void call_append(struct fix *f, const char *run, const char *text)
+{
+	char rq[256], an[512], rq_hex[SB_HASH_HEX], an_hex[SB_HASH_HEX];
+	uint8_t h[SB_HASH_LEN];
+	struct sb_blob blobs[2] = {{rq, 0}, {an, 0}};
+	msgpack_sbuffer b[2];
+	struct sb_event evs[2];
+
+	call_bodies(text, rq, sizeof rq, an, sizeof an);
+	blobs[0].len = strlen(rq);
+	blobs[1].len = strlen(an);
+	sb_blob_hash(rq, blobs[0].len, h);
+	sb_hash_hex(h, rq_hex);
+	sb_blob_hash(an, blobs[1].len, h);
+	sb_hash_hex(h, an_hex);
+	for (size_t i = 0; i < 2; i++)
+		msgpack_sbuffer_init(&b[i]);
+	call_payloads(b, rq_hex, an_hex);
+	assert_int_equal(sb_event_init(&evs[0], "agent.message", run, SB_SRC_GATEWAY,
+				       b[0].data, b[0].size),
+			 SB_OK);
+	assert_int_equal(sb_event_init(&evs[1], "agent.usage.updated", run,
+				       SB_SRC_GATEWAY, b[1].data, b[1].size),
+			 SB_OK);
+	assert_int_equal(sb_log_append_blobs(f->log, blobs, 2, evs, 2), SB_OK);
+	for (size_t i = 0; i < 2; i++)
+		msgpack_sbuffer_destroy(&b[i]);
+}
+
+/* The record of the re-run test_rerun_queued stopped while queued: its
+ * plan, run.forked {rerun}, run.queued, then rerun.compared as one that
+ * never ran (same false, its side empty) and run.stopped, nothing more. */
+static void rerun_queued_check(struct fix *f, const char *re, const char *orig)
+{
+	struct evs e;
+	json_t *p;
+
+	evs_read(f, re, &e);
+	evs_expect(&e, "run.created", "run.policy.resolved", "secret.granted",
+		   "run.forked", "run.queued", "rerun.compared", "run.stopped");
+	assert_true(json_is_true(json_object_get(e.p[3], "rerun")));
+	assert_string_equal(jstr(e.p[3], "from_run"), orig);
+	p = e.p[5];
+	assert_string_equal(jstr(p, "original"), orig);
+	assert_true(json_is_false(json_object_get(p, "same")));
+	assert_string_equal(jstr(p, "reason"), "it never ran: stopped while queued");
+	assert_int_equal(jint(p, "status"), -1);
+	assert_int_equal(jint(p, "original_status"), 0);
+	assert_int_equal(jint(p, "tools"), 0);
+	assert_int_equal(jint(p, "files_differ"), 0);
+	assert_string_equal(jstr(e.p[6], "reason"), "stopped");
+	evs_free(&e);
+}
+
+/* A re-run stopped while it waits for its runner's capacity (across a
+ * daemon's restart) never ran: its record says so (rerun.compared, same
+ * false, its side empty) before its run.stopped, and it never starts once
+ * there is room. */
+static void test_rerun_queued(void **state)
+{
+	struct fix *f = *state;
+	struct fr_script sc = {.steps = waits_steps}, done = {.steps = child_steps};
+	char orig[SB_RUN_MAX], holder[SB_RUN_MAX], re[SB_RUN_MAX];
+	struct sb_runstate st;
+	struct spec s;
+
+	daemon_down(f);
+	fakerunner_capacity(f->fr, 1, FR_MEMORY_MIB);
+	daemon_up(f);
+	assert_int_equal(fakerunner_script(f->fr, NULL, &sc), SB_OK);
+	assert_int_equal(fakerunner_script(f->fr, "orig", &done), SB_OK);
+	spec_make(&s, "box", "orig", 0, NULL, NULL);
+	if (create(f, &s))
+		fail_msg("create: %s", f->err);
+	spec_free(&s);
+	snprintf(orig, sizeof orig, "%s", f->id);
+	await_end(f, orig, 1);
+	start_run(f, "holder", 0, holder);
+
+	if (from(f, &(struct sb_runs_from){
+			.run = orig, .at = 0, .rerun = 1, .name = "again"}))
+		fail_msg("rerun: %s", f->err);
+	snprintf(re, sizeof re, "%s", f->id);
+	daemon_down(f); /* taken up again, queued still, a re-run still */
+	daemon_up(f);
+	runstate(f, re, &st);
+	assert_string_equal(st.status, "queued");
+	assert_int_equal(stop(f, re, "stopped"), SB_OK);
+	await_recorded(f, re, "run.stopped", 1);
+	assert_int_equal(stop(f, holder, "stopped"), SB_OK);
+	await_end(f, holder, 1);
+
+	rerun_queued_check(f, re, orig);
+	assert_int_equal(fakerunner_made(f->fr), 2); /* the original's and the holder's */
+	runstate(f, re, &st);
+	assert_string_equal(st.status, "stopped");
+}
+
+static const struct fr_step orig_steps[] = {
+    {.op = FR_FILE, .text = "/workspace/out.txt", .data = "result"},
+    {.op = FR_SIGNALLED},
+    {.op = FR_END},
+};
+
+static const struct fr_step again_steps[] = {
+    {.op = FR_FILE, .text = "/workspace/out.txt", .data = "result"},
+    {.op = FR_HOST_GONE},
+    {.op = FR_SIGNALLED},
+    {.op = FR_END},
+};
+
+/* The record of the re-run test_rerun_restart made of orig: its calls,
+ * the second and third after a restarted daemon took it up, its end
+ * compared with orig's (the same file, exit status and tools). */
+static void rerun_restart_check(struct fix *f, const char *re, const char *orig)
+{
+	struct evs e;
+	json_t *p;
+
+	evs_read(f, re, &e);
+	evs_expect(&e, "run.created", "run.policy.resolved", "secret.granted",
+		   "run.forked", "run.started", "harness.input.ready",
+		   "agent.file.changed", "agent.message", "agent.usage.updated",
+		   "run.warning", "agent.message", "agent.usage.updated",
+		   "rerun.diverged", "agent.message", "run.exited", "snapshot.saved",
+		   "rerun.compared", "run.stopped");
+	assert_true(json_is_true(json_object_get(e.p[3], "rerun")));
+	assert_true(json_is_true(json_object_get(e.p[7], "replayed")));
+	assert_string_equal(jstr(e.p[9], "message"),
+			    "taken up again by a restarted daemon");
+	assert_true(json_is_true(json_object_get(e.p[10], "replayed")));
+	assert_int_equal(jint(e.p[11], "cost_nusd"), 0);
+	assert_int_equal(jint(e.p[12], "call"), 3); /* numbered in the whole record */
+	assert_string_equal(jstr(e.p[12], "path"), "");
+	assert_int_equal(jint(e.p[13], "status"), 409); /* refused, recorded so */
+	p = e.p[16];
+	assert_string_equal(jstr(p, "original"), orig);
+	assert_true(json_is_true(json_object_get(p, "same")));
+	assert_int_equal(jint(p, "status"), 128 + SIGTERM);
+	assert_int_equal(jint(p, "original_status"), 128 + SIGTERM);
+	assert_int_equal(jint(p, "files_differ"), 0);
+	assert_int_equal(jint(p, "tools_differ_at"), 0);
+	assert_null(json_object_get(p, "reason"));
+	assert_string_equal(jstr(e.p[17], "reason"), "stopped");
+	evs_free(&e);
+}
+
+/* A re-run a restarted daemon takes up is a re-run still: its gateway
+ * answers its next call with the original's recorded call after those it
+ * made (a call past the record departs from it, numbered in the whole
+ * record), and its end records rerun.compared before run.stopped. The
+ * original's calls are recorded here as its gateway records them. */
+static void test_rerun_restart(void **state)
+{
+	struct fix *f = *state;
+	struct fr_script sc = {.steps = orig_steps}, again = {.steps = again_steps};
+	char orig[SB_RUN_MAX], re[SB_RUN_MAX], rq[256], an[2][512];
+	struct answer a;
+
+	assert_int_equal(fakerunner_script(f->fr, "orig", &sc), SB_OK);
+	assert_int_equal(fakerunner_script(f->fr, "again", &again), SB_OK);
+	start_run(f, "orig", 0, orig);
+	await_recorded(f, orig, "agent.file.changed", 1);
+	call_append(f, orig, "first");
+	call_append(f, orig, "second");
+	assert_int_equal(stop(f, orig, "stopped"), SB_OK);
+	await_end(f, orig, 1);
+	call_bodies("first", rq, sizeof rq, an[0], sizeof an[0]);
+	call_bodies("second", rq, sizeof rq, an[1], sizeof an[1]);
+
+	if (from(f, &(struct sb_runs_from){
+			.run = orig, .at = 0, .rerun = 1, .name = "again"}))
+		fail_msg("rerun: %s", f->err);
+	snprintf(re, sizeof re, "%s", f->id);
+	await_recorded(f, re, "agent.file.changed", 1);
+	model_call(f, re, "first", &a);
+	assert_int_equal(a.status, 200);
+	assert_string_equal(a.body, an[0]);
+
+	daemon_down(f);
+	daemon_up(f);
+	await_recorded(f, re, "run.warning", 1);
+	model_call(f, re, "second", &a); /* the record's second, not the provider */
+	assert_int_equal(a.status, 200);
+	assert_string_equal(a.body, an[1]);
+	model_call(f, re, "third", &a); /* the record has no third */
+	assert_int_equal(a.status, 409);
+	assert_int_equal(stop(f, re, "stopped"), SB_OK);
+	await_end(f, re, 1);
+	rerun_restart_check(f, re, orig);
+	assert_int_equal(fakerunner_made(f->fr), 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1600,6 +1900,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_queue_runners, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_create_fails, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_runners, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_rerun_queued, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_rerun_restart, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
