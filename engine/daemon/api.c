@@ -1580,12 +1580,11 @@ static int start_open(struct req *r, const char *run, const struct sb_runstate *
  * layer ("start": the template's root file system it started on) or its
  * current disk, and copies its path argument (absolute in the guest) into
  * path. Errors: of the arguments, SB_ERR_NOTFOUND, SB_ERR_STATE (the run
- * was removed), those of start_open, sb_layers_check and
- * sb_fsread_open. */
+ * was removed), those of start_open and sb_runs_disk_open. */
 static int disk_open(struct req *r, char run[SB_RUN_MAX], char *path, size_t cap,
 		     sb_fsread **f)
 {
-	char snap[72], layer[PATH_MAX + 64];
+	char snap[72];
 	struct layer_ctx c = {.snapshot = snap};
 	struct sb_runstate st;
 	int rc;
@@ -1599,20 +1598,14 @@ static int disk_open(struct req *r, char run[SB_RUN_MAX], char *path, size_t cap
 				 "run %s was removed: its disk and snapshots are gone", run);
 	if (!strcmp(snap, "start"))
 		return start_open(r, run, &st, f);
-	if (snap[0]) {
-		catch_up(r);
-		if ((rc = sb_resume_each(r->e->proj, run, layer_cb, &c)) < 0)
-			return rc;
-		if (rc != 1 || !c.layer[0])
-			return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s", run,
-					 snap);
-		snprintf(layer, sizeof layer, "%s/%s", r->e->home, c.layer);
-	} else {
-		snprintf(layer, sizeof layer, "%s/runs/%s/disk.qcow2", r->e->home, run);
-	}
-	if ((rc = sb_layers_check(r->e->home, layer))) /* qemu-nbd would follow it */
+	if (!snap[0])
+		return sb_runs_disk_open(r->e->runs, &st, NULL, f);
+	catch_up(r);
+	if ((rc = sb_resume_each(r->e->proj, run, layer_cb, &c)) < 0)
 		return rc;
-	return sb_fsread_open(layer, f);
+	if (rc != 1 || !c.layer[0])
+		return sb_seterr(SB_ERR_NOTFOUND, "run %s has no snapshot %s", run, snap);
+	return sb_runs_disk_open(r->e->runs, &st, c.layer, f);
 }
 
 /* Packs entry e: {name (bin), type, mode, uid, gid, size, mtime, target

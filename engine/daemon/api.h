@@ -29,7 +29,7 @@ struct sb_api_env {
 	const char *home;
 	sb_log *log;
 	sb_projector *proj;
-	struct sb_runs *runs;  /* used on loop only */
+	struct sb_runs *runs;  /* used on loop only (but sb_runs_disk_open) */
 	sb_loop *loop;	       /* the daemon's loop */
 	sb_work *work;	       /* the workers requests are served on */
 	sb_sp *local, *remote; /* for health's counters (remote may be NULL) */

@@ -44,14 +44,11 @@ static int roll_probe(void *ctx, const char *prefix)
 static int roll_forward(struct run *r, const struct sb_history *rec)
 {
 	const struct sb_runner_ops *ops = r->runner->ops;
-	char layer[PATH_MAX + 64];
 	sb_fsread *fs = NULL;
 	int rc;
 
-	if (rec->nfiles && !r->from.start && ops->layer_file &&
-	    (ops->layer_file(r->runner->ctx, r->from.run, r->from.layer, layer,
-			     sizeof layer) ||
-	     sb_fsread_open(layer, &fs)))
+	if (rec->nfiles && !r->from.start && ops->disk_open &&
+	    ops->disk_open(r->runner->ctx, r->from.run, r->from.layer_name, &fs))
 		fs = NULL; /* unread: the agent finds out */
 	rc = sb_roll_plan(rec->files, rec->nfiles, r->from.start, fs ? roll_probe : NULL,
 			  fs, &r->plan, &r->from.roll);
@@ -625,6 +622,7 @@ static int point_set(struct run *r, const struct sb_resume_point *rp,
 		     const char *snapshot, uint64_t at, uint64_t last)
 {
 	snprintf(r->from.snap, sizeof r->from.snap, "%s", rp->snapshot);
+	snprintf(r->from.layer_name, sizeof r->from.layer_name, "%s", rp->layer);
 	if (!snapshot_layer(rp->snapshot, &r->from.layer))
 		return sb_seterr(SB_ERR_CORRUPT, "run %s: snapshot id '%s' is malformed",
 				 r->from.run, rp->snapshot);

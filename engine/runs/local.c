@@ -1474,13 +1474,22 @@ static void merge_orphan(struct sb_machine *m)
 	m->merge = NULL;
 }
 
-static int local_layer_file(void *runner, const char *run, unsigned layer, char *buf,
-			    size_t cap)
+static int local_disk_open(void *runner, const char *run, const char *layer,
+			   sb_fsread **out)
 {
 	struct sb_local_runner *lr = runner;
-	int rc = sb_layers_path(lr->home, run, layer, buf, cap);
+	char path[SB_LAYER_PATH_MAX];
+	int n, rc;
 
-	return rc ? rc : sb_layers_check(lr->home, buf);
+	if (layer) /* a name it made: relative to its home */
+		n = snprintf(path, sizeof path, "%s/%s", lr->home, layer);
+	else
+		n = snprintf(path, sizeof path, "%s/runs/%s/disk.qcow2", lr->home, run);
+	if (n < 0 || (size_t)n >= sizeof path)
+		return sb_seterr(SB_ERR_TOOBIG, "state directory path too long");
+	if ((rc = sb_layers_check(lr->home, path))) /* qemu-nbd would follow it */
+		return rc;
+	return sb_fsread_open(path, out);
 }
 
 static int local_readers(void *runner, const char *run, unsigned layer, size_t *count)
@@ -1828,7 +1837,7 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .create_from = local_create_from,
     .merge = local_merge,
     .readers = local_readers,
-    .layer_file = local_layer_file,
+    .disk_open = local_disk_open,
     .reattach = local_reattach,
     .interrupted = local_interrupted,
     .reap = local_reap,

@@ -40,6 +40,7 @@ struct sb_run_from {
 	struct sb_roll roll; /* what its roll-forward did */
 	char run[SB_RUN_MAX], snap[72];
 	unsigned layer;
+	char layer_name[SB_SNAPSHOT_NAME_MAX]; /* its runner's name of it */
 	int start; /* no snapshot at or before at: from the run's start */
 	int session; /* its harness had begun its own session by then */
 	uint64_t offset, at;

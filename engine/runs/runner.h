@@ -27,6 +27,7 @@
 #include "engine/loop.h"
 #include "engine/runs/plan.h"
 #include "netpolicy/net.h"
+#include "vmm/fsread.h"
 
 typedef struct sb_machine sb_machine;
 
@@ -118,16 +119,17 @@ struct sb_runner_ops {
 	 * it on a worker (it is safe from any thread). Errors:
 	 * SB_ERR_NOTFOUND, SB_ERR_IO. */
 	int (*readers)(void *runner, const char *run, unsigned layer, size_t *count);
-	/* The local runner's op (a runner whose disks are files of this
-	 * host); NULL in a runner on another host, which will serve reads
-	 * of its disks itself. Writes into buf (cap bytes) the path of this
-	 * host of run's frozen layer layer, its chain checked for a reader
-	 * (sb_layers_check), to be read with sb_fsread_open (a fork's
-	 * roll-forward looks at links there; without the op it does not,
-	 * and the agent finds them). Header reads: call it on a worker.
-	 * Errors: those of sb_layers_check, SB_ERR_TOOBIG. */
-	int (*layer_file)(void *runner, const char *run, unsigned layer, char *buf,
-			  size_t cap);
+	/* Opens run's disk for reading into *out (vmm/fsread.h; the caller
+	 * closes it with sb_fsread_close): layer, the name of one of its
+	 * frozen layers (a snapshot's layer_name, as the record keeps it), or
+	 * NULL: its current disk. The chain is checked for a reader first
+	 * (sb_layers_check). Header reads and a qemu-nbd child: call it on a
+	 * worker (it is safe from any thread). NULL in a runner that serves no
+	 * reads of its disks (a fork's roll-forward then looks at no links,
+	 * and the agent finds them). Errors: those of sb_layers_check and
+	 * sb_fsread_open, SB_ERR_TOOBIG. */
+	int (*disk_open)(void *runner, const char *run, const char *layer,
+			 sb_fsread **out);
 	/* Prepares a machine for plan (a fork or a resume) whose disk
 	 * continues the frozen layer base_layer of run from_run (on a
 	 * worker: may block). memory_bytes > 0: the machine also continues

@@ -1329,6 +1329,21 @@ int sb_runs_runner(struct sb_runs *rs, const char *name, const struct sb_runner 
 			 names);
 }
 
+int sb_runs_disk_open(struct sb_runs *rs, const struct sb_runstate *st, const char *layer,
+		      sb_fsread **out)
+{
+	const struct sb_runner *rn;
+	int rc;
+
+	if ((rc = sb_runs_runner(rs, st->runner[0] ? st->runner : "local", &rn)))
+		return rc;
+	if (!rn->ops->disk_open)
+		return sb_seterr(SB_ERR_UNAVAIL,
+				 "runner %s serves no reads of run %s's disk", rn->name,
+				 st->run);
+	return rn->ops->disk_open(rn->ctx, st->run, layer, out);
+}
+
 void sb_runs_model_call(struct sb_runs *rs, const char *run)
 {
 	struct run *r = sb_runs_find(rs, run);

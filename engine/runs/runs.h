@@ -282,6 +282,19 @@ struct sb_runs_capacity {
  * thread. */
 size_t sb_runs_capacity_read(struct sb_runs *r, struct sb_runs_capacity *out, size_t cap);
 
+struct sb_runstate;
+
+/* Opens the disk of the run st describes (its record's state) for reading
+ * through the runner that holds it (st->runner; "local" when the record
+ * names none): layer, the runner's name of one of its frozen layers (a
+ * snapshot's, as the record keeps it), or NULL: its current disk. The
+ * caller closes *out with sb_fsread_close. Any thread, but it may block:
+ * call it on a worker. Errors: SB_ERR_INVAL (the daemon has no such
+ * runner), SB_ERR_UNAVAIL (the runner serves no reads of its disks),
+ * those of the runner's disk_open. */
+int sb_runs_disk_open(struct sb_runs *r, const struct sb_runstate *st, const char *layer,
+		      sb_fsread **out);
+
 /* Points *out at r's runner named name. Any thread. Errors: SB_ERR_INVAL
  * (no such runner: the detail names those r has). */
 int sb_runs_runner(struct sb_runs *r, const char *name, const struct sb_runner **out);
