@@ -17,7 +17,7 @@
 /* A run's row: each field as text (not yet escaped), by field. */
 enum field {
 	F_ID, F_NAME, F_GROUP, F_TEMPLATE, F_MODEL, F_STATUS, F_AGE, F_ELAPSED,
-	F_COST, F_BUDGET, F_LAST, F_OFFSET, F_REASON, F_PROGRESS, NFIELDS
+	F_COST, F_BUDGET, F_LAST, F_OFFSET, F_REASON, F_PROGRESS, F_RUNNER, NFIELDS
 };
 
 /* Each field: its --format name, its column's header and width (0: it
@@ -40,9 +40,12 @@ static const struct {
 	[F_OFFSET] = {"offset", "OFFSET", 8},
 	[F_REASON] = {"reason", "REASON", 0},
 	[F_PROGRESS] = {"progress", "PROGRESS", 0},
+	[F_RUNNER] = {"runner", "RUNNER", 10},
 };
 
-/* The columns of the table: up to 120 terminal columns, and from there. */
+/* The columns of the table: up to 120 terminal columns, and from there;
+ * RUNNER goes before STATUS when a run listed is on another runner than
+ * the local one. */
 static const enum field narrow[] = {F_ID, F_NAME, F_STATUS, F_AGE, F_ELAPSED, F_COST, F_LAST};
 static const enum field wide[] = {F_ID,	  F_NAME,    F_GROUP, F_TEMPLATE, F_MODEL,
 				  F_STATUS, F_AGE, F_ELAPSED, F_COST, F_LAST};
@@ -93,6 +96,9 @@ static void field_text(const struct sb_runstate *rs, enum field f, char *buf, si
 	case F_OFFSET: snprintf(buf, cap, "%llu", (unsigned long long)rs->last_offset); break;
 	case F_REASON: snprintf(buf, cap, "%s", rs->reason); break;
 	case F_PROGRESS: cli_progress(rs, buf, cap); break;
+	case F_RUNNER:
+		snprintf(buf, cap, "%s", rs->runner[0] ? rs->runner : "local");
+		break;
 	case NFIELDS: buf[0] = 0; break;
 	}
 }
@@ -156,14 +162,36 @@ static int name_width(const struct ps_run *runs, size_t nruns, const enum field 
 	return need < flex - keep ? need : flex - keep;
 }
 
+/* Fills cols with the columns of the runs' table in width (its first n
+ * runs listed as o asks); returns how many. */
+static size_t table_cols(const struct ps_opts *o, const struct ps_run *runs, size_t n,
+			 int width, enum field cols[NFIELDS])
+{
+	const enum field *base = width >= 120 ? wide : narrow;
+	size_t nbase = width >= 120 ? sizeof wide / sizeof wide[0]
+				    : sizeof narrow / sizeof narrow[0],
+	       k = 0;
+	int remote = 0;
+
+	for (size_t i = 0; i < n && !remote; i++)
+		remote = ps_match(o, &runs[i].rs) && runs[i].rs.runner[0] &&
+			 strcmp(runs[i].rs.runner, "local");
+	for (size_t i = 0; i < nbase; i++) {
+		if (base[i] == F_STATUS && remote)
+			cols[k++] = F_RUNNER;
+		cols[k++] = base[i];
+	}
+	return k;
+}
+
 /* Prints the runs (newest first) as o asks. */
 static void ps_print(const struct ps_opts *o, const struct ps_run *runs, size_t n)
 {
 	int width = cli_term_width(), table = !o->nformat, name_w;
-	const enum field *cols = o->nformat ? o->format : width >= 120 ? wide : narrow;
-	size_t ncols = o->nformat ? (size_t)o->nformat
-		       : width >= 120 ? sizeof wide / sizeof wide[0]
-				      : sizeof narrow / sizeof narrow[0];
+	enum field tcols[NFIELDS];
+	const enum field *cols = o->nformat ? o->format : tcols;
+	size_t ncols =
+	    o->nformat ? (size_t)o->nformat : table_cols(o, runs, n, width, tcols);
 	char text[NFIELDS][512];
 
 	name_w = name_width(runs, n, cols, ncols, width);
@@ -217,7 +245,7 @@ static int format_parse(struct ps_opts *o, const char *list)
 			return cli_fail_code(CLI_EXIT_USAGE,
 					     "--format: no field '%s' (id, name, group, template, "
 					     "model, status, age, elapsed, cost, budget, last, "
-					     "offset, reason, progress)",
+					     "offset, reason, progress, runner)",
 					     name);
 		o->format[o->nformat++] = (enum field)f;
 		p += k + (p[k] == ',');

@@ -141,7 +141,8 @@ static const struct cli_cmd commands[] = {
 	 "Lists runs, newest first: id, name, status (exited N, running, budget,\n"
 	 "timeout, failed, stopped, ...), age, elapsed time, cost, and the last\n"
 	 "event (a failed run's reason instead); from 120 columns on also group,\n"
-	 "template and model. The table fits the terminal's width (or $COLUMNS,\n"
+	 "template and model; runner, before status, when a run listed is on\n"
+	 "another runner than local. The table fits the terminal's width (or $COLUMNS,\n"
 	 "else 80): longer cells end in an ellipsis. Removed runs (sanbox rm) are\n"
 	 "left out unless --all; their status reads removed.\n"
 	 "  -a, --all            also the removed runs\n"
@@ -152,8 +153,8 @@ static const struct cli_cmd commands[] = {
 	 "  --format FIELDS      print FIELDS (a comma-separated list of id, name,\n"
 	 "                       group, template, model, status, age, elapsed, cost,\n"
 	 "                       budget, last, offset, reason, progress: the latest\n"
-	 "                       agent.progress, else turns and tools), tab-separated,\n"
-	 "                       no header\n"
+	 "                       agent.progress, else turns and tools), runner,\n"
+	 "                       tab-separated, no header\n"
 	 "  --json               the runs' state as the daemon keeps it\n"},
 	{"watch", "a live view of runs: a group, some runs or all",
 	 "usage: sanbox watch [GROUP | RUN...] [--plain]\n"
