@@ -20,6 +20,9 @@
 	"{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 63, \"description\": \"" what \
 	"\"}"
 #define S_STRS(n, len) "{\"type\": \"array\", \"maxItems\": " #n ", \"items\": {\"type\": \"string\", \"maxLength\": " #len "}}"
+#define S_RUNNER(what)                                                                   \
+	"\"runner\": {\"type\": \"string\", \"minLength\": 1, \"maxLength\": 31, "       \
+	"\"description\": \"" what "\"}"
 #define S_AT                                                                             \
 	"\"snapshot\": {\"type\": \"string\", \"maxLength\": 15, \"description\": \"a snapshot "  \
 	"id (sN); default: the newest\"}, \"at\": {\"type\": \"integer\", \"minimum\": 1, "    \
@@ -53,6 +56,7 @@ static const struct sb_mcp_tool tools[] = {
      "\"allow\": " S_STRS(64, 300) ", "
      "\"accel\": {\"type\": \"string\", \"enum\": [\"auto\", \"kvm\", \"tcg\"]}, "
      "\"snapshots\": {\"type\": \"string\", \"enum\": [\"turn\", \"stop\", \"off\"]}, "
+     S_RUNNER("the daemon's runner to run on (default local)") ", "
      "\"inputs\": {\"type\": \"array\", \"maxItems\": 64, \"description\": \"files put in "
      "/workspace before the run starts (48 MiB in all)\", \"items\": {\"type\": \"object\", "
      "\"additionalProperties\": false, \"required\": [\"path\"], \"properties\": {"
@@ -151,11 +155,13 @@ static const struct sb_mcp_tool tools[] = {
      "\"properties\": {" S_RUN ", " S_AT ", "
      "\"count\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 64}, "
      "\"name\": " S_NAME("the forks' name") ", "
+     S_RUNNER("the runner to run on: the run's (the default), which holds its snapshots") ", "
      "\"prompt\": {\"type\": \"string\", \"minLength\": 1, \"maxLength\": 65536}}}",
      0, mcp_tool_fork},
     {"resume", "Resume a run that ended from a snapshot (its last by default).",
      "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"run\"], "
      "\"properties\": {" S_RUN ", " S_AT ", "
+     S_RUNNER("the runner to run on: the run's (the default), which holds its snapshots") ", "
      "\"prompt\": {\"type\": \"string\", \"minLength\": 1, \"maxLength\": 65536}}}",
      0, mcp_tool_resume},
 };

@@ -69,6 +69,7 @@ static int spec_fill(const json_t *args, struct cli_run_spec *s, const char **ar
 	s->net = mcp_arg_str(args, "network");
 	s->snapshots = mcp_arg_str(args, "snapshots");
 	s->accel = mcp_arg_str(args, "accel");
+	s->runner = mcp_arg_str(args, "runner");
 	s->cpus = mcp_arg_u64(args, "cpus", 0);
 	s->mem = mcp_arg_u64(args, "memory_mib", 0);
 	s->timeout = mcp_arg_u64(args, "timeout_s", 0);
@@ -163,7 +164,7 @@ static int inputs_fill(const json_t *args, struct cli_run_spec *s, struct cli_in
 static int spec_err(int rc)
 {
 	const char *m = sb_errmsg(rc);
-	static const char *const fields[] = {"template", "model", "secret", "allow", "network",
+	static const char *const fields[] = {"runner", "template", "model", "secret", "allow", "network",
 					     "name", "group", "memory", "timeout", "budget"};
 
 	for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
@@ -422,7 +423,7 @@ int mcp_tool_snapshot(struct sb_mcp_call *call, const json_t *args, json_t **out
 	return rc;
 }
 
-/* Packs fork's and resume's snapshot, at and prompt. */
+/* Packs fork's and resume's snapshot, at, prompt and runner. */
 static void pack_from(struct cli_req *r, const json_t *args)
 {
 	if (mcp_arg_str(args, "snapshot"))
@@ -431,6 +432,8 @@ static void pack_from(struct cli_req *r, const json_t *args)
 		sb_mapw_u64(&r->m, "at", mcp_arg_u64(args, "at", 0));
 	if (mcp_arg_str(args, "prompt"))
 		sb_mapw_str(&r->m, "prompt", mcp_arg_str(args, "prompt"));
+	if (mcp_arg_str(args, "runner"))
+		sb_mapw_str(&r->m, "runner", mcp_arg_str(args, "runner"));
 }
 
 int mcp_tool_fork(struct sb_mcp_call *call, const json_t *args, json_t **out)

@@ -5,7 +5,7 @@
 # a batch, a notification without a method, a request before initialize,
 # a reused id, 10,000 requests, a cancelled wait; tool arguments that miss
 # a field, have the wrong type, name an unknown template, run a field over
-# its length or name no run. Every stdout line must be JSON-RPC, every
+# its length, name no run or a runner the daemon has not. Every stdout line must be JSON-RPC, every
 # request answered (or, cancelled, not), and the server must keep serving
 # and exit 0 at the end of its input. HTTP: garbage bodies, a batch, an
 # empty body, a 9 MiB body, a huge token, 40 sessions over a limit of 16,
@@ -175,6 +175,23 @@ w = call(41, "wait", {"runs": [run], "timeout_s": 1})["result"]["structuredConte
 if w["done"] or w["still_live"] != [run] or "again" not in w["next"]:
     fail("a bounded wait: %r" % w)
 call(42, "stop", {"run": run})
+
+# run_start, fork and resume on a runner the daemon has not: a tool error
+# naming it, and no run made
+def nruns():
+    return len(subprocess.run([sb, "ps", "--all", "-q"], stdout=subprocess.PIPE,
+                              check=True).stdout.split())
+call(43, "wait", {"runs": [run], "timeout_s": 30})
+last = call(44, "events_read", {"run": run})["result"]["structuredContent"]["last_offset"]
+before = nruns()
+tool_error(45, "run_start", {"command": ["true"], "runner": "nosuch"},
+           "runner: no runner 'nosuch' here: this daemon has local")
+for i, tool in ((46, "fork"), (47, "resume")):
+    tool_error(i, tool, {"run": run, "at": last, "runner": "nosuch"},
+               "snapshots are on runner local: a fork or resume of it runs there, not on nosuch")
+tool_error(48, "run_start", {"command": ["true"], "runner": "r" * 32}, "runner: 32 characters")
+if nruns() != before:
+    fail("a run on no runner was made: %d runs, were %d" % (nruns(), before))
 
 # 10,000 requests, all answered, ids as given
 for i in range(10000):
