@@ -944,7 +944,7 @@ static int op_run_resume(struct req *r)
 
 struct snaps_ctx {
 	struct req *r;
-	const char *run;
+	const struct sb_runstate *st; /* the run's */
 	msgpack_sbuffer items;
 	msgpack_packer pk;
 	uint32_t n;
@@ -960,7 +960,7 @@ static int snaps_cb(void *vctx, const struct sb_resume_point *rp)
 	sb_mapw m;
 
 	if (sscanf(rp->snapshot, "s%u", &layer) != 1 ||
-	    sb_layers_users(c->r->e->home, c->run, layer, users, 8, &nu))
+	    sb_runs_readers(c->r->e->runs, c->st, layer, users, 8, &nu))
 		nu = 0;
 	sb_mapw_begin(&m, &c->pk);
 	sb_mapw_str(&m, "snapshot", rp->snapshot);
@@ -984,13 +984,16 @@ static int snaps_cb(void *vctx, const struct sb_resume_point *rp)
 static int op_snapshots_list(struct req *r)
 {
 	char run[SB_RUN_MAX];
-	struct snaps_ctx c = {.r = r, .run = run};
+	struct sb_runstate st;
+	struct snaps_ctx c = {.r = r, .st = &st};
 	msgpack_packer *pk;
 	int rc;
 
 	if ((rc = arg_run(r, run)))
 		return rc;
 	catch_up(r);
+	if ((rc = sb_runstate_get(r->e->proj, run, &st)))
+		return rc;
 	msgpack_sbuffer_init(&c.items);
 	msgpack_packer_init(&c.pk, &c.items, msgpack_sbuffer_write);
 	if ((rc = sb_resume_each(r->e->proj, run, snaps_cb, &c)) == SB_OK) {
@@ -1036,7 +1039,7 @@ static int op_snapshot_rm(struct req *r)
 				 "run %s is running: stop it before removing its "
 				 "snapshots",
 				 run);
-	if ((rc = sb_layers_remove(r->e->home, run, layer)))
+	if ((rc = sb_runs_layer_remove(r->e->runs, &st, layer)))
 		return sb_seterr(rc, "cannot remove snapshot %s of run %s: %s", snap, run,
 				 sb_errmsg(rc));
 	msgpack_sbuffer_init(&buf);

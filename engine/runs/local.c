@@ -1492,12 +1492,21 @@ static int local_disk_open(void *runner, const char *run, const char *layer,
 	return sb_fsread_open(path, out);
 }
 
-static int local_readers(void *runner, const char *run, unsigned layer, size_t *count)
+static int local_readers(void *runner, const char *run, unsigned layer,
+			 char (*users)[SB_RUN_MAX], size_t max, size_t *count)
 {
 	struct sb_local_runner *lr = runner;
 	char one[1][SB_RUN_MAX];
 
-	return sb_layers_users(lr->home, run, layer, one, 1, count);
+	return max ? sb_layers_users(lr->home, run, layer, users, max, count)
+		   : sb_layers_users(lr->home, run, layer, one, 1, count);
+}
+
+static int local_remove_layer(void *runner, const char *run, unsigned layer)
+{
+	struct sb_local_runner *lr = runner;
+
+	return sb_layers_remove(lr->home, run, layer);
 }
 
 static int local_merge(struct sb_machine *m, unsigned layer, sb_snapshot_fn cb, void *ctx)
@@ -1837,6 +1846,7 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .create_from = local_create_from,
     .merge = local_merge,
     .readers = local_readers,
+    .remove_layer = local_remove_layer,
     .disk_open = local_disk_open,
     .reattach = local_reattach,
     .interrupted = local_interrupted,

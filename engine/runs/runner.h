@@ -115,10 +115,20 @@ struct sb_runner_ops {
 	 * or m ended), SB_ERR_UNAVAIL (no monitor yet), SB_ERR_NOMEM. */
 	int (*merge)(sb_machine *m, unsigned layer, sb_snapshot_fn cb, void *ctx);
 	/* Sets *count to how many other runs read run's frozen layer layer
-	 * (a fork's chain). Reads a header of every layer of every run: call
-	 * it on a worker (it is safe from any thread). Errors:
-	 * SB_ERR_NOTFOUND, SB_ERR_IO. */
-	int (*readers)(void *runner, const char *run, unsigned layer, size_t *count);
+	 * (a fork's chain) and lists up to max of them into users (max 0:
+	 * none; users may then be NULL). Reads a header of every layer of
+	 * every run: call it on a worker (it is safe from any thread).
+	 * Errors: SB_ERR_NOTFOUND, SB_ERR_IO. */
+	int (*readers)(void *runner, const char *run, unsigned layer,
+		       char (*users)[SB_RUN_MAX], size_t max, size_t *count);
+	/* Deletes run's frozen layer layer (a snapshot removed), run's
+	 * machine ended and no other run reading it: its layers made on it
+	 * go on reading the same, and its memory state goes too. May block:
+	 * call it on a worker (it is safe from any thread). NULL in a runner
+	 * that removes no snapshots. Errors: SB_ERR_STATE (layer is the top,
+	 * or another run reads it: the detail names one), SB_ERR_NOTFOUND,
+	 * SB_ERR_IO. */
+	int (*remove_layer)(void *runner, const char *run, unsigned layer);
 	/* Opens run's disk for reading into *out (vmm/fsread.h; the caller
 	 * closes it with sb_fsread_close): layer, the name of one of its
 	 * frozen layers (a snapshot's layer_name, as the record keeps it), or

@@ -783,7 +783,7 @@ static void retire_work(struct job *j)
 	    sb_resume_each(rs->env.proj, j->run, turn_cb, &t) < 0 || t.total <= j->keep)
 		return;
 	for (size_t i = 0; i < t.n && i < t.total - j->keep; i++) {
-		if (j->runner->ops->readers(j->runner->ctx, j->run, t.layers[i],
+		if (j->runner->ops->readers(j->runner->ctx, j->run, t.layers[i], NULL, 0,
 					    &readers) ||
 		    readers)
 			continue;
@@ -1329,19 +1329,51 @@ int sb_runs_runner(struct sb_runs *rs, const char *name, const struct sb_runner 
 			 names);
 }
 
+/* Points *out at the runner of the run st describes, the one its record
+ * names ("local" when it names none). Errors: those of sb_runs_runner. */
+static int runner_of(struct sb_runs *rs, const struct sb_runstate *st,
+		     const struct sb_runner **out)
+{
+	return sb_runs_runner(rs, st->runner[0] ? st->runner : "local", out);
+}
+
 int sb_runs_disk_open(struct sb_runs *rs, const struct sb_runstate *st, const char *layer,
 		      sb_fsread **out)
 {
 	const struct sb_runner *rn;
 	int rc;
 
-	if ((rc = sb_runs_runner(rs, st->runner[0] ? st->runner : "local", &rn)))
+	if ((rc = runner_of(rs, st, &rn)))
 		return rc;
 	if (!rn->ops->disk_open)
 		return sb_seterr(SB_ERR_UNAVAIL,
 				 "runner %s serves no reads of run %s's disk", rn->name,
 				 st->run);
 	return rn->ops->disk_open(rn->ctx, st->run, layer, out);
+}
+
+int sb_runs_readers(struct sb_runs *rs, const struct sb_runstate *st, unsigned layer,
+		    char (*users)[SB_RUN_MAX], size_t max, size_t *count)
+{
+	const struct sb_runner *rn;
+	int rc;
+
+	if ((rc = runner_of(rs, st, &rn)))
+		return rc;
+	return rn->ops->readers(rn->ctx, st->run, layer, users, max, count);
+}
+
+int sb_runs_layer_remove(struct sb_runs *rs, const struct sb_runstate *st, unsigned layer)
+{
+	const struct sb_runner *rn;
+	int rc;
+
+	if ((rc = runner_of(rs, st, &rn)))
+		return rc;
+	if (!rn->ops->remove_layer)
+		return sb_seterr(SB_ERR_UNAVAIL, "runner %s removes no snapshots",
+				 rn->name);
+	return rn->ops->remove_layer(rn->ctx, st->run, layer);
 }
 
 void sb_runs_model_call(struct sb_runs *rs, const char *run)

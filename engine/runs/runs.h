@@ -295,6 +295,20 @@ struct sb_runstate;
 int sb_runs_disk_open(struct sb_runs *r, const struct sb_runstate *st, const char *layer,
 		      sb_fsread **out);
 
+/* Lists the runs that read the frozen layer layer of the run st describes
+ * as its runner's readers does (users, max, *count). Any thread, but it
+ * may block: call it on a worker. Errors: SB_ERR_INVAL (the daemon has no
+ * such runner), those of the runner's readers. */
+int sb_runs_readers(struct sb_runs *r, const struct sb_runstate *st, unsigned layer,
+		    char (*users)[SB_RUN_MAX], size_t max, size_t *count);
+
+/* Deletes the frozen layer layer of the run st describes (its machine
+ * ended) through its runner's remove_layer. Any thread, but it may
+ * block: call it on a worker. Errors: SB_ERR_INVAL (the daemon has no
+ * such runner), SB_ERR_UNAVAIL (the runner removes no snapshots), those
+ * of the runner's remove_layer. */
+int sb_runs_layer_remove(struct sb_runs *r, const struct sb_runstate *st, unsigned layer);
+
 /* Points *out at r's runner named name. Any thread. Errors: SB_ERR_INVAL
  * (no such runner: the detail names those r has). */
 int sb_runs_runner(struct sb_runs *r, const char *name, const struct sb_runner **out);

@@ -1082,7 +1082,8 @@ static int fr_merge(sb_machine *m, unsigned layer, sb_snapshot_fn cb, void *ctx)
 	return rc ? rc : op_later(m, cb, ctx, 1);
 }
 
-static int fr_readers(void *runner, const char *run, unsigned layer, size_t *count)
+static int fr_readers(void *runner, const char *run, unsigned layer,
+		      char (*users)[SB_RUN_MAX], size_t max, size_t *count)
 {
 	struct fakerunner *fr = runner;
 	int rc = SB_OK;
@@ -1093,8 +1094,12 @@ static int fr_readers(void *runner, const char *run, unsigned layer, size_t *cou
 		rc = sb_seterr(SB_ERR_NOTFOUND, "run %s has no layer %u", run, layer);
 	for (size_t i = 0; i < fr->nlayers; i++) {
 		const struct layer *l = &fr->layers[i];
-		*count += l->has_base && !l->lost && l->base == layer &&
-			  !strcmp(l->base_run, run) && strcmp(l->run, run);
+		if (!l->has_base || l->lost || l->base != layer || strcmp(l->base_run, run) ||
+		    !strcmp(l->run, run))
+			continue;
+		if (*count < max)
+			snprintf(users[*count], SB_RUN_MAX, "%s", l->run);
+		++*count;
 	}
 	unlock(fr);
 	return rc;
