@@ -445,6 +445,32 @@ int cli_run_inputs(sb_client *c, const char *run, struct sb_plan *p, int64_t *ts
 int cli_fs_list_at(cli_disk *f, const struct cli_fs_at *sel, const char *gp,
 		   struct cli_fs_list *l, struct sb_roll *roll);
 
+/* Where the content of guest path gp at sel->at is, sel chosen and opened
+ * as cli_fs_open does (cli/fsroll.c). */
+enum cli_at_kind {
+	CLI_AT_DISK,	/* on the disk opened for sel (nothing after it says more) */
+	CLI_AT_BLOB,	/* a regular file whose content is blob key */
+	CLI_AT_LINK,	/* a symbolic link whose target is blob key */
+	CLI_AT_DELETED, /* deleted at offset */
+	CLI_AT_OMITTED	/* changed at offset, its content not in the record (why):
+			 * the nearest there is is blob key when key is set (one
+			 * of the run's inputs), else the disk's */
+};
+struct cli_at_file {
+	enum cli_at_kind kind;
+	uint64_t offset; /* the recorded change's (0: one of the run's inputs) */
+	char key[72];	 /* BLOB, LINK: 64 hex digits */
+	char why[64];	 /* OMITTED */
+};
+
+/* Finds in out what gp held at sel->at, when sel->at is past the opened
+ * snapshot (else CLI_AT_DISK): its last change recorded after the snapshot
+ * and up to sel->at, else, when sel reads the run's start, the input the
+ * run started with at that path. Errors: those of the calls (through c),
+ * SB_ERR_CORRUPT, SB_ERR_NOMEM. */
+int cli_fs_at_file(sb_client *c, const struct cli_fs_at *sel, const char *gp,
+		   struct cli_at_file *out);
+
 /* Copies local (a file, a symlink, or with recurse a directory and all in
  * it, never following a link) into live run run as guest (under
  * /workspace: the path created), through run.put; prints the reply with

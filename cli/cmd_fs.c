@@ -151,28 +151,6 @@ int cli_fs_refuse(const char *path, const struct sb_fs_entry *e, const char *why
 	return cli_fail(SB_ERR_INVAL, "%s is %s%s", path, what[e->type], why ? why : "");
 }
 
-/* The last recorded change of one path. */
-struct last_change {
-	const char *path;
-	uint64_t offset;
-	char kind[16], content[72], omitted[64];
-	int link;
-};
-
-static int last_of_path(void *ctx, const struct cli_file_change *ch)
-{
-	struct last_change *l = ctx;
-
-	if (strcmp(ch->path, l->path))
-		return 0;
-	l->offset = ch->offset;
-	snprintf(l->kind, sizeof l->kind, "%s", ch->kind);
-	snprintf(l->content, sizeof l->content, "%s", ch->content ? ch->content : "");
-	snprintf(l->omitted, sizeof l->omitted, "%s", ch->omitted ? ch->omitted : "");
-	l->link = ch->link;
-	return 0;
-}
-
 /* Fails as fs cat does for a symbolic link, its target read from the
  * blob key (the record's content of a link). */
 static int cat_link(sb_client *c, const char *gp, const char *key, uint64_t offset)
@@ -194,76 +172,41 @@ static int cat_link(sb_client *c, const char *gp, const char *key, uint64_t offs
 }
 
 /* fs cat --at OFFSET past its snapshot: the file as the record has it at
- * OFFSET, when a change of it was recorded after the snapshot. Returns
- * CAT_SNAPSHOT when the snapshot's file is the answer, else the exit code
- * (an error's exit code 1 must not read as that). */
+ * OFFSET (cli_fs_at_file). Returns CAT_SNAPSHOT when the snapshot's file
+ * is the answer, else the exit code (an error's exit code 1 must not read
+ * as that). */
 #define CAT_SNAPSHOT (-1)
 static int cat_recorded(const struct cli_fs_at *sel, const char *gp, int fd)
 {
-	struct last_change l = {.path = gp};
+	struct cli_at_file a;
 	sb_client *c;
 	int rc;
 
 	if ((rc = cli_connect(1, &c)))
 		return cli_fail(rc, "%s", sb_errmsg(rc));
-	rc = cli_file_changes(c, sel->run, sel->snap_offset, sel->at, last_of_path, &l);
-	if (rc) {
+	if ((rc = cli_fs_at_file(c, sel, gp, &a))) {
 		rc = cli_fail(rc, "%s", sb_errmsg(rc));
-	} else if (!l.offset) {
-		rc = CAT_SNAPSHOT; /* not changed after the snapshot */
-	} else if (!strcmp(l.kind, "deleted")) {
+	} else if (a.kind == CLI_AT_DELETED) {
 		rc = cli_fail(SB_ERR_NOTFOUND, "%s: deleted at offset %llu", gp,
-			      (unsigned long long)l.offset);
-	} else if (l.link && strlen(l.content) == 2 * SB_HASH_LEN) {
-		rc = cat_link(c, gp, l.content, l.offset);
-	} else if (strlen(l.content) != 2 * SB_HASH_LEN) {
-		cli_note(
-		    "%s changed at offset %llu, its content is not in the record (%s): "
-		    "this is its content at offset %llu",
-		    gp, (unsigned long long)l.offset,
-		    l.omitted[0] ? l.omitted : "not recorded",
-		    (unsigned long long)sel->snap_offset);
+			      (unsigned long long)a.offset);
+	} else if (a.kind == CLI_AT_LINK) {
+		rc = cat_link(c, gp, a.key, a.offset);
+	} else if (a.kind == CLI_AT_DISK || (a.kind == CLI_AT_OMITTED && !a.key[0])) {
+		if (a.kind == CLI_AT_OMITTED)
+			cli_note("%s changed at offset %llu, its content is not in the record "
+				 "(%s): this is its content at offset %llu",
+				 gp, (unsigned long long)a.offset, a.why,
+				 (unsigned long long)sel->snap_offset);
 		rc = CAT_SNAPSHOT;
 	} else {
+		if (a.kind == CLI_AT_OMITTED)
+			cli_note("%s changed at offset %llu, its content is not in the record "
+				 "(%s): this is the run's input",
+				 gp, (unsigned long long)a.offset, a.why);
 		fflush(stdout);
-		if ((rc = cli_blob_write(c, l.content, fd)))
+		if ((rc = cli_blob_write(c, a.key, fd)))
 			rc = cli_fail(rc, "%s", sb_errmsg(rc));
 	}
-	sb_client_close(c);
-	return rc;
-}
-
-/* fs cat --at OFFSET before the run's first snapshot, of a path the
- * record did not change: one of the run's own inputs, as written at its
- * start. Returns CAT_SNAPSHOT when gp is none (the template's file is the
- * answer), else the exit code. */
-static int cat_input(const struct cli_fs_at *sel, const char *gp, int fd)
-{
-	struct sb_plan p = {0};
-	char key[SB_HASH_HEX];
-	int64_t ts;
-	sb_client *c;
-	int rc;
-
-	if (strncmp(gp, "/workspace/", 11))
-		return CAT_SNAPSHOT;
-	if ((rc = cli_connect(1, &c)))
-		return cli_fail(rc, "%s", sb_errmsg(rc));
-	rc = cli_run_inputs(c, sel->run, &p, &ts);
-	rc = rc ? cli_fail(rc, "%s", sb_errmsg(rc)) : CAT_SNAPSHOT;
-	for (size_t i = 0; rc == CAT_SNAPSHOT && i < p.ninputs; i++) {
-		if (strcmp(p.inputs[i].path, gp + 11))
-			continue;
-		sb_hash_hex(p.inputs[i].blob, key);
-		if ((p.inputs[i].mode & SB_PLAN_LINK) == SB_PLAN_LINK) {
-			rc = cat_link(c, gp, key, 0);
-		} else {
-			fflush(stdout);
-			if ((rc = cli_blob_write(c, key, fd)))
-				rc = cli_fail(rc, "%s", sb_errmsg(rc));
-		}
-	}
-	free(p.inputs);
 	sb_client_close(c);
 	return rc;
 }
@@ -279,8 +222,7 @@ int cli_fs_cat(const char *want, struct cli_fs_at *sel, const char *path, int fd
 	if ((rc = cli_fs_open(want, sel, &f)))
 		return rc;
 	if (sel && sel->at && sel->run[0] && sel->at > sel->snap_offset &&
-	    ((rc = cat_recorded(sel, gp, fd)) != CAT_SNAPSHOT ||
-	     (sel->start && (rc = cat_input(sel, gp, fd)) != CAT_SNAPSHOT))) {
+	    (rc = cat_recorded(sel, gp, fd)) != CAT_SNAPSHOT) {
 		cli_disk_close(f);
 		return rc;
 	}

@@ -482,3 +482,72 @@ int cli_fs_list_at(cli_disk *f, const struct cli_fs_at *sel, const char *gp,
 	free(cs.ts);
 	return rc;
 }
+
+/* -- one file at an offset */
+
+/* The last recorded change of out's path, kept in out (ctx: struct at_ctx). */
+struct at_ctx {
+	const char *path;
+	struct cli_at_file *out;
+};
+
+static int at_change(void *ctx, const struct cli_file_change *ch)
+{
+	struct at_ctx *a = ctx;
+	struct cli_at_file *o = a->out;
+
+	if (strcmp(ch->path, a->path))
+		return 0;
+	memset(o, 0, sizeof *o);
+	o->offset = ch->offset;
+	if (!strcmp(ch->kind, "deleted")) {
+		o->kind = CLI_AT_DELETED;
+	} else if (ch->content && strlen(ch->content) == 2 * SB_HASH_LEN) {
+		o->kind = ch->link ? CLI_AT_LINK : CLI_AT_BLOB;
+		snprintf(o->key, sizeof o->key, "%s", ch->content);
+	} else {
+		o->kind = CLI_AT_OMITTED;
+		snprintf(o->why, sizeof o->why, "%s", ch->omitted ? ch->omitted : "not recorded");
+	}
+	return 0;
+}
+
+/* The input the run started with at gp, if any, into out (an omitted
+ * change keeps its kind: the input is the nearest content there is). */
+static int at_input(sb_client *c, const struct cli_fs_at *sel, const char *gp,
+		    struct cli_at_file *out)
+{
+	struct sb_plan p = {0};
+	int64_t ts;
+	int rc;
+
+	if (strncmp(gp, "/workspace/", 11) || (rc = cli_run_inputs(c, sel->run, &p, &ts)))
+		return strncmp(gp, "/workspace/", 11) ? SB_OK : rc;
+	for (size_t i = 0; i < p.ninputs; i++) {
+		if (strcmp(p.inputs[i].path, gp + 11))
+			continue;
+		if (out->kind == CLI_AT_DISK)
+			out->kind = (p.inputs[i].mode & SB_PLAN_LINK) == SB_PLAN_LINK
+					? CLI_AT_LINK
+					: CLI_AT_BLOB;
+		sb_hash_hex(p.inputs[i].blob, out->key);
+	}
+	free(p.inputs);
+	return SB_OK;
+}
+
+int cli_fs_at_file(sb_client *c, const struct cli_fs_at *sel, const char *gp,
+		   struct cli_at_file *out)
+{
+	struct at_ctx a = {gp, out};
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	if (!sel->at || !sel->run[0] || sel->at <= sel->snap_offset)
+		return SB_OK;
+	if ((rc = cli_file_changes(c, sel->run, sel->snap_offset, sel->at, at_change, &a)))
+		return rc;
+	if ((out->kind == CLI_AT_DISK || out->kind == CLI_AT_OMITTED) && sel->start)
+		return at_input(c, sel, gp, out);
+	return SB_OK;
+}

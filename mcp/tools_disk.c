@@ -1,7 +1,8 @@
 /* tools_disk.c - the MCP tools that read what a run wrote: fs_read and
  * fs_list (its disk read through the daemon, cli/disk.c, as `sanbox fs`
- * does, --remote too; fs_list at an offset rolled forward as `fs ls --at`,
- * cli/fsroll.c) and diff (its recorded file changes). */
+ * does, --remote too; at an offset rolled forward as `fs ls --at` and
+ * `fs cat --at` have it, cli/fsroll.c) and diff (its recorded file
+ * changes). */
 #include <limits.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -99,12 +100,78 @@ static void content_set(json_t *o, const char *p, size_t n)
 	free(b64);
 }
 
+/* Reads s's span of regular file gp of f; its size into *size. */
+static int read_disk(cli_disk *f, const char *gp, struct span *s, uint64_t *size)
+{
+	struct sb_fs_entry e;
+	int rc;
+
+	if ((rc = cli_disk_stat(f, gp, &e)))
+		return rc;
+	if (e.type != SB_FS_FILE)
+		return sb_seterr(SB_ERR_INVAL, "%s is a %s, not a regular file", gp,
+				 sb_fs_type_name(e.type));
+	*size = e.size;
+	if (s->skip < e.size && (rc = cli_disk_read(f, gp, span_take, s)) == SB_ERR_FULL)
+		rc = SB_OK;
+	return rc;
+}
+
+/* Reads s's span of blob key (a file's content in the record); its size
+ * into *size. */
+static int read_blob(sb_client *c, const char *key, struct span *s, uint64_t *size)
+{
+	char *data;
+	size_t n;
+	int rc;
+
+	if ((rc = cli_blob_read(c, key, &data, &n)))
+		return rc;
+	*size = n;
+	if (s->skip < n)
+		span_take(data, n, s);
+	free(data);
+	return SB_OK;
+}
+
+/* Reads s's span of gp as sel has it: past the snapshot's offset, as the
+ * record has it then (cli_fs_at_file, as `fs cat --at`); note gets what
+ * the record lacks. */
+static int read_at(cli_disk *f, const struct cli_fs_at *sel, const char *gp, struct span *s,
+		   uint64_t *size, char *note, size_t cap)
+{
+	sb_client *c = cli_disk_client(f);
+	struct cli_at_file a;
+	int rc;
+
+	if ((rc = cli_fs_at_file(c, sel, gp, &a)))
+		return rc;
+	switch (a.kind) {
+	case CLI_AT_DELETED:
+		return sb_seterr(SB_ERR_NOTFOUND, "%s was deleted at offset %llu", gp,
+				 (unsigned long long)a.offset);
+	case CLI_AT_LINK:
+		return sb_seterr(SB_ERR_INVAL, "%s is a symlink at offset %llu", gp,
+				 (unsigned long long)a.offset);
+	case CLI_AT_OMITTED:
+		snprintf(note, cap,
+			 "changed at offset %llu, its content is not in the record (%s): this "
+			 "is %s",
+			 (unsigned long long)a.offset, a.why,
+			 a.key[0] ? "the run's input" : "its content at the snapshot");
+		break;
+	default:
+		break;
+	}
+	return a.key[0] ? read_blob(c, a.key, s, size) : read_disk(f, gp, s, size);
+}
+
 int mcp_tool_fs_read(struct sb_mcp_call *call, const json_t *args, json_t **out)
 {
 	uint64_t off = mcp_arg_u64(args, "offset", 0), len = mcp_arg_u64(args, "length", READ_DEFAULT);
-	char gp[SB_FS_PATH_MAX + 16];
+	uint64_t size = 0, next;
+	char gp[SB_FS_PATH_MAX + 16], note[256] = "";
 	struct span s = {off, len, NULL, 0};
-	struct sb_fs_entry e;
 	struct cli_fs_at sel;
 	cli_disk *f = NULL;
 	int rc;
@@ -112,22 +179,21 @@ int mcp_tool_fs_read(struct sb_mcp_call *call, const json_t *args, json_t **out)
 	cli_guest_path(mcp_arg_str(args, "path"), gp, sizeof gp);
 	if ((rc = disk_open(args, &sel, &f)))
 		return rc;
-	if ((rc = cli_disk_stat(f, gp, &e)) == SB_OK && e.type != SB_FS_FILE)
-		rc = sb_seterr(SB_ERR_INVAL, "path: %s is a %s, not a regular file", gp,
-			       sb_fs_type_name(e.type));
-	if (rc == SB_OK && !(s.buf = malloc(len)))
+	if (!(s.buf = malloc(len)))
 		rc = SB_ERR_NOMEM;
-	if (rc == SB_OK && off < e.size && (rc = cli_disk_read(f, gp, span_take, &s)) == SB_ERR_FULL)
-		rc = SB_OK;
+	else
+		rc = read_at(f, &sel, gp, &s, &size, note, sizeof note);
 	if (rc == SB_OK) {
-		uint64_t next = off + s.len;
-		*out = json_pack("{s:s, s:I, s:I, s:I, s:b}", "path", gp, "size", (json_int_t)e.size,
+		next = off + s.len;
+		*out = json_pack("{s:s, s:I, s:I, s:I, s:b}", "path", gp, "size", (json_int_t)size,
 				 "offset", (json_int_t)off, "length", (json_int_t)s.len, "eof",
-				 next >= e.size);
-		if (*out && next < e.size)
+				 next >= size);
+		if (*out && next < size)
 			json_object_set_new(*out, "next_offset", json_integer((json_int_t)next));
+		if (*out && note[0])
+			json_object_set_new(*out, "note", json_string(note));
 		if (*out)
-			content_set(*out, s.buf ? s.buf : "", s.len);
+			content_set(*out, s.buf, s.len);
 	}
 	free(s.buf);
 	cli_disk_close(f);

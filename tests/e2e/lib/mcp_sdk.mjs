@@ -90,6 +90,15 @@ check("fs_list at an offset: as fs ls --at", !r.isError && at > 0 &&
 	JSON.stringify(data(r)?.entries) === JSON.stringify(cliLs) &&
 	cliLs.some((e) => e.name === "out.txt"),
 	`at ${at}: ${JSON.stringify(r).slice(0, 300)} / ${JSON.stringify(cliLs).slice(0, 300)}`);
+// fs_read at that offset: the file as the record has it then, as
+// `sanbox fs cat --at` prints it (its only snapshot is later)
+r = await call("fs_read", { run, path: "out.txt", at });
+const cliCat = execFileSync(sanbox, ["fs", "cat", run, "out.txt", "--at", String(at)],
+	{ encoding: "utf8" });
+check("fs_read at an offset: as fs cat --at", !r.isError && data(r)?.content === cliCat &&
+	cliCat === "hello mcp\n", `at ${at}: ${JSON.stringify(r).slice(0, 300)} / ${cliCat}`);
+r = await call("fs_read", { run, path: "never.txt", at });
+check("fs_read at an offset: a file not there", r.isError, JSON.stringify(r).slice(0, 300));
 const res = await client.readResource({ uri: `sanbox://run/${run}` });
 check("resources/read", JSON.parse(res.contents[0].text)?.run?.status === "exited",
 	res.contents[0].text.slice(0, 200));
