@@ -4,7 +4,7 @@
 set -eu
 PKGS="build-essential pkg-config clang libclang-rt-14-dev xz-utils
 liblmdb-dev libmsgpack-dev libev-dev libnng-dev libnftables-dev libnftnl-dev libmnl-dev libnetfilter-queue-dev libxxhash-dev
-libjansson-dev libsodium-dev nettle-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libcmocka-dev libyaml-dev
+libjansson-dev libsodium-dev nettle-dev libssl-dev libmbedtls-dev libcurl4-openssl-dev libmicrohttpd-dev libcmocka-dev libyaml-dev
 libext2fs-dev libnbd-dev libc-ares-dev libncurses-dev python3 python3-nacl openssl gdb mmdebstrap
 qemu-system-x86 qemu-utils busybox-static nftables e2fsprogs iproute2 kmod cpio bc curl jq tmux"
 missing=""
