@@ -11,6 +11,7 @@
 
 #include "engine/error.h"
 #include "mcp/jsonrpc.h"
+#include "mcp/toolkit.h"
 #include "mcp/tools.h"
 
 #define URI_PREFIX    "sanbox://run/"

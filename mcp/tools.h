@@ -1,6 +1,6 @@
-/* tools.h - what the MCP tools' handlers share (mcp/tools*.c): reaching
- * the daemon, naming a field in an error, and the handlers the tool table
- * (mcp/tools.c) lists. Every handler is an sb_mcp_tool fn (mcp/mcp.h): its
+/* tools.h - the handlers the MCP tool table (mcp/tools.c) lists, defined
+ * in mcp/tools_runs.c, tools_wait.c and tools_disk.c; what they share is in
+ * mcp/toolkit.h. Every handler is an sb_mcp_tool fn (mcp/mcp.h): its
  * arguments were checked against its schema before it runs; it returns
  * SB_OK with *out (an object the caller owns), or an error whose detail
  * (sb_seterr) names the field at fault.
@@ -9,45 +9,8 @@
 #define SB_MCP_TOOLS_H
 
 #include <jansson.h>
-#include <stdint.h>
 
-#include "cli/cli.h"
 #include "mcp/mcp.h"
-#include "projections/views.h"
-
-/* Connects to the daemon as the CLI does (one is started when none runs).
- * Errors: those of cli_connect. */
-int mcp_connect(sb_client **c);
-
-/* Resolves want (an id, a unique prefix or a name) of the argument field
- * into run. Errors: SB_ERR_NOTFOUND ("FIELD: no run 'X'"),
- * SB_ERR_AMBIGUOUS, those of the call, each detail starting "FIELD: ". */
-int mcp_resolve(sb_client *c, const char *field, const char *want, char run[SB_RUN_MAX]);
-
-/* Sends r and parses the reply into rep (freed by the caller, also after
- * an error). Errors: as cli_call. */
-int mcp_call(sb_client *c, struct cli_req *r, struct sb_reply *rep);
-
-/* The reply map as JSON without its "ok": a new reference, or NULL. */
-json_t *mcp_reply_json(const struct sb_reply *rep);
-
-/* A run's state as a tool shows it: id, name, group, template, model,
- * status, reason, exit_status (null unless its harness exited), cost and
- * budget (USD), times (ns since the epoch), progress and its last event.
- * A new reference, or NULL. */
-json_t *mcp_run_json(const struct sb_runstate *rs);
-
-/* s as a JSON string; bytes that are not UTF-8 become U+FFFD. */
-json_t *mcp_str(const char *s);
-
-/* The argument key of args: its string (NULL when absent), its integer
- * (dflt when absent). */
-const char *mcp_arg_str(const json_t *args, const char *key);
-uint64_t mcp_arg_u64(const json_t *args, const char *key, uint64_t dflt);
-
-/* Errors that name the field and say why ("FIELD: detail"): rc's detail
- * prefixed. Returns rc. */
-int mcp_field_err(int rc, const char *field);
 
 /* The handlers. */
 int mcp_tool_run_start(struct sb_mcp_call *call, const json_t *args, json_t **out);

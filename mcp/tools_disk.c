@@ -12,6 +12,7 @@
 #include "engine/error.h"
 #include "engine/text.h"
 #include "engine/runs/roll.h"
+#include "mcp/toolkit.h"
 #include "mcp/tools.h"
 #include "vmm/fsread.h"
 

@@ -10,6 +10,7 @@
 #include "cli/runspec.h"
 #include "engine/error.h"
 #include "engine/runs/plan.h"
+#include "mcp/toolkit.h"
 #include "mcp/tools.h"
 
 /* Adds the strings of args' array key to l. */

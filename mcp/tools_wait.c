@@ -12,6 +12,7 @@
 
 #include "engine/error.h"
 #include "engine/payload.h"
+#include "mcp/toolkit.h"
 #include "mcp/tools.h"
 
 #define EVENTS_TEXT_MAX (256u << 10) /* bytes of events one events_read returns */
