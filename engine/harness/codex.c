@@ -8,6 +8,7 @@
 
 #include "engine/error.h"
 #include "engine/harness/adapter.h"
+#include "engine/harness/common.h"
 
 #define TEXT_MAX    2048 /* bytes of a message's text in an event */
 #define SUMMARY_MAX 200	 /* bytes of a tool input's summary */
