@@ -6,6 +6,10 @@
  * the same transaction as the state, so every event is applied exactly once,
  * also across a crash. State must depend on the events only (never on the
  * clock or the host), so rebuilding from offset 0 gives identical bytes.
+ *
+ * projector.c holds the table of projections and folds the log into them;
+ * store.c reads and writes their state (sb_proj_get, sb_proj_put,
+ * sb_projector_read, sb_projector_digest) and calls no projection.
  */
 #ifndef SB_PROJECTION_H
 #define SB_PROJECTION_H
