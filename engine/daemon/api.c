@@ -12,7 +12,6 @@
 #include "engine/gateway/secrets.h"
 #include "engine/home.h"
 #include "engine/payload.h"
-#include "engine/runs/layers.h"
 #include "engine/runs/runs.h"
 #include "engine/spec.h"
 #include "engine/template.h"
@@ -658,7 +657,7 @@ static int op_space(struct req *r)
 	char path[4096];
 	int rc;
 
-	if ((rc = sb_layers_usage(r->e->home, &u)) || (rc = sb_log_usage(r->e->log, &blobs, &log)))
+	if ((rc = sb_runs_usage(r->e->runs, &u)) || (rc = sb_log_usage(r->e->log, &blobs, &log)))
 		return rc;
 	if (sb_template_store(r->e->home, path, sizeof path) == SB_OK)
 		tmpl = sb_du(path);
@@ -1100,7 +1099,7 @@ static void removed_parents(struct req *r, const char *run, unsigned long long *
 			return;
 		snprintf(cur, sizeof cur, "%s", st.parent);
 		if (sb_runstate_get(r->e->proj, cur, &st) == SB_OK && st.removed &&
-		    sb_layers_release(r->e->home, cur, 0, &f) == SB_OK)
+		    sb_runs_release(r->e->runs, &st, 0, &f) == SB_OK)
 			*bytes += f.bytes;
 	}
 }
@@ -1158,12 +1157,12 @@ static int op_run_rm(struct req *r)
 		return rc;
 	/* what it frees is counted first: the record says it before the
 	 * files go, so a daemon killed half-way finishes the job (sweep) */
-	if ((rc = sb_layers_release(r->e->home, run, 1, &f)))
+	if ((rc = sb_runs_release(r->e->runs, &st, 1, &f)))
 		return rc;
 	if (!(dry && dry->via.boolean)) {
 		if ((rc = removed_record(r, run, &f)))
 			return rc;
-		if ((rc = sb_layers_release(r->e->home, run, 0, &f)))
+		if ((rc = sb_runs_release(r->e->runs, &st, 0, &f)))
 			return sb_seterr(rc, "run %s is removed, but not all of its files could "
 					     "be deleted: %s", run, sb_errmsg(rc));
 		removed_parents(r, run, &f.bytes);

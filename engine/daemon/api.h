@@ -29,7 +29,9 @@ struct sb_api_env {
 	const char *home;
 	sb_log *log;
 	sb_projector *proj;
-	struct sb_runs *runs;  /* used on loop only (but sb_runs_disk_open) */
+	struct sb_runs *runs;  /* used on loop only (but the calls runs.h
+				* allows on any thread: sb_runs_disk_open,
+				* _readers, _layer_remove, _release, _usage) */
 	sb_loop *loop;	       /* the daemon's loop */
 	sb_work *work;	       /* the workers requests are served on */
 	sb_sp *local, *remote; /* for health's counters (remote may be NULL) */

@@ -26,6 +26,7 @@
 #include <stddef.h>
 
 #include "engine/log/event.h"
+#include "engine/runs/space.h"
 
 #define SB_LAYER_PATH_MAX (PATH_MAX + 64)
 
@@ -116,34 +117,20 @@ int sb_layers_remove(const char *home, const char *run, unsigned n);
  * removes it and the layers directory when none is). Errors: SB_ERR_IO. */
 int sb_layers_drop(const char *home, const char *run, unsigned n);
 
-/* What sb_layers_release freed (or, dry, would free), in allocated
- * bytes, and the layers it kept for other runs. */
-struct sb_layers_freed {
-	unsigned long long bytes;
-	unsigned layers, kept;
-};
-
 /* Deletes what run's directory holds that no other run reads, for a run
  * that is removed (its machine ended): each layer no layer of another run
  * reads (directly, or through run's later layers; those read are kept,
  * and so is what they read below them), its memory file, and every file
  * that is not a layer (the disk link, logs, sockets); the directory goes
- * when no layer is kept. With dry, deletes nothing and says what it
- * would. A missing directory frees nothing. Errors: SB_ERR_IO (the
- * detail names the file; what was freed before stays freed),
- * SB_ERR_TOOBIG, SB_ERR_NOMEM. */
+ * when no layer is kept. *out (engine/runs/space.h) gets what it freed.
+ * With dry, deletes nothing and says what it would. A missing directory
+ * frees nothing. Errors: SB_ERR_IO (the detail names the file; what was
+ * freed before stays freed), SB_ERR_TOOBIG, SB_ERR_NOMEM. */
 int sb_layers_release(const char *home, const char *run, int dry,
 		      struct sb_layers_freed *out);
 
-/* The space the runs of home take, by kind (allocated blocks). */
-struct sb_layers_usage {
-	unsigned long long runs;      /* their current disk layers, logs, ... */
-	unsigned long long snapshots; /* frozen disk layers */
-	unsigned long long memory;    /* memory snapshots (N.mem) */
-	unsigned nruns, nsnapshots, nmemory;
-};
-
-/* Adds up u over every run directory of home. Errors: SB_ERR_IO (runs/
+/* Sets *u (engine/runs/space.h) to the space the runs of home take, added
+ * up over every run directory of home. Errors: SB_ERR_IO (runs/
  * cannot be read; a missing one holds nothing). */
 int sb_layers_usage(const char *home, struct sb_layers_usage *u);
 

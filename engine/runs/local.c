@@ -1509,6 +1509,21 @@ static int local_remove_layer(void *runner, const char *run, unsigned layer)
 	return sb_layers_remove(lr->home, run, layer);
 }
 
+static int local_release(void *runner, const char *run, int dry,
+			 struct sb_layers_freed *out)
+{
+	struct sb_local_runner *lr = runner;
+
+	return sb_layers_release(lr->home, run, dry, out);
+}
+
+static int local_usage(void *runner, struct sb_layers_usage *u)
+{
+	struct sb_local_runner *lr = runner;
+
+	return sb_layers_usage(lr->home, u);
+}
+
 static int local_merge(struct sb_machine *m, unsigned layer, sb_snapshot_fn cb, void *ctx)
 {
 	char path[SB_LAYER_PATH_MAX];
@@ -1847,6 +1862,8 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .merge = local_merge,
     .readers = local_readers,
     .remove_layer = local_remove_layer,
+    .release = local_release,
+    .usage = local_usage,
     .disk_open = local_disk_open,
     .reattach = local_reattach,
     .interrupted = local_interrupted,

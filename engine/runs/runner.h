@@ -26,6 +26,7 @@
 
 #include "engine/loop.h"
 #include "engine/runs/plan.h"
+#include "engine/runs/space.h"
 #include "netpolicy/net.h"
 #include "vmm/fsread.h"
 
@@ -129,6 +130,23 @@ struct sb_runner_ops {
 	 * or another run reads it: the detail names one), SB_ERR_NOTFOUND,
 	 * SB_ERR_IO. */
 	int (*remove_layer)(void *runner, const char *run, unsigned layer);
+	/* Deletes what the runner holds of run, removed (its machine ended),
+	 * that no other run reads: its layers but those another run's read
+	 * (directly or through run's later layers, and what those read
+	 * below them), its memory states and its other files; *out
+	 * (space.h) gets what that freed, in allocated bytes, and the
+	 * layers kept. dry: deletes nothing, *out says what it would free.
+	 * A run of which it holds nothing frees nothing. May block: call
+	 * it on a worker (it is safe from any thread). NULL in a runner
+	 * that keeps nothing of a run once its machine is freed (a removal
+	 * then frees nothing). Errors: SB_ERR_IO (the detail names what;
+	 * what was freed before stays freed), SB_ERR_TOOBIG, SB_ERR_NOMEM. */
+	int (*release)(void *runner, const char *run, int dry, struct sb_layers_freed *out);
+	/* Sets *u (space.h) to the space the runs of this runner take, by
+	 * kind, in allocated bytes. May block: call it on a worker (it is
+	 * safe from any thread). NULL in a runner that keeps nothing (it
+	 * counts as none). Errors: SB_ERR_IO. */
+	int (*usage)(void *runner, struct sb_layers_usage *u);
 	/* Opens run's disk for reading into *out (vmm/fsread.h; the caller
 	 * closes it with sb_fsread_close): layer, the name of one of its
 	 * frozen layers (a snapshot's layer_name, as the record keeps it), or

@@ -1376,6 +1376,40 @@ int sb_runs_layer_remove(struct sb_runs *rs, const struct sb_runstate *st, unsig
 	return rn->ops->remove_layer(rn->ctx, st->run, layer);
 }
 
+int sb_runs_release(struct sb_runs *rs, const struct sb_runstate *st, int dry,
+		    struct sb_layers_freed *out)
+{
+	const struct sb_runner *rn;
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	if ((rc = runner_of(rs, st, &rn)))
+		return rc;
+	return rn->ops->release ? rn->ops->release(rn->ctx, st->run, dry, out) : SB_OK;
+}
+
+int sb_runs_usage(struct sb_runs *rs, struct sb_layers_usage *u)
+{
+	struct sb_layers_usage one;
+	int rc;
+
+	memset(u, 0, sizeof *u);
+	for (size_t i = 0; i < rs->env.nrunners; i++) {
+		const struct sb_runner *rn = &rs->env.runners[i];
+		if (!rn->ops->usage)
+			continue;
+		if ((rc = rn->ops->usage(rn->ctx, &one)))
+			return rc;
+		u->runs += one.runs;
+		u->snapshots += one.snapshots;
+		u->memory += one.memory;
+		u->nruns += one.nruns;
+		u->nsnapshots += one.nsnapshots;
+		u->nmemory += one.nmemory;
+	}
+	return SB_OK;
+}
+
 void sb_runs_model_call(struct sb_runs *rs, const char *run)
 {
 	struct run *r = sb_runs_find(rs, run);

@@ -309,6 +309,21 @@ int sb_runs_readers(struct sb_runs *r, const struct sb_runstate *st, unsigned la
  * of the runner's remove_layer. */
 int sb_runs_layer_remove(struct sb_runs *r, const struct sb_runstate *st, unsigned layer);
 
+/* Deletes what the runner of the run st describes (removed: its machine
+ * ended) holds of it that no other run reads, through that runner's
+ * release: *out gets what it freed (dry: deletes nothing, *out says what
+ * it would). A runner without release frees nothing (*out zeroed). Any
+ * thread, but it may block: call it on a worker. Errors: SB_ERR_INVAL
+ * (the daemon has no such runner), those of the runner's release. */
+int sb_runs_release(struct sb_runs *r, const struct sb_runstate *st, int dry,
+		    struct sb_layers_freed *out);
+
+/* Sets *u to the space the runs of all of r's runners take, each
+ * runner's usage added up (one without usage counts as none). Any
+ * thread, but it may block: call it on a worker. Errors: those of a
+ * runner's usage (the first that fails). */
+int sb_runs_usage(struct sb_runs *r, struct sb_layers_usage *u);
+
 /* Points *out at r's runner named name. Any thread. Errors: SB_ERR_INVAL
  * (no such runner: the detail names those r has). */
 int sb_runs_runner(struct sb_runs *r, const char *name, const struct sb_runner **out);

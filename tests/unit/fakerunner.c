@@ -1105,6 +1105,79 @@ static int fr_readers(void *runner, const char *run, unsigned layer,
 	return rc;
 }
 
+/* 1 when a layer left reads l: another run's, or one of l's run's that
+ * keep (indexed as fr->layers) says is kept. Under fr->mu. */
+static int layer_read(struct fakerunner *fr, const struct layer *l,
+		      const unsigned char *keep)
+{
+	for (size_t j = 0; j < fr->nlayers; j++) {
+		const struct layer *r = &fr->layers[j];
+		if (!r->lost && r->has_base && r->base == l->n && !strcmp(r->base_run, l->run) &&
+		    (strcmp(r->run, l->run) || keep[j]))
+			return 1;
+	}
+	return 0;
+}
+
+/* Its layers but those read (a reader comes after what it reads in
+ * fr->layers, so one pass from the newest finds what its kept ones
+ * read) go, FR_LAYER_BYTES each and their memory's. */
+static int fr_release(void *runner, const char *run, int dry, struct sb_layers_freed *out)
+{
+	struct fakerunner *fr = runner;
+	unsigned char keep[LAYERS_MAX] = {0};
+
+	memset(out, 0, sizeof *out);
+	lock(fr);
+	for (size_t i = fr->nlayers; i-- > 0;) {
+		struct layer *l = &fr->layers[i];
+		if (l->lost || strcmp(l->run, run))
+			continue;
+		if ((keep[i] = (unsigned char)layer_read(fr, l, keep))) {
+			out->kept++;
+			continue;
+		}
+		out->layers++;
+		out->bytes += FR_LAYER_BYTES + l->memory_bytes;
+	}
+	for (size_t i = 0; !dry && i < fr->nlayers; i++)
+		if (!keep[i] && !strcmp(fr->layers[i].run, run))
+			fr->layers[i].lost = 1;
+	unlock(fr);
+	return SB_OK;
+}
+
+/* Its layers left, FR_LAYER_BYTES each: a frozen one a snapshot's, else
+ * a run's; their memory states. */
+static int fr_usage(void *runner, struct sb_layers_usage *u)
+{
+	struct fakerunner *fr = runner;
+
+	memset(u, 0, sizeof *u);
+	lock(fr);
+	for (size_t i = 0; i < fr->nlayers; i++) {
+		const struct layer *l = &fr->layers[i];
+		size_t j = 0;
+		if (l->lost)
+			continue;
+		while (j < i && (fr->layers[j].lost || strcmp(fr->layers[j].run, l->run)))
+			j++;
+		u->nruns += j == i; /* its run's first layer left */
+		if (l->frozen) {
+			u->snapshots += FR_LAYER_BYTES;
+			u->nsnapshots++;
+		} else {
+			u->runs += FR_LAYER_BYTES;
+		}
+		if (l->memory_bytes) {
+			u->memory += l->memory_bytes;
+			u->nmemory++;
+		}
+	}
+	unlock(fr);
+	return SB_OK;
+}
+
 /* The newest machine of run that lives and no run holds, or NULL. Under
  * fr->mu. */
 static struct sb_machine *live_of(struct fakerunner *fr, const char *run, int detached)
@@ -1247,6 +1320,8 @@ const struct sb_runner_ops fakerunner_ops = {
     .snapshot = fr_snapshot,
     .merge = fr_merge,
     .readers = fr_readers,
+    .release = fr_release,
+    .usage = fr_usage,
     .create_from = fr_create_from,
     .reattach = fr_reattach,
     .reap = fr_reap,

@@ -26,12 +26,19 @@
  * memory file of FR_MEMORY_BYTES) and, on a live machine, goes on in the
  * next one; create_from makes a new layer over a frozen one. What a
  * snapshot returns names no file of this host: its layer_name is
- * "fakerunner/RUN/layers/N", its memory_name that with ".mem".
+ * "fakerunner/RUN/layers/N", its memory_name that with ".mem". Its
+ * release deletes a run's layers but those another run's read (directly,
+ * or through a kept layer of the run); usage counts what is left,
+ * FR_LAYER_BYTES a layer (a frozen one a snapshot's, else its run's
+ * current disk) and each memory state's FR_MEMORY_BYTES. It removes no
+ * single snapshot (no remove_layer) and serves no disk reads (no
+ * disk_open).
  *
- * Threads: create, create_from, readers and the fakerunner_* functions
- * are safe from any thread; every other op runs on the loop, as runner.h
- * says. What a machine reports (its channel, its end, a snapshot's or
- * merge's end) comes on the loop, posted, never inside an op.
+ * Threads: create, create_from, readers, release, usage and the
+ * fakerunner_* functions are safe from any thread; every other op runs on
+ * the loop, as runner.h says. What a machine reports (its channel, its
+ * end, a snapshot's or merge's end) comes on the loop, posted, never
+ * inside an op.
  */
 #ifndef SB_FAKERUNNER_H
 #define SB_FAKERUNNER_H
@@ -43,6 +50,7 @@
 #include "engine/runs/runner.h"
 
 #define FR_MEMORY_BYTES (1u << 20) /* a memory snapshot's size */
+#define FR_LAYER_BYTES	4096	   /* a disk layer's size */
 #define FR_SIGNALS_MAX	8	   /* SIGNAL frames a machine keeps for the test */
 #define FR_CPUS		1024	   /* the capacity op's answer, unless set */
 #define FR_MEMORY_MIB	(1u << 20)

@@ -1739,6 +1739,76 @@ static void rerun_queued_check(struct fix *f, const char *re, const char *orig)
 	evs_free(&e);
 }
 
+
+/* The space every runner's runs take, added up, is as each says (the
+ * fake's: FR_LAYER_BYTES a layer, its memory states'). */
+static void usage_check(struct fix *f, unsigned nruns, unsigned nsnapshots,
+			unsigned live, unsigned nmemory)
+{
+	struct sb_layers_usage u;
+
+	assert_int_equal(sb_runs_usage(f->rs, &u), SB_OK);
+	assert_int_equal(u.nruns, nruns);
+	assert_int_equal(u.nsnapshots, nsnapshots);
+	assert_int_equal(u.snapshots, (uint64_t)nsnapshots * FR_LAYER_BYTES);
+	assert_int_equal(u.runs, (uint64_t)live * FR_LAYER_BYTES);
+	assert_int_equal(u.nmemory, nmemory);
+	assert_int_equal(u.memory, (uint64_t)nmemory * FR_MEMORY_BYTES);
+}
+
+/* What releasing run frees (dry: would free) through its runner. */
+static void release_check(struct fix *f, const char *run, int dry, unsigned layers,
+			  unsigned kept, uint64_t bytes)
+{
+	struct sb_layers_freed fd;
+	struct sb_runstate st;
+
+	runstate(f, run, &st);
+	assert_int_equal(sb_runs_release(f->rs, &st, dry, &fd), SB_OK);
+	assert_int_equal(fd.layers, layers);
+	assert_int_equal(fd.kept, kept);
+	assert_int_equal(fd.bytes, bytes);
+}
+
+/* A removed run's files go through the runner its record names, but the
+ * layers another run reads; the space runs take is every runner's. */
+static void test_release_usage(void **state)
+{
+	struct fix *f = *state;
+	struct fr_script sc = {.steps = waits_steps};
+	char here[SB_RUN_MAX], child[SB_RUN_MAX], there[SB_RUN_MAX];
+	struct spec s;
+
+	assert_int_equal(fakerunner_script(f->fr, NULL, &sc), SB_OK);
+	assert_int_equal(fakerunner_script(f->other, NULL, &sc), SB_OK);
+	start_run(f, "parent", 0, here); /* on local: s0 disk, s1 memory, s2 its end */
+	assert_int_equal(snapshot(f, here, 0), SB_OK);
+	assert_int_equal(snapshot(f, here, 1), SB_OK);
+	fork_check(f, here, child); /* on local, over s0: its end frozen */
+	assert_int_equal(stop(f, here, "stopped"), SB_OK);
+	await_end(f, here, 1);
+	spec_make_on(&s, "box", "there", 0, NULL, NULL, "fake", 0);
+	assert_int_equal(create(f, &s), SB_OK);
+	spec_free(&s);
+	snprintf(there, sizeof there, "%s", f->id);
+	await_recorded(f, there, "harness.input.ready", 1);
+	usage_check(f, 3, 4, 1, 1); /* there's live layer on fake */
+	assert_int_equal(stop(f, there, "stopped"), SB_OK);
+	await_end(f, there, 1);
+	usage_check(f, 3, 5, 0, 1);
+
+	release_check(f, there, 1, 1, 0, FR_LAYER_BYTES);
+	usage_check(f, 3, 5, 0, 1); /* dry: nothing went */
+	release_check(f, there, 0, 1, 0, FR_LAYER_BYTES);
+	usage_check(f, 2, 4, 0, 1);
+	release_check(f, there, 0, 0, 0, 0); /* nothing left of it */
+	/* s0 is the child's base: kept */
+	release_check(f, here, 0, 2, 1, 2 * FR_LAYER_BYTES + FR_MEMORY_BYTES);
+	usage_check(f, 2, 2, 0, 0);
+	release_check(f, child, 0, 1, 0, FR_LAYER_BYTES);
+	release_check(f, here, 0, 1, 0, FR_LAYER_BYTES); /* no reader left */
+	usage_check(f, 0, 0, 0, 0);
+}
 /* A re-run stopped while it waits for its runner's capacity (across a
  * daemon's restart) never ran: its record says so (rerun.compared, same
  * false, its side empty) before its run.stopped, and it never starts once
@@ -1900,6 +1970,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_queue_runners, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_create_fails, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_runners, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_release_usage, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_rerun_queued, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_rerun_restart, setup, teardown),
 	};
