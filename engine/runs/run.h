@@ -101,6 +101,8 @@ struct run {
 	int thaw_due;	 /* a snapshot was under way when a daemon died: THAW */
 	int turns;	 /* the harness reports its turns (else its model calls count) */
 	int asked_twice; /* a stop's grace passed: SIGTERM again, and SYNC */
+	int winding_down; /* its budget stopped it: its harness may end itself
+			   * until grace_w fires (then it is asked to) */
 	int admitted;	 /* it holds its share of its runner's capacity
 			  * (plan.cpus and plan.memory_mib) until it ends */
 	uint64_t queued_offset; /* its run.queued, or 0 */

@@ -31,6 +31,9 @@
 
 #define STOP_GRACE_S	  5.0  /* SIGTERM to the harness, then the machine ends */
 #define KILL_GRACE_S	  5.0  /* the machine ends gracefully, then by force */
+#define WIND_DOWN_S	  15.0 /* a run its budget stopped: its harness, refused
+				* every call, may end itself (its last reports
+				* written) before SIGTERM */
 #define GUEST_TUNNEL_PORT 4000 /* the gateway, as the harness sees it */
 
 static void runs_log(struct sb_runs *rs, const char *fmt, ...)
@@ -316,8 +319,32 @@ static void on_kill_grace(void *ctx)
 
 static void run_finish(struct run *r);
 
+/* Asks the harness to end (SIGTERM), then the machine after the grace. */
+static void stop_ask(struct run *r)
+{
+	/* a guest not connected yet (a restarted daemon's) gets SIGTERM with
+	 * its HELLO: ended by the harness, its files are written out; only
+	 * past the grace is the machine ended by force */
+	if (sb_guest_connected(r->g))
+		sb_guest_signal(r->g, SIGTERM);
+	r->grace_w = sb_loop_timer(r->rs->env.loop, STOP_GRACE_S, 0, on_kill_grace, r);
+}
+
+/* The wind-down of a run its budget stopped is over: it is asked now. */
+static void on_wound_down(void *ctx)
+{
+	struct run *r = ctx;
+
+	sb_watch_stop(r->grace_w);
+	r->grace_w = NULL;
+	r->winding_down = 0;
+	stop_ask(r);
+}
+
 static void run_stop(struct run *r, const char *reason)
 {
+	if (r->stop_reason[0] && r->winding_down)
+		on_wound_down(r); /* another stop does not wait for it */
 	if (r->stop_reason[0])
 		return;
 	snprintf(r->stop_reason, sizeof r->stop_reason, "%s", reason);
@@ -330,13 +357,15 @@ static void run_stop(struct run *r, const char *reason)
 		return;
 	}
 	if (r->hello) {
-		/* a guest not connected yet (a restarted daemon's) gets SIGTERM
-		 * with its HELLO: ended by the harness, its files are written
-		 * out; only past the grace is the machine ended by force */
-		if (sb_guest_connected(r->g))
-			sb_guest_signal(r->g, SIGTERM);
-		r->grace_w =
-		    sb_loop_timer(r->rs->env.loop, STOP_GRACE_S, 0, on_kill_grace, r);
+		/* its budget spent, the gateway refuses every call: a harness
+		 * that ends on its own then writes its last reports first */
+		if (!strcmp(reason, "budget") && r->ready && sb_guest_connected(r->g) &&
+		    (r->grace_w = sb_loop_timer(r->rs->env.loop, WIND_DOWN_S, 0,
+						on_wound_down, r))) {
+			r->winding_down = 1;
+			return;
+		}
+		stop_ask(r);
 	} else {
 		r->runner->ops->stop(r->m, KILL_GRACE_S);
 	}

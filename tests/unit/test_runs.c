@@ -762,25 +762,61 @@ static void test_timeout(void **state)
 
 /* A run whose budget is spent is stopped as the daemon's gateway hook
  * stops it (reason budget): the runstate says budget. */
+static double since(const struct timespec *t0)
+{
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0->tv_sec) + (t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* A run its budget stopped: its harness (one that never ends on its own)
+ * is asked to end only after the wind-down, 15 s. */
 static void test_budget(void **state)
 {
 	struct fix *f = *state;
 	struct fr_script sc = {.steps = waits_steps};
 	struct sb_runstate st;
 	char id[SB_RUN_MAX];
+	struct timespec t0;
 	struct evs e;
 
 	assert_int_equal(fakerunner_script(f->fr, NULL, &sc), SB_OK);
 	start_run(f, "spender", 0, id);
 	runstate(f, id, &st);
 	assert_string_equal(st.status, "running");
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	assert_int_equal(sb_runs_stop(f->rs, id, "budget", NULL, NULL), SB_OK);
 	await_end(f, id, 1);
+	assert_true(since(&t0) >= 15.0);
 	evs_read(f, id, &e);
 	assert_string_equal(jstr(evs_get(&e, "run.stopped", 0), "reason"), "budget");
 	assert_int_equal(jint(evs_get(&e, "run.exited", 0), "signal"), SIGTERM);
 	runstate(f, id, &st);
 	assert_string_equal(st.status, "budget");
+	evs_free(&e);
+}
+
+/* Another stop during a budget stop's wind-down asks the harness at once;
+ * the run's end stays the budget's. */
+static void test_budget_then_stop(void **state)
+{
+	struct fix *f = *state;
+	struct fr_script sc = {.steps = waits_steps};
+	char id[SB_RUN_MAX];
+	struct timespec t0;
+	struct evs e;
+
+	assert_int_equal(fakerunner_script(f->fr, NULL, &sc), SB_OK);
+	start_run(f, "spender", 0, id);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(sb_runs_stop(f->rs, id, "budget", NULL, NULL), SB_OK);
+	assert_int_equal(sb_runs_stop(f->rs, id, "stopped", NULL, NULL), SB_OK);
+	await_end(f, id, 1);
+	assert_true(since(&t0) < 12.0); /* not the 15 s wind-down */
+	evs_read(f, id, &e);
+	assert_string_equal(jstr(evs_get(&e, "run.stopped", 0), "reason"), "budget");
+	assert_int_equal(jint(evs_get(&e, "run.exited", 0), "signal"), SIGTERM);
 	evs_free(&e);
 }
 
@@ -1956,6 +1992,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_stop, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_budget, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_budget_then_stop, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_snapshot, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_fork_resume, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_memory_fork, setup, teardown),
