@@ -1060,14 +1060,17 @@ static void send_line_dropped(struct agent *ag, const char *head, size_t len)
 	agent_frame_send(&ag->port, &f);
 }
 
-/* Forwards each whole line the FIFO holds; drops lines over the limit. */
+/* Forwards each whole line the FIFO holds; drops lines over the limit.
+ * Stops once the host is behind (agent_port_full): a harness writing as
+ * fast as it is read would otherwise never let the FIFO empty, and the
+ * kept frames would grow until the guest's memory ran out. */
 static void fifo_read(struct agent *ag)
 {
 	char buf[16384], *p, *nl, *end;
 	size_t seg;
 	ssize_t n;
 
-	for (;;) {
+	while (!agent_port_full(&ag->port)) {
 		n = read(ag->fifo_rd, buf, sizeof buf);
 		if (n < 0 && errno == EINTR)
 			continue;
