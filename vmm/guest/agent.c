@@ -1060,6 +1060,15 @@ static void send_line_dropped(struct agent *ag, const char *head, size_t len)
 	agent_frame_send(&ag->port, &f);
 }
 
+/* 1 while the events FIFO holds bytes not read yet (the harness ended
+ * while the host was behind: they are sent before the end). */
+static int fifo_pending(const struct agent *ag)
+{
+	int n = 0;
+
+	return ag->fifo_rd >= 0 && ioctl(ag->fifo_rd, FIONREAD, &n) == 0 && n > 0;
+}
+
 /* Forwards each whole line the FIFO holds; drops lines over the limit.
  * Stops once the host is behind (agent_port_full): a harness writing as
  * fast as it is read would otherwise never let the FIFO empty, and the
@@ -1252,7 +1261,7 @@ static void run_loop(struct agent *ag)
 		full = agent_port_full(&ag->port);
 		if (ag->exited && (!deadline || full))
 			deadline = now + DRAIN_MS;
-		if (ag->exited && ag->out[0].fd < 0 && ag->out[1].fd < 0)
+		if (ag->exited && ag->out[0].fd < 0 && ag->out[1].fd < 0 && !fifo_pending(ag))
 			break;
 		if (deadline && now >= deadline) {
 			if (killed)
