@@ -75,6 +75,28 @@ static inline void gw_via_setup(CURL *c, struct gw_via *v)
 	curl_easy_setopt(c, CURLOPT_SOCKOPTFUNCTION, gw_via_sockopt);
 }
 
+/* Sends on c a request through v to url (of host sanbox-gateway) with
+ * headers h, POST body (GET when body is NULL), the answer's bytes to
+ * write(ctx); sets *status to its HTTP status. Returns curl's result (v->rc
+ * says whether the gateway took the connection). */
+static inline CURLcode gw_via_send(CURL *c, struct gw_via *v, const char *url,
+				   struct curl_slist *h, const char *body,
+				   curl_write_callback write, void *ctx, long *status)
+{
+	CURLcode rc;
+
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	gw_via_setup(c, v);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	if (body)
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, ctx);
+	rc = curl_easy_perform(c);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+	return rc;
+}
+
 /* Two faults of libcurl 7.88 meet a socket that is connected already:
  * it calls connect() on it even though its sockopt callback said so
  * (curl/curl#10626, fixed in 8.0.0), and it reuses no connection whose

@@ -229,16 +229,8 @@ static void call_on(sb_gateway *g, const char *run, const char *path, const char
 		h = curl_slist_append(h, hdr);
 	}
 	h = curl_slist_append(h, "Content-Type: application/json");
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	gw_via_setup(c, &v);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-	if (body)
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-	assert_int_equal(curl_easy_perform(c), CURLE_OK);
+	assert_int_equal(gw_via_send(c, &v, url, h, body, on_data, r, &r->status), CURLE_OK);
 	assert_int_equal(v.rc, SB_OK);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 }

@@ -1659,15 +1659,10 @@ static void model_call(struct fix *f, const char *run, const char *text, struct 
 		 "{\"model\":\"acme/m1\",\"messages\":"
 		 "[{\"role\":\"user\",\"content\":\"%s\"}]}",
 		 text);
-	curl_easy_setopt(c, CURLOPT_URL, "http://sanbox-gateway/v1/chat/completions");
-	gw_via_setup(c, &v);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_answer_data);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, a);
-	assert_int_equal(curl_easy_perform(c), CURLE_OK);
+	assert_int_equal(gw_via_send(c, &v, "http://sanbox-gateway/v1/chat/completions", h, body,
+				     on_answer_data, a, &a->status),
+			 CURLE_OK);
 	assert_int_equal(v.rc, SB_OK);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &a->status);
 	curl_slist_free_all(h);
 	curl_easy_cleanup(c);
 }
