@@ -521,9 +521,10 @@ static int at_input(sb_client *c, const struct cli_fs_at *sel, const char *gp,
 	int64_t ts;
 	int rc;
 
-	if (strncmp(gp, "/workspace/", 11) || (rc = cli_run_inputs(c, sel->run, &p, &ts)))
-		return strncmp(gp, "/workspace/", 11) ? SB_OK : rc;
-	for (size_t i = 0; i < p.ninputs; i++) {
+	if (strncmp(gp, "/workspace/", 11))
+		return SB_OK; /* the inputs are all in the workspace */
+	rc = cli_run_inputs(c, sel->run, &p, &ts);
+	for (size_t i = 0; rc == SB_OK && i < p.ninputs; i++) {
 		if (strcmp(p.inputs[i].path, gp + 11))
 			continue;
 		if (out->kind == CLI_AT_DISK)
@@ -533,7 +534,7 @@ static int at_input(sb_client *c, const struct cli_fs_at *sel, const char *gp,
 		sb_hash_hex(p.inputs[i].blob, out->key);
 	}
 	free(p.inputs);
-	return SB_OK;
+	return rc;
 }
 
 int cli_fs_at_file(sb_client *c, const struct cli_fs_at *sel, const char *gp,
