@@ -1738,13 +1738,20 @@ static int op_fs_read(struct req *r)
 #define READS_PROJ 4 /* ... and reads the projections: caught up before */
 #define READ_ONLY  8 /* changes nothing: still served while the daemon stops,
 		      * so a client reads how its runs ended */
+#define ON_SERVER 16 /* reads only what is in memory and takes no lock for
+		      * long: served on the socket server's thread, so its
+		      * reply waits for no hand-off between threads */
+
+/* Requests up to this size are parsed on the server's thread, to find the
+ * ON_SERVER ones; a larger one is parsed by a worker. */
+#define SERVER_PARSE_MAX 1024
 
 static const struct op {
 	const char *name;
 	int (*fn)(struct req *r);
 	unsigned flags;
 } ops[] = {
-    {"health", op_health, READ_ONLY},
+    {"health", op_health, READ_ONLY | ON_SERVER},
     {"events.read", op_events_read, READ_ONLY},
     {"events.append", op_events_append, 0},
     {"runs.list", op_runs_list, READ_ONLY},
@@ -1815,50 +1822,79 @@ static void req_run_on_loop(void *ctx)
 			  : r->op->fn(r));
 }
 
-/* On a worker: parses the request and serves it, or sends it to the loop. */
-static void req_run(void *ctx)
+/* Parses r's body and finds its op. Returns SB_OK, else an error to send. */
+static int req_parse(struct req *r)
 {
-	struct req *r = ctx;
 	char op[32];
-	int n, rc;
+	int n;
 
-	sb_clearerr();
-	if (sb_payload_parse(r->body, r->len, &r->zone, &r->argv)) {
-		rc = sb_seterr(SB_ERR_INVAL, "request is not a msgpack map");
-		goto done;
-	}
+	if (sb_payload_parse(r->body, r->len, &r->zone, &r->argv))
+		return sb_seterr(SB_ERR_INVAL, "request is not a msgpack map");
 	r->args = &r->argv;
-	if ((n = sb_map_str(r->args, "op", op, sizeof op)) < 0) {
-		rc = sb_seterr(SB_ERR_INVAL, "request has no 'op'");
-		goto done;
-	}
-	rc = sb_seterr(SB_ERR_INVAL, "unknown request '%s'", op);
-	if ((size_t)n >= sizeof op || strlen(op) != (size_t)n)
-		goto done;
-	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-		if (!strcmp(ops[i].name, op))
-			r->op = &ops[i];
+	if ((n = sb_map_str(r->args, "op", op, sizeof op)) < 0)
+		return sb_seterr(SB_ERR_INVAL, "request has no 'op'");
+	if ((size_t)n < sizeof op && strlen(op) == (size_t)n)
+		for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+			if (!strcmp(ops[i].name, op))
+				r->op = &ops[i];
 	if (!r->op)
-		goto done;
-	if (!(r->op->flags & READ_ONLY) && r->e->stopping(r->e->ctx)) {
-		rc = sb_seterr(SB_ERR_UNAVAIL, "sanboxd is stopping");
-		goto done;
-	}
-	if (sb_sp_req_remote(r->sp) && (r->op->flags & LOCAL_ONLY)) {
-		rc = sb_seterr(SB_ERR_DENIED, "'%s' is only allowed on the local socket",
-			       op);
-		goto done;
-	}
+		return sb_seterr(SB_ERR_INVAL, "unknown request '%s'", op);
+	if (!(r->op->flags & READ_ONLY) && r->e->stopping(r->e->ctx))
+		return sb_seterr(SB_ERR_UNAVAIL, "sanboxd is stopping");
+	if (sb_sp_req_remote(r->sp) && (r->op->flags & LOCAL_ONLY))
+		return sb_seterr(SB_ERR_DENIED, "'%s' is only allowed on the local socket",
+				 op);
+	return SB_OK;
+}
+
+/* Serves r, parsed, or sends it to the loop. */
+static void req_serve(struct req *r)
+{
+	int rc;
+
 	if (r->op->flags & ON_LOOP) {
 		if (r->op->flags & READS_PROJ)
 			catch_up(r);
 		if ((rc = sb_loop_post(r->e->loop, req_run_on_loop, r)) == SB_OK)
 			return;
-		goto done;
+		req_finish(r, rc);
+		return;
 	}
-	rc = r->op->fn(r);
-done:
-	req_finish(r, rc);
+	req_finish(r, r->op->fn(r));
+}
+
+/* On a worker: parses the request when the server did not, and serves it. */
+static void req_run(void *ctx)
+{
+	struct req *r = ctx;
+	int rc;
+
+	sb_clearerr();
+	if (!r->op && (rc = req_parse(r))) {
+		req_finish(r, rc);
+		return;
+	}
+	req_serve(r);
+}
+
+/* On the server's thread: a small request is parsed here; one whose op is
+ * ON_SERVER, or that is refused, is answered here. Returns 1 when r is
+ * answered, 0 when it goes to a worker. */
+static int req_on_server(struct req *r)
+{
+	int rc;
+
+	if (r->len > SERVER_PARSE_MAX)
+		return 0;
+	sb_clearerr();
+	if ((rc = req_parse(r))) {
+		req_finish(r, rc);
+		return 1;
+	}
+	if (!(r->op->flags & ON_SERVER))
+		return 0;
+	req_serve(r);
+	return 1;
 }
 
 void sb_api_request(void *ctx, sb_sp_req *sp, void *body, size_t len)
@@ -1879,6 +1915,8 @@ void sb_api_request(void *ctx, sb_sp_req *sp, void *body, size_t len)
 		msgpack_packer_init(&pk, r->out, msgpack_sbuffer_write);
 		sb_mapw_begin(&r->reply, &pk);
 		sb_mapw_bool(&r->reply, "ok", 1);
+		if (req_on_server(r))
+			return;
 		if ((rc = sb_work_submit(a->env.work, req_run, r)) == SB_OK)
 			return;
 		msgpack_zone_destroy(&r->zone);

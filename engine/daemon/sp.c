@@ -173,6 +173,7 @@ struct sb_sp {
 };
 
 static void conn_update(struct conn *c);
+static void conn_write(struct conn *c);
 static void conn_drop(struct conn *c, const char *why);
 static int conn_paused(struct conn *c);
 
@@ -399,6 +400,10 @@ static void reply_deliver(void *arg)
 		if ((f = reply_frame(c->tls, r->bt, r->bt_len, r->reply, r->reply_len))) {
 			c->t_last = sb_loop_now(s->loop);
 			conn_queue(c, f);
+			/* written now when the socket takes it: a wait for
+			 * the io watcher costs the peer a loop iteration */
+			if (c->state == C_OPEN)
+				conn_write(c);
 		} else {
 			conn_drop(c, "out of memory");
 		}
@@ -921,11 +926,16 @@ static void conn_io(struct conn *c, int revents)
 			conn_feed_rest(c);
 			continue;
 		}
-		n = conn_read(c, buf, sizeof buf < budget ? sizeof buf : budget);
+		size_t want = sizeof buf < budget ? sizeof buf : budget;
+		n = conn_read(c, buf, want);
 		if (n <= 0)
 			break;
 		budget -= (size_t)n;
 		conn_feed(c, buf, (size_t)n);
+		/* a short read of a unix socket took all there was: the
+		 * watcher is level-triggered, so more wakes it again */
+		if (!c->tls && (size_t)n < want)
+			break;
 	}
 	if (c->closed)
 		return;

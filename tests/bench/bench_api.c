@@ -23,7 +23,12 @@
  * TCG, template shell) and FLOODERS of those guests print as fast as they
  * can; p50 and p99 of each phase and the ratio load/idle. Latency counts
  * from when a request was due, so a stall also counts for the requests it
- * delayed. The rate one flooding guest gets recorded (agent.output events
+ * delayed. Beside them, the baseline: the same prober (same client library,
+ * same schedule) against a server in this process that answers every
+ * request at once with {ok: true} on its own thread (api.echo_*_idle), so
+ * the daemon's share of a figure is its ratio to the echo's
+ * (api.*_p99_idle_vs_echo): the rest is this machine's scheduling of the
+ * client's and the server's threads. The rate one flooding guest gets recorded (agent.output events
  * and their bytes, by their timestamps, over FLOOD_S) and, with the
  * daemon's guest event limits raised in sanboxd.json, the rate of one
  * guest writing event lines to $SANBOX_EVENTS (not limited by the agent):
@@ -52,14 +57,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/bytes.h"
 #include "engine/daemon/bus.h"
 #include "engine/daemon/client.h"
+#include "engine/daemon/spwire.h"
 #include "engine/error.h"
 #include "engine/proc.h"
 #include "engine/home.h"
 #include "engine/log/log.h"
 #include "engine/payload.h"
 #include "engine/runs/runner.h"
+#include "engine/sock.h"
 #include "tests/bench/benchutil.h"
 #include "vmm/qemu.h"
 
@@ -1043,6 +1051,101 @@ static void load_runs(const char *home, struct load *l)
 /* Latency of health and events.read, idle and under load (see the top of
  * this file); the load only when the shell template can be had. Returns
  * whether it could. */
+/* The baseline's server: accepts on a unix socket and answers each
+ * request of nng's req/rep wire (SPEC.md, "Sockets") with {ok: true}, one
+ * connection at a time, until the socket is shut down. */
+struct echo {
+	int lfd;
+	pthread_t th;
+};
+
+static int read_all(int fd, void *buf, size_t n)
+{
+	for (size_t got = 0; got < n;) {
+		ssize_t r = read(fd, (char *)buf + got, n - got);
+		if (r <= 0)
+			return -1;
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+/* Serves one connection: the 8-byte header, then request frames (type 1,
+ * 8-byte length, the request id, the body) each answered in place. */
+static void echo_serve(int fd)
+{
+	static const uint8_t hdr[8] = {0, 'S', 'P', 0, 0, SB_SP_PROTO_REP, 0, 0};
+	static const uint8_t ok[] = {0x81, 0xa2, 'o', 'k', 0xc3};
+	uint8_t peer[8], head[9], out[9 + 4 + sizeof ok], *body = NULL;
+
+	if (write(fd, hdr, sizeof hdr) != sizeof hdr || read_all(fd, peer, sizeof peer))
+		return;
+	while (read_all(fd, head, sizeof head) == 0 && head[0] == 1) {
+		uint64_t len = sb_be64_get(head + 1);
+		if (len < 4 || len > 1 << 20 || !(body = realloc(body, len)) ||
+		    read_all(fd, body, len))
+			break;
+		out[0] = 1;
+		sb_be64_put(out + 1, 4 + sizeof ok);
+		memcpy(out + 9, body, 4); /* the request id */
+		memcpy(out + 13, ok, sizeof ok);
+		if (write(fd, out, sizeof out) != sizeof out)
+			break;
+	}
+	free(body);
+}
+
+static void *echo_thread(void *arg)
+{
+	struct echo *e = arg;
+	int fd;
+
+	while (sb_unix_accept(e->lfd, -1, &fd) == SB_OK) {
+		echo_serve(fd);
+		close(fd);
+	}
+	return NULL;
+}
+
+/* Probes health of the echo server in home (a directory of this bench)
+ * for IDLE_S, as bench_load probes the daemon; reports api.echo_*_idle and
+ * returns the p99 in ms. */
+static double bench_echo(const char *home)
+{
+	uint32_t *buf = calloc(2 * (size_t)PROBE_SAMPLES, sizeof *buf);
+	struct probe p = {.home = home, .read = 0};
+	struct echo e;
+	char path[PATH_MAX + 16];
+	double p99;
+	int rc;
+
+	snprintf(path, sizeof path, "%s/api.sock", home);
+	if (!buf)
+		die("memory", SB_ERR_NOMEM);
+	if ((rc = sb_unix_listen(path, &e.lfd)))
+		die("echo socket", rc);
+	if (pthread_create(&e.th, NULL, echo_thread, &e))
+		die("thread", SB_ERR_NOMEM);
+	p.us[0] = buf;
+	p.us[1] = buf + PROBE_SAMPLES;
+	atomic_store(&phase, PH_WARM);
+	if (pthread_create(&p.th, NULL, probe_thread, &p))
+		die("thread", SB_ERR_NOMEM);
+	sleep(1);
+	atomic_store(&phase, PH_IDLE);
+	sleep(IDLE_S);
+	atomic_store(&phase, PH_END);
+	pthread_join(p.th, NULL);
+	if (p.rc)
+		fail("echo: %s", p.err);
+	shutdown(e.lfd, SHUT_RDWR); /* ends the accept */
+	pthread_join(e.th, NULL);
+	close(e.lfd);
+	p99 = report_lat("echo", p.us[0], p.n[0], "idle", 1);
+	free(buf);
+	return p99;
+}
+
 static int bench_load(void)
 {
 	uint32_t *buf = calloc(4 * (size_t)PROBE_SAMPLES, sizeof *buf);
@@ -1051,13 +1154,17 @@ static int bench_load(void)
 	struct probe p[2];
 	msgpack_sbuffer pl;
 	char why[512];
-	double idle[2];
-	char *home;
+	double idle[2], echo_p99;
+	char *home, echo_dir[PATH_MAX];
 	int vm, rc;
 
 	if (!buf)
 		die("memory", SB_ERR_NOMEM);
 	home = home_new(0, "/tmp");
+	snprintf(echo_dir, sizeof echo_dir, "%s/echo", home);
+	if (mkdir(echo_dir, 0700))
+		die(echo_dir, SB_ERR_IO);
+	echo_p99 = bench_echo(echo_dir);
 	seed_run(home, RUN_READ);
 	make_output_payload(&pl);
 	seed(home, RUN_READ, "agent.output", &pl, READ_EVENTS);
@@ -1077,8 +1184,12 @@ static int bench_load(void)
 		load_runs(home, &l);
 	}
 	probes_join(p);
-	for (int k = 0; k < 2; k++)
+	for (int k = 0; k < 2; k++) {
+		char name[64];
 		idle[k] = report_lat(what[k], p[k].us[0], p[k].n[0], "idle", 1);
+		snprintf(name, sizeof name, "api.%s_p99_idle_vs_echo", what[k]);
+		report(name, idle[k] / echo_p99, "x");
+	}
 	for (int k = 0; vm && k < 2; k++) {
 		char name[64];
 		double load = report_lat(what[k], p[k].us[1], p[k].n[1], "load", 1);
