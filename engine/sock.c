@@ -82,5 +82,8 @@ int sb_unix_accept(int lfd, int timeout_ms, int *fd)
 					 timeout_ms);
 		if (rc < 0 && errno != EINTR)
 			return sb_seterr(SB_ERR_IO, "poll: %s", strerror(errno));
+		/* a listener shut down stays readable with nothing to accept */
+		if (rc > 0 && (pfd.revents & (POLLHUP | POLLERR | POLLNVAL)))
+			return sb_seterr(SB_ERR_IO, "accept: the socket was shut down");
 	}
 }

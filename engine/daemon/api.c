@@ -1555,27 +1555,17 @@ static int layer_cb(void *ctx, const struct sb_resume_point *rp)
 }
 
 /* Opens the root file system run (state st) started on: its template's,
- * as recorded. Errors: SB_ERR_STATE (a fork of a snapshot; the template
- * rebuilt since), those of sb_template_load and sb_fsread_open_raw. */
+ * as recorded, from its runner. Errors: SB_ERR_STATE (a fork of a
+ * snapshot), those of sb_runs_template_open. */
 static int start_open(struct req *r, const char *run, const struct sb_runstate *st,
 		      sb_fsread **f)
 {
-	struct sb_template t;
-	int rc;
-
 	if (st->parent_snapshot[0] && strcmp(st->parent, run))
 		return sb_seterr(SB_ERR_STATE,
 				 "run %s began from run %s's snapshot %s, not from its "
 				 "template: read that snapshot",
 				 run, st->parent, st->parent_snapshot);
-	if ((rc = sb_template_load(r->e->home, st->template, &t)))
-		return rc;
-	if (strcmp(t.hash, st->template_hash))
-		return sb_seterr(SB_ERR_STATE,
-				 "template %s was built again since run %s started: the "
-				 "disk it started on is gone",
-				 st->template, run);
-	return sb_fsread_open_raw(t.rootfs, f);
+	return sb_runs_template_open(r->e->runs, st, f);
 }
 
 /* Opens the disk of r's run (into run), its snapshot argument's frozen

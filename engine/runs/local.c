@@ -31,6 +31,7 @@
 #include "engine/runs/layers.h"
 #include "engine/runs/warm.h"
 #include "engine/sock.h"
+#include "engine/template.h"
 #include "vmm/accel.h"
 #include "vmm/disk.h"
 #include "vmm/qemu.h"
@@ -1492,6 +1493,20 @@ static int local_disk_open(void *runner, const char *run, const char *layer,
 	return sb_fsread_open(path, out);
 }
 
+static int local_template_open(void *runner, const char *name, const char *hash,
+			       sb_fsread **out)
+{
+	struct sb_local_runner *lr = runner;
+	struct sb_template t;
+	int rc;
+
+	if ((rc = sb_template_load(lr->home, name, &t)))
+		return rc;
+	if (strcmp(t.hash, hash))
+		return sb_seterr(SB_ERR_STATE, "template %s was built again", name);
+	return sb_fsread_open_raw(t.rootfs, out);
+}
+
 static int local_readers(void *runner, const char *run, unsigned layer,
 			 char (*users)[SB_RUN_MAX], size_t max, size_t *count)
 {
@@ -1865,6 +1880,7 @@ const struct sb_runner_ops sb_local_runner_ops = {
     .release = local_release,
     .usage = local_usage,
     .disk_open = local_disk_open,
+    .template_open = local_template_open,
     .reattach = local_reattach,
     .interrupted = local_interrupted,
     .reap = local_reap,

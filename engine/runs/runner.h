@@ -158,6 +158,15 @@ struct sb_runner_ops {
 	 * sb_fsread_open, SB_ERR_TOOBIG. */
 	int (*disk_open)(void *runner, const char *run, const char *layer,
 			 sb_fsread **out);
+	/* Opens the root file system of this runner's template name for
+	 * reading into *out, as a raw image (vmm/fsread.h), when it is still
+	 * the build whose hash is hash (what a run that started on it
+	 * recorded). Reads files: call it on a worker (it is safe from any
+	 * thread). NULL in a runner that serves no reads of its templates.
+	 * Errors: SB_ERR_STATE (the template was built again: another hash),
+	 * those of sb_template_load and sb_fsread_open_raw. */
+	int (*template_open)(void *runner, const char *name, const char *hash,
+			     sb_fsread **out);
 	/* Prepares a machine for plan (a fork or a resume) whose disk
 	 * continues the frozen layer base_layer of run from_run (on a
 	 * worker: may block). memory_bytes > 0: the machine also continues

@@ -1381,6 +1381,25 @@ int sb_runs_disk_open(struct sb_runs *rs, const struct sb_runstate *st, const ch
 	return rn->ops->disk_open(rn->ctx, st->run, layer, out);
 }
 
+int sb_runs_template_open(struct sb_runs *rs, const struct sb_runstate *st, sb_fsread **out)
+{
+	const struct sb_runner *rn;
+	int rc;
+
+	if ((rc = runner_of(rs, st, &rn)))
+		return rc;
+	if (!rn->ops->template_open)
+		return sb_seterr(SB_ERR_UNAVAIL, "runner %s serves no reads of its templates",
+				 rn->name);
+	rc = rn->ops->template_open(rn->ctx, st->template, st->template_hash, out);
+	if (rc == SB_ERR_STATE)
+		return sb_seterr(SB_ERR_STATE,
+				 "template %s was built again since run %s started: the "
+				 "disk it started on is gone",
+				 st->template, st->run);
+	return rc;
+}
+
 int sb_runs_readers(struct sb_runs *rs, const struct sb_runstate *st, unsigned layer,
 		    char (*users)[SB_RUN_MAX], size_t max, size_t *count)
 {

@@ -295,6 +295,16 @@ struct sb_runstate;
 int sb_runs_disk_open(struct sb_runs *r, const struct sb_runstate *st, const char *layer,
 		      sb_fsread **out);
 
+/* Opens the root file system the run st describes started on: its
+ * template as recorded (st->template, st->template_hash), from the template
+ * store of the runner that holds the run, as a raw image. The caller closes
+ * *out with sb_fsread_close. Any thread, but it may block: call it on a
+ * worker. Errors: SB_ERR_INVAL (the daemon has no such runner),
+ * SB_ERR_UNAVAIL (the runner serves no reads of its templates),
+ * SB_ERR_STATE (the template was built again since the run started),
+ * those of the runner's template_open. */
+int sb_runs_template_open(struct sb_runs *r, const struct sb_runstate *st, sb_fsread **out);
+
 /* Lists the runs that read the frozen layer layer of the run st describes
  * as its runner's readers does (users, max, *count). Any thread, but it
  * may block: call it on a worker. Errors: SB_ERR_INVAL (the daemon has no

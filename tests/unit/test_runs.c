@@ -1840,6 +1840,33 @@ static void test_release_usage(void **state)
 	release_check(f, here, 0, 1, 0, FR_LAYER_BYTES); /* no reader left */
 	usage_check(f, 0, 0, 0, 0);
 }
+/* A runner without disk_open and template_open serves no reads of its
+ * runs' disks or of its templates: the daemon's fs requests get one line
+ * naming the runner, and nothing is opened elsewhere instead. */
+static void test_reads_unserved(void **state)
+{
+	struct fix *f = *state;
+	struct fr_script sc = {.steps = child_steps};
+	struct sb_runstate st;
+	sb_fsread *fs = NULL;
+	struct spec s;
+
+	assert_int_equal(fakerunner_script(f->other, NULL, &sc), SB_OK);
+	spec_make_on(&s, "box", "there", 0, NULL, NULL, "fake", 0);
+	if (create(f, &s))
+		fail_msg("create there: %s", f->err);
+	spec_free(&s);
+	await_end(f, f->id, 1);
+	runstate(f, f->id, &st);
+	assert_int_equal(sb_runs_disk_open(f->rs, &st, NULL, &fs), SB_ERR_UNAVAIL);
+	assert_null(fs);
+	assert_non_null(strstr(sb_errmsg(SB_ERR_UNAVAIL), "runner fake serves no reads"));
+	assert_int_equal(sb_runs_template_open(f->rs, &st, &fs), SB_ERR_UNAVAIL);
+	assert_null(fs);
+	assert_string_equal(sb_errmsg(SB_ERR_UNAVAIL),
+			    "runner fake serves no reads of its templates");
+}
+
 /* A re-run stopped while it waits for its runner's capacity (across a
  * daemon's restart) never ran: its record says so (rerun.compared, same
  * false, its side empty) before its run.stopped, and it never starts once
@@ -2003,6 +2030,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_create_fails, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_runners, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_release_usage, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_reads_unserved, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_rerun_queued, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_rerun_restart, setup, teardown),
 	};
