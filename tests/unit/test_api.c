@@ -1508,11 +1508,13 @@ static int rebuilding(sb_client *c)
  * run.create, whose answer comes through the loop, is answered at once (a
  * template that is not there: its error), as is health. Then group.stop
  * answers with the group's live runs (none), run.stop that its run is not
- * running, and the rebuild ends. */
+ * running, and the rebuild ends. With a fourth request waiting, every API
+ * worker is held, and health is still answered during the rebuild: on the
+ * socket server's thread. */
 static void test_loop_during_reproject(void **state)
 {
 	struct daemon *d = *state;
-	struct bg_call rebuild, gstop, rstop;
+	struct bg_call rebuild, gstop, rstop, rstop2;
 	struct sb_reply rep;
 	sb_client *c = client(d->home);
 	double t0, took;
@@ -1536,8 +1538,16 @@ static void test_loop_during_reproject(void **state)
 	if (!rebuilding(c))
 		fail_msg("run.create was answered in %.2f s, after the rebuild", took);
 	print_message("run.create answered in %.3f s during the rebuild\n", took);
+	bg_call_start(&rstop2, d->home, "{'op':'run.stop','run':'" RUN_B "'}");
+	sleep_ms(100); /* the four workers wait for the projections now */
+	if (!rebuilding(c))
+		fail_msg("health was not answered while every worker waited");
 	pthread_join(gstop.th, NULL);
 	pthread_join(rstop.th, NULL);
+	pthread_join(rstop2.th, NULL);
+	if (rstop2.rc != SB_ERR_STATE || !strstr(rstop2.err, "not running"))
+		fail_msg("run.stop of a stopped run: %d %s", rstop2.rc, rstop2.err);
+	sb_reply_free(&rstop2.rep);
 	pthread_join(rebuild.th, NULL);
 	if (rebuild.rc)
 		fail_msg("admin.reproject: %s", rebuild.err);
