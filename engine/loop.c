@@ -18,18 +18,11 @@
 #define P_PIDFD 3
 #endif
 
-/* A function posted from another thread. */
-struct post {
-	void (*fn)(void *ctx);
-	void *ctx;
-	struct post *next;
-};
-
 struct sb_loop {
 	struct ev_loop *ev;
 	ev_async post_w;    /* wakes the loop for posted functions */
 	pthread_mutex_t mu; /* guards the post queue */
-	struct post *head, **tail;
+	struct sb_post *head, **tail;
 };
 
 enum kind { K_IO, K_TIMER, K_CHILD, K_ASYNC, K_SIGNAL, K_IDLE_END };
@@ -58,7 +51,7 @@ struct sb_watch {
 static void post_cb(struct ev_loop *ev, ev_async *a, int revents)
 {
 	sb_loop *l = (sb_loop *)((char *)a - offsetof(sb_loop, post_w));
-	struct post *p;
+	struct sb_post *p;
 
 	(void)ev;
 	(void)revents;
@@ -68,9 +61,12 @@ static void post_cb(struct ev_loop *ev, ev_async *a, int revents)
 	l->tail = &l->head;
 	pthread_mutex_unlock(&l->mu);
 	while (p) {
-		struct post *next = p->next;
+		/* once fn runs, a caller's post is the caller's again */
+		struct sb_post *next = p->next;
+		int owned = p->owned;
 		p->fn(p->ctx);
-		free(p);
+		if (owned)
+			free(p);
 		p = next;
 	}
 }
@@ -107,7 +103,7 @@ void sb_loop_break(sb_loop *l)
 
 void sb_loop_close(sb_loop *l)
 {
-	struct post *p;
+	struct sb_post *p;
 
 	if (!l)
 		return;
@@ -115,7 +111,8 @@ void sb_loop_close(sb_loop *l)
 	ev_async_stop(l->ev, &l->post_w);
 	while ((p = l->head)) {
 		l->head = p->next;
-		free(p);
+		if (p->owned)
+			free(p);
 	}
 	ev_loop_destroy(l->ev);
 	pthread_mutex_destroy(&l->mu);
@@ -127,12 +124,9 @@ double sb_loop_now(sb_loop *l)
 	return ev_now(l->ev);
 }
 
-int sb_loop_post(sb_loop *l, void (*fn)(void *ctx), void *ctx)
+/* Queues p, filled, and wakes the loop. */
+static void post_enqueue(sb_loop *l, struct sb_post *p, void (*fn)(void *ctx), void *ctx)
 {
-	struct post *p = malloc(sizeof *p);
-
-	if (!p)
-		return SB_ERR_NOMEM;
 	p->fn = fn;
 	p->ctx = ctx;
 	p->next = NULL;
@@ -141,6 +135,22 @@ int sb_loop_post(sb_loop *l, void (*fn)(void *ctx), void *ctx)
 	l->tail = &p->next;
 	pthread_mutex_unlock(&l->mu);
 	ev_async_send(l->ev, &l->post_w);
+}
+
+void sb_loop_post_node(sb_loop *l, struct sb_post *p, void (*fn)(void *ctx), void *ctx)
+{
+	p->owned = 0;
+	post_enqueue(l, p, fn, ctx);
+}
+
+int sb_loop_post(sb_loop *l, void (*fn)(void *ctx), void *ctx)
+{
+	struct sb_post *p = malloc(sizeof *p);
+
+	if (!p)
+		return SB_ERR_NOMEM;
+	p->owned = 1;
+	post_enqueue(l, p, fn, ctx);
 	return SB_OK;
 }
 

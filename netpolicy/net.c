@@ -70,6 +70,7 @@ struct sb_net {
 	size_t ending;	      /* runs asked to end whose end is not done */
 	pthread_cond_t ended; /* ending or polling went down */
 	int checked;	      /* sb_net_check succeeded once */
+	struct sb_post stop_post; /* sb_net_close's to the loop */
 	int fence;	      /* forwarding was off: fenced (see nft.h) */
 	int lock_fd;	      /* this network namespace's enforcer lock */
 	char lock_path[128];  /* ... its file */
@@ -355,7 +356,7 @@ void sb_net_close(sb_net *n)
 		while (n->ending || n->polling)
 			pthread_cond_wait(&n->ended, &n->lock);
 		pthread_mutex_unlock(&n->lock);
-		sb_loop_post(n->loop, net_stop, n);
+		sb_loop_post_node(n->loop, &n->stop_post, net_stop, n);
 		pthread_join(n->thread, NULL);
 	} else {
 		sb_resolver_close(n->resolver);

@@ -35,6 +35,7 @@ struct sb_api {
 struct req {
 	const struct sb_api_env *e;
 	sb_sp_req *sp;
+	struct sb_post post; /* an ON_LOOP op's way to the loop */
 	void *body;
 	size_t len;
 	const struct op *op;
@@ -1840,14 +1841,10 @@ static int req_parse(struct req *r)
 /* Serves r, parsed, or sends it to the loop. */
 static void req_serve(struct req *r)
 {
-	int rc;
-
 	if (r->op->flags & ON_LOOP) {
 		if (r->op->flags & READS_PROJ)
 			catch_up(r);
-		if ((rc = sb_loop_post(r->e->loop, req_run_on_loop, r)) == SB_OK)
-			return;
-		req_finish(r, rc);
+		sb_loop_post_node(r->e->loop, &r->post, req_run_on_loop, r);
 		return;
 	}
 	req_finish(r, r->op->fn(r));

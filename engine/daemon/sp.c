@@ -129,6 +129,7 @@ struct sb_sp_req {
 	size_t reply_len;
 	int answered;		       /* sb_sp_reply was called (under req_mu) */
 	struct sb_sp_req *prev, *next; /* the server's requests not yet delivered */
+	struct sb_post post;	       /* the reply's way to the server's loop */
 };
 
 struct ratelimit {
@@ -144,6 +145,7 @@ struct sb_sp {
 	sb_loop *loop;
 	pthread_t thread;
 	int started;
+	struct sb_post stop_post; /* sb_sp_close's to the loop */
 	sb_watch *sweep_w, *pub_w, *stop_w;
 	struct listener *listeners;
 	struct conn *conns;
@@ -445,11 +447,9 @@ void sb_sp_reply(sb_sp_req *r, const void *body, size_t len)
 		memcpy(r->reply, body, len);
 		r->reply_len = len;
 	}
-	/* without memory the reply is lost, and the client's call times out */
-	if (sb_loop_post(s->loop, reply_deliver, r)) {
-		free(r->reply);
-		r->reply = NULL; /* freed by sb_sp_close */
-	}
+	/* without memory for the reply, only the request's end is delivered:
+	 * the client's call times out */
+	sb_loop_post_node(s->loop, &r->post, reply_deliver, r);
 	pthread_mutex_unlock(&s->req_mu);
 }
 
@@ -1437,8 +1437,10 @@ void sb_sp_close(sb_sp *s)
 
 	if (!s)
 		return;
-	if (s->started && sb_loop_post(s->loop, on_stop, s) == SB_OK)
+	if (s->started) {
+		sb_loop_post_node(s->loop, &s->stop_post, on_stop, s);
 		pthread_join(s->thread, NULL);
+	}
 	while (s->conns)
 		conn_drop(s->conns, NULL); /* kept while requests refer to it */
 	while (s->listeners) {

@@ -63,6 +63,7 @@ struct job {
 	struct job *next;
 	void (*work)(struct job *j); /* on a worker; NULL: none */
 	void (*done)(struct job *j); /* then on the loop */
+	struct sb_post post;	     /* the hand-off to the loop */
 	char run[SB_RUN_MAX];
 	int rc;
 	char err[300]; /* rc's detail */
@@ -114,8 +115,7 @@ static void job_work(void *ctx)
 	j->work(j);
 	if (j->rc)
 		snprintf(j->err, sizeof j->err, "%s", sb_errmsg(j->rc));
-	/* out of memory: the job stays in rs->jobs, its answer is lost */
-	sb_loop_post(j->rs->env.loop, job_done, j);
+	sb_loop_post_node(j->rs->env.loop, &j->post, job_done, j);
 }
 
 /* Runs j's work on a worker (then its done on the loop), or with no work
@@ -123,8 +123,12 @@ static void job_work(void *ctx)
 static int job_submit(struct job *j)
 {
 	struct sb_runs *rs = j->rs;
-	int rc = j->work ? sb_work_submit(rs->env.jobs, job_work, j)
-			 : sb_loop_post(rs->env.loop, job_done, j);
+	int rc = SB_OK;
+
+	if (j->work)
+		rc = sb_work_submit(rs->env.jobs, job_work, j);
+	else
+		sb_loop_post_node(rs->env.loop, &j->post, job_done, j);
 
 	if (rc) {
 		free(j);
