@@ -69,6 +69,7 @@
 #include "engine/runs/runner.h"
 #include "engine/sock.h"
 #include "tests/bench/benchutil.h"
+#include "tests/fdio.h"
 #include "vmm/qemu.h"
 
 #define LAT_EVENTS 2000
@@ -1059,37 +1060,27 @@ struct echo {
 	pthread_t th;
 };
 
-static int read_all(int fd, void *buf, size_t n)
-{
-	for (size_t got = 0; got < n;) {
-		ssize_t r = read(fd, (char *)buf + got, n - got);
-		if (r <= 0)
-			return -1;
-		got += (size_t)r;
-	}
-	return 0;
-}
-
 /* Serves one connection: the 8-byte header, then request frames (type 1,
  * 8-byte length, the request id, the body) each answered in place. */
 static void echo_serve(int fd)
 {
-	static const uint8_t hdr[8] = {0, 'S', 'P', 0, 0, SB_SP_PROTO_REP, 0, 0};
 	static const uint8_t ok[] = {0x81, 0xa2, 'o', 'k', 0xc3};
-	uint8_t peer[8], head[9], out[9 + 4 + sizeof ok], *body = NULL;
+	uint8_t hdr[SB_SPWIRE_HEADER], peer[SB_SPWIRE_HEADER], head[9];
+	uint8_t out[SB_SPWIRE_REPLY_HEAD + sizeof ok], *body = NULL;
+	size_t n;
 
-	if (write(fd, hdr, sizeof hdr) != sizeof hdr || read_all(fd, peer, sizeof peer))
+	sb_spwire_header_put(hdr, SB_SP_PROTO_REP);
+	if (write(fd, hdr, sizeof hdr) != sizeof hdr || fdio_read_full(fd, peer, sizeof peer))
 		return;
-	while (read_all(fd, head, sizeof head) == 0 && head[0] == 1) {
+	while (fdio_read_full(fd, head, sizeof head) == 0 && head[0] == 1) {
 		uint64_t len = sb_be64_get(head + 1);
 		if (len < 4 || len > 1 << 20 || !(body = realloc(body, len)) ||
-		    read_all(fd, body, len))
+		    fdio_read_full(fd, body, len))
 			break;
-		out[0] = 1;
-		sb_be64_put(out + 1, 4 + sizeof ok);
-		memcpy(out + 9, body, 4); /* the request id */
-		memcpy(out + 13, ok, sizeof ok);
-		if (write(fd, out, sizeof out) != sizeof out)
+		/* the request id is the backtrace: one hop */
+		n = sb_spwire_reply_put(out, 0, body, 4, sizeof ok);
+		memcpy(out + n, ok, sizeof ok);
+		if (write(fd, out, n + sizeof ok) != (ssize_t)(n + sizeof ok))
 			break;
 	}
 	free(body);

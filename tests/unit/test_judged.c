@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "tests/fdio.h"
 #include "tests/netlab.h"
 #include "tests/unit/tlshello.h"
 
@@ -60,17 +61,6 @@ static int server_got(const char *s)
 
 /* --- the server, in S --- */
 
-static int read_full(int fd, void *buf, size_t n)
-{
-	for (size_t got = 0; got < n;) {
-		ssize_t k = read(fd, (char *)buf + got, n - got);
-		if (k <= 0)
-			return -1;
-		got += (size_t)k;
-	}
-	return 0;
-}
-
 static void srv_conn(int c, int log)
 {
 	struct timeval tv = {20, 0}; /* past the judge's 10 s for a name */
@@ -79,10 +69,10 @@ static void srv_conn(int c, int log)
 	ssize_t k;
 
 	setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	if (read_full(c, head, 5))
+	if (fdio_read_full(c, head, 5))
 		return;
 	if (write(log, head, 5) != 5 ||
-	    read_full(c, rec, (size_t)(head[3] << 8 | head[4])) ||
+	    fdio_read_full(c, rec, (size_t)(head[3] << 8 | head[4])) ||
 	    write(log, rec, (size_t)(head[3] << 8 | head[4])) < 0 ||
 	    netlab_send_all(c, "HELLO", 5))
 		return;
@@ -163,13 +153,13 @@ static int guest_granted(void)
 
 	if (netlab_resolve() || (fd = dial()) < 0)
 		return 10;
-	if (netlab_send_all(fd, ch, hello_of(ch, "a.test")) || read_full(fd, ans, 5))
+	if (netlab_send_all(fd, ch, hello_of(ch, "a.test")) || fdio_read_full(fd, ans, 5))
 		return 11;
 	for (size_t sent = 0; sent < BULK; sent += sizeof bulk)
 		if (netlab_send_all(fd, bulk, sizeof bulk))
 			return 12;
 	shutdown(fd, SHUT_WR);
-	if (read_full(fd, &count, sizeof count) || count != BULK)
+	if (fdio_read_full(fd, &count, sizeof count) || count != BULK)
 		return 13;
 	return 0;
 }
@@ -336,7 +326,7 @@ static int guest_regrant(void)
 
 	if (netlab_resolve() || (fd = dial()) < 0)
 		return 10;
-	if (netlab_send_all(fd, ch, hello_of(ch, "a.test")) || read_full(fd, ans, 5))
+	if (netlab_send_all(fd, ch, hello_of(ch, "a.test")) || fdio_read_full(fd, ans, 5))
 		return 11;
 	if (write(ready_pipe[1], "R", 1) != 1 || await_go())
 		return 12;
