@@ -22,7 +22,7 @@
 #define POSTERS 4
 #define PER_POSTER 2000
 
-static void idle_cb(void *ctx)
+static void keep_alive(void *ctx)
 {
 	(void)ctx;
 }
@@ -31,7 +31,7 @@ static void idle_cb(void *ctx)
  * (posts alone do not keep a loop from returning). */
 static void run_until_break(sb_loop *l)
 {
-	sb_watch *keep = sb_loop_timer(l, 3600, 0, idle_cb, NULL);
+	sb_watch *keep = sb_loop_timer(l, 3600, 0, keep_alive, NULL);
 
 	assert_non_null(keep);
 	sb_loop_run(l);

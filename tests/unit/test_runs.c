@@ -1840,6 +1840,7 @@ static void test_release_usage(void **state)
 	release_check(f, here, 0, 1, 0, FR_LAYER_BYTES); /* no reader left */
 	usage_check(f, 0, 0, 0, 0);
 }
+
 /* A runner without disk_open and template_open serves no reads of its
  * runs' disks or of its templates: the daemon's fs requests get one line
  * naming the runner, and nothing is opened elsewhere instead. */
