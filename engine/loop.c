@@ -61,12 +61,9 @@ static void post_cb(struct ev_loop *ev, ev_async *a, int revents)
 	l->tail = &l->head;
 	pthread_mutex_unlock(&l->mu);
 	while (p) {
-		/* once fn runs, a caller's post is the caller's again */
+		/* once fn runs, the post is the caller's again */
 		struct sb_post *next = p->next;
-		int owned = p->owned;
 		p->fn(p->ctx);
-		if (owned)
-			free(p);
 		p = next;
 	}
 }
@@ -103,17 +100,11 @@ void sb_loop_break(sb_loop *l)
 
 void sb_loop_close(sb_loop *l)
 {
-	struct sb_post *p;
-
 	if (!l)
 		return;
 	ev_ref(l->ev);
 	ev_async_stop(l->ev, &l->post_w);
-	while ((p = l->head)) {
-		l->head = p->next;
-		if (p->owned)
-			free(p);
-	}
+	l->head = NULL; /* dropped: the posts are their callers' */
 	ev_loop_destroy(l->ev);
 	pthread_mutex_destroy(&l->mu);
 	free(l);
@@ -124,8 +115,7 @@ double sb_loop_now(sb_loop *l)
 	return ev_now(l->ev);
 }
 
-/* Queues p, filled, and wakes the loop. */
-static void post_enqueue(sb_loop *l, struct sb_post *p, void (*fn)(void *ctx), void *ctx)
+void sb_loop_post(sb_loop *l, struct sb_post *p, void (*fn)(void *ctx), void *ctx)
 {
 	p->fn = fn;
 	p->ctx = ctx;
@@ -135,23 +125,6 @@ static void post_enqueue(sb_loop *l, struct sb_post *p, void (*fn)(void *ctx), v
 	l->tail = &p->next;
 	pthread_mutex_unlock(&l->mu);
 	ev_async_send(l->ev, &l->post_w);
-}
-
-void sb_loop_post_node(sb_loop *l, struct sb_post *p, void (*fn)(void *ctx), void *ctx)
-{
-	p->owned = 0;
-	post_enqueue(l, p, fn, ctx);
-}
-
-int sb_loop_post(sb_loop *l, void (*fn)(void *ctx), void *ctx)
-{
-	struct sb_post *p = malloc(sizeof *p);
-
-	if (!p)
-		return SB_ERR_NOMEM;
-	p->owned = 1;
-	post_enqueue(l, p, fn, ctx);
-	return SB_OK;
 }
 
 static sb_watch *watch_new(sb_loop *l, enum kind k, void *ctx)

@@ -3,8 +3,8 @@
  * A loop runs on one thread; its callbacks run on that thread and carry a
  * void * context. Any number of loops may exist, one per thread (the
  * daemon's main loop, its socket servers). Watchers are made and stopped on
- * their loop's thread; only sb_watch_wake, sb_loop_post and
- * sb_loop_post_node may be called from other threads.
+ * their loop's thread; only sb_watch_wake and sb_loop_post may be called
+ * from other threads.
  */
 #ifndef SB_LOOP_H
 #define SB_LOOP_H
@@ -59,25 +59,22 @@ sb_watch *sb_loop_async(sb_loop *l, void (*cb)(void *ctx), void *ctx);
 /* Wakes an async watcher. Thread- and signal-safe. */
 void sb_watch_wake(sb_watch *w);
 
-/* Runs fn(ctx) on the loop's thread, once, in the order posted. Safe from
- * any thread. Errors: SB_ERR_NOMEM (fn will not run). */
-int sb_loop_post(sb_loop *l, void (*fn)(void *ctx), void *ctx);
-
-/* A post's storage, kept by the caller (in the object the post is about)
+/* A post's storage, kept by the caller in the object the post is about,
  * so that posting needs no memory and cannot fail. Its fields are the
  * loop's. */
 struct sb_post {
 	void (*fn)(void *ctx);
 	void *ctx;
 	struct sb_post *next;
-	int owned; /* allocated by sb_loop_post: freed by the loop */
 };
 
-/* As sb_loop_post, with *p as the post's storage: it cannot fail. *p is the
- * loop's from this call until fn is called, then the caller's again (fn
- * may free it or post it again); a loop closed before then drops the post
- * without calling fn. Safe from any thread. */
-void sb_loop_post_node(sb_loop *l, struct sb_post *p, void (*fn)(void *ctx), void *ctx);
+/* Runs fn(ctx) on the loop's thread, once, in the order posted, with *p as
+ * the post's storage. *p is the loop's from this call until fn is called,
+ * then the caller's again (fn may free it or post it again): an object
+ * posts through one node only while no post of that node is pending. A
+ * loop closed before fn runs drops the post without calling fn. Safe from
+ * any thread. */
+void sb_loop_post(sb_loop *l, struct sb_post *p, void (*fn)(void *ctx), void *ctx);
 
 /* Calls cb at the end of every loop iteration, after that iteration's
  * other callbacks and before the loop waits again: work gathered during an

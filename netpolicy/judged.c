@@ -71,6 +71,7 @@ struct sb_judged {
 	uint16_t num;	     /* its number */
 	int raw4, raw6;	     /* raw sockets for resets (-1: none) */
 	sb_watch *w;	     /* (loop) */
+	struct sb_post watch_post; /* sb_judged_open's to the loop */
 	sb_judged_run *runs; /* (loop) the runs being judged */
 };
 
@@ -95,6 +96,7 @@ struct sb_judged_run {
  * adds it to the one that takes it out (or its timeout). While it may be
  * there, its connection's judge is fenced (sb_judge_fence). */
 struct bypass {
+	struct sb_post post; /* its job's way back to the loop */
 	struct bypass *next; /* the run's list */
 	sb_judged_run *r;
 	struct conn *c; /* NULL once the connection is forgotten */
@@ -265,8 +267,7 @@ static void bypass_job(void *ctx)
 	sb_judged *q = by->r->q;
 
 	by->rc = sb_nft_body_set(q->c.nft, by->r->id, &by->b, by->add, BYPASS_S);
-	if (sb_loop_post(q->c.loop, bypass_done, by))
-		by->busy = 0; /* the loop is closing: sb_judged_run_stop frees it */
+	sb_loop_post(q->c.loop, &by->post, bypass_done, by);
 }
 
 /* After c's guest segment went through: a long body the judge need not
@@ -636,8 +637,7 @@ int sb_judged_open(const struct sb_judged_config *c, sb_judged **out)
 			       sb_errmsg(rc));
 		goto fail;
 	}
-	if ((rc = sb_loop_post(c->loop, queue_watch, q)))
-		goto fail;
+	sb_loop_post(c->loop, &q->watch_post, queue_watch, q);
 	*out = q;
 	return SB_OK;
 fail:

@@ -70,7 +70,8 @@ struct sb_net {
 	size_t ending;	      /* runs asked to end whose end is not done */
 	pthread_cond_t ended; /* ending or polling went down */
 	int checked;	      /* sb_net_check succeeded once */
-	struct sb_post stop_post; /* sb_net_close's to the loop */
+	struct sb_post begin_post, stop_post; /* sb_net_open's and sb_net_close's
+					       * to the loop */
 	int fence;	      /* forwarding was off: fenced (see nft.h) */
 	int lock_fd;	      /* this network namespace's enforcer lock */
 	char lock_path[128];  /* ... its file */
@@ -109,6 +110,8 @@ struct net_run {
 	int changing;		      /* a change of grants is under way */
 	struct grant_change *changes; /* changes waiting for it */
 	uint64_t dropped;	      /* packets its chains dropped, last count */
+	struct sb_post start_post, end_post; /* sb_net_run_start's and its end's
+					      * to the loop */
 	struct denial_seen {
 		char key[80];
 		uint64_t packets;
@@ -135,16 +138,13 @@ static void handle_release(struct sb_net_run *h)
 		free(h);
 }
 
-/* Runs fn(ctx) on the daemon's loop with a reference to h held for it
- * (fn releases it). */
-static int handle_post(struct sb_net_run *h, void (*fn)(void *ctx), void *ctx)
+/* Runs fn(ctx) on the daemon's loop through post, with a reference to h
+ * held for it (fn releases it). */
+static void handle_post(struct sb_net_run *h, struct sb_post *post, void (*fn)(void *ctx),
+			void *ctx)
 {
 	atomic_fetch_add(&h->refs, 1);
-	if (sb_loop_post(h->rn->n->c.loop, fn, ctx)) {
-		atomic_fetch_sub(&h->refs, 1);
-		return SB_ERR_NOMEM;
-	}
-	return SB_OK;
+	sb_loop_post(h->rn->n->c.loop, post, fn, ctx);
 }
 
 /* --- configuration and slots --- */
@@ -318,8 +318,8 @@ int sb_net_open(const struct sb_net_config *c, sb_net **out)
 	if ((rc = sb_loop_open(&n->loop)) ||
 	    (rc = sb_resolver_open(n->loop, c->resolver, &n->resolver)))
 		goto fail;
-	if (sb_loop_post(n->loop, net_begin, n) ||
-	    pthread_create(&n->thread, NULL, net_main, n)) {
+	sb_loop_post(n->loop, &n->begin_post, net_begin, n);
+	if (pthread_create(&n->thread, NULL, net_main, n)) {
 		rc = sb_seterr(SB_ERR_IO, "network acl: cannot start its thread");
 		goto fail;
 	}
@@ -356,7 +356,7 @@ void sb_net_close(sb_net *n)
 		while (n->ending || n->polling)
 			pthread_cond_wait(&n->ended, &n->lock);
 		pthread_mutex_unlock(&n->lock);
-		sb_loop_post_node(n->loop, &n->stop_post, net_stop, n);
+		sb_loop_post(n->loop, &n->stop_post, net_stop, n);
 		pthread_join(n->thread, NULL);
 	} else {
 		sb_resolver_close(n->resolver);
@@ -811,12 +811,12 @@ static void serve(void *ctx)
 		r->judge = NULL;
 }
 
-int sb_net_run_start(sb_net_run *h,
-		     void (*report)(void *ctx, const struct sb_net_report *), void *ctx)
+void sb_net_run_start(sb_net_run *h,
+		      void (*report)(void *ctx, const struct sb_net_report *), void *ctx)
 {
 	h->report = report;
 	h->ctx = ctx;
-	return sb_loop_post(h->rn->n->loop, serve, h->rn);
+	sb_loop_post(h->rn->n->loop, &h->rn->start_post, serve, h->rn);
 }
 
 /* Takes a task of r: it is not freed while busy. */
@@ -911,8 +911,7 @@ static void run_end(sb_net_run *h, int leave)
 	pthread_mutex_lock(&r->n->lock);
 	r->n->ending++;
 	pthread_mutex_unlock(&r->n->lock);
-	if (sb_loop_post(r->n->loop, end_on_loop, r))
-		end_job(r);
+	sb_loop_post(r->n->loop, &r->end_post, end_on_loop, r);
 	handle_release(h);
 }
 
@@ -970,6 +969,7 @@ static void agg_add(struct net_run *r, enum sb_net_report_kind kind, const char 
 }
 
 struct report_batch {
+	struct sb_post post;
 	struct sb_net_run *h;
 	size_t n;
 	struct sb_net_report items[];
@@ -1003,8 +1003,7 @@ static void agg_flush(struct net_run *r)
 		b->h = r->h;
 		b->n = n;
 		memcpy(b->items, a->items, n * sizeof a->items[0]);
-		if (handle_post(r->h, deliver, b))
-			free(b);
+		handle_post(r->h, &b->post, deliver, b);
 	}
 	a->n = 0;
 	a->overflow = 0;
@@ -1024,6 +1023,7 @@ struct poll_job {
 /* A tick's count of every run served: one listing of all runs' counters,
  * then the sets of each run whose counter moved. */
 struct poll_round {
+	struct sb_post post;
 	sb_net *n;
 	size_t count;
 	struct poll_job *jobs[];
@@ -1125,13 +1125,7 @@ static void round_job(void *ctx)
 				j->other = j->dropped - r->dropped - counted;
 			r->dropped = j->dropped;
 		}
-	if (sb_loop_post(p->n->loop, round_done, p)) { /* no memory */
-		for (size_t i = 0; i < p->count; i++) {
-			p->jobs[i]->r->polling = 0;
-			free(p->jobs[i]);
-		}
-		round_free(p);
-	}
+	sb_loop_post(p->n->loop, &p->post, round_done, p);
 }
 
 static void on_tick(void *ctx)
@@ -1351,6 +1345,7 @@ static size_t elems_of(const struct net_resolved *a, const struct sb_netpolicy *
 }
 
 struct names_job {
+	struct sb_post post;
 	struct net_run *r;
 	void (*done)(void *ctx, int rc);
 	void *ctx;
@@ -1379,8 +1374,7 @@ static void names_job(void *ctx)
 	j->rc = j->n ? sb_nft_names_add(j->r->n->nft, j->r->id, j->e, j->n) : SB_OK;
 	if (j->rc)
 		snprintf(j->err, sizeof j->err, "%s", sb_errmsg(j->rc));
-	if (sb_loop_post(j->r->n->loop, names_done, j))
-		free(j); /* the loop is closing */
+	sb_loop_post(j->r->n->loop, &j->post, names_done, j);
 }
 
 /* (net) Adds the addresses of name (answered with ttl_s) to the sets of
@@ -1474,6 +1468,7 @@ static const struct sb_judged_ops judged_ops = {
 /* A change of a run's grants: asked on the daemon's loop, made on the
  * enforcer's (one at a time per run), its nftables part on a worker. */
 struct grant_change {
+	struct sb_post post; /* its way to the enforcer's loop, then the daemon's */
 	struct net_run *r;
 	struct sb_net_run *h;
 	struct sb_net_grant g;
@@ -1536,11 +1531,10 @@ static void change_answer(void *ctx)
 	handle_release(h);
 }
 
-/* Answers c on the daemon's loop (or drops it when it cannot be). */
+/* Answers c on the daemon's loop. */
 static void change_reply(struct grant_change *c)
 {
-	if (handle_post(c->h, change_answer, c))
-		change_free(c);
+	handle_post(c->h, &c->post, change_answer, c);
 }
 
 static void change_next(struct net_run *r);
@@ -1575,10 +1569,7 @@ static void change_job(void *ctx)
 	} else {
 		snprintf(c->err, sizeof c->err, "%s", sb_errmsg(c->rc));
 	}
-	if (sb_loop_post(r->n->loop, change_done, c)) {
-		r->changing = 0; /* the loop is closing */
-		change_free(c);
-	}
+	sb_loop_post(r->n->loop, &c->post, change_done, c);
 }
 
 static void change_next(struct net_run *r)
@@ -1656,10 +1647,7 @@ int sb_net_run_grant(sb_net_run *h, const struct sb_net_grant *g, int allow,
 	c->allow = allow;
 	c->cb = cb;
 	c->ctx = ctx;
-	if (sb_loop_post(r->n->loop, change_queue, c)) {
-		free(c);
-		return SB_ERR_NOMEM;
-	}
+	sb_loop_post(r->n->loop, &c->post, change_queue, c);
 	grants_apply(&h->mpol, g, allow);
 	return SB_OK;
 }

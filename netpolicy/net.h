@@ -114,10 +114,9 @@ int sb_net_run_reattach(sb_net *n, const char *run, const struct sb_netpolicy *p
 void sb_net_run_iface(const sb_net_run *r, struct sb_net_iface *out);
 
 /* Starts serving r's stub and judge, and gathering its denials: report(ctx,
- * ...) gets what happened, every config report_s at most. Errors:
- * SB_ERR_NOMEM. */
-int sb_net_run_start(sb_net_run *r,
-		     void (*report)(void *ctx, const struct sb_net_report *), void *ctx);
+ * ...) gets what happened, every config report_s at most. Once per run. */
+void sb_net_run_start(sb_net_run *r,
+		      void (*report)(void *ctx, const struct sb_net_report *), void *ctx);
 
 /* Adds (allow 1) or removes (allow 0) grant g of r; cb(ctx, rc) once it
  * is in effect (rc SB_OK) or could not be (rc, with the detail; nothing

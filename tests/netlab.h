@@ -68,6 +68,7 @@
 enum { NETLAB_H, NETLAB_G, NETLAB_S };
 
 struct netlab {
+	struct sb_post stop_post; /* netlab_daemon_stop's to the loop */
 	char prefix[16];
 	char ns_name[3][40]; /* H, G, S */
 	int ns_named[3];     /* 1: its name is still in /run/netns */
@@ -518,7 +519,7 @@ static inline void netlab_daemon_stop(struct netlab *lab)
 	sb_work_close(lab->work);
 	lab->work = NULL;
 	if (lab->loop_running) {
-		sb_loop_post(lab->loop, netlab_loop_stop, lab);
+		sb_loop_post(lab->loop, &lab->stop_post, netlab_loop_stop, lab);
 		pthread_join(lab->loop_thread, NULL);
 		lab->loop_running = 0;
 	} else if (lab->alive) {
@@ -594,11 +595,7 @@ static inline int netlab_run_up(struct netlab *lab, sb_net *n, const char *id,
 		return rc;
 	if ((rc = sb_net_run_open(n, id, p, out)))
 		return netlab_fail(lab, rc, "sb_net_run_open: %s", sb_errmsg(rc));
-	if ((rc = sb_net_run_start(*out, report, ctx))) {
-		sb_net_run_close(*out);
-		*out = NULL;
-		return netlab_fail(lab, rc, "sb_net_run_start: %s", sb_errmsg(rc));
-	}
+	sb_net_run_start(*out, report, ctx);
 	return SB_OK;
 }
 

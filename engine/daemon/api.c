@@ -1844,7 +1844,7 @@ static void req_serve(struct req *r)
 	if (r->op->flags & ON_LOOP) {
 		if (r->op->flags & READS_PROJ)
 			catch_up(r);
-		sb_loop_post_node(r->e->loop, &r->post, req_run_on_loop, r);
+		sb_loop_post(r->e->loop, &r->post, req_run_on_loop, r);
 		return;
 	}
 	req_finish(r, r->op->fn(r));

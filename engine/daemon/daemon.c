@@ -100,69 +100,63 @@ static void on_commit(void *ctx, const struct sb_event *evs, size_t n)
 		atomic_store(&d->proj_pending, 0);
 }
 
-/* A run the gateway stops (its budget is spent, or a re-run departed
- * from its record), sent to the loop by a gateway thread. */
-struct budget_stop {
+/* A note from a gateway thread to the loop: a model call of run was
+ * recorded, or run is to stop (its budget is spent, or a re-run departed
+ * from its record). A note that cannot be allocated is lost: the gateway
+ * still refuses the run's calls past its budget or record; only the stop
+ * (then the run's timeout ends it) or the call's automatic snapshot is
+ * missed. */
+struct gateway_note {
+	struct sb_post post;
 	struct sb_daemon *d;
 	char run[SB_RUN_MAX];
-	const char *reason; /* static */
+	const char *reason; /* static; NULL: a model call */
 };
 
-static void on_budget_stop(void *ctx)
+static void gateway_note_run(void *ctx)
 {
-	struct budget_stop *b = ctx;
+	struct gateway_note *n = ctx;
 
-	sb_runs_stop(b->d->runs, b->run, b->reason, NULL, NULL); /* one that ended: fine */
-	free(b);
+	if (n->reason)
+		sb_runs_stop(n->d->runs, n->run, n->reason, NULL, NULL); /* one that ended: fine */
+	else
+		sb_runs_model_call(n->d->runs, n->run);
+	free(n);
 }
 
-static void on_call_loop(void *ctx)
+/* Gateway thread: posts a note of run to the loop. */
+static void gateway_note(struct sb_daemon *d, const char *run, const char *reason)
 {
-	struct budget_stop *b = ctx;
+	struct gateway_note *n = malloc(sizeof *n);
 
-	sb_runs_model_call(b->d->runs, b->run);
-	free(b);
+	if (!n) {
+		fprintf(stderr, "sanboxd: out of memory: the gateway's %s of run %s is lost\n",
+			reason ? "stop" : "model call", run);
+		return;
+	}
+	n->d = d;
+	n->reason = reason;
+	snprintf(n->run, sizeof n->run, "%s", run);
+	sb_loop_post(d->loop, &n->post, gateway_note_run, n);
 }
 
 /* Gateway thread: a model call of run was recorded (a harness that
  * reports no turns gets its automatic snapshots after its calls). */
 static void on_call(void *ctx, const char *run)
 {
-	struct sb_daemon *d = ctx;
-	struct budget_stop *b = malloc(sizeof *b);
-
-	if (!b)
-		return;
-	b->d = d;
-	snprintf(b->run, sizeof b->run, "%s", run);
-	if (sb_loop_post(d->loop, on_call_loop, b))
-		free(b);
-}
-
-/* Gateway thread: run is to stop for reason. */
-static void gateway_stop(struct sb_daemon *d, const char *run, const char *reason)
-{
-	struct budget_stop *b = malloc(sizeof *b);
-
-	if (!b)
-		return;
-	b->d = d;
-	b->reason = reason;
-	snprintf(b->run, sizeof b->run, "%s", run);
-	if (sb_loop_post(d->loop, on_budget_stop, b))
-		free(b);
+	gateway_note(ctx, run, NULL);
 }
 
 /* Gateway thread: a run whose policy is to stop has spent its budget. */
 static void on_budget(void *ctx, const char *run)
 {
-	gateway_stop(ctx, run, "budget");
+	gateway_note(ctx, run, "budget");
 }
 
 /* Gateway thread: a re-run departed from its record. */
 static void on_diverged(void *ctx, const char *run)
 {
-	gateway_stop(ctx, run, "diverged");
+	gateway_note(ctx, run, "diverged");
 }
 
 static void on_drain_timeout(void *ctx)

@@ -449,7 +449,7 @@ void sb_sp_reply(sb_sp_req *r, const void *body, size_t len)
 	}
 	/* without memory for the reply, only the request's end is delivered:
 	 * the client's call times out */
-	sb_loop_post_node(s->loop, &r->post, reply_deliver, r);
+	sb_loop_post(s->loop, &r->post, reply_deliver, r);
 	pthread_mutex_unlock(&s->req_mu);
 }
 
@@ -1438,7 +1438,7 @@ void sb_sp_close(sb_sp *s)
 	if (!s)
 		return;
 	if (s->started) {
-		sb_loop_post_node(s->loop, &s->stop_post, on_stop, s);
+		sb_loop_post(s->loop, &s->stop_post, on_stop, s);
 		pthread_join(s->thread, NULL);
 	}
 	while (s->conns)

@@ -569,8 +569,7 @@ out:
 	sb_history_free(&rec);
 	msgpack_zone_destroy(&zone);
 	msgpack_sbuffer_destroy(&fb);
-	if (sb_loop_post(rs->env.loop, next, r))
-		abort();
+	sb_loop_post(rs->env.loop, &r->create.post, next, r);
 }
 
 struct point_ctx {

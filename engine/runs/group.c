@@ -29,6 +29,7 @@ struct gjob {
 	char err[600];
 	sb_runs_group_fn cb;
 	void *ctx;
+	struct sb_post post; /* the check's way back to the loop */
 };
 
 static void gjob_finish(struct gjob *g)
@@ -147,8 +148,7 @@ static void check_job(void *ctx)
 	if ((rc = record_created(g)))
 		gjob_fail(g, rc, "cannot record the group: ");
 out:
-	if (sb_loop_post(g->rs->env.loop, group_next_cb, g))
-		abort(); /* the loop cannot hear of it: nothing sane is left */
+	sb_loop_post(g->rs->env.loop, &g->post, group_next_cb, g);
 }
 
 static void one_created(void *ctx, int rc, const char *run)
@@ -262,6 +262,7 @@ struct fjob {
 	char err[600];
 	sb_runs_group_fn cb;
 	void *ctx;
+	struct sb_post post; /* the read's way back to the loop */
 };
 
 static void fjob_finish(struct fjob *f)
@@ -351,8 +352,7 @@ static void fork_job(void *ctx)
 	sb_clearerr();
 	if ((rc = fork_read(f)))
 		fjob_fail(f, rc, "");
-	if (sb_loop_post(f->rs->env.loop, fork_next_cb, f))
-		abort(); /* the loop cannot hear of it: nothing sane is left */
+	sb_loop_post(f->rs->env.loop, &f->post, fork_next_cb, f);
 }
 
 static void fork_one(void *ctx, int rc, const char *run)

@@ -856,7 +856,9 @@ static int local_start(struct sb_machine *m, const struct sb_machine_events *ev,
 
 	if ((rc = machine_watch(m, ev, ctx)) || (rc = machine_spawn(m)))
 		return rc;
-	return m->net ? sb_net_run_start(m->net, on_net_report, m) : SB_OK;
+	if (m->net)
+		sb_net_run_start(m->net, on_net_report, m);
+	return SB_OK;
 }
 
 static int local_iface(struct sb_machine *m, struct sb_net_iface *out)
@@ -1693,8 +1695,8 @@ static int local_reattach(void *runner, const struct sb_plan *p,
 		rc = SB_ERR_NOMEM;
 		goto fail;
 	}
-	if (m->net && (rc = sb_net_run_start(m->net, on_net_report, m)))
-		goto fail;
+	if (m->net)
+		sb_net_run_start(m->net, on_net_report, m);
 	*out = m;
 	return SB_OK;
 fail:

@@ -66,6 +66,8 @@ struct sb_run_create {
 	void *ctx;
 	int rc, recorded, start_failed;
 	char err[1024], accel[8], accel_warning[256];
+	struct sb_post post; /* a worker's way back to the loop: the create's,
+			      * then the machine's once a queued run is let in */
 };
 
 /* The run's model access through the gateway. */

@@ -115,7 +115,7 @@ static void job_work(void *ctx)
 	j->work(j);
 	if (j->rc)
 		snprintf(j->err, sizeof j->err, "%s", sb_errmsg(j->rc));
-	sb_loop_post_node(j->rs->env.loop, &j->post, job_done, j);
+	sb_loop_post(j->rs->env.loop, &j->post, job_done, j);
 }
 
 /* Runs j's work on a worker (then its done on the loop), or with no work
@@ -128,7 +128,7 @@ static int job_submit(struct job *j)
 	if (j->work)
 		rc = sb_work_submit(rs->env.jobs, job_work, j);
 	else
-		sb_loop_post_node(rs->env.loop, &j->post, job_done, j);
+		sb_loop_post(rs->env.loop, &j->post, job_done, j);
 
 	if (rc) {
 		free(j);
@@ -1060,8 +1060,7 @@ static void make_machine(void *ctx)
 	sb_clearerr();
 	if ((rc = sb_run_machine_make(r)))
 		start_failed(r, rc);
-	if (sb_loop_post(r->rs->env.loop, sb_run_create_done, r))
-		abort(); /* the loop cannot hear of the run: nothing sane is left */
+	sb_loop_post(r->rs->env.loop, &r->create.post, sb_run_create_done, r);
 }
 
 /* On a worker: resolve, record, and the machine when the run fits now;
@@ -1105,8 +1104,7 @@ out:
 	if (r->create.rc && !r->create.err[0])
 		snprintf(r->create.err, sizeof r->create.err, "%s",
 			 sb_errmsg(r->create.rc));
-	if (sb_loop_post(rs->env.loop, next, r))
-		abort(); /* the loop cannot hear of the run: nothing sane is left */
+	sb_loop_post(rs->env.loop, &r->create.post, next, r);
 }
 
 void sb_run_queued_done(void *ctx)

@@ -83,7 +83,9 @@ struct sb_machine {
 	/* the loop's */
 	const struct sb_machine_events *ev; /* NULL: detached */
 	void *ctx;
-	int chan_fd, chan_again, told_end;
+	int chan_fd, chan_again, chan_posted, told_end;
+	struct sb_post chan_post;  /* the loop's: a connection's to its run */
+	struct sb_post ended_post; /* the guest thread's: the end's, once */
 	int reattached; /* found again: it did not start from memory now */
 	sb_watch *op_w; /* a snapshot's or merge's end, to report */
 	sb_snapshot_fn op_cb;
@@ -173,6 +175,7 @@ static void on_channel(void *ctx)
 	struct sb_machine *m = ctx;
 	int fd = m->chan_fd;
 
+	m->chan_posted = 0;
 	if (fd < 0)
 		return;
 	m->chan_fd = -1;
@@ -190,9 +193,9 @@ static void channel_post(struct sb_machine *m, int fd, int again)
 		close(m->chan_fd);
 	m->chan_fd = fd;
 	m->chan_again = again;
-	if (sb_loop_post(m->fr->loop, on_channel, m)) {
-		close(fd);
-		m->chan_fd = -1;
+	if (!m->chan_posted) {
+		m->chan_posted = 1;
+		sb_loop_post(m->fr->loop, &m->chan_post, on_channel, m);
 	}
 }
 
@@ -527,7 +530,7 @@ static void g_off(struct sb_machine *m, int status, const char *why)
 		close(m->adopt_fd);
 	m->adopt_fd = -1;
 	unlock(m->fr);
-	sb_loop_post(m->fr->loop, on_ended, m);
+	sb_loop_post(m->fr->loop, &m->ended_post, on_ended, m);
 }
 
 /* Ended by an order (stop, signal, kill, close). */

@@ -1,9 +1,7 @@
 /* test_loop.c - posting to a loop: functions posted from other threads run
- * on the loop's thread once each, in the order posted, whether the post is
- * the loop's (sb_loop_post) or the caller's (sb_loop_post_node); a node is
- * the caller's again once its function runs (it may post it again), and a
- * loop closed with posts pending drops them without touching the caller's
- * nodes. */
+ * on the loop's thread once each, in the order posted; a post's node is the
+ * caller's again once its function runs (it may post it again), and a loop
+ * closed with posts pending drops them without touching the nodes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,8 +68,7 @@ static void on_item(void *ctx)
 		sb_loop_break(s->loop);
 }
 
-/* A poster: even numbers in nodes of its own, odd ones through the loop's
- * allocation (the item then lives in the poster's array all the same). */
+/* A poster: each item posted through its own node. */
 struct poster {
 	struct seen *s;
 	int id;
@@ -86,10 +83,7 @@ static void *poster_main(void *arg)
 	for (uint32_t i = 0; i < PER_POSTER; i++) {
 		struct item *it = &p->items[i];
 		*it = (struct item){.s = p->s, .poster = p->id, .n = i};
-		if (i % 2 == 0)
-			sb_loop_post_node(p->s->loop, &it->post, on_item, it);
-		else if (sb_loop_post(p->s->loop, on_item, it))
-			abort(); /* out of memory in a test */
+		sb_loop_post(p->s->loop, &it->post, on_item, it);
 	}
 	return NULL;
 }
@@ -132,7 +126,7 @@ static void on_again(void *ctx)
 	struct again *a = ctx;
 
 	if (++a->runs < 5)
-		sb_loop_post_node(a->loop, &a->post, on_again, a);
+		sb_loop_post(a->loop, &a->post, on_again, a);
 	else
 		sb_loop_break(a->loop);
 }
@@ -143,7 +137,7 @@ static void test_post_again(void **state)
 
 	(void)state;
 	assert_int_equal(sb_loop_open(&a.loop), SB_OK);
-	sb_loop_post_node(a.loop, &a.post, on_again, &a);
+	sb_loop_post(a.loop, &a.post, on_again, &a);
 	run_until_break(a.loop);
 	assert_int_equal(a.runs, 5);
 	sb_loop_close(a.loop);
@@ -154,19 +148,18 @@ static void never(void *ctx)
 	(*(int *)ctx)++;
 }
 
-/* Closing a loop with posts pending: none runs; the loop's own are freed
- * (the leak checkers would say), the caller's left alone (a node on this
- * stack freed by the loop would crash). */
+/* Closing a loop with posts pending: none runs, and the nodes are left
+ * alone (a node on this stack freed by the loop would crash). */
 static void test_close_pending(void **state)
 {
-	struct sb_post node;
+	struct sb_post node[2];
 	sb_loop *l;
 	int ran = 0;
 
 	(void)state;
 	assert_int_equal(sb_loop_open(&l), SB_OK);
-	sb_loop_post_node(l, &node, never, &ran);
-	assert_int_equal(sb_loop_post(l, never, &ran), SB_OK);
+	sb_loop_post(l, &node[0], never, &ran);
+	sb_loop_post(l, &node[1], never, &ran);
 	sb_loop_close(l);
 	assert_int_equal(ran, 0);
 }
