@@ -23,21 +23,23 @@
  * TCG, template shell) and FLOODERS of those guests print as fast as they
  * can; p50 and p99 of each phase and the ratio load/idle. Latency counts
  * from when a request was due, so a stall also counts for the requests it
- * delayed. Beside them, the baseline: the same prober (same client library,
- * same schedule) against a server in this process that answers every
- * request at once with {ok: true} on its own thread (api.echo_*_idle), so
- * the daemon's share of a figure is its ratio to the echo's
- * (api.*_p99_idle_vs_echo): the rest is this machine's scheduling of the
- * client's and the server's threads. The rate one flooding guest gets recorded (agent.output events
- * and their bytes, by their timestamps, over FLOOD_S) and, with the
+ * delayed. Beside them, in both phases, the baseline: a third prober
+ * (same client library, same schedule) sends health to a server in this
+ * process that answers every request at once with {ok: true} on its own
+ * thread (api.echo_*), so the daemon's share of a figure is its ratio to
+ * the echo's in the same phase (api.*_p99_idle|load_vs_echo): the rest is
+ * this machine's scheduling of the client's and the server's threads. The
+ * rate one flooding guest gets recorded (agent.output events and their
+ * bytes, by their timestamps, over FLOOD_S) and, with the
  * daemon's guest event limits raised in sanboxd.json, the rate of one
  * guest writing event lines to $SANBOX_EVENTS (not limited by the agent):
  * the daemon's own ceiling. The microVM figures need BUILD/templates/shell
  * (built with BUILD/sanbox when missing); without it they are skipped,
  * with one line on stderr. State on /tmp, a disk, as a real daemon's.
  *
- * Prints only lines "bench NAME VALUE UNIT"; errors go to stderr with exit
- * status 1.
+ * Arguments name the parts to run (latency, disk, catchup, load), all by
+ * default. Prints only lines "bench NAME VALUE UNIT"; errors go to stderr
+ * with exit status 1.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -825,11 +827,45 @@ static int run_wait_event(sb_client *c, const char *run, const char *type, doubl
 	return rc;
 }
 
+/* "STATUS (REASON)" of run as run.get says it, or why it could not be
+ * read; in a static buffer. */
+static const char *run_state(sb_client *c, const char *run)
+{
+	static char out[256];
+	char status[16] = "", reason[128] = "";
+	struct sb_reply rep = {0};
+	msgpack_sbuffer req;
+	msgpack_packer pk;
+	const msgpack_object *r;
+	int rc;
+
+	msgpack_sbuffer_init(&req);
+	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2);
+	sb_pack_kstr(&pk, "op", "run.get");
+	sb_pack_kstr(&pk, "run", run);
+	rc = req.data ? sb_request(c, &req, 10000, &rep) : SB_ERR_NOMEM;
+	r = rc ? NULL : sb_map_get(&rep.map, "run");
+	if (r) {
+		sb_map_str(r, "status", status, sizeof status);
+		sb_map_str(r, "reason", reason, sizeof reason);
+	}
+	if (rc)
+		snprintf(out, sizeof out, "state unknown: %s", sb_errmsg(rc));
+	else
+		snprintf(out, sizeof out, "%s%s%s%s", status[0] ? status : "?",
+			 reason[0] ? " (" : "", reason, reason[0] ? ")" : "");
+	sb_reply_free(&rep);
+	msgpack_sbuffer_destroy(&req);
+	return out;
+}
+
 /* A run's events of one type in a window, by their timestamps: FLOOD_S
  * from FLOOD_SKIP_S after the first. */
 struct window {
 	uint64_t lo, hi; /* wall clock ns, [lo, hi) */
 	uint64_t n, bytes; /* events in it, and the bytes of their "data" */
+	uint64_t seen, last; /* events read in all, and the last one's time */
 	int closed;      /* an event after the window was seen */
 };
 
@@ -842,6 +878,8 @@ static int window_cb(void *ctx, const struct sb_event *ev, const msgpack_object 
 		w->lo = ev->ts_ns + FLOOD_SKIP_S * 1000000000ull;
 		w->hi = w->lo + FLOOD_S * 1000000000ull;
 	}
+	w->seen++;
+	w->last = ev->ts_ns;
 	if (ev->ts_ns >= w->hi) {
 		w->closed = 1;
 		return 1;
@@ -888,7 +926,11 @@ static void window_count(sb_client *c, const char *home, const char *run, const 
 	if (rc < 0)
 		die("counting a guest's events", rc);
 	if (!w->closed)
-		fail("run %s: its %s events ended before the %d s window did", run, type, FLOOD_S);
+		fail("run %s: no %s event after its %d s window came within a minute "
+		     "(%llu read, the last %.2f s into the window, %llu gaps; run %s)",
+		     run, type, FLOOD_S, (unsigned long long)w->seen,
+		     w->seen ? ((double)w->last - (double)w->lo) / 1e9 : 0.0,
+		     (unsigned long long)o.gaps, run_state(c, run));
 }
 
 /* Whether the shell template is in SANBOX_TEMPLATES (BUILD/templates, set
@@ -985,10 +1027,16 @@ static void make_output_payload(msgpack_sbuffer *pl)
 	sb_pack_kstr(&pk, "data", data);
 }
 
-static void probes_start(struct probe *p, const char *home, uint32_t *buf)
+/* The probers, side by side: health and events.read of the daemon in
+ * home, and health of the echo server in echo_home. */
+#define PROBES 3
+static const char *const probe_names[PROBES] = {"health", "events_read", "echo"};
+
+static void probes_start(struct probe *p, const char *home, const char *echo_home,
+			 uint32_t *buf)
 {
-	for (int k = 0; k < 2; k++) {
-		p[k] = (struct probe){.home = home, .read = k};
+	for (int k = 0; k < PROBES; k++) {
+		p[k] = (struct probe){.home = k < 2 ? home : echo_home, .read = k == 1};
 		p[k].us[0] = buf + (size_t)(2 * k) * PROBE_SAMPLES;
 		p[k].us[1] = buf + (size_t)(2 * k + 1) * PROBE_SAMPLES;
 		if (pthread_create(&p[k].th, NULL, probe_thread, &p[k]))
@@ -999,11 +1047,11 @@ static void probes_start(struct probe *p, const char *home, uint32_t *buf)
 static void probes_join(struct probe *p)
 {
 	atomic_store(&phase, PH_END);
-	for (int k = 0; k < 2; k++)
+	for (int k = 0; k < PROBES; k++)
 		pthread_join(p[k].th, NULL);
-	for (int k = 0; k < 2; k++)
+	for (int k = 0; k < PROBES; k++)
 		if (p[k].rc)
-			fail("%s", p[k].err);
+			fail("%s: %s", probe_names[k], p[k].err);
 }
 
 /* What load_runs measured besides the probers' latencies. */
@@ -1049,9 +1097,6 @@ static void load_runs(const char *home, struct load *l)
 	sb_client_close(c);
 }
 
-/* Latency of health and events.read, idle and under load (see the top of
- * this file); the load only when the shell template can be had. Returns
- * whether it could. */
 /* The baseline's server: accepts on a unix socket and answers each
  * request of nng's req/rep wire (SPEC.md, "Sockets") with {ok: true}, one
  * connection at a time, until the socket is shut down. */
@@ -1098,54 +1143,39 @@ static void *echo_thread(void *arg)
 	return NULL;
 }
 
-/* Probes health of the echo server in home (a directory of this bench)
- * for IDLE_S, as bench_load probes the daemon; reports api.echo_*_idle and
- * returns the p99 in ms. */
-static double bench_echo(const char *home)
+/* Starts the echo server on home/api.sock (home: a directory of this
+ * bench). */
+static void echo_start(struct echo *e, const char *home)
 {
-	uint32_t *buf = calloc(2 * (size_t)PROBE_SAMPLES, sizeof *buf);
-	struct probe p = {.home = home, .read = 0};
-	struct echo e;
 	char path[PATH_MAX + 16];
-	double p99;
 	int rc;
 
 	snprintf(path, sizeof path, "%s/api.sock", home);
-	if (!buf)
-		die("memory", SB_ERR_NOMEM);
-	if ((rc = sb_unix_listen(path, &e.lfd)))
+	if ((rc = sb_unix_listen(path, &e->lfd)))
 		die("echo socket", rc);
-	if (pthread_create(&e.th, NULL, echo_thread, &e))
+	if (pthread_create(&e->th, NULL, echo_thread, e))
 		die("thread", SB_ERR_NOMEM);
-	p.us[0] = buf;
-	p.us[1] = buf + PROBE_SAMPLES;
-	atomic_store(&phase, PH_WARM);
-	if (pthread_create(&p.th, NULL, probe_thread, &p))
-		die("thread", SB_ERR_NOMEM);
-	sleep(1);
-	atomic_store(&phase, PH_IDLE);
-	sleep(IDLE_S);
-	atomic_store(&phase, PH_END);
-	pthread_join(p.th, NULL);
-	if (p.rc)
-		fail("echo: %s", p.err);
-	shutdown(e.lfd, SHUT_RDWR); /* ends the accept */
-	pthread_join(e.th, NULL);
-	close(e.lfd);
-	p99 = report_lat("echo", p.us[0], p.n[0], "idle", 1);
-	free(buf);
-	return p99;
 }
 
+static void echo_stop(struct echo *e)
+{
+	shutdown(e->lfd, SHUT_RDWR); /* ends the accept */
+	pthread_join(e->th, NULL);
+	close(e->lfd);
+}
+
+/* Latency of health and events.read of a daemon, and of the echo server
+ * beside them, idle and under load (see the top of this file); the load
+ * only when the shell template can be had. Returns whether it could. */
 static int bench_load(void)
 {
-	uint32_t *buf = calloc(4 * (size_t)PROBE_SAMPLES, sizeof *buf);
-	const char *what[2] = {"health", "events_read"};
+	uint32_t *buf = calloc(2 * PROBES * (size_t)PROBE_SAMPLES, sizeof *buf);
 	struct load l = {0};
-	struct probe p[2];
+	struct probe p[PROBES];
+	struct echo e;
 	msgpack_sbuffer pl;
-	char why[512];
-	double idle[2], echo_p99;
+	char why[512], name[64];
+	double idle[PROBES], load[PROBES];
 	char *home, echo_dir[PATH_MAX];
 	int vm, rc;
 
@@ -1155,7 +1185,7 @@ static int bench_load(void)
 	snprintf(echo_dir, sizeof echo_dir, "%s/echo", home);
 	if (mkdir(echo_dir, 0700))
 		die(echo_dir, SB_ERR_IO);
-	echo_p99 = bench_echo(echo_dir);
+	echo_start(&e, echo_dir);
 	seed_run(home, RUN_READ);
 	make_output_payload(&pl);
 	seed(home, RUN_READ, "agent.output", &pl, READ_EVENTS);
@@ -1166,7 +1196,7 @@ static int bench_load(void)
 	if ((rc = daemon_wait(home, 60)))
 		die("sanboxd did not start", rc);
 	atomic_store(&phase, PH_WARM);
-	probes_start(p, home, buf);
+	probes_start(p, home, echo_dir, buf);
 	sleep(1);
 	atomic_store(&phase, PH_IDLE);
 	sleep(IDLE_S);
@@ -1175,17 +1205,20 @@ static int bench_load(void)
 		load_runs(home, &l);
 	}
 	probes_join(p);
+	echo_stop(&e);
+	for (int k = 0; k < PROBES; k++)
+		idle[k] = report_lat(probe_names[k], p[k].us[0], p[k].n[0], "idle", 1);
+	for (int k = 0; vm && k < PROBES; k++)
+		load[k] = report_lat(probe_names[k], p[k].us[1], p[k].n[1], "load", 1);
 	for (int k = 0; k < 2; k++) {
-		char name[64];
-		idle[k] = report_lat(what[k], p[k].us[0], p[k].n[0], "idle", 1);
-		snprintf(name, sizeof name, "api.%s_p99_idle_vs_echo", what[k]);
-		report(name, idle[k] / echo_p99, "x");
-	}
-	for (int k = 0; vm && k < 2; k++) {
-		char name[64];
-		double load = report_lat(what[k], p[k].us[1], p[k].n[1], "load", 1);
-		snprintf(name, sizeof name, "api.%s_p99_load_vs_idle", what[k]);
-		report(name, load / idle[k], "x");
+		snprintf(name, sizeof name, "api.%s_p99_idle_vs_echo", probe_names[k]);
+		report(name, idle[k] / idle[2], "x");
+		if (!vm)
+			continue;
+		snprintf(name, sizeof name, "api.%s_p99_load_vs_echo", probe_names[k]);
+		report(name, load[k] / load[2], "x");
+		snprintf(name, sizeof name, "api.%s_p99_load_vs_idle", probe_names[k]);
+		report(name, load[k] / idle[k], "x");
 	}
 	if (vm) {
 		report("api.run_create_slowest_of_8", l.create_s, "s");
@@ -1265,27 +1298,32 @@ static void bench_guest_ceiling(void)
 	cleanup();
 }
 
-int main(void)
+static int argc_;
+static char **argv_;
+
+/* Whether part is to run: named in the arguments, or there are none. */
+static int part(const char *name)
 {
-	struct stat st;
+	for (int i = 1; i < argc_; i++)
+		if (!strcmp(argv_[i], name))
+			return 1;
+	return argc_ < 2;
+}
+
+/* Publish-to-receive latency, the state in memory (fast: a directory on
+ * /dev/shm, or /tmp). The subscriber processes are forked before this
+ * process touches nng. */
+static void part_latency(const char *fast)
+{
 	struct procs procs;
-	msgpack_sbuffer pl;
-	const char *fast = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-	char *home, exe[PATH_MAX];
+	char *home = home_new(0, fast);
 	int rc;
 
-	signals_init();
-	build_dir(exe, sizeof exe - 16);
-	strcat(exe, "/templates");
-	setenv("SANBOX_TEMPLATES", exe, 1); /* for the daemons and template build */
-
-	/* latency, state in memory */
-	home = home_new(0, fast);
 	seed_run(home, RUN_LAT1);
 	seed_run(home, RUN_LAT64);
 	seed_run(home, RUN_PROC);
 	daemon_spawn(0);
-	procs_fork(home, &procs); /* before this process touches nng */
+	procs_fork(home, &procs);
 	if ((rc = daemon_wait(home, 60)))
 		die("sanboxd did not start", rc);
 	wait_ready(procs.ready, SUBS);
@@ -1295,9 +1333,14 @@ int main(void)
 	bench_latency_threads(home, RUN_LAT64, SUBS, LAT_EVENTS, "64sub");
 	daemon_stop(0);
 	cleanup();
+}
 
-	/* latency and append rate with the state on disk */
-	home = home_new(0, "/tmp");
+/* Latency and append rate with the state on disk. */
+static void part_disk(void)
+{
+	char *home = home_new(0, "/tmp");
+	int rc;
+
 	seed_run(home, RUN_LAT1);
 	daemon_spawn(0);
 	if ((rc = daemon_wait(home, 60)))
@@ -1306,9 +1349,15 @@ int main(void)
 	report("api.append_durable_disk", lat_write(home, RUN_LAT1, DISK_EVENTS, 0), "events/s");
 	daemon_stop(0);
 	cleanup();
+}
 
-	/* catch-up over 1,000,000 events */
-	home = home_new(1, "/tmp");
+/* Catch-up over 1,000,000 events. */
+static void part_catchup(void)
+{
+	char *home = home_new(1, "/tmp");
+	msgpack_sbuffer pl;
+	int rc;
+
 	seed_run(home, RUN_BIG);
 	make_tool_payload(&pl);
 	seed(home, RUN_BIG, "agent.tool.completed", &pl, CATCHUP_EVENTS - 1);
@@ -1322,9 +1371,32 @@ int main(void)
 	report("api.catchup_all", catchup_best(home, "", CATCHUP_EVENTS + 2), "events/s");
 	daemon_stop(1);
 	cleanup();
+}
 
+int main(int argc, char **argv)
+{
+	struct stat st;
+	const char *fast = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
+	char exe[PATH_MAX];
+
+	argc_ = argc;
+	argv_ = argv;
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "latency") && strcmp(argv[i], "disk") &&
+		    strcmp(argv[i], "catchup") && strcmp(argv[i], "load"))
+			fail("no part %s: the parts are latency, disk, catchup and load", argv[i]);
+	signals_init();
+	build_dir(exe, sizeof exe - 16);
+	strcat(exe, "/templates");
+	setenv("SANBOX_TEMPLATES", exe, 1); /* for the daemons and template build */
+	if (part("latency"))
+		part_latency(fast);
+	if (part("disk"))
+		part_disk();
+	if (part("catchup"))
+		part_catchup();
 	/* health and events.read idle and under load; guest event rates */
-	if (bench_load())
+	if (part("load") && bench_load())
 		bench_guest_ceiling();
 	return 0;
 }
