@@ -21,6 +21,7 @@ case $BUILD in /*) ;; *) BUILD=$(pwd)/$BUILD ;; esac
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 SB=$BUILD/sanbox
 export SANBOX_TEMPLATES=${SANBOX_TEMPLATES:-$BUILD/templates}
+. "$REPO/tests/e2e/lib/template.sh"
 export SANBOX_HOME=$(mktemp -d /tmp/sb-bench-harness.XXXXXX)
 daemon_stop() {
 	for p in "$SANBOX_HOME"/runs/*/qemu.pid; do
@@ -72,9 +73,8 @@ warm_image() {
 templates=
 for t in shell opencode-runner codex claude-code; do
 	[ -f "$REPO/templates/$t/template.conf" ] || { echo "bench_harness: no template $t" >&2; continue; }
-	if [ ! -f "$SANBOX_TEMPLATES/$t/template.json" ] &&
-		! "$SB" template build "$t" >"$SANBOX_HOME/build-$t.log" 2>&1; then
-		echo "bench_harness: template $t: $(tail -n 1 "$SANBOX_HOME/build-$t.log")" >&2
+	if ! template_fresh "$t"; then
+		echo "bench_harness: $template_error" >&2
 		continue
 	fi
 	templates="$templates $t"

@@ -101,8 +101,9 @@ f2() { awk -v n="$1" 'BEGIN { printf "%.2f", n }'; }
 # json EXPR: evaluates EXPR on the JSON document j read from stdin
 json() { python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
 
-[ -f "$SANBOX_TEMPLATES/shell/template.json" ] || "$SB" template build shell >/dev/null 2>&1 ||
-	die "cannot build the shell template"
+REPO=$repo
+. "$repo/tests/e2e/lib/template.sh"
+template_fresh shell || die "$template_error"
 
 # ---- the bench's template store: shell, d64m and d4g (disk = 64M, 4G), m128 ----
 store=$SANBOX_HOME/tpl

@@ -33,8 +33,9 @@ trap cleanup EXIT INT TERM
 die() { echo "bench_vm: $*" >&2; exit 1; }
 now() { date +%s%N; }
 
-[ -f "$SANBOX_TEMPLATES/shell/template.json" ] || "$SB" template build shell >/dev/null 2>&1 ||
-	die "cannot build the shell template"
+REPO=$repo
+. "$repo/tests/e2e/lib/template.sh"
+template_fresh shell || die "$template_error"
 img=$SANBOX_TEMPLATES/shell
 cc -std=gnu11 -O2 -D_GNU_SOURCE -I"$repo" -o "$tmp/driver" "$repo/tests/guest/driver.c" \
 	"$repo/vmm/chan.c" "$repo/engine/mpack.c" "$repo/engine/error.c" -lmsgpackc -lxxhash || die "driver build"

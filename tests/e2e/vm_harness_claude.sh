@@ -14,7 +14,7 @@
 work=$(mktemp -d /tmp/sbcc.XXXXXX)
 cc_cleanup() { rm -rf "$work"; }
 vm_extra_cleanup=cc_cleanup
-vm_template claude-code "$BUILD/sanbox-agent" "$BUILD/sanbox-adapt" "$REPO/tools/debian.sh"
+vm_template claude-code
 
 start=$(date +%s)
 "$SB" run -t claude-code -m stub/harness --name cc "write hello.txt, then run a command" \

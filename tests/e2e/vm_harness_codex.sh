@@ -13,7 +13,7 @@
 work=$(mktemp -d /tmp/sbcx.XXXXXX)
 cx_cleanup() { rm -rf "$work"; }
 vm_extra_cleanup=cx_cleanup
-vm_template codex "$BUILD/sanbox-agent" "$BUILD/sanbox-adapt" "$REPO/tools/debian.sh"
+vm_template codex
 
 start=$(date +%s)
 "$SB" run -t codex -m stub/harness --name cx "write hello.txt, then run a command" \

@@ -14,7 +14,7 @@
 work=$(mktemp -d /tmp/sboc.XXXXXX)
 oc_cleanup() { rm -rf "$work"; }
 vm_extra_cleanup=oc_cleanup
-vm_template opencode-runner "$BUILD/sanbox-agent" "$BUILD/sanbox-adapt" "$REPO/tools/debian.sh"
+vm_template opencode-runner
 
 # One run, its budget the first call's and not the second's: the stub/harness
 # model costs $1 a million input tokens and $2 a million output tokens; the

@@ -9,6 +9,7 @@ BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD=$REPO/$BUILD ;; esac
 SB=$BUILD/sanbox
 . "$(dirname "$0")/lib/proc.sh"
+. "$(dirname "$0")/lib/template.sh"
 export SANBOX_TEMPLATES=$BUILD/templates
 export SANBOX_HOME=$(mktemp -d /tmp/sbvm.XXXXXX)
 # Runs boot cold, so each test's timing does not depend on a warm image
@@ -44,23 +45,14 @@ vm_cleanup() {
 trap vm_cleanup EXIT
 trap 'exit 130' INT TERM
 
-# vm_template NAME INPUT...: builds template NAME into $BUILD/templates
-# when it is missing or older than an input (its template.conf and
-# mkimage.sh always count), saying how long it took; a failed build fails
-# the test.
+# vm_template NAME: builds template NAME into $BUILD/templates when it is
+# missing or older than one of its inputs (lib/template.sh), saying how
+# long it took; a failed build fails the test.
 vm_template() {
-	vm_tpl=$SANBOX_TEMPLATES/$1/template.json
-	vm_stale=
-	for f in "$REPO/templates/$1/template.conf" "$REPO/tools/mkimage.sh" "$@"; do
-		[ -f "$vm_tpl" ] && [ "$f" -nt "$vm_tpl" ] && vm_stale=1
-	done
-	[ -f "$vm_tpl" ] && [ -z "$vm_stale" ] && return 0
-	vm_start=$(date +%s)
-	"$SB" template build "$1" >"$SANBOX_HOME/template-build.log" 2>&1 ||
-		{ echo "FAIL setup: template build $1: $(tail -n 3 "$SANBOX_HOME/template-build.log")"; exit 1; }
-	echo "$1 built in $(($(date +%s) - vm_start)) s"
+	template_fresh "$1" || { echo "FAIL setup: $template_error"; exit 1; }
+	[ -z "$template_secs" ] || echo "$1 built in $template_secs s"
 }
-vm_template shell "$BUILD/sanbox-agent" "$BUILD/sanbox-harness"
+vm_template shell
 
 ok() { echo "PASS $1"; }
 bad() { echo "FAIL $1: $2"; failures=$((failures + 1)); }
