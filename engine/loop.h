@@ -40,7 +40,8 @@ sb_watch *sb_loop_io(sb_loop *l, int fd, int events, void (*cb)(void *ctx, int r
 /* Changes the events an io watcher waits for (0: none, for now). */
 void sb_watch_io_set(sb_watch *w, int events);
 
-/* Calls cb after `after` seconds, then every `repeat` seconds (0: once). */
+/* Calls cb after `after` seconds, then every `repeat` seconds (0: once).
+ * Returns NULL when out of memory. */
 sb_watch *sb_loop_timer(sb_loop *l, double after, double repeat, void (*cb)(void *ctx),
 			void *ctx);
 
@@ -53,7 +54,8 @@ sb_watch *sb_loop_child(sb_loop *l, pid_t pid, void (*cb)(void *ctx, int status)
 			void *ctx);
 
 /* Calls cb on the loop thread after sb_watch_wake (from any thread); wakes
- * that come before cb runs are merged into one call. */
+ * that come before cb runs are merged into one call. Returns NULL when out
+ * of memory. */
 sb_watch *sb_loop_async(sb_loop *l, void (*cb)(void *ctx), void *ctx);
 
 /* Wakes an async watcher. Thread- and signal-safe. */
@@ -78,10 +80,12 @@ void sb_loop_post(sb_loop *l, struct sb_post *p, void (*fn)(void *ctx), void *ct
 
 /* Calls cb at the end of every loop iteration, after that iteration's
  * other callbacks and before the loop waits again: work gathered during an
- * iteration (events read from several guests) is done once. */
+ * iteration (events read from several guests) is done once. Returns NULL
+ * when out of memory. */
 sb_watch *sb_loop_idle_end(sb_loop *l, void (*cb)(void *ctx), void *ctx);
 
-/* Calls cb when signal signo arrives (one loop per signal). */
+/* Calls cb when signal signo arrives (one loop per signal). Returns NULL
+ * when out of memory. */
 sb_watch *sb_loop_signal(sb_loop *l, int signo, void (*cb)(void *ctx), void *ctx);
 
 /* Stops and frees a watcher (NULL is fine); safe inside its own callback. */

@@ -619,6 +619,9 @@ static void queue_watch(void *ctx)
 	sb_judged *q = ctx;
 
 	q->w = sb_loop_io(q->c.loop, sb_nfq_fd(q->nfq), SB_READ, on_queue, q);
+	if (!q->w) /* nothing judged passes: the kernel drops what waits */
+		fprintf(stderr, "sanboxd: network acl: out of memory: the judge's queue "
+				"is not read\n");
 }
 
 int sb_judged_open(const struct sb_judged_config *c, sb_judged **out)

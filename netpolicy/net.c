@@ -70,8 +70,7 @@ struct sb_net {
 	size_t ending;	      /* runs asked to end whose end is not done */
 	pthread_cond_t ended; /* ending or polling went down */
 	int checked;	      /* sb_net_check succeeded once */
-	struct sb_post begin_post, stop_post; /* sb_net_open's and sb_net_close's
-					       * to the loop */
+	struct sb_post stop_post; /* sb_net_close's to the loop */
 	int fence;	      /* forwarding was off: fenced (see nft.h) */
 	int lock_fd;	      /* this network namespace's enforcer lock */
 	char lock_path[128];  /* ... its file */
@@ -275,13 +274,6 @@ static void *net_main(void *arg)
 
 static void on_tick(void *ctx);
 
-static void net_begin(void *ctx)
-{
-	sb_net *n = ctx;
-
-	n->tick = sb_loop_timer(n->loop, n->c.report_s, n->c.report_s, on_tick, n);
-}
-
 int sb_net_open(const struct sb_net_config *c, sb_net **out)
 {
 	sb_net *n = calloc(1, sizeof *n);
@@ -318,7 +310,11 @@ int sb_net_open(const struct sb_net_config *c, sb_net **out)
 	if ((rc = sb_loop_open(&n->loop)) ||
 	    (rc = sb_resolver_open(n->loop, c->resolver, &n->resolver)))
 		goto fail;
-	sb_loop_post(n->loop, &n->begin_post, net_begin, n);
+	/* made before the thread that runs the loop starts */
+	if (!(n->tick = sb_loop_timer(n->loop, c->report_s, c->report_s, on_tick, n))) {
+		rc = SB_ERR_NOMEM;
+		goto fail;
+	}
 	if (pthread_create(&n->thread, NULL, net_main, n)) {
 		rc = sb_seterr(SB_ERR_IO, "network acl: cannot start its thread");
 		goto fail;
@@ -359,6 +355,7 @@ void sb_net_close(sb_net *n)
 		sb_loop_post(n->loop, &n->stop_post, net_stop, n);
 		pthread_join(n->thread, NULL);
 	} else {
+		sb_watch_stop(n->tick);
 		sb_resolver_close(n->resolver);
 		sb_judged_close(n->judged);
 	}

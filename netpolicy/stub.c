@@ -519,6 +519,10 @@ static void on_conn(void *ctx, int revents)
 		c->inlen += (size_t)k;
 		sb_watch_stop(c->idle);
 		c->idle = sb_loop_timer(c->s->c.loop, TCP_IDLE_S, 0, on_conn_idle, c);
+		if (!c->idle) { /* out of memory: no deadline, no connection */
+			conn_close(c);
+			return;
+		}
 		conn_more(c);
 	}
 }
@@ -619,6 +623,8 @@ static void resolver_rearm(sb_resolver *rs)
 	struct timeval tv, *t = ares_timeout(rs->ares, NULL, &tv);
 
 	sb_watch_stop(rs->timer);
+	/* NULL with t (out of memory): the timeouts are seen at the next
+	 * event of the resolver's sockets */
 	rs->timer = t ? sb_loop_timer(rs->loop, (double)t->tv_sec + t->tv_usec / 1e6, 0,
 				      on_resolver_timer, rs)
 		      : NULL;
@@ -665,6 +671,8 @@ static void on_ares_sock(void *data, ares_socket_t fd, int readable, int writabl
 	} else if (ev && free_slot) {
 		free_slot->rs = rs;
 		free_slot->fd = fd;
+		/* NULL (out of memory): the socket is not watched; its queries
+		 * end at their timeouts */
 		free_slot->w = sb_loop_io(rs->loop, fd, ev, on_resolver_io, free_slot);
 	}
 }

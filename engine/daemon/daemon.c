@@ -180,6 +180,8 @@ static void daemon_stop(struct sb_daemon *d)
 		return;
 	}
 	sb_runs_stop_all(d->runs, "daemon-stop");
+	/* NULL (out of memory): no deadline; the daemon ends once its runs
+	 * have, each ended by force past its own grace */
 	d->stop_w = sb_loop_timer(d->loop, SB_DAEMON_DRAIN_S, 0, on_drain_timeout, d);
 }
 

@@ -705,8 +705,11 @@ static void conn_update(struct conn *c)
 	sb_watch_io_set(c->w, ev);
 	/* bytes already read (or decrypted) wake no io watcher */
 	if (!c->later && c->state != C_TLS && !conn_paused(c) &&
-	    (c->rest_len || (c->tls && mbedtls_ssl_get_bytes_avail(&c->ssl))))
+	    (c->rest_len || (c->tls && mbedtls_ssl_get_bytes_avail(&c->ssl)))) {
 		c->later = sb_loop_timer(c->s->loop, 0, 0, on_later, c);
+		if (!c->later) /* out of memory: its socket, writable, wakes it */
+			sb_watch_io_set(c->w, ev | SB_WRITE);
+	}
 }
 
 static void conn_drop(struct conn *c, const char *why)

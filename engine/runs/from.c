@@ -229,10 +229,11 @@ void sb_runs_reattach(struct sb_runs *rs, const char *run)
 	clock_gettime(CLOCK_REALTIME, &now);
 	left = (double)r->plan.timeout_s -
 	       ((double)now.tv_sec + now.tv_nsec / 1e9 - (double)rec.started_ns / 1e9);
-	r->timeout_w = sb_loop_timer(rs->env.loop, left > 0 ? left : 0, 0, sb_run_on_timeout, r);
-	if (!rec.ready)
-		r->boot_w = sb_loop_timer(rs->env.loop, rs->env.settings->boot_timeout_s,
-					  0, sb_run_on_boot_deadline, r);
+	if ((rc = sb_run_deadlines_watch(r, left, !rec.ready))) {
+		r->runner->ops->signal(r->m, SIGKILL);
+		sb_runs_record_failed(rs, run, "cannot take the run up again: out of memory");
+		goto out_free;
+	}
 	sb_run_link(r);
 	sb_run_hold(r); /* its machine runs: its share is taken */
 	sb_run_warn(r, "taken up again by a restarted daemon");

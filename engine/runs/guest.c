@@ -896,7 +896,7 @@ void sb_guest_recorded(sb_guest *g, const char *type)
 	g->once |= once_bit(type, SB_SRC_GUEST);
 }
 
-void sb_guest_attach(sb_guest *g, int fd, int resync)
+int sb_guest_attach(sb_guest *g, int fd, int resync)
 {
 	sb_watch_stop(g->w);
 	if (g->fd >= 0) {
@@ -905,14 +905,19 @@ void sb_guest_attach(sb_guest *g, int fd, int resync)
 	}
 	g->fd = fd;
 	g->out.size = g->out_off = 0; /* what was queued for the old one */
-	g->w = sb_loop_io(g->loop, fd, g->pace_w ? 0 : SB_READ, on_chan_io, g);
+	if (!(g->w = sb_loop_io(g->loop, fd, g->pace_w ? 0 : SB_READ, on_chan_io, g))) {
+		close(fd);
+		g->fd = -1;
+		return SB_ERR_NOMEM;
+	}
 	if (!resync)
-		return;
+		return SB_OK;
 	sb_chan_reader_resync(g->rd);
 	/* the agent talked to another host, or this one lost frames with the
 	 * connection: it sends again what it kept past the committed ones */
 	g->resend_wait = 1;
 	send_frame(g, SB_CHAN_ACK, g->acked, NULL, 0, 1);
+	return SB_OK;
 }
 
 void sb_guest_committed(sb_guest *g, uint64_t seq)

@@ -88,8 +88,9 @@ void sb_guest_recorded(sb_guest *g, const char *type);
  * had (frames queued for that one are dropped). resync: the stream may
  * begin in the middle of a frame (the agent was talking to a previous
  * daemon): the first frame is looked for, and the agent is asked to send
- * again what it kept past the last committed frame (ACK {resend}). */
-void sb_guest_attach(sb_guest *g, int fd, int resync);
+ * again what it kept past the last committed frame (ACK {resend}).
+ * Errors: SB_ERR_NOMEM (fd closed; g has no channel). */
+int sb_guest_attach(sb_guest *g, int fd, int resync);
 
 /* Tells g that the run's record holds the guest's numbered frames up to
  * seq (the largest guest_seq of the run's current start; a run taken up

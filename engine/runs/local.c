@@ -464,6 +464,8 @@ static void qmp_arm(struct sb_machine *m)
 	m->qmp_timer = NULL;
 	if (dl >= 0) {
 		double after = (double)(dl - loop_ms(m)) / 1000;
+		/* NULL (out of memory): no deadline until the next qmp_arm;
+		 * QEMU's end is still seen (child_w) */
 		m->qmp_timer =
 		    sb_loop_timer(m->lr->loop, after > 0 ? after : 0, 0, on_qmp_timer, m);
 	}
@@ -484,6 +486,18 @@ static const struct sb_qmp_ops qmp_ops = {
 };
 
 static void incoming_poll(struct sb_machine *m);
+
+/* Calls cb(m) after `after` s on m's incoming_w; out of memory, the
+ * machine is ended instead (it cannot be watched going on). */
+static void incoming_later(struct sb_machine *m, double after, void (*cb)(void *ctx))
+{
+	if ((m->incoming_w = sb_loop_timer(m->lr->loop, after, 0, cb, m)))
+		return;
+	if (!m->fail_why[0])
+		snprintf(m->fail_why, sizeof m->fail_why,
+			 "out of memory: its QEMU could not be watched");
+	sb_proc_kill(m->pid, SIGKILL);
+}
 
 static void on_incoming_timer(void *ctx)
 {
@@ -595,7 +609,7 @@ static void on_incoming_state(void *ctx, int rc, json_t *ret)
 		return;
 	}
 	/* none yet, setup, active: again soon */
-	m->incoming_w = sb_loop_timer(m->lr->loop, 0.005, 0, on_incoming_timer, m);
+	incoming_later(m, 0.005, on_incoming_timer);
 }
 
 static void incoming_poll(struct sb_machine *m)
@@ -694,8 +708,7 @@ static void on_settle_status(void *ctx, int rc, json_t *ret)
 	if (rc == SB_ERR_IO)
 		return; /* the monitor went away: asked again on its return */
 	if (st && !strcmp(st, "finish-migrate")) { /* completed, not yet settled */
-		m->incoming_w =
-		    sb_loop_timer(m->lr->loop, SNAP_POLL_S, 0, on_settle_timer, m);
+		incoming_later(m, SNAP_POLL_S, on_settle_timer);
 		return;
 	}
 	if (st && (!strcmp(st, "paused") || !strcmp(st, "postmigrate")))
@@ -727,7 +740,7 @@ static void on_settle_migrate(void *ctx, int rc, json_t *ret)
 	    sb_qmp_send(m->qmp, loop_ms(m), "migrate_cancel", NULL, 10000, on_cont, m))
 		return;
 	qmp_arm(m);
-	m->incoming_w = sb_loop_timer(m->lr->loop, SNAP_POLL_S, 0, on_settle_timer, m);
+	incoming_later(m, SNAP_POLL_S, on_settle_timer);
 }
 
 static void settle_migration(struct sb_machine *m)
@@ -939,6 +952,8 @@ static void local_stop(struct sb_machine *m, double grace_s)
 	else
 		qmp_arm(m);
 	m->grace_w = sb_loop_timer(m->lr->loop, grace_s, 0, on_kill_grace, m);
+	if (!m->grace_w) /* out of memory: no grace */
+		sb_proc_kill(m->pid, SIGKILL);
 }
 
 /* --- snapshots --- */

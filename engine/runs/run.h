@@ -287,9 +287,9 @@ int sb_run_connect(struct run *r, uint64_t spent);
  * plan has a group budget. On a worker (or before serving). Errors: the
  * projections'. */
 int sb_run_group_spent(struct run *r);
-/* Timer callbacks (ctx: the run): its timeout, its boot's deadline. */
-void sb_run_on_timeout(void *ctx);
-void sb_run_on_boot_deadline(void *ctx);
+/* Watches r's timeout, left seconds from now, and, when boot, its boot's
+ * deadline. On the loop. Errors: SB_ERR_NOMEM (neither is watched). */
+int sb_run_deadlines_watch(struct run *r, double left, int boot);
 /* Posted by a create or from job when done (ctx: the run): the run
  * starts, or its creation is answered with its error. */
 void sb_run_create_done(void *ctx);

@@ -332,6 +332,8 @@ static void stop_ask(struct run *r)
 	if (sb_guest_connected(r->g))
 		sb_guest_signal(r->g, SIGTERM);
 	r->grace_w = sb_loop_timer(r->rs->env.loop, STOP_GRACE_S, 0, on_kill_grace, r);
+	if (!r->grace_w) /* out of memory: no grace */
+		r->runner->ops->stop(r->m, KILL_GRACE_S);
 }
 
 /* The wind-down of a run its budget stopped is over: it is asked now. */
@@ -375,7 +377,7 @@ static void run_stop(struct run *r, const char *reason)
 	}
 }
 
-void sb_run_on_timeout(void *ctx)
+static void on_timeout(void *ctx)
 {
 	struct run *r = ctx;
 
@@ -395,7 +397,7 @@ static void run_fail(struct run *r, const char *reason)
 	r->runner->ops->stop(r->m, KILL_GRACE_S);
 }
 
-void sb_run_on_boot_deadline(void *ctx)
+static void on_boot_deadline(void *ctx)
 {
 	struct run *r = ctx;
 	char reason[200];
@@ -409,6 +411,22 @@ void sb_run_on_boot_deadline(void *ctx)
 		 "(SANBOX_BOOT_TIMEOUT; see console.log)",
 		 r->rs->env.settings->boot_timeout_s);
 	run_fail(r, reason);
+}
+
+int sb_run_deadlines_watch(struct run *r, double left, int boot)
+{
+	sb_loop *l = r->rs->env.loop;
+
+	r->timeout_w = sb_loop_timer(l, left > 0 ? left : 0, 0, on_timeout, r);
+	if (boot)
+		r->boot_w = sb_loop_timer(l, r->rs->env.settings->boot_timeout_s, 0,
+					  on_boot_deadline, r);
+	if (r->timeout_w && (r->boot_w || !boot))
+		return SB_OK;
+	sb_watch_stop(r->timeout_w);
+	sb_watch_stop(r->boot_w);
+	r->timeout_w = r->boot_w = NULL;
+	return SB_ERR_NOMEM;
 }
 
 /* On a worker: the re-run's record (all it gathered settled first) and
@@ -519,7 +537,10 @@ static void m_channel(void *ctx, int fd, int again)
 {
 	struct run *r = ctx;
 
-	sb_guest_attach(r->g, fd, again);
+	if (sb_guest_attach(r->g, fd, again)) {
+		run_fail(r, "out of memory: its guest channel cannot be watched");
+		return;
+	}
 	if (r->runner->ops->restored(r->m) && !r->restored_sent) {
 		/* a copy of a snapshot's guest: its clock, randomness and NIC */
 		const struct sb_runner_ops *ops = r->runner->ops;
@@ -1211,7 +1232,8 @@ void sb_run_create_done(void *ctx)
 	}
 	r->st = SB_RUN_RUNNING;
 	if ((rc = sb_run_connect(r, r->from.spent)) ||
-	    (rc = r->runner->ops->start(r->m, &sb_run_machine_events, r))) {
+	    (rc = r->runner->ops->start(r->m, &sb_run_machine_events, r)) ||
+	    (rc = sb_run_deadlines_watch(r, (double)r->plan.timeout_s, 1))) {
 		snprintf(reason, sizeof reason, "cannot start the VM: %s", sb_errmsg(rc));
 		r->runner->ops->signal(r->m, SIGKILL);
 		sb_runs_record_failed(rs, id, reason);
@@ -1219,10 +1241,6 @@ void sb_run_create_done(void *ctx)
 		cb(cb_ctx, SB_OK, id);
 		return;
 	}
-	r->boot_w = sb_loop_timer(rs->env.loop, rs->env.settings->boot_timeout_s, 0,
-				  sb_run_on_boot_deadline, r);
-	r->timeout_w =
-	    sb_loop_timer(rs->env.loop, (double)r->plan.timeout_s, 0, sb_run_on_timeout, r);
 	if (r->create.accel_warning[0])
 		sb_run_warn(r, "%s", r->create.accel_warning);
 	started_event(r);

@@ -44,12 +44,18 @@ struct sb_snapper {
 	double t_sync, sync_ms; /* SYNC sent (loop time), and the wait for it */
 	int ended; /* the final snapshot is asked for: no more automatic ones */
 	double last_auto;
-	sb_watch *kick_w, *sync_w, *turn_w;
+	sb_watch *kick_w; /* wakes kick on the loop, made with s */
+	sb_watch *sync_w, *turn_w;
 	struct read_sync *reads; /* reads waiting for their SYNCED */
 	uint64_t read_id;
 };
 
 static void kick(sb_snapper *s);
+
+static void on_kick(void *ctx)
+{
+	kick(ctx);
+}
 
 int sb_snapper_open(const struct sb_snapper_env *env, sb_snapper **out)
 {
@@ -59,6 +65,10 @@ int sb_snapper_open(const struct sb_snapper_env *env, sb_snapper **out)
 		return SB_ERR_NOMEM;
 	s->env = *env;
 	s->last_auto = -1e9;
+	if (!(s->kick_w = sb_loop_async(env->loop, on_kick, s))) {
+		free(s);
+		return SB_ERR_NOMEM;
+	}
 	*out = s;
 	return SB_OK;
 }
@@ -69,21 +79,11 @@ void sb_snapper_set(sb_snapper *s, sb_machine *m, sb_guest *g)
 	s->g = g;
 }
 
-static void on_kick(void *ctx)
-{
-	sb_snapper *s = ctx;
-
-	sb_watch_stop(s->kick_w);
-	s->kick_w = NULL;
-	kick(s);
-}
-
 /* Runs kick from the loop soon (callbacks never run inside a caller's
- * call). */
+ * call); calls before it runs make one. */
 static void kick_later(sb_snapper *s)
 {
-	if (!s->kick_w)
-		s->kick_w = sb_loop_timer(s->env.loop, 0, 0, on_kick, s);
+	sb_watch_wake(s->kick_w);
 }
 
 static void enqueue(sb_snapper *s, struct req *r)
@@ -344,6 +344,7 @@ void sb_snapper_turn(sb_snapper *s)
 	if (s->cur && s->cur->kind == K_TURN && wait < s->env.min_interval_s)
 		wait =
 		    s->env.min_interval_s; /* the one being taken may predate the turn */
+	/* out of memory (NULL): this turn gets no automatic snapshot */
 	s->turn_w = sb_loop_timer(s->env.loop, wait > 0 ? wait : 0, 0, on_turn_due, s);
 }
 

@@ -54,7 +54,8 @@ struct sb_snapper_env {
 typedef void (*sb_snap_fn)(void *ctx, int rc, const char *snapshot);
 
 /* Makes a run's snapper for machine m and guest g (both may change with
- * sb_snapper_set). env and ctx must outlive it. Errors: SB_ERR_NOMEM. */
+ * sb_snapper_set), on env->loop's thread. env and ctx must outlive it.
+ * Errors: SB_ERR_NOMEM. */
 int sb_snapper_open(const struct sb_snapper_env *env, sb_snapper **out);
 
 /* The machine and guest channel snapshots go to (NULL: none now). */
