@@ -51,18 +51,20 @@ static int file_read(int fd, const struct stat *st, uint64_t left, char **out)
 /* Adds one entry: rel's mode and data (n bytes). */
 static int entry_add(struct cpin *c, const char *rel, uint64_t mode, const char *data, size_t n)
 {
+	sb_mapw m;
+
 	if (c->n == SB_CHAN_INPUT_FILES)
 		return sb_seterr(SB_ERR_TOOBIG, "over 1024 files");
-	msgpack_pack_map(&c->fpk, data ? 3 : 2);
-	sb_pack_kstr(&c->fpk, "path", rel);
-	sb_pack_ku64(&c->fpk, "mode", mode);
-	if (data) {
-		sb_pack_str(&c->fpk, "data");
-		msgpack_pack_bin_with_body(&c->fpk, n ? data : "", n);
-	}
+	sb_mapw_begin(&m, &c->fpk);
+	sb_mapw_str(&m, "path", rel);
+	sb_mapw_u64(&m, "mode", mode);
+	if (data)
+		sb_mapw_bin(&m, "data", n ? data : "", n);
+	if (sb_mapw_end(&m))
+		return sb_seterr(SB_ERR_NOMEM, "out of memory");
 	c->n++;
 	c->bytes += n;
-	return c->files.data ? SB_OK : sb_seterr(SB_ERR_NOMEM, "out of memory");
+	return SB_OK;
 }
 
 static int walk(struct cpin *c, int dirfd, const char *name, const char *rel, int recurse,

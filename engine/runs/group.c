@@ -83,27 +83,29 @@ static int record_created(struct gjob *g)
 {
 	const msgpack_object *a = g->q.specs;
 	msgpack_sbuffer b;
-	msgpack_packer pk;
+	msgpack_packer pk, *v;
+	sb_mapw m;
 	struct sb_event ev;
 	char name[SB_PLAN_NAME_MAX];
 	int rc;
 
 	msgpack_sbuffer_init(&b);
 	msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 5);
-	sb_pack_kstr(&pk, "name", g->q.name);
-	sb_pack_kstr(&pk, "goal", g->q.goal ? g->q.goal : "");
-	sb_pack_ku64(&pk, "budget_nusd", g->q.budget_nusd);
-	sb_pack_ku64(&pk, "planned", a->via.array.size);
-	sb_pack_str(&pk, "runs");
-	msgpack_pack_array(&pk, a->via.array.size);
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_str(&m, "name", g->q.name);
+	sb_mapw_str(&m, "goal", g->q.goal ? g->q.goal : "");
+	sb_mapw_u64(&m, "budget_nusd", g->q.budget_nusd);
+	sb_mapw_u64(&m, "planned", a->via.array.size);
+	v = sb_mapw_key(&m, "runs");
+	msgpack_pack_array(v, a->via.array.size);
 	for (uint32_t i = 0; i < a->via.array.size; i++) {
 		name[0] = 0;
 		sb_spec_str(&a->via.array.ptr[i], "name", name, sizeof name);
-		sb_pack_str(&pk, name);
+		sb_pack_str(v, name);
 	}
-	rc = b.data ? sb_event_init(&ev, "group.created", g->id, SB_SRC_HOST, b.data, b.size)
-		    : SB_ERR_NOMEM;
+	rc = sb_mapw_end(&m);
+	if (rc == SB_OK)
+		rc = sb_event_init(&ev, "group.created", g->id, SB_SRC_HOST, b.data, b.size);
 	if (rc == SB_OK)
 		rc = sb_log_append(g->rs->env.log, &ev, 1);
 	msgpack_sbuffer_destroy(&b);
@@ -286,24 +288,26 @@ static void fjob_fail(struct fjob *f, int rc, const char *prefix)
 static int fork_record(struct fjob *f)
 {
 	msgpack_sbuffer b;
-	msgpack_packer pk;
+	msgpack_packer pk, *v;
+	sb_mapw m;
 	struct sb_event ev;
 	int rc;
 
 	msgpack_sbuffer_init(&b);
 	msgpack_packer_init(&pk, &b, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 6);
-	sb_pack_kstr(&pk, "name", f->name);
-	sb_pack_kstr(&pk, "goal", f->from.goal);
-	sb_pack_ku64(&pk, "budget_nusd", f->from.budget_nusd);
-	sb_pack_ku64(&pk, "planned", f->n);
-	sb_pack_kstr(&pk, "forked_from", f->src);
-	sb_pack_str(&pk, "runs");
-	msgpack_pack_array(&pk, f->n);
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_str(&m, "name", f->name);
+	sb_mapw_str(&m, "goal", f->from.goal);
+	sb_mapw_u64(&m, "budget_nusd", f->from.budget_nusd);
+	sb_mapw_u64(&m, "planned", f->n);
+	sb_mapw_str(&m, "forked_from", f->src);
+	v = sb_mapw_key(&m, "runs");
+	msgpack_pack_array(v, f->n);
 	for (size_t i = 0; i < f->n; i++)
-		sb_pack_str(&pk, f->names[i]);
-	rc = b.data ? sb_event_init(&ev, "group.created", f->id, SB_SRC_HOST, b.data, b.size)
-		    : SB_ERR_NOMEM;
+		sb_pack_str(v, f->names[i]);
+	rc = sb_mapw_end(&m);
+	if (rc == SB_OK)
+		rc = sb_event_init(&ev, "group.created", f->id, SB_SRC_HOST, b.data, b.size);
 	if (rc == SB_OK)
 		rc = sb_log_append(f->rs->env.log, &ev, 1);
 	msgpack_sbuffer_destroy(&b);

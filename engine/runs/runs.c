@@ -756,6 +756,7 @@ static int snap_saved(void *ctx, const struct sb_snap_done *d)
 	const struct sb_snapshot_info *in = d->info;
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
+	sb_mapw m;
 	struct sb_event ev;
 	char id[16];
 	int rc;
@@ -763,27 +764,26 @@ static int snap_saved(void *ctx, const struct sb_snap_done *d)
 	snprintf(id, sizeof id, "s%u", in->layer);
 	msgpack_sbuffer_init(&buf);
 	msgpack_packer_init(&pk, &buf, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 13);
-	sb_pack_kstr(&pk, "snapshot", id);
-	sb_pack_kstr(&pk, "kind", d->kind);
-	sb_pack_kstr(&pk, "trigger", d->trigger);
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_str(&m, "snapshot", id);
+	sb_mapw_str(&m, "kind", d->kind);
+	sb_mapw_str(&m, "trigger", d->trigger);
 	/* the runner's names (the local runner's: relative to its home) */
-	sb_pack_kstr(&pk, "layer", in->layer_name);
-	sb_pack_kstr(&pk, "memory", in->memory_name);
-	sb_pack_ku64(&pk, "layer_no", in->layer);
-	sb_pack_ku64(&pk, "bytes", in->bytes);
-	sb_pack_ku64(&pk, "memory_bytes", in->memory_bytes);
-	sb_pack_str(&pk, "paused_ms");
-	msgpack_pack_double(&pk, in->paused_ms);
-	sb_pack_str(&pk, "duration_ms");
-	msgpack_pack_double(&pk, d->sync_ms + in->duration_ms); /* asked to made */
-	sb_pack_str(&pk, "sync_ms");
-	msgpack_pack_double(&pk, d->sync_ms);
-	sb_pack_kbool(&pk, "synced", d->synced);
-	sb_pack_kbool(&pk, "frozen", d->frozen);
-	rc = buf.data ? sb_event_init(&ev, "snapshot.saved", r->id, SB_SRC_HOST, buf.data,
-				      buf.size)
-		      : SB_ERR_NOMEM;
+	sb_mapw_str(&m, "layer", in->layer_name);
+	sb_mapw_str(&m, "memory", in->memory_name);
+	sb_mapw_u64(&m, "layer_no", in->layer);
+	sb_mapw_u64(&m, "bytes", in->bytes);
+	sb_mapw_u64(&m, "memory_bytes", in->memory_bytes);
+	msgpack_pack_double(sb_mapw_key(&m, "paused_ms"), in->paused_ms);
+	msgpack_pack_double(sb_mapw_key(&m, "duration_ms"),
+			    d->sync_ms + in->duration_ms); /* asked to made */
+	msgpack_pack_double(sb_mapw_key(&m, "sync_ms"), d->sync_ms);
+	sb_mapw_bool(&m, "synced", d->synced);
+	sb_mapw_bool(&m, "frozen", d->frozen);
+	rc = sb_mapw_end(&m);
+	if (rc == SB_OK)
+		rc = sb_event_init(&ev, "snapshot.saved", r->id, SB_SRC_HOST, buf.data,
+				   buf.size);
 	if (rc == SB_OK)
 		rc = sb_runs_record(rs, &ev, 1);
 	msgpack_sbuffer_destroy(&buf);
