@@ -240,7 +240,8 @@ static int raw_send(int fd, uint32_t seq, uint32_t ack, uint8_t flags, const voi
 	seg[13] = flags;
 	seg[14] = 0xff; /* window */
 	seg[15] = 0xff;
-	memcpy(seg + 20, data, n);
+	if (n)
+		memcpy(seg + 20, data, n);
 	inet_pton(AF_INET, NETLAB_GUEST, pseudo);
 	memcpy(pseudo + 4, &to.sin_addr, 4);
 	pseudo[8] = 0;
