@@ -827,6 +827,29 @@ static int run_wait_event(sb_client *c, const char *run, const char *type, doubl
 	return rc;
 }
 
+/* Sends {op} (with key: val when key is not NULL) through c and waits at
+ * most timeout_ms for *rep (the caller frees it). Errors: sb_request's,
+ * SB_ERR_NOMEM. */
+static int request_kv(sb_client *c, const char *op, const char *key, const char *val,
+		      int timeout_ms, struct sb_reply *rep)
+{
+	msgpack_sbuffer req;
+	msgpack_packer pk;
+	sb_mapw m;
+	int rc;
+
+	msgpack_sbuffer_init(&req);
+	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
+	sb_mapw_begin(&m, &pk);
+	sb_mapw_str(&m, "op", op);
+	if (key)
+		sb_mapw_str(&m, key, val);
+	if ((rc = sb_mapw_end(&m)) == SB_OK)
+		rc = sb_request(c, &req, timeout_ms, rep);
+	msgpack_sbuffer_destroy(&req);
+	return rc;
+}
+
 /* "STATUS (REASON)" of run as run.get says it, or why it could not be
  * read; in a static buffer. */
 static const char *run_state(sb_client *c, const char *run)
@@ -834,17 +857,9 @@ static const char *run_state(sb_client *c, const char *run)
 	static char out[256];
 	char status[16] = "", reason[128] = "";
 	struct sb_reply rep = {0};
-	msgpack_sbuffer req;
-	msgpack_packer pk;
 	const msgpack_object *r;
-	int rc;
+	int rc = request_kv(c, "run.get", "run", run, 10000, &rep);
 
-	msgpack_sbuffer_init(&req);
-	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 2);
-	sb_pack_kstr(&pk, "op", "run.get");
-	sb_pack_kstr(&pk, "run", run);
-	rc = req.data ? sb_request(c, &req, 10000, &rep) : SB_ERR_NOMEM;
 	r = rc ? NULL : sb_map_get(&rep.map, "run");
 	if (r) {
 		sb_map_str(r, "status", status, sizeof status);
@@ -856,7 +871,6 @@ static const char *run_state(sb_client *c, const char *run)
 		snprintf(out, sizeof out, "%s%s%s%s", status[0] ? status : "?",
 			 reason[0] ? " (" : "", reason, reason[0] ? ")" : "");
 	sb_reply_free(&rep);
-	msgpack_sbuffer_destroy(&req);
 	return out;
 }
 
@@ -969,23 +983,12 @@ static int template_ready(const char *home, char *why, size_t cap)
 static void request_op(const char *home, const char *op, const char *key, const char *val)
 {
 	struct sb_reply rep = {0};
-	msgpack_sbuffer req;
-	msgpack_packer pk;
 	sb_client *c;
-	sb_mapw m;
 
 	if (sb_client_open(home, NULL, &c))
 		return;
-	msgpack_sbuffer_init(&req);
-	msgpack_packer_init(&pk, &req, msgpack_sbuffer_write);
-	sb_mapw_begin(&m, &pk);
-	sb_mapw_str(&m, "op", op);
-	if (key)
-		sb_mapw_str(&m, key, val);
-	if (sb_mapw_end(&m) == SB_OK)
-		sb_request(c, &req, 30000, &rep);
+	request_kv(c, op, key, val, 30000, &rep);
 	sb_reply_free(&rep);
-	msgpack_sbuffer_destroy(&req);
 	sb_client_close(c);
 }
 
